@@ -1,0 +1,47 @@
+/* Names and descriptions of wf_status values. */
+#include "proto/status.h"
+
+#include <stddef.h>
+
+struct status_text {
+    const char *name;
+    const char *text;
+};
+
+/* Indexed by 1 - status, so WF_IN_PROGRESS is 0 and WF_OK is 1. */
+static const struct status_text status_texts[] = {
+    {"WF_IN_PROGRESS", "in progress"},
+    {"WF_OK", "ok"},
+    {"WF_EINVAL", "invalid argument"},
+    {"WF_ENOMEM", "out of memory"},
+    {"WF_EIO", "input/output error"},
+    {"WF_ENOTFOUND", "not found"},
+    {"WF_EFORMAT", "malformed data"},
+    {"WF_EUNSUPPORTED", "not supported"},
+    {"WF_EFULL", "queue or pool full"},
+    {"WF_ECANCELLED", "cancelled"},
+    {"WF_ETIMEDOUT", "timed out"},
+    {"WF_ERANGE", "value out of range"},
+    {"WF_EBUSY", "busy, retry later"},
+    {"WF_ECLOSED", "closed"},
+    {"WF_EPROTO", "protocol error"},
+    {"WF_EPERM", "not authorised"},
+    {"WF_EOVERLOAD", "overloaded"},
+    {"WF_EINTERNAL", "internal error"},
+};
+
+static const struct status_text *lookup(wf_status status) {
+    int index = 1 - (int)status;
+    if (index < 0 || (size_t)index >= sizeof status_texts / sizeof status_texts[0]) return NULL;
+    return &status_texts[index];
+}
+
+const char *wf_status_str(wf_status status) {
+    const struct status_text *t = lookup(status);
+    return t ? t->text : "unknown status";
+}
+
+const char *wf_status_name(wf_status status) {
+    const struct status_text *t = lookup(status);
+    return t ? t->name : "WF_UNKNOWN";
+}

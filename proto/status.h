@@ -1,0 +1,42 @@
+/* The one status enum of the project. 0 is success, negative values are errors, and
+ * WF_IN_PROGRESS is a success that says "not finished yet, you will be called back".
+ *
+ *     wf_status st = wf_gguf_open(path, &file);
+ *     if (st != WF_OK) fprintf(stderr, "open %s: %s\n", path, wf_status_str(st));
+ *
+ * Thread-safe; no allocation. Keep wf_status_str() and tests/proto/test_status.c in step with
+ * this list. */
+#ifndef WF_PROTO_STATUS_H
+#define WF_PROTO_STATUS_H
+
+typedef enum wf_status {
+    WF_IN_PROGRESS = 1,      /* accepted; completion is reported later */
+    WF_OK = 0,
+    WF_EINVAL = -1,          /* an argument or input is invalid */
+    WF_ENOMEM = -2,          /* an allocation failed */
+    WF_EIO = -3,             /* a read, write or system call failed */
+    WF_ENOTFOUND = -4,       /* a named thing (file, model, key, route) does not exist */
+    WF_EFORMAT = -5,         /* a file or message is malformed, truncated or corrupt */
+    WF_EUNSUPPORTED = -6,    /* valid, but this build or model does not support it */
+    WF_EFULL = -7,           /* a bounded queue or pool is full: back-pressure */
+    WF_ECANCELLED = -8,      /* cancelled by the caller or a client disconnect */
+    WF_ETIMEDOUT = -9,       /* a deadline passed */
+    WF_ERANGE = -10,         /* a value is outside its allowed range */
+    WF_EBUSY = -11,          /* temporarily unavailable (loading, draining); retry later */
+    WF_ECLOSED = -12,        /* the peer or object is closed */
+    WF_EPROTO = -13,         /* a peer broke the protocol */
+    WF_EPERM = -14,          /* not authorised */
+    WF_EOVERLOAD = -15,      /* admission control rejected the work: its SLO cannot be met */
+    WF_EINTERNAL = -16,      /* a bug: an invariant did not hold */
+} wf_status;
+
+#define WF_STATUS_MIN WF_EINTERNAL /* the most negative value, for tests and tables */
+
+/* A short, stable, human-readable description ("invalid argument"). Never NULL: unknown values
+ * give "unknown status". */
+const char *wf_status_str(wf_status status);
+
+/* The enumerator's name ("WF_EINVAL"), for logs and wire formats; "WF_UNKNOWN" if unknown. */
+const char *wf_status_name(wf_status status);
+
+#endif

@@ -1,0 +1,321 @@
+/* weftd configuration: one table of options drives flags, JSON config keys and --help. */
+#include "server/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "weft_version.h"
+
+typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS } option_type;
+
+typedef struct option_spec {
+    const char *name; /* flag name without "--"; JSON key is the same with '_' for '-' */
+    option_type type;
+    size_t offset;
+    double min, max;  /* numeric bounds, inclusive */
+    const char *arg;  /* placeholder in --help */
+    const char *help;
+} option_spec;
+
+#define FIELD(f) offsetof(wf_config, f)
+
+static const option_spec options[] = {
+    {"model", OPT_STRING, FIELD(model), 0, 0, "FILE", "GGUF model file (default: the bundled SmolLM2-135M-Instruct)"},
+    {"model-name", OPT_STRING, FIELD(model_name), 0, 0, "NAME", "model id served by the API (default: file name)"},
+    {"host", OPT_STRING, FIELD(host), 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
+    {"port", OPT_INT, FIELD(port), 0, 65535, "N", "TCP port (default 8080; 0 picks a free port)"},
+    {"threads", OPT_INT, FIELD(threads), 0, 1024, "N", "engine threads (default 0 = one per core)"},
+    {"api-key", OPT_KEYS, FIELD(api_keys), 0, 0, "KEY", "require this Bearer key (repeatable)"},
+    {"api-key-file", OPT_STRING, FIELD(api_key_file), 0, 0, "FILE", "file with one API key per line"},
+    {"config", OPT_STRING, FIELD(config_file), 0, 0, "FILE", "JSON file with any of these options"},
+    {"log-level", OPT_STRING, FIELD(log_level), 0, 0, "LEVEL", "trace, debug, info, warn, error (default info)"},
+    {"ctx-size", OPT_INT, FIELD(ctx_size), 0, 1 << 24, "N", "max tokens per sequence (default: model's)"},
+    {"max-connections", OPT_INT, FIELD(max_connections), 1, 1 << 20, "N", "open connections before 503 (default 4096)"},
+    {"max-body-bytes", OPT_LONG, FIELD(max_body_bytes), 1, 1L << 34, "N", "largest request body before 413 (default 8 MiB)"},
+    {"idle-timeout-ms", OPT_INT, FIELD(idle_timeout_ms), 1, INT_MAX, "MS", "close idle or slow clients after (default 30000)"},
+    {"shutdown-timeout-ms", OPT_INT, FIELD(shutdown_timeout_ms), 0, INT_MAX, "MS", "SIGTERM drain deadline (default 10000)"},
+    {"metrics-open", OPT_BOOL, FIELD(metrics_open), 0, 1, NULL, "serve /metrics without an API key"},
+    {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default 1024)"},
+    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo (default slo)"},
+    {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default 512)"},
+    {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default 512)"},
+    {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default 2000)"},
+    {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default 200)"},
+};
+
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void set_defaults(wf_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->host = strdup("127.0.0.1");
+    cfg->port = 8080;
+    cfg->log_level = strdup("info");
+    cfg->max_connections = 4096;
+    cfg->max_body_bytes = 8L << 20;
+    cfg->idle_timeout_ms = 30000;
+    cfg->shutdown_timeout_ms = 10000;
+    cfg->queue_size = 1024;
+    cfg->policy = strdup("slo");
+    cfg->kv_memory_mb = 512;
+    cfg->max_batch_tokens = 512;
+    cfg->default_ttft_ms = 2000;
+    cfg->default_tpot_ms = 200;
+}
+
+static const option_spec *find_flag(const char *name, size_t len) {
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen) {
+    if (!key[0]) return fail(err, errlen, "an API key must not be empty");
+    char **keys = realloc(cfg->api_keys, (cfg->n_api_keys + 2) * sizeof *keys);
+    if (!keys) return fail(err, errlen, "out of memory");
+    cfg->api_keys = keys;
+    keys[cfg->n_api_keys] = strdup(key);
+    if (!keys[cfg->n_api_keys]) return fail(err, errlen, "out of memory");
+    keys[++cfg->n_api_keys] = NULL;
+    return 0;
+}
+
+/* Sets one option from its text form; `origin` names where it came from for messages. */
+static int set_from_text(wf_config *cfg, const option_spec *opt, const char *text,
+                         const char *origin, char *err, size_t errlen) {
+    void *field = (char *)cfg + opt->offset;
+    char *end = NULL;
+    switch (opt->type) {
+    case OPT_STRING: {
+        char *copy = strdup(text);
+        if (!copy) return fail(err, errlen, "out of memory");
+        free(*(char **)field);
+        *(char **)field = copy;
+        return 0;
+    }
+    case OPT_KEYS:
+        return add_key(cfg, text, err, errlen);
+    case OPT_BOOL:
+        if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) *(int *)field = 1;
+        else if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) *(int *)field = 0;
+        else return fail(err, errlen, "%s: '%s' expects true or false, got '%s'", origin, opt->name, text);
+        return 0;
+    case OPT_INT:
+    case OPT_LONG: {
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (errno || end == text || *end)
+            return fail(err, errlen, "%s: '%s' expects an integer, got '%s'", origin, opt->name, text);
+        if ((double)v < opt->min || (double)v > opt->max)
+            return fail(err, errlen, "%s: '%s' must be between %.0f and %.0f, got %lld", origin,
+                        opt->name, opt->min, opt->max, v);
+        if (opt->type == OPT_INT) *(int *)field = (int)v;
+        else *(long *)field = (long)v;
+        return 0;
+    }
+    case OPT_DOUBLE: {
+        errno = 0;
+        double v = strtod(text, &end);
+        if (errno || end == text || *end)
+            return fail(err, errlen, "%s: '%s' expects a number, got '%s'", origin, opt->name, text);
+        if (v < opt->min || v > opt->max)
+            return fail(err, errlen, "%s: '%s' must be between %g and %g, got %g", origin,
+                        opt->name, opt->min, opt->max, v);
+        *(double *)field = v;
+        return 0;
+    }
+    }
+    return fail(err, errlen, "internal: bad option type");
+}
+
+static int set_from_json(wf_config *cfg, const option_spec *opt, json_t *value,
+                         const char *path, char *err, size_t errlen) {
+    char text[64];
+    switch (opt->type) {
+    case OPT_STRING:
+        if (!json_is_string(value))
+            return fail(err, errlen, "%s: key '%s' must be a string", path, opt->name);
+        return set_from_text(cfg, opt, json_string_value(value), path, err, errlen);
+    case OPT_KEYS:
+        if (json_is_string(value)) return add_key(cfg, json_string_value(value), err, errlen);
+        if (!json_is_array(value))
+            return fail(err, errlen, "%s: key 'api_key' must be a string or an array of strings", path);
+        for (size_t i = 0; i < json_array_size(value); i++) {
+            json_t *k = json_array_get(value, i);
+            if (!json_is_string(k))
+                return fail(err, errlen, "%s: api_key[%zu] must be a string", path, i);
+            if (add_key(cfg, json_string_value(k), err, errlen) < 0) return -1;
+        }
+        return 0;
+    case OPT_BOOL:
+        if (!json_is_boolean(value))
+            return fail(err, errlen, "%s: key '%s' must be true or false", path, opt->name);
+        return set_from_text(cfg, opt, json_is_true(value) ? "true" : "false", path, err, errlen);
+    case OPT_INT:
+    case OPT_LONG:
+        if (!json_is_integer(value))
+            return fail(err, errlen, "%s: key '%s' must be an integer", path, opt->name);
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(value));
+        return set_from_text(cfg, opt, text, path, err, errlen);
+    case OPT_DOUBLE:
+        if (!json_is_number(value))
+            return fail(err, errlen, "%s: key '%s' must be a number", path, opt->name);
+        snprintf(text, sizeof text, "%.17g", json_number_value(value));
+        return set_from_text(cfg, opt, text, path, err, errlen);
+    }
+    return fail(err, errlen, "internal: bad option type");
+}
+
+int wf_config_load_file(wf_config *cfg, const char *path, char *err, size_t errlen) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return fail(err, errlen, "config %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
+                    jerr.column);
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, "config %s: the top level must be a JSON object", path);
+        goto done;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        char flag[64];
+        size_t n = strlen(key);
+        if (n >= sizeof flag) n = sizeof flag - 1;
+        for (size_t i = 0; i < n; i++) flag[i] = key[i] == '_' ? '-' : key[i];
+        flag[n] = '\0';
+        const option_spec *opt = find_flag(flag, n);
+        if (!opt || strcmp(opt->name, "config") == 0) {
+            rc = fail(err, errlen, "config %s: unknown key '%s'", path, key);
+            goto done;
+        }
+        if ((rc = set_from_json(cfg, opt, value, path, err, errlen)) < 0) goto done;
+    }
+done:
+    json_decref(root);
+    return rc;
+}
+
+char *wf_config_default_model_path(void) {
+    const char *env = getenv("WEFT_MODEL");
+    if (env && env[0]) return strdup(env);
+    char system_path[PATH_MAX], user_path[PATH_MAX];
+    snprintf(system_path, sizeof system_path, "%s/%s", WF_DEFAULT_MODEL_DIR, WF_DEFAULT_MODEL_FILE);
+    if (access(system_path, R_OK) == 0) return strdup(system_path);
+    const char *home = getenv("HOME");
+    if (home) {
+        snprintf(user_path, sizeof user_path, "%s/.local/share/weft/models/%s", home,
+                 WF_DEFAULT_MODEL_FILE);
+        if (access(user_path, R_OK) == 0) return strdup(user_path);
+    }
+    return strdup(system_path);
+}
+
+void wf_config_print_help(FILE *out, const char *argv0) {
+    fprintf(out,
+            "Usage: %s [OPTIONS]\n"
+            "weft %s: an OpenAI-compatible serving daemon for LLMs and DiTs.\n\n"
+            "Every option can also be set in the JSON file given to --config, under the same\n"
+            "name with '_' for '-' (e.g. {\"port\": 8081, \"api_key\": [\"k1\", \"k2\"]}).\n"
+            "Flags override the file.\n\nOptions:\n",
+            argv0, WEFT_VERSION);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        char left[48];
+        snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].arg ? " " : "",
+                 options[i].arg ? options[i].arg : "");
+        fprintf(out, "  %-28s %s\n", left, options[i].help);
+    }
+    fprintf(out, "  %-28s %s\n  %-28s %s\n", "-h, --help", "print this help and exit",
+            "-V, --version", "print the version and exit");
+}
+
+/* Splits "--name=value" / "--name value"; returns the option or NULL (error set). */
+static const option_spec *flag_at(int argc, char **argv, int *i, const char **value, char *err,
+                                  size_t errlen) {
+    const char *arg = argv[*i];
+    if (strncmp(arg, "--", 2) != 0) {
+        fail(err, errlen, "unexpected argument '%s' (see --help)", arg);
+        return NULL;
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const option_spec *opt = find_flag(name, len);
+    if (!opt) {
+        fail(err, errlen, "unknown option '%.*s' (see --help)", (int)(len + 2), arg);
+        return NULL;
+    }
+    if (eq) *value = eq + 1;
+    else if (opt->type == OPT_BOOL) *value = "true";
+    else if (*i + 1 < argc) *value = argv[++*i];
+    else {
+        fail(err, errlen, "option '--%s' needs a value", opt->name);
+        return NULL;
+    }
+    return opt;
+}
+
+int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+    set_defaults(cfg);
+    if (!cfg->host || !cfg->log_level || !cfg->policy) return fail(err, errlen, "out of memory");
+    /* Pass 1: --help, --version and --config, so the file applies before the other flags. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            wf_config_print_help(stdout, argv[0]);
+            return 1;
+        }
+        if (strcmp(argv[i], "-V") == 0 || strcmp(argv[i], "--version") == 0) {
+            printf("weftd %s\n", WEFT_VERSION);
+            return 1;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *value = NULL;
+        const option_spec *opt = flag_at(argc, argv, &i, &value, err, errlen);
+        if (!opt) return -1;
+        if (strcmp(opt->name, "config") == 0 &&
+            (set_from_text(cfg, opt, value, "command line", err, errlen) < 0 ||
+             wf_config_load_file(cfg, value, err, errlen) < 0))
+            return -1;
+    }
+    /* Pass 2: every flag but --config, overriding the file. */
+    for (int i = 1; i < argc; i++) {
+        const char *value = NULL;
+        const option_spec *opt = flag_at(argc, argv, &i, &value, err, errlen);
+        if (!opt) return -1;
+        if (strcmp(opt->name, "config") == 0) continue;
+        if (set_from_text(cfg, opt, value, "command line", err, errlen) < 0) return -1;
+    }
+    if (!cfg->model && !(cfg->model = wf_config_default_model_path()))
+        return fail(err, errlen, "out of memory");
+    return 0;
+}
+
+void wf_config_free(wf_config *cfg) {
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        void *field = (char *)cfg + options[i].offset;
+        if (options[i].type == OPT_STRING) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+        }
+    }
+    for (size_t i = 0; i < cfg->n_api_keys; i++) free(cfg->api_keys[i]);
+    free(cfg->api_keys);
+    cfg->api_keys = NULL;
+    cfg->n_api_keys = 0;
+}

@@ -1,0 +1,64 @@
+/* weftd's configuration: defaults < JSON config file (--config) < command-line flags.
+ * Every option is declared once in config.c's table, which drives argv parsing, the JSON file
+ * keys (the flag name with '-' turned into '_'), and --help.
+ *
+ *     wf_config cfg;
+ *     char err[256];
+ *     int rc = wf_config_parse(&cfg, argc, argv, err, sizeof err);
+ *     if (rc < 0) { fprintf(stderr, "weftd: %s\n", err); return 2; }
+ *     if (rc > 0) return 0;  // --help or --version was printed
+ *     ...
+ *     wf_config_free(&cfg);
+ *
+ * Not thread-safe; call from main before starting threads. */
+#ifndef WF_SERVER_CONFIG_H
+#define WF_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define WF_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define WF_DEFAULT_MODEL_DIR "/usr/local/share/weft/models"
+
+typedef struct wf_config {
+    char *model;          /* GGUF path; NULL until resolved to the default model */
+    char *model_name;     /* name served in /v1/models; default: file name without .gguf */
+    char *host;
+    int port;
+    int threads;          /* engine worker threads; 0 = one per core */
+    char **api_keys;      /* NULL-terminated; empty = no auth */
+    size_t n_api_keys;
+    char *api_key_file;
+    char *config_file;
+    char *log_level;
+    int ctx_size;         /* max tokens per sequence; 0 = model's training context */
+    int max_connections;
+    long max_body_bytes;
+    int idle_timeout_ms;
+    int shutdown_timeout_ms;
+    int metrics_open;     /* 1: /metrics needs no API key */
+    int queue_size;       /* bound of the request queue to the scheduler */
+    char *policy;         /* scheduler policy: fcfs, priority, slo */
+    long kv_memory_mb;    /* KV-cache budget */
+    int max_batch_tokens; /* token budget per iteration */
+    double default_ttft_ms;
+    double default_tpot_ms;
+} wf_config;
+
+/* Fills cfg from argv (and the JSON file named by --config). Returns 0 to run, 1 if --help or
+ * --version was printed (exit 0), -1 on a bad flag/file/value with a message in err naming it.
+ * On -1 cfg holds nothing that needs freeing beyond wf_config_free (safe to call). */
+int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Applies a JSON config file's keys onto cfg. Unknown keys and wrong types are errors. */
+int wf_config_load_file(wf_config *cfg, const char *path, char *err, size_t errlen);
+
+/* The default model path: $WEFT_MODEL, else WF_DEFAULT_MODEL_DIR/WF_DEFAULT_MODEL_FILE, else
+ * $HOME/.local/share/weft/models/WF_DEFAULT_MODEL_FILE; the first that exists, or the system
+ * path if none does (so the error names where it was expected). Returns a malloc'd string. */
+char *wf_config_default_model_path(void);
+
+void wf_config_print_help(FILE *out, const char *argv0);
+void wf_config_free(wf_config *cfg);
+
+#endif
