@@ -1,0 +1,150 @@
+/* The scheduler: accepts requests from the server, compiles them into trajectory tasks, packs
+ * each iteration's batch under a token budget (continuous batching, chunked prefill) over the
+ * paged KV cache, runs it on an executor, and sends token and finish events back.
+ *
+ *     wf_sched_options opts;
+ *     wf_sched_options_init(&opts);              // then set policy, budgets, SLO defaults
+ *     wf_sched *s;
+ *     wf_sched_new(&opts, &kv_store, executor, &s);
+ *     wf_sched_start(s);                          // starts the scheduler thread
+ *     // loop thread, per HTTP request:
+ *     wf_request *req; wf_sched_reject why;
+ *     switch (wf_sched_submit(s, &spec, &events_queue, conn, &req, &why)) {
+ *       case WF_OK: break;                        // events will arrive on events_queue
+ *       case WF_EOVERLOAD: reply 429, Retry-After: why.retry_after_s
+ *       case WF_EFULL: case WF_EBUSY: reply 503
+ *       case WF_EINVAL: reply 400 why.message
+ *     }
+ *     // on the events queue: wf_request_event items; after the last FINISHED event of a
+ *     // request (one per choice), the server calls wf_sched_release(s, req).
+ *     wf_sched_cancel(s, req);                    // client went away: FINISHED(cancelled) follows
+ *     wf_sched_drain(s, deadline_ms); wf_sched_free(s);
+ *
+ * Thread-safety: submit, cancel, release, stats and snapshot may be called from any thread.
+ * Events are pushed into the caller's wf_handoff from the scheduler thread; the consumer frees
+ * each with wf_request_event_free(). */
+#ifndef WF_SCHED_SCHED_H
+#define WF_SCHED_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_store.h"
+#include "proto/request.h"
+#include "proto/task.h"
+#include "sched/handoff.h"
+
+typedef struct wf_sched wf_sched;
+typedef struct wf_request wf_request;
+
+typedef struct wf_sched_options {
+    const char *policy;         /* "fcfs", "priority" or "slo" (default) */
+    int queue_size;             /* waiting requests before WF_EFULL */
+    int max_batch_tokens;       /* token budget per iteration (prefill chunks + decodes) */
+    int max_running;            /* sequences decoding at once */
+    int n_ctx;                  /* max tokens (prompt + generated) per sequence */
+    double default_ttft_ms;     /* SLO when a request names none */
+    double default_tpot_ms;
+    double admission_factor;    /* reject when predicted TTFT > factor * SLO TTFT (default 2) */
+    const char *cost_model_file;/* fitted cost model to load; NULL: calibrate at start-up */
+    bool prefix_cache;          /* default true */
+} wf_sched_options;
+
+void wf_sched_options_init(wf_sched_options *opts);
+
+/* Why a submit was refused (WF_EOVERLOAD, WF_EFULL, WF_EBUSY, WF_EINVAL). */
+typedef struct wf_sched_reject {
+    double retry_after_s;       /* WF_EOVERLOAD/WF_EFULL: predicted queue drain time */
+    char message[256];
+} wf_sched_reject;
+
+typedef enum wf_request_event_kind {
+    WF_EVENT_TOKEN = 0,         /* one generated token of one choice */
+    WF_EVENT_FINISHED,          /* a choice ended: finish reason, status, usage, timestamps */
+} wf_request_event_kind;
+
+typedef struct wf_usage {
+    int prompt_tokens;
+    int completion_tokens;      /* of this choice (FINISHED) */
+    int cached_prompt_tokens;   /* prompt tokens served from the prefix cache */
+} wf_usage;
+
+/* Lifecycle timestamps, CLOCK_MONOTONIC nanoseconds (0: not reached). */
+typedef struct wf_request_times {
+    uint64_t queued_ns, started_ns, first_token_ns, finished_ns;
+} wf_request_times;
+
+typedef struct wf_request_event {
+    wf_handoff_item link;       /* first: the event is a wf_handoff_item */
+    wf_request *request;
+    void *user;                 /* as given to wf_sched_submit */
+    wf_request_event_kind kind;
+    int choice;
+    uint64_t t_ns;              /* when the event was produced */
+    wf_generated_token token;   /* WF_EVENT_TOKEN */
+    wf_finish_reason finish;    /* WF_EVENT_FINISHED */
+    wf_status status;           /* WF_EVENT_FINISHED: WF_OK, or the error that ended it */
+    char message[160];          /* WF_EVENT_FINISHED with an error */
+    wf_usage usage;
+    wf_request_times times;
+} wf_request_event;
+
+/* kv is shared with the executor, which writes K/V into the blocks this scheduler assigns. */
+wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executor executor,
+                       wf_sched **out);
+wf_status wf_sched_start(wf_sched *s);
+/* Copies spec (prompt, logit_bias) into the request. On WF_OK *out is a handle valid until
+ * wf_sched_release. On any other status no event will ever be sent and why says why. */
+wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *events,
+                          void *user, wf_request **out, wf_sched_reject *why);
+/* Asks the scheduler to stop the request; its blocks are freed at the next iteration and each
+ * unfinished choice gets FINISHED(cancelled). Idempotent. */
+void wf_sched_cancel(wf_sched *s, wf_request *req);
+/* The caller is done with the handle (after all FINISHED events, or after cancel + those). */
+void wf_sched_release(wf_sched *s, wf_request *req);
+void wf_request_event_free(wf_sched *s, wf_request_event *ev);
+
+/* Stops admitting (submit returns WF_EBUSY), lets running requests finish until deadline_ms,
+ * then cancels the rest. Returns once nothing is running. */
+void wf_sched_drain(wf_sched *s, int deadline_ms);
+/* Stops the thread (after drain) and frees everything. */
+void wf_sched_free(wf_sched *s);
+
+typedef struct wf_sched_stats {
+    int running, waiting, preempted_total;
+    int kv_blocks_total, kv_blocks_used;
+    double kv_usage;                  /* used / total, 0..1 */
+    uint64_t prefix_queries, prefix_hits; /* in tokens */
+    uint64_t iterations;
+    double iteration_ms_avg;          /* recent average */
+    double sched_overhead_ms_avg;     /* time spent choosing the batch, recent average */
+} wf_sched_stats;
+
+void wf_sched_get_stats(wf_sched *s, wf_sched_stats *out);
+
+typedef enum wf_request_state {
+    WF_REQUEST_QUEUED = 0,
+    WF_REQUEST_RUNNING,
+    WF_REQUEST_PREEMPTED,
+    WF_REQUEST_FINISHED,
+    WF_REQUEST_FAILED,
+    WF_REQUEST_CANCELLED,
+} wf_request_state;
+
+const char *wf_request_state_str(wf_request_state state);
+
+typedef struct wf_request_snapshot {
+    char id[WF_REQUEST_ID_MAX];
+    wf_request_state state;
+    int prompt_tokens, generated_tokens;
+    int priority;
+    double age_ms;
+} wf_request_snapshot;
+
+/* Calls fn for each live request under the scheduler's lock: fn must be quick and not call
+ * back into the scheduler. */
+void wf_sched_foreach_request(wf_sched *s,
+                              void (*fn)(const wf_request_snapshot *snap, void *user),
+                              void *user);
+
+#endif
