@@ -22,7 +22,29 @@
  *
  * Thread-safety: submit, cancel, release, stats and snapshot may be called from any thread.
  * Events are pushed into the caller's wf_handoff from the scheduler thread; the consumer frees
- * each with wf_request_event_free(). */
+ * each with wf_request_event_free(). Per request the events keep their order (tokens of a
+ * choice in order, its FINISHED last). A full events queue is back-pressure: the scheduler
+ * keeps the events and retries every iteration (nothing is dropped); a closed queue means the
+ * consumer is gone: the request is cancelled.
+ *
+ * Semantics: every accepted request ends with exactly one FINISHED per choice (stop, length,
+ * cancelled, or error with status + message). An end-of-generation token (out_is_eog from the
+ * executor, not suppressed by min_tokens/ignore_eos) ends the choice with FINISHED(stop) and is
+ * neither sent as a TOKEN nor counted in completion_tokens. max_tokens is clamped to the
+ * context left (n_ctx - prompt); reaching either gives FINISHED(length). A request is admitted
+ * to run when its whole prompt fits in free KV blocks (plus a 1 % watermark); when blocks run
+ * out during decoding, a request is preempted (blocks freed, recomputed later from prompt +
+ * generated tokens: the output is the same). With prefix_cache, full blocks of earlier prompts
+ * are reused (usage.cached_prompt_tokens). n > 1 choices share the prompt's blocks
+ * copy-on-write. Without cost_given or cost_model_file, wf_sched_start calibrates the cost
+ * model with short batches through the executor (at most ~2 s) before the thread starts; the
+ * model is refitted online from measured iterations (online_refit).
+ * Policies: "fcfs" (arrival order; preempts the latest arrival). "priority" (spec.priority,
+ * larger first; preempts the lowest; a waiting request displaces running ones of lower
+ * priority). "slo" (earliest deadline first: queued + TTFT SLO + TPOT SLO x tokens produced;
+ * requests already past their TTFT deadline go last; with a trusted cost model each
+ * iteration's prefill and the number of streams are sized to the tightest running TPOT SLO;
+ * preempts the request whose first-token deadline is latest). */
 #ifndef WF_SCHED_SCHED_H
 #define WF_SCHED_SCHED_H
 
@@ -48,6 +70,12 @@ typedef struct wf_sched_options {
     double admission_factor;    /* reject when predicted TTFT > factor * SLO TTFT (default 2) */
     const char *cost_model_file;/* fitted cost model to load; NULL: calibrate at start-up */
     bool prefix_cache;          /* default true */
+    /* Extensions (wf_sched_options_init fills them): */
+    bool cost_given;            /* use cost[] as the model (no file, no calibration) */
+    double cost[4];             /* step_ms = a + b*prefill + c*decode + d*sum(context) */
+    bool online_refit;          /* refit the cost model from measured iterations (default) */
+    uint64_t seed;              /* sampler seeds of requests without one */
+    int group_rank;             /* the executor's rank in the world (one CPU worker: 0) */
 } wf_sched_options;
 
 void wf_sched_options_init(wf_sched_options *opts);
@@ -118,9 +146,26 @@ typedef struct wf_sched_stats {
     uint64_t iterations;
     double iteration_ms_avg;          /* recent average */
     double sched_overhead_ms_avg;     /* time spent choosing the batch, recent average */
+    /* Extensions: */
+    uint64_t finished_total, failed_total, cancelled_total, rejected_total;
+    int kv_blocks_cached;             /* unreferenced prefix blocks kept for reuse */
+    uint64_t cow_copies;
+    double overhead_fraction;         /* planning time / (planning + executor time), recent */
+    double plan_ms_avg;               /* of the overhead: choosing the batch (wf_core_plan) */
+    double complete_ms_avg;           /* of the overhead: applying outputs, emitting events */
+    double cost_model[4];             /* current a, b, c, d (ms) */
 } wf_sched_stats;
 
 void wf_sched_get_stats(wf_sched *s, wf_sched_stats *out);
+
+/* Extension: the TTFT (ms) admission control would predict right now for a prompt of n_prompt
+ * tokens, and (drain_ms, may be NULL) the time to drain the prefill work already queued.
+ * Thread-safe. wf_sched_submit rejects with WF_EOVERLOAD exactly when this prediction exceeds
+ * admission_factor * the request's TTFT SLO (retry_after_s = drain_ms / 1000, 0 when nothing
+ * is queued: the SLO is out of reach even on an idle server) -- once the cost model is
+ * trusted: given or loaded, calibrated from >= 8 batches, or refitted online from >= 32
+ * iterations (before that only the queue bound applies). */
+double wf_sched_predict_ttft_ms(wf_sched *s, int n_prompt, double *drain_ms);
 
 typedef enum wf_request_state {
     WF_REQUEST_QUEUED = 0,
@@ -139,6 +184,11 @@ typedef struct wf_request_snapshot {
     int prompt_tokens, generated_tokens;
     int priority;
     double age_ms;
+    /* Extensions: the request's trajectory so far. */
+    int n_choices;
+    int cached_prompt_tokens;
+    int preemptions;
+    uint64_t prefill_tasks, decode_tasks;  /* task events seen (chunks, steps) */
 } wf_request_snapshot;
 
 /* Calls fn for each live request under the scheduler's lock: fn must be quick and not call

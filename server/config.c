@@ -46,6 +46,11 @@ static const option_spec options[] = {
     {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default 512)"},
     {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default 2000)"},
     {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default 200)"},
+    {"request-timeout-ms", OPT_INT, FIELD(request_timeout_ms), 1, INT_MAX, "MS", "a request must arrive whole within this, else 408 (default 60000)"},
+    {"max-header-bytes", OPT_LONG, FIELD(max_header_bytes), 256, 1L << 26, "N", "largest request head before 431 (default 64 KiB)"},
+    {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*context (default: calibrate at start-up)"},
+    {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
+    {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default 64)"},
 };
 
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -74,6 +79,32 @@ static void set_defaults(wf_config *cfg) {
     cfg->max_batch_tokens = 512;
     cfg->default_ttft_ms = 2000;
     cfg->default_tpot_ms = 200;
+    cfg->request_timeout_ms = 60000;
+    cfg->max_header_bytes = 64L << 10;
+    cfg->max_running = 64;
+}
+
+static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen);
+
+/* One key per line; '#' comments and blank lines skipped; surrounding whitespace trimmed. */
+static int load_key_file(wf_config *cfg, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fail(err, errlen, "--api-key-file %s: %s", path, strerror(errno));
+    char line[4096];
+    int rc = 0, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t len = strlen(p);
+        while (len && (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
+            p[--len] = '\0';
+        if (!len || p[0] == '#') continue;
+        if ((rc = add_key(cfg, p, err, errlen)) < 0) break;
+        n++;
+    }
+    fclose(f);
+    if (rc == 0 && n == 0) rc = fail(err, errlen, "--api-key-file %s holds no keys", path);
+    return rc;
 }
 
 static const option_spec *find_flag(const char *name, size_t len) {
@@ -301,6 +332,7 @@ int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t err
         if (strcmp(opt->name, "config") == 0) continue;
         if (set_from_text(cfg, opt, value, "command line", err, errlen) < 0) return -1;
     }
+    if (cfg->api_key_file && load_key_file(cfg, cfg->api_key_file, err, errlen) < 0) return -1;
     if (!cfg->model && !(cfg->model = wf_config_default_model_path()))
         return fail(err, errlen, "out of memory");
     return 0;

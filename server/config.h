@@ -43,9 +43,15 @@ typedef struct wf_config {
     int max_batch_tokens; /* token budget per iteration */
     double default_ttft_ms;
     double default_tpot_ms;
+    int request_timeout_ms; /* a request must arrive whole within this, else 408 */
+    long max_header_bytes;  /* request line + headers, else 431 */
+    int max_running;        /* sequences decoding at once */
+    char *cost_model;       /* "a,b,c,d" (ms) or a file; NULL: calibrate at start-up */
+    int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */
 } wf_config;
 
-/* Fills cfg from argv (and the JSON file named by --config). Returns 0 to run, 1 if --help or
+/* Fills cfg from argv (and the JSON file named by --config), then adds the keys of
+ * --api-key-file (one per line; blank lines and lines starting with '#' are skipped). Returns 0 to run, 1 if --help or
  * --version was printed (exit 0), -1 on a bad flag/file/value with a message in err naming it.
  * On -1 cfg holds nothing that needs freeing beyond wf_config_free (safe to call). */
 int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t errlen);

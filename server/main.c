@@ -1,34 +1,199 @@
-/* weftd: parses the configuration, sets up logging and runs the server until SIGTERM. */
+/* weftd: parses the configuration, starts the HTTP listener at once (so /health can say
+ * "loading"), loads the model on a helper thread, then serves until SIGTERM/SIGINT, when it
+ * stops accepting, drains in-flight requests within --shutdown-timeout-ms and exits 0.
+ *
+ * Start-up order (documented choice): listen first, then load. Orchestrators see the port open
+ * immediately and /health answers 503 {"status":"loading"} until the engine, KV cache and
+ * scheduler are up, then 200. A model that fails to load makes weftd exit 1. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "proto/log.h"
 #include "server/config.h"
+#include "server/engine_backend.h"
+#include "server/server.h"
+
+typedef struct daemon {
+    uv_loop_t *loop;
+    wf_config cfg;
+    wf_server *server;
+    wf_server_engine *engine;
+    uv_async_t loaded;
+    pthread_t loader;
+    bool loader_on;
+    wf_status load_status;
+    char load_err[512];
+    uv_signal_t sigterm, sigint;
+    int exit_code;
+    bool stopping;
+    bool drained;
+} daemon_t;
+
+static void *load_main(void *arg) {
+    daemon_t *d = arg;
+    wf_server_engine_params p;
+    wf_server_engine_params_init(&p);
+    p.model_path = d->cfg.model;
+    p.model_name = d->cfg.model_name;
+    p.n_threads = d->cfg.threads;
+    p.kv_memory_mb = d->cfg.kv_memory_mb;
+    p.ctx_size = d->cfg.ctx_size;
+    p.policy = d->cfg.policy;
+    p.queue_size = d->cfg.queue_size;
+    p.max_batch_tokens = d->cfg.max_batch_tokens;
+    p.max_running = d->cfg.max_running;
+    p.default_ttft_ms = d->cfg.default_ttft_ms;
+    p.default_tpot_ms = d->cfg.default_tpot_ms;
+    p.cost_model = d->cfg.cost_model;
+    p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
+    d->load_status = wf_server_engine_open(&p, &d->engine, d->load_err, sizeof d->load_err);
+    uv_async_send(&d->loaded);
+    return NULL;
+}
+
+static void on_drained(void *user) {
+    daemon_t *d = user;
+    WF_LOG_INFO("server", NULL, "drained: exiting");
+    d->drained = true;
+    uv_stop(d->loop);
+}
+
+static void begin_stop(daemon_t *d, const char *why) {
+    if (d->stopping) return;
+    d->stopping = true;
+    WF_LOG_INFO("server", NULL, "%s: shutting down", why);
+    wf_server_shutdown(d->server, on_drained, d);
+}
+
+static void on_loaded(uv_async_t *a) {
+    daemon_t *d = a->data;
+    if (d->loader_on) {
+        pthread_join(d->loader, NULL);
+        d->loader_on = false;
+    }
+    if (d->load_status != WF_OK) {
+        WF_LOG_ERROR("server", NULL, "loading %s failed: %s", d->cfg.model, d->load_err);
+        wf_server_set_failed(d->server, d->load_err);
+        d->exit_code = 1;
+        uv_stop(d->loop);
+        return;
+    }
+    wf_server_set_ready(d->server, wf_server_engine_model(d->engine), wf_server_engine_backend(d->engine));
+    WF_LOG_INFO("server", NULL, "ready");
+    if (d->stopping) { /* a signal came while loading: the drain has nothing to wait for */
+        d->stopping = false;
+        begin_stop(d, "signal during loading");
+    }
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+    daemon_t *d = h->data;
+    if (d->stopping && signum == SIGINT) {
+        WF_LOG_WARN("server", NULL, "second SIGINT: exiting without draining");
+        d->exit_code = 1;
+        uv_stop(d->loop);
+        return;
+    }
+    begin_stop(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
 
 int main(int argc, char **argv) {
-    wf_config cfg;
+    static daemon_t d;
     char err[512];
-    int rc = wf_config_parse(&cfg, argc, argv, err, sizeof err);
+    int rc = wf_config_parse(&d.cfg, argc, argv, err, sizeof err);
     if (rc != 0) {
         if (rc < 0) fprintf(stderr, "weftd: %s\n", err);
-        wf_config_free(&cfg);
+        wf_config_free(&d.cfg);
         return rc < 0 ? 2 : 0;
     }
     wf_log_level level;
-    if (wf_log_level_parse(cfg.log_level, &level) < 0) {
+    if (wf_log_level_parse(d.cfg.log_level, &level) < 0) {
         fprintf(stderr, "weftd: unknown --log-level '%s' (trace, debug, info, warn, error)\n",
-                cfg.log_level);
-        wf_config_free(&cfg);
+                d.cfg.log_level);
+        wf_config_free(&d.cfg);
         return 2;
     }
     wf_log_set_level(level);
-    if (access(cfg.model, R_OK) != 0) {
+    if (access(d.cfg.model, R_OK) != 0) {
         WF_LOG_ERROR("server", NULL, "model file %s is not readable (run scripts/setup, or pass --model FILE)",
-                     cfg.model);
-        wf_config_free(&cfg);
+                     d.cfg.model);
+        wf_config_free(&d.cfg);
         return 1;
     }
-    WF_LOG_INFO("server", NULL, "model %s; the HTTP front end is not built yet", cfg.model);
-    wf_config_free(&cfg);
-    return 1;
+    signal(SIGPIPE, SIG_IGN);
+    d.loop = uv_default_loop();
+
+    wf_server_options o;
+    wf_server_options_init(&o);
+    o.http.max_body_bytes = (size_t)d.cfg.max_body_bytes;
+    o.http.max_header_bytes = (size_t)d.cfg.max_header_bytes;
+    o.http.idle_timeout_ms = d.cfg.idle_timeout_ms;
+    o.http.request_timeout_ms = d.cfg.request_timeout_ms;
+    o.http.max_connections = d.cfg.max_connections;
+    o.api_keys = d.cfg.api_keys;
+    o.n_api_keys = d.cfg.n_api_keys;
+    o.metrics_open = d.cfg.metrics_open != 0;
+    o.shutdown_timeout_ms = d.cfg.shutdown_timeout_ms;
+    char name[256];
+    if (d.cfg.model_name) {
+        snprintf(name, sizeof name, "%s", d.cfg.model_name);
+    } else {
+        const char *base = strrchr(d.cfg.model, '/');
+        snprintf(name, sizeof name, "%s", base ? base + 1 : d.cfg.model);
+        size_t n = strlen(name);
+        if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
+    }
+    o.model_id = name;
+    d.server = wf_server_new(d.loop, &o);
+    if (!d.server) {
+        wf_config_free(&d.cfg);
+        return 1;
+    }
+    int port = 0;
+    if (wf_server_listen(d.server, d.cfg.host, d.cfg.port, &port) != WF_OK) {
+        wf_server_free(d.server);
+        wf_config_free(&d.cfg);
+        return 1;
+    }
+    WF_LOG_INFO("server", NULL, "listening on http://%s:%d (loading %s; %zu API key(s))", d.cfg.host,
+                port, d.cfg.model, d.cfg.n_api_keys);
+
+    uv_signal_init(d.loop, &d.sigterm);
+    uv_signal_init(d.loop, &d.sigint);
+    d.sigterm.data = d.sigint.data = &d;
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_async_init(d.loop, &d.loaded, on_loaded);
+    d.loaded.data = &d;
+    if (pthread_create(&d.loader, NULL, load_main, &d) != 0) {
+        WF_LOG_ERROR("server", NULL, "cannot start the loader thread");
+        d.exit_code = 1;
+    } else {
+        d.loader_on = true;
+        uv_run(d.loop, UV_RUN_DEFAULT);
+    }
+
+    if (d.loader_on) { /* stopped while loading: wait for it, then tear it down */
+        pthread_join(d.loader, NULL);
+        d.loader_on = false;
+    }
+    uv_signal_stop(&d.sigterm);
+    uv_signal_stop(&d.sigint);
+    uv_close((uv_handle_t *)&d.sigterm, NULL);
+    uv_close((uv_handle_t *)&d.sigint, NULL);
+    uv_close((uv_handle_t *)&d.loaded, NULL);
+    /* A fast exit (second SIGINT) skipped the drain: cancel now, so every request ends with
+     * its FINISHED events before the server that receives them goes away. */
+    if (d.load_status == WF_OK && d.engine && !d.drained) wf_server_engine_drain(d.engine, 0);
+    wf_server_free(d.server);
+    wf_server_engine_close(d.load_status == WF_OK ? d.engine : NULL);
+    uv_run(d.loop, UV_RUN_NOWAIT);
+    uv_loop_close(d.loop);
+    wf_config_free(&d.cfg);
+    return d.exit_code;
 }

@@ -1,0 +1,164 @@
+/* weft engine micro-benchmark (built by bench/engine/run.sh against a build tree):
+ * prefill tokens/s of one 512-token prompt, aggregate decode tokens/s at several batch sizes,
+ * this machine's streaming read bandwidth, and peak resident memory. One line of
+ * "key value" pairs per measurement on stdout.
+ *
+ *     weft_engine_bench MODEL THREADS [BATCH ...] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "kv/kv_store.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct bw_arg {
+    const double *p;
+    size_t n;
+    double sum;
+} bw_arg;
+
+static void *bw_read(void *a_) {
+    bw_arg *a = a_;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->p[i];
+        s1 += a->p[i + 1];
+        s2 += a->p[i + 2];
+        s3 += a->p[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Streaming read of a 1 GiB buffer split across threads; best of 5 passes. */
+static double bandwidth_gbs(int threads) {
+    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(double);
+    double *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (double)(i & 7);
+    double best = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        pthread_t th[64];
+        bw_arg args[64];
+        double t0 = now_s();
+        for (int t = 0; t < threads; t++) {
+            args[t] = (bw_arg){buf + n / (size_t)threads * (size_t)t, n / (size_t)threads, 0};
+            pthread_create(&th[t], NULL, bw_read, &args[t]);
+        }
+        for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        double dt = now_s() - t0;
+        double gbs = (double)bytes / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+static long peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL THREADS [BATCH...]\n", argv[0]);
+        return 2;
+    }
+    int threads = atoi(argv[2]);
+    int batches[16], nb = 0;
+    for (int i = 3; i < argc && nb < 16; i++) batches[nb++] = atoi(argv[i]);
+    if (nb == 0) batches[nb++] = 1;
+    int max_b = 1;
+    for (int i = 0; i < nb; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+    wf_engine_options o;
+    wf_engine_options_init(&o);
+    o.model_path = argv[1];
+    o.n_threads = threads;
+    o.max_batch_tokens = 512;
+    o.max_seqs = max_b;
+    wf_engine *e;
+    char err[256];
+    if (wf_engine_open(&o, &e, err, sizeof err) != WF_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    const wf_model_info *info = wf_engine_info(e);
+    const int bs = 16, ctx = 512 + 128, per_seq = ctx / bs + 1;
+    wf_kv_geometry g = wf_engine_kv_geometry(e, bs);
+    wf_kv_store kv;
+    if (wf_kv_store_init(&kv, &g, wf_kv_geometry_block_bytes(&g) * (size_t)(per_seq * max_b)) !=
+        WF_OK)
+        return 1;
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)(per_seq * max_b));
+    for (int i = 0; i < per_seq * max_b; i++) bt[i] = i;
+    float *logits = malloc(sizeof(float) * (size_t)info->n_vocab * (size_t)max_b);
+    int32_t prompt[512];
+    for (int i = 0; i < 512; i++) prompt[i] = 100 + (i * 7919) % 30000;
+
+    /* prefill: 512 tokens in one forward pass (best of 3) */
+    double best = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        wf_task t = {.kind = WF_TASK_PREFILL, .tokens = prompt, .n_tokens = 512, .pos = 0,
+                     .block_table = bt, .n_blocks = per_seq};
+        double t0 = now_s();
+        if (wf_engine_forward_logits(e, &kv, &t, 1, logits) != WF_OK) return 1;
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    printf("weft prefill_512 %.1f\n", 512.0 / best);
+    fflush(stdout);
+
+    /* decode: B sequences with 64-token prompts, then 64 steps of B single-token decodes */
+    for (int bi = 0; bi < nb; bi++) {
+        int B = batches[bi];
+        wf_task tasks[256];
+        int32_t last[256];
+        for (int s = 0; s < B; s++) {
+            tasks[s] = (wf_task){.kind = WF_TASK_PREFILL, .tokens = prompt + s, .n_tokens = 64,
+                                 .pos = 0, .block_table = bt + s * per_seq, .n_blocks = per_seq};
+            if (wf_engine_forward_logits(e, &kv, &tasks[s], 1, logits) != WF_OK) return 1;
+            last[s] = 1000 + s;
+        }
+        const int steps = 64;
+        double t0 = now_s();
+        for (int step = 0; step < steps; step++) {
+            for (int s = 0; s < B; s++)
+                tasks[s] = (wf_task){.kind = WF_TASK_DECODE, .tokens = &last[s], .n_tokens = 1,
+                                     .pos = 64 + step, .block_table = bt + s * per_seq,
+                                     .n_blocks = per_seq};
+            if (wf_engine_forward_logits(e, &kv, tasks, B, logits) != WF_OK) return 1;
+            for (int s = 0; s < B; s++) {
+                const float *l = logits + (size_t)s * info->n_vocab;
+                int best_t = 0;
+                for (int j = 1; j < info->n_vocab; j++)
+                    if (l[j] > l[best_t]) best_t = j;
+                last[s] = best_t;
+            }
+        }
+        double dt = now_s() - t0;
+        printf("weft decode_b%d %.1f\n", B, (double)B * steps / dt);
+        fflush(stdout);
+    }
+    printf("weft weight_bytes %zu\n", info->weight_bytes);
+    printf("weft peak_rss_mib %.1f\n", (double)peak_rss_kb() / 1024.0);
+    free(bt);
+    free(logits);
+    wf_kv_store_free(&kv);
+    wf_engine_free(e);
+    printf("machine read_bandwidth_gbs %.2f\n", bandwidth_gbs(threads > 0 ? threads : 2));
+    return 0;
+}

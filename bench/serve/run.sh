@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Serving benchmark: weftd against llama.cpp's own llama-server, same GGUF, same threads, same
+# number of parallel slots, one after the other under the same load (closed loop at 1, 4, 16 and
+# 64 concurrent streams, then an open-loop Poisson rate sweep), measured by weft-bench.
+#
+#   bench/serve/run.sh                 # full run; tables go to bench/serve/results.md
+#   bench/serve/run.sh --quick         # small smoke run (minutes, not an hour)
+#   bench/serve/run.sh --only weftd    # one system (weftd | llama)
+#
+# Env (defaults): BUILD (repo/build: bin/weftd, bin/weft-bench), MODEL (the default SmolLM2
+# GGUF), THREADS (2), SLOTS (16: llama-server -np, weftd --max-running), IN_LEN (128),
+# OUT_LEN (64), CONCURRENCY ("1 4 16 64"), RATES ("0.5,1,2,4"), RATE_REQUESTS (48), SEED (1),
+# OUT (bench/serve/results.md), WORK (~/.cache/weft/bench-serve/<time>: raw JSON, CSV, PNG),
+# PORT_WEFTD (18180), PORT_LLAMA (18181), NUM_REQUESTS (per closed-loop point; default 3 x the
+# largest concurrency), POINT_DURATION (300 s per load point), GRACE (60 s), WEFTD_ARGS (extra
+# weftd options; the default sets weftd's default SLO targets to 600 s so that its admission
+# control, which llama-server has no counterpart of, never rejects: both systems then serve the
+# same request stream).
+# llama-server is built by bench/serve/build_llama_server.sh from the llama.cpp sources inside
+# the llama-cpp-python sdist (PyPI), into ~/.cache/weft/llama-server, never into the repo. If it
+# cannot be built, `python -m llama_cpp.server` (the installed llama-cpp-python) stands in, and
+# the results say so: it serves one request at a time (no parallel slots, no continuous batching).
+# Everything targets 127.0.0.1 only; every weft-bench run is bounded in requests and time.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+MODEL=${MODEL:-/usr/local/share/weft/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+THREADS=${THREADS:-2}
+SLOTS=${SLOTS:-16}
+IN_LEN=${IN_LEN:-128}
+OUT_LEN=${OUT_LEN:-64}
+CONCURRENCY=${CONCURRENCY:-1 4 16 64}
+RATES=${RATES:-0.5,1,2,4}
+RATE_REQUESTS=${RATE_REQUESTS:-48}
+SEED=${SEED:-1}
+OUT=${OUT:-$HERE/results.md}
+WORK=${WORK:-$HOME/.cache/weft/bench-serve/$(date -u +%Y%m%dT%H%M%SZ)}
+PORT_WEFTD=${PORT_WEFTD:-18180}
+PORT_LLAMA=${PORT_LLAMA:-18181}
+POINT_DURATION=${POINT_DURATION:-300}
+GRACE=${GRACE:-60}
+NUM_REQUESTS=${NUM_REQUESTS:-}
+WEFTD_ARGS=${WEFTD_ARGS:---default-ttft-ms 600000 --default-tpot-ms 600000}
+SLO_CLASSES=(--slo-class "interactive:1000:100:1" --slo-class "batch:5000:300:1")
+ONLY=""
+QUICK=0
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --only) ONLY=$2; shift ;;
+    -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [[ $QUICK == 1 ]]; then
+  CONCURRENCY=${QUICK_CONCURRENCY:-1 4}
+  RATES=${QUICK_RATES:-1,2}
+  RATE_REQUESTS=8
+  OUT_LEN=16
+  POINT_DURATION=120
+fi
+
+BENCH=$BUILD/bin/weft-bench
+WEFTD=$BUILD/bin/weftd
+for f in "$BENCH" "$WEFTD" "$MODEL"; do
+  [[ -e $f ]] || { echo "run.sh: missing $f (build the repo first: cmake --build $BUILD)" >&2; exit 1; }
+done
+mkdir -p "$WORK"
+log() { echo "[run.sh $(date -u +%H:%M:%S)] $*" >&2; }
+
+SERVER_PID=""
+stop_server() {
+  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+trap stop_server EXIT
+
+# wait_ready PORT: /health answers 200 with the model loaded (both servers answer 503 while
+# loading), then one tiny completion succeeds.
+wait_ready() {
+  local port=$1 i
+  for i in $(seq 1 300); do
+    kill -0 "$SERVER_PID" 2>/dev/null || { log "server exited; see $WORK/*.log"; return 1; }
+    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+      curl -sf -m 120 -H 'Content-Type: application/json' \
+        -d '{"prompt":"Hello","max_tokens":2}' "http://127.0.0.1:$port/v1/completions" >/dev/null && return 0
+    fi
+    sleep 1
+  done
+  log "server on $port not ready after 300 s"
+  return 1
+}
+
+LLAMA_KIND=""
+LLAMA_BIN=""
+prepare_llama() {
+  if LLAMA_BIN=$(nice -n 10 "$HERE/build_llama_server.sh" 2>"$WORK/llama_build.log"); then
+    LLAMA_KIND="llama-server"
+  elif python3 -c 'import llama_cpp.server.app' 2>/dev/null; then
+    log "llama-server could not be built (see $WORK/llama_build.log); falling back to python -m llama_cpp.server"
+    LLAMA_KIND="llama_cpp.server"
+  else
+    log "neither llama-server (see $WORK/llama_build.log) nor llama_cpp.server (pip install 'llama-cpp-python[server]') is available"
+    LLAMA_KIND=""
+  fi
+}
+
+start_system() {
+  local sys=$1
+  case $sys in
+    weftd)
+      "$WEFTD" --model "$MODEL" --host 127.0.0.1 --port "$PORT_WEFTD" --threads "$THREADS" \
+        --max-running "$SLOTS" --log-level warn $WEFTD_ARGS >"$WORK/weftd.log" 2>&1 &
+      SERVER_PID=$!; PORT=$PORT_WEFTD ;;
+    llama)
+      # Context: every slot holds a whole request (prompt + output + chat template slack).
+      local ctx=$(( SLOTS * (IN_LEN + OUT_LEN + 64) ))
+      if [[ $LLAMA_KIND == llama-server ]]; then
+        "$LLAMA_BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT_LLAMA" -t "$THREADS" -tb "$THREADS" \
+          -np "$SLOTS" -c "$ctx" --no-webui >"$WORK/llama.log" 2>&1 &
+      else
+        python3 -m llama_cpp.server --model "$MODEL" --host 127.0.0.1 --port "$PORT_LLAMA" \
+          --n_threads "$THREADS" --n_ctx $(( IN_LEN + OUT_LEN + 64 )) >"$WORK/llama.log" 2>&1 &
+      fi
+      SERVER_PID=$!; PORT=$PORT_LLAMA ;;
+  esac
+}
+
+run_system() {
+  local sys=$1 c list
+  start_system "$sys"
+  wait_ready "$PORT" || { stop_server; return 1; }
+  # Warm-up: page the weights in and let both servers reach steady state; not measured.
+  "$BENCH" --port "$PORT" --no-progress --no-slo-ext --concurrency 2 --num-requests 4 \
+    --input-len "$IN_LEN" --output-len 8 --seed 999 --duration 120 >/dev/null || true
+  list=$(echo "$CONCURRENCY" | tr ' ' ',')
+  log "$sys: closed loop at concurrency $list"
+  # Requests per point: enough that every stream completes several requests.
+  local n=0
+  for c in $CONCURRENCY; do (( c * 3 > n )) && n=$(( c * 3 )); done
+  (( n < 16 )) && n=16
+  [[ $QUICK == 1 ]] && n=8
+  [[ -n $NUM_REQUESTS ]] && n=$NUM_REQUESTS
+  "$BENCH" --port "$PORT" --label "$sys" --no-progress --no-slo-ext "${SLO_CLASSES[@]}" \
+    --concurrency "$list" --num-requests "$n" --input-len "$IN_LEN" --output-len "$OUT_LEN" \
+    --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
+    --json "$WORK/${sys}_closed.json" --csv "$WORK/${sys}_closed.csv" \
+    --plot "$WORK/${sys}_closed" >"$WORK/${sys}_closed.txt" || log "$sys closed loop: weft-bench exit $?"
+  log "$sys: Poisson sweep at $RATES req/s"
+  "$BENCH" --port "$PORT" --label "$sys" --no-progress --no-slo-ext "${SLO_CLASSES[@]}" \
+    --rate "$RATES" --num-requests "$RATE_REQUESTS" --input-len "$IN_LEN" --output-len "$OUT_LEN" \
+    --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
+    --json "$WORK/${sys}_poisson.json" --csv "$WORK/${sys}_poisson.csv" \
+    --plot "$WORK/${sys}_poisson" >"$WORK/${sys}_poisson.txt" || log "$sys sweep: weft-bench exit $?"
+  stop_server
+}
+
+SYSTEMS=(weftd llama)
+[[ -n $ONLY ]] && SYSTEMS=("$ONLY")
+for s in "${SYSTEMS[@]}"; do
+  if [[ $s == llama ]]; then
+    prepare_llama
+    [[ -n $LLAMA_KIND ]] || continue
+  fi
+  log "benchmarking $s (results in $WORK)"
+  run_system "$s" || log "$s could not be benchmarked"
+done
+
+# ---- the results file ----
+{
+  echo "# weftd vs llama.cpp server ($(date -u +%Y-%m-%d))"
+  echo
+  echo "Model \`$(basename "$MODEL")\`, $THREADS threads, $SLOTS parallel slots (weftd --max-running,"
+  echo "llama-server -np), synthetic prompts of $IN_LEN tokens, $OUT_LEN output tokens (ignore_eos),"
+  echo "streaming /v1/completions, seed $SEED. Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')."
+  echo "Goodput classes (scored by weft-bench, not sent): interactive TTFT<=1000 ms TPOT<=100 ms;"
+  echo "batch TTFT<=5000 ms TPOT<=300 ms. weftd $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "with \`$WEFTD_ARGS\`."
+  case $LLAMA_KIND in
+    llama-server) echo "llama.cpp: llama-server built from $(cat "$(dirname "$LLAMA_BIN")/SOURCE" 2>/dev/null) (vendor/llama.cpp), $("$LLAMA_BIN" --version 2>&1 | grep -m1 -i version || true)." ;;
+    llama_cpp.server) echo "llama.cpp: FALLBACK python -m llama_cpp.server (llama-cpp-python $(python3 -c 'import llama_cpp; print(llama_cpp.__version__)')): one request at a time, no parallel slots or continuous batching, so concurrency > 1 only queues." ;;
+    *) echo "llama.cpp: not run." ;;
+  esac
+  echo
+  echo "Command: \`BUILD=$BUILD THREADS=$THREADS SLOTS=$SLOTS IN_LEN=$IN_LEN OUT_LEN=$OUT_LEN CONCURRENCY='$CONCURRENCY' RATES=$RATES NUM_REQUESTS=${NUM_REQUESTS:-auto} RATE_REQUESTS=$RATE_REQUESTS POINT_DURATION=$POINT_DURATION GRACE=$GRACE bench/serve/run.sh$([[ $QUICK == 1 ]] && echo ' --quick')\`"
+  echo
+  echo "Each load point stops after its request count or after POINT_DURATION s (requests still"
+  echo "running GRACE s later are cancelled and counted as failed), whichever comes first."
+  echo
+  python3 - "$WORK" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+def load(name):
+    p = os.path.join(work, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+def f(v, d=1):
+    return "-" if v is None else ("%.*f" % (d, v))
+for kind, title in (("closed", "Closed loop (concurrent streams)"), ("poisson", "Open loop, Poisson arrivals")):
+    rows = []
+    for sys_ in ("weftd", "llama"):
+        r = load("%s_%s.json" % (sys_, kind))
+        if not r:
+            continue
+        for run in r["runs"]:
+            rows.append((run["label"], sys_, run))
+    if not rows:
+        continue
+    print("## %s\n" % title)
+    print("| load | system | done/failed | req/s | out tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p99 (ms) | goodput (req/s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows.sort(key=lambda x: (float(x[0].split("=")[1]) if x[0].split("=")[1] != "inf" else 1e18, x[1]))
+    for label, sys_, run in rows:
+        print("| %s | %s | %d/%d | %s | %s | %s / %s | %s / %s | %s | %s |" % (
+            label, sys_, run["completed"], run["failed"], f(run["request_throughput"], 2),
+            f(run["output_throughput"]), f(run.get("median_ttft_ms")), f(run.get("p99_ttft_ms")),
+            f(run.get("median_tpot_ms"), 2), f(run.get("p99_tpot_ms"), 2), f(run.get("p99_itl_ms")),
+            f(run.get("goodput"), 2)))
+    print()
+PY
+  for kind in closed poisson; do
+    if [[ -f $WORK/weftd_$kind.json && -f $WORK/llama_$kind.json ]]; then
+      echo "### weft-bench compare ($kind): A = llama.cpp, B = weftd"
+      echo
+      echo '```'
+      "$BENCH" compare "$WORK/llama_$kind.json" "$WORK/weftd_$kind.json"
+      echo '```'
+      echo
+    fi
+  done
+  echo "Raw results (JSON, per-request CSV, CDF and throughput plots): $WORK"
+} >"$OUT"
+log "wrote $OUT"

@@ -1,0 +1,134 @@
+/* Attention for one (token, head) pair with llama.cpp's CPU arithmetic (see attention.h for
+ * the recipe). This is the portable reference; attention_avx2.c performs the same operations
+ * lane by lane with intrinsics. No expression here may be contracted into an FMA other than
+ * the explicit fmaf calls (the file is built without FMA code generation). */
+#include "engine/attention.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "engine/cpu/features.h"
+#include "engine/cpu/quant.h"
+
+float wf_attn_expf(float x) {
+    /* ggml_v_expf (AVX-512 variant): 2^n * p(b) with n = round(x / ln2), b the reduced
+     * argument, every step one fused multiply-add exactly as the vector code. */
+    const float r = 0x1.8p23f;
+    float z = fmaf(x, 0x1.715476p+0f, r);
+    float n = z - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    float u = b * b;
+    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                        fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                   u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (!(fabsf(n) <= 192.0f)) return isnan(n) ? n : n <= 0.0f ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n);
+}
+
+float wf_attn_silu(float x) {
+    return x / (1.0f + wf_attn_expf(0.0f - x));
+}
+
+/* GGML_F32Cx16_REDUCE + _mm512_reduce_add_ps over 64 slots at stride `stride`. */
+static float reduce64(const float *slot, size_t stride) {
+    float a[16];
+    for (int l = 0; l < 16; l++) {
+        float x0 = slot[(size_t)l * stride] + slot[(size_t)(l + 32) * stride];
+        float x1 = slot[(size_t)(l + 16) * stride] + slot[(size_t)(l + 48) * stride];
+        a[l] = x0 + x1;
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) a[l] = a[l] + a[l + w];
+    return a[0];
+}
+
+float wf_attn_f16dot(int n, const uint16_t *x, const uint16_t *y) {
+    int np = n & ~63;
+    double sumf = 0.0;
+    if (np > 0) {
+        float acc[64];
+        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+        for (int i = 0; i < np; i++)
+            acc[i & 63] = fmaf(wf_fp16_to_fp32(x[i]), wf_fp16_to_fp32(y[i]), acc[i & 63]);
+        sumf = (double)reduce64(acc, 1);
+    }
+    for (int i = np; i < n; i++)
+        sumf += (double)(wf_fp16_to_fp32(x[i]) * wf_fp16_to_fp32(y[i]));
+    return (float)sumf;
+}
+
+static int g_simd = -1; /* -1: not decided yet */
+
+int wf_attn_set_simd(int on) {
+    const wf_cpu_features *f = wf_cpu_features_get();
+    g_simd = on && f->isa >= WF_CPU_ISA_AVX2 ? 1 : 0;
+    return g_simd;
+}
+
+size_t wf_attn_scratch_bytes(int max_ctx, int head_dim) {
+    size_t a = ((size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
+    size_t b = ((size_t)max_ctx * sizeof(uint16_t) + 63) & ~(size_t)63;
+    size_t c = ((size_t)head_dim * 64 * sizeof(float) + 63) & ~(size_t)63;
+    return a + b + c;
+}
+
+void wf_attn_scratch_init(wf_attn_scratch *s, void *mem, int max_ctx, int head_dim) {
+    unsigned char *p = mem;
+    s->scores = (float *)(void *)p;
+    p += ((size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
+    s->prob = (uint16_t *)(void *)p;
+    p += ((size_t)max_ctx * sizeof(uint16_t) + 63) & ~(size_t)63;
+    s->acc = (float *)(void *)p;
+    (void)head_dim;
+}
+
+static void attn_one_c(const float *q, int hd, float scale, const wf_attn_kv_view *kv,
+                       int n_pos, wf_attn_scratch *s, float *out) {
+    uint16_t q16[256];
+    for (int i = 0; i < hd; i++) q16[i] = wf_fp32_to_fp16(q[i]);
+    float *sc = s->scores;
+    float mx = -INFINITY;
+    for (int p = 0; p < n_pos; p++) {
+        float v = wf_attn_f16dot(hd, kv->k_rows[p], q16) * scale;
+        sc[p] = v;
+        if (v > mx) mx = v;
+    }
+    /* softmax: exp per element, 16-lane chunks aligned to position 0 reduced pairwise in
+     * float, chunk sums accumulated in double */
+    double sum = 0.0;
+    for (int c = 0; c < n_pos; c += 16) {
+        float lane[16];
+        for (int l = 0; l < 16; l++) {
+            int p = c + l;
+            lane[l] = p < n_pos ? wf_attn_expf(sc[p] - mx) : 0.0f;
+            if (p < n_pos) sc[p] = lane[l];
+        }
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lane[l] = lane[l] + lane[l + w];
+        sum += (double)lane[0];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int p = 0; p < n_pos; p++) s->prob[p] = wf_fp32_to_fp16(sc[p] * inv);
+    /* output: per dimension a dot product over positions; llama.cpp's view length is a
+     * multiple of 256, so every position is in the 64-slot body */
+    float *acc = s->acc; /* [slot][d] */
+    for (int i = 0; i < 64 * hd; i++) acc[i] = 0.0f;
+    for (int p = 0; p < n_pos; p++) {
+        if (s->prob[p] == 0) continue; /* fma with +0 leaves the accumulator unchanged */
+        const float pr = wf_fp16_to_fp32(s->prob[p]);
+        float *a = acc + (size_t)(p & 63) * (size_t)hd;
+        const uint16_t *v = kv->v_rows[p];
+        for (int d = 0; d < hd; d++) a[d] = fmaf(wf_fp16_to_fp32(v[d]), pr, a[d]);
+    }
+    for (int d = 0; d < hd; d++) out[d] = reduce64(acc + d, (size_t)hd);
+}
+
+void wf_attn_one(const float *q, int hd, float scale, const wf_attn_kv_view *kv, int n_pos,
+                 wf_attn_scratch *s, float *out) {
+    if (g_simd < 0) wf_attn_set_simd(1);
+    if (g_simd == 1 && hd % 8 == 0)
+        wf_attn_one_avx2(q, hd, scale, kv, n_pos, s, out);
+    else
+        attn_one_c(q, hd, scale, kv, n_pos, s, out);
+}

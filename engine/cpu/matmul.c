@@ -1,0 +1,134 @@
+/* y = x · W^T on the CPU pool. Two phases: activations are quantised once to the weight
+ * type's vec_dot type (split by activation row when there are many), then threads claim
+ * chunks of weight rows from an atomic counter (robust to a busy core on a shared machine)
+ * and dot the chunk's weight rows (which stay in L1) against every activation row through
+ * register tiles (wf_quant_ops.vec_dot_tile), so weights stream from memory once per call,
+ * not once per token, and each unpacked weight block serves several activation rows. */
+#include "engine/cpu/matmul.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/cpu/quant.h"
+
+#define ROWS_PER_CHUNK 16 /* weight rows claimed at once */
+#define ACT_TILE 8        /* without a tile kernel: activation rows per hot weight row */
+#define MIN_QUANT_ROWS_PARALLEL 8
+
+typedef struct mm_ctx {
+    const wf_quant_ops *ops;     /* of the weight type */
+    const wf_quant_ops *act_ops; /* of its vec_dot type */
+    const char *w;
+    size_t w_row;
+    const float *x;
+    const char *xq; /* quantised activations (or x itself for F32) */
+    char *xq_out;
+    size_t xq_row;
+    int k, m, n_out;
+    float *y;
+    _Atomic int next_chunk;
+    int n_chunks;
+} mm_ctx;
+
+static void quantise_rows(mm_ctx *c, int i0, int i1) {
+    for (int i = i0; i < i1; i++)
+        c->act_ops->from_float(c->x + (size_t)i * (size_t)c->k, c->xq_out + (size_t)i * c->xq_row,
+                               c->k);
+}
+
+static void quantise_task(void *arg, int ith, int nth) {
+    mm_ctx *c = arg;
+    int per = (c->m + nth - 1) / nth;
+    int i0 = ith * per, i1 = i0 + per < c->m ? i0 + per : c->m;
+    if (i0 < i1) quantise_rows(c, i0, i1);
+}
+
+static void dot_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    mm_ctx *c = arg;
+    void (*vec_dot)(int, float *, const void *, const void *) = c->ops->vec_dot;
+    void (*tile)(int, float *, size_t, const void *, size_t, const void *, size_t, int, int) =
+        c->ops->vec_dot_tile;
+    const int k = c->k, m = c->m, n_out = c->n_out;
+    for (;;) {
+        int chunk = atomic_fetch_add_explicit(&c->next_chunk, 1, memory_order_relaxed);
+        if (chunk >= c->n_chunks) break;
+        int r0 = chunk * ROWS_PER_CHUNK;
+        int r1 = r0 + ROWS_PER_CHUNK < n_out ? r0 + ROWS_PER_CHUNK : n_out;
+        if (tile) {
+            /* the chunk's weight rows stay in L1 while all activation rows stream past */
+            for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {
+                int nc = m - i0 < WF_QUANT_TILE_NC ? m - i0 : WF_QUANT_TILE_NC;
+                /* one activation row: 4 weight rows = 4 independent accumulator chains;
+                 * several: 2 x nc tiles (what fits the register file) */
+                const int step = nc == 1 ? WF_QUANT_TILE_NR : 2;
+                for (int r = r0; r < r1; r += step) {
+                    int nr = r1 - r < step ? r1 - r : step;
+                    tile(k, &c->y[(size_t)i0 * (size_t)n_out + (size_t)r], (size_t)n_out,
+                         c->w + (size_t)r * c->w_row, c->w_row, c->xq + (size_t)i0 * c->xq_row,
+                         c->xq_row, nr, nc);
+                }
+            }
+            continue;
+        }
+        for (int i0 = 0; i0 < m; i0 += ACT_TILE) {
+            int i1 = i0 + ACT_TILE < m ? i0 + ACT_TILE : m;
+            for (int r = r0; r < r1; r++) {
+                const char *wr = c->w + (size_t)r * c->w_row;
+                for (int i = i0; i < i1; i++)
+                    vec_dot(k, &c->y[(size_t)i * (size_t)n_out + (size_t)r], wr,
+                            c->xq + (size_t)i * c->xq_row);
+            }
+        }
+    }
+}
+
+static const wf_quant_ops *weight_ops(wf_ggml_type wtype, int k) {
+    const wf_quant_ops *ops = wf_quant_ops_get(wtype);
+    if (!ops || !ops->vec_dot || wf_quant_row_size(wtype, k) == 0) return NULL;
+    return ops;
+}
+
+size_t wf_matmul_scratch_size(wf_ggml_type wtype, int k, int m) {
+    const wf_quant_ops *ops = weight_ops(wtype, k);
+    if (!ops || m <= 0 || ops->vec_dot_type == WF_GGML_TYPE_F32) return 0;
+    return (size_t)m * wf_quant_row_size(ops->vec_dot_type, k);
+}
+
+void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out, int k,
+               const float *x, int m, float *y, void *scratch) {
+    const wf_quant_ops *ops = weight_ops(wtype, k);
+    if (!ops) {
+        fprintf(stderr, "wf_matmul: unsupported weight type %d or row length %d\n", (int)wtype, k);
+        abort();
+    }
+    if (m <= 0 || n_out <= 0) return;
+    mm_ctx c = {
+        .ops = ops,
+        .act_ops = wf_quant_ops_get(ops->vec_dot_type),
+        .w = w,
+        .w_row = wf_quant_row_size(wtype, k),
+        .x = x,
+        .k = k,
+        .m = m,
+        .n_out = n_out,
+        .y = y,
+        .n_chunks = (n_out + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK,
+    };
+    atomic_init(&c.next_chunk, 0);
+    if (ops->vec_dot_type == WF_GGML_TYPE_F32) {
+        c.xq = (const char *)x;
+        c.xq_row = (size_t)k * sizeof(float);
+    } else {
+        c.xq_out = scratch;
+        c.xq = scratch;
+        c.xq_row = wf_quant_row_size(ops->vec_dot_type, k);
+        if (m >= MIN_QUANT_ROWS_PARALLEL && wf_threadpool_size(pool) > 1)
+            wf_threadpool_run(pool, quantise_task, &c);
+        else
+            quantise_rows(&c, 0, m);
+    }
+    wf_threadpool_run(pool, dot_task, &c);
+}

@@ -1,0 +1,190 @@
+/* Fork-join worker pool for the CPU kernels. A run publishes (fn, ctx) and bumps a generation
+ * counter; workers spin on it for a short while (the next matmul of a decode step usually
+ * follows within microseconds), then sleep on a futex. Completion is counted the same way in
+ * the other direction. Nothing is allocated after wf_threadpool_new. */
+#define _GNU_SOURCE
+#include "engine/cpu/threadpool.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define MAX_THREADS 256
+/* ~5-50 us of pause instructions (10-140 cycles each, by CPU) before sleeping: enough to
+ * bridge the gap between two kernels of one decode step, short enough not to burn a shared
+ * core when idle. */
+#define SPIN_ITERS 1024
+
+typedef struct worker {
+    wf_threadpool *pool;
+    pthread_t thread;
+    int ith;
+} worker;
+
+struct wf_threadpool {
+    /* written by the caller, read by the workers: one line, rarely written */
+    alignas(64) _Atomic uint32_t generation;
+    _Atomic int n_sleeping;            /* workers inside futex_wait on generation */
+    void (*fn)(void *ctx, int ith, int nth);
+    void *ctx;
+    bool stop;
+    /* written by every worker at the end of a run: its own line */
+    alignas(64) _Atomic uint32_t n_done;
+    _Atomic int caller_sleeping;
+    alignas(64) int n_threads;
+    int n_started;
+    worker *workers;                   /* n_threads - 1 */
+};
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t expected) {
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+    (void)addr; (void)expected;
+    sched_yield();
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+/* Waits until *word != old; returns the new value (acquire). */
+static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic int *sleeping) {
+    uint32_t v;
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != old) return v;
+        CPU_RELAX();
+    }
+    for (;;) {
+        /* seq_cst pairs with the publisher's seq_cst store then load of *sleeping: either it
+         * sees us sleeping and wakes us, or the kernel's value check sees its new value. */
+        atomic_fetch_add(sleeping, 1);
+        v = atomic_load(word);
+        if (v == old) futex_wait(word, old);
+        atomic_fetch_sub(sleeping, 1);
+        v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != old) return v;
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    wf_threadpool *p = w->pool;
+    uint32_t seen = 0;
+    for (;;) {
+        seen = wait_change(&p->generation, seen, &p->n_sleeping);
+        if (p->stop) break;
+        p->fn(p->ctx, w->ith, p->n_threads);
+        uint32_t done = atomic_fetch_add(&p->n_done, 1) + 1; /* seq_cst: see wait_change */
+        if (done == (uint32_t)(p->n_threads - 1) && atomic_load(&p->caller_sleeping))
+            futex_wake_all(&p->n_done);
+    }
+    return NULL;
+}
+
+wf_threadpool *wf_threadpool_new(int n_threads) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    wf_threadpool *p = aligned_alloc(64, (sizeof(*p) + 63) / 64 * 64);
+    if (!p) return NULL;
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->n_sleeping, 0);
+    atomic_init(&p->n_done, 0);
+    atomic_init(&p->caller_sleeping, 0);
+    p->fn = NULL;
+    p->ctx = NULL;
+    p->stop = false;
+    p->n_threads = n_threads;
+    p->n_started = 0;
+    p->workers = NULL;
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof(worker));
+        if (!p->workers) goto fail_workers;
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i].pool = p;
+            p->workers[i].ith = i + 1;
+            if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0)
+                goto fail_threads;
+            p->n_started++;
+        }
+    }
+    return p;
+
+fail_threads:
+    wf_threadpool_free(p);
+    return NULL;
+fail_workers:
+    free(p);
+    return NULL;
+}
+
+static void publish(wf_threadpool *p) {
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->n_sleeping) > 0) futex_wake_all(&p->generation);
+}
+
+void wf_threadpool_free(wf_threadpool *p) {
+    if (!p) return;
+    if (p->n_started > 0) {
+        p->stop = true;
+        publish(p);
+        for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
+    }
+    free(p->workers);
+    free(p);
+}
+
+int wf_threadpool_size(const wf_threadpool *p) { return p ? p->n_threads : 1; }
+
+void wf_threadpool_run(wf_threadpool *p, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    if (!p || p->n_threads == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    /* All workers finished the previous run (we waited for them), so nobody touches these. */
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    publish(p); /* seq_cst: orders the plain stores above before the new generation */
+    fn(ctx, 0, p->n_threads);
+    uint32_t target = (uint32_t)(p->n_threads - 1);
+    uint32_t done = atomic_load_explicit(&p->n_done, memory_order_acquire);
+    for (int i = 0; i < SPIN_ITERS && done != target; i++) {
+        CPU_RELAX();
+        done = atomic_load_explicit(&p->n_done, memory_order_acquire);
+    }
+    while (done != target) {
+        atomic_store(&p->caller_sleeping, 1);
+        done = atomic_load(&p->n_done);
+        if (done != target) futex_wait(&p->n_done, done);
+        atomic_store(&p->caller_sleeping, 0);
+        done = atomic_load_explicit(&p->n_done, memory_order_acquire);
+    }
+}

@@ -1,0 +1,268 @@
+/* wf_engine: a loaded model plus everything one batch needs, and the executor that turns the
+ * scheduler's task batches into one forward pass followed by sampling. */
+#include "engine/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/cpu/threadpool.h"
+#include "engine/forward.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "proto/log.h"
+
+typedef struct wf_engine_exec {
+    wf_engine *e;
+    wf_kv_store *kv;
+} wf_engine_exec;
+
+struct wf_engine {
+    wf_model *model;
+    wf_tokenizer *tok;
+    wf_threadpool *pool;
+    wf_forward *fwd;
+    wf_sampler *sampler;
+    wf_model_info info;
+    wf_chat_format chat_format;
+    char *chat_template;
+    int max_batch_tokens, max_seqs;
+    /* per-batch bookkeeping, preallocated for max_seqs tasks */
+    wf_fwd_seq *seqs;
+    int *task_of_seq;
+    wf_engine_exec exec;
+};
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
+                                                           const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void wf_engine_options_init(wf_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    o->n_threads = 0;
+    o->max_batch_tokens = 512;
+    o->max_seqs = 64;
+    o->chat_format = NULL;
+}
+
+wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err, size_t errlen) {
+    *out = NULL;
+    wf_status st;
+    if (!o || !o->model_path || o->max_batch_tokens < 1 || o->max_seqs < 1 ||
+        o->n_threads < 0) {
+        set_err(err, errlen, "engine: invalid options (model_path, max_batch_tokens >= 1, "
+                "max_seqs >= 1, n_threads >= 0)");
+        return WF_EINVAL;
+    }
+    wf_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        set_err(err, errlen, "engine: out of memory");
+        return WF_ENOMEM;
+    }
+    e->max_batch_tokens = o->max_batch_tokens;
+    e->max_seqs = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
+    if ((st = wf_model_load(o->model_path, &e->model, err, errlen)) != WF_OK) goto fail;
+    const wf_model *m = e->model;
+    if ((st = wf_tokenizer_from_gguf(m->gguf, &e->tok, err, errlen)) != WF_OK) goto fail;
+    if (wf_tokenizer_n_vocab(e->tok) > m->hp.n_vocab) {
+        set_err(err, errlen, "engine: tokenizer has %d tokens but the model's vocabulary is %d",
+                wf_tokenizer_n_vocab(e->tok), m->hp.n_vocab);
+        st = WF_EFORMAT;
+        goto fail;
+    }
+    wf_gguf_str tmpl;
+    if (wf_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl)) {
+        e->chat_template = malloc(tmpl.len + 1);
+        if (!e->chat_template) goto nomem;
+        memcpy(e->chat_template, tmpl.data, tmpl.len);
+        e->chat_template[tmpl.len] = 0;
+    }
+    if (o->chat_format) {
+        if ((st = wf_chat_format_parse(o->chat_format, &e->chat_format)) != WF_OK) {
+            set_err(err, errlen, "engine: unknown chat format '%s'", o->chat_format);
+            goto fail;
+        }
+    } else {
+        e->chat_format = wf_chat_detect(e->chat_template);
+    }
+    if (!(e->pool = wf_threadpool_new(o->n_threads))) goto nomem;
+    if ((st = wf_forward_new(m, e->pool, e->max_batch_tokens, e->max_seqs, 0, &e->fwd, err,
+                             errlen)) != WF_OK)
+        goto fail;
+    if (!(e->sampler = wf_sampler_new(m->hp.n_vocab))) goto nomem;
+    e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
+    e->task_of_seq = calloc((size_t)e->max_seqs, sizeof *e->task_of_seq);
+    if (!e->seqs || !e->task_of_seq) goto nomem;
+    e->info = (wf_model_info){.name = m->name,
+                              .arch = m->arch_name,
+                              .n_vocab = m->hp.n_vocab,
+                              .n_ctx_train = m->hp.n_ctx_train,
+                              .n_layers = m->hp.n_layer,
+                              .n_heads = m->hp.n_head,
+                              .n_kv_heads = m->hp.n_head_kv,
+                              .head_dim = m->hp.head_dim,
+                              .n_embd = m->hp.n_embd,
+                              .weight_bytes = m->weight_bytes};
+    WF_LOG_INFO("engine", NULL, "loaded %s (%s): %d layers, %d heads (%d kv), %zu MiB weights, "
+                "%d threads, %zu MiB activations", m->name, m->arch_name, m->hp.n_layer,
+                m->hp.n_head, m->hp.n_head_kv, m->weight_bytes >> 20,
+                wf_threadpool_size(e->pool), wf_forward_memory_bytes(e->fwd) >> 20);
+    *out = e;
+    return WF_OK;
+nomem:
+    set_err(err, errlen, "engine: out of memory");
+    st = WF_ENOMEM;
+fail:
+    wf_engine_free(e);
+    return st;
+}
+
+void wf_engine_free(wf_engine *e) {
+    if (!e) return;
+    free(e->seqs);
+    free(e->task_of_seq);
+    wf_sampler_free(e->sampler);
+    wf_forward_free(e->fwd);
+    wf_threadpool_free(e->pool);
+    wf_tokenizer_free(e->tok);
+    free(e->chat_template);
+    wf_model_free(e->model);
+    free(e);
+}
+
+const wf_model_info *wf_engine_info(const wf_engine *e) {
+    return &e->info;
+}
+
+const wf_tokenizer *wf_engine_tokenizer(const wf_engine *e) {
+    return e->tok;
+}
+
+wf_chat_format wf_engine_chat_format(const wf_engine *e) {
+    return e->chat_format;
+}
+
+const char *wf_engine_chat_template(const wf_engine *e) {
+    return e->chat_template;
+}
+
+wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size) {
+    return (wf_kv_geometry){.n_layers = e->model->hp.n_layer,
+                            .n_kv_heads = e->model->hp.n_head_kv,
+                            .head_dim = e->model->hp.head_dim,
+                            .block_size = block_size,
+                            .dtype = WF_KV_DTYPE_F16};
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool kv_matches(const wf_engine *e, const wf_kv_store *kv) {
+    const wf_kv_geometry *g = &kv->geometry;
+    return g->dtype == WF_KV_DTYPE_F16 && g->n_layers == e->model->hp.n_layer &&
+           g->n_kv_heads == e->model->hp.n_head_kv && g->head_dim == e->model->hp.head_dim;
+}
+
+/* Collects the runnable tasks into e->seqs (failing the invalid ones individually) and runs
+ * the forward pass. Returns the number of sequences run, or a negative status. */
+static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
+                           bool all_logits) {
+    char msg[160];
+    int n = 0, total = 0;
+    for (int i = 0; i < n_tasks; i++) {
+        wf_task *t = &tasks[i];
+        t->status = WF_OK;
+        if (t->kind == WF_TASK_FINISH) continue;
+        if (t->kind != WF_TASK_PREFILL && t->kind != WF_TASK_DECODE) {
+            t->status = WF_EUNSUPPORTED;
+            continue;
+        }
+        if (t->kind == WF_TASK_DECODE && t->n_tokens != 1) {
+            t->status = WF_EINVAL;
+            continue;
+        }
+        wf_fwd_seq s = {.tokens = t->tokens,
+                        .n_tokens = t->n_tokens,
+                        .pos = t->pos,
+                        .block_table = t->block_table,
+                        .n_blocks = t->n_blocks,
+                        .want_logits = all_logits || (t->samples && t->n_samples > 0)};
+        wf_status st = wf_forward_check_seq(e->fwd, kv, &s, msg, sizeof msg);
+        if (st != WF_OK) {
+            WF_LOG_WARN("engine", NULL, "task %llu fails: %s", (unsigned long long)t->id, msg);
+            t->status = st;
+            continue;
+        }
+        if (n == e->max_seqs || total + t->n_tokens > e->max_batch_tokens) return WF_EINVAL;
+        total += t->n_tokens;
+        e->task_of_seq[n] = i;
+        e->seqs[n++] = s;
+    }
+    if (n == 0) return 0;
+    wf_status st = wf_forward_run(e->fwd, kv, e->seqs, n);
+    return st == WF_OK ? n : (int)st;
+}
+
+static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
+    wf_engine_exec *x = ctx;
+    wf_engine *e = x->e;
+    if (!batch || (batch->n_tasks > 0 && !batch->tasks)) return WF_EINVAL;
+    if (!kv_matches(e, x->kv)) return WF_EINVAL;
+    if (batch->n_tasks > e->max_seqs) return WF_EINVAL;
+    int total = 0;
+    for (int i = 0; i < batch->n_tasks; i++) total += batch->tasks[i].n_tokens;
+    if (total > e->max_batch_tokens) return WF_EINVAL;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < batch->n_tasks; i++) batch->tasks[i].t_begin_ns = t0;
+    int n = prepare_and_run(e, x->kv, batch->tasks, batch->n_tasks, false);
+    if (n < 0) return (wf_status)n;
+    int li = 0;
+    for (int s = 0; s < n; s++) {
+        if (!e->seqs[s].want_logits) continue;
+        wf_task *t = &batch->tasks[e->task_of_seq[s]];
+        const float *logits = wf_forward_logits(e->fwd, li++);
+        for (int j = 0; j < t->n_samples; j++) {
+            wf_status st = wf_sampler_sample(e->sampler, logits, e->tok, &t->samples[j]);
+            if (st != WF_OK) {
+                t->status = st;
+                break;
+            }
+        }
+    }
+    uint64_t t1 = now_ns();
+    for (int i = 0; i < batch->n_tasks; i++) batch->tasks[i].t_end_ns = t1;
+    return WF_OK;
+}
+
+static const wf_executor_ops exec_ops = {.name = "cpu", .run_batch = exec_run_batch};
+
+wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv) {
+    e->exec.e = e;
+    e->exec.kv = kv;
+    return (wf_executor){.ops = &exec_ops, .ctx = &e->exec};
+}
+
+wf_status wf_engine_forward_logits(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
+                                   float *logits) {
+    if (!kv_matches(e, kv) || n_tasks < 1 || n_tasks > e->max_seqs) return WF_EINVAL;
+    int n = prepare_and_run(e, kv, tasks, n_tasks, true);
+    if (n < 0) return (wf_status)n;
+    for (int i = 0; i < n_tasks; i++)
+        if (tasks[i].status != WF_OK) return tasks[i].status;
+    size_t V = (size_t)e->model->hp.n_vocab;
+    for (int s = 0; s < n; s++)
+        memcpy(logits + (size_t)e->task_of_seq[s] * V, wf_forward_logits(e->fwd, s),
+               V * sizeof(float));
+    return WF_OK;
+}

@@ -1,0 +1,97 @@
+/* The engine: one loaded model (weights mmapped from a GGUF file, tokenizer, chat template) and
+ * the executor that runs the scheduler's task batches against a paged KV store.
+ *
+ *     wf_engine_options o;
+ *     wf_engine_options_init(&o);
+ *     o.model_path = "/usr/local/share/weft/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+ *     wf_engine *e;
+ *     char err[256];
+ *     if (wf_engine_open(&o, &e, err, sizeof err) != WF_OK) { fprintf(stderr, "%s\n", err); ... }
+ *     wf_kv_geometry g = wf_engine_kv_geometry(e, 16);
+ *     wf_kv_store kv;
+ *     wf_kv_store_init(&kv, &g, 256u << 20);
+ *     wf_executor ex = wf_engine_executor(e, &kv);
+ *     ex.ops->run_batch(ex.ctx, &batch);     // see proto/task.h
+ *     ...
+ *     wf_engine_free(e);                      // after the last run_batch; then free kv
+ *
+ * Threading: wf_engine_open/free from one thread. An engine runs one batch at a time: the
+ * executor must be driven from a single thread (the scheduler's); it uses the engine's own
+ * thread pool inside. wf_engine_info/tokenizer/chat_* are read-only and thread-safe.
+ * Memory: everything a step needs (activations, scratch, logits, sampler) is allocated in
+ * wf_engine_open for max_batch_tokens tokens and max_seqs sequences; run_batch never
+ * allocates. */
+#ifndef WF_ENGINE_ENGINE_H
+#define WF_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/chat.h"
+#include "engine/tokenizer.h"
+#include "kv/kv_store.h"
+#include "proto/status.h"
+#include "proto/task.h"
+
+typedef struct wf_engine wf_engine;
+
+typedef struct wf_engine_options {
+    const char *model_path;  /* GGUF file; required */
+    int n_threads;           /* compute threads including the caller; 0 = one per core */
+    int max_batch_tokens;    /* most tokens one run_batch may carry (sum of tasks' n_tokens) */
+    int max_seqs;            /* most tasks one run_batch may carry */
+    const char *chat_format; /* "chatml", "llama3", ...; NULL: detect from the GGUF template */
+} wf_engine_options;
+
+typedef struct wf_model_info {
+    const char *name;   /* general.name, or the file's base name */
+    const char *arch;   /* "llama", "qwen2" */
+    int n_vocab;
+    int n_ctx_train;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int n_embd;
+    size_t weight_bytes; /* bytes of all tensors the forward pass reads */
+} wf_model_info;
+
+/* Defaults: n_threads 0, max_batch_tokens 512, max_seqs 64, chat_format NULL. */
+void wf_engine_options_init(wf_engine_options *o);
+
+/* Opens the model: maps the GGUF, validates architecture, hyper-parameters and every tensor
+ * (presence, type with kernels, shape), builds the tokenizer, preallocates all step memory and
+ * starts the thread pool. Statuses: WF_EINVAL (bad options), WF_ENOTFOUND / WF_EIO (file),
+ * WF_EFORMAT (corrupt file, missing/misshapen tensor), WF_EUNSUPPORTED (architecture or tensor
+ * type without kernels), WF_ENOMEM. err receives a message naming the problem. */
+wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err, size_t errlen);
+
+/* NULL is a no-op. No executor of this engine may be running. */
+void wf_engine_free(wf_engine *e);
+
+const wf_model_info *wf_engine_info(const wf_engine *e);
+const wf_tokenizer *wf_engine_tokenizer(const wf_engine *e);
+wf_chat_format wf_engine_chat_format(const wf_engine *e);
+const char *wf_engine_chat_template(const wf_engine *e); /* raw jinja text or NULL */
+
+/* The KV layout this model needs: n_layers, n_kv_heads, head_dim, F16 (as llama.cpp). */
+wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size);
+
+/* The executor (proto/task.h) that runs task batches of this engine against `kv`: one batched
+ * forward pass over all tasks' tokens, then sampling for tasks with samples. `kv` must have
+ * the geometry of wf_engine_kv_geometry (any block size) and outlive the executor. The
+ * executor's context belongs to the engine (freed by wf_engine_free); each call returns a new
+ * executor over the engine's single forward state, so drive at most one at a time.
+ * run_batch statuses: WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a task whose
+ * block table does not cover its positions: that task fails, others run), WF_EINTERNAL. */
+wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv);
+
+/* Additions beyond the agreed API (used by weft-run, tests and benchmarks). */
+
+/* Runs one task batch without sampling and copies the logits of each task's last token into
+ * logits[task][n_vocab] (tasks in order). For tests; the executor is the serving path. */
+wf_status wf_engine_forward_logits(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
+                                   float *logits);
+
+#endif

@@ -1,0 +1,451 @@
+/* Batched llama/qwen2 forward pass over paged F16 KV. Each operation reproduces the arithmetic
+ * llama.cpp's CPU backend performs for the same graph (RMSNorm summed in double, RoPE cache
+ * built by repeated multiplication, matmuls through the shared kernels, attention as in
+ * attention.h, SwiGLU with ggml's exp polynomial) so greedy outputs are token-identical. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/attention.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/quant.h"
+
+struct wf_forward {
+    const wf_model *m;
+    wf_threadpool *pool;
+    int n_threads;
+    int max_tokens, max_seqs, max_ctx;
+    /* activations, [token][...] */
+    float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *rope;
+    int *tok_seq, *tok_pos;
+    float *xl, *logits;
+    int n_logits;
+    void *mm_scratch;
+    /* attention per-thread scratch */
+    unsigned char *attn_mem;
+    size_t attn_stride;
+    size_t bytes;
+    /* state of the current run, read by the parallel jobs */
+    wf_kv_store *kv;
+    const wf_fwd_seq *seqs;
+    int n_tok;
+    int layer;
+};
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
+                                                           const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void *alloc64(size_t n, size_t *total) {
+    n = (n + 63) & ~(size_t)63;
+    if (n == 0) n = 64;
+    void *p = aligned_alloc(64, n);
+    if (p) {
+        memset(p, 0, n);
+        *total += n;
+    }
+    return p;
+}
+
+static size_t max_sz(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens, int max_seqs,
+                         int max_ctx, wf_forward **out, char *err, size_t errlen) {
+    *out = NULL;
+    const wf_model_hparams *hp = &m->hp;
+    if (max_tokens < 1 || max_seqs < 1 || max_seqs > max_tokens) {
+        set_err(err, errlen, "forward: invalid limits (max_batch_tokens %d, max_seqs %d)",
+                max_tokens, max_seqs);
+        return WF_EINVAL;
+    }
+    if (hp->head_dim > 256) {
+        set_err(err, errlen, "forward: head_dim %d > 256 is not supported", hp->head_dim);
+        return WF_EUNSUPPORTED;
+    }
+    wf_forward *f = calloc(1, sizeof *f);
+    if (!f) goto nomem;
+    f->m = m;
+    f->pool = pool;
+    f->n_threads = pool ? wf_threadpool_size(pool) : 1;
+    f->max_tokens = max_tokens;
+    f->max_seqs = max_seqs;
+    f->max_ctx = max_ctx > 0 ? max_ctx : hp->n_ctx_train;
+    size_t T = (size_t)max_tokens, E = (size_t)hp->n_embd;
+    size_t QD = (size_t)hp->n_head * (size_t)hp->head_dim;
+    size_t KVD = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    size_t F = (size_t)hp->n_ff;
+    size_t *b = &f->bytes;
+    if (!(f->x = alloc64(T * E * 4, b)) || !(f->xn = alloc64(T * max_sz(E, QD) * 4, b)) ||
+        !(f->q = alloc64(T * QD * 4, b)) || !(f->k = alloc64(T * KVD * 4, b)) ||
+        !(f->v = alloc64(T * KVD * 4, b)) || !(f->att = alloc64(T * QD * 4, b)) ||
+        !(f->tmp = alloc64(T * E * 4, b)) || !(f->gate = alloc64(T * F * 4, b)) ||
+        !(f->up = alloc64(T * F * 4, b)) ||
+        !(f->rope = alloc64(T * (size_t)hp->n_rot * 4, b)) ||
+        !(f->tok_seq = alloc64(T * sizeof(int), b)) ||
+        !(f->tok_pos = alloc64(T * sizeof(int), b)) ||
+        !(f->xl = alloc64((size_t)max_seqs * E * 4, b)) ||
+        !(f->logits = alloc64((size_t)max_seqs * (size_t)hp->n_vocab * 4, b)))
+        goto nomem;
+    /* matmul scratch: the worst case over every weight at the largest m it sees */
+    size_t mm = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const wf_layer_weights *L = &m->layers[l];
+        const wf_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                 &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            mm = max_sz(mm, wf_matmul_scratch_size(ws[i]->type, (int)ws[i]->ne0, max_tokens));
+    }
+    mm = max_sz(mm, wf_matmul_scratch_size(m->output.type, (int)m->output.ne0, max_seqs));
+    if (!(f->mm_scratch = alloc64(mm, b))) goto nomem;
+    /* attention: per thread scores/probabilities/accumulators + two row-pointer arrays */
+    f->attn_stride = wf_attn_scratch_bytes(f->max_ctx, hp->head_dim) +
+                     2 * (((size_t)f->max_ctx * sizeof(void *) + 63) & ~(size_t)63);
+    if (!(f->attn_mem = alloc64(f->attn_stride * (size_t)f->n_threads, b))) goto nomem;
+    *out = f;
+    return WF_OK;
+nomem:
+    wf_forward_free(f);
+    set_err(err, errlen, "forward: out of memory reserving activations for %d tokens",
+            max_tokens);
+    return WF_ENOMEM;
+}
+
+void wf_forward_free(wf_forward *f) {
+    if (!f) return;
+    free(f->x);
+    free(f->xn);
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->att);
+    free(f->tmp);
+    free(f->gate);
+    free(f->up);
+    free(f->rope);
+    free(f->tok_seq);
+    free(f->tok_pos);
+    free(f->xl);
+    free(f->logits);
+    free(f->mm_scratch);
+    free(f->attn_mem);
+    free(f);
+}
+
+size_t wf_forward_memory_bytes(const wf_forward *f) {
+    return f->bytes;
+}
+
+const float *wf_forward_logits(const wf_forward *f, int i) {
+    if (i < 0 || i >= f->n_logits) return NULL;
+    return f->logits + (size_t)i * (size_t)f->m->hp.n_vocab;
+}
+
+wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const wf_fwd_seq *s,
+                               char *err, size_t errlen) {
+    const wf_model_hparams *hp = &f->m->hp;
+    if (!s->tokens || s->n_tokens < 1 || s->pos < 0) {
+        set_err(err, errlen, "task has no tokens or a negative position");
+        return WF_EINVAL;
+    }
+    if ((int64_t)s->pos + s->n_tokens > f->max_ctx) {
+        set_err(err, errlen, "positions up to %lld exceed the context length %d",
+                (long long)s->pos + s->n_tokens, f->max_ctx);
+        return WF_ERANGE;
+    }
+    for (int i = 0; i < s->n_tokens; i++) {
+        if (s->tokens[i] < 0 || s->tokens[i] >= hp->n_vocab) {
+            set_err(err, errlen, "token id %d outside the vocabulary (%d)", s->tokens[i],
+                    hp->n_vocab);
+            return WF_EINVAL;
+        }
+    }
+    int bs = kv->geometry.block_size;
+    int need = (s->pos + s->n_tokens + bs - 1) / bs;
+    if (!s->block_table || s->n_blocks < need) {
+        set_err(err, errlen, "block table has %d blocks, positions need %d", s->n_blocks, need);
+        return WF_EINVAL;
+    }
+    for (int i = 0; i < need; i++) {
+        if (s->block_table[i] < 0 || s->block_table[i] >= kv->n_blocks) {
+            set_err(err, errlen, "block id %d outside the KV store (%d blocks)",
+                    s->block_table[i], kv->n_blocks);
+            return WF_EINVAL;
+        }
+    }
+    return WF_OK;
+}
+
+/* ---- element-wise operations (ggml's arithmetic) ------------------------------------------ */
+
+/* y = (x * (1/sqrt(mean(x^2) + eps))) * w; the mean of squares summed in double. */
+static void rms_norm_row(const float *x, const float *w, int n, float eps, float *y) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+/* cos/sin pairs for one position, built as ggml_rope_cache_init does (theta multiplied
+ * step by step, divided by the llama3 frequency factor, scaled linearly). */
+static void rope_cache(const wf_model *m, int pos, float *cache) {
+    const wf_model_hparams *hp = &m->hp;
+    const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+    const float *ff = m->rope_freqs.data;
+    float theta = (float)pos;
+    for (int i0 = 0; i0 < hp->n_rot; i0 += 2) {
+        float f = ff ? ff[i0 / 2] : 1.0f;
+        float th = hp->rope_freq_scale * (theta / f);
+        cache[i0] = cosf(th);
+        cache[i0 + 1] = sinf(th);
+        theta *= theta_scale;
+    }
+}
+
+/* Rotation as llama.cpp's compiled rotate_pairs computes it: GCC contracts
+ * x0*cos - x1*sin into fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos into fma(x0, sin, x1*cos)
+ * (verified bit for bit against llama.cpp's Qcur/Kcur); the same contraction here keeps q and
+ * k identical. */
+static void rope_apply(const wf_model_hparams *hp, const float *cache, float *x) {
+    int n = hp->n_rot;
+    if (hp->rope_kind == WF_ROPE_NORM) {
+        for (int i0 = 0; i0 < n; i0 += 2) {
+            const float c = cache[i0], s = cache[i0 + 1];
+            const float x0 = x[i0], x1 = x[i0 + 1];
+            x[i0] = fmaf(x0, c, -(x1 * s));
+            x[i0 + 1] = fmaf(x0, s, x1 * c);
+        }
+    } else {
+        int h = n / 2;
+        for (int i0 = 0; i0 < n; i0 += 2) {
+            const float c = cache[i0], s = cache[i0 + 1];
+            const int ic = i0 / 2;
+            const float x0 = x[ic], x1 = x[ic + h];
+            x[ic] = fmaf(x0, c, -(x1 * s));
+            x[ic + h] = fmaf(x0, s, x1 * c);
+        }
+    }
+}
+
+/* ---- parallel jobs ------------------------------------------------------------------------ */
+
+typedef struct job {
+    wf_forward *f;
+    int kind;
+    const float *w;
+    float eps;
+    const float *src;
+    float *dst;
+} job;
+
+enum { JOB_NORM_ATTN, JOB_ROPE_STORE, JOB_ATTN, JOB_SWIGLU };
+
+static void rows_range(int n, int ith, int nth, int *r0, int *r1) {
+    int per = (n + nth - 1) / nth;
+    *r0 = ith * per < n ? ith * per : n;
+    *r1 = *r0 + per < n ? *r0 + per : n;
+}
+
+static void job_rope_store(wf_forward *f, int ith, int nth) {
+    const wf_model_hparams *hp = &f->m->hp;
+    const int hd = hp->head_dim, KVD = hp->n_head_kv * hd, QD = hp->n_head * hd;
+    wf_kv_store *kv = f->kv;
+    const int bs = kv->geometry.block_size;
+    int r0, r1;
+    rows_range(f->n_tok, ith, nth, &r0, &r1);
+    for (int t = r0; t < r1; t++) {
+        const float *cache = f->rope + (size_t)t * (size_t)hp->n_rot;
+        float *q = f->q + (size_t)t * (size_t)QD;
+        float *k = f->k + (size_t)t * (size_t)KVD;
+        for (int h = 0; h < hp->n_head; h++) rope_apply(hp, cache, q + (size_t)h * hd);
+        for (int h = 0; h < hp->n_head_kv; h++) rope_apply(hp, cache, k + (size_t)h * hd);
+        const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+        int pos = f->tok_pos[t];
+        int blk = s->block_table[pos / bs];
+        size_t off = (size_t)(pos % bs) * kv->row_elems;
+        uint16_t *kd = (uint16_t *)wf_kv_store_k(kv, f->layer, blk) + off;
+        uint16_t *vd = (uint16_t *)wf_kv_store_v(kv, f->layer, blk) + off;
+        const float *v = f->v + (size_t)t * (size_t)KVD;
+        for (int i = 0; i < KVD; i++) {
+            kd[i] = wf_fp32_to_fp16(k[i]);
+            vd[i] = wf_fp32_to_fp16(v[i]);
+        }
+    }
+}
+
+static void job_attn(wf_forward *f, int ith, int nth) {
+    const wf_model_hparams *hp = &f->m->hp;
+    const int hd = hp->head_dim, QD = hp->n_head * hd;
+    const int group = hp->n_head / hp->n_head_kv;
+    wf_kv_store *kv = f->kv;
+    const int bs = kv->geometry.block_size;
+    const float scale = 1.0f / sqrtf((float)hd);
+    unsigned char *mem = f->attn_mem + f->attn_stride * (size_t)ith;
+    wf_attn_scratch sc;
+    wf_attn_scratch_init(&sc, mem, f->max_ctx, hd);
+    size_t ptr_bytes = ((size_t)f->max_ctx * sizeof(void *) + 63) & ~(size_t)63;
+    const uint16_t **krows =
+        (const uint16_t **)(void *)(mem + wf_attn_scratch_bytes(f->max_ctx, hd));
+    const uint16_t **vrows = (const uint16_t **)(void *)((unsigned char *)krows + ptr_bytes);
+    int n_items = f->n_tok * hp->n_head;
+    /* items are (token, head); consecutive heads of one kv group share the row pointers */
+    int last_t = -1, last_g = -1;
+    for (int it = ith; it < n_items; it += nth) {
+        int t = it / hp->n_head, h = it % hp->n_head, g = h / group;
+        const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+        int n_pos = f->tok_pos[t] + 1;
+        if (t != last_t || g != last_g) {
+            size_t off = (size_t)g * (size_t)hd;
+            for (int p = 0; p < n_pos; p++) {
+                int blk = s->block_table[p / bs];
+                size_t o = (size_t)(p % bs) * kv->row_elems + off;
+                krows[p] = (const uint16_t *)wf_kv_store_k(kv, f->layer, blk) + o;
+                vrows[p] = (const uint16_t *)wf_kv_store_v(kv, f->layer, blk) + o;
+            }
+            last_t = t;
+            last_g = g;
+        }
+        wf_attn_kv_view view = {krows, vrows};
+        wf_attn_one(f->q + (size_t)t * QD + (size_t)h * hd, hd, scale, &view, n_pos, &sc,
+                    f->att + (size_t)t * QD + (size_t)h * hd);
+    }
+}
+
+static void job_run(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    wf_forward *f = j->f;
+    const wf_model_hparams *hp = &f->m->hp;
+    int r0, r1;
+    switch (j->kind) {
+    case JOB_NORM_ATTN:
+        rows_range(f->n_tok, ith, nth, &r0, &r1);
+        for (int t = r0; t < r1; t++)
+            rms_norm_row(j->src + (size_t)t * hp->n_embd, j->w, hp->n_embd, j->eps,
+                         j->dst + (size_t)t * hp->n_embd);
+        break;
+    case JOB_ROPE_STORE:
+        job_rope_store(f, ith, nth);
+        break;
+    case JOB_ATTN:
+        job_attn(f, ith, nth);
+        break;
+    case JOB_SWIGLU: {
+        size_t n = (size_t)f->n_tok * (size_t)hp->n_ff;
+        size_t per = (n + (size_t)nth - 1) / (size_t)nth;
+        size_t i0 = (size_t)ith * per, i1 = i0 + per < n ? i0 + per : n;
+        for (size_t i = i0; i < i1; i++) f->gate[i] = wf_attn_silu(f->gate[i]) * f->up[i];
+        break;
+    }
+    }
+}
+
+static void run_job(wf_forward *f, int kind, const float *src, const float *w, float *dst) {
+    job j = {.f = f, .kind = kind, .w = w, .eps = f->m->hp.rms_eps, .src = src, .dst = dst};
+    /* small element-wise work is cheaper on the caller than a pool hand-off */
+    bool small = kind != JOB_ATTN && f->n_tok <= 2 && kind != JOB_SWIGLU;
+    if (small || !f->pool) {
+        job_run(&j, 0, 1);
+    } else {
+        wf_threadpool_run(f->pool, job_run, &j);
+    }
+}
+
+static void matmul(wf_forward *f, const wf_weight *w, const float *x, int m, float *y) {
+    wf_matmul(f->pool, w->data, w->type, (int)w->ne1, (int)w->ne0, x, m, y, f->mm_scratch);
+}
+
+static void add_bias(float *y, const wf_weight *b, int m) {
+    if (!b->data) return;
+    const float *bb = b->data;
+    int n = (int)b->ne0;
+    for (int t = 0; t < m; t++)
+        for (int i = 0; i < n; i++) y[(size_t)t * n + i] += bb[i];
+}
+
+static void embed(wf_forward *f) {
+    const wf_model *m = f->m;
+    const wf_quant_ops *ops = wf_quant_ops_get(m->tok_embd.type);
+    for (int t = 0; t < f->n_tok; t++) {
+        const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
+        int tok = s->tokens[f->tok_pos[t] - s->pos];
+        const unsigned char *row = (const unsigned char *)m->tok_embd.data +
+                                   (size_t)tok * m->tok_embd.row_bytes;
+        ops->to_float(row, f->x + (size_t)t * (size_t)m->hp.n_embd, m->hp.n_embd);
+    }
+}
+
+wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs, int n_seqs) {
+    const wf_model *m = f->m;
+    const wf_model_hparams *hp = &m->hp;
+    if (n_seqs < 1 || n_seqs > f->max_seqs) return WF_EINVAL;
+    if (kv->geometry.dtype != WF_KV_DTYPE_F16 || kv->geometry.n_layers != hp->n_layer ||
+        kv->geometry.n_kv_heads != hp->n_head_kv || kv->geometry.head_dim != hp->head_dim)
+        return WF_EINVAL;
+    int T = 0, n_want = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].n_tokens < 1) return WF_EINVAL;
+        T += seqs[s].n_tokens;
+        if (T > f->max_tokens) return WF_EINVAL;
+        n_want += seqs[s].want_logits ? 1 : 0;
+    }
+    f->kv = kv;
+    f->seqs = seqs;
+    f->n_tok = T;
+    int t = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        for (int i = 0; i < seqs[s].n_tokens; i++, t++) {
+            f->tok_seq[t] = s;
+            f->tok_pos[t] = seqs[s].pos + i;
+            rope_cache(m, f->tok_pos[t], f->rope + (size_t)t * (size_t)hp->n_rot);
+        }
+    }
+    embed(f);
+    const size_t E = (size_t)hp->n_embd;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const wf_layer_weights *L = &m->layers[l];
+        f->layer = l;
+        run_job(f, JOB_NORM_ATTN, f->x, L->attn_norm.data, f->xn);
+        matmul(f, &L->wq, f->xn, T, f->q);
+        matmul(f, &L->wk, f->xn, T, f->k);
+        matmul(f, &L->wv, f->xn, T, f->v);
+        add_bias(f->q, &L->bq, T);
+        add_bias(f->k, &L->bk, T);
+        add_bias(f->v, &L->bv, T);
+        run_job(f, JOB_ROPE_STORE, NULL, NULL, NULL);
+        run_job(f, JOB_ATTN, NULL, NULL, NULL);
+        matmul(f, &L->wo, f->att, T, f->tmp);
+        for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
+        run_job(f, JOB_NORM_ATTN, f->x, L->ffn_norm.data, f->xn);
+        matmul(f, &L->w_gate, f->xn, T, f->gate);
+        matmul(f, &L->w_up, f->xn, T, f->up);
+        run_job(f, JOB_SWIGLU, NULL, NULL, NULL);
+        matmul(f, &L->w_down, f->gate, T, f->tmp);
+        for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
+    }
+    /* logits only for the last token of sequences that sample */
+    f->n_logits = n_want;
+    if (n_want > 0) {
+        int i = 0;
+        t = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            t += seqs[s].n_tokens;
+            if (!seqs[s].want_logits) continue;
+            rms_norm_row(f->x + (size_t)(t - 1) * E, m->output_norm.data, hp->n_embd,
+                         hp->rms_eps, f->xl + (size_t)i * E);
+            i++;
+        }
+        matmul(f, &m->output, f->xl, n_want, f->logits);
+    }
+    return WF_OK;
+}

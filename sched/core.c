@@ -1,0 +1,598 @@
+/* The scheduling core: request lifecycle, trajectory tasks, continuous batching with chunked
+ * prefill, admission under the KV budget, preemption by recompute. Pure: the clock is an
+ * argument and every effect leaves through callbacks, so the simulator runs this same code. */
+#include "sched/core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+wf_status wf_core_init(wf_core *c, const wf_core_config *cfg) {
+    memset(c, 0, sizeof *c);
+    if (!cfg->policy || !cfg->pool || cfg->max_batch_tokens < 1 || cfg->max_running < 1 ||
+        cfg->n_ctx < 2 || !cfg->cb.token || !cfg->cb.finished || !cfg->cb.retired)
+        return WF_EINVAL;
+    c->cfg = *cfg;
+    c->max_tasks = cfg->max_running;
+    c->tasks = calloc((size_t)c->max_tasks, sizeof *c->tasks);
+    c->samples = calloc((size_t)c->max_tasks, sizeof *c->samples);
+    c->task_req = calloc((size_t)c->max_tasks, sizeof *c->task_req);
+    c->task_choice = calloc((size_t)c->max_tasks, sizeof *c->task_choice);
+    c->cap_waiting = c->cap_running = 64;
+    c->waiting = malloc((size_t)c->cap_waiting * sizeof *c->waiting);
+    c->running = malloc((size_t)c->cap_running * sizeof *c->running);
+    if (!c->tasks || !c->samples || !c->task_req || !c->task_choice || !c->waiting ||
+        !c->running) {
+        wf_core_free(c, 0);
+        return WF_ENOMEM;
+    }
+    c->batch.tasks = c->tasks;
+    c->batch.group = cfg->group;
+    return WF_OK;
+}
+
+void wf_core_free(wf_core *c, uint64_t now_ns) {
+    if (c->waiting && c->running)
+        wf_core_abort_all(c, WF_FINISH_CANCELLED, WF_ECANCELLED, "scheduler shut down", now_ns);
+    free(c->tasks);
+    free(c->samples);
+    free(c->task_req);
+    free(c->task_choice);
+    free(c->waiting);
+    free(c->running);
+    free(c->retired);
+    memset(c, 0, sizeof *c);
+}
+
+static wf_status push(wf_request ***arr, int *n, int *cap, wf_request *r) {
+    if (*n == *cap) {
+        wf_request **grown = realloc(*arr, (size_t)*cap * 2 * sizeof **arr);
+        if (!grown) return WF_ENOMEM;
+        *arr = grown;
+        *cap *= 2;
+    }
+    (*arr)[(*n)++] = r;
+    return WF_OK;
+}
+
+static void remove_from(wf_request **arr, int *n, const wf_request *r) {
+    for (int i = 0; i < *n; i++)
+        if (arr[i] == r) {
+            memmove(&arr[i], &arr[i + 1], (size_t)(*n - i - 1) * sizeof *arr);
+            (*n)--;
+            return;
+        }
+}
+
+/* Insertion sort: the arrays are nearly sorted from one iteration to the next. */
+static void sort_requests(const wf_sched_policy *pol, wf_request **arr, int n) {
+    for (int i = 1; i < n; i++) {
+        wf_request *x = arr[i];
+        int j = i - 1;
+        while (j >= 0 && pol->compare(x, arr[j]) < 0) {
+            arr[j + 1] = arr[j];
+            j--;
+        }
+        arr[j + 1] = x;
+    }
+}
+
+wf_status wf_core_add(wf_core *c, wf_request *r, uint64_t now_ns) {
+    /* Room for every live request on the retired list, so retiring never allocates. */
+    int live = c->n_waiting + c->n_running + 1;
+    if (live > c->cap_retired) {
+        int cap = c->cap_retired ? c->cap_retired * 2 : 64;
+        while (cap < live) cap *= 2;
+        wf_request **grown = realloc(c->retired, (size_t)cap * sizeof *grown);
+        if (!grown) return WF_ENOMEM;
+        c->retired = grown;
+        c->cap_retired = cap;
+    }
+    if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) return WF_ENOMEM;
+    r->serial = c->next_serial++;
+    if (!r->times.queued_ns) r->times.queued_ns = now_ns;
+    r->state = WF_REQUEST_QUEUED;
+    for (int i = 0; i < r->n_choices; i++) r->choices[i].seq_id = c->next_seq_id++;
+    return WF_OK;
+}
+
+static void emit_task_event(wf_core *c, wf_request *r, const wf_task *t) {
+    if (t->kind <= WF_TASK_FINISH) r->tasks_by_kind[t->kind]++;
+    if (t->t_begin_ns) r->last_task_begin_ns = t->t_begin_ns;
+    if (t->t_end_ns) r->last_task_end_ns = t->t_end_ns;
+    if (c->cfg.cb.task) c->cfg.cb.task(c->cfg.cb.user, r, t);
+}
+
+/* Terminal: the request leaves the core. Its FINISH task releases the KV artifact. */
+static void retire(wf_core *c, wf_request *r, wf_request_state final_state, uint64_t now) {
+    if (r->state == WF_REQUEST_RUNNING) {
+        remove_from(c->running, &c->n_running, r);
+    } else {
+        remove_from(c->waiting, &c->n_waiting, r);
+    }
+    for (int i = 0; i < r->n_choices; i++) wf_kv_seq_release(c->cfg.pool, &r->choices[i].kv);
+    r->state = final_state;
+    r->times.finished_ns = now;
+    if (final_state == WF_REQUEST_FINISHED) c->finished_total++;
+    else if (final_state == WF_REQUEST_FAILED) c->failed_total++;
+    else c->cancelled_total++;
+    wf_task fin = {.id = c->next_task_id++, .kind = WF_TASK_FINISH,
+                   .request_seq = r->choices[0].seq_id, .status = WF_OK,
+                   .t_begin_ns = now, .t_end_ns = now};
+    emit_task_event(c, r, &fin);
+    c->retired[c->n_retired++] = r;
+}
+
+/* The safe point: nothing below the caller touches the retired requests any more. */
+static void flush_retired(wf_core *c) {
+    for (int i = 0; i < c->n_retired; i++) c->cfg.cb.retired(c->cfg.cb.user, c->retired[i]);
+    c->n_retired = 0;
+}
+
+static void finish_choice(wf_core *c, wf_request *r, int j, wf_finish_reason reason,
+                          wf_status status, const char *message, uint64_t now) {
+    wf_choice *ch = &r->choices[j];
+    if (ch->phase == WF_CHOICE_DONE) return;
+    ch->phase = WF_CHOICE_DONE;
+    ch->finish = reason;
+    wf_kv_seq_release(c->cfg.pool, &ch->kv);
+    r->n_active--;
+    if (r->state == WF_REQUEST_RUNNING) c->running_seqs--;
+    c->cfg.cb.finished(c->cfg.cb.user, r, j, reason, status, message, now);
+    if (r->n_active == 0)
+        retire(c, r,
+               reason == WF_FINISH_ERROR       ? WF_REQUEST_FAILED
+               : reason == WF_FINISH_CANCELLED ? WF_REQUEST_CANCELLED
+                                               : WF_REQUEST_FINISHED,
+               now);
+}
+
+/* Ends every unfinished choice of r (cancel or failure); r is retired by the last one. */
+static void end_request(wf_core *c, wf_request *r, wf_finish_reason reason, wf_status status,
+                        const char *message, uint64_t now) {
+    for (int j = 0; j < r->n_choices && r->n_active > 0; j++)
+        finish_choice(c, r, j, reason, status, message, now);
+}
+
+void wf_core_abort_all(wf_core *c, wf_finish_reason reason, wf_status status,
+                       const char *message, uint64_t now_ns) {
+    while (c->n_running > 0) end_request(c, c->running[0], reason, status, message, now_ns);
+    while (c->n_waiting > 0) end_request(c, c->waiting[0], reason, status, message, now_ns);
+    flush_retired(c);
+}
+
+/* Frees every block of r and puts it back in the waiting queue: it is recomputed later
+ * (prompt + generated tokens), which gives the same output as an uninterrupted run. */
+static void preempt(wf_core *c, wf_request *r, uint64_t now) {
+    for (int i = 0; i < r->n_choices; i++) {
+        wf_choice *ch = &r->choices[i];
+        wf_kv_seq_release(c->cfg.pool, &ch->kv);
+        if (ch->phase != WF_CHOICE_DONE)
+            ch->phase = r->prompt_sampled ? WF_CHOICE_PREFILL : WF_CHOICE_WAIT_FORK;
+    }
+    c->running_seqs -= r->n_active;
+    remove_from(c->running, &c->n_running, r);
+    r->state = WF_REQUEST_PREEMPTED;
+    r->preempted_ns = now;
+    r->preempted_iteration = c->iteration;
+    r->n_preemptions++;
+    c->preempted_total++;
+    /* Cannot fail: running + waiting never exceed what was pushed into waiting before. */
+    if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) abort();
+}
+
+static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
+    int k = c->batch.n_tasks++;
+    wf_task *t = &c->tasks[k];
+    wf_choice *ch = &r->choices[j];
+    memset(t, 0, sizeof *t);
+    t->id = c->next_task_id++;
+    t->kind = kind;
+    t->request_seq = ch->seq_id;
+    c->task_req[k] = r;
+    c->task_choice[k] = j;
+    return t;
+}
+
+static int n_samples_used(const wf_core *c) {
+    int n = 0;
+    for (int k = 0; k < c->batch.n_tasks; k++) n += c->tasks[k].n_samples;
+    return n;
+}
+
+static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample *s) {
+    memset(s, 0, sizeof *s);
+    s->params = &r->spec.sampling;
+    s->rng_state = ch->rng;
+    s->history = ch->tokens;
+    s->n_history = ch->n_tokens;
+    s->n_prompt = r->spec.n_prompt;
+    s->suppress_eos = r->spec.ignore_eos || ch->n_generated < r->spec.min_tokens;
+}
+
+/* Schedules the next prefill chunk of choice j within *budget and the free blocks.
+ * Returns the tokens scheduled (0: nothing fits). */
+static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
+    wf_choice *ch = &r->choices[j];
+    int bs = wf_kv_pool_block_size(c->cfg.pool);
+    int remaining = ch->target - ch->kv.n_tokens;
+    if (remaining <= 0 || *budget <= 0 || c->batch.n_tasks >= c->max_tasks) return 0;
+    int chunk = remaining < *budget ? remaining : *budget;
+    int fit = (ch->kv.n_blocks + wf_kv_pool_available(c->cfg.pool)) * bs - ch->kv.n_tokens;
+    if (chunk > fit) chunk = fit;
+    bool final = ch->kv.n_tokens + chunk == ch->target && !r->prompt_sampled;
+    int n_samp = 0;
+    if (final)
+        for (int i = 0; i < r->n_choices; i++)
+            n_samp += i == j || r->choices[i].phase == WF_CHOICE_WAIT_FORK;
+    if (final && n_samples_used(c) + n_samp > c->max_tasks) return 0;
+    if (chunk <= 0 ||
+        wf_kv_seq_reserve(c->cfg.pool, &ch->kv, ch->kv.n_tokens + chunk, c->cfg.store) != WF_OK)
+        return 0;
+    wf_task *t = new_task(c, r, j, WF_TASK_PREFILL);
+    t->tokens = ch->tokens + ch->kv.n_tokens;
+    t->n_tokens = chunk;
+    t->pos = ch->kv.n_tokens;
+    t->block_table = ch->kv.blocks;
+    t->n_blocks = ch->kv.n_blocks;
+    if (final) {
+        /* The first token of every choice is drawn from these logits (n > 1 shares them). */
+        t->samples = c->samples + n_samples_used(c);
+        for (int i = 0; i < r->n_choices; i++)
+            if (i == j || r->choices[i].phase == WF_CHOICE_WAIT_FORK)
+                fill_sample(r, &r->choices[i], &t->samples[t->n_samples++]);
+    }
+    *budget -= chunk;
+    c->last_prefill_tokens += chunk;
+    c->last_context += ch->kv.n_tokens + chunk;
+    return chunk;
+}
+
+/* The running request at index >= from that the policy preempts first (NULL if none). Only
+ * requests not yet given tasks this iteration (index > the one being planned) qualify. */
+static wf_request *pick_victim(const wf_core *c, int from) {
+    wf_request *v = NULL;
+    for (int k = from; k < c->n_running; k++)
+        if (!v || c->cfg.policy->victim_compare(c->running[k], v) > 0) v = c->running[k];
+    return v;
+}
+
+/* Decode step of choice j. Returns false when no block could be found even after preempting
+ * every request behind r in policy order (index > i). */
+static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, uint64_t now) {
+    wf_choice *ch = &r->choices[j];
+    for (;;) {
+        int need = wf_kv_seq_blocks_needed(c->cfg.pool, &ch->kv, ch->n_tokens);
+        if (need <= wf_kv_pool_available(c->cfg.pool)) break;
+        wf_request *victim = pick_victim(c, i + 1);
+        if (!victim) return false; /* nobody behind r */
+        preempt(c, victim, now);
+    }
+    if (wf_kv_seq_reserve(c->cfg.pool, &ch->kv, ch->n_tokens, c->cfg.store) != WF_OK)
+        return false;
+    wf_task *t = new_task(c, r, j, WF_TASK_DECODE);
+    t->tokens = ch->tokens + ch->n_tokens - 1;
+    t->n_tokens = 1;
+    t->pos = ch->n_tokens - 1;
+    t->block_table = ch->kv.blocks;
+    t->n_blocks = ch->kv.n_blocks;
+    t->samples = c->samples + n_samples_used(c);
+    fill_sample(r, ch, &t->samples[0]);
+    t->n_samples = 1;
+    (*budget)--;
+    c->last_decode_tokens++;
+    c->last_context += ch->n_tokens;
+    return true;
+}
+
+/* Sets each active choice's phase for (re)admission and reuses cached prefix blocks. */
+static void admit_setup(wf_core *c, wf_request *r) {
+    int leader = -1;
+    for (int j = 0; j < r->n_choices; j++) {
+        wf_choice *ch = &r->choices[j];
+        if (ch->phase == WF_CHOICE_DONE) continue;
+        if (!r->prompt_sampled) {
+            if (leader >= 0) {
+                ch->phase = WF_CHOICE_WAIT_FORK;
+                continue;
+            }
+            leader = j;
+            ch->target = r->spec.n_prompt;
+        } else {
+            ch->target = ch->n_tokens - 1; /* the last token is fed by the next decode */
+        }
+        ch->phase = WF_CHOICE_PREFILL;
+        int n_look = r->prompt_sampled ? ch->n_tokens : r->spec.n_prompt;
+        int m = wf_kv_seq_match_prefix(c->cfg.pool, &ch->kv, ch->tokens, n_look);
+        if (!r->admitted_once && j == leader) r->cached_prompt_tokens = m;
+        if (ch->kv.n_tokens >= ch->target) ch->phase = WF_CHOICE_DECODE;
+    }
+    r->admitted_once = true;
+}
+
+static void cancel_flagged(wf_core *c, wf_request **arr, int *n, uint64_t now) {
+    for (int i = 0; i < *n;) {
+        wf_request *r = arr[i];
+        if (atomic_load_explicit(&r->cancel_requested, memory_order_acquire))
+            end_request(c, r, WF_FINISH_CANCELLED, WF_ECANCELLED, "cancelled", now);
+        else
+            i++;
+    }
+}
+
+/* Blocks the first admission of r needs (its prompt or recompute, not cached blocks). */
+static int blocks_to_admit(const wf_core *c, const wf_request *r) {
+    int bs = wf_kv_pool_block_size(c->cfg.pool), need = 0;
+    for (int j = 0; j < r->n_choices; j++) {
+        const wf_choice *ch = &r->choices[j];
+        if (ch->phase == WF_CHOICE_DONE) continue;
+        need += (ch->n_tokens + bs - 1) / bs;
+        if (!r->prompt_sampled) break; /* the choices will share the prompt */
+    }
+    return need;
+}
+
+/* Before planning: the most urgent waiting request may push out running requests it
+ * displaces (policy), until it has a seat and blocks for its prompt. */
+static void displace_for_waiting(wf_core *c, uint64_t now) {
+    const wf_sched_policy *pol = c->cfg.policy;
+    if (c->n_waiting == 0 || c->n_running == 0) return;
+    sort_requests(pol, c->waiting, c->n_waiting);
+    wf_request *w = c->waiting[0];
+    if (w->n_preemptions > 0 && w->preempted_iteration == c->iteration) return;
+    int need = blocks_to_admit(c, w) + wf_kv_pool_n_blocks(c->cfg.pool) / 100;
+    while (c->n_running > 0 && (c->running_seqs + w->n_active > c->cfg.max_running ||
+                                need > wf_kv_pool_available(c->cfg.pool))) {
+        wf_request *v = pick_victim(c, 0);
+        if (!pol->displaces(w, v)) return;
+        preempt(c, v, now);
+    }
+}
+
+wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
+    c->iteration++;
+    c->batch.iteration = c->iteration;
+    c->batch.n_tasks = 0;
+    c->last_prefill_tokens = c->last_decode_tokens = 0;
+    c->last_context = 0;
+    cancel_flagged(c, c->running, &c->n_running, now);
+    cancel_flagged(c, c->waiting, &c->n_waiting, now);
+    const wf_sched_policy *pol = c->cfg.policy;
+    sort_requests(pol, c->running, c->n_running);
+    int budget = c->cfg.max_batch_tokens;
+    if (pol->displaces) displace_for_waiting(c, now);
+
+    /* 1. Every running decode first: streams never stall behind long prompts. */
+    for (int i = 0; i < c->n_running; i++) {
+        wf_request *r = c->running[i];
+        int first = c->batch.n_tasks, budget_before = budget;
+        double ctx_before = c->last_context;
+        int dec_before = c->last_decode_tokens;
+        bool ok = true;
+        for (int j = 0; j < r->n_choices && ok; j++) {
+            if (r->choices[j].phase != WF_CHOICE_DECODE) continue;
+            if (budget <= 0 || c->batch.n_tasks >= c->max_tasks) break;
+            ok = plan_decode(c, r, j, i, &budget, now);
+        }
+        if (ok) continue;
+        /* Out of blocks with nobody behind r: r itself yields (its tasks are withdrawn). */
+        c->batch.n_tasks = first;
+        budget = budget_before;
+        c->last_context = ctx_before;
+        c->last_decode_tokens = dec_before;
+        if (c->n_running == 1 && i == 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "KV cache too small: the request needs more than the %d blocks of %d "
+                     "tokens the cache holds",
+                     wf_kv_pool_n_blocks(c->cfg.pool), wf_kv_pool_block_size(c->cfg.pool));
+            end_request(c, r, WF_FINISH_ERROR, WF_EFULL, msg, now);
+        } else {
+            preempt(c, r, now);
+        }
+        i--; /* r left the running array */
+    }
+
+    /* SLO budget: what is left of the tightest TPOT after the decodes goes to prefill. At
+     * least max(one block, 1/8 of the budget) of prefill always runs: prompts progress. */
+    double min_tpot = 0;
+    const wf_cost_model *cm = c->cfg.cost;
+    if (pol->tpot_budget && cm) {
+        for (int i = 0; i < c->n_running; i++)
+            if (min_tpot == 0 || c->running[i]->tpot_ms < min_tpot) min_tpot = c->running[i]->tpot_ms;
+        if (min_tpot > 0) {
+            double spent = wf_cost_model_predict(cm, 0, c->last_decode_tokens, c->last_context);
+            double per_tok = cm->coef[1] + cm->coef[3];
+            int floor_tokens = wf_kv_pool_block_size(c->cfg.pool);
+            if (floor_tokens < c->cfg.max_batch_tokens / 8) floor_tokens = c->cfg.max_batch_tokens / 8;
+            int allow = per_tok > 0 ? (int)((min_tpot - spent) / per_tok) : budget;
+            if (allow < floor_tokens) allow = floor_tokens;
+            if (allow < budget) budget = allow;
+        }
+    }
+
+    /* 2. Chunks of running requests still in prefill (long prompts, recomputes). */
+    for (int i = 0; i < c->n_running && budget > 0; i++) {
+        wf_request *r = c->running[i];
+        for (int j = 0; j < r->n_choices; j++)
+            if (r->choices[j].phase == WF_CHOICE_PREFILL) plan_prefill(c, r, j, &budget);
+    }
+
+    /* 3. Admit waiting requests in policy order while budget, max_running and blocks allow. */
+    for (int k = 0; k < c->n_waiting; k++) {
+        wf_request *r = c->waiting[k];
+        r->ttft_missed = !r->prompt_sampled &&
+                         now > r->times.queued_ns + (uint64_t)(r->ttft_ms * 1e6);
+    }
+    sort_requests(pol, c->waiting, c->n_waiting);
+    for (int k = 0; k < c->n_waiting && budget > 0 && c->batch.n_tasks < c->max_tasks;) {
+        wf_request *r = c->waiting[k];
+        if (r->preempted_iteration == c->iteration && r->n_preemptions > 0) {
+            k++;
+            continue;
+        }
+        if (c->running_seqs + r->n_active > c->cfg.max_running) break; /* keep the order */
+        if (pol->tpot_budget && cm) {
+            /* One more stream must not push the decode-only iteration past anyone's TPOT. */
+            double tightest = min_tpot > 0 && min_tpot < r->tpot_ms ? min_tpot : r->tpot_ms;
+            double per_seq = c->running_seqs > 0 ? c->last_context / c->running_seqs : 0;
+            double t = wf_cost_model_predict(cm, 0, c->running_seqs + r->n_active,
+                                             c->last_context + per_seq * r->n_active);
+            if (c->n_running > 0 && t > tightest) break;
+        }
+        /* Admit only if the whole prompt (what the cache does not hold) fits and leaves a
+         * watermark of free blocks for the running sequences to grow into: admitting more
+         * than that only buys preemptions (recompute) a few iterations later. */
+        int avail = wf_kv_pool_available(c->cfg.pool);
+        if (avail == 0) break;
+        int need = blocks_to_admit(c, r);
+        if (c->n_running > 0 && need + wf_kv_pool_n_blocks(c->cfg.pool) / 100 > avail) break;
+        admit_setup(c, r);
+        int got = 0, n_prefill = 0;
+        for (int j = 0; j < r->n_choices; j++)
+            if (r->choices[j].phase == WF_CHOICE_PREFILL) {
+                n_prefill++;
+                got += plan_prefill(c, r, j, &budget);
+            }
+        if (n_prefill > 0 && got == 0) {
+            for (int j = 0; j < r->n_choices; j++) wf_kv_seq_release(c->cfg.pool, &r->choices[j].kv);
+            break; /* no room: wait for blocks, keep the order */
+        }
+        memmove(&c->waiting[k], &c->waiting[k + 1], (size_t)(c->n_waiting - k - 1) * sizeof *c->waiting);
+        c->n_waiting--;
+        if (push(&c->running, &c->n_running, &c->cap_running, r) != WF_OK) {
+            end_request(c, r, WF_FINISH_ERROR, WF_ENOMEM, "out of memory", now);
+            continue;
+        }
+        r->state = WF_REQUEST_RUNNING;
+        if (!r->times.started_ns) r->times.started_ns = now;
+        c->running_seqs += r->n_active;
+    }
+
+    /* 4. Running requests that could not get a block for their prefill would wait forever if
+     * nothing else runs: the one last in policy order yields. */
+    if (c->batch.n_tasks == 0 && c->n_running > 1) preempt(c, pick_victim(c, 0), now);
+    else if (c->batch.n_tasks == 0 && c->n_running == 1 &&
+             wf_kv_pool_available(c->cfg.pool) == 0)
+        end_request(c, c->running[0], WF_FINISH_ERROR, WF_EFULL,
+                    "KV cache too small for this request", now);
+    flush_retired(c);
+    return &c->batch;
+}
+
+/* Applies one drawn token to choice j (or ends the choice). */
+static void apply_sample(wf_core *c, wf_request *r, int j, const wf_task_sample *s,
+                         uint64_t now) {
+    wf_choice *ch = &r->choices[j];
+    ch->rng = s->rng_state;
+    if (s->out_is_eog && !s->suppress_eos) {
+        finish_choice(c, r, j, WF_FINISH_STOP, WF_OK, NULL, now);
+        return;
+    }
+    ch->tokens[ch->n_tokens++] = s->out.token;
+    ch->n_generated++;
+    if (ch->n_generated > r->max_generated) r->max_generated = ch->n_generated;
+    if (!r->times.first_token_ns) r->times.first_token_ns = now;
+    c->cfg.cb.token(c->cfg.cb.user, r, j, &s->out, now);
+    if (ch->n_generated >= r->max_tokens || ch->n_tokens >= c->cfg.n_ctx)
+        finish_choice(c, r, j, WF_FINISH_LENGTH, WF_OK, NULL, now);
+    else
+        ch->phase = WF_CHOICE_DECODE;
+}
+
+void wf_core_complete(wf_core *c, wf_status status, const char *message, uint64_t now) {
+    for (int k = 0; k < c->batch.n_tasks; k++) {
+        wf_task *t = &c->tasks[k];
+        wf_request *r = c->task_req[k];
+        if (status != WF_OK && t->status == WF_OK) t->status = status;
+        emit_task_event(c, r, t);
+        if (r->state != WF_REQUEST_RUNNING) continue; /* failed by an earlier task */
+        if (t->status != WF_OK) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s task failed: %s%s%s", wf_task_kind_str(t->kind),
+                     wf_status_str(t->status), message ? ": " : "", message ? message : "");
+            end_request(c, r, WF_FINISH_ERROR, t->status, msg, now);
+            continue;
+        }
+        int j = c->task_choice[k];
+        wf_choice *ch = &r->choices[j];
+        if (ch->phase == WF_CHOICE_DONE) continue;
+        wf_kv_seq_commit(c->cfg.pool, &ch->kv, ch->tokens, t->pos + t->n_tokens);
+        if (t->kind == WF_TASK_DECODE) {
+            apply_sample(c, r, j, &t->samples[0], now);
+            continue;
+        }
+        if (ch->kv.n_tokens < ch->target) continue; /* more chunks to come */
+        if (t->n_samples == 0) {
+            ch->phase = WF_CHOICE_DECODE; /* a recompute caught up */
+            continue;
+        }
+        /* Final prompt chunk: the waiting choices share the prompt's blocks (copy-on-write),
+         * then each choice takes its own first token. */
+        r->prompt_sampled = true;
+        for (int i = 0; i < r->n_choices; i++)
+            if (i != j && r->choices[i].phase == WF_CHOICE_WAIT_FORK) {
+                wf_kv_seq_fork(c->cfg.pool, &ch->kv, &r->choices[i].kv);
+                r->choices[i].phase = WF_CHOICE_DECODE;
+            }
+        /* Same walk as plan_prefill: active choices in index order, one sample each. */
+        int si = 0;
+        for (int i = 0; i < r->n_choices && si < t->n_samples; i++)
+            if (r->choices[i].phase != WF_CHOICE_DONE)
+                apply_sample(c, r, i, &t->samples[si++], now);
+    }
+    flush_retired(c);
+}
+
+void wf_core_get_load(const wf_core *c, wf_core_load *out) {
+    memset(out, 0, sizeof *out);
+    out->n_waiting = c->n_waiting;
+    for (int i = 0; i < c->n_waiting; i++) {
+        const wf_request *r = c->waiting[i];
+        for (int j = 0; j < r->n_choices; j++) {
+            const wf_choice *ch = &r->choices[j];
+            if (ch->phase == WF_CHOICE_DONE) continue;
+            if (!r->prompt_sampled) {
+                out->pending_prefill_tokens += r->spec.n_prompt;
+                break;
+            }
+            out->pending_prefill_tokens += ch->n_tokens - 1;
+        }
+    }
+    for (int i = 0; i < c->n_running; i++) {
+        const wf_request *r = c->running[i];
+        for (int j = 0; j < r->n_choices; j++) {
+            const wf_choice *ch = &r->choices[j];
+            if (ch->phase == WF_CHOICE_PREFILL)
+                out->pending_prefill_tokens += ch->target - ch->kv.n_tokens;
+            else if (ch->phase == WF_CHOICE_DECODE) {
+                out->n_decode++;
+                out->decode_context += ch->n_tokens;
+            }
+        }
+    }
+}
+
+wf_status wf_core_admit(const wf_admission *a, int n_prompt, double ttft_slo_ms,
+                        double *retry_after_s, double *pred_ms, char *msg, int msglen) {
+    double drain_ms = 0, pred = 0;
+    if (a->cost)
+        pred = wf_cost_model_predict_ttft(a->cost, a->max_batch_tokens,
+                                          a->load.pending_prefill_tokens, a->load.n_decode,
+                                          a->load.decode_context, n_prompt, &drain_ms);
+    if (pred_ms) *pred_ms = pred;
+    *retry_after_s = 0;
+    if (a->load.n_waiting >= a->queue_size) {
+        *retry_after_s = drain_ms / 1000.0;
+        snprintf(msg, (size_t)msglen, "queue full (%d requests waiting)", a->load.n_waiting);
+        return WF_EFULL;
+    }
+    if (a->cost && pred > a->factor * ttft_slo_ms) {
+        *retry_after_s = drain_ms / 1000.0;
+        snprintf(msg, (size_t)msglen,
+                 "predicted time to first token %.0f ms exceeds %.1f x the %.0f ms SLO", pred,
+                 a->factor, ttft_slo_ms);
+        return WF_EOVERLOAD;
+    }
+    return WF_OK;
+}

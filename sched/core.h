@@ -1,0 +1,127 @@
+/* Internal: the scheduling core, a pure function of its inputs plus a clock. The scheduler
+ * thread (sched.c) and the simulator (sim.c) drive the SAME code:
+ *
+ *     wf_core core;
+ *     wf_core_init(&core, &cfg);                       // policy, budgets, pool, callbacks
+ *     wf_core_add(&core, req, now_ns);                 // a new request (state QUEUED)
+ *     for (;;) {
+ *         wf_task_batch *b = wf_core_plan(&core, now_ns);   // pick this iteration's tasks
+ *         if (b->n_tasks == 0) ...idle...
+ *         wf_status st = run(b);                        // executor, or the cost model
+ *         wf_core_complete(&core, st, end_ns);          // tokens, finishes, KV commits
+ *     }
+ *
+ * Planning (one iteration): cancelled requests are retired first; a waiting request may
+ * displace running ones if the policy says so (priority); then every running decode gets one
+ * token (running requests in policy order; when KV blocks run out, the request the policy's
+ * victim order picks among those not yet planned is preempted: its blocks are freed and it is
+ * requeued to be recomputed); then prefill chunks of partially prefilled running requests
+ * (with the slo policy and a cost model, sized to fit the tightest TPOT SLO); then waiting
+ * requests are admitted in policy order (prefix-cache match first) while the token budget,
+ * max_running, the TPOT budget and the KV pool (whole prompt + a 1 % watermark) allow.
+ * A request's trajectory is PREFILL chunk.. -> DECODE step.. -> FINISH; the FINISH task (KV
+ * released) is reported through cb.task like the executor's tasks. Requests that end are
+ * handed to cb.retired at the end of the call (a safe point: the callback may free them).
+ *
+ * Not thread-safe: the owner thread only. Events leave through the callbacks. */
+#ifndef WF_SCHED_CORE_H
+#define WF_SCHED_CORE_H
+
+#include "kv/paged.h"
+#include "sched/cost_model.h"
+#include "sched/policy.h"
+#include "sched/request_impl.h"
+
+typedef struct wf_core_callbacks {
+    /* A token of one choice (not called for an end-of-generation token). */
+    void (*token)(void *user, wf_request *req, int choice, const wf_generated_token *tok,
+                  uint64_t now_ns);
+    /* A choice ended. status/message explain errors. */
+    void (*finished)(void *user, wf_request *req, int choice, wf_finish_reason reason,
+                     wf_status status, const char *message, uint64_t now_ns);
+    /* The request reached a terminal state; the core no longer references it. */
+    void (*retired)(void *user, wf_request *req);
+    /* Optional: a task ended (event with the executor's begin/end timestamps). */
+    void (*task)(void *user, const wf_request *req, const wf_task *task);
+    void *user;
+} wf_core_callbacks;
+
+typedef struct wf_core_config {
+    const wf_sched_policy *policy;
+    int max_batch_tokens;
+    int max_running;          /* sequences in the running set */
+    int n_ctx;
+    wf_kv_pool *pool;
+    wf_kv_store *store;       /* NULL in the simulator: copy-on-write copies nothing */
+    wf_group group;           /* the device group every task runs on */
+    /* Optional (may be NULL): the cost model the policy's TPOT budget predicts with. The owner
+     * may update or swap it between iterations (online refit; NULL while untrusted). */
+    const wf_cost_model *cost;
+    wf_core_callbacks cb;
+} wf_core_config;
+
+typedef struct wf_core {
+    wf_core_config cfg;
+    wf_request **waiting;     /* queued and preempted, kept in policy order */
+    int n_waiting, cap_waiting;
+    wf_request **running;
+    int n_running, cap_running;
+    /* Requests that reached a terminal state during this call: handed to cb.retired only at
+     * the end of the call (a safe point), because the callback may free them. */
+    wf_request **retired;
+    int n_retired, cap_retired;
+    int running_seqs;         /* active choices of running requests */
+    /* The iteration being planned/run: preallocated for the worst case. */
+    wf_task *tasks;
+    wf_task_sample *samples;
+    wf_request **task_req;
+    int *task_choice;
+    int max_tasks;
+    wf_task_batch batch;
+    /* What the last plan packed (for the cost model). */
+    int last_prefill_tokens, last_decode_tokens;
+    double last_context;
+    uint64_t iteration, next_task_id, next_seq_id, next_serial;
+    uint64_t preempted_total, finished_total, failed_total, cancelled_total;
+} wf_core;
+
+/* WF_EINVAL (bad config), WF_ENOMEM. */
+wf_status wf_core_init(wf_core *core, const wf_core_config *cfg);
+/* Requests still held are retired as cancelled (callbacks run). */
+void wf_core_free(wf_core *core, uint64_t now_ns);
+/* Takes the scheduler's reference to req (given back through cb.retired). WF_ENOMEM. */
+wf_status wf_core_add(wf_core *core, wf_request *req, uint64_t now_ns);
+wf_task_batch *wf_core_plan(wf_core *core, uint64_t now_ns);
+/* Applies the outputs of the batch returned by the last plan. status != WF_OK: the whole
+ * batch failed and each of its requests fails with message. */
+void wf_core_complete(wf_core *core, wf_status status, const char *message, uint64_t now_ns);
+/* Ends every request (FINISHED with reason/status), e.g. at the drain deadline. */
+void wf_core_abort_all(wf_core *core, wf_finish_reason reason, wf_status status,
+                       const char *message, uint64_t now_ns);
+static inline int wf_core_n_requests(const wf_core *core) {
+    return core->n_waiting + core->n_running;
+}
+
+/* Load summary for admission control. */
+typedef struct wf_core_load {
+    double pending_prefill_tokens; /* prompt tokens still to compute (waiting + running) */
+    int n_waiting;
+    int n_decode;                  /* sequences decoding */
+    double decode_context;         /* their summed context */
+} wf_core_load;
+void wf_core_get_load(const wf_core *core, wf_core_load *out);
+
+/* Admission control, pure (the scheduler's submit and the simulator both call it). */
+typedef struct wf_admission {
+    const wf_cost_model *cost;   /* NULL: no trusted prediction yet: only the queue bound */
+    int max_batch_tokens, queue_size;
+    double factor;               /* reject when predicted TTFT > factor * the TTFT SLO */
+    wf_core_load load;           /* what is queued and running ahead of the new request */
+} wf_admission;
+/* WF_OK, WF_EFULL (queue at its bound) or WF_EOVERLOAD (predicted TTFT too long); on a refusal
+ * *retry_after_s is the predicted drain time of the queued prefill work and msg says why.
+ * *pred_ms (may be NULL) receives the prediction (0 without a cost model). */
+wf_status wf_core_admit(const wf_admission *a, int n_prompt, double ttft_slo_ms,
+                        double *retry_after_s, double *pred_ms, char *msg, int msglen);
+
+#endif

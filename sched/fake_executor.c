@@ -1,0 +1,115 @@
+/* Deterministic fake model over the real paged KV layout: see fake_executor.h. */
+#include "sched/fake_executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void wf_fake_executor_init(wf_fake_executor *fx, wf_kv_store *store, int vocab,
+                           int32_t eog_token) {
+    memset(fx, 0, sizeof *fx);
+    fx->store = store;
+    fx->vocab = vocab > 1 ? vocab : 2;
+    fx->eog_token = eog_token;
+    fx->verify_kv = true;
+}
+
+static uint64_t mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+int32_t wf_fake_next_token(const wf_fake_executor *fx, const int32_t *tokens, int n,
+                           const wf_sampling_params *params, uint64_t *rng) {
+    uint64_t h = 0x12345678ull + (uint64_t)n;
+    for (int i = 0; i < n; i++) h = mix(h ^ (uint64_t)(uint32_t)tokens[i]);
+    if (params && params->temperature > 0 && rng) {
+        *rng = mix(*rng + 0x9e3779b97f4a7c15ull);
+        h = mix(h ^ *rng);
+    }
+    return (int32_t)(h % (uint64_t)fx->vocab);
+}
+
+static float *slot_k(wf_kv_store *s, int block, int slot) {
+    return (float *)wf_kv_store_k(s, 0, block) + (size_t)slot * s->row_elems;
+}
+static float *slot_v(wf_kv_store *s, int block, int slot) {
+    return (float *)wf_kv_store_v(s, 0, block) + (size_t)slot * s->row_elems;
+}
+
+static wf_status run_task(wf_fake_executor *fx, wf_task *t, int32_t *scratch, int cap) {
+    wf_kv_store *s = fx->store;
+    int bs = s->geometry.block_size;
+    int end = t->pos + t->n_tokens;
+    if (t->n_tokens < 1 || t->pos < 0 || (end + bs - 1) / bs > t->n_blocks || end > cap)
+        return WF_EINVAL;
+    for (int i = 0; i < t->n_tokens; i++) {
+        int p = t->pos + i, b = t->block_table[p / bs];
+        if (b < 0 || b >= s->n_blocks) return WF_EINVAL;
+        *slot_k(s, b, p % bs) = (float)t->tokens[i];
+        *slot_v(s, b, p % bs) = (float)p;
+    }
+    if (t->n_samples == 0) return WF_OK;
+    /* "Attention": read the whole sequence back through the block table. */
+    for (int p = 0; p < end; p++) {
+        int b = t->block_table[p / bs];
+        if (*slot_v(s, b, p % bs) != (float)p) return WF_EFORMAT;
+        scratch[p] = (int32_t)*slot_k(s, b, p % bs);
+    }
+    for (int k = 0; k < t->n_samples; k++) {
+        wf_task_sample *sm = &t->samples[k];
+        if (fx->verify_kv &&
+            (sm->n_history != end ||
+             memcmp(sm->history, scratch, (size_t)end * sizeof *scratch) != 0))
+            return WF_EFORMAT; /* the KV does not hold this sequence: a scheduler bug */
+        int32_t tok = wf_fake_next_token(fx, scratch, end, sm->params, &sm->rng_state);
+        if (sm->suppress_eos && tok == fx->eog_token) tok = (tok + 1) % fx->vocab;
+        memset(&sm->out, 0, sizeof sm->out);
+        sm->out.token = tok;
+        sm->out.logprob = -1.0f;
+        sm->out_is_eog = tok == fx->eog_token;
+        fx->samples++;
+    }
+    return WF_OK;
+}
+
+static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
+    wf_fake_executor *fx = ctx;
+    fx->batches++;
+    if (fx->fail_batch > 0 && fx->batches == (uint64_t)fx->fail_batch) return WF_EIO;
+    int cap = 0;
+    for (int i = 0; i < batch->n_tasks; i++)
+        if (batch->tasks[i].pos + batch->tasks[i].n_tokens > cap)
+            cap = batch->tasks[i].pos + batch->tasks[i].n_tokens;
+    int32_t *scratch = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *scratch);
+    if (!scratch) return WF_ENOMEM;
+    int tokens = 0;
+    for (int i = 0; i < batch->n_tasks; i++) {
+        wf_task *t = &batch->tasks[i];
+        t->t_begin_ns = mono_ns();
+        t->status = run_task(fx, t, scratch, cap);
+        t->t_end_ns = mono_ns();
+        tokens += t->n_tokens;
+        fx->tasks++;
+    }
+    free(scratch);
+    fx->tokens += (uint64_t)tokens;
+    if (tokens > fx->max_batch_tokens_seen) fx->max_batch_tokens_seen = tokens;
+    if (fx->on_batch) fx->on_batch(fx->user, batch);
+    return WF_OK;
+}
+
+static const wf_executor_ops fake_ops = {.name = "fake", .run_batch = fake_run_batch};
+
+wf_executor wf_fake_executor_get(wf_fake_executor *fx) {
+    return (wf_executor){.ops = &fake_ops, .ctx = fx};
+}

@@ -1,0 +1,40 @@
+/* Internal: scheduling policies behind a small vtable, selected by name. A policy is an order
+ * over requests: the core admits waiting requests in that order and preempts from its end.
+ *
+ *     const wf_sched_policy *p = wf_sched_policy_find("slo");   // NULL if unknown
+ *     if (p->compare(a, b) < 0) ... a goes first
+ */
+#ifndef WF_SCHED_POLICY_H
+#define WF_SCHED_POLICY_H
+
+#include "sched/request_impl.h"
+
+typedef struct wf_sched_policy {
+    const char *name;
+    /* Negative when a should be served before b; ties must be broken (the core also breaks
+     * remaining ties by arrival). Pure: reads only the two requests. */
+    int (*compare)(const wf_request *a, const wf_request *b);
+    /* Preemption order: positive when a should be preempted before b. Kept separate from
+     * compare so that growing sequences (whose EDF deadline moves back with every token) are
+     * not the ones recomputed over and over. */
+    int (*victim_compare)(const wf_request *a, const wf_request *b);
+    /* SLO-aware batch sizing: with a cost model, each iteration's prefill tokens and the number
+     * of decoding sequences are capped so that the predicted iteration time stays within the
+     * tightest TPOT SLO of the running requests (a long prompt then costs the streams nothing
+     * beyond their budget). */
+    bool tpot_budget;
+    /* Optional: true when waiting request w may take the place of running request r (r is
+     * preempted, w admitted) when seats or KV blocks are short. NULL: never. */
+    bool (*displaces)(const wf_request *w, const wf_request *r);
+} wf_sched_policy;
+
+/* "fcfs": arrival order; preempts the latest arrival.
+ * "priority": larger spec.priority first, then arrival; preempts the lowest priority, latest;
+ *   a waiting request displaces running ones of strictly lower priority.
+ * "slo": earliest deadline first (wf__request_deadline_ns), then arrival; preempts the request
+ * with the latest first-token deadline (most slack when it arrived). */
+const wf_sched_policy *wf_sched_policy_find(const char *name);
+/* Comma-separated names, for help texts. */
+const char *wf_sched_policy_names(void);
+
+#endif

@@ -1,0 +1,857 @@
+/* The scheduler thread around the planning core: intake from the submission handoff,
+ * admission control, plan -> executor -> complete, event delivery from a free list, stats,
+ * calibration of the cost model, drain and shutdown. */
+#include "sched/sched.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/log.h"
+#include "sched/core.h"
+#include "sched/cost_model.h"
+
+#define EVENT_CHUNK 512
+/* Start-up calibration stops measuring after this long (a batch in flight completes). */
+#define CALIBRATION_NS 2000000000ull
+
+struct wf_sched {
+    wf_sched_options opts;
+    wf_kv_store *kv;
+    wf_executor exec;
+    wf_kv_pool *pool;
+    wf_core core;
+    wf_cost_model cost;          /* thread-owned; coefficients copied out under lock */
+    pthread_t thread;
+    bool started;
+
+    wf_handoff inbox;            /* submissions + wake-ups; bounded by admission upstream */
+    wf_handoff_item wake_item;
+    atomic_bool wake_pending;
+
+    pthread_mutex_t lock;        /* everything below up to the event pool */
+    pthread_cond_t idle_cond;
+    bool draining, stopping, drained;
+    uint64_t drain_deadline_ns;
+    int inflight_reqs;           /* accepted but not yet taken in by the thread */
+    double inflight_prefill;
+    wf_core_load load;
+    wf_cost_model cost_pub;
+    bool model_trusted;          /* given/loaded, calibrated from enough batches, or refitted
+                                  * online from enough iterations: admission may use it */
+    wf_sched_stats stats;
+    wf_request *live;            /* every request not yet freed, for /admin */
+    uint64_t rng_counter;
+
+    pthread_mutex_t ev_lock;
+    wf_request_event *ev_free;
+    void **ev_chunks;
+    int n_chunks, cap_chunks;
+
+    /* Thread-owned: a private stock of free events refilled from ev_free in one lock, so the
+     * per-token path takes no lock to get an event. */
+    wf_request_event *ev_local;
+    /* Thread-owned: events whose queue was full, delivered in order later. */
+    wf_request_event *pend_head, *pend_tail;
+    double iter_ms_avg, overhead_ms_avg, overhead_frac, plan_ms_avg, complete_ms_avg;
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void wf_sched_options_init(wf_sched_options *o) {
+    memset(o, 0, sizeof *o);
+    o->policy = "slo";
+    o->queue_size = 256;
+    o->max_batch_tokens = 512;
+    o->max_running = 64;
+    o->n_ctx = 2048;
+    o->default_ttft_ms = 2000;
+    o->default_tpot_ms = 200;
+    o->admission_factor = 2.0;
+    o->prefix_cache = true;
+    o->online_refit = true;
+    o->seed = 0x5eedf00dull;
+}
+
+const char *wf_request_state_str(wf_request_state st) {
+    switch (st) {
+    case WF_REQUEST_QUEUED: return "queued";
+    case WF_REQUEST_RUNNING: return "running";
+    case WF_REQUEST_PREEMPTED: return "preempted";
+    case WF_REQUEST_FINISHED: return "finished";
+    case WF_REQUEST_FAILED: return "failed";
+    case WF_REQUEST_CANCELLED: return "cancelled";
+    }
+    return "unknown";
+}
+
+/* ---- events ---- */
+
+static bool event_chunk_add(wf_sched *s) {
+    if (s->n_chunks == s->cap_chunks) {
+        int cap = s->cap_chunks ? s->cap_chunks * 2 : 8;
+        void **grown = realloc(s->ev_chunks, (size_t)cap * sizeof *grown);
+        if (!grown) return false;
+        s->ev_chunks = grown;
+        s->cap_chunks = cap;
+    }
+    wf_request_event *chunk = calloc(EVENT_CHUNK, sizeof *chunk);
+    if (!chunk) return false;
+    s->ev_chunks[s->n_chunks++] = chunk;
+    for (int i = 0; i < EVENT_CHUNK; i++) {
+        chunk[i].link.next = (wf_handoff_item *)s->ev_free;
+        s->ev_free = &chunk[i];
+    }
+    return true;
+}
+
+static wf_request_event *event_get(wf_sched *s) {
+    if (!s->ev_local) {
+        pthread_mutex_lock(&s->ev_lock);
+        if (!s->ev_free && !event_chunk_add(s)) {
+            pthread_mutex_unlock(&s->ev_lock);
+            /* Losing an event would leave a client hanging forever; with no memory left for
+             * a few hundred bytes the process cannot serve anyway. */
+            WF_LOG_ERROR("sched", NULL, "out of memory for events");
+            abort();
+        }
+        s->ev_local = s->ev_free;
+        s->ev_free = NULL;
+        pthread_mutex_unlock(&s->ev_lock);
+    }
+    wf_request_event *ev = s->ev_local;
+    s->ev_local = (wf_request_event *)ev->link.next;
+    memset(ev, 0, sizeof *ev);
+    return ev;
+}
+
+void wf_request_event_free(wf_sched *s, wf_request_event *ev) {
+    pthread_mutex_lock(&s->ev_lock);
+    ev->link.next = (wf_handoff_item *)s->ev_free;
+    s->ev_free = ev;
+    pthread_mutex_unlock(&s->ev_lock);
+}
+
+/* Tries to deliver; a full queue keeps the event (and every later one) for the next iteration,
+ * a closed queue means the consumer is gone: the event is dropped and the request cancelled. */
+static bool deliver(wf_sched *s, wf_request_event *ev) {
+    wf_request *r = ev->request;
+    wf_status st = wf_handoff_push(r->events, &ev->link);
+    if (st == WF_EFULL) return false;
+    if (st != WF_OK) {
+        atomic_store(&r->cancel_requested, true);
+        wf_request_event_free(s, ev);
+    }
+    return true;
+}
+
+static void flush_pending(wf_sched *s) {
+    while (s->pend_head) {
+        wf_request_event *ev = s->pend_head;
+        wf_request_event *next = (wf_request_event *)ev->link.next;
+        if (!deliver(s, ev)) {
+            ev->link.next = (wf_handoff_item *)next; /* push reset it */
+            return;
+        }
+        s->pend_head = next;
+        if (!next) s->pend_tail = NULL;
+    }
+}
+
+static void emit(wf_sched *s, wf_request_event *ev) {
+    if (!s->pend_head && deliver(s, ev)) return;
+    ev->link.next = NULL;
+    if (s->pend_tail) s->pend_tail->link.next = &ev->link;
+    else s->pend_head = ev;
+    s->pend_tail = ev;
+}
+
+/* ---- request references ---- */
+
+static void request_unref(wf_sched *s, wf_request *r) {
+    if (atomic_fetch_sub(&r->refs, 1) != 1) return;
+    pthread_mutex_lock(&s->lock);
+    if (r->live_prev) r->live_prev->live_next = r->live_next;
+    else s->live = r->live_next;
+    if (r->live_next) r->live_next->live_prev = r->live_prev;
+    pthread_mutex_unlock(&s->lock);
+    wf__request_free(r);
+}
+
+/* ---- core callbacks (scheduler thread) ---- */
+
+static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
+                     uint64_t now) {
+    wf_sched *s = user;
+    wf_request_event *ev = event_get(s);
+    ev->request = r;
+    ev->user = r->user;
+    ev->kind = WF_EVENT_TOKEN;
+    ev->choice = choice;
+    ev->t_ns = now;
+    ev->token = *tok;
+    emit(s, ev);
+}
+
+static void cb_finished(void *user, wf_request *r, int choice, wf_finish_reason reason,
+                        wf_status status, const char *message, uint64_t now) {
+    wf_sched *s = user;
+    wf_request_event *ev = event_get(s);
+    ev->request = r;
+    ev->user = r->user;
+    ev->kind = WF_EVENT_FINISHED;
+    ev->choice = choice;
+    ev->t_ns = now;
+    ev->finish = reason;
+    ev->status = status;
+    if (message) snprintf(ev->message, sizeof ev->message, "%s", message);
+    ev->usage.prompt_tokens = r->spec.n_prompt;
+    ev->usage.completion_tokens = r->choices[choice].n_generated;
+    ev->usage.cached_prompt_tokens = r->cached_prompt_tokens;
+    ev->times = r->times;
+    ev->times.finished_ns = now;
+    if (status != WF_OK && reason == WF_FINISH_ERROR)
+        WF_LOG_WARN("sched", r->spec.id, "choice %d failed: %s", choice, ev->message);
+    emit(s, ev);
+}
+
+static void cb_retired(void *user, wf_request *r) {
+    wf_sched *s = user;
+    pthread_mutex_lock(&s->lock);
+    r->snap.state = r->state;
+    pthread_mutex_unlock(&s->lock);
+    request_unref(s, r);
+}
+
+static void cb_task(void *user, const wf_request *r, const wf_task *t) {
+    (void)user;
+    WF_LOG_TRACE("sched", r->spec.id, "task %llu %s seq %llu pos %d n %d: %s (%.3f ms)",
+                 (unsigned long long)t->id, wf_task_kind_str(t->kind),
+                 (unsigned long long)t->request_seq, t->pos, t->n_tokens,
+                 wf_status_name(t->status),
+                 t->t_end_ns > t->t_begin_ns ? (double)(t->t_end_ns - t->t_begin_ns) / 1e6 : 0.0);
+}
+
+/* ---- construction ---- */
+
+static uint64_t group_id(const wf_group *g) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < g->n_ranks; i++) {
+        h ^= (uint64_t)(uint32_t)g->ranks[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executor executor,
+                       wf_sched **out) {
+    *out = NULL;
+    const wf_sched_policy *pol = wf_sched_policy_find(opts->policy);
+    if (!pol) {
+        WF_LOG_ERROR("sched", NULL, "unknown policy \"%s\" (known: %s)", opts->policy,
+                     wf_sched_policy_names());
+        return WF_EINVAL;
+    }
+    if (!kv || kv->n_blocks <= 0 || !executor.ops || !executor.ops->run_batch ||
+        opts->queue_size < 1 || opts->max_batch_tokens < 1 || opts->max_running < 1 ||
+        opts->n_ctx < 2 || opts->default_ttft_ms <= 0 || opts->default_tpot_ms <= 0 ||
+        opts->admission_factor <= 0)
+        return WF_EINVAL;
+    wf_sched *s = calloc(1, sizeof *s);
+    if (!s) return WF_ENOMEM;
+    wf_status st = WF_ENOMEM;
+    s->opts = *opts;
+    s->opts.policy = pol->name;
+    s->opts.cost_model_file = NULL; /* only read in start; not kept */
+    s->kv = kv;
+    s->exec = executor;
+    if (pthread_mutex_init(&s->lock, NULL) != 0) goto fail_lock;
+    if (pthread_mutex_init(&s->ev_lock, NULL) != 0) goto fail_evlock;
+    if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_cond;
+    if (wf_handoff_init(&s->inbox, 0, NULL, NULL) != WF_OK) goto fail_inbox;
+    if ((st = wf_kv_pool_new(kv->n_blocks, kv->geometry.block_size, opts->prefix_cache,
+                             &s->pool)) != WF_OK)
+        goto fail_pool;
+    wf_core_config cfg = {
+        .policy = pol,
+        .max_batch_tokens = opts->max_batch_tokens,
+        .max_running = opts->max_running,
+        .n_ctx = opts->n_ctx,
+        .pool = s->pool,
+        .store = kv,
+        .group = {.n_ranks = 1, .ranks = {opts->group_rank}},
+        .cost = &s->cost,
+        .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
+    };
+    cfg.group.id = group_id(&cfg.group);
+    if ((st = wf_core_init(&s->core, &cfg)) != WF_OK) goto fail_core;
+    s->ev_free = NULL;
+    if (!event_chunk_add(s)) {
+        st = WF_ENOMEM;
+        goto fail_events;
+    }
+    /* A neutral prior until the model is calibrated or loaded (wf_sched_start). */
+    double prior[4] = {5.0, 0.5, 2.0, 0.001};
+    wf_cost_model_init(&s->cost, opts->cost_given ? opts->cost : prior);
+    s->cost_pub = s->cost;
+    s->model_trusted = opts->cost_given;
+    s->rng_counter = opts->seed;
+    atomic_init(&s->wake_pending, false);
+    if (opts->cost_model_file) {
+        double c[4];
+        char err[256];
+        if ((st = wf_cost_model_load(opts->cost_model_file, c, err, sizeof err)) != WF_OK) {
+            WF_LOG_ERROR("sched", NULL, "%s", err);
+            goto fail_events;
+        }
+        wf_cost_model_init(&s->cost, c);
+        s->cost_pub = s->cost;
+        s->model_trusted = true;
+        s->opts.cost_given = true;
+        memcpy(s->opts.cost, c, sizeof c);
+    }
+    *out = s;
+    return WF_OK;
+fail_events:
+    for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
+    free(s->ev_chunks);
+    wf_core_free(&s->core, 0);
+fail_core:
+    wf_kv_pool_free(s->pool);
+fail_pool:
+    wf_handoff_free(&s->inbox);
+fail_inbox:
+    pthread_cond_destroy(&s->idle_cond);
+fail_cond:
+    pthread_mutex_destroy(&s->ev_lock);
+fail_evlock:
+    pthread_mutex_destroy(&s->lock);
+fail_lock:
+    free(s);
+    return st;
+}
+
+/* ---- calibration ---- */
+
+/* Runs one batch and returns its wall time in ms (< 0 on failure). */
+static double timed_batch(wf_sched *s, wf_task *tasks, int n) {
+    wf_task_batch b = {.tasks = tasks, .n_tasks = n, .group = s->core.batch.group};
+    uint64_t t0 = now_ns();
+    wf_status st = s->exec.ops->run_batch(s->exec.ctx, &b);
+    uint64_t t1 = now_ns();
+    if (st != WF_OK) return -1;
+    for (int i = 0; i < n; i++)
+        if (tasks[i].status != WF_OK) return -1;
+    return (double)(t1 - t0) / 1e6;
+}
+
+/* Measures a few prefill and decode batches through the executor and fits a, b, c, d. The
+ * synthetic tokens are small ids valid in any vocabulary; every block is returned after. */
+static wf_status calibrate(wf_sched *s) {
+    enum { MAXK = 8, STEPS = 3, MAXS = 96, MAXCTX = 128 };
+    int budget = s->opts.max_batch_tokens;
+    int ctxs[2] = {budget < 32 ? budget : 32, budget < MAXCTX ? budget : MAXCTX};
+    static const int ks[3] = {1, 4, 8};
+    wf_cost_sample samples[MAXS];
+    int ns = 0;
+    wf_status st = WF_OK;
+    int cap = MAXCTX + STEPS + 1;
+    wf_kv_seq seqs[MAXK];
+    int32_t *hist[MAXK];
+    wf_task tasks[MAXK];
+    wf_task_sample samp[MAXK];
+    wf_sampling_params greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    int bs = s->kv->geometry.block_size;
+    bool warm = false;
+    uint64_t t_start = now_ns();
+    memset(seqs, 0, sizeof seqs);
+    memset(hist, 0, sizeof hist);
+    for (int i = 0; i < MAXK; i++) {
+        hist[i] = malloc((size_t)cap * sizeof **hist);
+        if (!hist[i] || wf_kv_seq_init(&seqs[i], (cap + bs - 1) / bs) != WF_OK) {
+            st = WF_ENOMEM;
+            goto done;
+        }
+        for (int t = 0; t < cap; t++) hist[i][t] = 1 + (t * 7 + i * 13) % 200;
+    }
+    for (int ci = 0; ci < 2; ci++) {
+        int ctx = ctxs[ci];
+        if (ci == 1 && ctx == ctxs[0]) break;
+        if (ctx + STEPS + 1 > s->opts.n_ctx) continue;
+        for (int ki = 0; ki < 3; ki++) {
+            int k = ks[ki];
+            /* Bounded start-up cost: on a slow device fit from what was measured so far. */
+            if (now_ns() - t_start > CALIBRATION_NS) break;
+            if (k > s->opts.max_running) continue;
+            if (k * ((ctx + STEPS + bs) / bs + 1) > wf_kv_pool_available(s->pool)) continue;
+            /* Prefill the k sequences, as many per batch as the token budget allows. */
+            int per = budget / ctx;
+            for (int first = 0; first < k; first += per) {
+                int m = k - first < per ? k - first : per;
+                for (int x = 0; x < m; x++) {
+                    int i = first + x;
+                    if (wf_kv_seq_reserve(s->pool, &seqs[i], ctx, s->kv) != WF_OK) {
+                        st = WF_EFULL;
+                        goto done;
+                    }
+                    samp[x] = (wf_task_sample){.params = &greedy, .rng_state = 1,
+                                               .history = hist[i], .n_history = ctx,
+                                               .n_prompt = ctx, .suppress_eos = true};
+                    tasks[x] = (wf_task){.id = (uint64_t)i, .kind = WF_TASK_PREFILL,
+                                         .request_seq = UINT64_MAX - (uint64_t)i,
+                                         .tokens = hist[i], .n_tokens = ctx, .pos = 0,
+                                         .block_table = seqs[i].blocks,
+                                         .n_blocks = seqs[i].n_blocks, .samples = &samp[x],
+                                         .n_samples = 1};
+                }
+                if (now_ns() - t_start > CALIBRATION_NS) break;
+                double ms = timed_batch(s, tasks, m);
+                if (ms < 0) {
+                    st = WF_EIO;
+                    goto done;
+                }
+                for (int x = 0; x < m; x++) seqs[first + x].n_tokens = ctx;
+                if (warm && ns < MAXS)
+                    samples[ns++] = (wf_cost_sample){(double)(m * ctx), 0, (double)(m * ctx), ms};
+                warm = true; /* the first batch pays for cold caches: not a sample */
+            }
+            for (int step = 0; step < STEPS; step++) {
+                int pos = ctx + step;
+                for (int i = 0; i < k; i++) {
+                    hist[i][pos] = 1 + (pos * 11 + i) % 200;
+                    if (wf_kv_seq_reserve(s->pool, &seqs[i], pos + 1, s->kv) != WF_OK) {
+                        st = WF_EFULL;
+                        goto done;
+                    }
+                    samp[i] = (wf_task_sample){.params = &greedy, .rng_state = 1,
+                                               .history = hist[i], .n_history = pos + 1,
+                                               .n_prompt = ctx, .suppress_eos = true};
+                    tasks[i] = (wf_task){.id = (uint64_t)i, .kind = WF_TASK_DECODE,
+                                         .request_seq = UINT64_MAX - (uint64_t)i,
+                                         .tokens = hist[i] + pos, .n_tokens = 1, .pos = pos,
+                                         .block_table = seqs[i].blocks,
+                                         .n_blocks = seqs[i].n_blocks, .samples = &samp[i],
+                                         .n_samples = 1};
+                }
+                if (now_ns() - t_start > CALIBRATION_NS) break;
+                double ms = timed_batch(s, tasks, k);
+                if (ms < 0) {
+                    st = WF_EIO;
+                    goto done;
+                }
+                for (int i = 0; i < k; i++) seqs[i].n_tokens = pos + 1;
+                if (ns < MAXS)
+                    samples[ns++] = (wf_cost_sample){0, (double)k, (double)(k * (pos + 1)), ms};
+            }
+            for (int i = 0; i < k; i++) wf_kv_seq_release(s->pool, &seqs[i]);
+        }
+    }
+    if (ns >= 4) {
+        double fit[4];
+        if (wf_cost_model_fit(samples, ns, s->cost.coef, fit) == WF_OK) {
+            wf_cost_model_init(&s->cost, fit);
+            s->model_trusted = ns >= 8;
+            WF_LOG_INFO("sched", NULL,
+                        "cost model calibrated from %d batches: step_ms = %.3f + %.5f*prefill "
+                        "+ %.4f*decode + %.7f*context",
+                        ns, fit[0], fit[1], fit[2], fit[3]);
+        }
+    } else {
+        st = WF_EINVAL; /* budgets too small to measure anything */
+    }
+done:
+    for (int i = 0; i < MAXK; i++) {
+        if (seqs[i].blocks) wf_kv_seq_release(s->pool, &seqs[i]);
+        wf_kv_seq_free(&seqs[i]);
+        free(hist[i]);
+    }
+    return st;
+}
+
+/* ---- the loop ---- */
+
+static void publish(wf_sched *s) {
+    wf_core *c = &s->core;
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(s->pool, &u);
+    wf_core_load load;
+    wf_core_get_load(c, &load);
+    pthread_mutex_lock(&s->lock);
+    s->load = load;
+    s->cost_pub = s->cost;
+    if (s->cost.n_obs >= 32) s->model_trusted = true;
+    for (int pass = 0; pass < 2; pass++) {
+        wf_request **arr = pass ? c->waiting : c->running;
+        int n = pass ? c->n_waiting : c->n_running;
+        for (int i = 0; i < n; i++) {
+            wf_request *r = arr[i];
+            int g = 0;
+            for (int j = 0; j < r->n_choices; j++) g += r->choices[j].n_generated;
+            r->snap.state = r->state;
+            r->snap.generated_tokens = g;
+            r->snap.cached_prompt_tokens = r->cached_prompt_tokens;
+            r->snap.preemptions = r->n_preemptions;
+            r->snap.prefill_tasks = r->tasks_by_kind[WF_TASK_PREFILL];
+            r->snap.decode_tasks = r->tasks_by_kind[WF_TASK_DECODE];
+        }
+    }
+    wf_sched_stats *st = &s->stats;
+    st->running = c->n_running;
+    st->waiting = c->n_waiting;
+    st->preempted_total = (int)c->preempted_total;
+    st->kv_blocks_total = u.n_blocks;
+    st->kv_blocks_used = u.used;
+    st->kv_blocks_cached = u.cached;
+    st->kv_usage = u.n_blocks ? (double)u.used / u.n_blocks : 0;
+    st->prefix_queries = u.prefix_queries;
+    st->prefix_hits = u.prefix_hits;
+    st->cow_copies = u.cow_copies;
+    st->iterations = c->iteration;
+    st->iteration_ms_avg = s->iter_ms_avg;
+    st->sched_overhead_ms_avg = s->overhead_ms_avg;
+    st->overhead_fraction = s->overhead_frac;
+    st->plan_ms_avg = s->plan_ms_avg;
+    st->complete_ms_avg = s->complete_ms_avg;
+    st->finished_total = c->finished_total;
+    st->failed_total = c->failed_total;
+    st->cancelled_total = c->cancelled_total;
+    memcpy(st->cost_model, s->cost.coef, sizeof st->cost_model);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void intake(wf_sched *s) {
+    wf_handoff_item *it = wf_handoff_take_all(&s->inbox);
+    while (it) {
+        wf_handoff_item *next = it->next;
+        if (it == &s->wake_item) {
+            atomic_store(&s->wake_pending, false);
+        } else {
+            wf_request *r = (wf_request *)it;
+            pthread_mutex_lock(&s->lock);
+            s->inflight_reqs--;
+            s->inflight_prefill -= r->spec.n_prompt;
+            pthread_mutex_unlock(&s->lock);
+            uint64_t queued = r->times.queued_ns;
+            if (wf_core_add(&s->core, r, queued) != WF_OK) {
+                /* Not in the core: end it here so the client still gets its FINISHED. */
+                for (int j = 0; j < r->n_choices; j++)
+                    cb_finished(s, r, j, WF_FINISH_ERROR, WF_ENOMEM, "out of memory",
+                                now_ns());
+                r->state = WF_REQUEST_FAILED;
+                cb_retired(s, r);
+            }
+        }
+        it = next;
+    }
+}
+
+static void wake(wf_sched *s) {
+    if (!atomic_exchange(&s->wake_pending, true)) wf_handoff_push(&s->inbox, &s->wake_item);
+}
+
+static double ewma(double avg, double x) { return avg == 0 ? x : 0.9 * avg + 0.1 * x; }
+
+/* One iteration. Returns false when there was nothing to run. */
+static bool step(wf_sched *s) {
+    intake(s);
+    pthread_mutex_lock(&s->lock);
+    bool expired = s->draining && now_ns() >= s->drain_deadline_ns;
+    pthread_mutex_unlock(&s->lock);
+    if (expired && wf_core_n_requests(&s->core) > 0)
+        wf_core_abort_all(&s->core, WF_FINISH_CANCELLED, WF_ECANCELLED,
+                          "server shutting down", now_ns());
+    flush_pending(s);
+    if (wf_core_n_requests(&s->core) == 0) {
+        publish(s);
+        return false;
+    }
+    /* The SLO policy sizes batches with the model only once it is trusted: a noisy start-up
+     * calibration must not serialise the server. */
+    s->core.cfg.cost = s->model_trusted ? &s->cost : NULL;
+    uint64_t t0 = now_ns();
+    wf_task_batch *b = wf_core_plan(&s->core, t0);
+    uint64_t t1 = now_ns();
+    if (b->n_tasks == 0) {
+        publish(s);
+        return false;
+    }
+    char msg[128] = "";
+    wf_status st = s->exec.ops->run_batch(s->exec.ctx, b);
+    uint64_t t2 = now_ns();
+    if (st != WF_OK)
+        snprintf(msg, sizeof msg, "executor %s failed: %s", s->exec.ops->name ? s->exec.ops->name : "",
+                 wf_status_str(st));
+    wf_core_complete(&s->core, st, st != WF_OK ? msg : NULL, t2);
+    uint64_t t3 = now_ns();
+    double run_ms = (double)(t2 - t1) / 1e6, plan_ms = (double)((t1 - t0) + (t3 - t2)) / 1e6;
+    if (st == WF_OK && s->opts.online_refit)
+        wf_cost_model_observe(&s->cost, s->core.last_prefill_tokens, s->core.last_decode_tokens,
+                              s->core.last_context, run_ms);
+    s->iter_ms_avg = ewma(s->iter_ms_avg, run_ms + plan_ms);
+    s->overhead_ms_avg = ewma(s->overhead_ms_avg, plan_ms);
+    s->overhead_frac = ewma(s->overhead_frac, plan_ms / (plan_ms + run_ms + 1e-9));
+    s->plan_ms_avg = ewma(s->plan_ms_avg, (double)(t1 - t0) / 1e6);
+    s->complete_ms_avg = ewma(s->complete_ms_avg, (double)(t3 - t2) / 1e6);
+    flush_pending(s);
+    publish(s);
+    return true;
+}
+
+static bool nothing_left(wf_sched *s) {
+    pthread_mutex_lock(&s->lock);
+    bool none = s->inflight_reqs == 0;
+    pthread_mutex_unlock(&s->lock);
+    return none && wf_core_n_requests(&s->core) == 0 && !s->pend_head;
+}
+
+static void *thread_main(void *arg) {
+    wf_sched *s = arg;
+    for (;;) {
+        bool ran = step(s);
+        pthread_mutex_lock(&s->lock);
+        bool stopping = s->stopping, draining = s->draining;
+        pthread_mutex_unlock(&s->lock);
+        if (nothing_left(s)) {
+            if (draining) {
+                pthread_mutex_lock(&s->lock);
+                s->drained = true;
+                pthread_cond_broadcast(&s->idle_cond);
+                pthread_mutex_unlock(&s->lock);
+            }
+            if (stopping) break;
+            wf_handoff_wait(&s->inbox, draining ? 10 : -1);
+        } else if (!ran) {
+            /* Work exists but nothing could run (a full event queue, blocks freed next
+             * iteration): sleep briefly instead of spinning. */
+            wf_handoff_wait(&s->inbox, 1);
+        }
+    }
+    return NULL;
+}
+
+wf_status wf_sched_start(wf_sched *s) {
+    if (s->started) return WF_EINVAL;
+    if (!s->opts.cost_given) {
+        uint64_t t0 = now_ns();
+        wf_status st = calibrate(s);
+        if (st != WF_OK)
+            WF_LOG_WARN("sched", NULL, "cost model calibration failed (%s): using the prior",
+                        wf_status_str(st));
+        WF_LOG_INFO("sched", NULL, "calibration took %.0f ms", (double)(now_ns() - t0) / 1e6);
+        publish(s);
+    }
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) return WF_ENOMEM;
+    s->started = true;
+    return WF_OK;
+}
+
+/* ---- submit / cancel / release ---- */
+
+static double predict_locked(wf_sched *s, int n_prompt, double *drain_ms) {
+    return wf_cost_model_predict_ttft(&s->cost_pub, s->opts.max_batch_tokens,
+                                      s->load.pending_prefill_tokens + s->inflight_prefill,
+                                      s->load.n_decode, s->load.decode_context, n_prompt,
+                                      drain_ms);
+}
+
+double wf_sched_predict_ttft_ms(wf_sched *s, int n_prompt, double *drain_ms) {
+    pthread_mutex_lock(&s->lock);
+    double ms = predict_locked(s, n_prompt, drain_ms);
+    pthread_mutex_unlock(&s->lock);
+    return ms;
+}
+
+static wf_status reject(wf_sched *s, wf_sched_reject *why, wf_status st, const char *fmt, ...)
+    WF_PRINTF(4, 5);
+static wf_status reject(wf_sched *s, wf_sched_reject *why, wf_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why->message, sizeof why->message, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s->lock);
+    s->stats.rejected_total++;
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *events,
+                          void *user, wf_request **out, wf_sched_reject *why) {
+    wf_sched_reject scratch;
+    if (!why) why = &scratch;
+    memset(why, 0, sizeof *why);
+    *out = NULL;
+    if (!spec || !events) return reject(s, why, WF_EINVAL, "no request or no event queue");
+    if (spec->n_prompt <= 0 || !spec->prompt) return reject(s, why, WF_EINVAL, "empty prompt");
+    if (spec->max_tokens < 1)
+        return reject(s, why, WF_EINVAL, "max_tokens must be >= 1 (got %d)", spec->max_tokens);
+    if (spec->n < 1 || spec->n > s->opts.max_running)
+        return reject(s, why, WF_EINVAL, "n must be 1..%d (got %d)", s->opts.max_running,
+                      spec->n);
+    if (spec->n_prompt >= s->opts.n_ctx)
+        return reject(s, why, WF_EINVAL,
+                      "prompt is %d tokens but the context holds %d (prompt + at least 1 "
+                      "generated token)",
+                      spec->n_prompt, s->opts.n_ctx);
+    int bs = s->kv->geometry.block_size;
+    int need = (spec->n_prompt + 1 + bs - 1) / bs;
+    if (need > s->kv->n_blocks)
+        return reject(s, why, WF_EINVAL,
+                      "prompt is %d tokens (%d KV blocks) but the KV cache holds %d blocks "
+                      "(%d tokens)",
+                      spec->n_prompt, need, s->kv->n_blocks, s->kv->n_blocks * bs);
+    double ttft = spec->slo.ttft_ms > 0 ? spec->slo.ttft_ms : s->opts.default_ttft_ms;
+    double tpot = spec->slo.tpot_ms > 0 ? spec->slo.tpot_ms : s->opts.default_tpot_ms;
+
+    pthread_mutex_lock(&s->lock);
+    uint64_t seed = s->rng_counter++;
+    pthread_mutex_unlock(&s->lock);
+    wf_request *r;
+    wf_status st = wf__request_new(spec, s->opts.n_ctx, bs, seed * 0x9e3779b97f4a7c15ull, &r);
+    if (st != WF_OK) return reject(s, why, st, "cannot allocate the request");
+    r->ttft_ms = ttft;
+    r->tpot_ms = tpot;
+    r->events = events;
+    r->user = user;
+
+    pthread_mutex_lock(&s->lock);
+    wf_admission adm = {.cost = s->model_trusted ? &s->cost_pub : NULL,
+                        .max_batch_tokens = s->opts.max_batch_tokens,
+                        .queue_size = s->opts.queue_size,
+                        .factor = s->opts.admission_factor,
+                        .load = s->load};
+    adm.load.pending_prefill_tokens += s->inflight_prefill;
+    adm.load.n_waiting += s->inflight_reqs;
+    if (s->draining || s->stopping) {
+        st = WF_EBUSY;
+        snprintf(why->message, sizeof why->message, "the server is shutting down");
+    } else {
+        st = wf_core_admit(&adm, spec->n_prompt, ttft, &why->retry_after_s, NULL, why->message,
+                           (int)sizeof why->message);
+    }
+    if (st != WF_OK) {
+        s->stats.rejected_total++;
+        pthread_mutex_unlock(&s->lock);
+        atomic_store(&r->refs, 0);
+        wf__request_free(r);
+        return st;
+    }
+    s->inflight_reqs++;
+    s->inflight_prefill += spec->n_prompt;
+    r->times.queued_ns = now_ns();
+    snprintf(r->snap.id, sizeof r->snap.id, "%s", r->spec.id);
+    r->snap.state = WF_REQUEST_QUEUED;
+    r->snap.prompt_tokens = spec->n_prompt;
+    r->snap.priority = spec->priority;
+    r->snap.n_choices = spec->n;
+    r->live_prev = NULL;
+    r->live_next = s->live;
+    if (s->live) s->live->live_prev = r;
+    s->live = r;
+    pthread_mutex_unlock(&s->lock);
+    if (wf_handoff_push(&s->inbox, &r->link) != WF_OK) {
+        /* Only after wf_sched_free began: the inbox is closed. Undo. */
+        pthread_mutex_lock(&s->lock);
+        s->inflight_reqs--;
+        s->inflight_prefill -= spec->n_prompt;
+        pthread_mutex_unlock(&s->lock);
+        atomic_store(&r->refs, 1);
+        request_unref(s, r);
+        snprintf(why->message, sizeof why->message, "the scheduler is closed");
+        return WF_EBUSY;
+    }
+    *out = r;
+    return WF_OK;
+}
+
+void wf_sched_cancel(wf_sched *s, wf_request *r) {
+    if (!r) return;
+    atomic_store_explicit(&r->cancel_requested, true, memory_order_release);
+    wake(s);
+}
+
+void wf_sched_release(wf_sched *s, wf_request *r) {
+    if (r) request_unref(s, r);
+}
+
+/* ---- drain / free ---- */
+
+void wf_sched_drain(wf_sched *s, int deadline_ms) {
+    pthread_mutex_lock(&s->lock);
+    s->draining = true;
+    s->drained = false;
+    s->drain_deadline_ns = now_ns() + (uint64_t)(deadline_ms > 0 ? deadline_ms : 0) * 1000000ull;
+    pthread_mutex_unlock(&s->lock);
+    if (!s->started) {
+        /* No thread: run the loop here. */
+        while (!nothing_left(s)) step(s);
+        return;
+    }
+    wake(s);
+    pthread_mutex_lock(&s->lock);
+    while (!s->drained) pthread_cond_wait(&s->idle_cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void wf_sched_free(wf_sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    s->draining = true;
+    s->drain_deadline_ns = 0; /* anything left is cancelled now */
+    pthread_mutex_unlock(&s->lock);
+    if (s->started) {
+        wake(s);
+        pthread_join(s->thread, NULL);
+    } else {
+        while (!nothing_left(s)) step(s);
+    }
+    wf_handoff_close(&s->inbox);
+    intake(s);
+    wf_core_free(&s->core, now_ns());
+    /* Events nobody could take (a consumer that stopped reading) go back to the pool. */
+    while (s->pend_head) {
+        wf_request_event *next = (wf_request_event *)s->pend_head->link.next;
+        wf_request_event_free(s, s->pend_head);
+        s->pend_head = next;
+    }
+    /* Handles the caller never released. */
+    while (s->live) {
+        wf_request *r = s->live;
+        s->live = r->live_next;
+        wf__request_free(r);
+    }
+    for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
+    free(s->ev_chunks);
+    wf_kv_pool_free(s->pool);
+    wf_handoff_free(&s->inbox);
+    pthread_cond_destroy(&s->idle_cond);
+    pthread_mutex_destroy(&s->ev_lock);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void wf_sched_get_stats(wf_sched *s, wf_sched_stats *out) {
+    pthread_mutex_lock(&s->lock);
+    *out = s->stats;
+    out->waiting += s->inflight_reqs;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void wf_sched_foreach_request(wf_sched *s, void (*fn)(const wf_request_snapshot *, void *),
+                              void *user) {
+    uint64_t now = now_ns();
+    pthread_mutex_lock(&s->lock);
+    for (wf_request *r = s->live; r; r = r->live_next) {
+        wf_request_snapshot snap = r->snap;
+        snap.age_ms = (double)(now - r->times.queued_ns) / 1e6;
+        fn(&snap, user);
+    }
+    pthread_mutex_unlock(&s->lock);
+}

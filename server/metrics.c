@@ -1,0 +1,156 @@
+/* Prometheus text exposition (version 0.0.4) of wf_metrics plus scheduler gauges. */
+#include "server/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const double latency_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                        0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double itl_bounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                    0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double len_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
+                                    20000, 50000, 100000};
+static const int status_codes[WF_METRICS_N_STATUS] = {200, 400, 401, 404, 405, 408, 413,
+                                                      429, 431, 500, 501, 503, 505, 415};
+
+#define SET_BOUNDS(h, b)                                  \
+    do {                                                  \
+        (h).bounds = (b);                                 \
+        (h).n_bounds = (int)(sizeof(b) / sizeof((b)[0])); \
+    } while (0)
+
+void wf_metrics_init(wf_metrics *m) {
+    memset(m, 0, sizeof *m);
+    SET_BOUNDS(m->ttft, latency_bounds);
+    SET_BOUNDS(m->e2e, latency_bounds);
+    SET_BOUNDS(m->queue, latency_bounds);
+    SET_BOUNDS(m->prefill, latency_bounds);
+    SET_BOUNDS(m->decode, latency_bounds);
+    SET_BOUNDS(m->itl, itl_bounds);
+    SET_BOUNDS(m->tpot, itl_bounds);
+    SET_BOUNDS(m->prompt_len, len_bounds);
+    SET_BOUNDS(m->gen_len, len_bounds);
+}
+
+void wf_histogram_observe(wf_histogram *h, double v) {
+    if (!isfinite(v)) return;
+    int i = 0;
+    while (i < h->n_bounds && v > h->bounds[i]) i++;
+    if (i < h->n_bounds) h->buckets[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void wf_metrics_count_status(wf_metrics *m, int status) {
+    for (int i = 0; i < WF_METRICS_N_STATUS; i++)
+        if (status_codes[i] == status) {
+            m->http_status[i]++;
+            return;
+        }
+    m->http_status[WF_METRICS_N_STATUS]++;
+}
+
+/* Label values are escaped per the exposition format (backslash, quote, newline). */
+static void label_value(wf_jbuf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\\') wf_jbuf_cstr(b, "\\\\");
+        else if (*s == '"') wf_jbuf_cstr(b, "\\\"");
+        else if (*s == '\n') wf_jbuf_cstr(b, "\\n");
+        else wf_jbuf_raw(b, s, 1);
+    }
+}
+
+static void header(wf_jbuf *b, const char *name, const char *type, const char *help) {
+    wf_jbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_u(wf_jbuf *b, const char *name, const char *model, const char *extra,
+                     uint64_t v) {
+    wf_jbuf_printf(b, "%s{model_name=\"", name);
+    label_value(b, model);
+    wf_jbuf_printf(b, "\"%s} %llu\n", extra ? extra : "", (unsigned long long)v);
+}
+
+static void sample_d(wf_jbuf *b, const char *name, const char *model, double v) {
+    wf_jbuf_printf(b, "%s{model_name=\"", name);
+    label_value(b, model);
+    wf_jbuf_printf(b, "\"} %.17g\n", v);
+}
+
+static void counter(wf_jbuf *b, const char *name, const char *help, const char *model, uint64_t v) {
+    header(b, name, "counter", help);
+    sample_u(b, name, model, NULL, v);
+}
+
+static void gauge(wf_jbuf *b, const char *name, const char *help, const char *model, double v) {
+    header(b, name, "gauge", help);
+    sample_d(b, name, model, v);
+}
+
+static void histogram(wf_jbuf *b, const char *name, const char *help, const char *model,
+                      const wf_histogram *h) {
+    header(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n_bounds; i++) {
+        cum += h->buckets[i];
+        wf_jbuf_printf(b, "%s_bucket{le=\"%g\",model_name=\"", name, h->bounds[i]);
+        label_value(b, model);
+        wf_jbuf_printf(b, "\"} %llu\n", (unsigned long long)cum);
+    }
+    wf_jbuf_printf(b, "%s_bucket{le=\"+Inf\",model_name=\"", name);
+    label_value(b, model);
+    wf_jbuf_printf(b, "\"} %llu\n", (unsigned long long)h->count);
+    char n[128];
+    snprintf(n, sizeof n, "%s_sum", name);
+    sample_d(b, n, model, h->sum);
+    snprintf(n, sizeof n, "%s_count", name);
+    sample_u(b, n, model, NULL, h->count);
+}
+
+void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *st,
+                       wf_jbuf *b) {
+    gauge(b, "weft:num_requests_running", "Requests in the decode batch.", model, st ? st->running : 0);
+    gauge(b, "weft:num_requests_waiting", "Requests waiting to be scheduled.", model, st ? st->waiting : 0);
+    gauge(b, "weft:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).", model,
+          st ? st->kv_usage : 0);
+    counter(b, "weft:num_preemptions_total", "Preemptions by the scheduler.", model,
+            st ? (uint64_t)st->preempted_total : 0);
+    counter(b, "weft:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            model, st ? st->prefix_queries : 0);
+    counter(b, "weft:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", model,
+            st ? st->prefix_hits : 0);
+    gauge(b, "weft:iteration_time_ms_avg", "Recent average scheduler iteration time.", model,
+          st ? st->iteration_ms_avg : 0);
+    counter(b, "weft:prompt_tokens_total", "Prefill tokens processed.", model, m->prompt_tokens);
+    counter(b, "weft:generation_tokens_total", "Generation tokens processed.", model,
+            m->generation_tokens);
+    header(b, "weft:request_success_total", "counter", "Finished requests by finish reason.");
+    sample_u(b, "weft:request_success_total", model, ",finished_reason=\"stop\"", m->success_stop);
+    sample_u(b, "weft:request_success_total", model, ",finished_reason=\"length\"", m->success_length);
+    sample_u(b, "weft:request_success_total", model, ",finished_reason=\"abort\"", m->success_abort);
+    counter(b, "weft:request_failure_total", "Requests that ended with an error.", model,
+            m->success_error);
+    header(b, "weft:http_requests_total", "counter", "HTTP responses by status code.");
+    for (int i = 0; i <= WF_METRICS_N_STATUS; i++) {
+        char extra[40];
+        if (i < WF_METRICS_N_STATUS) snprintf(extra, sizeof extra, ",status=\"%d\"", status_codes[i]);
+        else snprintf(extra, sizeof extra, ",status=\"other\"");
+        sample_u(b, "weft:http_requests_total", model, extra, m->http_status[i]);
+    }
+    header(b, "weft:request_rejected_total", "counter", "Requests refused by admission control or a full queue.");
+    sample_u(b, "weft:request_rejected_total", model, ",reason=\"overload\"", m->requests_rejected_overload);
+    sample_u(b, "weft:request_rejected_total", model, ",reason=\"full\"", m->requests_rejected_full);
+    histogram(b, "weft:time_to_first_token_seconds", "Time to first token.", model, &m->ttft);
+    histogram(b, "weft:inter_token_latency_seconds", "Time between consecutive tokens.", model, &m->itl);
+    histogram(b, "weft:time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+              model, &m->tpot);
+    histogram(b, "weft:e2e_request_latency_seconds", "End-to-end request latency.", model, &m->e2e);
+    histogram(b, "weft:request_queue_time_seconds", "Time spent waiting in the queue.", model, &m->queue);
+    histogram(b, "weft:request_prefill_time_seconds", "Time from scheduling to the first token.", model,
+              &m->prefill);
+    histogram(b, "weft:request_decode_time_seconds", "Time from the first to the last token.", model,
+              &m->decode);
+    histogram(b, "weft:request_prompt_tokens", "Prompt length of requests.", model, &m->prompt_len);
+    histogram(b, "weft:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len);
+}

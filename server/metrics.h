@@ -1,0 +1,48 @@
+/* Prometheus metrics of the front end, named as vLLM names them with the prefix "weft:" so
+ * dashboards carry over (weft:time_to_first_token_seconds, weft:num_requests_running, ...).
+ *
+ *     wf_metrics m; wf_metrics_init(&m);
+ *     wf_histogram_observe(&m.ttft, 0.123);
+ *     m.generation_tokens++;
+ *     wf_metrics_render(&m, "SmolLM2", &sched_stats, have_stats, &jbuf);  // text format 0.0.4
+ *
+ * Updated and rendered on the loop thread only: no locks. */
+#ifndef WF_SERVER_METRICS_H
+#define WF_SERVER_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sched/sched.h"
+#include "server/openai.h"
+
+#define WF_HISTOGRAM_MAX_BUCKETS 24
+
+typedef struct wf_histogram {
+    const double *bounds; /* upper bounds, ascending; +Inf is implicit */
+    int n_bounds;
+    uint64_t buckets[WF_HISTOGRAM_MAX_BUCKETS]; /* non-cumulative counts per bound */
+    uint64_t count;
+    double sum;
+} wf_histogram;
+
+void wf_histogram_observe(wf_histogram *h, double v);
+
+/* HTTP statuses counted by weft:http_requests_total{status=...} (others count as "other"). */
+#define WF_METRICS_N_STATUS 14
+
+typedef struct wf_metrics {
+    wf_histogram ttft, itl, tpot, e2e, queue, prefill, decode, prompt_len, gen_len;
+    uint64_t prompt_tokens, generation_tokens;
+    uint64_t success_stop, success_length, success_abort, success_error;
+    uint64_t http_status[WF_METRICS_N_STATUS + 1];
+    uint64_t requests_rejected_overload, requests_rejected_full;
+} wf_metrics;
+
+void wf_metrics_init(wf_metrics *m);
+void wf_metrics_count_status(wf_metrics *m, int status);
+/* Appends the whole exposition. stats may be NULL (not loaded yet). */
+void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *stats,
+                       wf_jbuf *out);
+
+#endif

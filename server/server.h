@@ -1,0 +1,108 @@
+/* The OpenAI-compatible front end: routes, auth, the generation state of each HTTP request,
+ * SSE streaming, /metrics and /admin. It sits on server/http.h and talks to the model and the
+ * scheduler only through two small tables of functions, so the whole request path runs in unit
+ * tests against a fake tokenizer and a fake scheduler (tests/server/test_server.c), and weftd
+ * plugs in the real engine and wf_sched (server/engine_backend.c).
+ *
+ *     wf_server_options o; wf_server_options_init(&o);
+ *     wf_server *s = wf_server_new(loop, &o);
+ *     wf_server_listen(s, "127.0.0.1", 8080, &port);   // /health says 503 "loading"
+ *     ... load the model on another thread, then on the loop thread:
+ *     wf_server_set_ready(s, &model, &backend);         // /health says 200
+ *     ... SIGTERM:
+ *     wf_server_shutdown(s, on_drained, ctx);           // stop accepting, drain, then on_drained
+ *     wf_server_free(s);
+ *
+ * Threading: every function runs on the loop thread. Events from the scheduler arrive on the
+ * server's wf_handoff (wf_server_events), which wakes the loop with one uv_async. */
+#ifndef WF_SERVER_SERVER_H
+#define WF_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "sched/handoff.h"
+#include "sched/sched.h"
+#include "server/http.h"
+#include "server/openai.h"
+
+/* What the front end needs from a model: text <-> tokens. All calls on the loop thread. */
+typedef struct wf_server_model {
+    const char *id;         /* the model name served in the API */
+    int n_vocab;
+    int n_ctx;              /* max tokens per sequence (prompt + completion) */
+    void *ctx;
+    /* As wf_tokenizer_encode: *n_out is the count needed; may exceed cap. */
+    wf_status (*tokenize)(void *ctx, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t *out, int cap, int *n_out);
+    /* The token's bytes (render_special false); -needed if cap is too small. */
+    int (*piece)(void *ctx, int32_t token, char *buf, int cap);
+    /* Renders chat messages with the model's template plus the generation prompt. *out is
+     * malloc'd. WF_EINVAL with err for a message sequence the template refuses. */
+    wf_status (*chat)(void *ctx, const wf_openai_message *msgs, size_t n, char **out, char *err,
+                      size_t errlen);
+    /* Streaming detokenizer over an opaque state of detok_size bytes (<= 64): never splits a
+     * UTF-8 character; cap >= 256 always suffices. */
+    size_t detok_size;
+    void (*detok_init)(void *ctx, void *state);
+    int (*detok_push)(void *ctx, void *state, int32_t token, char *out, int cap);
+    int (*detok_flush)(void *ctx, void *state, char *out, int cap);
+} wf_server_model;
+
+#define WF_SERVER_DETOK_MAX 64
+
+/* What the front end needs from the scheduler (wf_sched's functions, or a test double). */
+typedef struct wf_server_backend {
+    void *ctx;
+    wf_status (*submit)(void *ctx, const wf_request_spec *spec, wf_handoff *events, void *user,
+                        wf_request **out, wf_sched_reject *why);
+    void (*cancel)(void *ctx, wf_request *req);
+    void (*release)(void *ctx, wf_request *req);
+    void (*event_free)(void *ctx, wf_request_event *ev);
+    void (*stats)(void *ctx, wf_sched_stats *out);
+    void (*foreach_request)(void *ctx, void (*fn)(const wf_request_snapshot *snap, void *user),
+                            void *user);
+    /* Stop admitting, finish or cancel what runs by deadline_ms; blocks (called on a helper
+     * thread during shutdown). */
+    void (*drain)(void *ctx, int deadline_ms);
+} wf_server_backend;
+
+typedef struct wf_server_options {
+    wf_http_limits http;
+    char *const *api_keys;  /* NULL or NULL-terminated; copied */
+    size_t n_api_keys;
+    bool metrics_open;      /* /metrics without a key */
+    int shutdown_timeout_ms;
+    const char *model_id;   /* the name /v1/models shows while loading */
+} wf_server_options;
+
+void wf_server_options_init(wf_server_options *o);
+
+typedef struct wf_server wf_server;
+
+/* loop NULL: a socket-less server for tests (drive it with wf_server_http + loopback
+ * connections and wf_server_poll). */
+wf_server *wf_server_new(uv_loop_t *loop, const wf_server_options *o);
+wf_status wf_server_listen(wf_server *s, const char *host, int port, int *bound_port);
+/* The model is loaded: from now on generation routes work and /health is 200. model and
+ * backend are copied (their ctx must stay valid until wf_server_free). */
+void wf_server_set_ready(wf_server *s, const wf_server_model *model,
+                         const wf_server_backend *backend);
+/* Loading failed: /health reports the message with 503 until the process exits. */
+void wf_server_set_failed(wf_server *s, const char *message);
+/* The queue scheduler events arrive on (pass to wf_sched_submit). */
+wf_handoff *wf_server_events(wf_server *s);
+/* Processes every queued event now (the uv_async callback does this; tests call it). */
+void wf_server_poll(wf_server *s);
+wf_http_server *wf_server_http(wf_server *s);
+/* Graceful shutdown: stop accepting, /health 503, backend drain (on a helper thread with a
+ * loop, inline without one), then done(user) once every response is complete. */
+void wf_server_shutdown(wf_server *s, void (*done)(void *user), void *user);
+void wf_server_free(wf_server *s);
+
+/* Constant-time check of an "Authorization: Bearer KEY" header against keys; true if no keys. */
+bool wf_server_auth_ok(char *const *keys, size_t n_keys, const char *authorization);
+
+#endif

@@ -1,0 +1,66 @@
+/* Internals shared by server/server.c (routes, lifecycle) and server/generate.c (completion
+ * requests). Not a public header. */
+#ifndef WF_SERVER_SERVER_IMPL_H
+#define WF_SERVER_SERVER_IMPL_H
+
+#include <pthread.h>
+
+#include "server/metrics.h"
+#include "server/server.h"
+#include "server/stop.h"
+
+typedef struct wf_gen wf_gen;
+
+struct wf_server {
+    uv_loop_t *loop;
+    wf_server_options opts;
+    char **keys;
+    size_t n_keys;
+    char model_id[256];
+    wf_http_server *http;
+    wf_handoff events;
+    uv_async_t wake;
+    bool wake_on;
+    bool ready;
+    char failed[256];
+    wf_server_model model;
+    wf_server_backend backend;
+    wf_metrics metrics;
+    wf_gen *gens;               /* generations under way (for /admin and shutdown) */
+    int n_gens;
+    uint64_t next_id;
+    uint64_t started_ns;
+    int64_t created_unix;
+    /* shutdown */
+    bool shutting_down;
+    bool drained;               /* the backend's drain returned */
+    void (*done)(void *user);
+    void *done_user;
+    uv_async_t drain_async;
+    bool drain_async_on;
+    pthread_t drain_thread;
+    bool drain_thread_on;
+    uv_timer_t done_timer;
+    bool done_timer_on;
+    wf_jbuf scratch;
+};
+
+uint64_t wf__server_now_ns(void);
+/* Sends an OpenAI error envelope (and counts it). retry_after_s > 0 adds Retry-After. */
+void wf__server_error(wf_server *s, wf_http_request *req, int status, const char *type,
+                      const char *param, const char *code, double retry_after_s,
+                      const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+void wf__server_respond(wf_server *s, wf_http_request *req, int status, const char *ctype,
+                        const char *extra, const char *body, size_t len);
+
+/* Counts a streamed response's status (wf__server_respond counts the others). */
+void wf__server_count_stream(wf_server *s);
+
+/* generate.c */
+void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind);
+void wf__gen_on_event(wf_server *s, wf_request_event *ev);
+void wf__gen_write_admin(wf_server *s, wf_jbuf *b);
+/* Teardown only: cancels and releases what g holds and frees it without answering. */
+void wf__gen_force_free(wf_server *s, wf_gen *g);
+
+#endif

@@ -1,0 +1,340 @@
+/* Forward pass: token-exact parity with llama.cpp (golden fixtures from
+ * scripts/make_golden_fixtures.py and scripts/make_tiny_models.py) and batch invariance
+ * (a sequence gives the same greedy tokens alone and inside a mixed batch).
+ * weft-test: labels=slow timeout=900 */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "engine/attention.h"
+#include "engine/cpu/quant.h"
+#include "engine/engine.h"
+#include "kv/kv_store.h"
+
+#define MAX_IDS 4096
+
+typedef struct golden_case {
+    int32_t prompt[MAX_IDS];
+    int n_prompt;
+    int32_t gen[MAX_IDS];
+    int n_gen;
+} golden_case;
+
+static const char *model_path(void) {
+    const char *m = getenv("WEFT_MODEL");
+    return m && *m ? m : WEFT_TEST_MODEL;
+}
+
+static int parse_ids(const char *s, int32_t *out, int cap) {
+    int n = 0;
+    char *end;
+    for (;;) {
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        if (n < cap) out[n] = (int32_t)v;
+        n++;
+        s = end;
+    }
+    return n;
+}
+
+/* Reads "I ..." / "G ..." line pairs. Returns the number of cases (<= cap). */
+static int read_golden(const char *path, golden_case *cases, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    static char line[1 << 16];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == 'I' && line[1] == ' ' && n < cap) {
+            cases[n].n_prompt = parse_ids(line + 2, cases[n].prompt, MAX_IDS);
+        } else if (line[0] == 'G' && line[1] == ' ' && n < cap) {
+            cases[n].n_gen = parse_ids(line + 2, cases[n].gen, MAX_IDS);
+            n++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+typedef struct rig {
+    wf_engine *e;
+    wf_kv_store kv;
+    float *logits;
+    int n_vocab;
+} rig;
+
+static void rig_open(rig *r, const char *path, int max_tokens, int max_seqs, int blocks) {
+    wf_engine_options o;
+    wf_engine_options_init(&o);
+    o.model_path = path;
+    o.n_threads = 2;
+    o.max_batch_tokens = max_tokens;
+    o.max_seqs = max_seqs;
+    char err[256];
+    wf_status st = wf_engine_open(&o, &r->e, err, sizeof err);
+    ck_assert_msg(st == WF_OK, "open %s: %s", path, err);
+    wf_kv_geometry g = wf_engine_kv_geometry(r->e, 16);
+    ck_assert_int_eq(wf_kv_store_init(&r->kv, &g, wf_kv_geometry_block_bytes(&g) * (size_t)blocks),
+                     WF_OK);
+    r->n_vocab = wf_engine_info(r->e)->n_vocab;
+    r->logits = malloc(sizeof(float) * (size_t)r->n_vocab * (size_t)max_seqs);
+    ck_assert_ptr_nonnull(r->logits);
+}
+
+static void rig_close(rig *r) {
+    free(r->logits);
+    wf_kv_store_free(&r->kv);
+    wf_engine_free(r->e);
+}
+
+static int argmax(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* Greedy generation of one sequence on blocks [first_block, ...), prompt fed in chunks. */
+static void greedy(rig *r, const int32_t *prompt, int n_prompt, int n_gen, int chunk,
+                   int first_block, int32_t *out) {
+    int32_t bt[512];
+    int nb = (n_prompt + n_gen + 15) / 16 + 1;
+    ck_assert_int_le(nb, 512);
+    for (int i = 0; i < nb; i++) bt[i] = first_block + i;
+    int pos = 0;
+    while (pos < n_prompt) {
+        int n = n_prompt - pos < chunk ? n_prompt - pos : chunk;
+        wf_task t = {.kind = WF_TASK_PREFILL, .tokens = prompt + pos, .n_tokens = n,
+                     .pos = pos, .block_table = bt, .n_blocks = nb};
+        ck_assert_int_eq(wf_engine_forward_logits(r->e, &r->kv, &t, 1, r->logits), WF_OK);
+        pos += n;
+    }
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = argmax(r->logits, r->n_vocab);
+        if (i + 1 == n_gen) break;
+        wf_task t = {.kind = WF_TASK_DECODE, .tokens = &out[i], .n_tokens = 1,
+                     .pos = n_prompt + i, .block_table = bt, .n_blocks = nb};
+        ck_assert_int_eq(wf_engine_forward_logits(r->e, &r->kv, &t, 1, r->logits), WF_OK);
+    }
+}
+
+static golden_case g_cases[32];
+
+/* Sanitizer builds run every code path on a subset of the cases (they are ~10x slower). */
+static int case_budget(int n) {
+    const char *san = getenv("WEFT_SANITIZE");
+    return san && *san && n > 3 ? 3 : n;
+}
+
+static void check_golden_file(const char *model, const char *golden, int chunk, int max_cases) {
+    int n = read_golden(golden, g_cases, 32);
+    if (n > max_cases) n = max_cases;
+    if (n > 0) n = case_budget(n);
+    ck_assert_msg(n > 0, "cannot read %s", golden);
+    rig r;
+    rig_open(&r, model, 512, 4, 256);
+    int32_t out[MAX_IDS];
+    int failed = 0;
+    for (int c = 0; c < n; c++) {
+        golden_case *gc = &g_cases[c];
+        greedy(&r, gc->prompt, gc->n_prompt, gc->n_gen, chunk, 0, out);
+        int first_diff = -1;
+        for (int i = 0; i < gc->n_gen; i++)
+            if (out[i] != gc->gen[i]) {
+                first_diff = i;
+                break;
+            }
+        if (first_diff >= 0) {
+            failed++;
+            fprintf(stderr, "%s case %d: first difference at token %d (weft %d, llama.cpp %d)\n",
+                    golden, c, first_diff, out[first_diff], gc->gen[first_diff]);
+        }
+    }
+    rig_close(&r);
+    ck_assert_msg(failed == 0, "%d of %d golden cases differ from llama.cpp (%s)", failed, n,
+                  golden);
+}
+
+START_TEST(test_golden_default_model) {
+    char path[1024];
+    const char *m = model_path();
+    const char *base = strrchr(m, '/');
+    base = base ? base + 1 : m;
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", base);
+    char *dot = strrchr(stem, '.');
+    if (dot) *dot = 0;
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/%s.txt", WEFT_SOURCE_DIR, stem);
+    /* whole prompt in one chunk; weft's numerics do not depend on the chunking */
+    check_golden_file(m, path, 512, 32);
+}
+END_TEST
+
+START_TEST(test_golden_chunked_prefill) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/SmolLM2-135M-Instruct.Q4_1.txt",
+             WEFT_SOURCE_DIR);
+    if (strstr(model_path(), "SmolLM2-135M-Instruct.Q4_1") == NULL) return;
+    check_golden_file(model_path(), path, 7, 6); /* a subset keeps CI fast */
+}
+END_TEST
+
+/* Tiny random-weight models, one per weight type, plus qwen2 (scripts/make_tiny_models.py). */
+START_TEST(test_golden_tiny_models) {
+    static const char *names[] = {"llama-q4_0", "llama-q5_0", "llama-q5_1", "llama-q8_0",
+                                  "llama-f16", "llama-bf16", "llama-q4_k", "llama-q6_k",
+                                  "qwen2-q8_0"};
+    const char *name = names[_i];
+    char model[1024], golden[1024];
+    snprintf(model, sizeof model, "%s/tests/engine/data/tiny/%s.gguf", WEFT_SOURCE_DIR, name);
+    snprintf(golden, sizeof golden, "%s/tests/engine/data/tiny/%s.txt", WEFT_SOURCE_DIR, name);
+    check_golden_file(model, golden, 512, 32);
+    check_golden_file(model, golden, 3, 32);
+}
+END_TEST
+
+/* Batch invariance: sequence A decoded alone, then again while 7 other sequences (prefill
+ * chunks of different lengths and single-token decodes) share every forward pass. */
+START_TEST(test_batch_invariance) {
+    enum { NS = 8, NGEN = 24, PLEN = 48 };
+    rig r;
+    rig_open(&r, model_path(), 512, NS, 512);
+    int32_t prompts[NS][PLEN];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < PLEN; i++) prompts[s][i] = (int32_t)(100 + (s * 977 + i * 131) % 20000);
+    int32_t alone[NGEN];
+    greedy(&r, prompts[0], PLEN, NGEN, 512, 0, alone);
+
+    /* batched: every sequence on its own 16 blocks; sequence s prefills in chunks of
+     * (s + 3) tokens, so at each step some sequences prefill and others decode */
+    int32_t bt[NS][16];
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < 16; i++) bt[s][i] = 100 + s * 16 + i;
+    int pos[NS] = {0}, ngen[NS] = {0};
+    int32_t gen[NS][NGEN + 1];
+    float *lg = malloc(sizeof(float) * (size_t)r.n_vocab * NS);
+    ck_assert_ptr_nonnull(lg);
+    for (int step = 0; step < 200; step++) {
+        wf_task tasks[NS];
+        int map[NS], nt = 0;
+        for (int s = 0; s < NS; s++) {
+            if (ngen[s] >= NGEN) continue;
+            wf_task *t = &tasks[nt];
+            memset(t, 0, sizeof *t);
+            t->block_table = bt[s];
+            t->n_blocks = 16;
+            if (pos[s] < PLEN) {
+                int chunk = s == 0 ? 5 : s + 3;
+                int n = PLEN - pos[s] < chunk ? PLEN - pos[s] : chunk;
+                t->kind = WF_TASK_PREFILL;
+                t->tokens = prompts[s] + pos[s];
+                t->n_tokens = n;
+                t->pos = pos[s];
+            } else {
+                t->kind = WF_TASK_DECODE;
+                t->tokens = &gen[s][ngen[s] - 1];
+                t->n_tokens = 1;
+                t->pos = pos[s];
+            }
+            map[nt++] = s;
+        }
+        if (nt == 0) break;
+        ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, tasks, nt, lg), WF_OK);
+        for (int i = 0; i < nt; i++) {
+            int s = map[i];
+            pos[s] += tasks[i].n_tokens;
+            if (pos[s] >= PLEN) gen[s][ngen[s]++] = argmax(lg + (size_t)i * r.n_vocab, r.n_vocab);
+        }
+    }
+    free(lg);
+    for (int i = 0; i < NGEN; i++)
+        ck_assert_msg(gen[0][i] == alone[i], "token %d: batched %d, alone %d", i, gen[0][i],
+                      alone[i]);
+    /* and every other sequence matches its own solo run */
+    for (int s = 1; s < NS; s += 3) {
+        int32_t solo[NGEN];
+        greedy(&r, prompts[s], PLEN, NGEN, 512, 300, solo);
+        for (int i = 0; i < NGEN; i++)
+            ck_assert_msg(gen[s][i] == solo[i], "seq %d token %d: batched %d, alone %d", s, i,
+                          gen[s][i], solo[i]);
+    }
+    rig_close(&r);
+}
+END_TEST
+
+/* The AVX2 attention path and the portable code give identical bits, at lengths that leave
+ * partial 16-lane chunks and wrap the 64 accumulator slots several times. */
+START_TEST(test_attention_paths_agree) {
+    enum { HD = 64, NPOS = 300 };
+    static uint16_t k[NPOS][HD], v[NPOS][HD];
+    const uint16_t *kr[NPOS], *vr[NPOS];
+    uint32_t seed = 12345;
+    for (int p = 0; p < NPOS; p++) {
+        for (int d = 0; d < HD; d++) {
+            seed = seed * 1664525u + 1013904223u;
+            k[p][d] = wf_fp32_to_fp16(((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f);
+            seed = seed * 1664525u + 1013904223u;
+            v[p][d] = wf_fp32_to_fp16(((float)(seed >> 8) / 16777216.0f - 0.5f) * 2.0f);
+        }
+        kr[p] = k[p];
+        vr[p] = v[p];
+    }
+    static unsigned char mem[1 << 20];
+    wf_attn_scratch sc;
+    ck_assert_uint_le(wf_attn_scratch_bytes(NPOS, HD), sizeof mem);
+    wf_attn_scratch_init(&sc, mem, NPOS, HD);
+    wf_attn_kv_view view = {kr, vr};
+    const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 200, 300};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        float q[HD];
+        for (int d = 0; d < HD; d++) q[d] = (float)((d * 37 + (int)li) % 11) * 0.7f - 3.5f;
+        float a[HD], b[HD];
+        int simd = wf_attn_set_simd(1);
+        wf_attn_one(q, HD, 0.125f, &view, lens[li], &sc, a);
+        wf_attn_set_simd(0);
+        wf_attn_one(q, HD, 0.125f, &view, lens[li], &sc, b);
+        wf_attn_set_simd(1);
+        for (int d = 0; d < HD; d++)
+            ck_assert_msg(memcmp(&a[d], &b[d], 4) == 0, "len %d d %d: %a vs %a (simd %d)",
+                          lens[li], d, (double)a[d], (double)b[d], simd);
+        for (int d = 0; d < HD; d++) ck_assert(a[d] >= -1.01f && a[d] <= 1.01f);
+    }
+    /* f16dot: body + double tail */
+    uint16_t x[100], y[100];
+    for (int i = 0; i < 100; i++) {
+        x[i] = wf_fp32_to_fp16((float)i * 0.25f);
+        y[i] = wf_fp32_to_fp16(1.0f);
+    }
+    ck_assert(wf_attn_f16dot(100, x, y) == 0.25f * 4950.0f);
+}
+END_TEST
+
+START_TEST(test_expf_matches_libm) {
+    for (float x = -80.0f; x < 80.0f; x += 0.37f) {
+        float a = wf_attn_expf(x), b = expf(x);
+        ck_assert_msg(a == b || ((a - b) / b < 4e-7f && (b - a) / b < 4e-7f), "x %g: %g vs %g",
+                      (double)x, (double)a, (double)b);
+    }
+    ck_assert(wf_attn_expf(-INFINITY) == 0.0f);
+    ck_assert(wf_attn_expf(-200.0f) == 0.0f);
+}
+END_TEST
+
+static Suite *forward_suite(void) {
+    Suite *s = suite_create("engine_forward");
+    TCase *tc = tcase_create("forward");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_expf_matches_libm);
+    tcase_add_test(tc, test_attention_paths_agree);
+    tcase_add_test(tc, test_golden_default_model);
+    tcase_add_test(tc, test_golden_chunked_prefill);
+    tcase_add_loop_test(tc, test_golden_tiny_models, 0, 9);
+    tcase_add_test(tc, test_batch_invariance);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(forward_suite)

@@ -1,0 +1,270 @@
+/* Tests kv/paged.c: the block pool, the prefix cache and copy-on-write, with a property test
+ * that runs thousands of random operations against a shadow model. */
+#include "check_main.h"
+#include "kv/paged.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(alloc_free_and_usage) {
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new(4, 16, false, &p), WF_OK);
+    int32_t b[5];
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(wf_kv_pool_alloc(p, &b[i]), WF_OK);
+    ck_assert_int_eq(wf_kv_pool_alloc(p, &b[4]), WF_EFULL);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used, 4);
+    ck_assert_int_eq(u.free, 0);
+    wf_kv_pool_ref(p, b[1]);
+    wf_kv_pool_unref(p, b[1]);
+    ck_assert_int_eq(wf_kv_pool_refcount(p, b[1]), 1);
+    wf_kv_pool_unref(p, b[1]);
+    ck_assert_int_eq(wf_kv_pool_available(p), 1);
+    ck_assert_int_eq(wf_kv_pool_alloc(p, &b[4]), WF_OK);
+    ck_assert_int_eq(b[4], b[1]);
+    char err[128];
+    ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    wf_kv_pool *q = NULL;
+    ck_assert_int_eq(wf_kv_pool_new(0, 16, false, &q), WF_EINVAL);
+    ck_assert_ptr_null(q);
+    ck_assert_int_eq(wf_kv_pool_new(2, 0, false, &q), WF_EINVAL);
+    wf_kv_pool_free(p);
+}
+END_TEST
+
+START_TEST(prefix_hit_and_lru_eviction) {
+    /* 4-token blocks; a 10-token "system prompt" gives 2 full blocks. */
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new(6, 4, true, &p), WF_OK);
+    int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    wf_kv_seq a, b;
+    wf_kv_seq_init(&a, 8);
+    wf_kv_seq_init(&b, 8);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &a, prompt, 10), 0);
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &a, 10, NULL), WF_OK);
+    wf_kv_seq_commit(p, &a, prompt, 10);
+    ck_assert_int_eq(a.n_hashed, 2);
+    /* Same prompt: both full blocks are shared. */
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &b, prompt, 10), 8);
+    ck_assert_int_eq(b.blocks[0], a.blocks[0]);
+    ck_assert_int_eq(b.blocks[1], a.blocks[1]);
+    ck_assert_int_eq(wf_kv_pool_refcount(p, a.blocks[0]), 2);
+    /* A prompt of exactly 8 tokens keeps one block to compute (its logits are needed). */
+    wf_kv_seq c;
+    wf_kv_seq_init(&c, 8);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &c, prompt, 8), 4);
+    wf_kv_seq_release(p, &c);
+    wf_kv_seq_release(p, &a);
+    wf_kv_seq_release(p, &b);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used, 0);
+    ck_assert_int_eq(u.cached, 2);
+    ck_assert_int_eq(u.free, 4);
+    ck_assert_uint_eq(u.prefix_queries, 28);
+    ck_assert_uint_eq(u.prefix_hits, 12);
+    /* Still cached after release: a new sequence hits. */
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &a, prompt, 10), 8);
+    wf_kv_seq_release(p, &a);
+    /* Taking all 6 blocks evicts both cached ones (the leaf, block 1 of the chain, first). */
+    int32_t blk[6];
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(wf_kv_pool_alloc(p, &blk[i]), WF_OK);
+    ck_assert_int_eq(wf_kv_pool_alloc(p, &blk[4]), WF_OK);
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_uint_eq(u.evictions, 1);
+    ck_assert_int_eq(u.cached, 1);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &a, prompt, 10), 4); /* root survived */
+    char err[128];
+    ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    wf_kv_seq_release(p, &a);
+    for (int i = 0; i < 5; i++) wf_kv_pool_unref(p, blk[i]);
+    wf_kv_seq_free(&a);
+    wf_kv_seq_free(&b);
+    wf_kv_seq_free(&c);
+    wf_kv_pool_free(p);
+}
+END_TEST
+
+START_TEST(cow_copies_shared_partial_block) {
+    wf_kv_geometry g = {.n_layers = 2, .n_kv_heads = 1, .head_dim = 4, .block_size = 4,
+                        .dtype = WF_KV_DTYPE_F32};
+    wf_kv_store store;
+    ck_assert_int_eq(wf_kv_store_init(&store, &g, wf_kv_geometry_block_bytes(&g) * 8), WF_OK);
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new(store.n_blocks, 4, true, &p), WF_OK);
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 0, 0};
+    wf_kv_seq a, b;
+    wf_kv_seq_init(&a, 4);
+    wf_kv_seq_init(&b, 4);
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &a, 6, &store), WF_OK);
+    ((float *)wf_kv_store_k(&store, 1, a.blocks[1]))[0] = 42.0f;
+    wf_kv_seq_commit(p, &a, toks, 6);
+    ck_assert_int_eq(wf_kv_seq_fork(p, &a, &b), WF_OK);
+    ck_assert_int_eq(wf_kv_pool_refcount(p, a.blocks[1]), 2);
+    ck_assert_int_eq(wf_kv_seq_blocks_needed(p, &b, 7), 1);
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &b, 7, &store), WF_OK);
+    ck_assert_int_ne(b.blocks[1], a.blocks[1]);
+    ck_assert_int_eq(b.blocks[0], a.blocks[0]);
+    ck_assert(((float *)wf_kv_store_k(&store, 1, b.blocks[1]))[0] == 42.0f);
+    /* a is now the only owner of its partial block: it writes in place. */
+    ck_assert_int_eq(wf_kv_seq_blocks_needed(p, &a, 7), 0);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_uint_eq(u.cow_copies, 1);
+    wf_kv_seq_release(p, &a);
+    wf_kv_seq_release(p, &b);
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used, 0);
+    wf_kv_seq_free(&a);
+    wf_kv_seq_free(&b);
+    wf_kv_pool_free(p);
+    wf_kv_store_free(&store);
+}
+END_TEST
+
+/* ---- property test ---- */
+enum { NSEQ = 8, BS = 4, NBLK = 48, MAXB = 16, MAXTOK = MAXB * BS };
+
+typedef struct shadow_seq {
+    int32_t tokens[MAXTOK];
+    int n;
+} shadow_seq;
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void run_property(bool prefix_cache, uint64_t seed) {
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new(NBLK, BS, prefix_cache, &p), WF_OK);
+    wf_kv_seq seqs[NSEQ];
+    shadow_seq sh[NSEQ];
+    int32_t content[NBLK][BS]; /* what the "engine" wrote in each slot */
+    memset(content, -1, sizeof content);
+    for (int i = 0; i < NSEQ; i++) {
+        wf_kv_seq_init(&seqs[i], MAXB);
+        sh[i].n = 0;
+    }
+    uint64_t rng = seed, queries = 0, hits = 0;
+    char err[160];
+    for (int op = 0; op < 5000; op++) {
+        int i = (int)(rng_next(&rng) % NSEQ);
+        wf_kv_seq *s = &seqs[i];
+        int r = (int)(rng_next(&rng) % 100);
+        if (sh[i].n == 0) {
+            /* Start: one of 3 shared "system prompts" plus a random tail. */
+            int sys = (int)(rng_next(&rng) % 3);
+            int n = 1 + (int)(rng_next(&rng) % 24);
+            for (int t = 0; t < n; t++)
+                sh[i].tokens[t] = t < 12 ? sys * 100 + t : (int32_t)(rng_next(&rng) % 5);
+            sh[i].n = n;
+            int m = wf_kv_seq_match_prefix(p, s, sh[i].tokens, n);
+            queries += (uint64_t)n;
+            hits += (uint64_t)m;
+            ck_assert_int_eq(m % BS, 0);
+            ck_assert_int_lt(m, n);
+            s->n_tokens = m; /* the rest is computed by the append below */
+        } else if (r < 55) {
+            /* Append k tokens: reserve, write, commit. */
+            int k = 1 + (int)(rng_next(&rng) % 9);
+            int target = sh[i].n > s->n_tokens ? sh[i].n : s->n_tokens + k;
+            if (target > MAXTOK) target = MAXTOK;
+            if (target <= s->n_tokens) continue;
+            for (int t = sh[i].n; t < target; t++) sh[i].tokens[t] = (int32_t)(rng_next(&rng) % 5);
+            if (target > sh[i].n) sh[i].n = target;
+            int need = wf_kv_seq_blocks_needed(p, s, target);
+            int avail = wf_kv_pool_available(p);
+            int jb = s->n_tokens / BS;
+            int32_t before = jb < s->n_blocks ? s->blocks[jb] : -1;
+            wf_status st = wf_kv_seq_reserve(p, s, target, NULL);
+            if (st == WF_OK && before >= 0 && s->blocks[jb] != before) /* COW: mirror the copy */
+                memcpy(content[s->blocks[jb]], content[before], sizeof content[0]);
+            if (need > avail) {
+                ck_assert_int_eq(st, WF_EFULL);
+                continue;
+            }
+            ck_assert_int_eq(st, WF_OK);
+            for (int pos = s->n_tokens; pos < target; pos++) {
+                int32_t b = s->blocks[pos / BS];
+                if (wf_kv_pool_refcount(p, b) != 1) /* never write into a shared block */
+                    ck_abort_msg("op %d: write into block %d with ref %d", op, b,
+                                 wf_kv_pool_refcount(p, b));
+                content[b][pos % BS] = sh[i].tokens[pos];
+            }
+            wf_kv_seq_commit(p, s, sh[i].tokens, target);
+        } else if (r < 70) {
+            int j = (int)(rng_next(&rng) % NSEQ);
+            if (j == i || sh[j].n != 0 || s->n_tokens != sh[i].n) continue;
+            ck_assert_int_eq(wf_kv_seq_fork(p, s, &seqs[j]), WF_OK);
+            sh[j] = sh[i];
+        } else {
+            wf_kv_seq_release(p, s);
+            sh[i].n = 0;
+        }
+        /* Invariants after every operation. */
+        if (!wf_kv_pool_check(p, err, sizeof err)) ck_abort_msg("op %d: %s", op, err);
+        int refs[NBLK] = {0};
+        int distinct = 0;
+        for (int q = 0; q < NSEQ; q++) {
+            for (int b = 0; b < seqs[q].n_blocks; b++) refs[seqs[q].blocks[b]]++;
+            for (int pos = 0; pos < seqs[q].n_tokens; pos++)
+                if (content[seqs[q].blocks[pos / BS]][pos % BS] != sh[q].tokens[pos])
+                    ck_abort_msg("op %d: seq %d pos %d holds wrong K/V", op, q, pos);
+        }
+        for (int b = 0; b < NBLK; b++) {
+            if (wf_kv_pool_refcount(p, b) != refs[b])
+                ck_abort_msg("op %d: block %d ref %d, tables hold %d", op, b,
+                             wf_kv_pool_refcount(p, b), refs[b]);
+            distinct += refs[b] > 0;
+        }
+        wf_kv_pool_usage u;
+        wf_kv_pool_get_usage(p, &u);
+        if (u.used != distinct || u.used + u.cached + u.free != NBLK ||
+            u.prefix_queries != queries || u.prefix_hits != hits ||
+            (!prefix_cache && u.cached != 0))
+            ck_abort_msg("op %d: usage used %d/%d cached %d free %d queries %llu/%llu hits "
+                         "%llu/%llu",
+                         op, u.used, distinct, u.cached, u.free,
+                         (unsigned long long)u.prefix_queries, (unsigned long long)queries,
+                         (unsigned long long)u.prefix_hits, (unsigned long long)hits);
+    }
+    if (prefix_cache) ck_assert_uint_gt(hits, 0);
+    wf_kv_pool_usage end;
+    wf_kv_pool_get_usage(p, &end);
+    ck_assert_uint_gt(end.cow_copies, 0); /* the forks did diverge */
+    if (prefix_cache) ck_assert_uint_gt(end.evictions, 0); /* LRU reclaim was exercised */
+    for (int i = 0; i < NSEQ; i++) {
+        wf_kv_seq_release(p, &seqs[i]);
+        wf_kv_seq_free(&seqs[i]);
+    }
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used, 0);
+    ck_assert_int_eq(u.cached + u.free, NBLK);
+    wf_kv_pool_free(p);
+}
+
+START_TEST(property_random_ops) {
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        run_property(true, seed * 0x9e3779b97f4a7c15ull);
+        run_property(false, seed * 0x2545f4914f6cdd1dull);
+    }
+}
+END_TEST
+
+static Suite *paged_suite(void) {
+    Suite *s = suite_create("kv_paged");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, alloc_free_and_usage);
+    tcase_add_test(tc, prefix_hit_and_lru_eviction);
+    tcase_add_test(tc, cow_copies_shared_partial_block);
+    tcase_add_test(tc, property_random_ops);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(paged_suite)

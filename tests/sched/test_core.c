@@ -1,0 +1,613 @@
+/* Tests sched/core.c (planning, batching, policies, preemption, COW, cancellation) with the
+ * deterministic fake executor and a virtual clock. Every output stream is compared with the
+ * stream the fake model gives for the same sequence without any scheduling effects. */
+#include "check_main.h"
+#include "sched/core.h"
+#include "sched/fake_executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAXREQ = 32, MAXCH = 4, MAXTOK = 512 };
+
+typedef struct rec {
+    int32_t toks[MAXCH][MAXTOK];
+    int n[MAXCH];
+    wf_finish_reason fin[MAXCH];
+    wf_status fin_status[MAXCH];
+    int n_fin;
+    bool retired;
+    uint64_t first_token_iter;
+    uint64_t token_iters[MAXTOK]; /* iteration of each token of choice 0 */
+} rec;
+
+typedef struct harness {
+    wf_kv_store store;
+    wf_kv_pool *pool;
+    wf_fake_executor fx;
+    wf_core core;
+    uint64_t now;
+    int budget;
+    int mixed_batches;          /* batches holding both PREFILL and DECODE tasks */
+    int retire_order[MAXREQ], n_retired;
+    wf_request *reqs[MAXREQ];
+    rec recs[MAXREQ];
+    int n_reqs;
+    uint64_t start_rng[MAXREQ][MAXCH];
+} harness;
+
+static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
+                     uint64_t now) {
+    harness *h = user;
+    (void)now;
+    rec *rc = r->user;
+    ck_assert_int_lt(rc->n[choice], MAXTOK);
+    if (choice == 0) rc->token_iters[rc->n[0]] = h->core.iteration;
+    if (rc->n[0] == 0 && choice == 0) rc->first_token_iter = h->core.iteration;
+    rc->toks[choice][rc->n[choice]++] = tok->token;
+    ck_assert(!rc->retired);
+}
+
+static void cb_finished(void *user, wf_request *r, int choice, wf_finish_reason reason,
+                        wf_status st, const char *msg, uint64_t now) {
+    (void)user;
+    (void)msg;
+    (void)now;
+    rec *rc = r->user;
+    ck_assert_int_eq(rc->fin[choice], WF_FINISH_NONE); /* exactly one FINISHED per choice */
+    rc->fin[choice] = reason;
+    rc->fin_status[choice] = st;
+    rc->n_fin++;
+}
+
+static void cb_retired(void *user, wf_request *r) {
+    harness *h = user;
+    rec *rc = r->user;
+    ck_assert_int_eq(rc->n_fin, r->n_choices);
+    rc->retired = true;
+    for (int i = 0; i < h->n_reqs; i++)
+        if (h->reqs[i] == r) h->retire_order[h->n_retired++] = i;
+}
+
+static void on_batch(void *user, const wf_task_batch *b) {
+    harness *h = user;
+    int tokens = 0, pre = 0, dec = 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        tokens += b->tasks[i].n_tokens;
+        pre += b->tasks[i].kind == WF_TASK_PREFILL;
+        dec += b->tasks[i].kind == WF_TASK_DECODE;
+        ck_assert_int_eq(b->tasks[i].status, WF_OK); /* the KV held the right sequence */
+    }
+    ck_assert_int_le(tokens, h->budget); /* the token budget holds in every iteration */
+    ck_assert_int_eq(b->group.n_ranks, 1);
+    ck_assert_int_eq(b->group.ranks[0], 0);
+    if (pre && dec) h->mixed_batches++;
+}
+
+static void h_init(harness *h, const char *policy, int n_blocks, int bs, int budget,
+                   int max_running, bool prefix) {
+    memset(h, 0, sizeof *h);
+    wf_kv_geometry g = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 4, .block_size = bs,
+                        .dtype = WF_KV_DTYPE_F32};
+    ck_assert_int_eq(wf_kv_store_init(&h->store, &g, wf_kv_geometry_block_bytes(&g) *
+                                                         (size_t)n_blocks),
+                     WF_OK);
+    ck_assert_int_eq(h->store.n_blocks, n_blocks);
+    ck_assert_int_eq(wf_kv_pool_new(n_blocks, bs, prefix, &h->pool), WF_OK);
+    wf_fake_executor_init(&h->fx, &h->store, 1000, 7);
+    h->fx.on_batch = on_batch;
+    h->fx.user = h;
+    h->budget = budget;
+    wf_core_config cfg = {.policy = wf_sched_policy_find(policy),
+                          .max_batch_tokens = budget,
+                          .max_running = max_running,
+                          .n_ctx = 256,
+                          .pool = h->pool,
+                          .store = &h->store,
+                          .group = {.n_ranks = 1},
+                          .cb = {cb_token, cb_finished, cb_retired, NULL, h}};
+    ck_assert_int_eq(wf_core_init(&h->core, &cfg), WF_OK);
+    h->now = 1000000000ull;
+}
+
+static wf_request *h_add(harness *h, const int32_t *prompt, int n_prompt, int max_tokens, int n,
+                         float temperature, double ttft_ms, int priority) {
+    wf_request_spec spec;
+    wf_request_spec_init(&spec);
+    spec.prompt = prompt;
+    spec.n_prompt = n_prompt;
+    spec.max_tokens = max_tokens;
+    spec.n = n;
+    spec.sampling.temperature = temperature;
+    spec.priority = priority;
+    snprintf(spec.id, sizeof spec.id, "req-%d", h->n_reqs);
+    wf_request *r;
+    ck_assert_int_eq(wf__request_new(&spec, 256, h->store.geometry.block_size,
+                                     0x1234 + (uint64_t)h->n_reqs, &r),
+                     WF_OK);
+    r->ttft_ms = ttft_ms;
+    r->tpot_ms = 50;
+    r->user = &h->recs[h->n_reqs];
+    for (int i = 0; i < n; i++) h->start_rng[h->n_reqs][i] = r->choices[i].rng;
+    h->reqs[h->n_reqs++] = r;
+    ck_assert_int_eq(wf_core_add(&h->core, r, h->now), WF_OK);
+    return r;
+}
+
+/* One iteration on the virtual clock: 1 ms per iteration. */
+static int h_step(harness *h) {
+    wf_task_batch *b = wf_core_plan(&h->core, h->now);
+    int n = b->n_tasks;
+    if (n > 0) {
+        wf_status st = wf_fake_executor_get(&h->fx).ops->run_batch(&h->fx, b);
+        h->now += 1000000;
+        wf_core_complete(&h->core, st, NULL, h->now);
+    }
+    return n;
+}
+
+static void h_run(harness *h) {
+    for (int i = 0; i < 20000 && wf_core_n_requests(&h->core) > 0; i++) h_step(h);
+    ck_assert_int_eq(wf_core_n_requests(&h->core), 0);
+}
+
+static void h_free(harness *h) {
+    wf_core_free(&h->core, h->now);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(h->pool, &u);
+    ck_assert_int_eq(u.used, 0); /* every block came back */
+    char err[128];
+    ck_assert_msg(wf_kv_pool_check(h->pool, err, sizeof err), "%s", err);
+    for (int i = 0; i < h->n_reqs; i++) wf__request_free(h->reqs[i]);
+    wf_kv_pool_free(h->pool);
+    wf_kv_store_free(&h->store);
+}
+
+/* The stream the fake model gives for this prompt, run alone: greedy or with the choice's own
+ * generator, EOS (token 7) ends it, max_tokens caps it. */
+static int expected_stream(const harness *h, const int32_t *prompt, int n_prompt, int max_tokens,
+                           float temperature, uint64_t rng, int32_t *out) {
+    int32_t seq[MAXTOK];
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    int n = n_prompt, g = 0;
+    wf_sampling_params p = {.temperature = temperature};
+    while (g < max_tokens) {
+        int32_t t = wf_fake_next_token(&h->fx, seq, n, &p, &rng);
+        if (t == 7) break;
+        seq[n++] = t;
+        out[g++] = t;
+    }
+    return g;
+}
+
+static void check_request(const harness *h, int i, const int32_t *prompt, int n_prompt,
+                          int max_tokens, float temperature) {
+    const rec *rc = &h->recs[i];
+    ck_assert(rc->retired);
+    for (int c = 0; c < h->reqs[i]->n_choices; c++) {
+        int32_t want[MAXTOK];
+        int n = expected_stream(h, prompt, n_prompt, max_tokens, temperature, h->start_rng[i][c],
+                                want);
+        ck_assert_int_eq(rc->n[c], n);
+        for (int k = 0; k < n; k++)
+            ck_assert_msg(rc->toks[c][k] == want[k], "req %d choice %d token %d: %d != %d", i,
+                          c, k, rc->toks[c][k], want[k]);
+        ck_assert_int_eq(rc->fin[c], n < max_tokens ? WF_FINISH_STOP : WF_FINISH_LENGTH);
+    }
+}
+
+static void make_prompt(int32_t *p, int n, int salt) {
+    for (int i = 0; i < n; i++) p[i] = 100 + (i * 31 + salt * 17) % 800;
+}
+
+START_TEST(streams_match_the_model) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 32, 8, true);
+    int32_t p[3][20];
+    for (int i = 0; i < 3; i++) {
+        make_prompt(p[i], 10 + i * 3, i);
+        h_add(&h, p[i], 10 + i * 3, 40, 1, 0, 1000, 0);
+    }
+    h_run(&h);
+    for (int i = 0; i < 3; i++) check_request(&h, i, p[i], 10 + i * 3, 40, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(chunked_prefill_interleaves_with_decode) {
+    harness h;
+    h_init(&h, "fcfs", 128, 8, 16, 8, false);
+    int32_t a[6], b[150];
+    make_prompt(a, 6, 1);
+    make_prompt(b, 150, 2);
+    h_add(&h, a, 6, 60, 1, 0, 1000, 0);
+    h.fx.eog_token = -1; /* keep A streaming */
+    for (int i = 0; i < 3; i++) h_step(&h); /* A is decoding */
+    h_add(&h, b, 150, 5, 1, 0, 1000, 0);
+    uint64_t b_start = h.core.iteration;
+    h_run(&h);
+    /* B's 150-token prompt took >= 150/15 iterations of chunks, each sharing the batch with
+     * A's decode: A got one token in every iteration while B was prefilling. */
+    ck_assert_int_ge(h.mixed_batches, 10);
+    const rec *ra = &h.recs[0];
+    for (int k = 1; k < ra->n[0]; k++)
+        if (ra->token_iters[k] > b_start && ra->token_iters[k] <= h.recs[1].first_token_iter)
+            ck_assert_int_eq(ra->token_iters[k], ra->token_iters[k - 1] + 1);
+    ck_assert_int_le(h.fx.max_batch_tokens_seen, 16);
+    ck_assert_int_eq(h.recs[1].n[0], 5);
+    ck_assert_int_eq(ra->n[0], 60);
+    h_free(&h);
+}
+END_TEST
+
+/* With room for one request at a time, the order in which requests finish is the policy's. */
+static void run_order(const char *policy, const double *ttft, const int *prio, const int *want) {
+    harness h;
+    h_init(&h, policy, 64, 4, 64, 1, false);
+    h.fx.eog_token = -1;
+    int32_t p[4][8];
+    for (int i = 0; i < 4; i++) {
+        make_prompt(p[i], 8, i);
+        h_add(&h, p[i], 8, 3, 1, 0, ttft[i], prio[i]);
+    }
+    h_run(&h);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(h.retire_order[i], want[i]);
+    h_free(&h);
+}
+
+START_TEST(policy_orders) {
+    double ttft[4] = {900, 100, 500, 300};
+    int prio[4] = {0, 1, 5, 1};
+    run_order("fcfs", ttft, prio, (int[4]){0, 1, 2, 3});
+    run_order("slo", ttft, prio, (int[4]){1, 3, 2, 0});      /* earliest deadline first */
+    run_order("priority", ttft, prio, (int[4]){2, 1, 3, 0}); /* then arrival among equals */
+}
+END_TEST
+
+START_TEST(preemption_gives_identical_output) {
+    /* 14 blocks of 4 tokens; each request needs ceil((10 + 24) / 4) = 9 blocks at its end, so
+     * three cannot all stay resident: someone is preempted and recomputed. */
+    harness h;
+    h_init(&h, "fcfs", 14, 4, 32, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[3][10];
+    for (int i = 0; i < 3; i++) {
+        make_prompt(p[i], 10, i + 5);
+        h_add(&h, p[i], 10, 24, 1, 0, 1000, 0);
+    }
+    h_run(&h);
+    ck_assert_uint_gt(h.core.preempted_total, 0);
+    for (int i = 0; i < 3; i++) check_request(&h, i, p[i], 10, 24, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(preemption_with_prefix_cache_and_sampling) {
+    harness h;
+    h_init(&h, "slo", 16, 4, 12, 8, true);
+    h.fx.eog_token = -1;
+    int32_t p[4][14];
+    for (int i = 0; i < 4; i++) {
+        make_prompt(p[i], 14, 0); /* one shared "system prompt" */
+        p[i][13] = 900 + i;
+        h_add(&h, p[i], 14, 20, 1, 0.8f, 500 + 100 * i, 0);
+    }
+    h_run(&h);
+    ck_assert_uint_gt(h.core.preempted_total, 0);
+    for (int i = 0; i < 4; i++) check_request(&h, i, p[i], 14, 20, 0.8f);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(h.pool, &u);
+    ck_assert_uint_gt(u.prefix_hits, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(cancellation_frees_blocks) {
+    harness h;
+    h_init(&h, "fcfs", 32, 4, 32, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[10];
+    make_prompt(p, 10, 3);
+    wf_request *r = h_add(&h, p, 10, 100, 2, 1.0f, 1000, 0);
+    wf_request *q = h_add(&h, p, 10, 100, 1, 0, 1000, 0);
+    for (int i = 0; i < 5; i++) h_step(&h);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(h.pool, &u);
+    ck_assert_int_gt(u.used, 0);
+    atomic_store(&r->cancel_requested, true);
+    atomic_store(&q->cancel_requested, true);
+    h_step(&h); /* the next iteration frees them */
+    ck_assert_int_eq(wf_core_n_requests(&h.core), 0);
+    wf_kv_pool_get_usage(h.pool, &u);
+    ck_assert_int_eq(u.used, 0);
+    ck_assert_int_eq(h.recs[0].fin[0], WF_FINISH_CANCELLED);
+    ck_assert_int_eq(h.recs[0].fin[1], WF_FINISH_CANCELLED);
+    ck_assert_int_eq(h.recs[0].fin_status[1], WF_ECANCELLED);
+    ck_assert_int_eq(h.recs[1].fin[0], WF_FINISH_CANCELLED);
+    ck_assert_int_eq(r->state, WF_REQUEST_CANCELLED);
+    ck_assert_uint_eq(h.core.cancelled_total, 2);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(n_choices_share_prompt_copy_on_write) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, true);
+    h.fx.eog_token = -1;
+    int32_t p[10];
+    make_prompt(p, 10, 9); /* 10 tokens: the last prompt block is partial and shared */
+    h_add(&h, p, 10, 30, 3, 1.0f, 1000, 0);
+    h_step(&h); /* prefill + first tokens */
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(h.pool, &u);
+    ck_assert_int_eq(u.used, 3); /* 3 prompt blocks, shared by the 3 choices */
+    h_run(&h);
+    check_request(&h, 0, p, 10, 30, 1.0f);
+    /* Independent streams: the choices differ. */
+    ck_assert(memcmp(h.recs[0].toks[0], h.recs[0].toks[1], 30 * sizeof(int32_t)) != 0);
+    ck_assert(memcmp(h.recs[0].toks[1], h.recs[0].toks[2], 30 * sizeof(int32_t)) != 0);
+    wf_kv_pool_get_usage(h.pool, &u);
+    ck_assert_uint_eq(u.cow_copies, 2); /* two choices copied the partial block; one kept it */
+    ck_assert_int_eq(u.used, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(prefix_cache_reuses_system_prompt) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, true);
+    int32_t p[2][30];
+    make_prompt(p[0], 30, 4);
+    make_prompt(p[1], 30, 4);
+    p[1][29] = 999;
+    h_add(&h, p[0], 30, 5, 1, 0, 1000, 0);
+    h_run(&h);
+    wf_request *r = h_add(&h, p[1], 30, 5, 1, 0, 1000, 0);
+    h_run(&h);
+    ck_assert_int_eq(r->cached_prompt_tokens, 28); /* 7 full blocks of the 29 shared tokens */
+    check_request(&h, 0, p[0], 30, 5, 0);
+    check_request(&h, 1, p[1], 30, 5, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(eos_and_min_tokens) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, false);
+    /* Find a prompt whose first greedy token is the EOS (7) of the fake model. */
+    int32_t p[5] = {1, 2, 3, 4, 0};
+    wf_sampling_params greedy = {0};
+    for (int32_t x = 0; x < 100000; x++) {
+        p[4] = x;
+        if (wf_fake_next_token(&h.fx, p, 5, &greedy, NULL) == 7) break;
+    }
+    ck_assert_int_eq(wf_fake_next_token(&h.fx, p, 5, &greedy, NULL), 7);
+    h_add(&h, p, 5, 10, 1, 0, 1000, 0);
+    wf_request *m = h_add(&h, p, 5, 10, 1, 0, 1000, 0);
+    m->spec.min_tokens = 3;
+    h_run(&h);
+    ck_assert_int_eq(h.recs[0].fin[0], WF_FINISH_STOP);
+    ck_assert_int_eq(h.recs[0].n[0], 0);
+    ck_assert_int_ge(h.recs[1].n[0], 3); /* EOS suppressed until min_tokens */
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(executor_failure_fails_requests) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, false);
+    h.fx.eog_token = -1;
+    h.fx.fail_batch = 3;
+    int32_t p[8];
+    make_prompt(p, 8, 1);
+    h_add(&h, p, 8, 20, 2, 1.0f, 1000, 0);
+    h_add(&h, p, 8, 20, 1, 0, 1000, 0);
+    h_run(&h);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(h.recs[i].fin[0], WF_FINISH_ERROR);
+        ck_assert_int_eq(h.recs[i].fin_status[0], WF_EIO);
+        ck_assert_int_eq(h.reqs[i]->state, WF_REQUEST_FAILED);
+    }
+    ck_assert_int_eq(h.recs[0].fin[1], WF_FINISH_ERROR);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(request_too_big_for_cache_fails_cleanly) {
+    harness h;
+    h_init(&h, "fcfs", 4, 4, 64, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[8];
+    make_prompt(p, 8, 1);
+    h_add(&h, p, 8, 100, 1, 0, 1000, 0); /* 108 tokens > 16 the cache holds */
+    h_run(&h);
+    ck_assert_int_eq(h.recs[0].fin[0], WF_FINISH_ERROR);
+    ck_assert_int_eq(h.recs[0].n[0], 9); /* positions 0..15 hold 8 prompt + 8 fed tokens; the 9th was drawn from position 15 */
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(priority_preempts_the_lowest_priority) {
+    /* 10 blocks of 4 tokens; each request ends at 8 + 20 = 28 tokens = 7 blocks: both cannot
+     * stay. The low-priority one arrived first, yet it is the one preempted. */
+    harness h;
+    h_init(&h, "priority", 10, 4, 32, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[2][8];
+    make_prompt(p[0], 8, 1);
+    make_prompt(p[1], 8, 2);
+    wf_request *low = h_add(&h, p[0], 8, 20, 1, 0, 1000, 0);
+    wf_request *high = h_add(&h, p[1], 8, 20, 1, 0, 1000, 5);
+    h_run(&h);
+    ck_assert_int_gt(low->n_preemptions, 0);
+    ck_assert_int_eq(high->n_preemptions, 0);
+    ck_assert_int_eq(h.retire_order[0], 1);
+    check_request(&h, 0, p[0], 8, 20, 0);
+    check_request(&h, 1, p[1], 8, 20, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(priority_displaces_a_running_request) {
+    /* One seat. The low-priority request is decoding when an urgent one arrives: it is
+     * preempted at the next iteration, the urgent one runs to the end, then it resumes with
+     * exactly the output it would have produced alone. */
+    harness h;
+    h_init(&h, "priority", 64, 4, 32, 1, false);
+    h.fx.eog_token = -1;
+    int32_t p[2][8];
+    make_prompt(p[0], 8, 3);
+    make_prompt(p[1], 8, 4);
+    wf_request *low = h_add(&h, p[0], 8, 30, 1, 0, 1000, 0);
+    for (int i = 0; i < 5; i++) h_step(&h);
+    ck_assert_int_eq(h.recs[0].n[0], 5);
+    wf_request *high = h_add(&h, p[1], 8, 10, 1, 0, 1000, 9);
+    h_step(&h);
+    ck_assert_int_eq(low->state, WF_REQUEST_PREEMPTED);
+    ck_assert_int_eq(high->state, WF_REQUEST_RUNNING);
+    h_run(&h);
+    ck_assert_int_eq(h.retire_order[0], 1);
+    ck_assert_int_eq(low->n_preemptions, 1);
+    check_request(&h, 0, p[0], 8, 30, 0);
+    check_request(&h, 1, p[1], 8, 10, 0);
+    /* fcfs never displaces: same scenario, the first request keeps its seat. */
+    harness f;
+    h_init(&f, "fcfs", 64, 4, 32, 1, false);
+    f.fx.eog_token = -1;
+    h_add(&f, p[0], 8, 30, 1, 0, 1000, 0);
+    for (int i = 0; i < 5; i++) h_step(&f);
+    h_add(&f, p[1], 8, 10, 1, 0, 1000, 9);
+    h_run(&f);
+    ck_assert_int_eq(f.retire_order[0], 0);
+    ck_assert_uint_eq(f.core.preempted_total, 0);
+    h_free(&f);
+    h_free(&h);
+}
+END_TEST
+
+static uint64_t xorshift(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Random workloads against the real core: random policy, pool, budget, arrivals, prompt
+ * sharing, n, sampling and cancellations. Every iteration the hook checks the budget and the
+ * fake model checks the KV; at the end every choice got exactly one FINISHED, every stream
+ * equals the model's own (a prefix of it when cancelled), and no block is left. */
+static void run_random_workload(uint64_t seed, uint64_t cover[4]) {
+    static const char *policies[3] = {"fcfs", "priority", "slo"};
+    uint64_t x = seed;
+    harness h;
+    int n_blocks = 54 + (int)(xorshift(&x) % 30);
+    int budget = 8 + (int)(xorshift(&x) % 56);
+    int max_running = 3 + (int)(xorshift(&x) % 6);
+    h_init(&h, policies[xorshift(&x) % 3], n_blocks, 4, budget, max_running,
+           xorshift(&x) % 4 != 0);
+    enum { NR = 24 };
+    int32_t prompts[NR][40];
+    int n_prompt[NR], max_tok[NR], arrive[NR], cancel_at[NR], n_choices[NR];
+    float temp[NR];
+    for (int i = 0; i < NR; i++) {
+        n_prompt[i] = 1 + (int)(xorshift(&x) % 40);
+        int sys = (int)(xorshift(&x) % 3);
+        for (int k = 0; k < n_prompt[i]; k++)
+            prompts[i][k] = k < 20 ? 100 + sys * 50 + k : 200 + (int)(xorshift(&x) % 700);
+        max_tok[i] = 1 + (int)(xorshift(&x) % 30);
+        n_choices[i] = 1 + (int)(xorshift(&x) % 3);
+        temp[i] = xorshift(&x) % 2 ? 0.7f : 0.0f;
+        if (n_choices[i] > 1 && temp[i] == 0) temp[i] = 1.0f;
+        arrive[i] = (int)(xorshift(&x) % 40);
+        cancel_at[i] = xorshift(&x) % 10 == 0 ? arrive[i] + (int)(xorshift(&x) % 15) : -1;
+    }
+    wf_request *reqs[NR] = {0};
+    bool cancelled[NR] = {false};
+    for (int it = 0; it < 5000; it++) {
+        for (int i = 0; i < NR; i++) {
+            if (arrive[i] == it)
+                reqs[i] = h_add(&h, prompts[i], n_prompt[i], max_tok[i], n_choices[i], temp[i],
+                                200 + 37.0 * (i % 5), (int)(i % 3));
+            if (cancel_at[i] == it && reqs[i]) {
+                atomic_store(&reqs[i]->cancel_requested, true);
+                cancelled[i] = true;
+            }
+        }
+        if (it > 60 && wf_core_n_requests(&h.core) == 0) break;
+        h_step(&h);
+    }
+    ck_assert_int_eq(wf_core_n_requests(&h.core), 0);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(h.pool, &u);
+    cover[0] += h.core.preempted_total;
+    cover[1] += h.core.cancelled_total;
+    cover[2] += u.cow_copies;
+    cover[3] += u.prefix_hits;
+    for (int i = 0; i < NR; i++) {
+        int ri = -1;
+        for (int k = 0; k < h.n_reqs; k++)
+            if (h.reqs[k] == reqs[i]) ri = k;
+        ck_assert_int_ge(ri, 0);
+        const rec *rc = &h.recs[ri];
+        ck_assert(rc->retired);
+        ck_assert_int_eq(rc->n_fin, n_choices[i]);
+        for (int c = 0; c < n_choices[i]; c++) {
+            int32_t want[MAXTOK];
+            int n = expected_stream(&h, prompts[i], n_prompt[i], max_tok[i], temp[i],
+                                    h.start_rng[ri][c], want);
+            if (rc->fin[c] == WF_FINISH_CANCELLED) {
+                ck_assert(cancelled[i]);
+                ck_assert_int_le(rc->n[c], n);
+            } else {
+                ck_assert_msg(rc->fin[c] != WF_FINISH_ERROR, "seed %llu req %d failed",
+                              (unsigned long long)seed, i);
+                ck_assert_int_eq(rc->n[c], n);
+            }
+            for (int k = 0; k < rc->n[c]; k++)
+                if (rc->toks[c][k] != want[k])
+                    ck_abort_msg("seed %llu req %d choice %d token %d: %d != %d",
+                                 (unsigned long long)seed, i, c, k, rc->toks[c][k], want[k]);
+        }
+    }
+    h_free(&h);
+}
+
+START_TEST(random_workloads_keep_every_invariant) {
+    uint64_t cover[4] = {0, 0, 0, 0};
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        run_random_workload(seed * 0x9e3779b97f4a7c15ull, cover);
+    /* The workloads did reach the interesting paths. */
+    ck_assert_uint_gt(cover[0], 0); /* preemptions */
+    ck_assert_uint_gt(cover[1], 0); /* cancellations */
+    ck_assert_uint_gt(cover[2], 0); /* copy-on-write */
+    ck_assert_uint_gt(cover[3], 0); /* prefix hits */
+    printf("random workloads: %llu preemptions, %llu cancellations, %llu COW copies, %llu "
+           "prefix-hit tokens\n",
+           (unsigned long long)cover[0], (unsigned long long)cover[1],
+           (unsigned long long)cover[2], (unsigned long long)cover[3]);
+}
+END_TEST
+
+static Suite *core_suite(void) {
+    Suite *s = suite_create("sched_core");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, streams_match_the_model);
+    tcase_add_test(tc, chunked_prefill_interleaves_with_decode);
+    tcase_add_test(tc, policy_orders);
+    tcase_add_test(tc, preemption_gives_identical_output);
+    tcase_add_test(tc, preemption_with_prefix_cache_and_sampling);
+    tcase_add_test(tc, cancellation_frees_blocks);
+    tcase_add_test(tc, n_choices_share_prompt_copy_on_write);
+    tcase_add_test(tc, prefix_cache_reuses_system_prompt);
+    tcase_add_test(tc, eos_and_min_tokens);
+    tcase_add_test(tc, executor_failure_fails_requests);
+    tcase_add_test(tc, request_too_big_for_cache_fails_cleanly);
+    tcase_add_test(tc, priority_preempts_the_lowest_priority);
+    tcase_add_test(tc, priority_displaces_a_running_request);
+    tcase_add_test(tc, random_workloads_keep_every_invariant);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(core_suite)

@@ -1,0 +1,111 @@
+/* server/config.c: flags, the JSON file, --api-key-file, and the options the server added. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "server/config.h"
+
+static int parse(wf_config *cfg, char **argv, char *err, size_t errlen) {
+    int argc = 0;
+    while (argv[argc]) argc++;
+    return wf_config_parse(cfg, argc, argv, err, errlen);
+}
+
+static char *write_tmp(const char *text) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/weft-config-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+START_TEST(defaults) {
+    wf_config cfg;
+    char err[256];
+    char *argv[] = {"weftd", NULL};
+    ck_assert_int_eq(parse(&cfg, argv, err, sizeof err), 0);
+    ck_assert_int_eq(cfg.max_body_bytes, 8L << 20);
+    ck_assert_int_eq(cfg.max_header_bytes, 64L << 10);
+    ck_assert_int_eq(cfg.request_timeout_ms, 60000);
+    ck_assert_int_eq(cfg.max_running, 64);
+    ck_assert_int_eq(cfg.n_api_keys, 0);
+    ck_assert_ptr_null(cfg.cost_model);
+    ck_assert_int_eq(cfg.fixed_cost_model, 0);
+    wf_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(api_keys_from_flags_and_file) {
+    char *path = write_tmp("# keys\n  sk-a  \n\nsk-b\r\n");
+    wf_config cfg;
+    char err[256];
+    char *argv[] = {"weftd", "--api-key", "sk-flag", "--api-key-file", path, "--cost-model", "1,2,3,4",
+                    "--fixed-cost-model", "--max-header-bytes", "4096", "--request-timeout-ms", "500", NULL};
+    ck_assert_int_eq(parse(&cfg, argv, err, sizeof err), 0);
+    ck_assert_int_eq(cfg.n_api_keys, 3);
+    ck_assert_str_eq(cfg.api_keys[0], "sk-flag");
+    ck_assert_str_eq(cfg.api_keys[1], "sk-a");
+    ck_assert_str_eq(cfg.api_keys[2], "sk-b");
+    ck_assert_ptr_null(cfg.api_keys[3]);
+    ck_assert_str_eq(cfg.cost_model, "1,2,3,4");
+    ck_assert_int_eq(cfg.fixed_cost_model, 1);
+    ck_assert_int_eq(cfg.max_header_bytes, 4096);
+    ck_assert_int_eq(cfg.request_timeout_ms, 500);
+    wf_config_free(&cfg);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(bad_key_files) {
+    wf_config cfg;
+    char err[256];
+    char *argv[] = {"weftd", "--api-key-file", "/nonexistent/keys", NULL};
+    ck_assert_int_eq(parse(&cfg, argv, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/keys"));
+    wf_config_free(&cfg);
+    char *path = write_tmp("# only a comment\n\n");
+    char *argv2[] = {"weftd", "--api-key-file", path, NULL};
+    ck_assert_int_eq(parse(&cfg, argv2, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "no keys"));
+    wf_config_free(&cfg);
+    unlink(path);
+    char *argv3[] = {"weftd", "--max-header-bytes", "10", NULL};
+    ck_assert_int_eq(parse(&cfg, argv3, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "max-header-bytes"));
+    wf_config_free(&cfg);
+}
+END_TEST
+
+START_TEST(json_file_keys) {
+    char *path = write_tmp("{\"api_key\": [\"k1\", \"k2\"], \"request_timeout_ms\": 1234, \"fixed_cost_model\": true}");
+    char file[64];
+    snprintf(file, sizeof file, "%s", path);
+    wf_config cfg;
+    char err[256];
+    char *argv[] = {"weftd", "--config", file, NULL};
+    ck_assert_msg(parse(&cfg, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg.n_api_keys, 2);
+    ck_assert_int_eq(cfg.request_timeout_ms, 1234);
+    ck_assert_int_eq(cfg.fixed_cost_model, 1);
+    wf_config_free(&cfg);
+    unlink(file);
+}
+END_TEST
+
+static Suite *config_suite(void) {
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, api_keys_from_flags_and_file);
+    tcase_add_test(tc, bad_key_files);
+    tcase_add_test(tc, json_file_keys);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(config_suite)
