@@ -132,3 +132,12 @@ void wf_attn_one(const float *q, int hd, float scale, const wf_attn_kv_view *kv,
     else
         attn_one_c(q, hd, scale, kv, n_pos, s, out);
 }
+
+void wf_attn_swiglu(size_t n, float *gate, const float *up) {
+    if (g_simd < 0) wf_attn_set_simd(1);
+    if (g_simd == 1) {
+        wf_attn_swiglu_avx2(n, gate, up);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) gate[i] = wf_attn_silu(gate[i]) * up[i];
+}

@@ -54,7 +54,11 @@ float wf_attn_f16dot(int n, const uint16_t *x, const uint16_t *y);
  * Process-wide; for tests and benchmarks. */
 int wf_attn_set_simd(int on);
 
-/* internal: the AVX2 path (attention_avx2.c) */
+/* gate[i] = silu(gate[i]) * up[i] for i < n (ggml_vec_swiglu_f32's arithmetic). */
+void wf_attn_swiglu(size_t n, float *gate, const float *up);
+
+/* internal: the AVX2 paths (attention_avx2.c) */
+void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up);
 void wf_attn_one_avx2(const float *q, int head_dim, float scale, const wf_attn_kv_view *kv,
                       int n_pos, wf_attn_scratch *s, float *out);
 

@@ -148,3 +148,15 @@ void wf_attn_one_avx2(const float *q, int hd, float scale, const wf_attn_kv_view
         _mm256_storeu_ps(out + d, t[0]);
     }
 }
+
+void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(gate + i);
+        __m256 e = expf8(_mm256_sub_ps(zero, x));
+        __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = wf_attn_silu(gate[i]) * up[i];
+}

@@ -37,17 +37,6 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
 
 static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
-__attribute__((format(printf, 4, 5))) static wf_status errf(char *err, size_t errlen,
-                                                            wf_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* ---- Python str.strip() on UTF-8 ------------------------------------------------------------ */
 
 static bool py_space(uint32_t c) {
@@ -218,11 +207,11 @@ static wf_status check_alternation(const wf_chat_message *msgs, size_t n, size_t
     for (size_t i = first; i < n; i++) {
         bool want_user = (i - first) % 2 == 0;
         if (is_role(&msgs[i], "system"))
-            return errf(err, errlen, WF_EINVAL,
+            return wf_status_errorf(err, errlen, WF_EINVAL,
                         "message %zu: %s allows a system message only as the first message", i,
                         wf_chat_format_name(f));
         if (is_role(&msgs[i], "user") != want_user)
-            return errf(err, errlen, WF_EINVAL,
+            return wf_status_errorf(err, errlen, WF_EINVAL,
                         "message %zu: %s needs roles alternating user/assistant/user/... after "
                         "the optional system message, got '%s'",
                         i, wf_chat_format_name(f), msgs[i].role);
@@ -284,25 +273,25 @@ static void render_mistral(sbuf *b, const char *bos, const char *eos, const wf_c
 wf_status wf_chat_apply_tokens(wf_chat_format f, const char *tmpl, const char *bos,
                                const char *eos, const wf_chat_message *msgs, size_t n,
                                bool add_gen, char **out, char *err, size_t errlen) {
-    if (!out) return errf(err, errlen, WF_EINVAL, "no output pointer");
+    if (!out) return wf_status_errorf(err, errlen, WF_EINVAL, "no output pointer");
     *out = NULL;
     if (f == WF_CHAT_UNKNOWN) {
         f = wf_chat_detect(tmpl);
         if (f == WF_CHAT_UNKNOWN)
-            return errf(err, errlen, WF_EUNSUPPORTED,
+            return wf_status_errorf(err, errlen, WF_EUNSUPPORTED,
                         tmpl ? "the model's chat template is not one weft can render (ChatML, "
                                "Llama 3, Llama 2, Mistral); set a chat format explicitly"
                              : "the model has no chat template; set a chat format explicitly "
                                "(chatml, llama3, llama2, mistral)");
     }
     if ((unsigned)f > WF_CHAT_MISTRAL)
-        return errf(err, errlen, WF_EINVAL, "invalid chat format %d", (int)f);
-    if (n == 0 || !msgs) return errf(err, errlen, WF_EINVAL, "the conversation has no messages");
+        return wf_status_errorf(err, errlen, WF_EINVAL, "invalid chat format %d", (int)f);
+    if (n == 0 || !msgs) return wf_status_errorf(err, errlen, WF_EINVAL, "the conversation has no messages");
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role;
-        if (!r) return errf(err, errlen, WF_EINVAL, "message %zu: missing role", i);
+        if (!r) return wf_status_errorf(err, errlen, WF_EINVAL, "message %zu: missing role", i);
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0)
-            return errf(err, errlen, WF_EINVAL,
+            return wf_status_errorf(err, errlen, WF_EINVAL,
                         "message %zu: unknown role '%.40s' (expected system, user or assistant)",
                         i, r);
     }
@@ -324,7 +313,7 @@ wf_status wf_chat_apply_tokens(wf_chat_format f, const char *tmpl, const char *b
     }
     if (b.oom) {
         free(b.p);
-        return errf(err, errlen, WF_ENOMEM, "out of memory rendering the chat prompt");
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory rendering the chat prompt");
     }
     *out = b.p;
     return WF_OK;

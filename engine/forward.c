@@ -344,7 +344,7 @@ static void job_run(void *ctx, int ith, int nth) {
         size_t n = (size_t)f->n_tok * (size_t)hp->n_ff;
         size_t per = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = (size_t)ith * per, i1 = i0 + per < n ? i0 + per : n;
-        for (size_t i = i0; i < i1; i++) f->gate[i] = wf_attn_silu(f->gate[i]) * f->up[i];
+        if (i0 < i1) wf_attn_swiglu(i1 - i0, f->gate + i0, f->up + i0);
         break;
     }
     }

@@ -524,63 +524,51 @@ static wf_status open_common(wf_gguf *g, wf_gguf **out, char *err, size_t errlen
     return WF_OK;
 }
 
-static wf_status errf(char *err, size_t errlen, wf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static wf_status errf(char *err, size_t errlen, wf_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 wf_status wf_gguf_open_memory(const void *data, size_t size, wf_gguf **out, char *err,
                               size_t errlen) {
-    if (!out || (!data && size)) return errf(err, errlen, WF_EINVAL, "invalid arguments");
+    if (!out || (!data && size)) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
     *out = NULL;
     wf_gguf *g = calloc(1, sizeof *g);
-    if (!g) return errf(err, errlen, WF_ENOMEM, "out of memory");
+    if (!g) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     g->base = data;
     g->size = size;
     return open_common(g, out, err, errlen);
 }
 
 wf_status wf_gguf_open(const char *path, wf_gguf **out, char *err, size_t errlen) {
-    if (!out || !path) return errf(err, errlen, WF_EINVAL, "invalid arguments");
+    if (!out || !path) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return errf(err, errlen, e == ENOENT ? WF_ENOTFOUND : WF_EIO, "%s: %s", path, strerror(e));
+        return wf_status_errorf(err, errlen, e == ENOENT ? WF_ENOTFOUND : WF_EIO, "%s: %s", path, strerror(e));
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return errf(err, errlen, WF_EIO, "%s: fstat: %s", path, strerror(e));
+        return wf_status_errorf(err, errlen, WF_EIO, "%s: fstat: %s", path, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return errf(err, errlen, WF_EIO, "%s: not a regular file", path);
+        return wf_status_errorf(err, errlen, WF_EIO, "%s: not a regular file", path);
     }
     if (sb.st_size == 0) {
         close(fd);
-        return errf(err, errlen, WF_EFORMAT, "%s: not a GGUF file: the file is empty", path);
+        return wf_status_errorf(err, errlen, WF_EFORMAT, "%s: not a GGUF file: the file is empty", path);
     }
     if ((uint64_t)sb.st_size > SIZE_MAX) {
         close(fd);
-        return errf(err, errlen, WF_EUNSUPPORTED, "%s: file too large to map", path);
+        return wf_status_errorf(err, errlen, WF_EUNSUPPORTED, "%s: file too large to map", path);
     }
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) return errf(err, errlen, WF_EIO, "%s: mmap: %s", path, strerror(e));
+    if (map == MAP_FAILED) return wf_status_errorf(err, errlen, WF_EIO, "%s: mmap: %s", path, strerror(e));
     wf_gguf *g = calloc(1, sizeof *g);
     if (!g) {
         munmap(map, (size_t)sb.st_size);
-        return errf(err, errlen, WF_ENOMEM, "out of memory");
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
     g->map = map;
     g->map_len = (size_t)sb.st_size;
@@ -588,7 +576,7 @@ wf_status wf_gguf_open(const char *path, wf_gguf **out, char *err, size_t errlen
     g->size = (size_t)sb.st_size;
     char msg[512] = "";
     wf_status st = open_common(g, out, msg, sizeof msg);
-    if (st != WF_OK) errf(err, errlen, st, "%s: %s", path, msg);
+    if (st != WF_OK) wf_status_errorf(err, errlen, st, "%s: %s", path, msg);
     return st;
 }
 

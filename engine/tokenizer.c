@@ -19,16 +19,6 @@
 
 #define SPACE_ESC "\xE2\x96\x81" /* U+2581, SentencePiece's visible space */
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                          const char *fmt, ...) {
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- hashing ------------------------------------------------------------------------- */
 
 uint64_t wf_tok_hash(const char *s, size_t n) {
@@ -308,13 +298,13 @@ static wf_status build_pieces(wf_tokenizer *t, char *err, size_t errlen) {
     for (int32_t id = 0; id < t->n_vocab; id++)
         total += render_piece(t, id, NULL);
     if (total > 0xFFFFFFF0u) {
-        set_err(err, errlen, "tokenizer: token pieces too large");
+        wf_errorf(err, errlen, "tokenizer: token pieces too large");
         return WF_EFORMAT;
     }
     t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->piece_off);
     t->piece_blob = malloc(total + 1);
     if (!t->piece_off || !t->piece_blob) {
-        set_err(err, errlen, "out of memory building token pieces");
+        wf_errorf(err, errlen, "out of memory building token pieces");
         return WF_ENOMEM;
     }
     size_t off = 0;
@@ -354,13 +344,13 @@ static wf_status load_merges(wf_tokenizer *t, const wf_tokenizer_desc *d, char *
     }
     if (!t->merge_blob || !t->merge_off || !t->merge_llen || !t->merge_rlen || !t->merge_res ||
         (use_ids && !t->pair_slots) || map_init(&t->merge_map, (size_t)d->n_merges) != 0) {
-        set_err(err, errlen, "out of memory loading merges");
+        wf_errorf(err, errlen, "out of memory loading merges");
         return WF_ENOMEM;
     }
     size_t off = 0;
     char *cat = malloc(2 * 0xFFFF); /* left+right concatenation scratch */
     if (!cat) {
-        set_err(err, errlen, "out of memory loading merges");
+        wf_errorf(err, errlen, "out of memory loading merges");
         return WF_ENOMEM;
     }
     for (int i = 0; i < d->n_merges; i++) {
@@ -376,7 +366,7 @@ static wf_status load_merges(wf_tokenizer *t, const wf_tokenizer_desc *d, char *
         size_t ln = sp < len ? sp : 0, rn = sp < len ? len - sp - 1 : 0;
         if (ln > 0xFFFF || rn > 0xFFFF) {
             free(cat);
-            set_err(err, errlen, "tokenizer.ggml.merges: merge too long");
+            wf_errorf(err, errlen, "tokenizer.ggml.merges: merge too long");
             return WF_EFORMAT;
         }
         t->merge_off[i] = (uint32_t)off;
@@ -438,14 +428,14 @@ static void apply_model_attrs(wf_tokenizer *t, const char *name) {
 
 wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char *err, size_t errlen) {
     if (!d || !out || !d->model || d->n_vocab <= 0 || !d->tokens) {
-        set_err(err, errlen, "tokenizer: missing vocabulary");
+        wf_errorf(err, errlen, "tokenizer: missing vocabulary");
         return WF_EINVAL;
     }
     *out = NULL;
     wf_status st = WF_ENOMEM;
     wf_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
-        set_err(err, errlen, "out of memory");
+        wf_errorf(err, errlen, "out of memory");
         return WF_ENOMEM;
     }
     int32_t slots[WF_TOKSLOT_COUNT];
@@ -472,7 +462,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
             if (strcmp(k_pre[i].name, pre) == 0)
                 pi = &k_pre[i];
         if (!pi) {
-            set_err(err, errlen, "tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", pre);
+            wf_errorf(err, errlen, "tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", pre);
             st = WF_EUNSUPPORTED;
             goto fail;
         }
@@ -483,7 +473,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
         t->add_bos = pi->add_bos;
         t->clean_spaces = pi->clean_spaces;
     } else {
-        set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s'", d->model);
+        wf_errorf(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%s'", d->model);
         st = WF_EUNSUPPORTED;
         goto fail;
     }
@@ -499,7 +489,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
         total += len ? len : 24; /* room for "[EMPTY_<i>]" */
     }
     if (total > 0xFFFFFFF0u) {
-        set_err(err, errlen, "tokenizer.ggml.tokens: vocabulary too large");
+        wf_errorf(err, errlen, "tokenizer.ggml.tokens: vocabulary too large");
         st = WF_EFORMAT;
         goto fail;
     }
@@ -510,7 +500,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
     t->eog = calloc((size_t)n, 1);
     if (!t->text_blob || !t->text_off || !t->scores || !t->attr || !t->eog ||
         map_init(&t->tok_map, (size_t)n) != 0) {
-        set_err(err, errlen, "out of memory loading the vocabulary");
+        wf_errorf(err, errlen, "out of memory loading the vocabulary");
         goto fail;
     }
     size_t off = 0;
@@ -537,7 +527,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
         if (wf_tok_lookup(t, txt, tl) >= 0) {
             char tmp[96];
             snprintf(tmp, sizeof tmp, "%.*s", (int)(tl < 60 ? tl : 60), txt);
-            set_err(err, errlen, "tokenizer.ggml.tokens: duplicate token '%s'", tmp);
+            wf_errorf(err, errlen, "tokenizer.ggml.tokens: duplicate token '%s'", tmp);
             st = WF_EFORMAT;
             goto fail;
         }
@@ -565,12 +555,12 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
     if (d->add_eos >= 0)
         t->add_eos = d->add_eos != 0;
     if (t->add_bos && slots[WF_TOKSLOT_BOS] < 0) {
-        set_err(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
+        wf_errorf(err, errlen, "tokenizer.ggml.add_bos_token is true but there is no BOS token");
         st = WF_EFORMAT;
         goto fail;
     }
     if (t->add_eos && slots[WF_TOKSLOT_EOS] < 0) {
-        set_err(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
+        wf_errorf(err, errlen, "tokenizer.ggml.add_eos_token is true but there is no EOS token");
         st = WF_EFORMAT;
         goto fail;
     }
@@ -639,7 +629,7 @@ wf_status wf_tokenizer_new(const wf_tokenizer_desc *d, wf_tokenizer **out, char 
     /* special tokens, longest first: they are matched in this order when partitioning */
     t->special = malloc((size_t)n * sizeof *t->special);
     if (!t->special) {
-        set_err(err, errlen, "out of memory");
+        wf_errorf(err, errlen, "out of memory");
         st = WF_ENOMEM;
         goto fail;
     }
@@ -731,7 +721,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
 
     wf_gguf_str s;
     if (!wf_gguf_get_str(g, "tokenizer.ggml.model", &s)) {
-        set_err(err, errlen, "tokenizer.ggml.model: missing");
+        wf_errorf(err, errlen, "tokenizer.ggml.model: missing");
         return WF_EFORMAT;
     }
     snprintf(model, sizeof model, "%.*s", (int)(s.len < 31 ? s.len : 31), s.data);
@@ -753,7 +743,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
     const void *data;
     if (!wf_gguf_get_array(g, "tokenizer.ggml.tokens", &et, &n, &data) || et != WF_GGUF_STRING ||
         n == 0 || n > (1u << 30)) {
-        set_err(err, errlen, "tokenizer.ggml.tokens: missing or not an array of strings");
+        wf_errorf(err, errlen, "tokenizer.ggml.tokens: missing or not an array of strings");
         return WF_EFORMAT;
     }
     d.n_vocab = (int)n;
@@ -761,12 +751,12 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
     tok_lens = malloc(n * sizeof *tok_lens);
     if (!tokens || !tok_lens) {
         st = WF_ENOMEM;
-        set_err(err, errlen, "out of memory");
+        wf_errorf(err, errlen, "out of memory");
         goto done;
     }
     for (uint64_t i = 0; i < n; i++) {
         if (!wf_gguf_get_array_str(g, "tokenizer.ggml.tokens", i, &s) || s.len > (1u << 20)) {
-            set_err(err, errlen, "tokenizer.ggml.tokens: bad element");
+            wf_errorf(err, errlen, "tokenizer.ggml.tokens: bad element");
             goto done;
         }
         tokens[i] = s.data;
@@ -778,7 +768,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
     uint64_t m;
     if (wf_gguf_get_array(g, "tokenizer.ggml.scores", &et, &m, &data)) {
         if ((et != WF_GGUF_FLOAT32 && et != WF_GGUF_INT32) || m < n) {
-            set_err(err, errlen, "tokenizer.ggml.scores: bad type or length");
+            wf_errorf(err, errlen, "tokenizer.ggml.scores: bad type or length");
             goto done;
         }
         scores = malloc(n * sizeof *scores);
@@ -799,7 +789,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
     }
     if (wf_gguf_get_array(g, "tokenizer.ggml.token_type", &et, &m, &data)) {
         if (et != WF_GGUF_INT32 || m < n) {
-            set_err(err, errlen, "tokenizer.ggml.token_type: bad type or length");
+            wf_errorf(err, errlen, "tokenizer.ggml.token_type: bad type or length");
             goto done;
         }
         types = malloc(n * sizeof *types);
@@ -813,7 +803,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
     if (strcmp(model, "gpt2") == 0) {
         if (!wf_gguf_get_array(g, "tokenizer.ggml.merges", &et, &m, &data) || et != WF_GGUF_STRING ||
             m > (1u << 30)) {
-            set_err(err, errlen, "tokenizer.ggml.merges: missing or not an array of strings");
+            wf_errorf(err, errlen, "tokenizer.ggml.merges: missing or not an array of strings");
             goto done;
         }
         merges = malloc((m ? m : 1) * sizeof *merges);
@@ -824,7 +814,7 @@ wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_to
         }
         for (uint64_t i = 0; i < m; i++) {
             if (!wf_gguf_get_array_str(g, "tokenizer.ggml.merges", i, &s) || s.len > 0xFFFF) {
-                set_err(err, errlen, "tokenizer.ggml.merges: bad element");
+                wf_errorf(err, errlen, "tokenizer.ggml.merges: bad element");
                 goto done;
             }
             merges[i] = s.data;

@@ -487,25 +487,15 @@ typedef struct sym {
     int32_t id; /* token of this symbol's text, -1 if it is not a token */
 } sym;
 
-typedef struct bigram {
-    int32_t rank, left, right;
-    uint32_t ln, rn;
-} bigram;
-
-typedef struct heap {
-    bigram *v;
-    size_t n;
-} heap;
-
-static inline bool bg_less(const bigram *x, const bigram *y) {
-    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
+static inline bool bigram_before(const wf_tok_bigram *x, const wf_tok_bigram *y) {
+    return x->key < y->key || (x->key == y->key && x->left < y->left);
 }
 
-static void heap_push(heap *h, bigram b) {
+void wf__tok_heap_push(wf_tok_heap *h, wf_tok_bigram b) {
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!bg_less(&b, &h->v[p]))
+        if (!bigram_before(&b, &h->v[p]))
             break;
         h->v[i] = h->v[p];
         i = p;
@@ -513,16 +503,16 @@ static void heap_push(heap *h, bigram b) {
     h->v[i] = b;
 }
 
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], last = h->v[--h->n];
+wf_tok_bigram wf__tok_heap_pop(wf_tok_heap *h) {
+    wf_tok_bigram top = h->v[0], last = h->v[--h->n];
     size_t i = 0, n = h->n;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && bg_less(&h->v[c + 1], &h->v[c]))
+        if (c + 1 < n && bigram_before(&h->v[c + 1], &h->v[c]))
             c++;
-        if (!bg_less(&h->v[c], &last))
+        if (!bigram_before(&h->v[c], &last))
             break;
         h->v[i] = h->v[c];
         i = c;
@@ -532,7 +522,7 @@ static bigram heap_pop(heap *h) {
     return top;
 }
 
-static void try_bigram(const wf_tokenizer *t, const char *w, const sym *syms, heap *h, int32_t l,
+static void try_bigram(const wf_tokenizer *t, const char *w, const sym *syms, wf_tok_heap *h, int32_t l,
                        int32_t r) {
     if (l < 0 || r < 0)
         return;
@@ -541,13 +531,13 @@ static void try_bigram(const wf_tokenizer *t, const char *w, const sym *syms, he
                    : wf_tok_merge_rank(t, w + syms[l].off, syms[l].n, w + syms[r].off, syms[r].n);
     if (rank < 0)
         return;
-    heap_push(h, (bigram){rank, l, r, syms[l].n, syms[r].n});
+    wf__tok_heap_push(h, (wf_tok_bigram){rank, l, r, syms[l].n, syms[r].n, rank});
 }
 
 /* One byte-encoded word -> ids (llama.cpp's llm_tokenizer_bpe_session::tokenize). raw holds
  * the word's bytes before GPT-2 encoding: raw[i] is the byte of encoded character i. */
 static void bpe_word(const wf_tokenizer *t, const char *w, size_t wn, const char *raw, sym *syms,
-                     heap *h, wf_tok_out *o) {
+                     wf_tok_heap *h, wf_tok_out *o) {
     if (t->ignore_merges) {
         int32_t id = wf_tok_lookup(t, w, wn);
         if (id >= 0) {
@@ -569,7 +559,7 @@ static void bpe_word(const wf_tokenizer *t, const char *w, size_t wn, const char
     for (int32_t i = 1; i < ns; i++)
         try_bigram(t, w, syms, h, i - 1, i);
     while (h->n) {
-        bigram b = heap_pop(h);
+        wf_tok_bigram b = wf__tok_heap_pop(h);
         sym *L = &syms[b.left], *R = &syms[b.right];
         if (L->n == 0 || R->n == 0 || L->n != b.ln || R->n != b.rn)
             continue; /* stale: one side has merged since */
@@ -608,7 +598,7 @@ wf_status wf_tok_bpe_encode(const wf_tokenizer *t, const char *text, size_t len,
     uint32_t *a = malloc((len + 1) * sizeof *a), *b = malloc((len + 1) * sizeof *b);
     char *enc = NULL;
     sym *syms = NULL;
-    heap h = {0};
+    wf_tok_heap h = {0};
     if (!cp || !fl || !a || !b)
         goto done;
     size_t n_cp;

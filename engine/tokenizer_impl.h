@@ -134,6 +134,26 @@ static inline int wf_tok_merge_rank_ids(const wf_tokenizer *t, int32_t l, int32_
 wf_status wf_tok_from_gguf_pre(const wf_gguf *g, const char *pre_override, wf_tokenizer **out,
                                char *err, size_t errlen);
 
+/* A candidate merge of two adjacent symbols for the BPE and SentencePiece merge loops. The
+ * heap pops the lowest key first (BPE: the merge rank; SPM: minus the piece's score, so the
+ * best score wins), ties going to the leftmost pair, as llama.cpp orders them. ln and rn are
+ * the symbols' byte lengths when the pair was queued: a pair whose symbols changed since is
+ * stale and skipped. */
+typedef struct wf_tok_bigram {
+    double key;
+    int32_t left, right;
+    uint32_t ln, rn;
+    int32_t rank; /* BPE only: index into the merge results */
+} wf_tok_bigram;
+
+typedef struct wf_tok_heap {
+    wf_tok_bigram *v; /* capacity is the caller's: at most one entry per adjacent pair event */
+    size_t n;
+} wf_tok_heap;
+
+void wf__tok_heap_push(wf_tok_heap *h, wf_tok_bigram b);
+wf_tok_bigram wf__tok_heap_pop(wf_tok_heap *h);
+
 /* Tokenizes one raw-text fragment (no special tokens inside) into o. Return WF_ENOMEM on
  * scratch allocation failure. */
 wf_status wf_tok_bpe_encode(const wf_tokenizer *t, const char *text, size_t len, wf_tok_out *o);

@@ -13,61 +13,15 @@ typedef struct ssym {
     uint32_t off, n;
 } ssym;
 
-typedef struct sbigram {
-    float score;
-    int32_t left, right;
-    uint32_t size;
-} sbigram;
-
-static inline bool sb_before(const sbigram *x, const sbigram *y) {
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-typedef struct sheap {
-    sbigram *v;
-    size_t n;
-} sheap;
-
-static void sheap_push(sheap *h, sbigram b) {
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!sb_before(&b, &h->v[p]))
-            break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-}
-
-static sbigram sheap_pop(sheap *h) {
-    sbigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && sb_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!sb_before(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n)
-        h->v[i] = last;
-    return top;
-}
-
-static void try_add(const wf_tokenizer *t, const char *s, const ssym *syms, sheap *h, int32_t l,
+static void try_add(const wf_tokenizer *t, const char *s, const ssym *syms, wf_tok_heap *h, int32_t l,
                     int32_t r) {
     if (l < 0 || r < 0)
         return;
-    uint32_t size = syms[l].n + syms[r].n; /* adjacent symbols are contiguous in s */
-    int32_t id = wf_tok_lookup(t, s + syms[l].off, size);
+    /* adjacent symbols are contiguous in s */
+    int32_t id = wf_tok_lookup(t, s + syms[l].off, syms[l].n + syms[r].n);
     if (id < 0)
         return;
-    sheap_push(h, (sbigram){t->scores[id], l, r, size});
+    wf__tok_heap_push(h, (wf_tok_bigram){-(double)t->scores[id], l, r, syms[l].n, syms[r].n, -1});
 }
 
 wf_status wf_tok_spm_encode(const wf_tokenizer *t, const char *text, size_t len, bool prefix_space,
@@ -76,7 +30,7 @@ wf_status wf_tok_spm_encode(const wf_tokenizer *t, const char *text, size_t len,
     size_t cap = 3 * (len + 1);
     char *s = malloc(cap);
     ssym *syms = malloc((len + 2) * sizeof *syms);
-    sheap h = {malloc((3 * (len + 2)) * sizeof *h.v), 0};
+    wf_tok_heap h = {malloc((3 * (len + 2)) * sizeof *h.v), 0};
     wf_status st = WF_ENOMEM;
     if (!s || !syms || !h.v)
         goto done;
@@ -105,9 +59,9 @@ wf_status wf_tok_spm_encode(const wf_tokenizer *t, const char *text, size_t len,
     for (int32_t i = 1; i < ns; i++)
         try_add(t, s, syms, &h, i - 1, i);
     while (h.n) {
-        sbigram b = sheap_pop(&h);
+        wf_tok_bigram b = wf__tok_heap_pop(&h);
         ssym *L = &syms[b.left], *R = &syms[b.right];
-        if (L->n == 0 || R->n == 0 || L->n + R->n != b.size)
+        if (L->n == 0 || R->n == 0 || L->n != b.ln || R->n != b.rn)
             continue;
         L->n += R->n;
         R->n = 0;

@@ -40,18 +40,6 @@ static const char *const WORDS[] = {
 };
 #define N_WORDS (sizeof WORDS / sizeof WORDS[0])
 
-static wf_status ds_fail(char *err, size_t errlen, wf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static wf_status ds_fail(char *err, size_t errlen, wf_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 int32_t wf_loadgen_estimate_tokens(const char *text) {
     size_t n = strlen(text);
     size_t t = (n + 3) / 4;
@@ -80,7 +68,7 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
                                size_t errlen) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "r");
-    if (!f) return ds_fail(err, errlen, WF_ENOTFOUND, "histogram %s: %s", path, strerror(errno));
+    if (!f) return wf_status_errorf(err, errlen, WF_ENOTFOUND, "histogram %s: %s", path, strerror(errno));
     wf_status st = WF_OK;
     size_t cap = 0;
     char line[512];
@@ -94,7 +82,7 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
         int32_t lo, hi;
         char *e;
         if (parse_len(p, &e, &lo) != 0) {
-            st = ds_fail(err, errlen, WF_EFORMAT,
+            st = wf_status_errorf(err, errlen, WF_EFORMAT,
                       "histogram %s:%d: expected LEN or LO-HI (1..%d) then a weight", path, lineno,
                       LEN_MAX);
             goto fail_parse;
@@ -102,13 +90,13 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
         hi = lo;
         if (*e == '-') {
             if (parse_len(e + 1, &e, &hi) != 0 || hi < lo) {
-                st = ds_fail(err, errlen, WF_EFORMAT, "histogram %s:%d: bad bucket upper bound",
+                st = wf_status_errorf(err, errlen, WF_EFORMAT, "histogram %s:%d: bad bucket upper bound",
                           path, lineno);
                 goto fail_parse;
             }
         }
         if (!isspace((unsigned char)*e)) {
-            st = ds_fail(err, errlen, WF_EFORMAT, "histogram %s:%d: expected whitespace and a weight",
+            st = wf_status_errorf(err, errlen, WF_EFORMAT, "histogram %s:%d: expected whitespace and a weight",
                       path, lineno);
             goto fail_parse;
         }
@@ -117,7 +105,7 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
         double w = strtod(e, &we);
         while (isspace((unsigned char)*we)) we++;
         if (errno || we == e || (*we != '\0' && *we != '#') || !(w >= 0) || w > 1e300) {
-            st = ds_fail(err, errlen, WF_EFORMAT, "histogram %s:%d: weight must be a number >= 0",
+            st = wf_status_errorf(err, errlen, WF_EFORMAT, "histogram %s:%d: weight must be a number >= 0",
                       path, lineno);
             goto fail_parse;
         }
@@ -130,7 +118,7 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
             double *c = realloc(out->cum, ncap * sizeof *c);
             if (c) out->cum = c;
             if (!a || !b || !c) {
-                st = ds_fail(err, errlen, WF_ENOMEM, "histogram %s: out of memory", path);
+                st = wf_status_errorf(err, errlen, WF_ENOMEM, "histogram %s: out of memory", path);
                 goto fail_parse;
             }
             cap = ncap;
@@ -142,11 +130,11 @@ wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char 
         out->n_bins++;
     }
     if (ferror(f)) {
-        st = ds_fail(err, errlen, WF_EIO, "histogram %s: read error", path);
+        st = wf_status_errorf(err, errlen, WF_EIO, "histogram %s: read error", path);
         goto fail_parse;
     }
     if (out->n_bins == 0 || !(total > 0)) {
-        st = ds_fail(err, errlen, WF_EFORMAT, "histogram %s: no bins with a positive weight", path);
+        st = wf_status_errorf(err, errlen, WF_EFORMAT, "histogram %s: no bins with a positive weight", path);
         goto fail_parse;
     }
     fclose(f);
@@ -167,7 +155,7 @@ fail_parse:
 wf_status wf_loadgen_len_spec_parse(const char *text, wf_loadgen_len_spec *out, char *err,
                                     size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (!text || !*text) return ds_fail(err, errlen, WF_EINVAL, "empty length spec");
+    if (!text || !*text) return wf_status_errorf(err, errlen, WF_EINVAL, "empty length spec");
     if (text[0] == '@') return wf_loadgen_hist_load(text + 1, out, err, errlen);
     char *e;
     if (parse_len(text, &e, &out->lo) != 0) goto bad;
@@ -180,7 +168,7 @@ wf_status wf_loadgen_len_spec_parse(const char *text, wf_loadgen_len_spec *out, 
     if (*e != '\0') goto bad;
     return WF_OK;
 bad:
-    return ds_fail(err, errlen, WF_EINVAL,
+    return wf_status_errorf(err, errlen, WF_EINVAL,
                 "bad length spec '%s': use N, LO:HI (1..%d) or @histogram-file", text, LEN_MAX);
 }
 
@@ -262,14 +250,14 @@ static wf_status load_sharegpt(const char *path, int32_t max_total, source *src,
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
         FILE *f = fopen(path, "r");
-        if (!f) return ds_fail(err, errlen, WF_ENOTFOUND, "sharegpt %s: %s", path, strerror(errno));
+        if (!f) return wf_status_errorf(err, errlen, WF_ENOTFOUND, "sharegpt %s: %s", path, strerror(errno));
         fclose(f);
-        return ds_fail(err, errlen, WF_EFORMAT, "sharegpt %s:%d:%d: %s", path, jerr.line,
+        return wf_status_errorf(err, errlen, WF_EFORMAT, "sharegpt %s:%d:%d: %s", path, jerr.line,
                     jerr.column, jerr.text);
     }
     wf_status st = WF_OK;
     if (!json_is_array(root)) {
-        st = ds_fail(err, errlen, WF_EFORMAT,
+        st = wf_status_errorf(err, errlen, WF_EFORMAT,
                   "sharegpt %s: top level must be an array of {\"conversations\": [...]}", path);
         goto out;
     }
@@ -279,7 +267,7 @@ static wf_status load_sharegpt(const char *path, int32_t max_total, source *src,
         json_t *conv = json_is_object(item) ? json_object_get(item, "conversations") : NULL;
         if (!conv && json_is_object(item)) conv = json_object_get(item, "conversation");
         if (!json_is_array(conv)) {
-            st = ds_fail(err, errlen, WF_EFORMAT,
+            st = wf_status_errorf(err, errlen, WF_EFORMAT,
                       "sharegpt %s: entry %zu has no \"conversations\" array", path, i);
             goto out;
         }
@@ -288,7 +276,7 @@ static wf_status load_sharegpt(const char *path, int32_t max_total, source *src,
         const char *prompt = turn_text(json_array_get(conv, 0), &u0);
         const char *reply = turn_text(json_array_get(conv, 1), &u1);
         if (!prompt || !reply) {
-            st = ds_fail(err, errlen, WF_EFORMAT,
+            st = wf_status_errorf(err, errlen, WF_EFORMAT,
                       "sharegpt %s: entry %zu: turns need string \"from\" and \"value\"", path, i);
             goto out;
         }
@@ -299,12 +287,12 @@ static wf_status load_sharegpt(const char *path, int32_t max_total, source *src,
         char *dup = strdup(prompt);
         if (!dup || source_push(src, dup, pout) != 0) {
             free(dup);
-            st = ds_fail(err, errlen, WF_ENOMEM, "sharegpt %s: out of memory", path);
+            st = wf_status_errorf(err, errlen, WF_ENOMEM, "sharegpt %s: out of memory", path);
             goto out;
         }
     }
     if (src->n == 0)
-        st = ds_fail(err, errlen, WF_EFORMAT,
+        st = wf_status_errorf(err, errlen, WF_EFORMAT,
                   "sharegpt %s: no usable conversation (need a user turn then a reply, 4..%d "
                   "tokens in all)", path, max_total);
 out:
@@ -316,7 +304,7 @@ out:
  * newlines); blank lines are skipped. */
 static wf_status load_prompts(const char *path, source *src, char *err, size_t errlen) {
     FILE *f = fopen(path, "r");
-    if (!f) return ds_fail(err, errlen, WF_ENOTFOUND, "prompts %s: %s", path, strerror(errno));
+    if (!f) return wf_status_errorf(err, errlen, WF_ENOTFOUND, "prompts %s: %s", path, strerror(errno));
     wf_status st = WF_OK;
     char *line = NULL;
     size_t cap = 0;
@@ -327,7 +315,7 @@ static wf_status load_prompts(const char *path, source *src, char *err, size_t e
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
         if (len == 0) continue;
         if (memchr(line, '\0', (size_t)len)) {
-            st = ds_fail(err, errlen, WF_EFORMAT, "prompts %s:%d: NUL byte in a text file", path,
+            st = wf_status_errorf(err, errlen, WF_EFORMAT, "prompts %s:%d: NUL byte in a text file", path,
                       lineno);
             goto out;
         }
@@ -337,7 +325,7 @@ static wf_status load_prompts(const char *path, source *src, char *err, size_t e
             json_t *s = json_loads(line, JSON_DECODE_ANY, &jerr);
             if (!json_is_string(s)) {
                 json_decref(s);
-                st = ds_fail(err, errlen, WF_EFORMAT, "prompts %s:%d: a line starting with '\"' "
+                st = wf_status_errorf(err, errlen, WF_EFORMAT, "prompts %s:%d: a line starting with '\"' "
                           "must be one JSON string", path, lineno);
                 goto out;
             }
@@ -346,7 +334,7 @@ static wf_status load_prompts(const char *path, source *src, char *err, size_t e
         } else {
             json_t *s = json_string(line); /* jansson refuses invalid UTF-8, as servers would */
             if (!s) {
-                st = ds_fail(err, errlen, WF_EFORMAT, "prompts %s:%d: not valid UTF-8", path,
+                st = wf_status_errorf(err, errlen, WF_EFORMAT, "prompts %s:%d: not valid UTF-8", path,
                              lineno);
                 goto out;
             }
@@ -355,11 +343,11 @@ static wf_status load_prompts(const char *path, source *src, char *err, size_t e
         }
         if (!text || source_push(src, text, 0) != 0) {
             free(text);
-            st = ds_fail(err, errlen, WF_ENOMEM, "prompts %s: out of memory", path);
+            st = wf_status_errorf(err, errlen, WF_ENOMEM, "prompts %s: out of memory", path);
             goto out;
         }
     }
-    if (src->n == 0) st = ds_fail(err, errlen, WF_EFORMAT, "prompts %s: no prompts in the file", path);
+    if (src->n == 0) st = wf_status_errorf(err, errlen, WF_EFORMAT, "prompts %s: no prompts in the file", path);
 out:
     free(line);
     fclose(f);
@@ -415,7 +403,7 @@ void wf_loadgen_dataset_free(wf_loadgen_dataset *ds) {
 wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_dataset *out,
                                    char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (o->n_requests == 0) return ds_fail(err, errlen, WF_EINVAL, "no requests to build");
+    if (o->n_requests == 0) return wf_status_errorf(err, errlen, WF_EINVAL, "no requests to build");
     source src = {0};
     wf_status st = WF_OK;
     /* Separate streams so that, e.g., the class mix does not change when the lengths do. */
@@ -426,7 +414,7 @@ wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_
     wf_loadgen_rng_seed(&rng_order, o->seed ^ 0x6f72646572ULL);
 
     if (o->kind == WF_LOADGEN_DATA_SHAREGPT || o->kind == WF_LOADGEN_DATA_PROMPTS) {
-        if (!o->path) return ds_fail(err, errlen, WF_EINVAL, "dataset file not given");
+        if (!o->path) return wf_status_errorf(err, errlen, WF_EINVAL, "dataset file not given");
         st = o->kind == WF_LOADGEN_DATA_SHAREGPT
                  ? load_sharegpt(o->path, o->max_total_len > 0 ? o->max_total_len : 2048, &src,
                                  err, errlen)
@@ -444,7 +432,7 @@ wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_
     }
     out->items = calloc(o->n_requests, sizeof *out->items);
     if (!out->items) {
-        st = ds_fail(err, errlen, WF_ENOMEM, "out of memory for %zu requests", o->n_requests);
+        st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory for %zu requests", o->n_requests);
         goto fail_load;
     }
     for (size_t i = 0; i < o->n_requests; i++) {

@@ -12,18 +12,6 @@
 
 #include "weft_version.h"
 
-static wf_status rep_fail(char *err, size_t errlen, wf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static wf_status rep_fail(char *err, size_t errlen, wf_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static const char *mode_name(const wf_loadgen_point *p) {
     return p->mode == WF_LOADGEN_CLOSED ? "closed" : "open";
 }
@@ -196,7 +184,7 @@ wf_status wf_loadgen_report_write_json(const char *path, const wf_loadgen_info *
     json_object_set_new(root, "runs", runs);
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(root);
-    if (rc != 0) return rep_fail(err, errlen, WF_EIO, "cannot write %s", path);
+    if (rc != 0) return wf_status_errorf(err, errlen, WF_EIO, "cannot write %s", path);
     return WF_OK;
 }
 
@@ -210,7 +198,7 @@ static void csv_num(FILE *f, double v) {
 wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *pts, size_t n,
                                       char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
-    if (!f) return rep_fail(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (!f) return wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
     fputs("point,label,index,slo_class,outcome,http_status,streamed,start_s,ttft_ms,tpot_ms,"
           "e2e_ms,itl_mean_ms,chunks,input_tokens,output_tokens,requested_input,"
           "requested_output,tokens_estimated,slo_met,error\n", f);
@@ -250,7 +238,7 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
             fputs("\"\n", f);
         }
     }
-    if (fclose(f) != 0) return rep_fail(err, errlen, WF_EIO, "cannot write %s", path);
+    if (fclose(f) != 0) return wf_status_errorf(err, errlen, WF_EIO, "cannot write %s", path);
     return WF_OK;
 }
 
@@ -309,7 +297,7 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
     char *path = malloc(plen), *script = malloc(plen);
     if (!path || !script) {
         free(path), free(script);
-        return rep_fail(err, errlen, WF_ENOMEM, "out of memory");
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
     wf_status st = WF_OK;
     size_t counts[3] = {0};
@@ -318,7 +306,7 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
         snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
         FILE *f = fopen(path, "w");
         if (!f) {
-            st = rep_fail(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
+            st = wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
             goto out;
         }
         for (size_t k = 0; k < n; k++) {
@@ -333,7 +321,7 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
     snprintf(script, plen, "%s_plot.gp", prefix);
     FILE *g = fopen(script, "w");
     if (!g) {
-        st = rep_fail(err, errlen, WF_EIO, "cannot write %s: %s", script, strerror(errno));
+        st = wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", script, strerror(errno));
         goto out;
     }
     fprintf(g, "set terminal pngcairo size 1500,500 noenhanced font ',10'\nset output ");
@@ -361,7 +349,7 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
         FILE *f = fopen(path, "w");
         if (!f) {
             fclose(g);
-            st = rep_fail(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
+            st = wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
             goto out;
         }
         bool open = pts[0].mode == WF_LOADGEN_OPEN;
@@ -394,8 +382,8 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
     }
     fclose(g);
     int rc = run_gnuplot(script);
-    if (rc == 127) st = rep_fail(err, errlen, WF_EUNSUPPORTED, "gnuplot is not installed");
-    else if (rc != 0) st = rep_fail(err, errlen, WF_EIO, "gnuplot failed on %s (exit %d)", script, rc);
+    if (rc == 127) st = wf_status_errorf(err, errlen, WF_EUNSUPPORTED, "gnuplot is not installed");
+    else if (rc != 0) st = wf_status_errorf(err, errlen, WF_EIO, "gnuplot failed on %s (exit %d)", script, rc);
 out:
     free(path);
     free(script);
@@ -408,11 +396,11 @@ static json_t *load_result(const char *path, char *err, size_t errlen) {
     json_error_t je;
     json_t *r = json_load_file(path, 0, &je);
     if (!r) {
-        rep_fail(err, errlen, WF_EFORMAT, "%s: %s (line %d)", path, je.text, je.line);
+        wf_status_errorf(err, errlen, WF_EFORMAT, "%s: %s (line %d)", path, je.text, je.line);
         return NULL;
     }
     if (!json_is_array(json_object_get(r, "runs"))) {
-        rep_fail(err, errlen, WF_EFORMAT, "%s: not a weft-bench result (no \"runs\" array)", path);
+        wf_status_errorf(err, errlen, WF_EFORMAT, "%s: not a weft-bench result (no \"runs\" array)", path);
         json_decref(r);
         return NULL;
     }

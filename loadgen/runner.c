@@ -61,15 +61,6 @@ struct run {
     int progress_width;
 };
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void wf_loadgen_run_opts_default(wf_loadgen_run_opts *o) {
     memset(o, 0, sizeof *o);
     o->stream = true;
@@ -91,11 +82,11 @@ void wf_loadgen_run_opts_default(wf_loadgen_run_opts *o) {
 wf_status wf_loadgen_target_resolve(const char *host, int port, wf_loadgen_target *t, char *err,
                                     size_t errlen) {
     if (!host || !*host || strlen(host) >= sizeof t->host) {
-        fmt_err(err, errlen, "bad host '%s'", host ? host : "");
+        wf_errorf(err, errlen, "bad host '%s'", host ? host : "");
         return WF_EINVAL;
     }
     if (port < 1 || port > 65535) {
-        fmt_err(err, errlen, "bad port %d", port);
+        wf_errorf(err, errlen, "bad port %d", port);
         return WF_EINVAL;
     }
     char h[256];
@@ -112,7 +103,7 @@ wf_status wf_loadgen_target_resolve(const char *host, int port, wf_loadgen_targe
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(h, ps, &hints, &ai);
     if (rc != 0 || !ai) {
-        fmt_err(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        wf_errorf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(rc));
         return WF_ENOTFOUND;
     }
     memset(&t->addr, 0, sizeof t->addr);
@@ -544,34 +535,34 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
                          wf_loadgen_run_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     if (o->num_requests == 0 || o->num_requests > WF_LOADGEN_MAX_REQUESTS) {
-        fmt_err(err, errlen, "number of requests must be 1..%d", WF_LOADGEN_MAX_REQUESTS);
+        wf_errorf(err, errlen, "number of requests must be 1..%d", WF_LOADGEN_MAX_REQUESTS);
         return WF_EINVAL;
     }
     if (!(o->duration_s > 0) || o->duration_s > WF_LOADGEN_MAX_DURATION_S) {
-        fmt_err(err, errlen, "duration must be > 0 and <= %.0f s", WF_LOADGEN_MAX_DURATION_S);
+        wf_errorf(err, errlen, "duration must be > 0 and <= %.0f s", WF_LOADGEN_MAX_DURATION_S);
         return WF_EINVAL;
     }
     if (!(o->timeout_s > 0) || !(o->grace_s >= 0) || o->grace_s > WF_LOADGEN_MAX_DURATION_S ||
         o->timeout_s > WF_LOADGEN_MAX_DURATION_S) {
-        fmt_err(err, errlen, "timeout must be > 0 and grace >= 0 (both <= %.0f s)",
+        wf_errorf(err, errlen, "timeout must be > 0 and grace >= 0 (both <= %.0f s)",
                 WF_LOADGEN_MAX_DURATION_S);
         return WF_EINVAL;
     }
     if (o->mode == WF_LOADGEN_CLOSED && (o->concurrency < 1 || o->concurrency > WF_LOADGEN_MAX_CONNS)) {
-        fmt_err(err, errlen, "concurrency must be 1..%d", WF_LOADGEN_MAX_CONNS);
+        wf_errorf(err, errlen, "concurrency must be 1..%d", WF_LOADGEN_MAX_CONNS);
         return WF_EINVAL;
     }
     if (o->mode == WF_LOADGEN_OPEN && !(o->rate > 0)) {
-        fmt_err(err, errlen, "rate must be > 0 (or inf)");
+        wf_errorf(err, errlen, "rate must be > 0 (or inf)");
         return WF_EINVAL;
     }
     if (!ds || ds->n < o->num_requests) {
-        fmt_err(err, errlen, "dataset has fewer items than requests");
+        wf_errorf(err, errlen, "dataset has fewer items than requests");
         return WF_EINVAL;
     }
     res->records = calloc(o->num_requests, sizeof *res->records);
     if (!res->records) {
-        fmt_err(err, errlen, "out of memory for %zu records", o->num_requests);
+        wf_errorf(err, errlen, "out of memory for %zu records", o->num_requests);
         return WF_ENOMEM;
     }
     res->n = o->num_requests; /* all NOT_SENT (0) until issued */
@@ -587,7 +578,7 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
     r->errlen = errlen;
     wf_status st = WF_OK;
     if (uv_loop_init(&r->loop) != 0) {
-        fmt_err(err, errlen, "uv_loop_init failed");
+        wf_errorf(err, errlen, "uv_loop_init failed");
         st = WF_EIO;
         goto fail_loop;
     }
@@ -613,7 +604,7 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
     st = wf_loadgen_client_init(&r->client, &r->loop, (const struct sockaddr *)&o->target.addr,
                                 max_conns);
     if (st != WF_OK) {
-        fmt_err(err, errlen, "unsupported address family");
+        wf_errorf(err, errlen, "unsupported address family");
         goto fail_client;
     }
     uv_timer_init(&r->loop, &r->arrival_timer);

@@ -51,7 +51,7 @@ const char *wf_log_level_name(wf_log_level level);
 void wf_log(wf_log_level level, const char *module, const char *request_id, const char *fmt, ...)
     WF_PRINTF(4, 5);
 void wf_log_v(wf_log_level level, const char *module, const char *request_id, const char *fmt,
-              va_list ap);
+              va_list ap) WF_PRINTF(4, 0);
 
 #define WF_LOG_ENABLED(lvl) ((lvl) >= wf_log_get_level())
 #define WF_LOG_AT(lvl, module, req, ...) \

@@ -2,6 +2,7 @@
 #include "proto/status.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 struct status_text {
     const char *name;
@@ -44,4 +45,23 @@ const char *wf_status_str(wf_status status) {
 const char *wf_status_name(wf_status status) {
     const struct status_text *t = lookup(status);
     return t ? t->name : "WF_UNKNOWN";
+}
+
+void wf_verrorf(char *err, size_t errlen, const char *fmt, va_list ap) {
+    if (err && errlen > 0) vsnprintf(err, errlen, fmt, ap);
+}
+
+void wf_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    wf_verrorf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+wf_status wf_status_errorf(char *err, size_t errlen, wf_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    wf_verrorf(err, errlen, fmt, ap);
+    va_end(ap);
+    return status;
 }

@@ -9,6 +9,9 @@
 #ifndef WF_PROTO_STATUS_H
 #define WF_PROTO_STATUS_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 typedef enum wf_status {
     WF_IN_PROGRESS = 1,      /* accepted; completion is reported later */
     WF_OK = 0,
@@ -38,5 +41,18 @@ const char *wf_status_str(wf_status status);
 
 /* The enumerator's name ("WF_EINVAL"), for logs and wire formats; "WF_UNKNOWN" if unknown. */
 const char *wf_status_name(wf_status status);
+
+/* Error messages for functions that take (char *err, size_t errlen): format into err when
+ * err is non-NULL and errlen > 0 (truncating), and do nothing otherwise.
+ *
+ *     if (n_dims > 4)
+ *         return wf_status_errorf(err, errlen, WF_EFORMAT, "tensor '%s': %u dimensions", name, n);
+ */
+void wf_errorf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void wf_verrorf(char *err, size_t errlen, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+/* As wf_errorf, returning status: a one-line "fail with this message". */
+wf_status wf_status_errorf(char *err, size_t errlen, wf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -1,6 +1,8 @@
 /* weftd configuration: one table of options drives flags, JSON config keys and --help. */
 #include "server/config.h"
 
+#include "proto/status.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -59,7 +61,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((f
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    wf_verrorf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
 }

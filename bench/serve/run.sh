@@ -136,6 +136,8 @@ start_system() {
 
 run_system() {
   local sys=$1 c list
+  # The machine may be shared: keep its load next to the numbers.
+  echo "start $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/load_$sys.txt"
   start_system "$sys"
   wait_ready "$PORT" || { stop_server; return 1; }
   # Warm-up: page the weights in and let both servers reach steady state; not measured.
@@ -160,6 +162,7 @@ run_system() {
     --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
     --json "$WORK/${sys}_poisson.json" --csv "$WORK/${sys}_poisson.csv" \
     --plot "$WORK/${sys}_poisson" >"$WORK/${sys}_poisson.txt" || log "$sys sweep: weft-bench exit $?"
+  echo "end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/load_$sys.txt"
   stop_server
 }
 
@@ -191,6 +194,10 @@ done
   esac
   echo
   echo "Command: \`BUILD=$BUILD THREADS=$THREADS SLOTS=$SLOTS IN_LEN=$IN_LEN OUT_LEN=$OUT_LEN CONCURRENCY='$CONCURRENCY' RATES=$RATES NUM_REQUESTS=${NUM_REQUESTS:-auto} RATE_REQUESTS=$RATE_REQUESTS POINT_DURATION=$POINT_DURATION GRACE=$GRACE bench/serve/run.sh$([[ $QUICK == 1 ]] && echo ' --quick')\`"
+  echo
+  for s in weftd llama; do
+    [[ -f $WORK/load_$s.txt ]] && echo "Load average (1, 5, 15 min) around the $s runs: $(tr '\n' ' ' <"$WORK/load_$s.txt")(on $(nproc) cores; far above $(nproc) means the numbers are dominated by other work on the machine)."
+  done
   echo
   echo "Each load point stops after its request count or after POINT_DURATION s (requests still"
   echo "running GRACE s later are cancelled and counted as failed), whichever comes first."

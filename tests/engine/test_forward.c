@@ -319,6 +319,21 @@ START_TEST(test_expf_matches_libm) {
                       (double)x, (double)a, (double)b);
     }
     ck_assert(wf_attn_expf(-INFINITY) == 0.0f);
+    /* SwiGLU: the AVX2 path equals the portable one bit for bit */
+    enum { N = 1000 };
+    static float g1[N], g2[N], up[N];
+    for (int i = 0; i < N; i++) {
+        g1[i] = g2[i] = (float)(i - 500) * 0.037f;
+        up[i] = 1.0f + (float)(i % 7) * 0.25f;
+    }
+    g1[3] = -200.0f; /* exp overflow lane */
+    g2[3] = -200.0f;
+    wf_attn_set_simd(1);
+    wf_attn_swiglu(N, g1, up);
+    wf_attn_set_simd(0);
+    wf_attn_swiglu(N, g2, up);
+    wf_attn_set_simd(1);
+    for (int i = 0; i < N; i++) ck_assert_msg(memcmp(&g1[i], &g2[i], 4) == 0, "i %d", i);
     ck_assert(wf_attn_expf(-200.0f) == 0.0f);
 }
 END_TEST

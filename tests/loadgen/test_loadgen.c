@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "loadgen/arrival.c"
-#include "loadgen/dataset.c"
-#include "loadgen/http.c"
-#include "loadgen/metrics.c"
-#include "loadgen/runner.c"
-#include "loadgen/sse.c"
+#include "loadgen/arrival.h"
+#include "loadgen/dataset.h"
+#include "loadgen/http.h"
+#include "loadgen/metrics.h"
+#include "loadgen/runner.h"
+#include "loadgen/sse.h"
 
 #define DATA WEFT_SOURCE_DIR "/tests/loadgen/data/"
 

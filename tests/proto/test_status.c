@@ -38,6 +38,19 @@ START_TEST(unknown_values_are_safe) {
 }
 END_TEST
 
+START_TEST(errorf_formats_truncates_and_tolerates_null) {
+    char err[16] = "untouched";
+    ck_assert_int_eq(wf_status_errorf(err, sizeof err, WF_EFORMAT, "bad %s at %d", "key", 7),
+                     WF_EFORMAT);
+    ck_assert_str_eq(err, "bad key at 7");
+    wf_errorf(err, sizeof err, "%s", "a message longer than sixteen bytes");
+    ck_assert_uint_eq(strlen(err), sizeof err - 1); /* truncated, still terminated */
+    ck_assert_int_eq(wf_status_errorf(NULL, 64, WF_EIO, "ignored %d", 1), WF_EIO);
+    wf_errorf(err, 0, "not written");
+    ck_assert_int_eq(strncmp(err, "a message", 9), 0);
+}
+END_TEST
+
 static Suite *status_suite(void) {
     Suite *s = suite_create("proto/status");
     TCase *tc = tcase_create("core");
@@ -45,6 +58,7 @@ static Suite *status_suite(void) {
     tcase_add_test(tc, names_are_distinct);
     tcase_add_test(tc, known_values);
     tcase_add_test(tc, unknown_values_are_safe);
+    tcase_add_test(tc, errorf_formats_truncates_and_tolerates_null);
     suite_add_tcase(s, tc);
     return s;
 }
