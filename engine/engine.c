@@ -36,15 +36,6 @@ struct wf_engine {
     wf_engine_exec exec;
 };
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                           const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void wf_engine_options_init(wf_engine_options *o) {
     memset(o, 0, sizeof *o);
     o->n_threads = 0;
@@ -58,13 +49,13 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
     wf_status st;
     if (!o || !o->model_path || o->max_batch_tokens < 1 || o->max_seqs < 1 ||
         o->n_threads < 0) {
-        set_err(err, errlen, "engine: invalid options (model_path, max_batch_tokens >= 1, "
+        wf_errorf(err, errlen, "engine: invalid options (model_path, max_batch_tokens >= 1, "
                 "max_seqs >= 1, n_threads >= 0)");
         return WF_EINVAL;
     }
     wf_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        set_err(err, errlen, "engine: out of memory");
+        wf_errorf(err, errlen, "engine: out of memory");
         return WF_ENOMEM;
     }
     e->max_batch_tokens = o->max_batch_tokens;
@@ -73,7 +64,7 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
     const wf_model *m = e->model;
     if ((st = wf_tokenizer_from_gguf(m->gguf, &e->tok, err, errlen)) != WF_OK) goto fail;
     if (wf_tokenizer_n_vocab(e->tok) > m->hp.n_vocab) {
-        set_err(err, errlen, "engine: tokenizer has %d tokens but the model's vocabulary is %d",
+        wf_errorf(err, errlen, "engine: tokenizer has %d tokens but the model's vocabulary is %d",
                 wf_tokenizer_n_vocab(e->tok), m->hp.n_vocab);
         st = WF_EFORMAT;
         goto fail;
@@ -87,7 +78,7 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
     }
     if (o->chat_format) {
         if ((st = wf_chat_format_parse(o->chat_format, &e->chat_format)) != WF_OK) {
-            set_err(err, errlen, "engine: unknown chat format '%s'", o->chat_format);
+            wf_errorf(err, errlen, "engine: unknown chat format '%s'", o->chat_format);
             goto fail;
         }
     } else {
@@ -118,7 +109,7 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
     *out = e;
     return WF_OK;
 nomem:
-    set_err(err, errlen, "engine: out of memory");
+    wf_errorf(err, errlen, "engine: out of memory");
     st = WF_ENOMEM;
 fail:
     wf_engine_free(e);

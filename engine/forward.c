@@ -36,15 +36,6 @@ struct wf_forward {
     int layer;
 };
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                           const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static void *alloc64(size_t n, size_t *total) {
     n = (n + 63) & ~(size_t)63;
     if (n == 0) n = 64;
@@ -65,12 +56,12 @@ wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens,
     *out = NULL;
     const wf_model_hparams *hp = &m->hp;
     if (max_tokens < 1 || max_seqs < 1 || max_seqs > max_tokens) {
-        set_err(err, errlen, "forward: invalid limits (max_batch_tokens %d, max_seqs %d)",
+        wf_errorf(err, errlen, "forward: invalid limits (max_batch_tokens %d, max_seqs %d)",
                 max_tokens, max_seqs);
         return WF_EINVAL;
     }
     if (hp->head_dim > 256) {
-        set_err(err, errlen, "forward: head_dim %d > 256 is not supported", hp->head_dim);
+        wf_errorf(err, errlen, "forward: head_dim %d > 256 is not supported", hp->head_dim);
         return WF_EUNSUPPORTED;
     }
     wf_forward *f = calloc(1, sizeof *f);
@@ -116,7 +107,7 @@ wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens,
     return WF_OK;
 nomem:
     wf_forward_free(f);
-    set_err(err, errlen, "forward: out of memory reserving activations for %d tokens",
+    wf_errorf(err, errlen, "forward: out of memory reserving activations for %d tokens",
             max_tokens);
     return WF_ENOMEM;
 }
@@ -155,17 +146,17 @@ wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const
                                char *err, size_t errlen) {
     const wf_model_hparams *hp = &f->m->hp;
     if (!s->tokens || s->n_tokens < 1 || s->pos < 0) {
-        set_err(err, errlen, "task has no tokens or a negative position");
+        wf_errorf(err, errlen, "task has no tokens or a negative position");
         return WF_EINVAL;
     }
     if ((int64_t)s->pos + s->n_tokens > f->max_ctx) {
-        set_err(err, errlen, "positions up to %lld exceed the context length %d",
+        wf_errorf(err, errlen, "positions up to %lld exceed the context length %d",
                 (long long)s->pos + s->n_tokens, f->max_ctx);
         return WF_ERANGE;
     }
     for (int i = 0; i < s->n_tokens; i++) {
         if (s->tokens[i] < 0 || s->tokens[i] >= hp->n_vocab) {
-            set_err(err, errlen, "token id %d outside the vocabulary (%d)", s->tokens[i],
+            wf_errorf(err, errlen, "token id %d outside the vocabulary (%d)", s->tokens[i],
                     hp->n_vocab);
             return WF_EINVAL;
         }
@@ -173,12 +164,12 @@ wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const
     int bs = kv->geometry.block_size;
     int need = (s->pos + s->n_tokens + bs - 1) / bs;
     if (!s->block_table || s->n_blocks < need) {
-        set_err(err, errlen, "block table has %d blocks, positions need %d", s->n_blocks, need);
+        wf_errorf(err, errlen, "block table has %d blocks, positions need %d", s->n_blocks, need);
         return WF_EINVAL;
     }
     for (int i = 0; i < need; i++) {
         if (s->block_table[i] < 0 || s->block_table[i] >= kv->n_blocks) {
-            set_err(err, errlen, "block id %d outside the KV store (%d blocks)",
+            wf_errorf(err, errlen, "block id %d outside the KV store (%d blocks)",
                     s->block_table[i], kv->n_blocks);
             return WF_EINVAL;
         }

@@ -10,15 +10,6 @@
 
 #include "engine/cpu/quant.h"
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                           const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Metadata key "<arch>.<suffix>". */
 static const char *akey(const wf_model *m, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", m->arch_name, suffix);
@@ -30,7 +21,7 @@ static wf_status get_u32_req(const wf_model *m, const char *suffix, int *out, ch
     char k[128];
     uint32_t v;
     if (!wf_gguf_get_u32(m->gguf, akey(m, suffix, k, sizeof k), &v) || v == 0 || v > (1u << 30)) {
-        set_err(err, errlen, "model metadata: missing or invalid key %s", k);
+        wf_errorf(err, errlen, "model metadata: missing or invalid key %s", k);
         return WF_EFORMAT;
     }
     *out = (int)v;
@@ -57,7 +48,7 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
     hp->n_head_kv = get_u32_opt(m, "attention.head_count_kv", hp->n_head);
     hp->n_ctx_train = get_u32_opt(m, "context_length", 2048);
     if (hp->n_head % hp->n_head_kv != 0) {
-        set_err(err, errlen, "model metadata: head_count %d is not a multiple of head_count_kv %d",
+        wf_errorf(err, errlen, "model metadata: head_count %d is not a multiple of head_count_kv %d",
                 hp->n_head, hp->n_head_kv);
         return WF_EFORMAT;
     }
@@ -65,13 +56,13 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
     hp->head_dim = get_u32_opt(m, "attention.key_length", hd_default);
     int vlen = get_u32_opt(m, "attention.value_length", hp->head_dim);
     if (hp->head_dim <= 0 || vlen != hp->head_dim || hp->head_dim % 2 != 0) {
-        set_err(err, errlen, "model metadata: unsupported head dimension (key %d, value %d)",
+        wf_errorf(err, errlen, "model metadata: unsupported head dimension (key %d, value %d)",
                 hp->head_dim, vlen);
         return WF_EUNSUPPORTED;
     }
     hp->n_rot = get_u32_opt(m, "rope.dimension_count", hp->head_dim);
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0) {
-        set_err(err, errlen, "model metadata: rope.dimension_count %d invalid for head_dim %d",
+        wf_errorf(err, errlen, "model metadata: rope.dimension_count %d invalid for head_dim %d",
                 hp->n_rot, hp->head_dim);
         return WF_EFORMAT;
     }
@@ -81,7 +72,7 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
     if (!wf_gguf_get_f32(m->gguf, akey(m, "rope.freq_base", k, sizeof k), &hp->rope_freq_base))
         hp->rope_freq_base = 10000.0f;
     if (!(hp->rms_eps >= 0) || !(hp->rope_freq_base > 0)) {
-        set_err(err, errlen, "model metadata: invalid rms epsilon or rope.freq_base");
+        wf_errorf(err, errlen, "model metadata: invalid rms epsilon or rope.freq_base");
         return WF_EFORMAT;
     }
     /* Rope scaling, as llama.cpp reads it: rope.scaling.type (none/linear/yarn/...) with
@@ -92,7 +83,7 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
     bool has_type = wf_gguf_get_str(m->gguf, akey(m, "rope.scaling.type", k, sizeof k), &type);
     if (has_type && !(type.len == 6 && memcmp(type.data, "linear", 6) == 0) &&
         !(type.len == 4 && memcmp(type.data, "none", 4) == 0)) {
-        set_err(err, errlen, "model: rope scaling type '%.*s' is not supported (linear only)",
+        wf_errorf(err, errlen, "model: rope scaling type '%.*s' is not supported (linear only)",
                 (int)(type.len > 32 ? 32 : type.len), type.data);
         return WF_EUNSUPPORTED;
     }
@@ -102,7 +93,7 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
             wf_gguf_get_f32(m->gguf, akey(m, "rope.scale_linear", k, sizeof k), &factor);
         if (factor != 0.0f) {
             if (!(factor > 0) || !isfinite(factor)) {
-                set_err(err, errlen, "model metadata: invalid rope scaling factor %g",
+                wf_errorf(err, errlen, "model metadata: invalid rope scaling factor %g",
                         (double)factor);
                 return WF_EFORMAT;
             }
@@ -124,7 +115,7 @@ static wf_status get_weight(const wf_model *m, const char *name, int64_t ne0, in
     const wf_gguf_tensor *t = wf_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (optional) return WF_OK;
-        set_err(err, errlen, "model: tensor %s is missing", name);
+        wf_errorf(err, errlen, "model: tensor %s is missing", name);
         return WF_EFORMAT;
     }
     int want_dims = ne1 == 0 ? 1 : 2;
@@ -132,7 +123,7 @@ static wf_status get_weight(const wf_model *m, const char *name, int64_t ne0, in
     bool extra = (t->n_dims >= 3 && t->ne[2] != 1) || (t->n_dims >= 4 && t->ne[3] != 1);
     if (t->ne[0] != ne0 || (want_dims == 2 && got1 != ne1) || (want_dims == 1 && got1 != 1) ||
         extra) {
-        set_err(err, errlen,
+        wf_errorf(err, errlen,
                 "model: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
                 (long long)t->ne[0], (long long)got1, (long long)ne0,
                 (long long)(ne1 == 0 ? 1 : ne1));
@@ -142,7 +133,7 @@ static wf_status get_weight(const wf_model *m, const char *name, int64_t ne0, in
     const char *tname = ti ? ti->name : "unknown";
     if (kind == W_F32) {
         if (t->type != WF_GGML_TYPE_F32) {
-            set_err(err, errlen, "model: tensor %s has type %s, expected f32", name, tname);
+            wf_errorf(err, errlen, "model: tensor %s has type %s, expected f32", name, tname);
             return WF_EUNSUPPORTED;
         }
     } else {
@@ -154,12 +145,12 @@ static wf_status get_weight(const wf_model *m, const char *name, int64_t ne0, in
             ok = act && (ops->vec_dot_type == WF_GGML_TYPE_F32 || act->from_float);
         }
         if (!ok) {
-            set_err(err, errlen, "model: tensor %s has type %s, which weft has no kernels for",
+            wf_errorf(err, errlen, "model: tensor %s has type %s, which weft has no kernels for",
                     name, tname);
             return WF_EUNSUPPORTED;
         }
         if (ne0 % ti->block_size != 0) {
-            set_err(err, errlen, "model: tensor %s row length %lld is not a multiple of the %s "
+            wf_errorf(err, errlen, "model: tensor %s row length %lld is not a multiple of the %s "
                     "block size %d", name, (long long)ne0, tname, ti->block_size);
             return WF_EFORMAT;
         }
@@ -181,12 +172,12 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
     /* vocab: from the embedding matrix (llama.cpp's vocab_size key is optional) */
     const wf_gguf_tensor *te = wf_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te || te->n_dims < 2) {
-        set_err(err, errlen, "model: tensor token_embd.weight is missing or not 2-D");
+        wf_errorf(err, errlen, "model: tensor token_embd.weight is missing or not 2-D");
         return WF_EFORMAT;
     }
     m->hp.n_vocab = (int)te->ne[1];
     if (te->ne[1] <= 0 || te->ne[1] > (1 << 24)) {
-        set_err(err, errlen, "model: token_embd.weight has an invalid vocabulary size %lld",
+        wf_errorf(err, errlen, "model: token_embd.weight has an invalid vocabulary size %lld",
                 (long long)te->ne[1]);
         return WF_EFORMAT;
     }
@@ -211,7 +202,7 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) {
-        set_err(err, errlen, "model: out of memory");
+        wf_errorf(err, errlen, "model: out of memory");
         return WF_ENOMEM;
     }
     bool bias = m->arch == WF_ARCH_QWEN2;
@@ -256,13 +247,13 @@ wf_status wf_model_load_gguf(wf_gguf *g, wf_model **out, char *err, size_t errle
     wf_model *m = calloc(1, sizeof *m);
     if (!m) {
         wf_gguf_close(g);
-        set_err(err, errlen, "model: out of memory");
+        wf_errorf(err, errlen, "model: out of memory");
         return WF_ENOMEM;
     }
     m->gguf = g;
     wf_gguf_str s;
     if (!wf_gguf_get_str(g, "general.architecture", &s)) {
-        set_err(err, errlen, "model metadata: general.architecture is missing");
+        wf_errorf(err, errlen, "model metadata: general.architecture is missing");
         st = WF_EFORMAT;
         goto fail;
     }
@@ -271,7 +262,7 @@ wf_status wf_model_load_gguf(wf_gguf *g, wf_model **out, char *err, size_t errle
     } else if (s.len == 5 && memcmp(s.data, "qwen2", 5) == 0) {
         m->arch = WF_ARCH_QWEN2;
     } else {
-        set_err(err, errlen, "model: architecture '%.*s' is not supported (llama, qwen2)",
+        wf_errorf(err, errlen, "model: architecture '%.*s' is not supported (llama, qwen2)",
                 (int)(s.len > 64 ? 64 : s.len), s.data);
         st = WF_EUNSUPPORTED;
         goto fail;

@@ -587,7 +587,12 @@ wf_status wf_core_admit(const wf_admission *a, int n_prompt, double ttft_slo_ms,
         snprintf(msg, (size_t)msglen, "queue full (%d requests waiting)", a->load.n_waiting);
         return WF_EFULL;
     }
-    if (a->cost && pred > a->factor * ttft_slo_ms) {
+    /* An idle server refuses only requests that named an SLO it cannot meet: when the
+     * target is just the deployment default, waiting cannot make the answer come sooner, so
+     * refusing would only turn a slow answer into none (with a useless Retry-After of 0). */
+    bool idle = a->load.n_waiting == 0 && a->load.n_decode == 0 &&
+                a->load.pending_prefill_tokens <= 0;
+    if (a->cost && pred > a->factor * ttft_slo_ms && (a->explicit_slo || !idle)) {
         *retry_after_s = drain_ms / 1000.0;
         snprintf(msg, (size_t)msglen,
                  "predicted time to first token %.0f ms exceeds %.1f x the %.0f ms SLO", pred,

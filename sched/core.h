@@ -116,6 +116,7 @@ typedef struct wf_admission {
     const wf_cost_model *cost;   /* NULL: no trusted prediction yet: only the queue bound */
     int max_batch_tokens, queue_size;
     double factor;               /* reject when predicted TTFT > factor * the TTFT SLO */
+    bool explicit_slo;           /* the request named its TTFT target (not the default) */
     wf_core_load load;           /* what is queued and running ahead of the new request */
 } wf_admission;
 /* WF_OK, WF_EFULL (queue at its bound) or WF_EOVERLOAD (predicted TTFT too long); on a refusal

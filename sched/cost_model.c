@@ -35,13 +35,13 @@ double wf_cost_model_predict_ttft(const wf_cost_model *m, int max_batch_tokens,
     return ceil(w / per_iter_prefill) * fixed + m->coef[1] * w;
 }
 
-/* Solves the (weighted) normal equations a x = b for the 4 coefficients. Features are
- * standardised by their RMS first (tokens and context differ by orders of magnitude), a small
- * ridge pulls toward prior (0 if NULL) so weakly observed directions stay sane, and a feature
- * never seen in the data (RMS ~ 0, e.g. no prefill in a decode-only window) keeps its prior
- * value instead of becoming arbitrary. */
-static bool solve_ridge(const double a_in[4][4], const double b_in[4], const double *prior,
-                        double out[4]) {
+/* Solves the (weighted) normal equations a x = b for the coefficients not in `pinned`.
+ * Features are standardised by their RMS first (tokens and context differ by orders of
+ * magnitude), a small ridge pulls toward prior (0 if NULL) so weakly observed directions stay
+ * sane, and a feature never seen in the data (RMS ~ 0, e.g. no prefill in a decode-only
+ * window) keeps its prior value instead of becoming arbitrary. Pinned coefficients are 0. */
+static bool solve_subset(const double a_in[4][4], const double b_in[4], const double *prior,
+                         const bool pinned[4], double out[4]) {
     const double lambda = 1e-6;
     double n_w = a_in[0][0]; /* x0 = 1: the total weight */
     if (!(n_w > 0)) return false;
@@ -49,7 +49,8 @@ static bool solve_ridge(const double a_in[4][4], const double b_in[4], const dou
     int idx[4], m = 0;
     for (int i = 0; i < 4; i++) {
         scale[i] = i == 0 ? 1.0 : sqrt(a_in[i][i] / n_w);
-        if (i == 0 || scale[i] > 1e-9) idx[m++] = i;
+        if (pinned[i]) out[i] = 0.0;
+        else if (i == 0 || scale[i] > 1e-9) idx[m++] = i;
         else out[i] = prior ? prior[i] : 0.0;
     }
     double a[4][5];
@@ -60,8 +61,8 @@ static bool solve_ridge(const double a_in[4][4], const double b_in[4], const dou
             a[r][cidx] = a_in[i][j] / (scale[i] * scale[j]);
         }
         double rhs = b_in[i];
-        for (int j = 0; j < 4; j++) /* fixed (unobserved) coefficients move to the right */
-            if (j != 0 && !(scale[j] > 1e-9)) rhs -= a_in[i][j] * out[j];
+        for (int j = 1; j < 4; j++) /* fixed (unobserved) coefficients move to the right */
+            if (!pinned[j] && !(scale[j] > 1e-9)) rhs -= a_in[i][j] * out[j];
         a[r][r] += lambda * n_w;
         a[r][m] = rhs / scale[i] + lambda * n_w * (prior ? prior[i] : 0.0) * scale[i];
     }
@@ -87,8 +88,26 @@ static bool solve_ridge(const double a_in[4][4], const double b_in[4], const dou
         out[i] = a[r][m] / a[r][r] / scale[i];
         if (!isfinite(out[i])) return false;
     }
-    for (int i = 0; i < 4; i++)
-        if (out[i] < 0) out[i] = 0; /* a negative cost is noise, never physics */
+    return true;
+}
+
+/* Non-negative least squares by active set: a negative cost is noise, never physics, but
+ * clamping it after an unconstrained solve leaves the other coefficients fitted to a model that
+ * no longer holds (collinear features, such as prefill tokens and context in prefill-only
+ * batches, then split the cost arbitrarily). Instead the most negative coefficient is pinned to
+ * zero and the rest re-solved, until all are non-negative (at most 4 rounds). */
+static bool solve_ridge(const double a_in[4][4], const double b_in[4], const double *prior,
+                        double out[4]) {
+    bool pinned[4] = {false, false, false, false};
+    for (int round = 0; round < 4; round++) {
+        if (!solve_subset(a_in, b_in, prior, pinned, out)) return false;
+        int worst = -1;
+        for (int i = 0; i < 4; i++)
+            if (out[i] < 0 && (worst < 0 || out[i] < out[worst])) worst = i;
+        if (worst < 0) return true;
+        pinned[worst] = true;
+    }
+    for (int i = 0; i < 4; i++) out[i] = out[i] < 0 ? 0 : out[i];
     return true;
 }
 

@@ -725,6 +725,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
                         .max_batch_tokens = s->opts.max_batch_tokens,
                         .queue_size = s->opts.queue_size,
                         .factor = s->opts.admission_factor,
+                        .explicit_slo = spec->slo.ttft_ms > 0,
                         .load = s->load};
     adm.load.pending_prefill_tokens += s->inflight_prefill;
     adm.load.n_waiting += s->inflight_reqs;

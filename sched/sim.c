@@ -217,7 +217,8 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
             if (cfg->admission_factor > 0) {
                 wf_admission adm = {.cost = &cost, .max_batch_tokens = cfg->max_batch_tokens,
                                     .queue_size = cfg->queue_size,
-                                    .factor = cfg->admission_factor};
+                                    .factor = cfg->admission_factor,
+                                    .explicit_slo = true}; /* workload lines name their SLO */
                 wf_core_get_load(&core, &adm.load);
                 double retry;
                 char msg[160];

@@ -589,12 +589,37 @@ START_TEST(random_workloads_keep_every_invariant) {
 }
 END_TEST
 
+/* Admission on an idle server: a prompt whose own prefill is predicted over the target is
+ * refused only when the request named that target; with the deployment default it is served
+ * (waiting could not make it sooner). With work queued ahead, both are refused. Cost model:
+ * 10 ms per prefill token, so a 1000-token prompt is predicted at 10 s > 2 x 2000 ms. */
+START_TEST(idle_server_serves_default_slo_requests) {
+    wf_cost_model cost;
+    wf_cost_model_init(&cost, (const double[4]){0, 10, 0, 0});
+    wf_admission adm = {.cost = &cost, .max_batch_tokens = 512, .queue_size = 8, .factor = 2};
+    double retry = -1, pred = 0;
+    char msg[160];
+    ck_assert_int_eq(wf_core_admit(&adm, 1000, 2000, &retry, &pred, msg, sizeof msg), WF_OK);
+    ck_assert_double_eq_tol(pred, 10000, 1e-6);
+    adm.explicit_slo = true;
+    ck_assert_int_eq(wf_core_admit(&adm, 1000, 2000, &retry, NULL, msg, sizeof msg), WF_EOVERLOAD);
+    ck_assert_double_eq_tol(retry, 0, 1e-9); /* nothing to drain */
+    adm.explicit_slo = false;
+    adm.load.pending_prefill_tokens = 100;
+    adm.load.n_waiting = 1;
+    ck_assert_int_eq(wf_core_admit(&adm, 1000, 2000, &retry, NULL, msg, sizeof msg), WF_EOVERLOAD);
+    ck_assert_double_eq_tol(retry, 1.0, 1e-9); /* 100 queued tokens x 10 ms */
+    ck_assert_int_eq(wf_core_admit(&adm, 10, 2000, &retry, NULL, msg, sizeof msg), WF_OK);
+}
+END_TEST
+
 static Suite *core_suite(void) {
     Suite *s = suite_create("sched_core");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, streams_match_the_model);
     tcase_add_test(tc, chunked_prefill_interleaves_with_decode);
     tcase_add_test(tc, policy_orders);
+    tcase_add_test(tc, idle_server_serves_default_slo_requests);
     tcase_add_test(tc, preemption_gives_identical_output);
     tcase_add_test(tc, preemption_with_prefix_cache_and_sampling);
     tcase_add_test(tc, cancellation_frees_blocks);
