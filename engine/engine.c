@@ -1,5 +1,6 @@
 /* wf_engine: a loaded model plus everything one batch needs, and the executor that turns the
  * scheduler's task batches into one forward pass followed by sampling. */
+#include "proto/clock.h"
 #include "engine/engine.h"
 
 #include <stdarg.h>
@@ -153,12 +154,6 @@ wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size) {
                             .dtype = WF_KV_DTYPE_F16};
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static bool kv_matches(const wf_engine *e, const wf_kv_store *kv) {
     const wf_kv_geometry *g = &kv->geometry;
     return g->dtype == WF_KV_DTYPE_F16 && g->n_layers == e->model->hp.n_layer &&
@@ -214,7 +209,7 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
     int total = 0;
     for (int i = 0; i < batch->n_tasks; i++) total += batch->tasks[i].n_tokens;
     if (total > e->max_batch_tokens) return WF_EINVAL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = wf_clock_now_ns();
     for (int i = 0; i < batch->n_tasks; i++) batch->tasks[i].t_begin_ns = t0;
     int n = prepare_and_run(e, x->kv, batch->tasks, batch->n_tasks, false);
     if (n < 0) return (wf_status)n;
@@ -231,7 +226,7 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
             }
         }
     }
-    uint64_t t1 = now_ns();
+    uint64_t t1 = wf_clock_now_ns();
     for (int i = 0; i < batch->n_tasks; i++) batch->tasks[i].t_end_ns = t1;
     return WF_OK;
 }

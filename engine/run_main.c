@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "proto/clock.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -25,11 +26,7 @@ static void usage(FILE *f) {
                "[--batch-tokens N]\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)wf_clock_now_ns() * 1e-9; }
 
 static int parse_int(const char *s, int *out) {
     char *end;

@@ -1,15 +1,10 @@
 /* Deterministic fake model over the real paged KV layout: see fake_executor.h. */
+#include "proto/clock.h"
 #include "sched/fake_executor.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void wf_fake_executor_init(wf_fake_executor *fx, wf_kv_store *store, int vocab,
                            int32_t eog_token) {
@@ -95,9 +90,9 @@ static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
     int tokens = 0;
     for (int i = 0; i < batch->n_tasks; i++) {
         wf_task *t = &batch->tasks[i];
-        t->t_begin_ns = mono_ns();
+        t->t_begin_ns = wf_clock_now_ns();
         t->status = run_task(fx, t, scratch, cap);
-        t->t_end_ns = mono_ns();
+        t->t_end_ns = wf_clock_now_ns();
         tokens += t->n_tokens;
         fx->tasks++;
     }

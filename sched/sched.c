@@ -1,6 +1,7 @@
 /* The scheduler thread around the planning core: intake from the submission handoff,
  * admission control, plan -> executor -> complete, event delivery from a free list, stats,
  * calibration of the cost model, drain and shutdown. */
+#include "proto/clock.h"
 #include "sched/sched.h"
 
 #include <math.h>
@@ -58,12 +59,6 @@ struct wf_sched {
     wf_request_event *pend_head, *pend_tail;
     double iter_ms_avg, overhead_ms_avg, overhead_frac, plan_ms_avg, complete_ms_avg;
 };
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void wf_sched_options_init(wf_sched_options *o) {
     memset(o, 0, sizeof *o);
@@ -343,9 +338,9 @@ fail_lock:
 /* Runs one batch and returns its wall time in ms (< 0 on failure). */
 static double timed_batch(wf_sched *s, wf_task *tasks, int n) {
     wf_task_batch b = {.tasks = tasks, .n_tasks = n, .group = s->core.batch.group};
-    uint64_t t0 = now_ns();
+    uint64_t t0 = wf_clock_now_ns();
     wf_status st = s->exec.ops->run_batch(s->exec.ctx, &b);
-    uint64_t t1 = now_ns();
+    uint64_t t1 = wf_clock_now_ns();
     if (st != WF_OK) return -1;
     for (int i = 0; i < n; i++)
         if (tasks[i].status != WF_OK) return -1;
@@ -370,7 +365,7 @@ static wf_status calibrate(wf_sched *s) {
     wf_sampling_params greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
     int bs = s->kv->geometry.block_size;
     bool warm = false;
-    uint64_t t_start = now_ns();
+    uint64_t t_start = wf_clock_now_ns();
     memset(seqs, 0, sizeof seqs);
     memset(hist, 0, sizeof hist);
     for (int i = 0; i < MAXK; i++) {
@@ -388,7 +383,7 @@ static wf_status calibrate(wf_sched *s) {
         for (int ki = 0; ki < 3; ki++) {
             int k = ks[ki];
             /* Bounded start-up cost: on a slow device fit from what was measured so far. */
-            if (now_ns() - t_start > CALIBRATION_NS) break;
+            if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
             if (k > s->opts.max_running) continue;
             if (k * ((ctx + STEPS + bs) / bs + 1) > wf_kv_pool_available(s->pool)) continue;
             /* Prefill the k sequences, as many per batch as the token budget allows. */
@@ -411,7 +406,7 @@ static wf_status calibrate(wf_sched *s) {
                                          .n_blocks = seqs[i].n_blocks, .samples = &samp[x],
                                          .n_samples = 1};
                 }
-                if (now_ns() - t_start > CALIBRATION_NS) break;
+                if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
                 double ms = timed_batch(s, tasks, m);
                 if (ms < 0) {
                     st = WF_EIO;
@@ -440,7 +435,7 @@ static wf_status calibrate(wf_sched *s) {
                                          .n_blocks = seqs[i].n_blocks, .samples = &samp[i],
                                          .n_samples = 1};
                 }
-                if (now_ns() - t_start > CALIBRATION_NS) break;
+                if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
                 double ms = timed_batch(s, tasks, k);
                 if (ms < 0) {
                     st = WF_EIO;
@@ -543,7 +538,7 @@ static void intake(wf_sched *s) {
                 /* Not in the core: end it here so the client still gets its FINISHED. */
                 for (int j = 0; j < r->n_choices; j++)
                     cb_finished(s, r, j, WF_FINISH_ERROR, WF_ENOMEM, "out of memory",
-                                now_ns());
+                                wf_clock_now_ns());
                 r->state = WF_REQUEST_FAILED;
                 cb_retired(s, r);
             }
@@ -562,11 +557,11 @@ static double ewma(double avg, double x) { return avg == 0 ? x : 0.9 * avg + 0.1
 static bool step(wf_sched *s) {
     intake(s);
     pthread_mutex_lock(&s->lock);
-    bool expired = s->draining && now_ns() >= s->drain_deadline_ns;
+    bool expired = s->draining && wf_clock_now_ns() >= s->drain_deadline_ns;
     pthread_mutex_unlock(&s->lock);
     if (expired && wf_core_n_requests(&s->core) > 0)
         wf_core_abort_all(&s->core, WF_FINISH_CANCELLED, WF_ECANCELLED,
-                          "server shutting down", now_ns());
+                          "server shutting down", wf_clock_now_ns());
     flush_pending(s);
     if (wf_core_n_requests(&s->core) == 0) {
         publish(s);
@@ -575,21 +570,21 @@ static bool step(wf_sched *s) {
     /* The SLO policy sizes batches with the model only once it is trusted: a noisy start-up
      * calibration must not serialise the server. */
     s->core.cfg.cost = s->model_trusted ? &s->cost : NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = wf_clock_now_ns();
     wf_task_batch *b = wf_core_plan(&s->core, t0);
-    uint64_t t1 = now_ns();
+    uint64_t t1 = wf_clock_now_ns();
     if (b->n_tasks == 0) {
         publish(s);
         return false;
     }
     char msg[128] = "";
     wf_status st = s->exec.ops->run_batch(s->exec.ctx, b);
-    uint64_t t2 = now_ns();
+    uint64_t t2 = wf_clock_now_ns();
     if (st != WF_OK)
         snprintf(msg, sizeof msg, "executor %s failed: %s", s->exec.ops->name ? s->exec.ops->name : "",
                  wf_status_str(st));
     wf_core_complete(&s->core, st, st != WF_OK ? msg : NULL, t2);
-    uint64_t t3 = now_ns();
+    uint64_t t3 = wf_clock_now_ns();
     double run_ms = (double)(t2 - t1) / 1e6, plan_ms = (double)((t1 - t0) + (t3 - t2)) / 1e6;
     if (st == WF_OK && s->opts.online_refit)
         wf_cost_model_observe(&s->cost, s->core.last_prefill_tokens, s->core.last_decode_tokens,
@@ -639,12 +634,12 @@ static void *thread_main(void *arg) {
 wf_status wf_sched_start(wf_sched *s) {
     if (s->started) return WF_EINVAL;
     if (!s->opts.cost_given) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = wf_clock_now_ns();
         wf_status st = calibrate(s);
         if (st != WF_OK)
             WF_LOG_WARN("sched", NULL, "cost model calibration failed (%s): using the prior",
                         wf_status_str(st));
-        WF_LOG_INFO("sched", NULL, "calibration took %.0f ms", (double)(now_ns() - t0) / 1e6);
+        WF_LOG_INFO("sched", NULL, "calibration took %.0f ms", (double)(wf_clock_now_ns() - t0) / 1e6);
         publish(s);
     }
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) return WF_ENOMEM;
@@ -745,7 +740,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
     }
     s->inflight_reqs++;
     s->inflight_prefill += spec->n_prompt;
-    r->times.queued_ns = now_ns();
+    r->times.queued_ns = wf_clock_now_ns();
     snprintf(r->snap.id, sizeof r->snap.id, "%s", r->spec.id);
     r->snap.state = WF_REQUEST_QUEUED;
     r->snap.prompt_tokens = spec->n_prompt;
@@ -787,7 +782,7 @@ void wf_sched_drain(wf_sched *s, int deadline_ms) {
     pthread_mutex_lock(&s->lock);
     s->draining = true;
     s->drained = false;
-    s->drain_deadline_ns = now_ns() + (uint64_t)(deadline_ms > 0 ? deadline_ms : 0) * 1000000ull;
+    s->drain_deadline_ns = wf_clock_now_ns() + (uint64_t)(deadline_ms > 0 ? deadline_ms : 0) * 1000000ull;
     pthread_mutex_unlock(&s->lock);
     if (!s->started) {
         /* No thread: run the loop here. */
@@ -815,7 +810,7 @@ void wf_sched_free(wf_sched *s) {
     }
     wf_handoff_close(&s->inbox);
     intake(s);
-    wf_core_free(&s->core, now_ns());
+    wf_core_free(&s->core, wf_clock_now_ns());
     /* Events nobody could take (a consumer that stopped reading) go back to the pool. */
     while (s->pend_head) {
         wf_request_event *next = (wf_request_event *)s->pend_head->link.next;
@@ -847,7 +842,7 @@ void wf_sched_get_stats(wf_sched *s, wf_sched_stats *out) {
 
 void wf_sched_foreach_request(wf_sched *s, void (*fn)(const wf_request_snapshot *, void *),
                               void *user) {
-    uint64_t now = now_ns();
+    uint64_t now = wf_clock_now_ns();
     pthread_mutex_lock(&s->lock);
     for (wf_request *r = s->live; r; r = r->live_next) {
         wf_request_snapshot snap = r->snap;

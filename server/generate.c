@@ -311,7 +311,7 @@ static void on_token(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const wf
     s->metrics.generation_tokens++;
     if (c->done || g->failed) return;
     c->tokens++;
-    uint64_t t = ev->t_ns ? ev->t_ns : wf__server_now_ns();
+    uint64_t t = ev->t_ns ? ev->t_ns : wf_clock_now_ns();
     if (!c->first_ns) {
         c->first_ns = t;
         if (!g->first_token_ns) {
@@ -385,7 +385,7 @@ static void on_finished(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const
     /* a choice that ended on a stop string keeps generating until the whole request is
      * cancelled: do that once every choice of this prompt is done */
     if (sub->req && sub->n_finished < g->per_sub && sub_all_done(g, sub)) s->backend.cancel(s->backend.ctx, sub->req);
-    uint64_t t = ev->t_ns ? ev->t_ns : wf__server_now_ns();
+    uint64_t t = ev->t_ns ? ev->t_ns : wf_clock_now_ns();
     const wf_request_times *tm = &ev->times;
     wf_histogram_observe(&s->metrics.e2e, (double)(t - g->arrival_ns) / 1e9);
     wf_histogram_observe(&s->metrics.gen_len, c->tokens);
@@ -470,7 +470,7 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
     }
     g->s = s;
     g->kind = kind;
-    g->arrival_ns = wf__server_now_ns();
+    g->arrival_ns = wf_clock_now_ns();
     g->created = (int64_t)time(NULL);
     g->next = s->gens;
     if (s->gens) s->gens->prev = g;
@@ -624,7 +624,7 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
 }
 
 void wf__gen_write_admin(wf_server *s, wf_jbuf *b) {
-    uint64_t now = wf__server_now_ns();
+    uint64_t now = wf_clock_now_ns();
     wf_jbuf_cstr(b, "[");
     int i = 0;
     for (wf_gen *g = s->gens; g; g = g->next, i++) {

@@ -9,16 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "proto/clock.h"
 #include "proto/log.h"
 #include "server/admin_page.h"
 #include "server/server_impl.h"
 #include "weft_version.h"
-
-uint64_t wf__server_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void wf_server_options_init(wf_server_options *o) {
     memset(o, 0, sizeof *o);
@@ -317,7 +312,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
     wf_jbuf_str(&b, s->model_id, strlen(s->model_id));
     wf_jbuf_printf(&b, ",\"ready\":%s,\"draining\":%s,\"uptime_s\":",
                    s->ready ? "true" : "false", s->shutting_down ? "true" : "false");
-    wf_jbuf_num(&b, (double)(wf__server_now_ns() - s->started_ns) / 1e9);
+    wf_jbuf_num(&b, (double)(wf_clock_now_ns() - s->started_ns) / 1e9);
     wf_jbuf_printf(&b, ",\"http\":{\"connections\":%d,\"active_requests\":%d},",
                    wf_http_server_connections(s->http), wf_http_server_active_requests(s->http));
     wf_jbuf_printf(&b, "\"totals\":{\"prompt_tokens\":%llu,\"generation_tokens\":%llu,"
@@ -472,7 +467,7 @@ wf_server *wf_server_new(uv_loop_t *loop, const wf_server_options *o) {
     if (!s) return NULL;
     s->loop = loop;
     s->opts = *o;
-    s->started_ns = wf__server_now_ns();
+    s->started_ns = wf_clock_now_ns();
     s->created_unix = (int64_t)time(NULL);
     snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id ? o->model_id : "model");
     wf_metrics_init(&s->metrics);

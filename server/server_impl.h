@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "proto/clock.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/stop.h"
@@ -45,7 +46,6 @@ struct wf_server {
     wf_jbuf scratch;
 };
 
-uint64_t wf__server_now_ns(void);
 /* Sends an OpenAI error envelope (and counts it). retry_after_s > 0 adds Retry-After. */
 void wf__server_error(wf_server *s, wf_http_request *req, int status, const char *type,
                       const char *param, const char *code, double retry_after_s,
