@@ -38,6 +38,26 @@ static inline uint32_t cp_at(const uint32_t *cp, size_t p, size_t end) { return 
 #define N_ WF_UCF_NUMBER
 #define WS_ WF_UCF_WHITESPACE
 
+/* The whitespace alternatives every pattern ends with: \s*[\r\n]+ (when crlf_runs), then
+ * \s+(?!\S) (a run followed by more text leaves its last space to the next piece), then \s+.
+ * Emits one piece starting at pos and returns where it ends. */
+static size_t split_whitespace(splitter *s, size_t pos, size_t end, bool crlf_runs) {
+    size_t nws = 0, last_rn = 0;
+    while (pos + nws < end && (s->fl[pos + nws] & WS_)) {
+        if (s->cp[pos + nws] == '\r' || s->cp[pos + nws] == '\n')
+            last_rn = pos + nws + 1;
+        nws++;
+    }
+    if (crlf_runs && last_rn > 0)
+        pos = last_rn;
+    else if (nws > 1 && pos + nws < end)
+        pos += nws - 1;
+    else
+        pos += nws > 0 ? nws : 1; /* 1: a lone codepoint no alternative took (never for \s) */
+    add_piece(s, pos);
+    return pos;
+}
+
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static void split_gpt2(splitter *s, size_t ini, size_t end) {
     const uint32_t *cp = s->cp;
@@ -88,20 +108,7 @@ static void split_gpt2(splitter *s, size_t ini, size_t end) {
             add_piece(s, pos);
             continue;
         }
-        size_t nws = 0;
-        while (FL(pos + nws) & WS_)
-            nws++;
-        if (nws > 1 && CP(pos + nws) != OOR) { /* \s+(?!\S): leave the last space */
-            pos += nws - 1;
-            add_piece(s, pos);
-            continue;
-        }
-        if (nws > 0) {
-            pos += nws;
-            add_piece(s, pos);
-            continue;
-        }
-        add_piece(s, ++pos);
+        pos = split_whitespace(s, pos, end, false);
     }
 }
 
@@ -162,29 +169,7 @@ static void split_llama3(splitter *s, size_t ini, size_t end, size_t max_digits)
             add_piece(s, pos);
             continue;
         }
-        size_t nws = 0, last_rn = 0;
-        while (FL(pos + nws) & WS_) {
-            uint32_t c2 = cp[pos + nws];
-            if (c2 == '\r' || c2 == '\n')
-                last_rn = pos + nws + 1;
-            nws++;
-        }
-        if (last_rn > 0) {
-            pos = last_rn;
-            add_piece(s, pos);
-            continue;
-        }
-        if (nws > 1 && CP(pos + nws) != OOR) {
-            pos += nws - 1;
-            add_piece(s, pos);
-            continue;
-        }
-        if (nws > 0) {
-            pos += nws;
-            add_piece(s, pos);
-            continue;
-        }
-        add_piece(s, ++pos);
+        pos = split_whitespace(s, pos, end, true);
     }
 #undef FL
 #undef CP
@@ -296,28 +281,7 @@ static void split_o200k(splitter *s, size_t ini, size_t end, bool contractions, 
             continue;
         }
 #undef O_OTHER
-        size_t nws = 0, last_rn = 0;
-        while (pos + nws < end && (fl[pos + nws] & WS_)) {
-            if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n')
-                last_rn = pos + nws + 1;
-            nws++;
-        }
-        if (last_rn > 0) { /* \s*[\r\n]+ */
-            pos = last_rn;
-            add_piece(s, pos);
-            continue;
-        }
-        if (nws > 1 && pos + nws < end) { /* \s+(?!\S) */
-            pos += nws - 1;
-            add_piece(s, pos);
-            continue;
-        }
-        if (nws > 0) {
-            pos += nws;
-            add_piece(s, pos);
-            continue;
-        }
-        add_piece(s, ++pos); /* unreachable: every codepoint matches an alternative */
+        pos = split_whitespace(s, pos, end, true);
     }
 }
 
