@@ -152,33 +152,26 @@ static inline void cand_swap(cand *a, cand *b) {
     *b = t;
 }
 
-/* Rearranges c[lo..hi) so that c[lo..k) holds the (k - lo) first candidates in cand order
- * (unsorted). Quickselect with median-of-three pivots; expected O(n). */
-static void select_first(cand *c, int lo, int hi, int k) {
-    while (hi - lo > 16) {
-        int mid = lo + (hi - lo) / 2;
-        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[lo])) cand_swap(&c[hi - 1], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[mid])) cand_swap(&c[hi - 1], &c[mid]);
-        cand pivot = c[mid]; /* the median: c[lo] before-or-equal, c[hi-1] after-or-equal */
-        int i = lo, j = hi - 1;
-        for (;;) {
-            while (cand_before(&c[i], &pivot)) i++;
-            while (cand_before(&pivot, &c[j])) j--;
-            if (i >= j) break;
-            cand_swap(&c[i], &c[j]);
-            i++;
-            j--;
-        }
-        /* c[lo..j] are before-or-equal pivot, c[j+1..hi) after-or-equal */
-        if (k <= j + 1) {
-            hi = j + 1;
-        } else {
-            lo = j + 1;
-        }
-        if (k <= lo || k >= hi) return;
+/* Hoare partition of c[lo..hi) (hi - lo > 2) around a median-of-three pivot: returns j with
+ * c[lo..j] before-or-equal the pivot and c[j+1..hi) after-or-equal it. */
+static int partition(cand *c, int lo, int hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+    if (cand_before(&c[hi - 1], &c[lo])) cand_swap(&c[hi - 1], &c[lo]);
+    if (cand_before(&c[hi - 1], &c[mid])) cand_swap(&c[hi - 1], &c[mid]);
+    cand pivot = c[mid]; /* the median: c[lo] before-or-equal, c[hi-1] after-or-equal */
+    int i = lo, j = hi - 1;
+    for (;;) {
+        while (cand_before(&c[i], &pivot)) i++;
+        while (cand_before(&pivot, &c[j])) j--;
+        if (i >= j) return j;
+        cand_swap(&c[i], &c[j]);
+        i++;
+        j--;
     }
-    /* small range: insertion sort */
+}
+
+static void insertion_sort(cand *c, int lo, int hi) {
     for (int a = lo + 1; a < hi; a++) {
         cand x = c[a];
         int b = a - 1;
@@ -188,6 +181,21 @@ static void select_first(cand *c, int lo, int hi, int k) {
         }
         c[b + 1] = x;
     }
+}
+
+/* Rearranges c[lo..hi) so that c[lo..k) holds the (k - lo) first candidates in cand order
+ * (unsorted). Quickselect with median-of-three pivots; expected O(n). */
+static void select_first(cand *c, int lo, int hi, int k) {
+    while (hi - lo > 16) {
+        int j = partition(c, lo, hi); /* c[lo..j] before-or-equal pivot, c[j+1..hi) after */
+        if (k <= j + 1) {
+            hi = j + 1;
+        } else {
+            lo = j + 1;
+        }
+        if (k <= lo || k >= hi) return;
+    }
+    insertion_sort(c, lo, hi); /* small range */
 }
 
 /* ---- penalties ----------------------------------------------------------------------------- */
@@ -348,20 +356,7 @@ static int select_mass(cand *c, int n, double target) {
     int lo = 0, hi = n;
     double acc = 0; /* mass of c[0..lo), all in the kept set, < target */
     while (hi - lo > 16) {
-        int mid = lo + (hi - lo) / 2;
-        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[lo])) cand_swap(&c[hi - 1], &c[lo]);
-        if (cand_before(&c[hi - 1], &c[mid])) cand_swap(&c[hi - 1], &c[mid]);
-        cand pivot = c[mid];
-        int i = lo, j = hi - 1;
-        for (;;) {
-            while (cand_before(&c[i], &pivot)) i++;
-            while (cand_before(&pivot, &c[j])) j--;
-            if (i >= j) break;
-            cand_swap(&c[i], &c[j]);
-            i++;
-            j--;
-        }
+        int j = partition(c, lo, hi);
         double mass = 0;
         for (int k = lo; k <= j; k++) mass += c[k].w;
         if (acc + mass >= target) {
@@ -371,15 +366,7 @@ static int select_mass(cand *c, int n, double target) {
             lo = j + 1;
         }
     }
-    for (int a = lo + 1; a < hi; a++) { /* insertion sort of the small remainder */
-        cand x = c[a];
-        int b = a - 1;
-        while (b >= lo && cand_before(&x, &c[b])) {
-            c[b + 1] = c[b];
-            b--;
-        }
-        c[b + 1] = x;
-    }
+    insertion_sort(c, lo, hi); /* the small remainder */
     for (int k = lo; k < hi; k++) {
         acc += c[k].w;
         if (acc >= target) return k + 1;
