@@ -77,14 +77,20 @@ static void fail_call(wf_loadgen_conn *c, wf_status st, const char *msg) {
 
 /* ---- llhttp callbacks -------------------------------------------------------------------- */
 
-static int p_on_header_value(llhttp_t *p, const char *at, size_t len) {
-    wf_loadgen_conn *c = p->data;
-    if (!c->hdr_is_ctype) return 0;
+/* Appends a piece of a header name or value to c->ctype, truncating at its size (a name or
+ * value longer than that is not one we compare). */
+static void append_header_piece(wf_loadgen_conn *c, const char *at, size_t len) {
     size_t k = len;
     if (c->ctype_len + k > sizeof c->ctype - 1) k = sizeof c->ctype - 1 - c->ctype_len;
     memcpy(c->ctype + c->ctype_len, at, k);
     c->ctype_len += k;
     c->ctype[c->ctype_len] = '\0';
+}
+
+static int p_on_header_value(llhttp_t *p, const char *at, size_t len) {
+    wf_loadgen_conn *c = p->data;
+    if (!c->hdr_is_ctype) return 0;
+    append_header_piece(c, at, len);
     return 0;
 }
 
@@ -102,11 +108,7 @@ static int p_on_header_value_complete(llhttp_t *p) {
  * collect the name into ctype (reset per header) and compare when the name is complete. */
 static int p_on_header_field_data(llhttp_t *p, const char *at, size_t len) {
     wf_loadgen_conn *c = p->data;
-    size_t k = len;
-    if (c->ctype_len + k > sizeof c->ctype - 1) k = sizeof c->ctype - 1 - c->ctype_len;
-    memcpy(c->ctype + c->ctype_len, at, k);
-    c->ctype_len += k;
-    c->ctype[c->ctype_len] = '\0';
+    append_header_piece(c, at, len);
     return 0;
 }
 
