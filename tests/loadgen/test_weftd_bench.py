@@ -45,9 +45,9 @@ def metric_sum(text, name):
 @pytest.fixture(scope="module")
 def weftd():
     if not os.path.exists(WEFTD):
-        pytest.skip("weftd is not built at %s" % WEFTD)
+        pytest.fail("weftd is not built at %s" % WEFTD)
     if not os.path.exists(MODEL):
-        pytest.skip("default model missing: %s" % MODEL)
+        pytest.fail("default model missing: %s (run scripts/setup)" % MODEL)
     port = free_port()
     proc = subprocess.Popen([WEFTD, "--model", MODEL, "--port", str(port), "--threads", "2",
                              "--log-level", "warn"],
@@ -56,15 +56,15 @@ def weftd():
         deadline = time.time() + 300
         while time.time() < deadline:
             if proc.poll() is not None:
-                pytest.skip("weftd exited at start (%d): %s" % (proc.returncode, proc.stderr.read()[-500:]))
+                pytest.fail("weftd exited at start (%d): %s" % (proc.returncode, proc.stderr.read()[-500:]))
             try:
                 if get(port, "/health", timeout=2)[0] == 200:
                     break
             except OSError:
                 time.sleep(0.5)
         else:
-            pytest.skip("weftd did not become healthy within 300 s")
-        # Can it serve a completion at all?
+            pytest.fail("weftd did not become healthy within 300 s")
+        # A daemon that cannot serve a completion fails here, before the benchmark run.
         body = json.dumps({"prompt": "Hello", "max_tokens": 2}).encode()
         req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
                                      headers={"Content-Type": "application/json"})
@@ -76,7 +76,7 @@ def weftd():
         else:
             why = "no choices in the response"
         if not ok:
-            pytest.skip("weftd cannot serve /v1/completions yet: %s" % why)
+            pytest.fail("weftd cannot serve /v1/completions: %s" % why)
         yield port
     finally:
         proc.terminate()
