@@ -46,6 +46,9 @@ static void usage(FILE *f) {
 "  --output-len SPEC       max_tokens: N, LO:HI or @histogram (default 128; sharegpt: reply)\n"
 "  --max-total-len N       sharegpt: skip conversations longer than N tokens (default 2048)\n"
 "  --seed N                request sequence and arrival times (default 0)\n"
+"  --fresh-prompts         a sweep's load points get disjoint requests (point i takes items\n"
+"                          i*N..(i+1)*N-1 of one seeded sequence) instead of the same N, so a\n"
+"                          server's prompt/prefix cache cannot serve one point from another\n"
 "  --no-stream             non-streaming requests (TTFT = e2e, no TPOT/ITL)\n"
 "  --no-ignore-eos         do not send ignore_eos (outputs may stop early)\n"
 "  --temperature T         sampling temperature (default: the server's)\n"
@@ -162,7 +165,7 @@ enum {
     OPT_BURST, OPT_MAXCONC, OPT_NUM, OPT_DURATION, OPT_GRACE, OPT_TIMEOUT, OPT_DATASET,
     OPT_DATAPATH, OPT_INLEN, OPT_OUTLEN, OPT_MAXTOTAL, OPT_SEED, OPT_NOSTREAM, OPT_NOEOS,
     OPT_TEMP, OPT_EXTRA, OPT_SLO, OPT_NOSLO, OPT_LABEL, OPT_JSON, OPT_CSV, OPT_PLOT,
-    OPT_NOPROGRESS, OPT_VERSION, OPT_HELP,
+    OPT_NOPROGRESS, OPT_FRESH, OPT_VERSION, OPT_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -183,7 +186,8 @@ static const struct option long_opts[] = {
     {"slo-class", required_argument, 0, OPT_SLO}, {"no-slo-ext", no_argument, 0, OPT_NOSLO},
     {"label", required_argument, 0, OPT_LABEL}, {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV}, {"plot", required_argument, 0, OPT_PLOT},
-    {"no-progress", no_argument, 0, OPT_NOPROGRESS}, {"version", no_argument, 0, OPT_VERSION},
+    {"no-progress", no_argument, 0, OPT_NOPROGRESS},
+    {"fresh-prompts", no_argument, 0, OPT_FRESH}, {"version", no_argument, 0, OPT_VERSION},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0},
 };
 
@@ -202,7 +206,7 @@ static int cmd_run(int argc, char **argv) {
     const char *in_spec = "128", *out_spec = NULL;
     char *model = NULL;
     int port = 8080;
-    bool port_set = false, host_set = false, progress = true;
+    bool port_set = false, host_set = false, progress = true, fresh = false;
     double conc[MAX_POINTS], rates[MAX_POINTS];
     int n_conc = 0, n_rates = 0;
     wf_loadgen_slo_class classes[WF_LOADGEN_MAX_CLASSES];
@@ -322,6 +326,7 @@ static int cmd_run(int argc, char **argv) {
         case OPT_CSV: csv_path = optarg; break;
         case OPT_PLOT: plot_prefix = optarg; break;
         case OPT_NOPROGRESS: progress = false; break;
+        case OPT_FRESH: fresh = true; break;
         case OPT_VERSION: printf("weft-bench %s\n", WEFT_VERSION); free(model); return 0;
         case OPT_HELP: usage(stdout); free(model); return 0;
         default: usage(stderr); free(model); return 2;
@@ -387,7 +392,19 @@ static int cmd_run(int argc, char **argv) {
         goto out_spec;
     }
     dopt.set_output = out_spec != NULL;
-    dopt.n_requests = o.num_requests;
+    /* Load points. */
+    int n_points = n_rates ? n_rates : (n_conc ? n_conc : 1);
+    if (!n_rates && !n_conc) conc[0] = 1;
+    /* --fresh-prompts: one sequence of n_points x N items, point i takes the i-th slice, so
+     * no point repeats another's prompts (a sweep against one long-running server would
+     * otherwise measure its prompt cache from the second point on). */
+    size_t n_slices = fresh ? (size_t)n_points : 1;
+    if (o.num_requests > WF_LOADGEN_MAX_REQUESTS / n_slices) {
+        fprintf(stderr, "weft-bench: --fresh-prompts needs %d x %zu requests, more than %d\n",
+                n_points, o.num_requests, WF_LOADGEN_MAX_REQUESTS);
+        goto out_spec;
+    }
+    dopt.n_requests = o.num_requests * n_slices;
     dopt.seed = o.seed;
     dopt.classes = o.classes;
     dopt.n_classes = n_classes;
@@ -395,6 +412,10 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "weft-bench: %s\n", err);
         goto out_spec;
     }
+    if (fresh && dopt.kind != WF_LOADGEN_DATA_SYNTHETIC && ds.n_source < ds.n)
+        fprintf(stderr, "weft-bench: warning: %s holds %zu usable prompts, fewer than the %zu "
+                "requests of the sweep: prompts repeat across load points\n", dopt.path,
+                ds.n_source, ds.n);
     if (!model) model = discover_model(&o.target, o.api_key);
     o.model = model;
 
@@ -409,9 +430,6 @@ static int cmd_run(int argc, char **argv) {
     char target_desc[600];
     snprintf(target_desc, sizeof target_desc, "http://%s%s", o.target.host_header, o.target.path);
 
-    /* Load points. */
-    int n_points = n_rates ? n_rates : (n_conc ? n_conc : 1);
-    if (!n_rates && !n_conc) conc[0] = 1;
     wf_loadgen_point *pts = calloc((size_t)n_points, sizeof *pts);
     if (!pts) goto out_ds;
     int done = 0;
@@ -434,7 +452,10 @@ static int cmd_run(int argc, char **argv) {
             snprintf(p->label, sizeof p->label, "concurrency=%d", (int)conc[i]);
         }
         p->mode = po.mode;
-        if (wf_loadgen_run(&po, &ds, &p->res, err, sizeof err) != WF_OK) {
+        wf_loadgen_dataset slice = ds; /* a view: the items stay owned by ds */
+        if (fresh) slice.items = ds.items + (size_t)i * o.num_requests;
+        slice.n = o.num_requests;
+        if (wf_loadgen_run(&po, &slice, &p->res, err, sizeof err) != WF_OK) {
             fprintf(stderr, "weft-bench: %s: %s\n", p->label, err);
             rc = 1;
             break;
@@ -447,6 +468,7 @@ static int cmd_run(int argc, char **argv) {
     wf_loadgen_info info = {
         .label = label, .target = target_desc, .model = model, .dataset = dataset_desc,
         .stream = o.stream, .seed = o.seed, .num_requests = o.num_requests,
+        .fresh_prompts = fresh,
         .duration_s = o.duration_s, .classes = o.classes, .n_classes = n_classes,
     };
     if (done > 0) {

@@ -70,10 +70,11 @@ static void print_point(FILE *f, const wf_loadgen_point *p) {
 
 void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_loadgen_point *pts,
                              size_t n) {
-    fprintf(f, "weft-bench %s%s%s: %s, model %s, %s, %s, seed %llu\n", WEFT_VERSION,
+    fprintf(f, "weft-bench %s%s%s: %s, model %s, %s, %s, seed %llu%s\n", WEFT_VERSION,
             info->label ? " " : "", info->label ? info->label : "", info->target,
             info->model ? info->model : "(server default)", info->dataset,
-            info->stream ? "streaming" : "non-streaming", (unsigned long long)info->seed);
+            info->stream ? "streaming" : "non-streaming", (unsigned long long)info->seed,
+            info->fresh_prompts ? " (fresh prompts per load point)" : "");
     for (size_t i = 0; i < n; i++) print_point(f, &pts[i]);
     if (n > 1) {
         fprintf(f, "\n%-20s %8s %10s %9s %9s %9s %9s %9s %7s\n", "load point", "req/s", "out tok/s",
@@ -177,6 +178,7 @@ wf_status wf_loadgen_report_write_json(const char *path, const wf_loadgen_info *
     json_object_set_new(root, "dataset", json_string(info->dataset));
     json_object_set_new(root, "stream", json_boolean(info->stream));
     json_object_set_new(root, "seed", json_integer((json_int_t)info->seed));
+    json_object_set_new(root, "fresh_prompts", json_boolean(info->fresh_prompts));
     json_object_set_new(root, "num_requests", json_integer((json_int_t)info->num_requests));
     json_object_set_new(root, "max_duration", json_real(info->duration_s));
     json_t *runs = json_array();

@@ -42,6 +42,7 @@ typedef struct wf_loadgen_info {
     double duration_s;
     const wf_loadgen_slo_class *classes;
     size_t n_classes;
+    bool fresh_prompts;  /* each load point had its own requests (--fresh-prompts) */
 } wf_loadgen_info;
 
 void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_loadgen_point *pts,

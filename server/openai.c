@@ -279,7 +279,7 @@ static wf_status decode_fields(json_t *root, wf_openai_request *r, wf_openai_err
     json_t *v;
     double d;
     long long x;
-    bool b;
+    bool b = false; /* set by get_bool; the initialiser silences -Wmaybe-uninitialized at -O3 */
 
     if ((v = json_object_get(root, "model")) && !json_is_null(v)) {
         if (!json_is_string(v)) BAD("model", "'model' must be a string");

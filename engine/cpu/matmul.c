@@ -6,13 +6,15 @@
  * not once per token, and each unpacked weight block serves several activation rows. */
 #include "engine/cpu/matmul.h"
 
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/cpu/quant.h"
 
-#define ROWS_PER_CHUNK 16 /* weight rows claimed at once */
+#define MIN_ROWS_PER_CHUNK 16 /* weight rows claimed at once, at least */
+#define CHUNKS_PER_THREAD 8   /* enough to even out a busy core, few enough to claim rarely */
 #define ACT_TILE 8        /* without a tile kernel: activation rows per hot weight row */
 #define MIN_QUANT_ROWS_PARALLEL 8
 
@@ -27,8 +29,10 @@ typedef struct mm_ctx {
     size_t xq_row;
     int k, m, n_out;
     float *y;
-    _Atomic int next_chunk;
-    int n_chunks;
+    int rows_per_chunk, n_chunks;
+    /* on its own cache line: every claim writes it, and the fields above are read after
+     * every tile call, so sharing a line would bounce it between cores on each claim */
+    alignas(64) _Atomic int next_chunk;
 } mm_ctx;
 
 static void quantise_rows(mm_ctx *c, int i0, int i1) {
@@ -51,12 +55,16 @@ static void dot_task(void *arg, int ith, int nth) {
     void (*vec_dot)(int, float *, const void *, const void *) = c->ops->vec_dot;
     void (*tile)(int, float *, size_t, const void *, size_t, const void *, size_t, int, int) =
         c->ops->vec_dot_tile;
-    const int k = c->k, m = c->m, n_out = c->n_out;
+    const int k = c->k, m = c->m, n_out = c->n_out, rows_per_chunk = c->rows_per_chunk;
+    const int n_chunks = c->n_chunks;
+    const char *w = c->w, *xq = c->xq;
+    const size_t w_row = c->w_row, xq_row = c->xq_row;
+    float *y = c->y;
     for (;;) {
         int chunk = atomic_fetch_add_explicit(&c->next_chunk, 1, memory_order_relaxed);
-        if (chunk >= c->n_chunks) break;
-        int r0 = chunk * ROWS_PER_CHUNK;
-        int r1 = r0 + ROWS_PER_CHUNK < n_out ? r0 + ROWS_PER_CHUNK : n_out;
+        if (chunk >= n_chunks) break;
+        int r0 = chunk * rows_per_chunk;
+        int r1 = r0 + rows_per_chunk < n_out ? r0 + rows_per_chunk : n_out;
         if (tile) {
             /* the chunk's weight rows stay in L1 while all activation rows stream past */
             for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {
@@ -66,9 +74,8 @@ static void dot_task(void *arg, int ith, int nth) {
                 const int step = nc == 1 ? WF_QUANT_TILE_NR : 2;
                 for (int r = r0; r < r1; r += step) {
                     int nr = r1 - r < step ? r1 - r : step;
-                    tile(k, &c->y[(size_t)i0 * (size_t)n_out + (size_t)r], (size_t)n_out,
-                         c->w + (size_t)r * c->w_row, c->w_row, c->xq + (size_t)i0 * c->xq_row,
-                         c->xq_row, nr, nc);
+                    tile(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r], (size_t)n_out,
+                         w + (size_t)r * w_row, w_row, xq + (size_t)i0 * xq_row, xq_row, nr, nc);
                 }
             }
             continue;
@@ -76,10 +83,10 @@ static void dot_task(void *arg, int ith, int nth) {
         for (int i0 = 0; i0 < m; i0 += ACT_TILE) {
             int i1 = i0 + ACT_TILE < m ? i0 + ACT_TILE : m;
             for (int r = r0; r < r1; r++) {
-                const char *wr = c->w + (size_t)r * c->w_row;
+                const char *wr = w + (size_t)r * w_row;
                 for (int i = i0; i < i1; i++)
-                    vec_dot(k, &c->y[(size_t)i * (size_t)n_out + (size_t)r], wr,
-                            c->xq + (size_t)i * c->xq_row);
+                    vec_dot(k, &y[(size_t)i * (size_t)n_out + (size_t)r], wr,
+                            xq + (size_t)i * xq_row);
             }
         }
     }
@@ -105,6 +112,11 @@ void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out
         abort();
     }
     if (m <= 0 || n_out <= 0) return;
+    const int nth = wf_threadpool_size(pool);
+    int rows_per_chunk = n_out / (nth * CHUNKS_PER_THREAD);
+    rows_per_chunk = rows_per_chunk < MIN_ROWS_PER_CHUNK
+                         ? MIN_ROWS_PER_CHUNK
+                         : rows_per_chunk / MIN_ROWS_PER_CHUNK * MIN_ROWS_PER_CHUNK;
     mm_ctx c = {
         .ops = ops,
         .act_ops = wf_quant_ops_get(ops->vec_dot_type),
@@ -115,7 +127,8 @@ void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out
         .m = m,
         .n_out = n_out,
         .y = y,
-        .n_chunks = (n_out + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK,
+        .rows_per_chunk = rows_per_chunk,
+        .n_chunks = (n_out + rows_per_chunk - 1) / rows_per_chunk,
     };
     atomic_init(&c.next_chunk, 0);
     if (ops->vec_dot_type == WF_GGML_TYPE_F32) {
@@ -125,7 +138,7 @@ void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out
         c.xq_out = scratch;
         c.xq = scratch;
         c.xq_row = wf_quant_row_size(ops->vec_dot_type, k);
-        if (m >= MIN_QUANT_ROWS_PARALLEL && wf_threadpool_size(pool) > 1)
+        if (m >= MIN_QUANT_ROWS_PARALLEL && nth > 1)
             wf_threadpool_run(pool, quantise_task, &c);
         else
             quantise_rows(&c, 0, m);

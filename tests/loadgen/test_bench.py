@@ -195,6 +195,30 @@ def test_seed_reproducible(tmp_path):
     assert all(mt == 16 or 32 <= mt <= 63 or mt == 128 for _, mt in seqs[0])
 
 
+def test_fresh_prompts_per_load_point(tmp_path):
+    """A sweep against one server must not replay a point's prompts in the next point (its
+    prompt cache would then skip prefill): --fresh-prompts gives every point its own slice."""
+    out = tmp_path / "r.json"
+    with MockServer(ttft_s=0.0, itl_s=0.0) as m:
+        bench(m.port, "--seed", 3, "--concurrency", "1,2,4", "--num-requests", 6,
+              "--input-len", 24, "--output-len", 2, "--fresh-prompts", "--json", out)
+        fresh = [b["prompt"] for b in m.state.bodies]
+    with MockServer(ttft_s=0.0, itl_s=0.0) as m:
+        bench(m.port, "--seed", 3, "--concurrency", "1,2,4", "--num-requests", 6,
+              "--input-len", 24, "--output-len", 2)
+        same = [b["prompt"] for b in m.state.bodies]
+    assert len(fresh) == 18 and len(set(fresh)) == 18  # no prompt sent twice
+    assert len(same) == 18 and len(set(same)) == 6     # the old behaviour: one set per point
+    # The first point is unchanged (same seed), so results stay comparable with older runs.
+    assert set(fresh[:6]) == set(same[:6])
+    r = result(out)
+    assert r["fresh_prompts"] is True
+    assert [run["completed"] for run in r["runs"]] == [6, 6, 6]
+    # Too many requests in total is refused up front, not truncated silently.
+    p = bench(1, "--concurrency", "1,2", "--num-requests", 600000, "--fresh-prompts", check=False)
+    assert p.returncode == 2 and "--fresh-prompts" in p.stderr
+
+
 def test_datasets_via_cli(tmp_path):
     with MockServer(ttft_s=0.0, itl_s=0.0) as m:
         bench(m.port, "--dataset", "sharegpt", "--dataset-path",
