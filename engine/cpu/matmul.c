@@ -1,13 +1,16 @@
 /* y = x · W^T on the CPU pool. Two phases: activations are quantised once to the weight
- * type's vec_dot type (split by activation row when there are many), then threads claim
- * chunks of weight rows from an atomic counter (robust to a busy core on a shared machine)
- * and dot the chunk's weight rows (which stay in L1) against every activation row through
- * register tiles (wf_quant_ops.vec_dot_tile), so weights stream from memory once per call,
- * not once per token, and each unpacked weight block serves several activation rows. */
+ * type's vec_dot type (split by activation row when there are many) and, for the panel
+ * kernels, packed 8 rows at a time; then threads claim chunks of weight rows from an atomic
+ * counter (robust to a busy core on a shared machine) and dot the chunk's weight rows (which
+ * stay in cache) against every activation row through panel kernels (wf_quant_ops.panel_dot)
+ * or register tiles (vec_dot_tile), so weights stream from memory once per call, not once per
+ * token, and each unpacked weight block serves several activation rows. */
 #include "engine/cpu/matmul.h"
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,6 +20,9 @@
 #define CHUNKS_PER_THREAD 8   /* enough to even out a busy core, few enough to claim rarely */
 #define ACT_TILE 8        /* without a tile kernel: activation rows per hot weight row */
 #define MIN_QUANT_ROWS_PARALLEL 8
+/* from this many activation rows on, panels (8 rows, zero-padded) beat the 2x4 tiles */
+#define MIN_PANEL_ROWS 4
+#define PANEL_ALIGN 64
 
 typedef struct mm_ctx {
     const wf_quant_ops *ops;     /* of the weight type */
@@ -27,6 +33,9 @@ typedef struct mm_ctx {
     const char *xq; /* quantised activations (or x itself for F32) */
     char *xq_out;
     size_t xq_row;
+    char *panels; /* NULL: tiles; else ceil(m / 8) panels of panel_bytes */
+    size_t panel_bytes;
+    wf_ggml_type wtype;
     int k, m, n_out;
     float *y;
     int rows_per_chunk, n_chunks;
@@ -41,11 +50,24 @@ static void quantise_rows(mm_ctx *c, int i0, int i1) {
                                c->k);
 }
 
+/* Quantises (and packs) whole panels [p0, p1) of activation rows (a panel: 8 rows). */
+static void prepare_panels(mm_ctx *c, int p0, int p1) {
+    for (int p = p0; p < p1; p++) {
+        int i0 = p * WF_QUANT_PANEL_ROWS;
+        int i1 = i0 + WF_QUANT_PANEL_ROWS < c->m ? i0 + WF_QUANT_PANEL_ROWS : c->m;
+        quantise_rows(c, i0, i1);
+        if (c->panels)
+            wf_quant_panel_pack(c->wtype, c->xq_out + (size_t)i0 * c->xq_row, c->xq_row, i1 - i0,
+                                c->k, c->panels + (size_t)p * c->panel_bytes);
+    }
+}
+
 static void quantise_task(void *arg, int ith, int nth) {
     mm_ctx *c = arg;
-    int per = (c->m + nth - 1) / nth;
-    int i0 = ith * per, i1 = i0 + per < c->m ? i0 + per : c->m;
-    if (i0 < i1) quantise_rows(c, i0, i1);
+    int n_panels = (c->m + WF_QUANT_PANEL_ROWS - 1) / WF_QUANT_PANEL_ROWS;
+    int per = (n_panels + nth - 1) / nth;
+    int p0 = ith * per, p1 = p0 + per < n_panels ? p0 + per : n_panels;
+    if (p0 < p1) prepare_panels(c, p0, p1);
 }
 
 static void dot_task(void *arg, int ith, int nth) {
@@ -60,11 +82,23 @@ static void dot_task(void *arg, int ith, int nth) {
     const char *w = c->w, *xq = c->xq;
     const size_t w_row = c->w_row, xq_row = c->xq_row;
     float *y = c->y;
+    void (*panel_dot)(int, float *, size_t, const void *, size_t, const void *, int, int) =
+        c->panels ? c->ops->panel_dot : NULL;
     for (;;) {
         int chunk = atomic_fetch_add_explicit(&c->next_chunk, 1, memory_order_relaxed);
         if (chunk >= n_chunks) break;
         int r0 = chunk * rows_per_chunk;
         int r1 = r0 + rows_per_chunk < n_out ? r0 + rows_per_chunk : n_out;
+        if (panel_dot) {
+            /* one panel (8 activation rows) stays in L1 while the chunk's rows pass by */
+            for (int i0 = 0, p = 0; i0 < m; i0 += WF_QUANT_PANEL_ROWS, p++) {
+                int nc = m - i0 < WF_QUANT_PANEL_ROWS ? m - i0 : WF_QUANT_PANEL_ROWS;
+                panel_dot(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r0], (size_t)n_out,
+                          w + (size_t)r0 * w_row, w_row, c->panels + (size_t)p * c->panel_bytes,
+                          r1 - r0, nc);
+            }
+            continue;
+        }
         if (tile) {
             /* the chunk's weight rows stay in L1 while all activation rows stream past */
             for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {
@@ -98,10 +132,17 @@ static const wf_quant_ops *weight_ops(wf_ggml_type wtype, int k) {
     return ops;
 }
 
+static bool use_panels(const wf_quant_ops *ops, wf_ggml_type wtype, int k, int m) {
+    return ops->panel_dot && m >= MIN_PANEL_ROWS && wf_quant_panel_size(wtype, k) > 0;
+}
+
 size_t wf_matmul_scratch_size(wf_ggml_type wtype, int k, int m) {
     const wf_quant_ops *ops = weight_ops(wtype, k);
     if (!ops || m <= 0 || ops->vec_dot_type == WF_GGML_TYPE_F32) return 0;
-    return (size_t)m * wf_quant_row_size(ops->vec_dot_type, k);
+    size_t rows = (size_t)m * wf_quant_row_size(ops->vec_dot_type, k);
+    if (!use_panels(ops, wtype, k, m)) return rows;
+    size_t n_panels = ((size_t)m + WF_QUANT_PANEL_ROWS - 1) / WF_QUANT_PANEL_ROWS;
+    return rows + PANEL_ALIGN + n_panels * wf_quant_panel_size(wtype, k);
 }
 
 void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out, int k,
@@ -138,10 +179,16 @@ void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out
         c.xq_out = scratch;
         c.xq = scratch;
         c.xq_row = wf_quant_row_size(ops->vec_dot_type, k);
+        if (use_panels(ops, wtype, k, m)) {
+            uintptr_t end = (uintptr_t)scratch + (size_t)m * c.xq_row;
+            c.panels = (char *)((end + PANEL_ALIGN - 1) / PANEL_ALIGN * PANEL_ALIGN);
+            c.panel_bytes = wf_quant_panel_size(wtype, k);
+            c.wtype = wtype;
+        }
         if (m >= MIN_QUANT_ROWS_PARALLEL && nth > 1)
             wf_threadpool_run(pool, quantise_task, &c);
         else
-            quantise_rows(&c, 0, m);
+            prepare_panels(&c, 0, (m + WF_QUANT_PANEL_ROWS - 1) / WF_QUANT_PANEL_ROWS);
     }
     wf_threadpool_run(pool, dot_task, &c);
 }

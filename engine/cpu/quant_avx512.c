@@ -142,6 +142,7 @@ void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {
     SET_DOT(Q5_1, q5_1);
     SET_DOT(Q8_0, q8_0);
 #undef SET_DOT
+    wf_quant_fill_panel_avx512(ops, vnni);
     ops[WF_GGML_TYPE_Q4_K].vec_dot = q4_K_vec_dot;
     ops[WF_GGML_TYPE_Q4_K].vec_dot_tile = q4_K_vec_dot_tile;
     ops[WF_GGML_TYPE_Q6_K].vec_dot = q6_K_vec_dot;

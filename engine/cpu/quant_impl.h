@@ -5,6 +5,7 @@
 #define WF_ENGINE_CPU_QUANT_IMPL_H
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/cpu/quant.h"
@@ -48,9 +49,29 @@ _Static_assert(sizeof(wf_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(wf_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(wf_block_q8_K) == 292, "q8_K layout");
 
+/* A panel (wf_quant_panel_pack) holds WF_QUANT_PANEL_ROWS activation rows block by block, so
+ * that the AVX-512 kernels read two rows' quants with one 64-byte load and all rows' scales
+ * with one vector load. Per 32-element block: */
+typedef struct {
+    int8_t qs[WF_QUANT_PANEL_ROWS][WF_QK]; /* the rows' quants */
+    float d[WF_QUANT_PANEL_ROWS];          /* their scales, as floats (exact) */
+    float s[WF_QUANT_PANEL_ROWS];          /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: 0 */
+} wf_panel_block;
+/* followed, for weight types whose quants carry an offset (Q4_0: 8, Q5_0: 16, Q8_0 stored with
+ * +128 to make it unsigned), by int32 offset * (sum of quants 4j..4j+3) for each row and j < 8:
+ * subtracting it from the unsigned-by-signed dot product gives ggml's signed int32 lanes. */
+typedef struct {
+    int32_t lanes[WF_QUANT_PANEL_ROWS][8];
+} wf_panel_offsets;
+_Static_assert(sizeof(wf_panel_block) % 64 == 0, "panel blocks keep 64-byte alignment");
+
+/* The offset of wtype's quants as above (0: none; -1: wtype has no panel layout). */
+int wf_quant_panel_offset(wf_ggml_type wtype);
+
 void wf_quant_fill_scalar(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
 void wf_quant_fill_scalar_k(wf_quant_ops ops[WF_GGML_TYPE_COUNT]); /* K-quants */
 void wf_quant_fill_avx2(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
 void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
+void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni);
 
 #endif

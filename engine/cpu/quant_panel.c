@@ -1,0 +1,59 @@
+/* Packing of quantised activation rows into the panels of the batched kernels (layout in
+ * quant_impl.h). Plain C: packing touches each activation byte once per matmul, the kernels
+ * touch it once per weight row tile. */
+#include <string.h>
+
+#include "engine/cpu/quant_impl.h"
+
+int wf_quant_panel_offset(wf_ggml_type wtype) {
+    switch (wtype) {
+    case WF_GGML_TYPE_Q4_0: return 8;
+    case WF_GGML_TYPE_Q5_0: return 16;
+    case WF_GGML_TYPE_Q8_0: return 128;
+    case WF_GGML_TYPE_Q4_1:
+    case WF_GGML_TYPE_Q5_1: return 0;
+    default: return -1;
+    }
+}
+
+size_t wf_quant_panel_size(wf_ggml_type wtype, int k) {
+    int offset = wf_quant_panel_offset(wtype);
+    if (offset < 0 || k <= 0 || k % WF_QK != 0) return 0;
+    size_t per_block = sizeof(wf_panel_block) + (offset ? sizeof(wf_panel_offsets) : 0);
+    return (size_t)(k / WF_QK) * per_block;
+}
+
+void wf_quant_panel_pack(wf_ggml_type wtype, const void *xq, size_t xq_row, int nrows, int k,
+                         void *panel) {
+    const int offset = wf_quant_panel_offset(wtype);
+    const bool q8_1 = wtype == WF_GGML_TYPE_Q4_1 || wtype == WF_GGML_TYPE_Q5_1;
+    const size_t in_block = q8_1 ? sizeof(wf_block_q8_1) : sizeof(wf_block_q8_0);
+    unsigned char *out = panel;
+    for (int i = 0; i < k / WF_QK; i++) {
+        wf_panel_block *pb = (wf_panel_block *)(void *)out;
+        memset(pb, 0, sizeof *pb);
+        for (int r = 0; r < nrows; r++) {
+            const unsigned char *blk = (const unsigned char *)xq + (size_t)r * xq_row + (size_t)i * in_block;
+            if (q8_1) {
+                const wf_block_q8_1 *b = (const void *)blk;
+                memcpy(pb->qs[r], b->qs, WF_QK);
+                pb->d[r] = wf_fp16_to_fp32(b->d);
+                pb->s[r] = wf_fp16_to_fp32(b->s);
+            } else {
+                const wf_block_q8_0 *b = (const void *)blk;
+                memcpy(pb->qs[r], b->qs, WF_QK);
+                pb->d[r] = wf_fp16_to_fp32(b->d);
+            }
+        }
+        out += sizeof *pb;
+        if (offset) {
+            wf_panel_offsets *po = (wf_panel_offsets *)(void *)out;
+            for (int r = 0; r < WF_QUANT_PANEL_ROWS; r++)
+                for (int j = 0; j < 8; j++) {
+                    const int8_t *q = pb->qs[r] + 4 * j;
+                    po->lanes[r][j] = offset * (q[0] + q[1] + q[2] + q[3]);
+                }
+            out += sizeof *po;
+        }
+    }
+}
