@@ -19,6 +19,10 @@
 
 #define WF_TILE_NR WF_QUANT_TILE_NR
 #define WF_TILE_NC WF_QUANT_TILE_NC
+/* bytes ahead in a weight row to prefetch when one activation row streams the weights (the
+ * memory-bound decode case): the hardware prefetcher alone leaves a third of the bandwidth
+ * unused here (measured 1.4-1.6x decode tokens/s with it on this VM) */
+#define WF_TILE_PREFETCH 4096
 #define WF_INLINE inline __attribute__((always_inline))
 /* the r/c loops must be unrolled so that the accumulators live in registers */
 #define WF_UNROLL _Pragma("GCC unroll 8")
@@ -94,6 +98,7 @@ static WF_INLINE void wf_tile(wf_tile_kind k, const int NR, const int NC, bool v
         WF_UNROLL
         for (int r = 0; r < NR; r++) {
             const char *blk = x + (size_t)r * bx + (size_t)i * wbs;
+            if (NC == 1) _mm_prefetch(blk + WF_TILE_PREFETCH, _MM_HINT_T0);
             wsc[r] = wf_tile_scales(blk);
             wq[r] = wf_tile_load_w(k, blk);
         }
