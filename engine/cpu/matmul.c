@@ -24,10 +24,14 @@
 #define MIN_PANEL_ROWS 4
 #define PANEL_ALIGN 64
 
+#define MAX_OUTS 4 /* matrices sharing one input per call (q, k, v; gate, up) */
+
 typedef struct mm_ctx {
     const wf_quant_ops *ops;     /* of the weight type */
     const wf_quant_ops *act_ops; /* of its vec_dot type */
-    const char *w;
+    wf_matmul_out outs[MAX_OUTS];
+    int first_chunk[MAX_OUTS + 1]; /* chunks [first_chunk[o], first_chunk[o+1]) are outs[o]'s */
+    int n_outs;
     size_t w_row;
     const float *x;
     const char *xq; /* quantised activations (or x itself for F32) */
@@ -36,8 +40,7 @@ typedef struct mm_ctx {
     char *panels; /* NULL: tiles; else ceil(m / 8) panels of panel_bytes */
     size_t panel_bytes;
     wf_ggml_type wtype;
-    int k, m, n_out;
-    float *y;
+    int k, m;
     int rows_per_chunk, n_chunks;
     /* on its own cache line: every claim writes it, and the fields above are read after
      * every tile call, so sharing a line would bounce it between cores on each claim */
@@ -70,59 +73,62 @@ static void quantise_task(void *arg, int ith, int nth) {
     if (p0 < p1) prepare_panels(c, p0, p1);
 }
 
+/* Weight rows [r0, r1) of one matrix against every activation row. */
+static void dot_rows(const mm_ctx *c, const wf_matmul_out *o, int r0, int r1) {
+    const int k = c->k, m = c->m, n_out = o->n_out;
+    const char *w = o->w, *xq = c->xq;
+    const size_t w_row = c->w_row, xq_row = c->xq_row;
+    float *y = o->y;
+    if (c->panels) {
+        /* one panel (8 activation rows) stays in L1 while the chunk's rows pass by */
+        for (int i0 = 0, p = 0; i0 < m; i0 += WF_QUANT_PANEL_ROWS, p++) {
+            int nc = m - i0 < WF_QUANT_PANEL_ROWS ? m - i0 : WF_QUANT_PANEL_ROWS;
+            c->ops->panel_dot(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r0], (size_t)n_out,
+                              w + (size_t)r0 * w_row, w_row,
+                              c->panels + (size_t)p * c->panel_bytes, r1 - r0, nc);
+        }
+        return;
+    }
+    if (c->ops->vec_dot_tile) {
+        /* the chunk's weight rows stay in L1 while all activation rows stream past */
+        for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {
+            int nc = m - i0 < WF_QUANT_TILE_NC ? m - i0 : WF_QUANT_TILE_NC;
+            /* one activation row: 4 weight rows = 4 independent accumulator chains;
+             * several: 2 x nc tiles (what fits the register file) */
+            const int step = nc == 1 ? WF_QUANT_TILE_NR : 2;
+            for (int r = r0; r < r1; r += step) {
+                int nr = r1 - r < step ? r1 - r : step;
+                c->ops->vec_dot_tile(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r], (size_t)n_out,
+                                     w + (size_t)r * w_row, w_row, xq + (size_t)i0 * xq_row,
+                                     xq_row, nr, nc);
+            }
+        }
+        return;
+    }
+    for (int i0 = 0; i0 < m; i0 += ACT_TILE) {
+        int i1 = i0 + ACT_TILE < m ? i0 + ACT_TILE : m;
+        for (int r = r0; r < r1; r++) {
+            const char *wr = w + (size_t)r * w_row;
+            for (int i = i0; i < i1; i++)
+                c->ops->vec_dot(k, &y[(size_t)i * (size_t)n_out + (size_t)r], wr,
+                                xq + (size_t)i * xq_row);
+        }
+    }
+}
+
 static void dot_task(void *arg, int ith, int nth) {
     (void)ith;
     (void)nth;
     mm_ctx *c = arg;
-    void (*vec_dot)(int, float *, const void *, const void *) = c->ops->vec_dot;
-    void (*tile)(int, float *, size_t, const void *, size_t, const void *, size_t, int, int) =
-        c->ops->vec_dot_tile;
-    const int k = c->k, m = c->m, n_out = c->n_out, rows_per_chunk = c->rows_per_chunk;
-    const int n_chunks = c->n_chunks;
-    const char *w = c->w, *xq = c->xq;
-    const size_t w_row = c->w_row, xq_row = c->xq_row;
-    float *y = c->y;
-    void (*panel_dot)(int, float *, size_t, const void *, size_t, const void *, int, int) =
-        c->panels ? c->ops->panel_dot : NULL;
     for (;;) {
         int chunk = atomic_fetch_add_explicit(&c->next_chunk, 1, memory_order_relaxed);
-        if (chunk >= n_chunks) break;
-        int r0 = chunk * rows_per_chunk;
-        int r1 = r0 + rows_per_chunk < n_out ? r0 + rows_per_chunk : n_out;
-        if (panel_dot) {
-            /* one panel (8 activation rows) stays in L1 while the chunk's rows pass by */
-            for (int i0 = 0, p = 0; i0 < m; i0 += WF_QUANT_PANEL_ROWS, p++) {
-                int nc = m - i0 < WF_QUANT_PANEL_ROWS ? m - i0 : WF_QUANT_PANEL_ROWS;
-                panel_dot(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r0], (size_t)n_out,
-                          w + (size_t)r0 * w_row, w_row, c->panels + (size_t)p * c->panel_bytes,
-                          r1 - r0, nc);
-            }
-            continue;
-        }
-        if (tile) {
-            /* the chunk's weight rows stay in L1 while all activation rows stream past */
-            for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {
-                int nc = m - i0 < WF_QUANT_TILE_NC ? m - i0 : WF_QUANT_TILE_NC;
-                /* one activation row: 4 weight rows = 4 independent accumulator chains;
-                 * several: 2 x nc tiles (what fits the register file) */
-                const int step = nc == 1 ? WF_QUANT_TILE_NR : 2;
-                for (int r = r0; r < r1; r += step) {
-                    int nr = r1 - r < step ? r1 - r : step;
-                    tile(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r], (size_t)n_out,
-                         w + (size_t)r * w_row, w_row, xq + (size_t)i0 * xq_row, xq_row, nr, nc);
-                }
-            }
-            continue;
-        }
-        for (int i0 = 0; i0 < m; i0 += ACT_TILE) {
-            int i1 = i0 + ACT_TILE < m ? i0 + ACT_TILE : m;
-            for (int r = r0; r < r1; r++) {
-                const char *wr = w + (size_t)r * w_row;
-                for (int i = i0; i < i1; i++)
-                    vec_dot(k, &y[(size_t)i * (size_t)n_out + (size_t)r], wr,
-                            xq + (size_t)i * xq_row);
-            }
-        }
+        if (chunk >= c->n_chunks) break;
+        int o = 0;
+        while (chunk >= c->first_chunk[o + 1]) o++;
+        const wf_matmul_out *out = &c->outs[o];
+        int r0 = (chunk - c->first_chunk[o]) * c->rows_per_chunk;
+        int r1 = r0 + c->rows_per_chunk < out->n_out ? r0 + c->rows_per_chunk : out->n_out;
+        dot_rows(c, out, r0, r1);
     }
 }
 
@@ -145,32 +151,40 @@ size_t wf_matmul_scratch_size(wf_ggml_type wtype, int k, int m) {
     return rows + PANEL_ALIGN + n_panels * wf_quant_panel_size(wtype, k);
 }
 
-void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out, int k,
-               const float *x, int m, float *y, void *scratch) {
+void wf_matmul_multi(wf_threadpool *pool, wf_ggml_type wtype, int k, const float *x, int m,
+                     const wf_matmul_out *outs, int n_outs, void *scratch) {
     const wf_quant_ops *ops = weight_ops(wtype, k);
-    if (!ops) {
-        fprintf(stderr, "wf_matmul: unsupported weight type %d or row length %d\n", (int)wtype, k);
+    if (!ops || n_outs < 1 || n_outs > MAX_OUTS) {
+        fprintf(stderr, "wf_matmul: unsupported weight type %d, row length %d or %d outputs\n",
+                (int)wtype, k, n_outs);
         abort();
     }
-    if (m <= 0 || n_out <= 0) return;
-    const int nth = wf_threadpool_size(pool);
-    int rows_per_chunk = n_out / (nth * CHUNKS_PER_THREAD);
-    rows_per_chunk = rows_per_chunk < MIN_ROWS_PER_CHUNK
-                         ? MIN_ROWS_PER_CHUNK
-                         : rows_per_chunk / MIN_ROWS_PER_CHUNK * MIN_ROWS_PER_CHUNK;
+    if (m <= 0) return;
     mm_ctx c = {
         .ops = ops,
         .act_ops = wf_quant_ops_get(ops->vec_dot_type),
-        .w = w,
+        .n_outs = n_outs,
         .w_row = wf_quant_row_size(wtype, k),
         .x = x,
         .k = k,
         .m = m,
-        .n_out = n_out,
-        .y = y,
-        .rows_per_chunk = rows_per_chunk,
-        .n_chunks = (n_out + rows_per_chunk - 1) / rows_per_chunk,
     };
+    const int nth = wf_threadpool_size(pool);
+    int total_rows = 0;
+    for (int o = 0; o < n_outs; o++) {
+        c.outs[o] = outs[o];
+        total_rows += outs[o].n_out > 0 ? outs[o].n_out : 0;
+    }
+    if (total_rows == 0) return;
+    int rows_per_chunk = total_rows / (nth * CHUNKS_PER_THREAD);
+    c.rows_per_chunk = rows_per_chunk < MIN_ROWS_PER_CHUNK
+                           ? MIN_ROWS_PER_CHUNK
+                           : rows_per_chunk / MIN_ROWS_PER_CHUNK * MIN_ROWS_PER_CHUNK;
+    for (int o = 0; o < n_outs; o++) {
+        int rows = outs[o].n_out > 0 ? outs[o].n_out : 0;
+        c.first_chunk[o + 1] = c.first_chunk[o] + (rows + c.rows_per_chunk - 1) / c.rows_per_chunk;
+    }
+    c.n_chunks = c.first_chunk[n_outs];
     atomic_init(&c.next_chunk, 0);
     if (ops->vec_dot_type == WF_GGML_TYPE_F32) {
         c.xq = (const char *)x;
@@ -191,4 +205,10 @@ void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out
             prepare_panels(&c, 0, (m + WF_QUANT_PANEL_ROWS - 1) / WF_QUANT_PANEL_ROWS);
     }
     wf_threadpool_run(pool, dot_task, &c);
+}
+
+void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out, int k,
+               const float *x, int m, float *y, void *scratch) {
+    wf_matmul_out out = {.w = w, .n_out = n_out, .y = y};
+    wf_matmul_multi(pool, wtype, k, x, m, &out, 1, scratch);
 }

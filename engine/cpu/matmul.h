@@ -29,4 +29,19 @@ size_t wf_matmul_scratch_size(wf_ggml_type wtype, int k, int m);
 void wf_matmul(wf_threadpool *pool, const void *w, wf_ggml_type wtype, int n_out, int k,
                const float *x, int m, float *y, void *scratch);
 
+/* One weight matrix of a wf_matmul_multi call: n_out rows (layout as in wf_matmul) and its
+ * output y[m][n_out]. */
+typedef struct wf_matmul_out {
+    const void *w;
+    int n_out;
+    float *y;
+} wf_matmul_out;
+
+/* wf_matmul for 1..4 matrices of the same type and row length that share the input x (a
+ * layer's q/k/v or gate/up projections): x is quantised once and all their rows are split
+ * across the pool in one hand-off. Same results, bit for bit, as separate wf_matmul calls;
+ * same scratch size as one wf_matmul with this wtype, k and m. */
+void wf_matmul_multi(wf_threadpool *pool, wf_ggml_type wtype, int k, const float *x, int m,
+                     const wf_matmul_out *outs, int n_outs, void *scratch);
+
 #endif

@@ -105,12 +105,60 @@ START_TEST(test_matmul_shapes) {
 }
 END_TEST
 
+/* q/k/v-style calls: three matrices sharing x in one wf_matmul_multi give the bits of three
+ * wf_matmul calls, for the tile path (m = 1, 3) and the panel path (m = 9). */
+START_TEST(test_matmul_multi) {
+    const wf_ggml_type types[] = {WF_GGML_TYPE_Q4_1, WF_GGML_TYPE_Q8_0, WF_GGML_TYPE_Q4_K};
+    const int n_outs[3] = {64, 16, 40};
+    wf_threadpool *pool = wf_threadpool_new(2);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const wf_ggml_type t = types[ti];
+        const int k = wf_ggml_type_info_get(t)->block_size == 256 ? 512 : 576;
+        const wf_quant_ops *ops = wf_quant_ops_get(t);
+        const size_t wrow = wf_quant_row_size(t, k);
+        for (int m = 1; m <= 9; m += 4) {
+            float *x = malloc(sizeof(float) * (size_t)m * (size_t)k);
+            for (size_t i = 0; i < (size_t)m * (size_t)k; i++) x[i] = uniform();
+            void *scratch = malloc(wf_matmul_scratch_size(t, k, m) + 1);
+            char *w[3];
+            float *y_multi[3], *y_one[3];
+            wf_matmul_out outs[3];
+            float *row = malloc(sizeof(float) * (size_t)k);
+            for (int o = 0; o < 3; o++) {
+                w[o] = malloc(wrow * (size_t)n_outs[o]);
+                for (int r = 0; r < n_outs[o]; r++) {
+                    for (int j = 0; j < k; j++) row[j] = uniform() * 0.1f;
+                    ops->from_float(row, w[o] + (size_t)r * wrow, k);
+                }
+                y_multi[o] = malloc(sizeof(float) * (size_t)m * (size_t)n_outs[o]);
+                y_one[o] = malloc(sizeof(float) * (size_t)m * (size_t)n_outs[o]);
+                outs[o] = (wf_matmul_out){w[o], n_outs[o], y_multi[o]};
+                wf_matmul(pool, w[o], t, n_outs[o], k, x, m, y_one[o], scratch);
+            }
+            wf_matmul_multi(pool, t, k, x, m, outs, 3, scratch);
+            for (int o = 0; o < 3; o++) {
+                ck_assert_msg(memcmp(y_multi[o], y_one[o], sizeof(float) * (size_t)m * (size_t)n_outs[o]) == 0,
+                              "%s m=%d matrix %d: multi differs from single", wf_ggml_type_info_get(t)->name, m, o);
+                free(w[o]);
+                free(y_multi[o]);
+                free(y_one[o]);
+            }
+            free(row);
+            free(scratch);
+            free(x);
+        }
+    }
+    wf_threadpool_free(pool);
+}
+END_TEST
+
 static Suite *matmul_suite(void) {
     Suite *s = suite_create("matmul");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_matmul_types);
     tcase_add_test(tc, test_matmul_shapes);
+    tcase_add_test(tc, test_matmul_multi);
     suite_add_tcase(s, tc);
     return s;
 }
