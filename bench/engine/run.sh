@@ -1,7 +1,8 @@
 #!/bin/sh
 # weft vs llama.cpp on one model: prefill tokens/s (512-token prompt), aggregate decode
-# tokens/s at batch 1, 8 and 32, streaming read bandwidth, single-stream decode as a share of
-# the bandwidth roofline (weight bytes per token / bandwidth), peak resident memory.
+# tokens/s at batch 1, 8 and 32, read bandwidth (1 GiB, and a model-sized set read over and
+# over), single-stream decode as a share of the bandwidth roofline (the larger bandwidth /
+# weight bytes per token), peak resident memory.
 #
 #   bench/engine/run.sh [MODEL] [THREADS] [BUILD_DIR]
 #
@@ -32,10 +33,13 @@ def load(p):
 d = load(sys.argv[1]); d.update(load(sys.argv[2]))
 w = lambda k: d[("weft", k)]
 l = lambda k: d[("llama.cpp", k)]
-bw = d[("machine", "read_bandwidth_gbs")]
+dram = d[("machine", "read_bandwidth_gbs")]
+model_set = d[("machine", "model_set_bandwidth_gbs")]
+bw = max(dram, model_set)
 roof = bw * 1e9 / w("weight_bytes")
-print("model %s, %s threads, read bandwidth %.1f GB/s, weights %.1f MiB/token, roofline %.1f tok/s"
-      % (sys.argv[3].split("/")[-1], sys.argv[4], bw, w("weight_bytes") / 2**20, roof))
+print("model %s, %s threads, read bandwidth %.1f GB/s (1 GiB) / %.1f GB/s (model-sized set, "
+      "read repeatedly), weights %.1f MiB/token, roofline %.1f tok/s at the larger"
+      % (sys.argv[3].split("/")[-1], sys.argv[4], dram, model_set, w("weight_bytes") / 2**20, roof))
 print("| metric | weft | llama.cpp | weft / llama.cpp |")
 print("|---|---|---|---|")
 for k, name in (("prefill_512", "prefill tok/s (512-token prompt)"),
