@@ -14,23 +14,10 @@
 #include <string.h>
 
 #include "engine/cpu/quant_impl.h"
+#include "engine/cpu/quant_tile_x86.h" /* the kinds of block types, their sizes */
 #include "engine/cpu/simd_x86.h"
 
-#define WF_INLINE inline __attribute__((always_inline))
-#define WF_UNROLL _Pragma("GCC unroll 8")
 #define PANEL_PAIRS (WF_QUANT_PANEL_ROWS / 2)
-
-typedef enum kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 } kind;
-
-static WF_INLINE size_t weight_block_bytes(kind k) {
-    switch (k) {
-    case K_Q4_0: return sizeof(wf_block_q4_0);
-    case K_Q4_1: return sizeof(wf_block_q4_1);
-    case K_Q5_0: return sizeof(wf_block_q5_0);
-    case K_Q5_1: return sizeof(wf_block_q5_1);
-    default: return sizeof(wf_block_q8_0);
-    }
-}
 
 /* 16 bytes of nibbles -> 64 bytes: [low nibbles, high nibbles] in both 256-bit halves, i.e.
  * elements 0..31 of the block, twice. */
@@ -50,15 +37,15 @@ static WF_INLINE __m512i fifth_bits_x2(const uint8_t *qh) {
 
 /* The weight block's quants as unsigned bytes (elements 0..31 in both halves): 0..15 / 0..31
  * for the 4/5-bit types, q + 128 for Q8_0; the offsets are removed through the panel. */
-static WF_INLINE __m512i weight_quants_x2(kind k, const char *blk) {
+static WF_INLINE __m512i weight_quants_x2(wf_tile_kind k, const char *blk) {
     switch (k) {
-    case K_Q4_0: return nibbles_x2(((const wf_block_q4_0 *)(const void *)blk)->qs);
-    case K_Q4_1: return nibbles_x2(((const wf_block_q4_1 *)(const void *)blk)->qs);
-    case K_Q5_0: {
+    case WF_TK_Q4_0: return nibbles_x2(((const wf_block_q4_0 *)(const void *)blk)->qs);
+    case WF_TK_Q4_1: return nibbles_x2(((const wf_block_q4_1 *)(const void *)blk)->qs);
+    case WF_TK_Q5_0: {
         const wf_block_q5_0 *b = (const void *)blk;
         return _mm512_or_si512(nibbles_x2(b->qs), fifth_bits_x2(b->qh));
     }
-    case K_Q5_1: {
+    case WF_TK_Q5_1: {
         const wf_block_q5_1 *b = (const void *)blk;
         return _mm512_or_si512(nibbles_x2(b->qs), fifth_bits_x2(b->qh));
     }
@@ -76,12 +63,12 @@ static WF_INLINE __m512i dot_u8i8(__m512i u, __m512i s, bool vnni) {
 }
 
 /* NR weight rows x NP pairs of panel rows. */
-static WF_INLINE void panel_kernel(kind k, const int NR, const int NP, bool vnni, int n, float *s,
+static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, bool vnni, int n, float *s,
                                    size_t ss, const void *vx, size_t bx, const void *panel,
                                    int nc) {
-    const bool has_min = k == K_Q4_1 || k == K_Q5_1;
-    const bool has_offset = k == K_Q4_0 || k == K_Q5_0 || k == K_Q8_0;
-    const size_t wbs = weight_block_bytes(k);
+    const bool has_min = k == WF_TK_Q4_1 || k == WF_TK_Q5_1;
+    const bool has_offset = k == WF_TK_Q4_0 || k == WF_TK_Q5_0 || k == WF_TK_Q8_0;
+    const size_t wbs = wf_tile_block_bytes(k);
     const size_t pbs = sizeof(wf_panel_block) + (has_offset ? sizeof(wf_panel_offsets) : 0);
     const char *x = vx;
     const unsigned char *p = panel;
@@ -167,15 +154,15 @@ static WF_INLINE void panel_kernel(kind k, const int NR, const int NP, bool vnni
         }                                                                                        \
     }
 
-PANEL_DEFINE(q4_0, K_Q4_0, false)
-PANEL_DEFINE(q4_1, K_Q4_1, false)
-PANEL_DEFINE(q5_0, K_Q5_0, false)
-PANEL_DEFINE(q5_1, K_Q5_1, false)
-PANEL_DEFINE(q4_0_vnni, K_Q4_0, true)
-PANEL_DEFINE(q4_1_vnni, K_Q4_1, true)
-PANEL_DEFINE(q5_0_vnni, K_Q5_0, true)
-PANEL_DEFINE(q5_1_vnni, K_Q5_1, true)
-PANEL_DEFINE(q8_0_vnni, K_Q8_0, true)
+PANEL_DEFINE(q4_0, WF_TK_Q4_0, false)
+PANEL_DEFINE(q4_1, WF_TK_Q4_1, false)
+PANEL_DEFINE(q5_0, WF_TK_Q5_0, false)
+PANEL_DEFINE(q5_1, WF_TK_Q5_1, false)
+PANEL_DEFINE(q4_0_vnni, WF_TK_Q4_0, true)
+PANEL_DEFINE(q4_1_vnni, WF_TK_Q4_1, true)
+PANEL_DEFINE(q5_0_vnni, WF_TK_Q5_0, true)
+PANEL_DEFINE(q5_1_vnni, WF_TK_Q5_1, true)
+PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
 
 void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni) {
     ops[WF_GGML_TYPE_Q4_0].panel_dot = vnni ? q4_0_vnni_panel_dot : q4_0_panel_dot;
