@@ -58,16 +58,25 @@ float wf_attn_f16dot(int n, const uint16_t *x, const uint16_t *y) {
     return (float)sumf;
 }
 
-static int g_simd = -1; /* -1: not decided yet */
+/* -1: not decided yet. Worker threads may decide it concurrently (to the same value), hence
+ * relaxed atomic accesses. */
+static int g_simd = -1;
 
 int wf_attn_set_simd(int on) {
     const wf_cpu_features *f = wf_cpu_features_get();
-    g_simd = on && f->isa >= WF_CPU_ISA_AVX2 ? 1 : 0;
-    return g_simd;
+    int best = f->isa >= WF_CPU_ISA_AVX512 ? 2 : f->isa >= WF_CPU_ISA_AVX2 ? 1 : 0;
+    int v = on < 0 ? 0 : on < best ? on : best;
+    __atomic_store_n(&g_simd, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static int simd_level(void) {
+    int v = __atomic_load_n(&g_simd, __ATOMIC_RELAXED);
+    return v >= 0 ? v : wf_attn_set_simd(2);
 }
 
 size_t wf_attn_scratch_bytes(int max_ctx, int head_dim) {
-    size_t a = ((size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
+    size_t a = ((size_t)WF_ATTN_MAX_HEADS * (size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
     size_t b = ((size_t)max_ctx * sizeof(uint16_t) + 63) & ~(size_t)63;
     size_t c = ((size_t)head_dim * 64 * sizeof(float) + 63) & ~(size_t)63;
     return a + b + c;
@@ -76,10 +85,11 @@ size_t wf_attn_scratch_bytes(int max_ctx, int head_dim) {
 void wf_attn_scratch_init(wf_attn_scratch *s, void *mem, int max_ctx, int head_dim) {
     unsigned char *p = mem;
     s->scores = (float *)(void *)p;
-    p += ((size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
+    p += ((size_t)WF_ATTN_MAX_HEADS * (size_t)max_ctx * sizeof(float) + 63) & ~(size_t)63;
     s->prob = (uint16_t *)(void *)p;
     p += ((size_t)max_ctx * sizeof(uint16_t) + 63) & ~(size_t)63;
     s->acc = (float *)(void *)p;
+    s->max_ctx = max_ctx;
     (void)head_dim;
 }
 
@@ -114,8 +124,9 @@ static void attn_one_c(const float *q, int hd, float scale, const wf_attn_kv_vie
      * multiple of 256, so every position is in the 64-slot body */
     float *acc = s->acc; /* [slot][d] */
     for (int i = 0; i < 64 * hd; i++) acc[i] = 0.0f;
+    /* rows with probability 0 are not skipped (llama.cpp does not skip them either): for
+     * finite V the fma leaves the accumulator unchanged, as no accumulator is ever -0 */
     for (int p = 0; p < n_pos; p++) {
-        if (s->prob[p] == 0) continue; /* fma with +0 leaves the accumulator unchanged */
         const float pr = wf_fp16_to_fp32(s->prob[p]);
         float *a = acc + (size_t)(p & 63) * (size_t)hd;
         const uint16_t *v = kv->v_rows[p];
@@ -124,18 +135,29 @@ static void attn_one_c(const float *q, int hd, float scale, const wf_attn_kv_vie
     for (int d = 0; d < hd; d++) out[d] = reduce64(acc + d, (size_t)hd);
 }
 
+void wf_attn_group(const float *q, int n_q, int hd, float scale, const wf_attn_kv_view *kv,
+                   int n_pos, wf_attn_scratch *s, float *out) {
+    const int simd = simd_level();
+    if (simd == 2 && hd % 64 == 0) {
+        wf_attn_group_avx512(q, n_q, hd, scale, kv, n_pos, s, out);
+        return;
+    }
+    if (simd >= 1 && hd % 8 == 0) {
+        wf_attn_group_avx2(q, n_q, hd, scale, kv, n_pos, s, out);
+        return;
+    }
+    for (int j = 0; j < n_q; j++)
+        attn_one_c(q + (size_t)j * (size_t)hd, hd, scale, kv, n_pos, s,
+                   out + (size_t)j * (size_t)hd);
+}
+
 void wf_attn_one(const float *q, int hd, float scale, const wf_attn_kv_view *kv, int n_pos,
                  wf_attn_scratch *s, float *out) {
-    if (g_simd < 0) wf_attn_set_simd(1);
-    if (g_simd == 1 && hd % 8 == 0)
-        wf_attn_one_avx2(q, hd, scale, kv, n_pos, s, out);
-    else
-        attn_one_c(q, hd, scale, kv, n_pos, s, out);
+    wf_attn_group(q, 1, hd, scale, kv, n_pos, s, out);
 }
 
 void wf_attn_swiglu(size_t n, float *gate, const float *up) {
-    if (g_simd < 0) wf_attn_set_simd(1);
-    if (g_simd == 1) {
+    if (simd_level() >= 1) {
         wf_attn_swiglu_avx2(n, gate, up);
         return;
     }

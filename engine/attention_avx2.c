@@ -44,57 +44,108 @@ static inline __m256 expf8(__m256 x) {
     return res;
 }
 
-/* pairwise tree of 8 lanes with the order of _mm512_reduce_add_ps's lower levels:
- * l+4, l+2, l+1 */
-static inline float tree8(__m256 t) {
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    __m128 c = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(c);
+/* GGML_F32Cx16_REDUCE order on 64 slots held as 8 vectors of 8: slots 0-15 = a0,a1;
+ * 16-31 = a2,a3; 32-47 = a4,a5; 48-63 = a6,a7. */
+static inline float reduce_slots(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4,
+                                 __m256 a5, __m256 a6, __m256 a7) {
+    __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
+    __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
+    return wf_attn_tree8(_mm256_add_ps(lo, hi));
 }
 
-static inline __m256 load_h8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-}
-
-/* ggml_vec_dot_f16 (AVX-512 F32Cx16 layout): 64 slots = 8 vectors of 8 here. */
-static float f16dot8(int n, const uint16_t *x, const float *yf) {
+/* ggml_vec_dot_f16 of a half row already widened to floats (x) with y: 64-slot body in eight
+ * named accumulators (kept in registers), tail in double. */
+static float dotf8(int n, const float *x, const float *y) {
     int np = n & ~63;
     double sumf = 0.0;
     if (np > 0) {
-        __m256 acc[8];
-        for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_ps();
-        for (int i = 0; i < np; i += 64)
-            for (int k = 0; k < 8; k++)
-                acc[k] = _mm256_fmadd_ps(load_h8(x + i + 8 * k), _mm256_loadu_ps(yf + i + 8 * k),
-                                         acc[k]);
-        /* slots 0-15 = acc0,acc1; 16-31 = acc2,acc3; 32-47 = acc4,acc5; 48-63 = acc6,acc7 */
-        __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-        __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-        sumf = (double)tree8(_mm256_add_ps(lo, hi));
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+               a7 = a0;
+        for (int i = 0; i < np; i += 64) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+            a4 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 32), _mm256_loadu_ps(y + i + 32), a4);
+            a5 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 40), _mm256_loadu_ps(y + i + 40), a5);
+            a6 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 48), _mm256_loadu_ps(y + i + 48), a6);
+            a7 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 56), _mm256_loadu_ps(y + i + 56), a7);
+        }
+        sumf = (double)reduce_slots(a0, a1, a2, a3, a4, a5, a6, a7);
     }
-    for (int i = np; i < n; i++) {
-        float xi = _cvtsh_ss(x[i]);
-        sumf += (double)(xi * yf[i]);
-    }
+    for (int i = np; i < n; i++) sumf += (double)(x[i] * y[i]);
     return (float)sumf;
 }
 
-void wf_attn_one_avx2(const float *q, int hd, float scale, const wf_attn_kv_view *kv, int n_pos,
-                      wf_attn_scratch *s, float *out) {
-    /* q rounded to half (as ggml converts src1 to the F16 vec_dot type), kept as floats */
-    float qf[256];
-    for (int i = 0; i < hd; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(q + i), _MM_FROUND_TO_NEAREST_INT);
-        _mm256_storeu_ps(qf + i, _mm256_cvtph_ps(h));
+/* The 16-lane half of reduce_slots before its tree: lanes l and l+8 of the 64 slots summed. */
+static inline __m256 row_lanes64(const __m256 *k, const float *y) {
+    const __m256 z = _mm256_setzero_ps();
+    __m256 a0 = _mm256_fmadd_ps(k[0], _mm256_loadu_ps(y), z);
+    __m256 a1 = _mm256_fmadd_ps(k[1], _mm256_loadu_ps(y + 8), z);
+    __m256 a2 = _mm256_fmadd_ps(k[2], _mm256_loadu_ps(y + 16), z);
+    __m256 a3 = _mm256_fmadd_ps(k[3], _mm256_loadu_ps(y + 24), z);
+    __m256 a4 = _mm256_fmadd_ps(k[4], _mm256_loadu_ps(y + 32), z);
+    __m256 a5 = _mm256_fmadd_ps(k[5], _mm256_loadu_ps(y + 40), z);
+    __m256 a6 = _mm256_fmadd_ps(k[6], _mm256_loadu_ps(y + 48), z);
+    __m256 a7 = _mm256_fmadd_ps(k[7], _mm256_loadu_ps(y + 56), z);
+    __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
+    __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
+    return _mm256_add_ps(lo, hi);
+}
+
+/* Scores of nh heads (a compile-time constant after inlining): sc[j * ld + p] =
+ * f16dot(K[p], q_j) * scale, each K row widened once for every head; the maxima go to mx[j].
+ * For head size 64 the final reductions of eight rows are done together (tree8x8). Also
+ * prefetches the K rows ahead and the V rows the output phase reads next. */
+static inline __attribute__((always_inline)) void
+scores_nh(int nh, int hd, const float *qf, float scale, const wf_attn_kv_view *kv, int n_pos,
+          float *sc, size_t ld, float *mx) {
+    for (int p = 0; p < n_pos && p < WF_ATTN_PF_AHEAD; p++) wf_attn_prefetch_row(kv->k_rows[p], hd, 0);
+    float m[WF_ATTN_MAX_HEADS];
+    for (int j = 0; j < nh; j++) m[j] = -INFINITY;
+    int p = 0;
+    if (hd == 64) {
+        const __m256 vscale = _mm256_set1_ps(scale);
+        __m256 vm[WF_ATTN_MAX_HEADS];
+        for (int j = 0; j < nh; j++) vm[j] = _mm256_set1_ps(-INFINITY);
+        for (; p + 8 <= n_pos; p += 8) {
+            __m256 rows[WF_ATTN_MAX_HEADS][8];
+            for (int r = 0; r < 8; r++) {
+                if (p + r + WF_ATTN_PF_AHEAD < n_pos) wf_attn_prefetch_row(kv->k_rows[p + r + WF_ATTN_PF_AHEAD], hd, 0);
+                wf_attn_prefetch_row(kv->v_rows[p + r], hd, 1); /* to L2: the output phase reads it */
+                const uint16_t *k = kv->k_rows[p + r];
+                __m256 kr[8];
+                for (int i = 0; i < 8; i++) kr[i] = wf_attn_load_h8(k + 8 * i);
+                for (int j = 0; j < nh; j++) rows[j][r] = row_lanes64(kr, qf + (size_t)j * 256);
+            }
+            for (int j = 0; j < nh; j++) {
+                __m256 v = _mm256_mul_ps(wf_attn_tree8x8(rows[j]), vscale);
+                _mm256_storeu_ps(sc + (size_t)j * ld + (size_t)p, v);
+                vm[j] = _mm256_max_ps(v, vm[j]); /* NaN scores are skipped, as below */
+            }
+        }
+        for (int j = 0; j < nh; j++) {
+            float t[8];
+            _mm256_storeu_ps(t, vm[j]);
+            for (int i = 0; i < 8; i++) m[j] = t[i] > m[j] ? t[i] : m[j];
+        }
     }
-    float *sc = s->scores;
-    float mx = -INFINITY;
-    for (int p = 0; p < n_pos; p++) {
-        float v = f16dot8(hd, kv->k_rows[p], qf) * scale;
-        sc[p] = v;
-        mx = v > mx ? v : mx;
+    for (; p < n_pos; p++) {
+        if (p + WF_ATTN_PF_AHEAD < n_pos) wf_attn_prefetch_row(kv->k_rows[p + WF_ATTN_PF_AHEAD], hd, 0);
+        wf_attn_prefetch_row(kv->v_rows[p], hd, 1);
+        const uint16_t *k = kv->k_rows[p];
+        float kf[256];
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(kf + i, wf_attn_load_h8(k + i));
+        for (int j = 0; j < nh; j++) {
+            float v = dotf8(hd, kf, qf + (size_t)j * 256) * scale;
+            sc[(size_t)j * ld + (size_t)p] = v;
+            m[j] = v > m[j] ? v : m[j];
+        }
     }
+    for (int j = 0; j < nh; j++) mx[j] = m[j];
+}
+
+void wf_attn_softmax_prob_avx2(float *sc, int n_pos, float mx) {
     double sum = 0.0;
     const __m256 vmx = _mm256_set1_ps(mx);
     int c = 0;
@@ -103,7 +154,7 @@ void wf_attn_one_avx2(const float *q, int hd, float scale, const wf_attn_kv_view
         __m256 e1 = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + c + 8), vmx));
         _mm256_storeu_ps(sc + c, e0);
         _mm256_storeu_ps(sc + c + 8, e1);
-        sum += (double)tree8(_mm256_add_ps(e0, e1)); /* lanes l and l+8 first */
+        sum += (double)wf_attn_tree8(_mm256_add_ps(e0, e1)); /* lanes l and l+8 first */
     }
     if (c < n_pos) {
         float lane[16];
@@ -113,39 +164,93 @@ void wf_attn_one_avx2(const float *q, int hd, float scale, const wf_attn_kv_view
         _mm256_storeu_ps(lane, e0);
         _mm256_storeu_ps(lane + 8, e1);
         for (int l = 0; c + l < n_pos; l++) sc[c + l] = lane[l];
-        sum += (double)tree8(_mm256_add_ps(e0, e1));
+        sum += (double)wf_attn_tree8(_mm256_add_ps(e0, e1));
     }
     const __m256 vinv = _mm256_set1_ps((float)(1.0 / sum));
     int p = 0;
     for (; p + 8 <= n_pos; p += 8) {
         __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(sc + p), vinv),
                                     _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128((__m128i *)(void *)(s->prob + p), h);
+        _mm256_storeu_ps(sc + p, _mm256_cvtph_ps(h));
     }
     for (; p < n_pos; p++) {
         float v = sc[p] * _mm256_cvtss_f32(vinv);
-        s->prob[p] = (uint16_t)_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+        sc[p] = _cvtsh_ss((unsigned short)_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
     }
-    /* V: acc[slot][d] += v[p][d] * prob[p], slot = p % 64 */
-    float *acc = s->acc;
-    memset(acc, 0, (size_t)64 * (size_t)hd * sizeof(float));
-    for (p = 0; p < n_pos; p++) {
-        if (s->prob[p] == 0) continue;
-        const __m256 pr = _mm256_set1_ps(_cvtsh_ss(s->prob[p]));
-        float *a = acc + (size_t)(p & 63) * (size_t)hd;
-        const uint16_t *v = kv->v_rows[p];
-        for (int d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(a + d, _mm256_fmadd_ps(load_h8(v + d), pr, _mm256_loadu_ps(a + d)));
+}
+
+/* Output of nh heads for dims [dc, dc + 8): acc[slot] = sum over p = slot (mod 64), in order,
+ * of fma(V[p], prob[p]); the 64 slots combined as (s + s+32) + (s+16 + s+48), then the 16-lane
+ * tree. Slot sums live in registers (empty slots are exact zeros), so nothing is cleared or
+ * accumulated in memory; each V chunk is widened once for every head. */
+static inline __attribute__((always_inline)) void
+out_nh(int nh, int hd, const wf_attn_kv_view *kv, int n_pos, const float *pf, size_t ld,
+       float *out) {
+    const uint16_t *const *vr = kv->v_rows;
+    for (int dc = 0; dc < hd; dc += 8) {
+        __m256 t[WF_ATTN_MAX_HEADS][16];
+        for (int l = 0; l < 16; l++) {
+            __m256 half[2][WF_ATTN_MAX_HEADS];
+            for (int pair = 0; pair < 2; pair++) {
+                /* slots l + 16 * pair and l + 16 * pair + 32 */
+                const int s0 = l + 16 * pair;
+                __m256 a[WF_ATTN_MAX_HEADS], b[WF_ATTN_MAX_HEADS];
+                for (int j = 0; j < nh; j++) a[j] = b[j] = _mm256_setzero_ps();
+                for (int p = s0; p < n_pos; p += 64) {
+                    __m256 v = wf_attn_load_h8(vr[p] + dc);
+                    for (int j = 0; j < nh; j++)
+                        a[j] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(pf + (size_t)j * ld + p),
+                                               a[j]);
+                    if (p + 32 < n_pos) {
+                        __m256 w = wf_attn_load_h8(vr[p + 32] + dc);
+                        for (int j = 0; j < nh; j++)
+                            b[j] = _mm256_fmadd_ps(
+                                w, _mm256_broadcast_ss(pf + (size_t)j * ld + p + 32), b[j]);
+                    }
+                }
+                for (int j = 0; j < nh; j++) half[pair][j] = _mm256_add_ps(a[j], b[j]);
+            }
+            for (int j = 0; j < nh; j++) t[j][l] = _mm256_add_ps(half[0][j], half[1][j]);
+        }
+        for (int j = 0; j < nh; j++) {
+            for (int w = 8; w >= 1; w /= 2)
+                for (int l = 0; l < w; l++) t[j][l] = _mm256_add_ps(t[j][l], t[j][l + w]);
+            _mm256_storeu_ps(out + (size_t)j * (size_t)hd + dc, t[j][0]);
+        }
     }
-    for (int d = 0; d < hd; d += 8) {
-        __m256 t[16];
-#define A(sl) _mm256_loadu_ps(acc + (size_t)(sl) * (size_t)hd + d)
-        for (int l = 0; l < 16; l++)
-            t[l] = _mm256_add_ps(_mm256_add_ps(A(l), A(l + 32)), _mm256_add_ps(A(l + 16), A(l + 48)));
-#undef A
-        for (int w = 8; w >= 1; w /= 2)
-            for (int l = 0; l < w; l++) t[l] = _mm256_add_ps(t[l], t[l + w]);
-        _mm256_storeu_ps(out + d, t[0]);
+}
+
+static inline __attribute__((always_inline)) void
+group_nh(int nh, const float *q, int hd, float scale, const wf_attn_kv_view *kv, int n_pos,
+         wf_attn_scratch *s, float *out) {
+    /* q rounded to half (as ggml converts src1 to the F16 vec_dot type), kept as floats */
+    float qf[WF_ATTN_MAX_HEADS][256];
+    for (int j = 0; j < nh; j++)
+        for (int i = 0; i < hd; i += 8) {
+            __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(q + (size_t)j * (size_t)hd + i),
+                                        _MM_FROUND_TO_NEAREST_INT);
+            _mm256_storeu_ps(qf[j] + i, _mm256_cvtph_ps(h));
+        }
+    const size_t ld = (size_t)s->max_ctx;
+    float mx[WF_ATTN_MAX_HEADS];
+    scores_nh(nh, hd, qf[0], scale, kv, n_pos, s->scores, ld, mx);
+    for (int j = 0; j < nh; j++) wf_attn_softmax_prob_avx2(s->scores + (size_t)j * ld, n_pos, mx[j]);
+    out_nh(nh, hd, kv, n_pos, s->scores, ld, out);
+}
+
+_Static_assert(WF_ATTN_MAX_HEADS == 4, "group_nh is instantiated for 1..4 heads");
+
+void wf_attn_group_avx2(const float *q, int n_q, int hd, float scale, const wf_attn_kv_view *kv,
+                        int n_pos, wf_attn_scratch *s, float *out) {
+    for (int j0 = 0; j0 < n_q; j0 += WF_ATTN_MAX_HEADS) {
+        const float *qj = q + (size_t)j0 * (size_t)hd;
+        float *oj = out + (size_t)j0 * (size_t)hd;
+        switch (n_q - j0 < WF_ATTN_MAX_HEADS ? n_q - j0 : WF_ATTN_MAX_HEADS) {
+        case 1: group_nh(1, qj, hd, scale, kv, n_pos, s, oj); break;
+        case 2: group_nh(2, qj, hd, scale, kv, n_pos, s, oj); break;
+        case 3: group_nh(3, qj, hd, scale, kv, n_pos, s, oj); break;
+        default: group_nh(4, qj, hd, scale, kv, n_pos, s, oj); break;
+        }
     }
 }
 

@@ -253,6 +253,7 @@ static void job_rope_store(wf_forward *f, int ith, int nth) {
     const int hd = hp->head_dim, KVD = hp->n_head_kv * hd, QD = hp->n_head * hd;
     wf_kv_store *kv = f->kv;
     const int bs = kv->geometry.block_size;
+    const wf_quant_ops *f16 = wf_quant_ops_get(WF_GGML_TYPE_F16);
     int r0, r1;
     rows_range(f->n_tok, ith, nth, &r0, &r1);
     for (int t = r0; t < r1; t++) {
@@ -267,12 +268,39 @@ static void job_rope_store(wf_forward *f, int ith, int nth) {
         size_t off = (size_t)(pos % bs) * kv->row_elems;
         uint16_t *kd = (uint16_t *)wf_kv_store_k(kv, f->layer, blk) + off;
         uint16_t *vd = (uint16_t *)wf_kv_store_v(kv, f->layer, blk) + off;
-        const float *v = f->v + (size_t)t * (size_t)KVD;
-        for (int i = 0; i < KVD; i++) {
-            kd[i] = wf_fp32_to_fp16(k[i]);
-            vd[i] = wf_fp32_to_fp16(v[i]);
-        }
+        /* F16 rounding to nearest even on every path, as ggml's cpy to the F16 cache */
+        f16->from_float(k, kd, KVD);
+        f16->from_float(f->v + (size_t)t * (size_t)KVD, vd, KVD);
     }
+}
+
+/* Cost weight of one (token, head) attention item: its positions plus a fixed part (query
+ * rounding, output reduction) worth about this many positions. */
+#define ATTN_ITEM_FIXED 32
+
+/* First item (token * n_head + head) of thread ith's share: items are split into nth contiguous
+ * ranges of about equal weight, so a thread gets whole kv groups where it can (each K/V row is
+ * then read once for the group's query heads) and every thread is busy even when there are
+ * fewer groups than threads (one decode token: 9 heads in 3 groups on 2 threads). The split
+ * only decides who computes an item, never how: results do not depend on it. */
+static int attn_split(const wf_forward *f, int ith, int nth) {
+    const int n_head = f->m->hp.n_head;
+    if (ith <= 0) return 0;
+    if (ith >= nth) return f->n_tok * n_head;
+    int64_t total = 0;
+    for (int t = 0; t < f->n_tok; t++) total += (int64_t)(f->tok_pos[t] + 1 + ATTN_ITEM_FIXED);
+    total *= n_head;
+    const int64_t target = total * ith / nth;
+    int64_t cum = 0;
+    for (int t = 0; t < f->n_tok; t++) {
+        const int64_t w = f->tok_pos[t] + 1 + ATTN_ITEM_FIXED;
+        if (cum + w * n_head > target) {
+            int64_t h = target > cum ? (target - cum + w - 1) / w : 0;
+            if (h < n_head) return t * n_head + (int)h;
+        }
+        cum += w * n_head;
+    }
+    return f->n_tok * n_head;
 }
 
 static void job_attn(wf_forward *f, int ith, int nth) {
@@ -289,27 +317,28 @@ static void job_attn(wf_forward *f, int ith, int nth) {
     const uint16_t **krows =
         (const uint16_t **)(void *)(mem + wf_attn_scratch_bytes(f->max_ctx, hd));
     const uint16_t **vrows = (const uint16_t **)(void *)((unsigned char *)krows + ptr_bytes);
-    int n_items = f->n_tok * hp->n_head;
-    /* items are (token, head); consecutive heads of one kv group share the row pointers */
-    int last_t = -1, last_g = -1;
-    for (int it = ith; it < n_items; it += nth) {
+    const int it1 = attn_split(f, ith + 1, nth);
+    /* walk the share as runs of heads of one (token, kv group), computed together */
+    for (int it = attn_split(f, ith, nth); it < it1;) {
         int t = it / hp->n_head, h = it % hp->n_head, g = h / group;
+        int h1 = (g + 1) * group, end = t * hp->n_head + h1;
+        if (end > it1) {
+            end = it1;
+            h1 = it1 - t * hp->n_head;
+        }
         const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
         int n_pos = f->tok_pos[t] + 1;
-        if (t != last_t || g != last_g) {
-            size_t off = (size_t)g * (size_t)hd;
-            for (int p = 0; p < n_pos; p++) {
-                int blk = s->block_table[p / bs];
-                size_t o = (size_t)(p % bs) * kv->row_elems + off;
-                krows[p] = (const uint16_t *)wf_kv_store_k(kv, f->layer, blk) + o;
-                vrows[p] = (const uint16_t *)wf_kv_store_v(kv, f->layer, blk) + o;
-            }
-            last_t = t;
-            last_g = g;
+        size_t off = (size_t)g * (size_t)hd;
+        for (int p = 0; p < n_pos; p++) {
+            int blk = s->block_table[p / bs];
+            size_t o = (size_t)(p % bs) * kv->row_elems + off;
+            krows[p] = (const uint16_t *)wf_kv_store_k(kv, f->layer, blk) + o;
+            vrows[p] = (const uint16_t *)wf_kv_store_v(kv, f->layer, blk) + o;
         }
         wf_attn_kv_view view = {krows, vrows};
-        wf_attn_one(f->q + (size_t)t * QD + (size_t)h * hd, hd, scale, &view, n_pos, &sc,
-                    f->att + (size_t)t * QD + (size_t)h * hd);
+        wf_attn_group(f->q + (size_t)t * QD + (size_t)h * hd, h1 - h, hd, scale, &view, n_pos,
+                      &sc, f->att + (size_t)t * QD + (size_t)h * hd);
+        it = end;
     }
 }
 
@@ -354,6 +383,22 @@ static void run_job(wf_forward *f, int kind, const float *src, const float *w, f
 
 static void matmul(wf_forward *f, const wf_weight *w, const float *x, int m, float *y) {
     wf_matmul(f->pool, w->data, w->type, (int)w->ne1, (int)w->ne0, x, m, y, f->mm_scratch);
+}
+
+/* Projections that share their input (q, k, v; gate, up): one quantisation of x and one pool
+ * hand-off when their types and row lengths agree, separate matmuls otherwise. */
+static void matmul_shared_input(wf_forward *f, const float *x, int m, int n,
+                                const wf_weight *const *ws, float *const *ys) {
+    bool same = true;
+    for (int i = 1; i < n; i++)
+        same = same && ws[i]->type == ws[0]->type && ws[i]->ne0 == ws[0]->ne0;
+    if (!same) {
+        for (int i = 0; i < n; i++) matmul(f, ws[i], x, m, ys[i]);
+        return;
+    }
+    wf_matmul_out outs[3];
+    for (int i = 0; i < n; i++) outs[i] = (wf_matmul_out){ws[i]->data, (int)ws[i]->ne1, ys[i]};
+    wf_matmul_multi(f->pool, ws[0]->type, (int)ws[0]->ne0, x, m, outs, n, f->mm_scratch);
 }
 
 static void add_bias(float *y, const wf_weight *b, int m) {
@@ -407,9 +452,8 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         const wf_layer_weights *L = &m->layers[l];
         f->layer = l;
         run_job(f, JOB_NORM_ATTN, f->x, L->attn_norm.data, f->xn);
-        matmul(f, &L->wq, f->xn, T, f->q);
-        matmul(f, &L->wk, f->xn, T, f->k);
-        matmul(f, &L->wv, f->xn, T, f->v);
+        matmul_shared_input(f, f->xn, T, 3, (const wf_weight *const[]){&L->wq, &L->wk, &L->wv},
+                            (float *const[]){f->q, f->k, f->v});
         add_bias(f->q, &L->bq, T);
         add_bias(f->k, &L->bk, T);
         add_bias(f->v, &L->bv, T);
@@ -418,8 +462,8 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         matmul(f, &L->wo, f->att, T, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
         run_job(f, JOB_NORM_ATTN, f->x, L->ffn_norm.data, f->xn);
-        matmul(f, &L->w_gate, f->xn, T, f->gate);
-        matmul(f, &L->w_up, f->xn, T, f->up);
+        matmul_shared_input(f, f->xn, T, 2, (const wf_weight *const[]){&L->w_gate, &L->w_up},
+                            (float *const[]){f->gate, f->up});
         run_job(f, JOB_SWIGLU, NULL, NULL, NULL);
         matmul(f, &L->w_down, f->gate, T, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];

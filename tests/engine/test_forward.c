@@ -265,42 +265,76 @@ START_TEST(test_batch_invariance) {
 }
 END_TEST
 
-/* The AVX2 attention path and the portable code give identical bits, at lengths that leave
- * partial 16-lane chunks and wrap the 64 accumulator slots several times. */
+/* The AVX-512 and AVX2 attention paths and the portable code give identical bits, and so does
+ * the grouped call (several query heads over one kv head) for every head, at lengths that leave
+ * partial 16-lane chunks and wrap the 64 accumulator slots several times, head sizes with and
+ * without an f16dot tail, and group sizes below, at and above WF_ATTN_MAX_HEADS. */
 START_TEST(test_attention_paths_agree) {
-    enum { HD = 64, NPOS = 300 };
-    static uint16_t k[NPOS][HD], v[NPOS][HD];
+    enum { HDMAX = 128, NPOS = 300, GMAX = 5 };
+    static uint16_t k[NPOS][HDMAX], v[NPOS][HDMAX];
     const uint16_t *kr[NPOS], *vr[NPOS];
     uint32_t seed = 12345;
     for (int p = 0; p < NPOS; p++) {
-        for (int d = 0; d < HD; d++) {
+        for (int d = 0; d < HDMAX; d++) {
             seed = seed * 1664525u + 1013904223u;
             k[p][d] = wf_fp32_to_fp16(((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f);
             seed = seed * 1664525u + 1013904223u;
             v[p][d] = wf_fp32_to_fp16(((float)(seed >> 8) / 16777216.0f - 0.5f) * 2.0f);
+            if (seed % 97 == 0) v[p][d] = 0x8000; /* -0 */
+            if (seed % 89 == 0) v[p][d] = 0;
         }
         kr[p] = k[p];
         vr[p] = v[p];
     }
-    static unsigned char mem[1 << 20];
+    static unsigned char mem[1 << 21];
     wf_attn_scratch sc;
-    ck_assert_uint_le(wf_attn_scratch_bytes(NPOS, HD), sizeof mem);
-    wf_attn_scratch_init(&sc, mem, NPOS, HD);
     wf_attn_kv_view view = {kr, vr};
-    const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 200, 300};
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-        float q[HD];
-        for (int d = 0; d < HD; d++) q[d] = (float)((d * 37 + (int)li) % 11) * 0.7f - 3.5f;
-        float a[HD], b[HD];
-        int simd = wf_attn_set_simd(1);
-        wf_attn_one(q, HD, 0.125f, &view, lens[li], &sc, a);
-        wf_attn_set_simd(0);
-        wf_attn_one(q, HD, 0.125f, &view, lens[li], &sc, b);
-        wf_attn_set_simd(1);
-        for (int d = 0; d < HD; d++)
-            ck_assert_msg(memcmp(&a[d], &b[d], 4) == 0, "len %d d %d: %a vs %a (simd %d)",
-                          lens[li], d, (double)a[d], (double)b[d], simd);
-        for (int d = 0; d < HD; d++) ck_assert(a[d] >= -1.01f && a[d] <= 1.01f);
+    const int hds[] = {64, 96, 128, 40};
+    const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 300};
+    const int groups[] = {1, 2, 3, 4, GMAX};
+    int simd = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int HD = hds[hi];
+        ck_assert_uint_le(wf_attn_scratch_bytes(NPOS, HD), sizeof mem);
+        wf_attn_scratch_init(&sc, mem, NPOS, HD);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+                const int G = groups[gi];
+                /* the last head gets large scores, so some probabilities round to 0 */
+                float q[GMAX * HDMAX];
+                for (int j = 0; j < G; j++)
+                    for (int d = 0; d < HD; d++)
+                        q[j * HD + d] = ((float)((d * 37 + (int)li + 5 * j) % 11) * 0.7f - 3.5f) *
+                                        (j == G - 1 && G > 1 ? 6.0f : 1.0f);
+                float a[GMAX * HDMAX], b[GMAX * HDMAX], c[GMAX * HDMAX];
+                /* reference: the portable code, one head at a time */
+                wf_attn_set_simd(0);
+                for (int j = 0; j < G; j++)
+                    wf_attn_one(q + j * HD, HD, 0.125f, &view, lens[li], &sc, b + j * HD);
+                wf_attn_group(q, G, HD, 0.125f, &view, lens[li], &sc, a);
+                ck_assert(memcmp(a, b, sizeof(float) * (size_t)(G * HD)) == 0);
+                /* the AVX-512 path (if the CPU has it) and the AVX2 path, grouped and alone */
+                for (int level = 2; level >= 1; level--) {
+                    simd = wf_attn_set_simd(level);
+                    wf_attn_group(q, G, HD, 0.125f, &view, lens[li], &sc, a);
+                    for (int j = 0; j < G; j++)
+                        wf_attn_one(q + j * HD, HD, 0.125f, &view, lens[li], &sc, c + j * HD);
+                    for (int i = 0; i < G * HD; i++) {
+                        ck_assert_msg(memcmp(&a[i], &b[i], 4) == 0,
+                                      "hd %d len %d G %d head %d d %d: %a vs %a (simd %d)", HD,
+                                      lens[li], G, i / HD, i % HD, (double)a[i], (double)b[i],
+                                      simd);
+                        ck_assert_msg(memcmp(&a[i], &c[i], 4) == 0,
+                                      "hd %d len %d G %d head %d d %d: group %a vs one %a "
+                                      "(simd %d)",
+                                      HD, lens[li], G, i / HD, i % HD, (double)a[i],
+                                      (double)c[i], simd);
+                        ck_assert(a[i] >= -1.01f && a[i] <= 1.01f);
+                    }
+                }
+                wf_attn_set_simd(2);
+            }
+        }
     }
     /* f16dot: body + double tail */
     uint16_t x[100], y[100];
