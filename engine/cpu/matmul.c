@@ -23,6 +23,9 @@
 /* from this many activation rows on, panels (8 rows, zero-padded) beat the 2x4 tiles */
 #define MIN_PANEL_ROWS 4
 #define PANEL_ALIGN 64
+#ifndef PANEL_SLICE_BYTES
+#define PANEL_SLICE_BYTES 16384 /* weight bytes that meet all panels while in L1 */
+#endif
 
 #define MAX_OUTS 4 /* matrices sharing one input per call (q, k, v; gate, up) */
 
@@ -80,12 +83,18 @@ static void dot_rows(const mm_ctx *c, const wf_matmul_out *o, int r0, int r1) {
     const size_t w_row = c->w_row, xq_row = c->xq_row;
     float *y = o->y;
     if (c->panels) {
-        /* one panel (8 activation rows) stays in L1 while the chunk's rows pass by */
-        for (int i0 = 0, p = 0; i0 < m; i0 += WF_QUANT_PANEL_ROWS, p++) {
-            int nc = m - i0 < WF_QUANT_PANEL_ROWS ? m - i0 : WF_QUANT_PANEL_ROWS;
-            c->ops->panel_dot(k, &y[(size_t)i0 * (size_t)n_out + (size_t)r0], (size_t)n_out,
-                              w + (size_t)r0 * w_row, w_row,
-                              c->panels + (size_t)p * c->panel_bytes, r1 - r0, nc);
+        /* a slice of weight rows small enough to stay in L1 meets every panel before the
+         * next slice is read: weights come from memory once per call, whatever m is */
+        int slice = (int)(PANEL_SLICE_BYTES / w_row) / WF_QUANT_TILE_NR * WF_QUANT_TILE_NR;
+        if (slice < WF_QUANT_TILE_NR) slice = WF_QUANT_TILE_NR;
+        for (int s0 = r0; s0 < r1; s0 += slice) {
+            int s1 = s0 + slice < r1 ? s0 + slice : r1;
+            for (int i0 = 0, p = 0; i0 < m; i0 += WF_QUANT_PANEL_ROWS, p++) {
+                int nc = m - i0 < WF_QUANT_PANEL_ROWS ? m - i0 : WF_QUANT_PANEL_ROWS;
+                c->ops->panel_dot(k, &y[(size_t)i0 * (size_t)n_out + (size_t)s0], (size_t)n_out,
+                                  w + (size_t)s0 * w_row, w_row,
+                                  c->panels + (size_t)p * c->panel_bytes, s1 - s0, nc);
+            }
         }
         return;
     }
