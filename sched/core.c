@@ -3,6 +3,7 @@
  * argument and every effect leaves through callbacks, so the simulator runs this same code. */
 #include "sched/core.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,14 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
     int chunk = remaining < *budget ? remaining : *budget;
     int fit = (ch->kv.n_blocks + wf_kv_pool_available(c->cfg.pool)) * bs - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
+    if (c->plan_ms_left < INFINITY && chunk > 0) {
+        /* The TPOT budget, in predicted ms: a chunk deep into a long prompt costs more per
+         * token (attention) than one at its start. The floor always runs. */
+        int cap = wf_cost_model_prefill_fit(c->cfg.cost, c->plan_ms_left, ch->kv.n_tokens, chunk);
+        int floor_left = c->plan_prefill_floor - c->last_prefill_tokens;
+        if (cap < floor_left) cap = floor_left < chunk ? floor_left : chunk;
+        if (chunk > cap) chunk = cap;
+    }
     bool final = ch->kv.n_tokens + chunk == ch->target && !r->prompt_sampled;
     int n_samp = 0;
     if (final)
@@ -243,8 +252,11 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
                 fill_sample(r, &r->choices[i], &t->samples[t->n_samples++]);
     }
     *budget -= chunk;
+    double attn = wf_cost_model_attention(t->pos, chunk);
+    if (c->plan_ms_left < INFINITY)
+        c->plan_ms_left -= c->cfg.cost->coef[1] * chunk + c->cfg.cost->coef[3] * attn;
     c->last_prefill_tokens += chunk;
-    c->last_context += ch->kv.n_tokens + chunk;
+    c->last_context += attn;
     return chunk;
 }
 
@@ -282,6 +294,7 @@ static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, ui
     (*budget)--;
     c->last_decode_tokens++;
     c->last_context += ch->n_tokens;
+    c->last_decode_context += ch->n_tokens;
     return true;
 }
 
@@ -354,7 +367,9 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     c->batch.iteration = c->iteration;
     c->batch.n_tasks = 0;
     c->last_prefill_tokens = c->last_decode_tokens = 0;
-    c->last_context = 0;
+    c->last_context = c->last_decode_context = 0;
+    c->plan_ms_left = INFINITY;
+    c->plan_prefill_floor = 0;
     cancel_flagged(c, c->running, &c->n_running, now);
     cancel_flagged(c, c->waiting, &c->n_waiting, now);
     const wf_sched_policy *pol = c->cfg.policy;
@@ -366,7 +381,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     for (int i = 0; i < c->n_running; i++) {
         wf_request *r = c->running[i];
         int first = c->batch.n_tasks, budget_before = budget;
-        double ctx_before = c->last_context;
+        double ctx_before = c->last_context, dctx_before = c->last_decode_context;
         int dec_before = c->last_decode_tokens;
         bool ok = true;
         for (int j = 0; j < r->n_choices && ok; j++) {
@@ -379,6 +394,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         c->batch.n_tasks = first;
         budget = budget_before;
         c->last_context = ctx_before;
+        c->last_decode_context = dctx_before;
         c->last_decode_tokens = dec_before;
         if (c->n_running == 1 && i == 0) {
             char msg[160];
@@ -393,21 +409,32 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         i--; /* r left the running array */
     }
 
-    /* SLO budget: what is left of the tightest TPOT after the decodes goes to prefill. At
-     * least max(one block, 1/8 of the budget) of prefill always runs: prompts progress. */
-    double min_tpot = 0;
+    /* SLO budget. TPOT is a per-request average (time after the first token / tokens after
+     * it), so what bounds this iteration is each decoding request's schedule: after it, a
+     * request that has n tokens will have n intervals, due within tpot * n of its first
+     * token. A request ahead of schedule (decode-only iterations are shorter than its TPOT)
+     * has banked the difference, and a prompt may spend it; one behind allows only the
+     * floor. The tightest allowance, minus the decodes' predicted cost, goes to prefill in
+     * predicted ms (plan_prefill sizes each chunk by its cost, attention included). At least
+     * max(one block, 1/8 of the budget) of prefill always runs: prompts progress. */
+    double min_tpot = 0, allow_ms = INFINITY;
     const wf_cost_model *cm = c->cfg.cost;
     if (pol->tpot_budget && cm) {
-        for (int i = 0; i < c->n_running; i++)
-            if (min_tpot == 0 || c->running[i]->tpot_ms < min_tpot) min_tpot = c->running[i]->tpot_ms;
+        for (int i = 0; i < c->n_running; i++) {
+            const wf_request *r = c->running[i];
+            if (min_tpot == 0 || r->tpot_ms < min_tpot) min_tpot = r->tpot_ms;
+            double allow = r->tpot_ms; /* not decoding yet: one interval */
+            if (r->times.first_token_ns && r->max_generated > 0 && now > r->times.first_token_ns)
+                allow = r->tpot_ms * r->max_generated -
+                        (double)(now - r->times.first_token_ns) / 1e6;
+            if (allow < allow_ms) allow_ms = allow;
+        }
         if (min_tpot > 0) {
             double spent = wf_cost_model_predict(cm, 0, c->last_decode_tokens, c->last_context);
-            double per_tok = cm->coef[1] + cm->coef[3];
             int floor_tokens = wf_kv_pool_block_size(c->cfg.pool);
             if (floor_tokens < c->cfg.max_batch_tokens / 8) floor_tokens = c->cfg.max_batch_tokens / 8;
-            int allow = per_tok > 0 ? (int)((min_tpot - spent) / per_tok) : budget;
-            if (allow < floor_tokens) allow = floor_tokens;
-            if (allow < budget) budget = allow;
+            c->plan_ms_left = allow_ms - spent;
+            c->plan_prefill_floor = floor_tokens;
         }
     }
 
@@ -435,11 +462,16 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         if (pol->tpot_budget && cm) {
             /* One more stream must not push the decode-only iteration past anyone's TPOT. */
             double tightest = min_tpot > 0 && min_tpot < r->tpot_ms ? min_tpot : r->tpot_ms;
-            double per_seq = c->running_seqs > 0 ? c->last_context / c->running_seqs : 0;
+            double per_seq = c->last_decode_tokens > 0
+                                 ? c->last_decode_context / c->last_decode_tokens
+                                 : r->spec.n_prompt;
             double t = wf_cost_model_predict(cm, 0, c->running_seqs + r->n_active,
-                                             c->last_context + per_seq * r->n_active);
+                                             (double)c->running_seqs * per_seq +
+                                                 per_seq * r->n_active);
             if (c->n_running > 0 && t > tightest) break;
         }
+        /* No predicted time left for prefill this iteration (the floor already ran). */
+        if (c->plan_ms_left <= 0 && c->last_prefill_tokens >= c->plan_prefill_floor) break;
         /* Admit only if the whole prompt (what the cache does not hold) fits and leaves a
          * watermark of free blocks for the running sequences to grow into: admitting more
          * than that only buys preemptions (recompute) a few iterations later. */
@@ -554,17 +586,22 @@ void wf_core_get_load(const wf_core *c, wf_core_load *out) {
             if (ch->phase == WF_CHOICE_DONE) continue;
             if (!r->prompt_sampled) {
                 out->pending_prefill_tokens += r->spec.n_prompt;
+                out->pending_prefill_attention += wf_cost_model_attention(0, r->spec.n_prompt);
                 break;
             }
             out->pending_prefill_tokens += ch->n_tokens - 1;
+            out->pending_prefill_attention += wf_cost_model_attention(0, ch->n_tokens - 1);
         }
     }
     for (int i = 0; i < c->n_running; i++) {
         const wf_request *r = c->running[i];
         for (int j = 0; j < r->n_choices; j++) {
             const wf_choice *ch = &r->choices[j];
-            if (ch->phase == WF_CHOICE_PREFILL)
+            if (ch->phase == WF_CHOICE_PREFILL) {
                 out->pending_prefill_tokens += ch->target - ch->kv.n_tokens;
+                out->pending_prefill_attention +=
+                    wf_cost_model_attention(ch->kv.n_tokens, ch->target - ch->kv.n_tokens);
+            }
             else if (ch->phase == WF_CHOICE_DECODE) {
                 out->n_decode++;
                 out->decode_context += ch->n_tokens;
@@ -578,7 +615,8 @@ wf_status wf_core_admit(const wf_admission *a, int n_prompt, double ttft_slo_ms,
     double drain_ms = 0, pred = 0;
     if (a->cost)
         pred = wf_cost_model_predict_ttft(a->cost, a->max_batch_tokens,
-                                          a->load.pending_prefill_tokens, a->load.n_decode,
+                                          a->load.pending_prefill_tokens,
+                                          a->load.pending_prefill_attention, a->load.n_decode,
                                           a->load.decode_context, n_prompt, &drain_ms);
     if (pred_ms) *pred_ms = pred;
     *retry_after_s = 0;

@@ -16,9 +16,10 @@
  * token (running requests in policy order; when KV blocks run out, the request the policy's
  * victim order picks among those not yet planned is preempted: its blocks are freed and it is
  * requeued to be recomputed); then prefill chunks of partially prefilled running requests
- * (with the slo policy and a cost model, sized to fit the tightest TPOT SLO); then waiting
- * requests are admitted in policy order (prefix-cache match first) while the token budget,
- * max_running, the TPOT budget and the KV pool (whole prompt + a 1 % watermark) allow.
+ * (with the slo policy and a cost model, sized to keep every decoding request on its TPOT
+ * schedule); then waiting requests are admitted in policy order (prefix-cache match first)
+ * while the token budget, max_running, the TPOT budget and the KV pool (whole prompt + a 1 %
+ * watermark) allow.
  * A request's trajectory is PREFILL chunk.. -> DECODE step.. -> FINISH; the FINISH task (KV
  * released) is reported through cb.task like the executor's tasks. Requests that end are
  * handed to cb.retired at the end of the call (a safe point: the callback may free them).
@@ -78,9 +79,15 @@ typedef struct wf_core {
     int *task_choice;
     int max_tasks;
     wf_task_batch batch;
-    /* What the last plan packed (for the cost model). */
+    /* What the last plan packed (for the cost model). last_context is the batch's attention
+     * work (wf_cost_model_attention summed over its tasks); last_decode_context the part of
+     * it that the decodes add (their summed context). */
     int last_prefill_tokens, last_decode_tokens;
-    double last_context;
+    double last_context, last_decode_context;
+    /* The plan in progress: predicted ms left for prefill under the decoding requests' TPOT
+     * schedules (INFINITY: no such limit) and the prefill tokens that run regardless. */
+    double plan_ms_left;
+    int plan_prefill_floor;
     uint64_t iteration, next_task_id, next_seq_id, next_serial;
     uint64_t preempted_total, finished_total, failed_total, cancelled_total;
 } wf_core;
@@ -105,6 +112,7 @@ static inline int wf_core_n_requests(const wf_core *core) {
 /* Load summary for admission control. */
 typedef struct wf_core_load {
     double pending_prefill_tokens; /* prompt tokens still to compute (waiting + running) */
+    double pending_prefill_attention; /* their attention work (wf_cost_model_attention) */
     int n_waiting;
     int n_decode;                  /* sequences decoding */
     double decode_context;         /* their summed context */

@@ -19,20 +19,34 @@ double wf_cost_model_predict(const wf_cost_model *m, double p, double dcount, do
     return m->coef[0] + m->coef[1] * p + m->coef[2] * dcount + m->coef[3] * ctx;
 }
 
+int wf_cost_model_prefill_fit(const wf_cost_model *m, double ms, int start, int max_tokens) {
+    if (max_tokens <= 0 || !(ms > 0)) return 0;
+    double b = m->coef[1], d = m->coef[3];
+    /* b*n + d*(n*start + n*(n+1)/2) <= ms: the positive root of a quadratic in n. */
+    double lin = b + d * ((double)start + 0.5), n;
+    if (d > 0) n = (-lin + sqrt(lin * lin + 2.0 * d * ms)) / d;
+    else n = lin > 0 ? ms / lin : (double)max_tokens;
+    if (!(n >= 0)) return 0;
+    return n >= (double)max_tokens ? max_tokens : (int)n;
+}
+
 double wf_cost_model_predict_ttft(const wf_cost_model *m, int max_batch_tokens,
-                                  double pending, int n_decode, double ctx, int n_prompt,
-                                  double *drain_ms) {
+                                  double pending, double pending_attn, int n_decode, double ctx,
+                                  int n_prompt, double *drain_ms) {
     int budget = max_batch_tokens > 1 ? max_batch_tokens : 1;
     int dec = n_decode < budget - 1 ? n_decode : budget - 1;
     if (dec < 0) dec = 0;
     double per_iter_prefill = (double)(budget - dec);
     double dec_ctx = n_decode > 0 ? ctx * (double)dec / (double)n_decode : 0.0;
     double fixed = m->coef[0] + m->coef[2] * dec + m->coef[3] * dec_ctx;
+    if (pending_attn < 0) pending_attn = 0;
     if (drain_ms)
-        *drain_ms = pending > 0 ? ceil(pending / per_iter_prefill) * fixed + m->coef[1] * pending
+        *drain_ms = pending > 0 ? ceil(pending / per_iter_prefill) * fixed +
+                                      m->coef[1] * pending + m->coef[3] * pending_attn
                                 : 0.0;
     double w = pending + (double)n_prompt;
-    return ceil(w / per_iter_prefill) * fixed + m->coef[1] * w;
+    return ceil(w / per_iter_prefill) * fixed + m->coef[1] * w +
+           m->coef[3] * (pending_attn + wf_cost_model_attention(0, n_prompt));
 }
 
 /* Solves the (weighted) normal equations a x = b for the coefficients not in `pinned`.

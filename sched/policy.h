@@ -18,10 +18,11 @@ typedef struct wf_sched_policy {
      * compare so that growing sequences (whose EDF deadline moves back with every token) are
      * not the ones recomputed over and over. */
     int (*victim_compare)(const wf_request *a, const wf_request *b);
-    /* SLO-aware batch sizing: with a cost model, each iteration's prefill tokens and the number
-     * of decoding sequences are capped so that the predicted iteration time stays within the
-     * tightest TPOT SLO of the running requests (a long prompt then costs the streams nothing
-     * beyond their budget). */
+    /* SLO-aware batch sizing: with a cost model, each iteration's prefill (in predicted ms)
+     * is capped so that every decoding request stays on its TPOT schedule (TPOT is an
+     * average: time banked by short decode iterations may be spent on a prompt), and the
+     * number of decoding sequences so that a decode-only iteration fits the tightest TPOT
+     * SLO (a long prompt then costs the streams nothing beyond their budget). */
     bool tpot_budget;
     /* Optional: true when waiting request w may take the place of running request r (r is
      * preempted, w admitted) when seats or KV blocks are short. NULL: never. */

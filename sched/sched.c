@@ -17,7 +17,7 @@
 
 #define EVENT_CHUNK 512
 /* Start-up calibration stops measuring after this long (a batch in flight completes). */
-#define CALIBRATION_NS 2000000000ull
+#define CALIBRATION_NS 3000000000ull
 
 struct wf_sched {
     wf_sched_options opts;
@@ -38,7 +38,7 @@ struct wf_sched {
     bool draining, stopping, drained;
     uint64_t drain_deadline_ns;
     int inflight_reqs;           /* accepted but not yet taken in by the thread */
-    double inflight_prefill;
+    double inflight_prefill, inflight_attention;
     wf_core_load load;
     wf_cost_model cost_pub;
     bool model_trusted;          /* given/loaded, calibrated from enough batches, or refitted
@@ -347,106 +347,149 @@ static double timed_batch(wf_sched *s, wf_task *tasks, int n) {
     return (double)(t1 - t0) / 1e6;
 }
 
-/* Measures a few prefill and decode batches through the executor and fits a, b, c, d. The
+/* One calibration batch: n_dec decodes, each at position dec_ctx (attending dec_ctx + 1
+ * positions), plus (pre_len > 0) one prefill chunk of pre_len tokens starting at pre_start. */
+typedef struct cal_batch {
+    int n_dec, dec_ctx, pre_len, pre_start;
+} cal_batch;
+
+enum { CAL_MAXK = 32, CAL_MAX_LONG = 1024, CAL_MAXS = 48 };
+
+/* Makes seq share the first ctx positions (a multiple of the block size) of base, then
+ * reserves n_more positions after them in blocks of its own. */
+static wf_status cal_seq(wf_sched *s, const wf_kv_seq *base, int ctx, int n_more, wf_kv_seq *seq) {
+    int bs = s->kv->geometry.block_size;
+    int shared = ctx / bs;
+    if (shared > base->n_blocks || shared > seq->max_blocks) return WF_ERANGE;
+    for (int i = 0; i < shared; i++) {
+        seq->blocks[i] = base->blocks[i];
+        wf_kv_pool_ref(s->pool, base->blocks[i]);
+    }
+    seq->n_blocks = shared;
+    seq->n_tokens = ctx;
+    seq->n_hashed = 0;
+    seq->last_hash = 0;
+    return wf_kv_seq_reserve(s->pool, seq, ctx + n_more, s->kv);
+}
+
+/* Measures batches that vary each feature of the model on its own -- prefill chunk length,
+ * the chunk's start position, the number of decodes and their context -- and fits a, b, c, d.
+ * Long contexts are not computed: the sequences share blocks of zeros standing for an earlier
+ * prompt (the time of attention does not depend on what the keys hold), so a decode at
+ * position 1024 costs one decode, and the context coefficient is identified from batches
+ * whose attention work differs at equal token counts (a chunk at the start of a prompt vs the
+ * same chunk deep into one) instead of from prefills whose context equals their length. The
  * synthetic tokens are small ids valid in any vocabulary; every block is returned after. */
 static wf_status calibrate(wf_sched *s) {
-    enum { MAXK = 8, STEPS = 3, MAXS = 96, MAXCTX = 128 };
+    int bs = s->kv->geometry.block_size;
     int budget = s->opts.max_batch_tokens;
-    int ctxs[2] = {budget < 32 ? budget : 32, budget < MAXCTX ? budget : MAXCTX};
-    static const int ks[3] = {1, 4, 8};
-    wf_cost_sample samples[MAXS];
+    int maxk = s->opts.max_running < CAL_MAXK ? s->opts.max_running : CAL_MAXK;
+    /* The long context: up to 1024 positions, half the context window, a quarter of the
+     * cache; a multiple of the block size. */
+    int lng = CAL_MAX_LONG;
+    if (lng > s->opts.n_ctx / 2) lng = s->opts.n_ctx / 2;
+    if (lng > s->kv->n_blocks * bs / 4) lng = s->kv->n_blocks * bs / 4;
+    lng -= lng % bs;
+    if (lng < bs) lng = bs;
+    int sh = 64 < lng / 2 ? 64 : lng / 2; /* the short context */
+    sh -= sh % bs;
+    if (sh < bs) sh = bs;
+    int half = (lng / 2) - (lng / 2) % bs;
+    if (half < sh) half = sh;
+    int p_big = budget < 256 ? budget : 256, p_mid = budget < 64 ? budget : 64;
+    int p_small = budget < 16 ? budget : 16;
+    int k_mid = maxk < 8 ? maxk : 8;
+    /* Most informative first: the time bound may cut the list short. The first batch pays
+     * for cold caches and is not a sample. */
+    const cal_batch plan[] = {
+        {0, 0, p_small, 0},           /* warm-up */
+        {0, 0, p_mid, 0},    {1, sh, 0, 0},       {0, 0, p_mid, lng},   {1, lng, 0, 0},
+        {0, 0, p_big, 0},    {k_mid, sh, 0, 0},   {k_mid, lng, 0, 0},   {maxk, sh, 0, 0},
+        {0, 0, p_small, lng}, {0, 0, p_small, 0}, {k_mid, sh, p_mid, 0}, {maxk, half, 0, 0},
+        {1, sh, 0, 0},       {0, 0, p_mid, 0},    {0, 0, p_mid, lng},   {1, lng, 0, 0},
+        {k_mid, lng, 0, 0},  {k_mid, sh, 0, 0},   {maxk, sh, 0, 0},     {k_mid, sh, p_mid, lng},
+    };
+    const int n_plan = (int)(sizeof plan / sizeof plan[0]);
+    wf_cost_sample samples[CAL_MAXS];
     int ns = 0;
     wf_status st = WF_OK;
-    int cap = MAXCTX + STEPS + 1;
-    wf_kv_seq seqs[MAXK];
-    int32_t *hist[MAXK];
-    wf_task tasks[MAXK];
-    wf_task_sample samp[MAXK];
+    int max_tokens = lng + (p_big > 1 ? p_big : 1) + 1;
+    int max_blocks = (max_tokens + bs - 1) / bs;
+    wf_kv_seq base, seqs[CAL_MAXK + 1];
+    wf_task tasks[CAL_MAXK + 1];
+    wf_task_sample samp[CAL_MAXK + 1];
+    int32_t *tok = NULL;
     wf_sampling_params greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
-    int bs = s->kv->geometry.block_size;
-    bool warm = false;
     uint64_t t_start = wf_clock_now_ns();
+    memset(&base, 0, sizeof base);
     memset(seqs, 0, sizeof seqs);
-    memset(hist, 0, sizeof hist);
-    for (int i = 0; i < MAXK; i++) {
-        hist[i] = malloc((size_t)cap * sizeof **hist);
-        if (!hist[i] || wf_kv_seq_init(&seqs[i], (cap + bs - 1) / bs) != WF_OK) {
+    /* Every sequence reads the same token history (only its length matters here). */
+    tok = malloc((size_t)max_tokens * sizeof *tok);
+    if (!tok || wf_kv_seq_init(&base, max_blocks) != WF_OK) {
+        st = WF_ENOMEM;
+        goto done;
+    }
+    for (int t = 0; t < max_tokens; t++) tok[t] = 1 + (t * 7) % 200;
+    for (int i = 0; i <= maxk; i++)
+        if (wf_kv_seq_init(&seqs[i], max_blocks) != WF_OK) {
             st = WF_ENOMEM;
             goto done;
         }
-        for (int t = 0; t < cap; t++) hist[i][t] = 1 + (t * 7 + i * 13) % 200;
+    if (lng + 1 >= s->opts.n_ctx || wf_kv_seq_reserve(s->pool, &base, lng, s->kv) != WF_OK) {
+        st = WF_EFULL;
+        goto done;
     }
-    for (int ci = 0; ci < 2; ci++) {
-        int ctx = ctxs[ci];
-        if (ci == 1 && ctx == ctxs[0]) break;
-        if (ctx + STEPS + 1 > s->opts.n_ctx) continue;
-        for (int ki = 0; ki < 3; ki++) {
-            int k = ks[ki];
-            /* Bounded start-up cost: on a slow device fit from what was measured so far. */
-            if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
-            if (k > s->opts.max_running) continue;
-            if (k * ((ctx + STEPS + bs) / bs + 1) > wf_kv_pool_available(s->pool)) continue;
-            /* Prefill the k sequences, as many per batch as the token budget allows. */
-            int per = budget / ctx;
-            for (int first = 0; first < k; first += per) {
-                int m = k - first < per ? k - first : per;
-                for (int x = 0; x < m; x++) {
-                    int i = first + x;
-                    if (wf_kv_seq_reserve(s->pool, &seqs[i], ctx, s->kv) != WF_OK) {
-                        st = WF_EFULL;
-                        goto done;
-                    }
-                    samp[x] = (wf_task_sample){.params = &greedy, .rng_state = 1,
-                                               .history = hist[i], .n_history = ctx,
-                                               .n_prompt = ctx, .suppress_eos = true};
-                    tasks[x] = (wf_task){.id = (uint64_t)i, .kind = WF_TASK_PREFILL,
-                                         .request_seq = UINT64_MAX - (uint64_t)i,
-                                         .tokens = hist[i], .n_tokens = ctx, .pos = 0,
-                                         .block_table = seqs[i].blocks,
-                                         .n_blocks = seqs[i].n_blocks, .samples = &samp[x],
-                                         .n_samples = 1};
-                }
-                if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
-                double ms = timed_batch(s, tasks, m);
-                if (ms < 0) {
-                    st = WF_EIO;
-                    goto done;
-                }
-                for (int x = 0; x < m; x++) seqs[first + x].n_tokens = ctx;
-                if (warm && ns < MAXS)
-                    samples[ns++] = (wf_cost_sample){(double)(m * ctx), 0, (double)(m * ctx), ms};
-                warm = true; /* the first batch pays for cold caches: not a sample */
-            }
-            for (int step = 0; step < STEPS; step++) {
-                int pos = ctx + step;
-                for (int i = 0; i < k; i++) {
-                    hist[i][pos] = 1 + (pos * 11 + i) % 200;
-                    if (wf_kv_seq_reserve(s->pool, &seqs[i], pos + 1, s->kv) != WF_OK) {
-                        st = WF_EFULL;
-                        goto done;
-                    }
-                    samp[i] = (wf_task_sample){.params = &greedy, .rng_state = 1,
-                                               .history = hist[i], .n_history = pos + 1,
-                                               .n_prompt = ctx, .suppress_eos = true};
-                    tasks[i] = (wf_task){.id = (uint64_t)i, .kind = WF_TASK_DECODE,
-                                         .request_seq = UINT64_MAX - (uint64_t)i,
-                                         .tokens = hist[i] + pos, .n_tokens = 1, .pos = pos,
-                                         .block_table = seqs[i].blocks,
-                                         .n_blocks = seqs[i].n_blocks, .samples = &samp[i],
-                                         .n_samples = 1};
-                }
-                if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
-                double ms = timed_batch(s, tasks, k);
-                if (ms < 0) {
-                    st = WF_EIO;
-                    goto done;
-                }
-                for (int i = 0; i < k; i++) seqs[i].n_tokens = pos + 1;
-                if (ns < MAXS)
-                    samples[ns++] = (wf_cost_sample){0, (double)k, (double)(k * (pos + 1)), ms};
-            }
-            for (int i = 0; i < k; i++) wf_kv_seq_release(s->pool, &seqs[i]);
+    /* The stand-in prompt: zeros are valid keys and values in F16 and F32. */
+    for (int b = 0; b < base.n_blocks; b++)
+        for (int l = 0; l < s->kv->geometry.n_layers; l++) {
+            memset(wf_kv_store_k(s->kv, l, base.blocks[b]), 0, s->kv->block_bytes);
+            memset(wf_kv_store_v(s->kv, l, base.blocks[b]), 0, s->kv->block_bytes);
         }
+    base.n_tokens = lng;
+    for (int pi = 0; pi < n_plan && ns < CAL_MAXS; pi++) {
+        const cal_batch *cb = &plan[pi];
+        if (wf_clock_now_ns() - t_start > CALIBRATION_NS) break;
+        if (cb->n_dec > maxk || cb->n_dec + (cb->pre_len > 0) > s->opts.max_running ||
+            cb->n_dec + cb->pre_len > budget || cb->dec_ctx + 1 >= s->opts.n_ctx ||
+            cb->pre_start + cb->pre_len >= s->opts.n_ctx ||
+            cb->n_dec + (cb->pre_len + bs - 1) / bs + 1 > wf_kv_pool_available(s->pool))
+            continue;
+        int n = 0;
+        double attn = 0;
+        for (int i = 0; i < cb->n_dec; i++, n++) {
+            if ((st = cal_seq(s, &base, cb->dec_ctx, 1, &seqs[n])) != WF_OK) goto done;
+            samp[n] = (wf_task_sample){.params = &greedy, .rng_state = 1, .history = tok,
+                                       .n_history = cb->dec_ctx + 1, .n_prompt = cb->dec_ctx,
+                                       .suppress_eos = true};
+            tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_DECODE,
+                                 .request_seq = UINT64_MAX - (uint64_t)n,
+                                 .tokens = tok + cb->dec_ctx, .n_tokens = 1, .pos = cb->dec_ctx,
+                                 .block_table = seqs[n].blocks, .n_blocks = seqs[n].n_blocks,
+                                 .samples = &samp[n], .n_samples = 1};
+            attn += wf_cost_model_attention(cb->dec_ctx, 1);
+        }
+        if (cb->pre_len > 0) {
+            int end = cb->pre_start + cb->pre_len;
+            if ((st = cal_seq(s, &base, cb->pre_start, cb->pre_len, &seqs[n])) != WF_OK) goto done;
+            samp[n] = (wf_task_sample){.params = &greedy, .rng_state = 1, .history = tok,
+                                       .n_history = end, .n_prompt = end, .suppress_eos = true};
+            tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_PREFILL,
+                                 .request_seq = UINT64_MAX - (uint64_t)n,
+                                 .tokens = tok + cb->pre_start, .n_tokens = cb->pre_len,
+                                 .pos = cb->pre_start, .block_table = seqs[n].blocks,
+                                 .n_blocks = seqs[n].n_blocks, .samples = &samp[n],
+                                 .n_samples = 1};
+            attn += wf_cost_model_attention(cb->pre_start, cb->pre_len);
+            n++;
+        }
+        double ms = timed_batch(s, tasks, n);
+        for (int i = 0; i < n; i++) wf_kv_seq_release(s->pool, &seqs[i]);
+        if (ms < 0) {
+            st = WF_EIO;
+            goto done;
+        }
+        if (pi > 0)
+            samples[ns++] = (wf_cost_sample){(double)cb->pre_len, (double)cb->n_dec, attn, ms};
     }
     if (ns >= 4) {
         double fit[4];
@@ -455,18 +498,20 @@ static wf_status calibrate(wf_sched *s) {
             s->model_trusted = ns >= 8;
             WF_LOG_INFO("sched", NULL,
                         "cost model calibrated from %d batches: step_ms = %.3f + %.5f*prefill "
-                        "+ %.4f*decode + %.7f*context",
+                        "+ %.4f*decode + %.8f*attention",
                         ns, fit[0], fit[1], fit[2], fit[3]);
         }
     } else {
-        st = WF_EINVAL; /* budgets too small to measure anything */
+        st = WF_EINVAL; /* budgets too small, or too slow a device, to measure anything */
     }
 done:
-    for (int i = 0; i < MAXK; i++) {
+    for (int i = 0; i <= maxk; i++) {
         if (seqs[i].blocks) wf_kv_seq_release(s->pool, &seqs[i]);
         wf_kv_seq_free(&seqs[i]);
-        free(hist[i]);
     }
+    if (base.blocks) wf_kv_seq_release(s->pool, &base);
+    wf_kv_seq_free(&base);
+    free(tok);
     return st;
 }
 
@@ -532,6 +577,7 @@ static void intake(wf_sched *s) {
             pthread_mutex_lock(&s->lock);
             s->inflight_reqs--;
             s->inflight_prefill -= r->spec.n_prompt;
+            s->inflight_attention -= wf_cost_model_attention(0, r->spec.n_prompt);
             pthread_mutex_unlock(&s->lock);
             uint64_t queued = r->times.queued_ns;
             if (wf_core_add(&s->core, r, queued) != WF_OK) {
@@ -652,6 +698,7 @@ wf_status wf_sched_start(wf_sched *s) {
 static double predict_locked(wf_sched *s, int n_prompt, double *drain_ms) {
     return wf_cost_model_predict_ttft(&s->cost_pub, s->opts.max_batch_tokens,
                                       s->load.pending_prefill_tokens + s->inflight_prefill,
+                                      s->load.pending_prefill_attention + s->inflight_attention,
                                       s->load.n_decode, s->load.decode_context, n_prompt,
                                       drain_ms);
 }
@@ -723,6 +770,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
                         .explicit_slo = spec->slo.ttft_ms > 0,
                         .load = s->load};
     adm.load.pending_prefill_tokens += s->inflight_prefill;
+    adm.load.pending_prefill_attention += s->inflight_attention;
     adm.load.n_waiting += s->inflight_reqs;
     if (s->draining || s->stopping) {
         st = WF_EBUSY;
@@ -740,6 +788,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
     }
     s->inflight_reqs++;
     s->inflight_prefill += spec->n_prompt;
+    s->inflight_attention += wf_cost_model_attention(0, spec->n_prompt);
     r->times.queued_ns = wf_clock_now_ns();
     snprintf(r->snap.id, sizeof r->snap.id, "%s", r->spec.id);
     r->snap.state = WF_REQUEST_QUEUED;
@@ -756,6 +805,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
         pthread_mutex_lock(&s->lock);
         s->inflight_reqs--;
         s->inflight_prefill -= spec->n_prompt;
+        s->inflight_attention -= wf_cost_model_attention(0, spec->n_prompt);
         pthread_mutex_unlock(&s->lock);
         atomic_store(&r->refs, 1);
         request_unref(s, r);

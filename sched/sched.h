@@ -37,13 +37,15 @@
  * generated tokens: the output is the same). With prefix_cache, full blocks of earlier prompts
  * are reused (usage.cached_prompt_tokens). n > 1 choices share the prompt's blocks
  * copy-on-write. Without cost_given or cost_model_file, wf_sched_start calibrates the cost
- * model with short batches through the executor (at most ~2 s) before the thread starts; the
+ * model with short batches through the executor (at most ~3 s) before the thread starts; the
  * model is refitted online from measured iterations (online_refit).
  * Policies: "fcfs" (arrival order; preempts the latest arrival). "priority" (spec.priority,
  * larger first; preempts the lowest; a waiting request displaces running ones of lower
  * priority). "slo" (earliest deadline first: queued + TTFT SLO + TPOT SLO x tokens produced;
  * requests already past their TTFT deadline go last; with a trusted cost model each
- * iteration's prefill and the number of streams are sized to the tightest running TPOT SLO;
+ * iteration's prefill is sized so that every decoding request stays on its TPOT schedule
+ * (an average: time banked by short iterations may go to a prompt) and the number of
+ * streams so that a decode-only iteration fits the tightest TPOT SLO;
  * preempts the request whose first-token deadline is latest). */
 #ifndef WF_SCHED_SCHED_H
 #define WF_SCHED_SCHED_H
@@ -72,7 +74,7 @@ typedef struct wf_sched_options {
     bool prefix_cache;          /* default true */
     /* Extensions (wf_sched_options_init fills them): */
     bool cost_given;            /* use cost[] as the model (no file, no calibration) */
-    double cost[4];             /* step_ms = a + b*prefill + c*decode + d*sum(context) */
+    double cost[4];             /* step_ms = a + b*prefill + c*decode + d*attention */
     bool online_refit;          /* refit the cost model from measured iterations (default) */
     uint64_t seed;              /* sampler seeds of requests without one */
     int group_rank;             /* the executor's rank in the world (one CPU worker: 0) */

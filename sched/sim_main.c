@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "  WORKLOAD: one request per line: arrival_ms prompt_len output_len ttft_slo_ms "
             "tpot_slo_ms [priority]\n"
             "  --policy NAME          %s (default slo)\n"
-            "  --cost a,b,c,d         step_ms = a + b*prefill + c*decode + d*context "
+            "  --cost a,b,c,d         step_ms = a + b*prefill + c*decode + d*attention "
             "(default 10,0.1,0.5,0)\n"
             "  --cost-file PATH       load the cost model (as weftd's --cost-model)\n"
             "  --max-batch-tokens N   token budget per iteration (default 512)\n"

@@ -50,7 +50,8 @@ static const option_spec options[] = {
     {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default 200)"},
     {"request-timeout-ms", OPT_INT, FIELD(request_timeout_ms), 1, INT_MAX, "MS", "a request must arrive whole within this, else 408 (default 60000)"},
     {"max-header-bytes", OPT_LONG, FIELD(max_header_bytes), 256, 1L << 26, "N", "largest request head before 431 (default 64 KiB)"},
-    {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*context (default: calibrate at start-up)"},
+    {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*attention, attention = positions each token attends to (default: calibrate at start-up)"},
+    {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
     {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default 64)"},
 };
@@ -81,6 +82,7 @@ static void set_defaults(wf_config *cfg) {
     cfg->max_batch_tokens = 512;
     cfg->default_ttft_ms = 2000;
     cfg->default_tpot_ms = 200;
+    cfg->admission_factor = 2.0;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
     cfg->max_running = 64;

@@ -48,6 +48,8 @@ typedef struct wf_config {
     int max_running;        /* sequences decoding at once */
     char *cost_model;       /* "a,b,c,d" (ms) or a file; NULL: calibrate at start-up */
     int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */
+    /* Extension: refuse (429) a request whose predicted TTFT exceeds this x its TTFT SLO. */
+    double admission_factor;
 } wf_config;
 
 /* Fills cfg from argv (and the JSON file named by --config), then adds the keys of

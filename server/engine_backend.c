@@ -33,6 +33,7 @@ void wf_server_engine_params_init(wf_server_engine_params *p) {
     p->max_running = 64;
     p->default_ttft_ms = 2000;
     p->default_tpot_ms = 200;
+    p->admission_factor = 2.0;
 }
 
 /* ---- model ---- */
@@ -149,6 +150,7 @@ wf_status wf_server_engine_open(const wf_server_engine_params *p, wf_server_engi
     so.n_ctx = n_ctx;
     so.default_ttft_ms = p->default_ttft_ms;
     so.default_tpot_ms = p->default_tpot_ms;
+    if (p->admission_factor > 0) so.admission_factor = p->admission_factor;
     if (p->fixed_cost_model) so.online_refit = false;
     if (p->cost_model && p->cost_model[0]) {
         char cerr[128];

@@ -29,6 +29,7 @@ typedef struct wf_server_engine_params {
     double default_ttft_ms, default_tpot_ms;
     const char *cost_model;   /* "a,b,c,d" or a file (sched/cost_model.h); NULL: calibrate */
     bool fixed_cost_model;    /* no online refit */
+    double admission_factor;  /* > 0 (sched options' admission_factor) */
 } wf_server_engine_params;
 
 typedef struct wf_server_engine wf_server_engine;

@@ -51,6 +51,7 @@ static void *load_main(void *arg) {
     p.default_tpot_ms = d->cfg.default_tpot_ms;
     p.cost_model = d->cfg.cost_model;
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
+    p.admission_factor = d->cfg.admission_factor;
     d->load_status = wf_server_engine_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;

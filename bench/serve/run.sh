@@ -9,13 +9,44 @@
 #
 # Env (defaults): BUILD (repo/build: bin/weftd, bin/weft-bench), MODEL (the default SmolLM2
 # GGUF), THREADS (2), SLOTS (16: llama-server -np, weftd --max-running), IN_LEN (128),
-# OUT_LEN (64), CONCURRENCY ("1 4 16 64"), RATES ("0.5,1,2,4"), RATE_REQUESTS (48), SEED (1),
-# OUT (bench/serve/results.md), WORK (~/.cache/weft/bench-serve/<time>: raw JSON, CSV, PNG),
-# PORT_WEFTD (18180), PORT_LLAMA (18181), NUM_REQUESTS (per closed-loop point; default 3 x the
-# largest concurrency), POINT_DURATION (300 s per load point), GRACE (60 s), WEFTD_ARGS (extra
-# weftd options; the default sets weftd's default SLO targets to 600 s so that its admission
-# control, which llama-server has no counterpart of, never rejects: both systems then serve the
-# same request stream).
+# OUT_LEN (64), CONCURRENCY ("1 4 16 64"), RATES ("0.5,1,2,4"; empty: no Poisson sweep),
+# RATE_REQUESTS (48), SEED (1), OUT (bench/serve/results.md), WORK
+# (~/.cache/weft/bench-serve/<time>: raw JSON, CSV, PNG, server logs), PORT_WEFTD (18180),
+# PORT_LLAMA (18181), NUM_REQUESTS (per closed-loop point; default 3 x the largest
+# concurrency), POINT_DURATION (300 s per load point), GRACE (60 s), SEND_SLO (1), WEFTD_ARGS
+# (extra weftd options, default none), CLOSED_WEFTD_ARGS (added for the closed loop only;
+# default "--admission-factor 1000", see below), LLAMA_ARGS (extra llama-server options).
+#
+# Fresh prompts at every load point. Both servers keep earlier prompts: llama-server reuses a
+# slot's KV when a new prompt shares its prefix (its log then shows "n_past = 128" and
+# "prompt eval time = ... / 1 tokens"), weftd reuses full KV blocks through its prefix cache.
+# An earlier version of this script sent the same 32 prompts at every load point, so from the
+# second point on llama-server skipped prefill for EVERY request (160 of 160 requests after
+# concurrency=1 evaluated a single prompt token; its TTFT at 4 streams fell to 55 ms against
+# 532 ms at one stream) and weftd for a varying share: that measured cache hits, not serving.
+# Now weft-bench runs with --fresh-prompts (load point i of a sweep sends items i*N..(i+1)*N-1
+# of one seeded sequence), and the warm-up, the closed-loop sweep and the Poisson sweep use
+# different seeds (SEED+2, SEED, SEED+1), so no request of the run repeats another's prompt.
+# The synthetic prompts are random common words (loadgen/dataset.c): no shared prefix either.
+# Each server is restarted between the closed-loop and the Poisson sweep (a cancelled request
+# may still run in the old one).
+#
+# SLOs. weft-bench mixes two SLO classes (interactive: TTFT <= 1 s, TPOT <= 100 ms; batch:
+# TTFT <= 5 s, TPOT <= 300 ms) and scores goodput = requests/s that met both targets of their
+# class. With SEND_SLO=1 (default) each request body carries its class as weft's extension
+# "slo": {"ttft_ms": .., "tpot_ms": ..}: the SAME bytes go to both servers. llama-server ignores
+# the unknown field; weftd's slo policy uses it (deadline order, iteration sizing, admission
+# control, which may refuse a request it predicts cannot meet its TTFT: HTTP 429, counted as a
+# failed request and as not good). That is the fair comparison of an SLO-aware server with one
+# that is not: same requests, same information, each server does what it can with it.
+# Admission control in a closed loop is different: a refused stream sends its next request at
+# once (weft-bench does not back off), so at 64 streams on 16 slots weftd refused 112 of 128
+# requests within seconds and the point measured a refusal storm, not serving. The closed loop
+# therefore runs weftd with CLOSED_WEFTD_ARGS="--admission-factor 1000" (admission off: both
+# servers serve every request; SLO ordering and TPOT-schedule batch sizing stay on), and the
+# Poisson sweep, where a refusal does not summon a replacement, with weftd's default factor 2.
+# SEND_SLO=0 leaves the field out (then weftd runs on its default SLOs, --default-ttft-ms /
+# --default-tpot-ms, which WEFTD_ARGS may set, e.g. to 600000 to disable its admission control).
 # llama-server is built by bench/serve/build_llama_server.sh from the llama.cpp sources inside
 # the llama-cpp-python sdist (PyPI), into ~/.cache/weft/llama-server, never into the repo. If it
 # cannot be built, `python -m llama_cpp.server` (the installed llama-cpp-python) stands in, and
@@ -32,7 +63,7 @@ SLOTS=${SLOTS:-16}
 IN_LEN=${IN_LEN:-128}
 OUT_LEN=${OUT_LEN:-64}
 CONCURRENCY=${CONCURRENCY:-1 4 16 64}
-RATES=${RATES:-0.5,1,2,4}
+RATES=${RATES-0.5,1,2,4}
 RATE_REQUESTS=${RATE_REQUESTS:-48}
 SEED=${SEED:-1}
 OUT=${OUT:-$HERE/results.md}
@@ -42,8 +73,14 @@ PORT_LLAMA=${PORT_LLAMA:-18181}
 POINT_DURATION=${POINT_DURATION:-300}
 GRACE=${GRACE:-60}
 NUM_REQUESTS=${NUM_REQUESTS:-}
-WEFTD_ARGS=${WEFTD_ARGS:---default-ttft-ms 600000 --default-tpot-ms 600000}
+WEFTD_ARGS=${WEFTD_ARGS:-}
+LLAMA_ARGS=${LLAMA_ARGS:-}
+CLOSED_WEFTD_ARGS=${CLOSED_WEFTD_ARGS---admission-factor 1000}
+PHASE_ARGS=""
+SEND_SLO=${SEND_SLO:-1}
 SLO_CLASSES=(--slo-class "interactive:1000:100:1" --slo-class "batch:5000:300:1")
+SLO_FLAG=()
+[[ $SEND_SLO == 1 ]] || SLO_FLAG=(--no-slo-ext)
 ONLY=""
 QUICK=0
 
@@ -51,7 +88,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n "2,23p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,54p" "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -118,14 +155,14 @@ start_system() {
   case $sys in
     weftd)
       "$WEFTD" --model "$MODEL" --host 127.0.0.1 --port "$PORT_WEFTD" --threads "$THREADS" \
-        --max-running "$SLOTS" --log-level warn $WEFTD_ARGS >"$WORK/weftd.log" 2>&1 &
+        --max-running "$SLOTS" --log-level info $WEFTD_ARGS $PHASE_ARGS >>"$WORK/weftd.log" 2>&1 &
       SERVER_PID=$!; PORT=$PORT_WEFTD ;;
     llama)
       # Context: every slot holds a whole request (prompt + output + chat template slack).
       local ctx=$(( SLOTS * (IN_LEN + OUT_LEN + 64) ))
       if [[ $LLAMA_KIND == llama-server ]]; then
         "$LLAMA_BIN" -m "$MODEL" --host 127.0.0.1 --port "$PORT_LLAMA" -t "$THREADS" -tb "$THREADS" \
-          -np "$SLOTS" -c "$ctx" --no-webui >"$WORK/llama.log" 2>&1 &
+          -np "$SLOTS" -c "$ctx" --no-webui $LLAMA_ARGS >>"$WORK/llama.log" 2>&1 &
       else
         python3 -m llama_cpp.server --model "$MODEL" --host 127.0.0.1 --port "$PORT_LLAMA" \
           --n_threads "$THREADS" --n_ctx $(( IN_LEN + OUT_LEN + 64 )) >"$WORK/llama.log" 2>&1 &
@@ -138,11 +175,12 @@ run_system() {
   local sys=$1 c list
   # The machine may be shared: keep its load next to the numbers.
   echo "start $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/load_$sys.txt"
+  PHASE_ARGS=$CLOSED_WEFTD_ARGS
   start_system "$sys"
   wait_ready "$PORT" || { stop_server; return 1; }
   # Warm-up: page the weights in and let both servers reach steady state; not measured.
   "$BENCH" --port "$PORT" --no-progress --no-slo-ext --concurrency 2 --num-requests 4 \
-    --input-len "$IN_LEN" --output-len 8 --seed 999 --duration 120 >/dev/null || true
+    --input-len "$IN_LEN" --output-len 8 --seed $(( SEED + 2 )) --duration 120 >/dev/null || true
   list=$(echo "$CONCURRENCY" | tr ' ' ',')
   log "$sys: closed loop at concurrency $list"
   # Requests per point: enough that every stream completes several requests.
@@ -151,17 +189,31 @@ run_system() {
   (( n < 16 )) && n=16
   [[ $QUICK == 1 ]] && n=8
   [[ -n $NUM_REQUESTS ]] && n=$NUM_REQUESTS
-  "$BENCH" --port "$PORT" --label "$sys" --no-progress --no-slo-ext "${SLO_CLASSES[@]}" \
+  "$BENCH" --port "$PORT" --label "$sys" --no-progress "${SLO_FLAG[@]}" "${SLO_CLASSES[@]}" \
     --concurrency "$list" --num-requests "$n" --input-len "$IN_LEN" --output-len "$OUT_LEN" \
-    --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
+    --fresh-prompts --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
     --json "$WORK/${sys}_closed.json" --csv "$WORK/${sys}_closed.csv" \
     --plot "$WORK/${sys}_closed" >"$WORK/${sys}_closed.txt" || log "$sys closed loop: weft-bench exit $?"
-  log "$sys: Poisson sweep at $RATES req/s"
-  "$BENCH" --port "$PORT" --label "$sys" --no-progress --no-slo-ext "${SLO_CLASSES[@]}" \
-    --rate "$RATES" --num-requests "$RATE_REQUESTS" --input-len "$IN_LEN" --output-len "$OUT_LEN" \
-    --seed "$SEED" --duration "$POINT_DURATION" --grace "$GRACE" \
-    --json "$WORK/${sys}_poisson.json" --csv "$WORK/${sys}_poisson.csv" \
-    --plot "$WORK/${sys}_poisson" >"$WORK/${sys}_poisson.txt" || log "$sys sweep: weft-bench exit $?"
+  if [[ -n $RATES ]]; then
+    # A fresh server for the sweep: requests the closed loop cancelled at its time bound may
+    # still be computing in the old one (llama-server does not stop a cancelled slot at once:
+    # after a saturated 64-stream point its Poisson sweep failed every request).
+    stop_server
+    PHASE_ARGS=""
+    start_system "$sys"
+    wait_ready "$PORT" || { stop_server; return 1; }
+    log "$sys: Poisson sweep at $RATES req/s"
+    "$BENCH" --port "$PORT" --label "$sys" --no-progress "${SLO_FLAG[@]}" "${SLO_CLASSES[@]}" \
+      --rate "$RATES" --num-requests "$RATE_REQUESTS" --input-len "$IN_LEN" --output-len "$OUT_LEN" \
+      --fresh-prompts --seed $(( SEED + 1 )) --duration "$POINT_DURATION" --grace "$GRACE" \
+      --json "$WORK/${sys}_poisson.json" --csv "$WORK/${sys}_poisson.csv" \
+      --plot "$WORK/${sys}_poisson" >"$WORK/${sys}_poisson.txt" || log "$sys sweep: weft-bench exit $?"
+  fi
+  # What the server reused from its caches (should be ~0 with fresh prompts) and how weftd
+  # packed its iterations, next to the numbers.
+  if [[ $sys == weftd ]]; then
+    curl -sf "http://127.0.0.1:$PORT/admin/stats" >"$WORK/weftd_stats.json" 2>/dev/null || true
+  fi
   echo "end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/load_$sys.txt"
   stop_server
 }
@@ -183,17 +235,23 @@ done
   echo
   echo "Model \`$(basename "$MODEL")\`, $THREADS threads, $SLOTS parallel slots (weftd --max-running,"
   echo "llama-server -np), synthetic prompts of $IN_LEN tokens, $OUT_LEN output tokens (ignore_eos),"
-  echo "streaming /v1/completions, seed $SEED. Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')."
-  echo "Goodput classes (scored by weft-bench, not sent): interactive TTFT<=1000 ms TPOT<=100 ms;"
-  echo "batch TTFT<=5000 ms TPOT<=300 ms. weftd $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
-  echo "with \`$WEFTD_ARGS\`."
+  echo "streaming /v1/completions, seed $SEED, fresh prompts at every load point (no request repeats"
+  echo "another's prompt). Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')."
+  if [[ $SEND_SLO == 1 ]]; then
+    echo "SLO classes, sent in every request body to both servers as \"slo\" (llama-server ignores it)"
+  else
+    echo "SLO classes, scored by weft-bench but NOT sent to the servers"
+  fi
+  echo "and scored for goodput: interactive TTFT<=1000 ms TPOT<=100 ms; batch TTFT<=5000 ms TPOT<=300 ms."
+  echo "weftd $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown) with \`${WEFTD_ARGS:-default options}\`"
+  echo "(closed loop: plus \`${CLOSED_WEFTD_ARGS:-nothing}\`; Poisson sweep: admission control at its default factor 2)."
   case $LLAMA_KIND in
     llama-server) echo "llama.cpp: llama-server built from $(cat "$(dirname "$LLAMA_BIN")/SOURCE" 2>/dev/null) (vendor/llama.cpp), $("$LLAMA_BIN" --version 2>&1 | grep -m1 -i version || true)." ;;
     llama_cpp.server) echo "llama.cpp: FALLBACK python -m llama_cpp.server (llama-cpp-python $(python3 -c 'import llama_cpp; print(llama_cpp.__version__)')): one request at a time, no parallel slots or continuous batching, so concurrency > 1 only queues." ;;
     *) echo "llama.cpp: not run." ;;
   esac
   echo
-  echo "Command: \`BUILD=$BUILD THREADS=$THREADS SLOTS=$SLOTS IN_LEN=$IN_LEN OUT_LEN=$OUT_LEN CONCURRENCY='$CONCURRENCY' RATES=$RATES NUM_REQUESTS=${NUM_REQUESTS:-auto} RATE_REQUESTS=$RATE_REQUESTS POINT_DURATION=$POINT_DURATION GRACE=$GRACE bench/serve/run.sh$([[ $QUICK == 1 ]] && echo ' --quick')\`"
+  echo "Command: \`BUILD=$BUILD THREADS=$THREADS SLOTS=$SLOTS IN_LEN=$IN_LEN OUT_LEN=$OUT_LEN CONCURRENCY='$CONCURRENCY' RATES='$RATES' SEND_SLO=$SEND_SLO NUM_REQUESTS=${NUM_REQUESTS:-auto} RATE_REQUESTS=$RATE_REQUESTS POINT_DURATION=$POINT_DURATION GRACE=$GRACE$([[ -n $WEFTD_ARGS ]] && echo " WEFTD_ARGS='$WEFTD_ARGS'") bench/serve/run.sh$([[ $QUICK == 1 ]] && echo ' --quick')\`"
   echo
   for s in weftd llama; do
     [[ -f $WORK/load_$s.txt ]] && echo "Load average (1, 5, 15 min) around the $s runs: $(tr '\n' ' ' <"$WORK/load_$s.txt")(on $(nproc) cores; far above $(nproc) means the numbers are dominated by other work on the machine)."

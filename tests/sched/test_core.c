@@ -215,6 +215,29 @@ START_TEST(streams_match_the_model) {
 }
 END_TEST
 
+/* What the core reports to the cost model: a prefill chunk's attention work (every position
+ * each of its tokens attends to), not its end position; decodes add their context. */
+START_TEST(batches_report_attention_work) {
+    harness h;
+    h_init(&h, "fcfs", 64, 8, 64, 8, false);
+    int32_t p[100];
+    make_prompt(p, 100, 3);
+    h_add(&h, p, 100, 3, 1, 0, 1000, 0);
+    ck_assert_int_eq(h_step(&h), 1); /* chunk [0, 64) */
+    ck_assert_int_eq(h.core.last_prefill_tokens, 64);
+    ck_assert(h.core.last_context == wf_cost_model_attention(0, 64));
+    ck_assert_int_eq(h_step(&h), 1); /* chunk [64, 100): its tokens see 65..100 positions */
+    ck_assert_int_eq(h.core.last_prefill_tokens, 36);
+    ck_assert(h.core.last_context == wf_cost_model_attention(64, 36));
+    ck_assert(h.core.last_context == 36.0 * 64 + 36.0 * 37 / 2);
+    ck_assert_int_eq(h_step(&h), 1); /* a decode at position 100 sees 101 positions */
+    ck_assert_int_eq(h.core.last_decode_tokens, 1);
+    ck_assert(h.core.last_context == 101.0 && h.core.last_decode_context == 101.0);
+    h_run(&h);
+    h_free(&h);
+}
+END_TEST
+
 START_TEST(chunked_prefill_interleaves_with_decode) {
     harness h;
     h_init(&h, "fcfs", 128, 8, 16, 8, false);
@@ -618,6 +641,7 @@ static Suite *core_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, streams_match_the_model);
     tcase_add_test(tc, chunked_prefill_interleaves_with_decode);
+    tcase_add_test(tc, batches_report_attention_work);
     tcase_add_test(tc, policy_orders);
     tcase_add_test(tc, idle_server_serves_default_slo_requests);
     tcase_add_test(tc, preemption_gives_identical_output);

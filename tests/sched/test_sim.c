@@ -160,19 +160,23 @@ START_TEST(slo_sizes_prefill_chunks_to_the_tpot_budget) {
      * R0: t=0, prompt 10, 20 tokens, TPOT SLO 30.  R1: t=25, prompt 57, 1 token.
      *   t=0:  R0 prefill 10: 10+10 = 20 -> t=20 (R0 token 1)
      *   t=20: R0 decode: 11 -> t=31 (R1 arrived at 25)
-     * slo:  decodes cost 10+1 = 11 of R0's 30 ms, leaving 19 prefill tokens per iteration:
-     *   t=31, 61, 91: R0 decode + R1 chunk of 19: 10+1+19 = 30 -> t=61, 91, 121.
-     *   R1's first (and only) token at 121: TTFT 121-25 = 96.
+     * slo: R0's TPOT is an average: after this iteration its n tokens are due within 30*n
+     * of its first token (t=20); the decode costs 10+1 = 11 and the rest goes to prefill.
+     *   t=31: R0 has 2 tokens, banked 30*2 - 11 = 49: decode + R1 chunk of 38: 49 -> t=80.
+     *   t=80: R0 has 3 tokens: 30*3 - 60 = 30: decode + R1's last 19: 10+1+19 = 30 -> t=110.
+     *   R1's first (and only) token at 110: TTFT 110-25 = 85; R0 exactly on its TPOT.
+     *   (A per-iteration cap of 30 ms would give chunks of 19 and TTFT 96.)
      * fcfs: t=31: R0 decode + R1's whole 57-token prompt: 10+1+57 = 68 -> t=99: TTFT 74.
-     * Both: R0 ends after 20 tokens at 286 (slo: 121 + 15*11; fcfs: 99 + 17*11). */
+     * Both: R0 ends after 20 tokens at 286 (slo: 110 + 16*11; fcfs: 99 + 17*11). */
     static const wf_sim_request w[2] = {{0, 10, 20, 1000, 30, 0}, {25, 57, 1, 1000, 100, 0}};
     wf_sim_config c;
     wf_sim_outcome o[2];
     wf_sim_report r;
     cfg_fixed(&c, "slo", 64);
     ck_assert_int_eq(wf_sim_run(&c, w, 2, o, &r), WF_OK);
-    ck_assert_double_eq_tol(o[1].ttft_ms, 96, 1e-6);
+    ck_assert_double_eq_tol(o[1].ttft_ms, 85, 1e-6);
     ck_assert_double_eq_tol(o[0].e2e_ms, 286, 1e-6);
+    ck_assert(o[0].tpot_ms <= 30 + 1e-6);
     cfg_fixed(&c, "fcfs", 64);
     ck_assert_int_eq(wf_sim_run(&c, w, 2, o, &r), WF_OK);
     ck_assert_double_eq_tol(o[1].ttft_ms, 74, 1e-6);

@@ -36,6 +36,17 @@ START_TEST(defaults) {
     ck_assert_int_eq(cfg.n_api_keys, 0);
     ck_assert_ptr_null(cfg.cost_model);
     ck_assert_int_eq(cfg.fixed_cost_model, 0);
+    ck_assert(cfg.admission_factor == 2.0);
+    wf_config_free(&cfg);
+    /* The admission factor is settable (the serving benchmark turns admission off with it)
+     * and bounded above zero. */
+    char *argv2[] = {"weftd", "--admission-factor", "1000", NULL};
+    ck_assert_int_eq(parse(&cfg, argv2, err, sizeof err), 0);
+    ck_assert(cfg.admission_factor == 1000.0);
+    wf_config_free(&cfg);
+    char *argv3[] = {"weftd", "--admission-factor", "0", NULL};
+    ck_assert_int_eq(parse(&cfg, argv3, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "admission-factor"));
     wf_config_free(&cfg);
 }
 END_TEST
