@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp side of bench/engine/run.sh, through llama-cpp-python's low-level API: prefill
 tokens/s of one 512-token prompt, aggregate decode tokens/s at the given batch sizes (B
-sequences with 64-token prompts, then 64 steps of B single-token decodes per llama_decode).
+sequences with 64-token prompts, then 8 warm-up and 128 timed steps of B single-token decodes per llama_decode).
 
 llama.cpp runs with flash attention "auto" (its default), F16 KV, n_batch 512, plain CPU weight
 buffers (use_extra_bufts off: the AMX repacking path dies with SIGILL in this VM, which does not
@@ -22,7 +22,7 @@ def main():
     model, threads = sys.argv[1], int(sys.argv[2])
     batches = [int(x) for x in sys.argv[3:]] or [1]
     maxb = max(batches)
-    ref = Ref(model, n_ctx=max(1024, (64 + 64) * maxb + 64), n_batch=512, n_threads=threads,
+    ref = Ref(model, n_ctx=max(1024, (64 + 8 + 128) * maxb + 64), n_batch=512, n_threads=threads,
               flash_attn=None, extra_bufts=False, n_seq_max=maxb)
     prompt = [100 + (i * 7919) % 30000 for i in range(512)]
     best = 1e9
@@ -37,9 +37,11 @@ def main():
         for s in range(B):
             ref.decode([(t, i, s, i == 63) for i, t in enumerate(prompt[s:s + 64])])
         last = [1000 + s for s in range(B)]
-        steps = 64
-        t0 = time.perf_counter()
-        for step in range(steps):
+        warmup, steps = 8, 128
+        t0 = 0.0
+        for step in range(warmup + steps):
+            if step == warmup:
+                t0 = time.perf_counter()
             ref.decode([(last[s], 64 + step, s, True) for s in range(B)])
             for s in range(B):
                 last[s] = ref.argmax(s)
