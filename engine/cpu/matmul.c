@@ -18,14 +18,12 @@
 
 #define MIN_ROWS_PER_CHUNK 16 /* weight rows claimed at once, at least */
 #define CHUNKS_PER_THREAD 8   /* enough to even out a busy core, few enough to claim rarely */
-#define ACT_TILE 8        /* without a tile kernel: activation rows per hot weight row */
+#define ACT_TILE 8            /* without a tile kernel: activation rows per hot weight row */
 #define MIN_QUANT_ROWS_PARALLEL 8
 /* from this many activation rows on, panels (8 rows, zero-padded) beat the 2x4 tiles */
 #define MIN_PANEL_ROWS 4
 #define PANEL_ALIGN 64
-#ifndef PANEL_SLICE_BYTES
 #define PANEL_SLICE_BYTES 16384 /* weight bytes that meet all panels while in L1 */
-#endif
 
 #define MAX_OUTS 4 /* matrices sharing one input per call (q, k, v; gate, up) */
 
