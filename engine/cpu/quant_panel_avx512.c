@@ -63,9 +63,9 @@ static WF_INLINE __m512i dot_u8i8(__m512i u, __m512i s, bool vnni) {
 }
 
 /* NR weight rows x NP pairs of panel rows. */
-static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, bool vnni, int n, float *s,
-                                   size_t ss, const void *vx, size_t bx, const void *panel,
-                                   int nc) {
+static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, bool vnni, int n,
+                                   float *s, size_t ss, const void *vx, size_t bx,
+                                   const void *panel, int nc) {
     const bool has_min = k == WF_TK_Q4_1 || k == WF_TK_Q5_1;
     const bool has_offset = k == WF_TK_Q4_0 || k == WF_TK_Q5_0 || k == WF_TK_Q8_0;
     const size_t wbs = wf_tile_block_bytes(k);
