@@ -97,6 +97,13 @@ static void dot_rows(const mm_ctx *c, const wf_matmul_out *o, int r0, int r1) {
         }
         return;
     }
+    if (m == 1 && c->ops->matvec) {
+        /* decode: 16-row tiles, the chunk's last rows (a matrix's tail) through the tiles below */
+        const int full = (r1 - r0) / WF_QUANT_MATVEC_ROWS * WF_QUANT_MATVEC_ROWS;
+        c->ops->matvec(k, &y[r0], w + (size_t)r0 * w_row, w_row, xq, full);
+        r0 += full;
+        if (r0 == r1) return;
+    }
     if (c->ops->vec_dot_tile) {
         /* the chunk's weight rows stay in L1 while all activation rows stream past */
         for (int i0 = 0; i0 < m; i0 += WF_QUANT_TILE_NC) {

@@ -64,11 +64,16 @@ typedef struct wf_quant_ops {
      * vec_dot. The fastest batched path where it exists (AVX-512). */
     void (*panel_dot)(int n, float *s, size_t ss, const void *x, size_t bx, const void *panel,
                       int nr, int nc);
+    /* Optional (NULL: vec_dot_tile or vec_dot per row). nr rows of this type, nr a multiple of
+     * WF_QUANT_MATVEC_ROWS (row r at x + r*bx), times one row y of vec_dot_type:
+     * s[r] = dot(x row r, y), each bit-identical to vec_dot. The decode (m = 1) path. */
+    void (*matvec)(int n, float *s, const void *x, size_t bx, const void *y, int nr);
 } wf_quant_ops;
 
 #define WF_QUANT_TILE_NR 4    /* weight rows per tile */
 #define WF_QUANT_TILE_NC 4    /* activation rows per tile */
 #define WF_QUANT_PANEL_ROWS 8 /* activation rows per packed panel */
+#define WF_QUANT_MATVEC_ROWS 16 /* weight rows per matvec tile */
 
 /* Bytes of one panel of WF_QUANT_PANEL_ROWS activation rows of k elements, packed for weights
  * of type wtype; 0 if wtype has no panel layout (only the 32-element block types have one). */

@@ -11,6 +11,7 @@
  * each output gets the same bits as a single vec_dot. */
 #include <immintrin.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/cpu/quant_impl.h"
@@ -164,6 +165,139 @@ PANEL_DEFINE(q5_0_vnni, WF_TK_Q5_0, true)
 PANEL_DEFINE(q5_1_vnni, WF_TK_Q5_1, true)
 PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
 
+/* ---- matrix-vector: 16 weight rows against one activation row (the decode case) ---------
+ *
+ * Memory-bound decode needs few operations per weight byte. Per block, the 16 rows' scales come
+ * in with one gather (d, and m for the _1 types, sit at each block's start) and are converted,
+ * multiplied by the activation's scale and (for Q4_1/Q5_1) fused into summs 16 rows at a time;
+ * each 512-bit register then holds two rows j and j + 8 (lanes 0-7 and 8-15) of one block, so
+ * dpbusd, conversion and fma each serve two outputs. Per output the float arithmetic is ggml's,
+ * as in the panel kernel above: the two halves never mix. */
+
+#define MATVEC_PAIRS (WF_QUANT_MATVEC_ROWS / 2)
+/* tiles of 16 rows ahead to prefetch (a tile is 16 consecutive rows, one contiguous range) */
+#ifndef MATVEC_PREFETCH_TILES
+#define MATVEC_PREFETCH_TILES 2
+#endif
+
+/* Quants of one block of two rows (lanes 0-7: row a; 8-15: row b), as unsigned bytes. */
+static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, const char *a, const char *b) {
+    const size_t qs_at = k == WF_TK_Q4_0   ? offsetof(wf_block_q4_0, qs)
+                         : k == WF_TK_Q4_1 ? offsetof(wf_block_q4_1, qs)
+                         : k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qs)
+                         : k == WF_TK_Q5_1 ? offsetof(wf_block_q5_1, qs)
+                                           : offsetof(wf_block_q8_0, qs);
+    if (k == WF_TK_Q8_0) {
+        const __m512i q = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const void *)(a + qs_at))),
+            _mm256_loadu_si256((const void *)(b + qs_at)), 1);
+        return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+    }
+    /* [a's 16 bytes, a's, b's, b's]; the second copy of each shifted down by 4 */
+    __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)(a + qs_at)));
+    t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const void *)(b + qs_at)));
+    t = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
+    __m512i q = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
+    if (k == WF_TK_Q5_0 || k == WF_TK_Q5_1) {
+        const size_t qh_at = k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qh) : offsetof(wf_block_q5_1, qh);
+        uint32_t ha, hb;
+        memcpy(&ha, a + qh_at, sizeof ha);
+        memcpy(&hb, b + qh_at, sizeof hb);
+        q = _mm512_mask_add_epi8(q, (__mmask64)ha | ((__mmask64)hb << 32), q, _mm512_set1_epi8(0x10));
+    }
+    return q;
+}
+
+static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+
+/* [v[j] x 8, v[j + 8] x 8] for j < 4 from lo = v's quarters (0, 0, 2, 2), for j >= 4 from
+ * hi = (1, 1, 3, 3): one in-lane permute with an immediate. */
+#define PAIR_SCALE(lo, hi, j) _mm512_permute_ps((j) < 4 ? (lo) : (hi), ((j) & 3) * 0x55)
+
+/* Rows [0, 16) at x (row stride bx) against the activation row y: s[r] = dot(row r, y). */
+static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, const char *x,
+                                  size_t bx, const char *y) {
+    const bool has_min = k == WF_TK_Q4_1 || k == WF_TK_Q5_1;
+    const int offset = k == WF_TK_Q4_0 ? 8 : k == WF_TK_Q5_0 ? 16 : k == WF_TK_Q8_0 ? 128 : 0;
+    const size_t wbs = wf_tile_block_bytes(k);
+    const size_t ybs = has_min ? sizeof(wf_block_q8_1) : sizeof(wf_block_q8_0);
+    const size_t yqs = has_min ? offsetof(wf_block_q8_1, qs) : offsetof(wf_block_q8_0, qs);
+    const size_t half = MATVEC_PAIRS * bx; /* row j + 8 is half bytes after row j */
+    const __m512i row_at = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)bx));
+    __m512 acc[MATVEC_PAIRS];
+    WF_UNROLL
+    for (int j = 0; j < MATVEC_PAIRS; j++) acc[j] = _mm512_setzero_ps();
+    __m512 summs = _mm512_setzero_ps(); /* lane r: row r's sum of m * s */
+    const char *ahead = x + MATVEC_PREFETCH_TILES * WF_QUANT_MATVEC_ROWS * bx;
+    for (int i = 0; i < n / WF_QK; i++) {
+        const char *blk = x + (size_t)i * wbs;
+        /* the tile MATVEC_PREFETCH_TILES ahead, spread over this tile's blocks */
+        WF_UNROLL
+        for (size_t line = 0; line < WF_QUANT_MATVEC_ROWS * wbs; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+        ahead += WF_QUANT_MATVEC_ROWS * wbs;
+        const char *yb = y + (size_t)i * ybs;
+        const __m128 ysc = wf_tile_scales(yb); /* d, and s for Q8_1 */
+        const __m512i yq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(yb + yqs)));
+        /* the offset types' weights are unsigned q + offset: start each int32 lane at
+         * -offset * (sum of its 4 activation bytes) to land on ggml's signed products */
+        __m512i start = _mm512_setzero_si512();
+        if (offset)
+            start = _mm512_sub_epi32(start, dot_u8i8_acc(_mm512_setzero_si512(),
+                                                         _mm512_set1_epi8((char)offset), yq, vnni));
+        /* d (and m) of all 16 rows' blocks */
+        const __m512i dm = _mm512_i32gather_epi32(row_at, (const void *)blk, 1);
+        const __m512 xd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+        /* dx * dy for each row, rounded once as ggml's scalar product */
+        const __m512 dprod = _mm512_mul_ps(xd, _mm512_broadcastss_ps(ysc));
+        const __m512 dlo = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(2, 2, 0, 0));
+        const __m512 dhi = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(3, 3, 1, 1));
+        if (has_min) {
+            const __m512 xm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+            summs = _mm512_fmadd_ps(xm, _mm512_broadcastss_ps(_mm_movehdup_ps(ysc)), summs);
+        }
+        const char *row = blk;
+        WF_UNROLL
+        for (int j = 0; j < MATVEC_PAIRS; j++, row += bx) {
+            const __m512i lanes = dot_u8i8_acc(start, weight_quants_pair(k, row, row + half), yq, vnni);
+            acc[j] = _mm512_fmadd_ps(PAIR_SCALE(dlo, dhi, j), _mm512_cvtepi32_ps(lanes), acc[j]);
+        }
+    }
+    /* wf_hsum_ps8 on both halves of every pair at once: (hi + lo) of the 128-bit quarters, then
+     * lanes 0+2 and 1+3, then 0+1; pair j's results land in lanes 0 and 8, for rows j, j + 8 */
+    __m512 out = _mm512_setzero_ps();
+    const __m512i from_pair = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(8), 1);
+    WF_UNROLL
+    for (int j = 0; j < MATVEC_PAIRS; j++) {
+        __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(acc[j], acc[j], _MM_SHUFFLE(2, 3, 0, 1)), acc[j]);
+        t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+        t = _mm512_add_ps(t, _mm512_movehdup_ps(t));
+        out = _mm512_mask_permutexvar_ps(out, (__mmask16)(0x101u << j), from_pair, t);
+    }
+    if (has_min) out = _mm512_add_ps(out, summs);
+    _mm512_storeu_ps(s, out);
+}
+
+/* Instantiates <name>_matvec: nr (a multiple of 16) rows against one activation row. */
+#define MATVEC_DEFINE(name, k, vnni)                                                              \
+    static void name##_matvec(int n, float *s, const void *x, size_t bx, const void *y, int nr) { \
+        for (int r = 0; r + WF_QUANT_MATVEC_ROWS <= nr; r += WF_QUANT_MATVEC_ROWS)                \
+            matvec_tile(k, vnni, n, s + r, (const char *)x + (size_t)r * bx, bx, y);             \
+    }
+
+MATVEC_DEFINE(q4_0, WF_TK_Q4_0, false)
+MATVEC_DEFINE(q4_1, WF_TK_Q4_1, false)
+MATVEC_DEFINE(q5_0, WF_TK_Q5_0, false)
+MATVEC_DEFINE(q5_1, WF_TK_Q5_1, false)
+MATVEC_DEFINE(q4_0_vnni, WF_TK_Q4_0, true)
+MATVEC_DEFINE(q4_1_vnni, WF_TK_Q4_1, true)
+MATVEC_DEFINE(q5_0_vnni, WF_TK_Q5_0, true)
+MATVEC_DEFINE(q5_1_vnni, WF_TK_Q5_1, true)
+MATVEC_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
+
 void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni) {
     ops[WF_GGML_TYPE_Q4_0].panel_dot = vnni ? q4_0_vnni_panel_dot : q4_0_panel_dot;
     ops[WF_GGML_TYPE_Q4_1].panel_dot = vnni ? q4_1_vnni_panel_dot : q4_1_panel_dot;
@@ -171,4 +305,9 @@ void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni)
     ops[WF_GGML_TYPE_Q5_1].panel_dot = vnni ? q5_1_vnni_panel_dot : q5_1_panel_dot;
     /* without VNNI, Q8_0's unsigned q + 128 would saturate maddubs' pair sums: tiles only */
     ops[WF_GGML_TYPE_Q8_0].panel_dot = vnni ? q8_0_vnni_panel_dot : NULL;
+    ops[WF_GGML_TYPE_Q4_0].matvec = vnni ? q4_0_vnni_matvec : q4_0_matvec;
+    ops[WF_GGML_TYPE_Q4_1].matvec = vnni ? q4_1_vnni_matvec : q4_1_matvec;
+    ops[WF_GGML_TYPE_Q5_0].matvec = vnni ? q5_0_vnni_matvec : q5_0_matvec;
+    ops[WF_GGML_TYPE_Q5_1].matvec = vnni ? q5_1_vnni_matvec : q5_1_matvec;
+    ops[WF_GGML_TYPE_Q8_0].matvec = vnni ? q8_0_vnni_matvec : NULL;
 }

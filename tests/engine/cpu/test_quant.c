@@ -12,6 +12,7 @@
 #include "check_main.h"
 #include "engine/cpu/features.h"
 #include "engine/cpu/quant.h"
+#include "engine/cpu/quant_impl.h" /* the AVX-512 kernel table, with and without VNNI */
 
 static const wf_ggml_type all_types[] = {
     WF_GGML_TYPE_F32,  WF_GGML_TYPE_F16,  WF_GGML_TYPE_BF16, WF_GGML_TYPE_Q4_0,
@@ -269,6 +270,84 @@ START_TEST(test_vec_dot_tile) {
 }
 END_TEST
 
+/* The AVX-512 wide kernels, with and without VNNI (the table is filled directly, so a VNNI CPU
+ * tests both): matvec over 32 rows and panel_dot over every row/column count, padded strides,
+ * weights and activations with outliers, large values and zero blocks, bit-identical to the
+ * AVX-512 vec_dot per output and never writing past the rows asked for. */
+START_TEST(test_wide_kernels) {
+    const wf_cpu_features *cpu = wf_cpu_features_get();
+    if (cpu->isa < WF_CPU_ISA_AVX512) return;
+    const wf_ggml_type types[] = {WF_GGML_TYPE_Q4_0, WF_GGML_TYPE_Q4_1, WF_GGML_TYPE_Q5_0,
+                                  WF_GGML_TYPE_Q5_1, WF_GGML_TYPE_Q8_0};
+    enum { ROWS = 2 * WF_QUANT_MATVEC_ROWS, PAD = 3 };
+    for (int vnni = 0; vnni <= (int)cpu->avx512vnni; vnni++) {
+        wf_quant_ops wide[WF_GGML_TYPE_COUNT] = {{0}};
+        wf_quant_fill_panel_avx512(wide, vnni);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const wf_ggml_type t = types[ti];
+            const wf_quant_ops *ops = wf_quant_ops_for_isa(t, WF_CPU_ISA_AVX512);
+            const wf_quant_ops *act = wf_quant_ops_for_isa(ops->vec_dot_type, WF_CPU_ISA_AVX512);
+            const int n = 32 * 9;
+            const size_t bx = row_bytes(t, n) + 6, by = row_bytes(ops->vec_dot_type, n) + 4;
+            char *w = calloc(ROWS, bx), *a = calloc(WF_QUANT_PANEL_ROWS, by);
+            float *f = malloc(sizeof(float) * (size_t)n);
+            for (int r = 0; r < ROWS; r++) {
+                fill(f, n, r % 3 == 0 ? 1 : r % 3 == 1 ? 5 : 6, 500 + r);
+                ops->from_float(f, w + (size_t)r * bx, n);
+            }
+            for (int c = 0; c < WF_QUANT_PANEL_ROWS; c++) {
+                fill(f, n, c % 2 ? 4 : 1, 600 + c);
+                act->from_float(f, a + (size_t)c * by, n);
+            }
+            float one[WF_QUANT_PANEL_ROWS][ROWS];
+            for (int c = 0; c < WF_QUANT_PANEL_ROWS; c++)
+                for (int r = 0; r < ROWS; r++) ops->vec_dot(n, &one[c][r], w + (size_t)r * bx, a + (size_t)c * by);
+            const char *name = wf_ggml_type_info_get(t)->name;
+            if (wide[t].matvec) {
+                float out[ROWS + PAD];
+                memset(out, 0xff, sizeof out);
+                wide[t].matvec(n, out, w, bx, a, ROWS);
+                for (int r = 0; r < ROWS + PAD; r++) {
+                    if (r >= ROWS) {
+                        uint32_t bits;
+                        memcpy(&bits, &out[r], 4);
+                        ck_assert_uint_eq(bits, 0xffffffffu);
+                    } else {
+                        ck_assert_msg(memcmp(&one[0][r], &out[r], 4) == 0, "%s vnni=%d matvec row %d: %.9g vs %.9g",
+                                      name, vnni, r, (double)out[r], (double)one[0][r]);
+                    }
+                }
+            }
+            if (wide[t].panel_dot) {
+                void *panel = aligned_alloc(64, (wf_quant_panel_size(t, n) + 63) / 64 * 64);
+                for (int nc = 1; nc <= WF_QUANT_PANEL_ROWS; nc++) {
+                    wf_quant_panel_pack(t, a, by, nc, n, panel);
+                    for (int nr = 1; nr <= 9; nr++) {
+                        float out[WF_QUANT_PANEL_ROWS][ROWS];
+                        memset(out, 0xff, sizeof out);
+                        wide[t].panel_dot(n, &out[0][0], ROWS, w, bx, panel, nr, nc);
+                        for (int c = 0; c < WF_QUANT_PANEL_ROWS; c++)
+                            for (int r = 0; r < ROWS; r++) {
+                                if (c >= nc || r >= nr) {
+                                    uint32_t bits;
+                                    memcpy(&bits, &out[c][r], 4);
+                                    ck_assert_uint_eq(bits, 0xffffffffu);
+                                    continue;
+                                }
+                                ck_assert_msg(memcmp(&one[c][r], &out[c][r], 4) == 0,
+                                              "%s vnni=%d panel %dx%d (%d,%d): %.9g vs %.9g", name, vnni, nr, nc,
+                                              r, c, (double)out[c][r], (double)one[c][r]);
+                            }
+                    }
+                }
+                free(panel);
+            }
+            free(w); free(a); free(f);
+        }
+    }
+}
+END_TEST
+
 /* Activation quantisers as ggml's x86 backend; Q8_1's s = half(d * sum(qs)). */
 START_TEST(test_q8_activation_semantics) {
     float x[64];
@@ -388,6 +467,7 @@ static Suite *quant_suite(void) {
     tcase_add_test(tc, test_simd_quantise_dequantise);
     tcase_add_test(tc, test_vec_dot);
     tcase_add_test(tc, test_vec_dot_tile);
+    tcase_add_test(tc, test_wide_kernels);
     tcase_add_test(tc, test_q8_activation_semantics);
     tcase_add_test(tc, test_gguf_py_fixtures);
     suite_add_tcase(s, tc);
