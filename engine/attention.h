@@ -93,6 +93,9 @@ void wf_attn_group_avx2(const float *q, int n_q, int head_dim, float scale,
  * blocks scattered in memory, which the hardware prefetchers follow poorly, and at large
  * batches they come from DRAM. */
 #define WF_ATTN_PF_AHEAD 16
+/* Loops over heads and registers are unrolled so that the accumulators stay in registers
+ * (kept in memory, every fma waits on a store-to-load round trip: measured 2.7x slower). */
+#define ATTN_UNROLL _Pragma("GCC unroll 4")
 
 /* hint 0: into L1 (read next), otherwise into L2 (read after the score phase) */
 static inline void wf_attn_prefetch_row(const uint16_t *r, int hd, int hint) {

@@ -373,7 +373,7 @@ static void job_run(void *ctx, int ith, int nth) {
 static void run_job(wf_forward *f, int kind, const float *src, const float *w, float *dst) {
     job j = {.f = f, .kind = kind, .w = w, .eps = f->m->hp.rms_eps, .src = src, .dst = dst};
     /* small element-wise work is cheaper on the caller than a pool hand-off */
-    bool small = kind != JOB_ATTN && f->n_tok <= 2 && kind != JOB_SWIGLU;
+    bool small = kind != JOB_ATTN && f->n_tok <= 2;
     if (small || !f->pool) {
         job_run(&j, 0, 1);
     } else {
