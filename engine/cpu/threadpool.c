@@ -27,7 +27,6 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define MAX_THREADS 256
 /* ~5-50 us of pause instructions (10-140 cycles each, by CPU) before sleeping: enough to
  * bridge the gap between two kernels of one decode step, short enough not to burn a shared
  * core when idle. */
@@ -111,7 +110,7 @@ wf_threadpool *wf_threadpool_new(int n_threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
     }
-    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    if (n_threads > WF_THREADPOOL_MAX_THREADS) n_threads = WF_THREADPOOL_MAX_THREADS;
     wf_threadpool *p = aligned_alloc(64, (sizeof(*p) + 63) / 64 * 64);
     if (!p) return NULL;
     atomic_init(&p->generation, 0);
