@@ -19,6 +19,9 @@
 #include "engine/cpu/simd_x86.h"
 
 #define PANEL_PAIRS (WF_QUANT_PANEL_ROWS / 2)
+/* bytes ahead in each weight row to prefetch: measured +15% at batch 8 over the hardware
+ * prefetcher alone (1024-4096 alike) */
+#define PANEL_PREFETCH 2048
 
 /* 16 bytes of nibbles -> 64 bytes: [low nibbles, high nibbles] in both 256-bit halves, i.e.
  * elements 0..31 of the block, twice. */
@@ -94,6 +97,7 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
         WF_UNROLL
         for (int r = 0; r < NR; r++) {
             const char *blk = x + (size_t)r * bx + (size_t)i * wbs;
+            _mm_prefetch(blk + PANEL_PREFETCH, _MM_HINT_T0);
             int32_t dm;
             memcpy(&dm, blk, sizeof dm); /* d (and m) are the block's first halves */
             const __m128 wsc = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
