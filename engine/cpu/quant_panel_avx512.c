@@ -1,8 +1,12 @@
-/* AVX-512 panel kernels of the 32-element block types: up to 4 weight rows against the 8
- * activation rows of one panel (quant_impl.h). Each 512-bit register holds two outputs (one
- * weight row, two activation rows): one dpbusd forms both outputs' int32 lanes for a block, one
- * conversion and one fused multiply-add accumulate them, and every per-row or per-block cost
- * (unpacking a weight block, its scales, the activation scales) is paid once for 8 outputs.
+/* AVX-512 kernels of the 32-element block types that hold two outputs per 512-bit register:
+ * one dpbusd forms both outputs' int32 lanes for a block, one conversion and one fused
+ * multiply-add accumulate them.
+ * - Panel kernels (batched): up to 4 weight rows against the 8 activation rows of one panel
+ *   (quant_impl.h); a register holds one weight row against two activation rows, and every
+ *   per-row or per-block cost (unpacking a weight block, its scales, the activation scales) is
+ *   paid once for 8 outputs.
+ * - Matrix-vector kernels (decode): 16 weight rows against one activation row; a register holds
+ *   two weight rows (see the section below).
  *
  * Per output the float arithmetic is exactly ggml's x86 vec_dot (and quant_tile_x86.h's): per
  * block, 8 int32 lanes of 4-byte products, converted, fused-multiply-added with dx*dy (rounded
@@ -23,47 +27,41 @@
  * prefetcher alone (1024-4096 alike) */
 #define PANEL_PREFETCH 2048
 
-/* 16 bytes of nibbles -> 64 bytes: [low nibbles, high nibbles] in both 256-bit halves, i.e.
- * elements 0..31 of the block, twice. */
-static WF_INLINE __m512i nibbles_x2(const uint8_t *qs) {
-    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)qs));
-    const __m512i both = _mm512_mask_blend_epi64(0xCC, t, _mm512_srli_epi16(t, 4));
-    return _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
-}
-
-/* 0x10 in byte j (and j + 32) where bit j of qh is set: the fifth bit of the Q5 quants */
-static WF_INLINE __m512i fifth_bits_x2(const uint8_t *qh) {
-    uint32_t h;
-    memcpy(&h, qh, sizeof h);
-    const __mmask64 m = (__mmask64)h | ((__mmask64)h << 32);
-    return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
-}
-
-/* The weight block's quants as unsigned bytes (elements 0..31 in both halves): 0..15 / 0..31
- * for the 4/5-bit types, q + 128 for Q8_0; the offsets are removed through the panel. */
-static WF_INLINE __m512i weight_quants_x2(wf_tile_kind k, const char *blk) {
-    switch (k) {
-    case WF_TK_Q4_0: return nibbles_x2(((const wf_block_q4_0 *)(const void *)blk)->qs);
-    case WF_TK_Q4_1: return nibbles_x2(((const wf_block_q4_1 *)(const void *)blk)->qs);
-    case WF_TK_Q5_0: {
-        const wf_block_q5_0 *b = (const void *)blk;
-        return _mm512_or_si512(nibbles_x2(b->qs), fifth_bits_x2(b->qh));
-    }
-    case WF_TK_Q5_1: {
-        const wf_block_q5_1 *b = (const void *)blk;
-        return _mm512_or_si512(nibbles_x2(b->qs), fifth_bits_x2(b->qh));
-    }
-    default: {
-        const wf_block_q8_0 *b = (const void *)blk;
-        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)b->qs));
+/* Quants of one block of two rows (lanes 0-7: row a; 8-15: row b; b = NULL: a in both), as
+ * unsigned bytes: 0..15 / 0..31 for the 4/5-bit types, q + 128 for Q8_0; the offsets are
+ * removed through the int32 lanes' starting values. */
+static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, const char *a, const char *b) {
+    const size_t qs_at = k == WF_TK_Q4_0   ? offsetof(wf_block_q4_0, qs)
+                         : k == WF_TK_Q4_1 ? offsetof(wf_block_q4_1, qs)
+                         : k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qs)
+                         : k == WF_TK_Q5_1 ? offsetof(wf_block_q5_1, qs)
+                                           : offsetof(wf_block_q8_0, qs);
+    if (k == WF_TK_Q8_0) {
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(a + qs_at)));
+        if (b) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const void *)(b + qs_at)), 1);
         return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
     }
+    /* [a's 16 bytes, a's, b's, b's]; the second copy of each shifted down by 4 */
+    __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)(a + qs_at)));
+    if (b) t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const void *)(b + qs_at)));
+    t = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
+    __m512i q = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
+    if (k == WF_TK_Q5_0 || k == WF_TK_Q5_1) {
+        const size_t qh_at =
+            k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qh) : offsetof(wf_block_q5_1, qh);
+        uint32_t ha, hb;
+        memcpy(&ha, a + qh_at, sizeof ha);
+        memcpy(&hb, (b ? b : a) + qh_at, sizeof hb);
+        const __mmask64 fifth = (__mmask64)ha | ((__mmask64)hb << 32);
+        q = _mm512_mask_add_epi8(q, fifth, q, _mm512_set1_epi8(0x10));
     }
+    return q;
 }
 
-static WF_INLINE __m512i dot_u8i8(__m512i u, __m512i s, bool vnni) {
-    if (vnni) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
+    const __m512i pairs = _mm512_maddubs_epi16(u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
 }
 
 /* NR weight rows x NP pairs of panel rows. */
@@ -106,10 +104,11 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
             if (has_min)
                 summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(wsc)),
                                            _mm256_loadu_ps(pb->s), summs[r]);
-            const __m512i wq = weight_quants_x2(k, blk);
+            const __m512i wq = weight_quants_pair(k, blk, NULL);
             WF_UNROLL
             for (int j = 0; j < NP; j++) {
-                lanes[j] = dot_u8i8(wq, _mm512_loadu_si512((const void *)pb->qs[2 * j]), vnni);
+                const __m512i yq = _mm512_loadu_si512((const void *)pb->qs[2 * j]);
+                lanes[j] = dot_u8i8_acc(_mm512_setzero_si512(), wq, yq, vnni);
                 if (has_offset)
                     lanes[j] = _mm512_sub_epi32(lanes[j], _mm512_loadu_si512((const void *)po->lanes[2 * j]));
                 const __m512 d = _mm512_permutexvar_ps(pair_index[j], _mm512_castps256_ps512(dprod));
@@ -182,39 +181,6 @@ PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
 /* tiles of 16 rows ahead to prefetch (a tile is 16 consecutive rows, one contiguous range) */
 #define MATVEC_PREFETCH_TILES 2 /* 1, 2 and 4 measured alike in decode */
 
-/* Quants of one block of two rows (lanes 0-7: row a; 8-15: row b), as unsigned bytes. */
-static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, const char *a, const char *b) {
-    const size_t qs_at = k == WF_TK_Q4_0   ? offsetof(wf_block_q4_0, qs)
-                         : k == WF_TK_Q4_1 ? offsetof(wf_block_q4_1, qs)
-                         : k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qs)
-                         : k == WF_TK_Q5_1 ? offsetof(wf_block_q5_1, qs)
-                                           : offsetof(wf_block_q8_0, qs);
-    if (k == WF_TK_Q8_0) {
-        const __m512i q = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256((const void *)(a + qs_at))),
-            _mm256_loadu_si256((const void *)(b + qs_at)), 1);
-        return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
-    }
-    /* [a's 16 bytes, a's, b's, b's]; the second copy of each shifted down by 4 */
-    __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)(a + qs_at)));
-    t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const void *)(b + qs_at)));
-    t = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
-    __m512i q = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
-    if (k == WF_TK_Q5_0 || k == WF_TK_Q5_1) {
-        const size_t qh_at = k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qh) : offsetof(wf_block_q5_1, qh);
-        uint32_t ha, hb;
-        memcpy(&ha, a + qh_at, sizeof ha);
-        memcpy(&hb, b + qh_at, sizeof hb);
-        q = _mm512_mask_add_epi8(q, (__mmask64)ha | ((__mmask64)hb << 32), q, _mm512_set1_epi8(0x10));
-    }
-    return q;
-}
-
-static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vnni) {
-    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-
 /* [v[j] x 8, v[j + 8] x 8] for j < 4 from lo = v's quarters (0, 0, 2, 2), for j >= 4 from
  * hi = (1, 1, 3, 3): one in-lane permute with an immediate. */
 #define PAIR_SCALE(lo, hi, j) _mm512_permute_ps((j) < 4 ? (lo) : (hi), ((j) & 3) * 0x55)
@@ -228,8 +194,9 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
     const size_t ybs = has_min ? sizeof(wf_block_q8_1) : sizeof(wf_block_q8_0);
     const size_t yqs = has_min ? offsetof(wf_block_q8_1, qs) : offsetof(wf_block_q8_0, qs);
     const size_t half = MATVEC_PAIRS * bx; /* row j + 8 is half bytes after row j */
-    const __m512i row_at = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)bx));
+    const __m512i row_at =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int)bx));
     __m512 acc[MATVEC_PAIRS];
     WF_UNROLL
     for (int j = 0; j < MATVEC_PAIRS; j++) acc[j] = _mm512_setzero_ps();
@@ -239,7 +206,8 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         const char *blk = x + (size_t)i * wbs;
         /* the tile MATVEC_PREFETCH_TILES ahead, spread over this tile's blocks */
         WF_UNROLL
-        for (size_t line = 0; line < WF_QUANT_MATVEC_ROWS * wbs; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+        for (size_t line = 0; line < WF_QUANT_MATVEC_ROWS * wbs; line += 64)
+            _mm_prefetch(ahead + line, _MM_HINT_T0);
         ahead += WF_QUANT_MATVEC_ROWS * wbs;
         const char *yb = y + (size_t)i * ybs;
         const __m128 ysc = wf_tile_scales(yb); /* d, and s for Q8_1 */
@@ -264,7 +232,8 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         const char *row = blk;
         WF_UNROLL
         for (int j = 0; j < MATVEC_PAIRS; j++, row += bx) {
-            const __m512i lanes = dot_u8i8_acc(start, weight_quants_pair(k, row, row + half), yq, vnni);
+            const __m512i wq = weight_quants_pair(k, row, row + half);
+            const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
             acc[j] = _mm512_fmadd_ps(PAIR_SCALE(dlo, dhi, j), _mm512_cvtepi32_ps(lanes), acc[j]);
         }
     }
@@ -274,7 +243,8 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
     const __m512i from_pair = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(8), 1);
     WF_UNROLL
     for (int j = 0; j < MATVEC_PAIRS; j++) {
-        __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(acc[j], acc[j], _MM_SHUFFLE(2, 3, 0, 1)), acc[j]);
+        const __m512 swapped = _mm512_shuffle_f32x4(acc[j], acc[j], _MM_SHUFFLE(2, 3, 0, 1));
+        __m512 t = _mm512_add_ps(swapped, acc[j]);
         t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
         t = _mm512_add_ps(t, _mm512_movehdup_ps(t));
         out = _mm512_mask_permutexvar_ps(out, (__mmask16)(0x101u << j), from_pair, t);
