@@ -182,8 +182,20 @@ PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
 #define MATVEC_PREFETCH_TILES 2 /* 1, 2 and 4 measured alike in decode */
 
 /* [v[j] x 8, v[j + 8] x 8] for j < 4 from lo = v's quarters (0, 0, 2, 2), for j >= 4 from
- * hi = (1, 1, 3, 3): one in-lane permute with an immediate. */
-#define PAIR_SCALE(lo, hi, j) _mm512_permute_ps((j) < 4 ? (lo) : (hi), ((j) & 3) * 0x55)
+ * hi = (1, 1, 3, 3): one in-lane permute with an immediate (the switch folds away once the
+ * caller's loop over j is unrolled). */
+static WF_INLINE __m512 pair_scale(__m512 lo, __m512 hi, int j) {
+    switch (j) {
+    case 0: return _mm512_permute_ps(lo, 0x00);
+    case 1: return _mm512_permute_ps(lo, 0x55);
+    case 2: return _mm512_permute_ps(lo, 0xaa);
+    case 3: return _mm512_permute_ps(lo, 0xff);
+    case 4: return _mm512_permute_ps(hi, 0x00);
+    case 5: return _mm512_permute_ps(hi, 0x55);
+    case 6: return _mm512_permute_ps(hi, 0xaa);
+    default: return _mm512_permute_ps(hi, 0xff);
+    }
+}
 
 /* Rows [0, 16) at x (row stride bx) against the activation row y: s[r] = dot(row r, y). */
 static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, const char *x,
@@ -234,7 +246,7 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         for (int j = 0; j < MATVEC_PAIRS; j++, row += bx) {
             const __m512i wq = weight_quants_pair(k, row, row + half);
             const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
-            acc[j] = _mm512_fmadd_ps(PAIR_SCALE(dlo, dhi, j), _mm512_cvtepi32_ps(lanes), acc[j]);
+            acc[j] = _mm512_fmadd_ps(pair_scale(dlo, dhi, j), _mm512_cvtepi32_ps(lanes), acc[j]);
         }
     }
     /* wf_hsum_ps8 on both halves of every pair at once: (hi + lo) of the 128-bit quarters, then
