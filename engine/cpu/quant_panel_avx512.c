@@ -178,6 +178,7 @@ PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
  * as in the panel kernel above: the two halves never mix. */
 
 #define MATVEC_PAIRS (WF_QUANT_MATVEC_ROWS / 2)
+_Static_assert(WF_QUANT_MATVEC_ROWS == 16, "a tile is one 16-lane gather and 8 register pairs");
 /* tiles of 16 rows ahead to prefetch (a tile is 16 consecutive rows, one contiguous range) */
 #define MATVEC_PREFETCH_TILES 2 /* 1, 2 and 4 measured alike in decode */
 
