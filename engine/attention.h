@@ -95,7 +95,7 @@ void wf_attn_group_avx2(const float *q, int n_q, int head_dim, float scale,
 #define WF_ATTN_PF_AHEAD 16
 /* Loops over heads and registers are unrolled so that the accumulators stay in registers
  * (kept in memory, every fma waits on a store-to-load round trip: measured 2.7x slower). */
-#define ATTN_UNROLL _Pragma("GCC unroll 4")
+#define WF_ATTN_UNROLL _Pragma("GCC unroll 4")
 
 /* hint 0: into L1 (read next), otherwise into L2 (read after the score phase) */
 static inline void wf_attn_prefetch_row(const uint16_t *r, int hd, int hint) {

@@ -115,9 +115,9 @@ scores_nh(int nh, int hd, const float *qf, float scale, const wf_attn_kv_view *k
                 wf_attn_prefetch_row(kv->v_rows[p + r], hd, 1); /* to L2: the output phase reads it */
                 const uint16_t *k = kv->k_rows[p + r];
                 __m256 kr[8];
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int i = 0; i < 8; i++) kr[i] = wf_attn_load_h8(k + 8 * i);
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++) rows[j][r] = row_lanes64(kr, qf + (size_t)j * 256);
             }
             for (int j = 0; j < nh; j++) {
@@ -197,26 +197,26 @@ out_nh(int nh, int hd, const wf_attn_kv_view *kv, int n_pos, const float *pf, si
                 /* slots l + 16 * pair and l + 16 * pair + 32 */
                 const int s0 = l + 16 * pair;
                 __m256 a[WF_ATTN_MAX_HEADS], b[WF_ATTN_MAX_HEADS];
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++) a[j] = b[j] = _mm256_setzero_ps();
                 for (int p = s0; p < n_pos; p += 64) {
                     __m256 v = wf_attn_load_h8(vr[p] + dc);
-                    ATTN_UNROLL
+                    WF_ATTN_UNROLL
                     for (int j = 0; j < nh; j++)
                         a[j] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(pf + (size_t)j * ld + p),
                                                a[j]);
                     if (p + 32 < n_pos) {
                         __m256 w = wf_attn_load_h8(vr[p + 32] + dc);
-                        ATTN_UNROLL
+                        WF_ATTN_UNROLL
                         for (int j = 0; j < nh; j++)
                             b[j] = _mm256_fmadd_ps(
                                 w, _mm256_broadcast_ss(pf + (size_t)j * ld + p + 32), b[j]);
                     }
                 }
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++) half[pair][j] = _mm256_add_ps(a[j], b[j]);
             }
-            ATTN_UNROLL
+            WF_ATTN_UNROLL
             for (int j = 0; j < nh; j++) t[j][l] = _mm256_add_ps(half[0][j], half[1][j]);
         }
         for (int j = 0; j < nh; j++) {

@@ -46,22 +46,22 @@ scores_nh(int nh, int hd, const float *qf, float scale, const wf_attn_kv_view *k
             wf_attn_prefetch_row(kv->v_rows[p], hd, 1);
             const uint16_t *k = kv->k_rows[p];
             __m512 acc[WF_ATTN_MAX_HEADS][4];
-            ATTN_UNROLL
+            WF_ATTN_UNROLL
             for (int j = 0; j < nh; j++)
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int i = 0; i < 4; i++) acc[j][i] = _mm512_setzero_ps();
             for (int c = 0; c < hd; c += 64) {
                 __m512 kr[4];
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int i = 0; i < 4; i++) kr[i] = load_h16(k + c + 16 * i);
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++)
-                    ATTN_UNROLL
+                    WF_ATTN_UNROLL
                     for (int i = 0; i < 4; i++)
                         acc[j][i] = _mm512_fmadd_ps(
                             kr[i], _mm512_loadu_ps(qf + (size_t)j * 256 + c + 16 * i), acc[j][i]);
             }
-            ATTN_UNROLL
+            WF_ATTN_UNROLL
             for (int j = 0; j < nh; j++)
                 rows[j][r] = fold_slots(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
         }
@@ -102,26 +102,26 @@ out_nh(int nh, int hd, const wf_attn_kv_view *kv, int n_pos, const float *pf, si
             for (int pair = 0; pair < 2; pair++) {
                 const int s0 = l + 16 * pair; /* slots s0 and s0 + 32 */
                 __m512 a[WF_ATTN_MAX_HEADS], b[WF_ATTN_MAX_HEADS];
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++) a[j] = b[j] = _mm512_setzero_ps();
                 for (int p = s0; p < n_pos; p += 64) {
                     __m512 v = load_h16(vr[p] + dc);
-                    ATTN_UNROLL
+                    WF_ATTN_UNROLL
                     for (int j = 0; j < nh; j++)
                         a[j] = _mm512_fmadd_ps(v, _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p]),
                                                a[j]);
                     if (p + 32 < n_pos) {
                         __m512 w = load_h16(vr[p + 32] + dc);
-                        ATTN_UNROLL
+                        WF_ATTN_UNROLL
                         for (int j = 0; j < nh; j++)
                             b[j] = _mm512_fmadd_ps(
                                 w, _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p + 32]), b[j]);
                     }
                 }
-                ATTN_UNROLL
+                WF_ATTN_UNROLL
                 for (int j = 0; j < nh; j++) half[pair][j] = _mm512_add_ps(a[j], b[j]);
             }
-            ATTN_UNROLL
+            WF_ATTN_UNROLL
             for (int j = 0; j < nh; j++) t[j][l] = _mm512_add_ps(half[0][j], half[1][j]);
         }
         for (int j = 0; j < nh; j++) {

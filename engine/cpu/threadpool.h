@@ -17,8 +17,8 @@ typedef struct wf_threadpool wf_threadpool;
 #define WF_THREADPOOL_MAX_THREADS 256
 
 /* Creates a pool of n_threads threads in total, counting the caller (so n_threads - 1 workers
- * are started). 0 = one per online core; values are capped at WF_THREADPOOL_MAX_THREADS. NULL if an allocation or
- * pthread_create failed (nothing is leaked). */
+ * are started). 0 = one per online core; values are capped at WF_THREADPOOL_MAX_THREADS. NULL
+ * if an allocation or pthread_create failed (nothing is leaked). */
 wf_threadpool *wf_threadpool_new(int n_threads);
 
 /* Stops and joins the workers and frees the pool. NULL is a no-op. Not concurrently with run(). */
