@@ -1,10 +1,12 @@
 /* weft-bench-kernels: memory bandwidth vs Q4_1 matrix-vector (and batched) throughput of the
  * CPU kernels, at 1..N threads, for a weight matrix that lives in DRAM and one that fits the
- * last-level cache (the default model's ~90 MB of Q4_1 weights do on big-L3 servers).
+ * last-level cache (the default model's ~90 MB of Q4_1 weights do on big-L3 servers), and the
+ * compute ceiling of bit-exact block-quant kernels (mac_ceiling.c) to hold the batched rate to.
  *
  *     weft-bench-kernels [--threads N] [--dram-mb MB] [--llc-mb MB] [--seconds S]
  *
- * GB/s = bytes of weights (or of the buffer) read per second. Not part of ctest. */
+ * GB/s = bytes of weights (or of the buffer) read per second; GMAC/s = multiply-adds per
+ * second (weight rows x k x tokens). Not part of ctest. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/quant.h"
 #include "engine/cpu/threadpool.h"
+#include "mac_ceiling.h"
 
 static double now(void) {
     struct timespec ts;
@@ -147,7 +150,7 @@ int main(int argc, char **argv) {
     printf("isa %s (vnni %d); Q4_1 k=%d; DRAM set %.0f MB, LLC set %.0f MB\n\n",
            wf_cpu_isa_name(wf_cpu_features_get()->isa), wf_cpu_features_get()->avx512vnni, k,
            dram_mb, llc_mb);
-    printf("| threads | kernel | working set | m | GB/s (wall) | GB/s (per CPU-busy time) | ms/call (wall) | rows x tokens / CPU-s |\n");
+    printf("| threads | kernel | working set | m | GB/s (wall) | GB/s (per CPU-busy time) | ms/call (wall) | GMAC/s (wall) |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     for (int nt = 1; nt <= max_threads; nt++) {
         wf_threadpool *pool = wf_threadpool_new(nt);
@@ -158,14 +161,17 @@ int main(int argc, char **argv) {
             printf("| %d | stream read | %.0f MB | - | %.1f | %.1f | - | - |\n", nt, sets[si], r.wall_gbs, r.cpu_gbs);
         }
         rate r = bench_matmul(pool, w_dram, n_dram, k, 1, seconds);
-        printf("| %d | q4_1 matvec | %.0f MB | 1 | %.1f | %.1f | %.2f | %.3g |\n", nt, dram_mb, r.wall_gbs,
-               r.cpu_gbs, r.per_call * 1e3, r.cpu_gbs * 1e9 / (double)rb);
+        printf("| %d | q4_1 matvec | %.0f MB | 1 | %.1f | %.1f | %.2f | %.1f |\n", nt, dram_mb, r.wall_gbs,
+               r.cpu_gbs, r.per_call * 1e3, (double)n_dram * k / r.per_call / 1e9);
         const int ms[] = {1, 8, 32};
         for (int mi = 0; mi < 3; mi++) {
             r = bench_matmul(pool, w_llc, n_llc, k, ms[mi], seconds);
-            printf("| %d | q4_1 matmul | %.0f MB | %d | %.1f | %.1f | %.2f | %.3g |\n", nt, llc_mb, ms[mi],
-                   r.wall_gbs, r.cpu_gbs, r.per_call * 1e3, r.cpu_gbs * 1e9 / (double)rb * ms[mi]);
+            printf("| %d | q4_1 matmul | %.0f MB | %d | %.1f | %.1f | %.2f | %.1f |\n", nt, llc_mb, ms[mi],
+                   r.wall_gbs, r.cpu_gbs, r.per_call * 1e3, (double)n_llc * k * ms[mi] / r.per_call / 1e9);
         }
+        const double ceiling = wf_bench_mac_ceiling(pool, seconds);
+        if (ceiling > 0)
+            printf("| %d | ggml-order ceiling (mac_ceiling.c) | L1 | - | - | - | - | %.1f |\n", nt, ceiling / 1e9);
         wf_threadpool_free(pool);
     }
     free(w_dram);

@@ -27,10 +27,30 @@
  * prefetcher alone (1024-4096 alike) */
 #define PANEL_PREFETCH 2048
 
+/* Whether Q4_0/Q4_1 quants keep their high nibbles in place: a block's 16 bytes AND-ed with
+ * 0x0f give its first 16 quants, AND-ed with 0xf0 its last 16 times 16, one operation instead
+ * of a shift and an AND. The int32 lanes of the last 16 (lanes 4-7 of each row's eight) are
+ * then 16 times ggml's, and their scale is taken as dx * dy / 16: exactly ggml's product
+ * divided by a power of two, since both scales are halves and their product is a normal float
+ * or zero, so fma(d / 16, 16 * lanes, acc) rounds as fma(d, lanes, acc). Only with VNNI:
+ * maddubs would saturate its pairs of 240 * 127. */
+static WF_INLINE bool high_nibbles_in_place(wf_tile_kind k, bool vnni) {
+    return vnni && (k == WF_TK_Q4_0 || k == WF_TK_Q4_1);
+}
+
+/* Per 128-bit quarter: 1 where the lanes hold their true products, 1/16 where they hold 16x. */
+static WF_INLINE __m512 high_nibble_scale(void) {
+    return _mm512_castsi512_ps(_mm512_set_epi64(0x3d8000003d800000, 0x3d8000003d800000,
+                                                0x3f8000003f800000, 0x3f8000003f800000,
+                                                0x3d8000003d800000, 0x3d8000003d800000,
+                                                0x3f8000003f800000, 0x3f8000003f800000));
+}
+
 /* Quants of one block of two rows (lanes 0-7: row a; 8-15: row b; b = NULL: a in both), as
- * unsigned bytes: 0..15 / 0..31 for the 4/5-bit types, q + 128 for Q8_0; the offsets are
- * removed through the int32 lanes' starting values. */
-static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, const char *a, const char *b) {
+ * unsigned bytes: 0..15 / 0..31 for the 4/5-bit types (the last 16 times 16 where
+ * high_nibbles_in_place), q + 128 for Q8_0; the offsets are removed through the int32 lanes'
+ * starting values. */
+static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, bool vnni, const char *a, const char *b) {
     const size_t qs_at = k == WF_TK_Q4_0   ? offsetof(wf_block_q4_0, qs)
                          : k == WF_TK_Q4_1 ? offsetof(wf_block_q4_1, qs)
                          : k == WF_TK_Q5_0 ? offsetof(wf_block_q5_0, qs)
@@ -41,9 +61,14 @@ static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, const char *a, const
         if (b) q = _mm512_inserti64x4(q, _mm256_loadu_si256((const void *)(b + qs_at)), 1);
         return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
     }
-    /* [a's 16 bytes, a's, b's, b's]; the second copy of each shifted down by 4 */
+    /* [a's 16 bytes, a's, b's, b's]; the second copy of each for the high nibbles */
     __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)(a + qs_at)));
     if (b) t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const void *)(b + qs_at)));
+    if (high_nibbles_in_place(k, vnni))
+        return _mm512_and_si512(t, _mm512_set_epi64(-0x0f0f0f0f0f0f0f10, -0x0f0f0f0f0f0f0f10,
+                                                    0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f,
+                                                    -0x0f0f0f0f0f0f0f10, -0x0f0f0f0f0f0f0f10,
+                                                    0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f));
     t = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
     __m512i q = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
     if (k == WF_TK_Q5_0 || k == WF_TK_Q5_1) {
@@ -104,7 +129,7 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
             if (has_min)
                 summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(wsc)),
                                            _mm256_loadu_ps(pb->s), summs[r]);
-            const __m512i wq = weight_quants_pair(k, blk, NULL);
+            const __m512i wq = weight_quants_pair(k, false, blk, NULL);
             WF_UNROLL
             for (int j = 0; j < NP; j++) {
                 const __m512i yq = _mm512_loadu_si512((const void *)pb->qs[2 * j]);
@@ -228,16 +253,26 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         /* the offset types' weights are unsigned q + offset: start each int32 lane at
          * -offset * (sum of its 4 activation bytes) to land on ggml's signed products */
         __m512i start = _mm512_setzero_si512();
-        if (offset)
-            start = _mm512_sub_epi32(start, dot_u8i8_acc(_mm512_setzero_si512(),
-                                                         _mm512_set1_epi8((char)offset), yq, vnni));
+        if (offset) {
+            /* 16x for the lanes of high nibbles kept in place */
+            const __m512i offsets =
+                high_nibbles_in_place(k, vnni)
+                    ? _mm512_mask_blend_epi64(0xCC, _mm512_set1_epi8((char)offset),
+                                              _mm512_set1_epi8((char)(16 * offset)))
+                    : _mm512_set1_epi8((char)offset);
+            start = _mm512_sub_epi32(start, dot_u8i8_acc(_mm512_setzero_si512(), offsets, yq, vnni));
+        }
         /* d (and m) of all 16 rows' blocks */
         const __m512i dm = _mm512_i32gather_epi32(row_at, (const void *)blk, 1);
         const __m512 xd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
         /* dx * dy for each row, rounded once as ggml's scalar product */
         const __m512 dprod = _mm512_mul_ps(xd, _mm512_broadcastss_ps(ysc));
-        const __m512 dlo = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(2, 2, 0, 0));
-        const __m512 dhi = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(3, 3, 1, 1));
+        __m512 dlo = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(2, 2, 0, 0));
+        __m512 dhi = _mm512_shuffle_f32x4(dprod, dprod, _MM_SHUFFLE(3, 3, 1, 1));
+        if (high_nibbles_in_place(k, vnni)) {
+            dlo = _mm512_mul_ps(dlo, high_nibble_scale());
+            dhi = _mm512_mul_ps(dhi, high_nibble_scale());
+        }
         if (has_min) {
             const __m512 xm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
             summs = _mm512_fmadd_ps(xm, _mm512_broadcastss_ps(_mm_movehdup_ps(ysc)), summs);
@@ -245,7 +280,7 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         const char *row = blk;
         WF_UNROLL
         for (int j = 0; j < MATVEC_PAIRS; j++, row += bx) {
-            const __m512i wq = weight_quants_pair(k, row, row + half);
+            const __m512i wq = weight_quants_pair(k, vnni, row, row + half);
             const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
             acc[j] = _mm512_fmadd_ps(pair_scale(dlo, dhi, j), _mm512_cvtepi32_ps(lanes), acc[j]);
         }

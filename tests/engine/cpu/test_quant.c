@@ -296,7 +296,7 @@ START_TEST(test_wide_kernels) {
                 ops->from_float(f, w + (size_t)r * bx, n);
             }
             for (int c = 0; c < WF_QUANT_PANEL_ROWS; c++) {
-                fill(f, n, c % 2 ? 4 : 1, 600 + c);
+                fill(f, n, c % 3 == 0 ? 1 : c % 3 == 1 ? 4 : 5, 600 + c); /* 5: tiny scales */
                 act->from_float(f, a + (size_t)c * by, n);
             }
             float one[WF_QUANT_PANEL_ROWS][ROWS];
