@@ -65,7 +65,6 @@ typedef struct mm_ctx {
     size_t xq_row;
     char *panels; /* NULL: tiles; else ceil(m / 8) panels of panel_bytes */
     size_t panel_bytes;
-    wf_ggml_type wtype;
     int k, m;
     int rows_per_chunk, n_chunks;
     chunk_range *ranges; /* one per thread */
@@ -84,8 +83,8 @@ static void prepare_panels(mm_ctx *c, int p0, int p1) {
         int i1 = i0 + WF_QUANT_PANEL_ROWS < c->m ? i0 + WF_QUANT_PANEL_ROWS : c->m;
         quantise_rows(c, i0, i1);
         if (c->panels)
-            wf_quant_panel_pack(c->wtype, c->xq_out + (size_t)i0 * c->xq_row, c->xq_row, i1 - i0,
-                                c->k, c->panels + (size_t)p * c->panel_bytes);
+            c->ops->panel_pack(c->xq_out + (size_t)i0 * c->xq_row, c->xq_row, i1 - i0, c->k,
+                               c->panels + (size_t)p * c->panel_bytes);
     }
 }
 
@@ -241,7 +240,6 @@ void wf_matmul_multi(wf_threadpool *pool, wf_ggml_type wtype, int k, const float
             uintptr_t end = (uintptr_t)scratch + (size_t)m * c.xq_row;
             c.panels = (char *)((end + PANEL_ALIGN - 1) / PANEL_ALIGN * PANEL_ALIGN);
             c.panel_bytes = wf_quant_panel_size(wtype, k);
-            c.wtype = wtype;
         }
         if (m >= MIN_QUANT_ROWS_PARALLEL && nth > 1)
             wf_threadpool_run(pool, quantise_task, &c);

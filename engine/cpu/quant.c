@@ -17,7 +17,10 @@ static void overlay(wf_quant_ops *dst, const wf_quant_ops *src) {
         if (src[t].vec_dot) dst[t].vec_dot = src[t].vec_dot;
         if (src[t].from_float_ref) dst[t].from_float_ref = src[t].from_float_ref;
         if (src[t].vec_dot_tile) dst[t].vec_dot_tile = src[t].vec_dot_tile;
-        if (src[t].panel_dot) dst[t].panel_dot = src[t].panel_dot;
+        if (src[t].panel_dot) {
+            dst[t].panel_dot = src[t].panel_dot;
+            dst[t].panel_pack = src[t].panel_pack;
+        }
         if (src[t].matvec) dst[t].matvec = src[t].matvec;
     }
 }

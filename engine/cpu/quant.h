@@ -60,10 +60,14 @@ typedef struct wf_quant_ops {
                          size_t by, int nr, int nc);
     /* Optional (NULL: no panel path). nr <= WF_QUANT_TILE_NR rows of this type (row r at
      * x + r*bx) times the nc <= WF_QUANT_PANEL_ROWS activation rows of one panel packed by
-     * wf_quant_panel_pack: s[c*ss + r] = dot(x row r, activation row c), each bit-identical to
-     * vec_dot. The fastest batched path where it exists (AVX-512). */
+     * panel_pack: s[c*ss + r] = dot(x row r, activation row c), each bit-identical to vec_dot.
+     * The fastest batched path where it exists (AVX-512). */
     void (*panel_dot)(int n, float *s, size_t ss, const void *x, size_t bx, const void *panel,
                       int nr, int nc);
+    /* Set with panel_dot: packs nrows <= WF_QUANT_PANEL_ROWS activation rows of n elements,
+     * already quantised to vec_dot_type (row i at xq + i*xq_row), into one panel of
+     * wf_quant_panel_size bytes at a 64-byte aligned address; missing rows are zeros. */
+    void (*panel_pack)(const void *xq, size_t xq_row, int nrows, int n, void *panel);
     /* Optional (NULL: vec_dot_tile or vec_dot per row). nr rows of this type, nr a multiple of
      * WF_QUANT_MATVEC_ROWS (row r at x + r*bx), times one row y of vec_dot_type:
      * s[r] = dot(x row r, y), each bit-identical to vec_dot. The decode (m = 1) path. */
@@ -78,11 +82,6 @@ typedef struct wf_quant_ops {
 /* Bytes of one panel of WF_QUANT_PANEL_ROWS activation rows of k elements, packed for weights
  * of type wtype; 0 if wtype has no panel layout (only the 32-element block types have one). */
 size_t wf_quant_panel_size(wf_ggml_type wtype, int k);
-
-/* Packs nrows <= WF_QUANT_PANEL_ROWS activation rows, already quantised to wtype's vec_dot type
- * (row i at xq + i * xq_row), into one panel for wtype's panel_dot; missing rows are zeros. */
-void wf_quant_panel_pack(wf_ggml_type wtype, const void *xq, size_t xq_row, int nrows, int k,
-                         void *panel);
 
 /* Best ISA path for this CPU (after the WEFT_CPU_ISA cap); NULL if the type is unsupported. */
 const wf_quant_ops *wf_quant_ops_get(wf_ggml_type t);

@@ -49,24 +49,37 @@ _Static_assert(sizeof(wf_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(wf_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(wf_block_q8_K) == 292, "q8_K layout");
 
-/* A panel (wf_quant_panel_pack) holds WF_QUANT_PANEL_ROWS activation rows block by block, so
- * that the AVX-512 kernels read two rows' quants with one 64-byte load and all rows' scales
- * with one vector load. Per 32-element block: */
+/* A panel (wf_quant_ops.panel_pack) holds WF_QUANT_PANEL_ROWS activation rows block by block,
+ * laid out for the AVX-512 panel kernels: two rows' quants in one 64-byte load, and for each
+ * pair of rows the 16 lane scales of the register that holds them, so that a kernel forms a
+ * register's dx * dy with one multiply. Per 32-element block: */
 typedef struct {
     int8_t qs[WF_QUANT_PANEL_ROWS][WF_QK]; /* the rows' quants */
-    float d[WF_QUANT_PANEL_ROWS];          /* their scales, as floats (exact) */
-    float s[WF_QUANT_PANEL_ROWS];          /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: 0 */
+    /* pair j: row 2j's d in lanes 0-7, row 2j+1's in lanes 8-15 (floats, exact); divided by
+     * 16 in lanes 4-7 and 12-15 where the kernel keeps high nibbles in place (see
+     * quant_panel_avx512.c), which leaves every product dx * dy exact */
+    float scale[WF_QUANT_PANEL_ROWS / 2][16];
+    float s[WF_QUANT_PANEL_ROWS]; /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: 0 */
+    float pad[WF_QUANT_PANEL_ROWS];
 } wf_panel_block;
 /* followed, for weight types whose quants carry an offset (Q4_0: 8, Q5_0: 16, Q8_0 stored with
- * +128 to make it unsigned), by int32 offset * (sum of quants 4j..4j+3) for each row and j < 8:
- * subtracting it from the unsigned-by-signed dot product gives ggml's signed int32 lanes. */
+ * +128 to make it unsigned), by the starting value of each int32 lane of pair j (lanes as in
+ * scale): -offset * (sum of the 4 activation quants the lane multiplies), 16 times that where
+ * high nibbles are kept in place. Accumulating the unsigned-by-signed dot product onto it
+ * gives ggml's signed int32 lanes. */
 typedef struct {
-    int32_t lanes[WF_QUANT_PANEL_ROWS][8];
+    int32_t start[WF_QUANT_PANEL_ROWS / 2][16];
 } wf_panel_offsets;
 _Static_assert(sizeof(wf_panel_block) % 64 == 0, "panel blocks keep 64-byte alignment");
 
 /* The offset of wtype's quants as above (0: none; -1: wtype has no panel layout). */
 int wf_quant_panel_offset(wf_ggml_type wtype);
+
+/* Packs nrows <= WF_QUANT_PANEL_ROWS activation rows, already quantised to wtype's vec_dot type
+ * (row i at xq + i * xq_row), into one panel (wf_quant_panel_size bytes, 64-byte aligned);
+ * missing rows are zeros. high_nibbles_in_place: the layout of the Q4_0/Q4_1 VNNI kernels. */
+void wf_quant_panel_pack_layout(wf_ggml_type wtype, bool high_nibbles_in_place, const void *xq,
+                                size_t xq_row, int nrows, int k, void *panel);
 
 void wf_quant_fill_scalar(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
 void wf_quant_fill_scalar_k(wf_quant_ops ops[WF_GGML_TYPE_COUNT]); /* K-quants */

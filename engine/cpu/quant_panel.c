@@ -23,8 +23,8 @@ size_t wf_quant_panel_size(wf_ggml_type wtype, int k) {
     return (size_t)(k / WF_QK) * per_block;
 }
 
-void wf_quant_panel_pack(wf_ggml_type wtype, const void *xq, size_t xq_row, int nrows, int k,
-                         void *panel) {
+void wf_quant_panel_pack_layout(wf_ggml_type wtype, bool high_nibbles_in_place, const void *xq,
+                                size_t xq_row, int nrows, int k, void *panel) {
     const int offset = wf_quant_panel_offset(wtype);
     const bool q8_1 = wtype == WF_GGML_TYPE_Q4_1 || wtype == WF_GGML_TYPE_Q5_1;
     const size_t in_block = q8_1 ? sizeof(wf_block_q8_1) : sizeof(wf_block_q8_0);
@@ -34,24 +34,28 @@ void wf_quant_panel_pack(wf_ggml_type wtype, const void *xq, size_t xq_row, int 
         memset(pb, 0, sizeof *pb);
         for (int r = 0; r < nrows; r++) {
             const unsigned char *blk = (const unsigned char *)xq + (size_t)r * xq_row + (size_t)i * in_block;
+            float d;
             if (q8_1) {
                 const wf_block_q8_1 *b = (const void *)blk;
                 memcpy(pb->qs[r], b->qs, WF_QK);
-                pb->d[r] = wf_fp16_to_fp32(b->d);
+                d = wf_fp16_to_fp32(b->d);
                 pb->s[r] = wf_fp16_to_fp32(b->s);
             } else {
                 const wf_block_q8_0 *b = (const void *)blk;
                 memcpy(pb->qs[r], b->qs, WF_QK);
-                pb->d[r] = wf_fp16_to_fp32(b->d);
+                d = wf_fp16_to_fp32(b->d);
             }
+            for (int lane = 0; lane < 8; lane++)
+                pb->scale[r / 2][8 * (r % 2) + lane] = high_nibbles_in_place && lane >= 4 ? d / 16 : d;
         }
         out += sizeof *pb;
         if (offset) {
             wf_panel_offsets *po = (wf_panel_offsets *)(void *)out;
             for (int r = 0; r < WF_QUANT_PANEL_ROWS; r++)
-                for (int j = 0; j < 8; j++) {
-                    const int8_t *q = pb->qs[r] + 4 * j;
-                    po->lanes[r][j] = offset * (q[0] + q[1] + q[2] + q[3]);
+                for (int lane = 0; lane < 8; lane++) {
+                    const int8_t *q = pb->qs[r] + 4 * lane;
+                    const int scaled = high_nibbles_in_place && lane >= 4 ? 16 * offset : offset;
+                    po->start[r / 2][8 * (r % 2) + lane] = -scaled * (q[0] + q[1] + q[2] + q[3]);
                 }
             out += sizeof *po;
         }

@@ -99,11 +99,6 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
     const size_t pbs = sizeof(wf_panel_block) + (has_offset ? sizeof(wf_panel_offsets) : 0);
     const char *x = vx;
     const unsigned char *p = panel;
-    /* scale index per pair: lanes 0-7 take entry 2j, lanes 8-15 entry 2j+1 */
-    __m512i pair_index[PANEL_PAIRS];
-    WF_UNROLL
-    for (int j = 0; j < NP; j++)
-        pair_index[j] = _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
     __m512 acc[WF_QUANT_TILE_NR][PANEL_PAIRS];
     __m256 summs[WF_QUANT_TILE_NR]; /* lane c: the sum of m * s of output (r, c) */
     WF_UNROLL
@@ -115,8 +110,6 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
     for (int i = 0; i < n / WF_QK; i++, p += pbs) {
         const wf_panel_block *pb = (const wf_panel_block *)(const void *)p;
         const wf_panel_offsets *po = (const wf_panel_offsets *)(const void *)(p + sizeof *pb);
-        const __m256 yd = _mm256_loadu_ps(pb->d);
-        __m512i lanes[PANEL_PAIRS];
         WF_UNROLL
         for (int r = 0; r < NR; r++) {
             const char *blk = x + (size_t)r * bx + (size_t)i * wbs;
@@ -124,20 +117,20 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
             int32_t dm;
             memcpy(&dm, blk, sizeof dm); /* d (and m) are the block's first halves */
             const __m128 wsc = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
-            /* dx * dy for the 8 outputs of this row, each rounded once as ggml's scalar product */
-            const __m256 dprod = _mm256_mul_ps(_mm256_broadcastss_ps(wsc), yd);
+            const __m512 dx = _mm512_broadcastss_ps(wsc);
             if (has_min)
                 summs[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(wsc)),
-                                           _mm256_loadu_ps(pb->s), summs[r]);
-            const __m512i wq = weight_quants_pair(k, false, blk, NULL);
+                                           _mm256_load_ps(pb->s), summs[r]);
+            const __m512i wq = weight_quants_pair(k, vnni, blk, NULL);
             WF_UNROLL
             for (int j = 0; j < NP; j++) {
-                const __m512i yq = _mm512_loadu_si512((const void *)pb->qs[2 * j]);
-                lanes[j] = dot_u8i8_acc(_mm512_setzero_si512(), wq, yq, vnni);
-                if (has_offset)
-                    lanes[j] = _mm512_sub_epi32(lanes[j], _mm512_loadu_si512((const void *)po->lanes[2 * j]));
-                const __m512 d = _mm512_permutexvar_ps(pair_index[j], _mm512_castps256_ps512(dprod));
-                acc[r][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes[j]), acc[r][j]);
+                const __m512i yq = _mm512_load_si512((const void *)pb->qs[2 * j]);
+                const __m512i start = has_offset ? _mm512_load_si512((const void *)po->start[j])
+                                                 : _mm512_setzero_si512();
+                const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
+                /* dx * dy of both outputs, each rounded once as ggml's scalar product */
+                const __m512 d = _mm512_mul_ps(dx, _mm512_load_ps(pb->scale[j]));
+                acc[r][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[r][j]);
             }
         }
     }
@@ -159,9 +152,9 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
     }
 }
 
-/* Instantiates <name>_panel_dot: full 4-row tiles, single rows for the rest; as many pairs as
- * the panel has rows. */
-#define PANEL_DEFINE(name, k, vnni)                                                              \
+/* Instantiates <name>_panel_dot (full 4-row tiles, single rows for the rest; as many pairs as
+ * the panel has rows) and <name>_panel_pack, the layout it reads. */
+#define PANEL_DEFINE(name, type, k, vnni)                                                        \
     static void name##_panel_dot(int n, float *s, size_t ss, const void *x, size_t bx,           \
                                  const void *panel, int nr, int nc) {                            \
         const int np = (nc + 1) / 2;                                                             \
@@ -181,17 +174,21 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
             }                                                                                    \
             r += rows;                                                                           \
         }                                                                                        \
+    }                                                                                            \
+    static void name##_panel_pack(const void *xq, size_t xq_row, int nrows, int n, void *panel) { \
+        wf_quant_panel_pack_layout(type, high_nibbles_in_place(k, vnni), xq, xq_row, nrows, n,   \
+                                   panel);                                                       \
     }
 
-PANEL_DEFINE(q4_0, WF_TK_Q4_0, false)
-PANEL_DEFINE(q4_1, WF_TK_Q4_1, false)
-PANEL_DEFINE(q5_0, WF_TK_Q5_0, false)
-PANEL_DEFINE(q5_1, WF_TK_Q5_1, false)
-PANEL_DEFINE(q4_0_vnni, WF_TK_Q4_0, true)
-PANEL_DEFINE(q4_1_vnni, WF_TK_Q4_1, true)
-PANEL_DEFINE(q5_0_vnni, WF_TK_Q5_0, true)
-PANEL_DEFINE(q5_1_vnni, WF_TK_Q5_1, true)
-PANEL_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
+PANEL_DEFINE(q4_0, WF_GGML_TYPE_Q4_0, WF_TK_Q4_0, false)
+PANEL_DEFINE(q4_1, WF_GGML_TYPE_Q4_1, WF_TK_Q4_1, false)
+PANEL_DEFINE(q5_0, WF_GGML_TYPE_Q5_0, WF_TK_Q5_0, false)
+PANEL_DEFINE(q5_1, WF_GGML_TYPE_Q5_1, WF_TK_Q5_1, false)
+PANEL_DEFINE(q4_0_vnni, WF_GGML_TYPE_Q4_0, WF_TK_Q4_0, true)
+PANEL_DEFINE(q4_1_vnni, WF_GGML_TYPE_Q4_1, WF_TK_Q4_1, true)
+PANEL_DEFINE(q5_0_vnni, WF_GGML_TYPE_Q5_0, WF_TK_Q5_0, true)
+PANEL_DEFINE(q5_1_vnni, WF_GGML_TYPE_Q5_1, WF_TK_Q5_1, true)
+PANEL_DEFINE(q8_0_vnni, WF_GGML_TYPE_Q8_0, WF_TK_Q8_0, true)
 
 /* ---- matrix-vector: 16 weight rows against one activation row (the decode case) ---------
  *
@@ -319,12 +316,19 @@ MATVEC_DEFINE(q5_1_vnni, WF_TK_Q5_1, true)
 MATVEC_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
 
 void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni) {
-    ops[WF_GGML_TYPE_Q4_0].panel_dot = vnni ? q4_0_vnni_panel_dot : q4_0_panel_dot;
-    ops[WF_GGML_TYPE_Q4_1].panel_dot = vnni ? q4_1_vnni_panel_dot : q4_1_panel_dot;
-    ops[WF_GGML_TYPE_Q5_0].panel_dot = vnni ? q5_0_vnni_panel_dot : q5_0_panel_dot;
-    ops[WF_GGML_TYPE_Q5_1].panel_dot = vnni ? q5_1_vnni_panel_dot : q5_1_panel_dot;
+#define SET_PANEL(type, name)                                                                    \
+    do {                                                                                         \
+        ops[type].panel_dot = vnni ? name##_vnni_panel_dot : name##_panel_dot;                    \
+        ops[type].panel_pack = vnni ? name##_vnni_panel_pack : name##_panel_pack;                 \
+    } while (0)
+    SET_PANEL(WF_GGML_TYPE_Q4_0, q4_0);
+    SET_PANEL(WF_GGML_TYPE_Q4_1, q4_1);
+    SET_PANEL(WF_GGML_TYPE_Q5_0, q5_0);
+    SET_PANEL(WF_GGML_TYPE_Q5_1, q5_1);
+#undef SET_PANEL
     /* without VNNI, Q8_0's unsigned q + 128 would saturate maddubs' pair sums: tiles only */
     ops[WF_GGML_TYPE_Q8_0].panel_dot = vnni ? q8_0_vnni_panel_dot : NULL;
+    ops[WF_GGML_TYPE_Q8_0].panel_pack = vnni ? q8_0_vnni_panel_pack : NULL;
     ops[WF_GGML_TYPE_Q4_0].matvec = vnni ? q4_0_vnni_matvec : q4_0_matvec;
     ops[WF_GGML_TYPE_Q4_1].matvec = vnni ? q4_1_vnni_matvec : q4_1_matvec;
     ops[WF_GGML_TYPE_Q5_0].matvec = vnni ? q5_0_vnni_matvec : q5_0_matvec;

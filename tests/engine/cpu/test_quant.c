@@ -321,7 +321,7 @@ START_TEST(test_wide_kernels) {
             if (wide[t].panel_dot) {
                 void *panel = aligned_alloc(64, (wf_quant_panel_size(t, n) + 63) / 64 * 64);
                 for (int nc = 1; nc <= WF_QUANT_PANEL_ROWS; nc++) {
-                    wf_quant_panel_pack(t, a, by, nc, n, panel);
+                    wide[t].panel_pack(a, by, nc, n, panel);
                     for (int nr = 1; nr <= 9; nr++) {
                         float out[WF_QUANT_PANEL_ROWS][ROWS];
                         memset(out, 0xff, sizeof out);
