@@ -102,7 +102,8 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
                               .n_kv_heads = m->hp.n_head_kv,
                               .head_dim = m->hp.head_dim,
                               .n_embd = m->hp.n_embd,
-                              .weight_bytes = m->weight_bytes};
+                              .weight_bytes = m->weight_bytes,
+                              .matmul_macs = m->matmul_macs};
     WF_LOG_INFO("engine", NULL, "loaded %s (%s): %d layers, %d heads (%d kv), %zu MiB weights, "
                 "%d threads, %zu MiB activations", m->name, m->arch_name, m->hp.n_layer,
                 m->hp.n_head, m->hp.n_head_kv, m->weight_bytes >> 20,

@@ -55,6 +55,7 @@ typedef struct wf_model_info {
     int head_dim;
     int n_embd;
     size_t weight_bytes; /* bytes of all tensors the forward pass reads */
+    int64_t matmul_macs; /* multiply-adds per token in the weight matmuls, output included */
 } wf_model_info;
 
 /* Defaults: n_threads 0, max_batch_tokens 512, max_seqs 64, chat_format NULL. */

@@ -191,6 +191,7 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
                          err, errlen)) != WF_OK)
         return st;
     m->weight_bytes = m->tok_embd.bytes + m->output_norm.bytes;
+    m->matmul_macs = E * hp->n_vocab;
     if (!m->output.data) {
         /* tied: the embedding matrix must also work as a matmul weight */
         if ((st = get_weight(m, "token_embd.weight", E, hp->n_vocab, W_MATMUL, false,
@@ -235,6 +236,7 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
                                  spec[i].optional, spec[i].w, err, errlen)) != WF_OK)
                 return st;
             m->weight_bytes += spec[i].w->bytes;
+            if (spec[i].kind == W_MATMUL) m->matmul_macs += spec[i].ne0 * spec[i].ne1;
         }
         if (L->bq.data) m->hp.qkv_bias = true;
     }

@@ -82,6 +82,7 @@ typedef struct wf_model {
     wf_weight rope_freqs;  /* F32 [n_rot/2] llama3 frequency factors, or absent */
     wf_layer_weights *layers;
     size_t weight_bytes;   /* bytes the forward pass reads per token (tied output counted once) */
+    int64_t matmul_macs;   /* multiply-adds per token in the weight matmuls (output included) */
 } wf_model;
 
 /* Opens `path` and loads the model. WF_OK and *out (free with wf_model_free), or the status

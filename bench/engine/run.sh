@@ -2,7 +2,8 @@
 # weft vs llama.cpp on one model: prefill tokens/s (512-token prompt), aggregate decode
 # tokens/s at batch 1, 8 and 32, read bandwidth (1 GiB, and a model-sized set read over and
 # over), single-stream decode as a share of the bandwidth roofline (the larger bandwidth /
-# weight bytes per token), peak resident memory.
+# weight bytes per token), the multiply-add ceiling of bit-exact kernels and the batch-32 rate
+# it bounds (bench/kernels/mac_ceiling.c), peak resident memory.
 #
 #   bench/engine/run.sh [MODEL] [THREADS] [BUILD_DIR]
 #
@@ -19,6 +20,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cmake --build "$build" --target weft_engine weft_kv weft_proto >/dev/null
 cc -O2 -std=gnu11 -I"$root" -o "$out/weft_engine_bench" "$here/weft_engine_bench.c" \
+   "$root/bench/kernels/mac_ceiling.c" \
    "$build/libweft_engine.a" "$build/libweft_kv.a" "$build/libweft_proto.a" -lm -lpthread
 "$out/weft_engine_bench" "$model" "$threads" 1 8 32 > "$out/weft.txt"
 python3 "$here/llama_bench.py" "$model" "$threads" 1 8 32 > "$out/llama.txt"
@@ -51,5 +53,14 @@ print("| batch-32 / batch-1 aggregate | %.2fx | %.2fx | |"
       % (w("decode_b32") / w("decode_b1"), l("decode_b32") / l("decode_b1")))
 print("| batch-1 decode, share of roofline | %.0f%% | %.0f%% | |"
       % (100 * w("decode_b1") / roof, 100 * l("decode_b1") / roof))
+ceiling = d.get(("machine", "mac_ceiling_gmacs"), 0)
+if ceiling > 0:
+    # batch 32 can go no faster than the matmuls' multiply-adds at the ceiling of bit-exact
+    # kernels (bench/kernels/mac_ceiling.c), with nothing else in the step
+    bound = ceiling * 1e9 / w("matmul_macs")
+    print("| batch-32 bound: MAC ceiling %.1f GMAC/s / %.1fM MACs per token | %.0f tok/s = %.2fx batch 1 | | |"
+          % (ceiling, w("matmul_macs") / 1e6, bound, bound / w("decode_b1")))
+    print("| batch-32 matmul rate, share of the MAC ceiling | %.0f%% | | |"
+          % (100 * w("decode_b32") * w("matmul_macs") / 1e9 / ceiling))
 print("| weft peak RSS | %.0f MiB | | |" % w("peak_rss_mib"))
 PY

@@ -1,7 +1,7 @@
 /* weft engine micro-benchmark (built by bench/engine/run.sh against a build tree):
  * prefill tokens/s of one 512-token prompt, aggregate decode tokens/s at several batch sizes,
- * this machine's streaming read bandwidth, and peak resident memory. One line of
- * "key value" pairs per measurement on stdout.
+ * this machine's streaming read bandwidth and multiply-add ceiling, and peak resident memory.
+ * One line of "key value" pairs per measurement on stdout.
  *
  *     weft_engine_bench MODEL THREADS [BATCH ...] */
 #include <pthread.h>
@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/kernels/mac_ceiling.h"
+#include "engine/cpu/threadpool.h"
 #include "engine/engine.h"
 #include "kv/kv_store.h"
 
@@ -163,6 +165,7 @@ int main(int argc, char **argv) {
     }
     const size_t weight_bytes = info->weight_bytes;
     printf("weft weight_bytes %zu\n", weight_bytes);
+    printf("weft matmul_macs %lld\n", (long long)info->matmul_macs);
     printf("weft peak_rss_mib %.1f\n", (double)peak_rss_kb() / 1024.0);
     free(bt);
     free(logits);
@@ -175,5 +178,10 @@ int main(int argc, char **argv) {
     printf("machine read_bandwidth_gbs %.2f\n", bandwidth_gbs(bw_threads, (size_t)1 << 30, 5));
     printf("machine model_set_bandwidth_gbs %.2f\n",
            bandwidth_gbs(bw_threads, weight_bytes, 40));
+    /* what batched decode is held to: the multiply-adds per second of bit-exact kernels with
+     * nothing but their arithmetic (0 without AVX-512 VNNI) */
+    wf_threadpool *pool = wf_threadpool_new(bw_threads);
+    if (pool) printf("machine mac_ceiling_gmacs %.2f\n", wf_bench_mac_ceiling(pool, 2.0) / 1e9);
+    wf_threadpool_free(pool);
     return 0;
 }

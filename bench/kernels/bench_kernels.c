@@ -18,7 +18,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/quant.h"
 #include "engine/cpu/threadpool.h"
-#include "mac_ceiling.h"
+#include "bench/kernels/mac_ceiling.h"
 
 static double now(void) {
     struct timespec ts;

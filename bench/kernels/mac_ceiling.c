@@ -10,7 +10,7 @@
  * Quants and scales come from a small buffer that stays in L1 and nothing is unpacked, so a
  * real kernel (which also unpacks nibbles, loads scales and streams weights) is slower. This is
  * the ceiling batched decode is held to when its tokens must match llama.cpp's bit for bit. */
-#include "mac_ceiling.h"
+#include "bench/kernels/mac_ceiling.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -52,6 +52,8 @@ START_TEST(test_default_model_hparams) {
     ck_assert((const char *)m->layers[3].wk.data > base &&
               (const char *)m->layers[3].wk.data < base + wf_gguf_size(m->gguf));
     ck_assert(m->weight_bytes > (80u << 20) && m->weight_bytes <= wf_gguf_size(m->gguf));
+    /* per layer q, o: 576x576; k, v: 576x192; gate, up, down: 576x1536; tied output 49152x576 */
+    ck_assert_int_eq(m->matmul_macs, 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536) + 49152 * 576);
     wf_model_free(m);
     wf_model_free(NULL);
 }
