@@ -2,9 +2,11 @@
  * one dpbusd forms both outputs' int32 lanes for a block, one conversion and one fused
  * multiply-add accumulate them.
  * - Panel kernels (batched): up to 4 weight rows against the 8 activation rows of one panel
- *   (quant_impl.h); a register holds one weight row against two activation rows, and every
- *   per-row or per-block cost (unpacking a weight block, its scales, the activation scales) is
- *   paid once for 8 outputs.
+ *   (quant_impl.h); a register holds one weight row against two activation rows. Unpacking a
+ *   weight block and its scales is paid once for 8 outputs; the panel carries each register's
+ *   16 activation scales and int32 starting values ready to use, so per register and block
+ *   the kernel issues only dpbusd, one multiply for dx * dy, the conversion and the fma (the
+ *   floor of bench/kernels/mac_ceiling.c).
  * - Matrix-vector kernels (decode): 16 weight rows against one activation row; a register holds
  *   two weight rows (see the section below).
  *
@@ -38,12 +40,20 @@ static WF_INLINE bool high_nibbles_in_place(wf_tile_kind k, bool vnni) {
     return vnni && (k == WF_TK_Q4_0 || k == WF_TK_Q4_1);
 }
 
-/* Per 128-bit quarter: 1 where the lanes hold their true products, 1/16 where they hold 16x. */
+/* The high nibbles' 128-bit quarters of a register of two rows (1 and 3): as 64-bit lanes, as
+ * float lanes. */
+#define HIGH_QUARTERS_EPI64 0xCC
+#define HIGH_QUARTERS_PS 0xF0F0
+
+/* Per lane: 1 where the lanes hold their true products, 1/16 where they hold 16x. */
 static WF_INLINE __m512 high_nibble_scale(void) {
-    return _mm512_castsi512_ps(_mm512_set_epi64(0x3d8000003d800000, 0x3d8000003d800000,
-                                                0x3f8000003f800000, 0x3f8000003f800000,
-                                                0x3d8000003d800000, 0x3d8000003d800000,
-                                                0x3f8000003f800000, 0x3f8000003f800000));
+    return _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), HIGH_QUARTERS_PS, _mm512_set1_ps(1.0f / 16));
+}
+
+/* Bytes of `low` in the low nibbles' quarters, of `high` in the high nibbles'. */
+static WF_INLINE __m512i bytes_by_quarter(int low, int high) {
+    return _mm512_mask_blend_epi64(HIGH_QUARTERS_EPI64, _mm512_set1_epi8((char)low),
+                                   _mm512_set1_epi8((char)high));
 }
 
 /* Quants of one block of two rows (lanes 0-7: row a; 8-15: row b; b = NULL: a in both), as
@@ -65,10 +75,7 @@ static WF_INLINE __m512i weight_quants_pair(wf_tile_kind k, bool vnni, const cha
     __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const void *)(a + qs_at)));
     if (b) t = _mm512_mask_broadcast_i32x4(t, 0xFF00, _mm_loadu_si128((const void *)(b + qs_at)));
     if (high_nibbles_in_place(k, vnni))
-        return _mm512_and_si512(t, _mm512_set_epi64(-0x0f0f0f0f0f0f0f10, -0x0f0f0f0f0f0f0f10,
-                                                    0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f,
-                                                    -0x0f0f0f0f0f0f0f10, -0x0f0f0f0f0f0f0f10,
-                                                    0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f));
+        return _mm512_and_si512(t, bytes_by_quarter(0x0f, 0xf0));
     t = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
     __m512i q = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
     if (k == WF_TK_Q5_0 || k == WF_TK_Q5_1) {
@@ -252,11 +259,9 @@ static WF_INLINE void matvec_tile(wf_tile_kind k, bool vnni, int n, float *s, co
         __m512i start = _mm512_setzero_si512();
         if (offset) {
             /* 16x for the lanes of high nibbles kept in place */
-            const __m512i offsets =
-                high_nibbles_in_place(k, vnni)
-                    ? _mm512_mask_blend_epi64(0xCC, _mm512_set1_epi8((char)offset),
-                                              _mm512_set1_epi8((char)(16 * offset)))
-                    : _mm512_set1_epi8((char)offset);
+            const __m512i offsets = high_nibbles_in_place(k, vnni)
+                                        ? bytes_by_quarter(offset, 16 * offset)
+                                        : _mm512_set1_epi8((char)offset);
             start = _mm512_sub_epi32(start, dot_u8i8_acc(_mm512_setzero_si512(), offsets, yq, vnni));
         }
         /* d (and m) of all 16 rows' blocks */
