@@ -1,6 +1,6 @@
 /* y = x · W^T on the CPU pool. Two phases: activations are quantised once to the weight
  * type's vec_dot type (split by activation row when there are many) and, for the panel
- * kernels, packed 8 rows at a time; then threads work through chunks of weight rows (dealt
+ * kernels, packed 16 rows at a time; then threads work through chunks of weight rows (dealt
  * out in one contiguous range per thread, with stealing, so a busy core on a shared machine
  * does not hold the others up) and dot each chunk's weight rows (which stay in cache) against
  * every activation row: 16-row matvec tiles for one activation row (wf_quant_ops.matvec),
@@ -22,8 +22,9 @@
 #define CHUNKS_PER_THREAD 8   /* enough to even out a busy core, few enough to claim rarely */
 #define ACT_TILE 8            /* without a tile kernel: activation rows per hot weight row */
 #define MIN_QUANT_ROWS_PARALLEL 8
-/* Panels (8 rows, zero-padded) from this many activation rows on: at 8 and 32 rows they are
- * 1.8x the 2x4 tiles per core; at 4 (half a panel wasted) the two measured about even. */
+/* Panels (zero-padded; the kernels skip the pairs of rows that are all padding) from this many
+ * activation rows on: with 8-row panels, at 8 and 32 rows they were 1.8x the 2x4 tiles per
+ * core, and at 4 about even. */
 #define MIN_PANEL_ROWS 4
 #define PANEL_ALIGN 64
 #define PANEL_SLICE_BYTES 16384 /* weight bytes that meet all panels while in L1 */
@@ -76,7 +77,7 @@ static void quantise_rows(mm_ctx *c, int i0, int i1) {
                                c->k);
 }
 
-/* Quantises (and packs) whole panels [p0, p1) of activation rows (a panel: 8 rows). */
+/* Quantises (and packs) whole panels [p0, p1) of activation rows (a panel: 16 rows). */
 static void prepare_panels(mm_ctx *c, int p0, int p1) {
     for (int p = p0; p < p1; p++) {
         int i0 = p * WF_QUANT_PANEL_ROWS;

@@ -58,8 +58,8 @@ typedef struct wf_quant_ops {
      * What makes batched matmul compute-efficient; wf_matmul uses it. */
     void (*vec_dot_tile)(int n, float *s, size_t ss, const void *x, size_t bx, const void *y,
                          size_t by, int nr, int nc);
-    /* Optional (NULL: no panel path). nr <= WF_QUANT_TILE_NR rows of this type (row r at
-     * x + r*bx) times the nc <= WF_QUANT_PANEL_ROWS activation rows of one panel packed by
+    /* Optional (NULL: no panel path). nr rows of this type (row r at x + r*bx) times the
+     * nc <= WF_QUANT_PANEL_ROWS activation rows of one panel packed by
      * panel_pack: s[c*ss + r] = dot(x row r, activation row c), each bit-identical to vec_dot.
      * The fastest batched path where it exists (AVX-512). */
     void (*panel_dot)(int n, float *s, size_t ss, const void *x, size_t bx, const void *panel,
@@ -74,9 +74,9 @@ typedef struct wf_quant_ops {
     void (*matvec)(int n, float *s, const void *x, size_t bx, const void *y, int nr);
 } wf_quant_ops;
 
-#define WF_QUANT_TILE_NR 4    /* weight rows per tile */
-#define WF_QUANT_TILE_NC 4    /* activation rows per tile */
-#define WF_QUANT_PANEL_ROWS 8 /* activation rows per packed panel */
+#define WF_QUANT_TILE_NR 4      /* weight rows per tile */
+#define WF_QUANT_TILE_NC 4      /* activation rows per tile */
+#define WF_QUANT_PANEL_ROWS 16  /* activation rows per packed panel */
 #define WF_QUANT_MATVEC_ROWS 16 /* weight rows per matvec tile */
 
 /* Bytes of one panel of WF_QUANT_PANEL_ROWS activation rows of k elements, packed for weights

@@ -60,7 +60,6 @@ typedef struct {
      * quant_panel_avx512.c), which leaves every product dx * dy exact */
     float scale[WF_QUANT_PANEL_ROWS / 2][16];
     float s[WF_QUANT_PANEL_ROWS]; /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: 0 */
-    float pad[WF_QUANT_PANEL_ROWS];
 } wf_panel_block;
 /* followed, for weight types whose quants carry an offset (Q4_0: 8, Q5_0: 16, Q8_0 stored with
  * +128 to make it unsigned), by the starting value of each int32 lane of pair j (lanes as in

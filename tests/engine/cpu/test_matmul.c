@@ -78,12 +78,13 @@ START_TEST(test_matmul_types) {
         pools[i] = wf_threadpool_new(i + 1);
         ck_assert_ptr_nonnull(pools[i]);
     }
-    const int ms[] = {1, 3, 8, 33};
+    /* 8: one panel, half padding; 20: a full panel and two rows; 33: two and an odd row */
+    const int ms[] = {1, 3, 8, 20, 33};
     for (size_t ti = 0; ti < sizeof(weight_types) / sizeof(weight_types[0]); ti++) {
         wf_ggml_type t = weight_types[ti];
         int bs = wf_ggml_type_info_get(t)->block_size;
         int k = bs == 256 ? 512 : bs == 1 ? 200 : 96;
-        for (int mi = 0; mi < 4; mi++) run_case(t, k, 37, ms[mi], pools);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) run_case(t, k, 37, ms[mi], pools);
     }
     for (int i = 0; i < 3; i++) wf_threadpool_free(pools[i]);
 }
