@@ -32,8 +32,8 @@ typedef struct ceiling_data {
 typedef struct ceiling_run {
     ceiling_data data;
     long blocks;         /* per thread */
-    double seconds[256]; /* per thread, wall */
-    float sink[256];
+    double seconds[WF_THREADPOOL_MAX_THREADS]; /* per thread, wall */
+    float sink[WF_THREADPOOL_MAX_THREADS];
 } ceiling_run;
 
 static double now(void) {

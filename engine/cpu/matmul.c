@@ -64,7 +64,7 @@ typedef struct mm_ctx {
     const char *xq; /* quantised activations (or x itself for F32) */
     char *xq_out;
     size_t xq_row;
-    char *panels; /* NULL: tiles; else ceil(m / 8) panels of panel_bytes */
+    char *panels; /* NULL: tiles; else ceil(m / WF_QUANT_PANEL_ROWS) panels of panel_bytes */
     size_t panel_bytes;
     int k, m;
     int rows_per_chunk, n_chunks;
