@@ -18,7 +18,7 @@
 
 #include "engine/cpu/features.h"
 
-#define CEILING_BLOCKS 64 /* distinct blocks cycled through: 36 KiB, L1-resident */
+#define CEILING_BLOCKS 32 /* distinct blocks cycled through: 25 KiB, L1-resident */
 #define CEILING_ROWS 4    /* weight registers per block (each: one row, two outputs' lanes) */
 #define CEILING_COLS 4    /* activation registers per block */
 
@@ -79,7 +79,7 @@ static void ceiling_fn(void *arg, int ith, int nth) {
 double wf_bench_mac_ceiling(wf_threadpool *pool, double seconds) {
     const wf_cpu_features *f = wf_cpu_features_get();
     if (f->isa < WF_CPU_ISA_AVX512 || !f->avx512vnni) return 0;
-    static ceiling_run run; /* 37 KiB; one measurement at a time */
+    static ceiling_run run; /* 27 KiB; one measurement at a time */
     memset(&run, 0, sizeof run);
     /* values that keep every float normal: denormals would measure the microcode assist */
     for (int b = 0; b < CEILING_BLOCKS; b++) {
