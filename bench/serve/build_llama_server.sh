@@ -36,18 +36,14 @@ fi
 name=$(basename "$src")
 
 # No web UI download, no HTTPS, no tests/examples: only the server and what it links.
-# ISA: the x86 extensions weft's CPU kernels use (AVX2/FMA/F16C, AVX-512 F/BW/VL/DQ/VNNI,
-# AVX-VNNI), set explicitly instead of GGML_NATIVE: -march=native also turns on AMX tiles, which
-# this VM's CPU advertises but the kernel does not enable (llama-server dies with SIGILL on
-# `tilezero` at the first matmul). GGML_ISA_FLAGS overrides the list.
-ISA_FLAGS=${GGML_ISA_FLAGS:--DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-  -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=OFF \
-  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}
+# ISA: the extensions this CPU has, read by scripts/ggml_isa_flags (never GGML_NATIVE: it turns on
+# AMX tiles, which VMs advertise but do not enable). GGML_ISA_FLAGS overrides the list.
+ISA_FLAGS=${GGML_ISA_FLAGS:-$("$(dirname "$0")/../../scripts/ggml_isa_flags")}
 # shellcheck disable=SC2086
 nice -n 10 cmake -S "$src/vendor/llama.cpp" -B "$OUT/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF $ISA_FLAGS >&2
+  -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF $ISA_FLAGS >&2
 nice -n 10 cmake --build "$OUT/build" --target llama-server -j"$JOBS" >&2
 mkdir -p "$OUT/bin"
 cp "$OUT/build/bin/llama-server" "$OUT/bin/llama-server"
