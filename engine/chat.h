@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef enum wf_chat_format {
     WF_CHAT_UNKNOWN = 0,

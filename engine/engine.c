@@ -1,6 +1,6 @@
 /* wf_engine: a loaded model plus everything one batch needs, and the executor that turns the
  * scheduler's task batches into one forward pass followed by sampling. */
-#include "proto/clock.h"
+#include "proto/base/clock.h"
 #include "engine/engine.h"
 
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
-#include "proto/log.h"
+#include "proto/base/log.h"
 
 typedef struct wf_engine_exec {
     wf_engine *e;

@@ -31,7 +31,7 @@
 #include "engine/chat.h"
 #include "engine/tokenizer.h"
 #include "kv/kv_store.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 #include "proto/task.h"
 
 typedef struct wf_engine wf_engine;

@@ -23,7 +23,7 @@
 #include "engine/cpu/threadpool.h"
 #include "engine/model.h"
 #include "kv/kv_store.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_fwd_seq {
     const int32_t *tokens;

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "engine/ggml_types.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_gguf wf_gguf;
 

@@ -21,7 +21,7 @@
 
 #include "engine/ggml_types.h"
 #include "engine/gguf.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef enum wf_rope_kind {
     WF_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */

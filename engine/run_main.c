@@ -12,13 +12,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/clock.h"
+#include "proto/base/clock.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "kv/kv_store.h"
-#include "proto/log.h"
+#include "proto/base/log.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: weft-run -m MODEL.gguf -p PROMPT [-n N] [--temp T] [--top-k K] "

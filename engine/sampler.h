@@ -40,7 +40,7 @@
 
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 #include "proto/task.h"
 
 typedef struct wf_sampler wf_sampler;

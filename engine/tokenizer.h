@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_gguf wf_gguf;
 typedef struct wf_tokenizer wf_tokenizer;

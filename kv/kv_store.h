@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef enum wf_kv_dtype {
     WF_KV_DTYPE_F16 = 0, /* what llama.cpp uses by default; halves memory */

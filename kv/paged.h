@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "kv/kv_store.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_kv_pool wf_kv_pool;
 

@@ -25,7 +25,7 @@
 
 #include "loadgen/arrival.h"
 #include "loadgen/metrics.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef enum wf_loadgen_len_kind {
     WF_LOADGEN_LEN_FIXED = 0,

@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_loadgen_conn wf_loadgen_conn;
 typedef struct wf_loadgen_call wf_loadgen_call;

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #define WF_LOADGEN_MAX_CLASSES 16
 #define WF_LOADGEN_MAX_ERROR_KINDS 32

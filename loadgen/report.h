@@ -18,7 +18,7 @@
 
 #include "loadgen/metrics.h"
 #include "loadgen/runner.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_loadgen_point {
     char label[64];            /* "concurrency=4", "rate=2" */

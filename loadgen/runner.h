@@ -25,7 +25,7 @@
 
 #include "loadgen/dataset.h"
 #include "loadgen/metrics.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #define WF_LOADGEN_MAX_REQUESTS 1000000   /* hard cap on --num-requests */
 #define WF_LOADGEN_MAX_DURATION_S 86400.0 /* hard cap on --duration */

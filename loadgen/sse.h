@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef void (*wf_loadgen_sse_cb)(void *ud, const char *event, const char *data, size_t len);
 

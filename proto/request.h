@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #define WF_MAX_TOP_LOGPROBS 20
 #define WF_REQUEST_ID_MAX 48

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "proto/request.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef enum wf_task_kind {
     WF_TASK_PREFILL = 0,  /* a chunk of prompt tokens; samples only if it is the last chunk */

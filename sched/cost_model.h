@@ -19,7 +19,7 @@
 
 #include <stdbool.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_cost_model {
     double coef[4];          /* a (ms), b, c, d (ms per token) */

@@ -1,5 +1,5 @@
 /* Deterministic fake model over the real paged KV layout: see fake_executor.h. */
-#include "proto/clock.h"
+#include "proto/base/clock.h"
 #include "sched/fake_executor.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* The scheduler thread around the planning core: intake from the submission handoff,
  * admission control, plan -> executor -> complete, event delivery from a free list, stats,
  * calibration of the cost model, drain and shutdown. */
-#include "proto/clock.h"
+#include "proto/base/clock.h"
 #include "sched/sched.h"
 
 #include <math.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/log.h"
+#include "proto/base/log.h"
 #include "sched/core.h"
 #include "sched/cost_model.h"
 

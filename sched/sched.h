@@ -56,7 +56,7 @@
 #include "kv/kv_store.h"
 #include "proto/request.h"
 #include "proto/task.h"
-#include "sched/handoff.h"
+#include "proto/base/handoff.h"
 
 typedef struct wf_sched wf_sched;
 typedef struct wf_request wf_request;

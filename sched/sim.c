@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/log.h"
+#include "proto/base/log.h"
 #include "sched/core.h"
 #include "sched/cost_model.h"
 

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_sim_request {
     double arrival_ms;

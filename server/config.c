@@ -1,7 +1,7 @@
 /* weftd configuration: one table of options drives flags, JSON config keys and --help. */
 #include "server/config.h"
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #include <errno.h>
 #include <jansson.h>

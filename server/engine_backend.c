@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "proto/log.h"
+#include "proto/base/log.h"
 #include "sched/cost_model.h"
 
 #define KV_BLOCK_SIZE 16

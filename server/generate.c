@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/log.h"
+#include "proto/base/log.h"
 #include "server/server_impl.h"
 
 typedef struct gen_choice {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "proto/log.h"
+#include "proto/base/log.h"
 
 typedef struct buf {
     char *data;

@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_http_server wf_http_server;
 typedef struct wf_http_conn wf_http_conn;

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "proto/log.h"
+#include "proto/base/log.h"
 #include "server/config.h"
 #include "server/engine_backend.h"
 #include "server/server.h"

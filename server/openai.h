@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "proto/request.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #define WF_OPENAI_MAX_STOP 4
 

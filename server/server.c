@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/clock.h"
-#include "proto/log.h"
+#include "proto/base/clock.h"
+#include "proto/base/log.h"
 #include "server/admin_page.h"
 #include "server/server_impl.h"
 #include "weft_version.h"

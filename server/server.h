@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "sched/handoff.h"
+#include "proto/base/handoff.h"
 #include "sched/sched.h"
 #include "server/http.h"
 #include "server/openai.h"

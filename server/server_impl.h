@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "proto/clock.h"
+#include "proto/base/clock.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/stop.h"

@@ -1,4 +1,4 @@
-/* The one way work crosses threads (DESIGN.md): a mutex-protected FIFO of intrusive items,
+/* The one way work crosses threads (ARCHITECTURE.md): a mutex-protected FIFO of intrusive items,
  * optionally bounded, that wakes its consumer only on the empty -> non-empty transition. The
  * consumer takes the whole list at once and works on it unlocked.
  *
@@ -11,14 +11,14 @@
  *
  * Thread-safe (any number of producers; one consumer). A push that returns WF_EFULL leaves the
  * item with the caller: it is never dropped silently. */
-#ifndef WF_SCHED_HANDOFF_H
-#define WF_SCHED_HANDOFF_H
+#ifndef WF_BASE_HANDOFF_H
+#define WF_BASE_HANDOFF_H
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 typedef struct wf_handoff_item {
     struct wf_handoff_item *next;

@@ -7,8 +7,8 @@
  * Lines go to stderr as "2026-11-21T20:00:00.123Z INFO  [server] req=abc message", or to a
  * callback set with wf_log_set_callback() (library users route engine/ and kv/ logs there).
  * Thread-safe: one line is written with one call, and the level is an atomic. */
-#ifndef WF_PROTO_LOG_H
-#define WF_PROTO_LOG_H
+#ifndef WF_BASE_LOG_H
+#define WF_BASE_LOG_H
 
 #include <stdarg.h>
 

@@ -1,5 +1,5 @@
 /* Default log writer (stderr, one write per line) and the settable callback. */
-#include "proto/log.h"
+#include "proto/base/log.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /* Tests proto/log.c: level filtering, level names, context passed to the callback. */
 #include "check_main.h"
-#include "proto/log.h"
+#include "proto/base/log.h"
 
 #include <stdio.h>
 #include <string.h>

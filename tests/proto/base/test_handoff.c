@@ -1,6 +1,6 @@
 /* Tests sched/handoff.c: FIFO order, bound, wake-up on the empty edge only, close, threads. */
 #include "check_main.h"
-#include "sched/handoff.h"
+#include "proto/base/handoff.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -7,8 +7,8 @@
  *     double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
  *
  * CLOCK_MONOTONIC nanoseconds: never jumps with wall-clock changes. Thread-safe. */
-#ifndef WF_PROTO_CLOCK_H
-#define WF_PROTO_CLOCK_H
+#ifndef WF_BASE_CLOCK_H
+#define WF_BASE_CLOCK_H
 
 #include <stdint.h>
 #include <time.h>

@@ -1,5 +1,5 @@
 /* Names and descriptions of wf_status values. */
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #include <stddef.h>
 #include <stdio.h>

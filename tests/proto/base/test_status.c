@@ -1,6 +1,6 @@
 /* Tests proto/status.c: every status has a distinct name and text; unknown values are safe. */
 #include "check_main.h"
-#include "proto/status.h"
+#include "proto/base/status.h"
 
 #include <string.h>
 

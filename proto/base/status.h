@@ -6,8 +6,8 @@
  *
  * Thread-safe; no allocation. Keep wf_status_str() and tests/proto/test_status.c in step with
  * this list. */
-#ifndef WF_PROTO_STATUS_H
-#define WF_PROTO_STATUS_H
+#ifndef WF_BASE_STATUS_H
+#define WF_BASE_STATUS_H
 
 #include <stdarg.h>
 #include <stddef.h>

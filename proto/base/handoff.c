@@ -1,5 +1,5 @@
 /* Bounded cross-thread FIFO with a wake-up on the empty -> non-empty edge. */
-#include "sched/handoff.h"
+#include "proto/base/handoff.h"
 
 #include <errno.h>
 #include <string.h>
