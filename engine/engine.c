@@ -175,24 +175,24 @@ static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_
             t->status = WF_EUNSUPPORTED;
             continue;
         }
-        if (t->kind == WF_TASK_DECODE && t->n_tokens != 1) {
+        if (t->kind == WF_TASK_DECODE && t->llm.n_tokens != 1) {
             t->status = WF_EINVAL;
             continue;
         }
-        wf_fwd_seq s = {.tokens = t->tokens,
-                        .n_tokens = t->n_tokens,
-                        .pos = t->pos,
-                        .block_table = t->block_table,
-                        .n_blocks = t->n_blocks,
-                        .want_logits = all_logits || (t->samples && t->n_samples > 0)};
+        wf_fwd_seq s = {.tokens = t->llm.tokens,
+                        .n_tokens = t->llm.n_tokens,
+                        .pos = t->llm.pos,
+                        .block_table = t->llm.kv.block_table,
+                        .n_blocks = t->llm.kv.n_blocks,
+                        .want_logits = all_logits || (t->llm.samples && t->llm.n_samples > 0)};
         wf_status st = wf_forward_check_seq(e->fwd, kv, &s, msg, sizeof msg);
         if (st != WF_OK) {
             WF_LOG_WARN("engine", NULL, "task %llu fails: %s", (unsigned long long)t->id, msg);
             t->status = st;
             continue;
         }
-        if (n == e->max_seqs || total + t->n_tokens > e->max_batch_tokens) return WF_EINVAL;
-        total += t->n_tokens;
+        if (n == e->max_seqs || total + t->llm.n_tokens > e->max_batch_tokens) return WF_EINVAL;
+        total += t->llm.n_tokens;
         e->task_of_seq[n] = i;
         e->seqs[n++] = s;
     }
@@ -208,7 +208,7 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
     if (!kv_matches(e, x->kv)) return WF_EINVAL;
     if (batch->n_tasks > e->max_seqs) return WF_EINVAL;
     int total = 0;
-    for (int i = 0; i < batch->n_tasks; i++) total += batch->tasks[i].n_tokens;
+    for (int i = 0; i < batch->n_tasks; i++) total += batch->tasks[i].llm.n_tokens;
     if (total > e->max_batch_tokens) return WF_EINVAL;
     uint64_t t0 = wf_clock_now_ns();
     for (int i = 0; i < batch->n_tasks; i++) batch->tasks[i].t_begin_ns = t0;
@@ -219,8 +219,8 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
         if (!e->seqs[s].want_logits) continue;
         wf_task *t = &batch->tasks[e->task_of_seq[s]];
         const float *logits = wf_forward_logits(e->fwd, li++);
-        for (int j = 0; j < t->n_samples; j++) {
-            wf_status st = wf_sampler_sample(e->sampler, logits, e->tok, &t->samples[j]);
+        for (int j = 0; j < t->llm.n_samples; j++) {
+            wf_status st = wf_sampler_sample(e->sampler, logits, e->tok, &t->llm.samples[j]);
             if (st != WF_OK) {
                 t->status = st;
                 break;
@@ -232,7 +232,14 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
     return WF_OK;
 }
 
-static const wf_executor_ops exec_ops = {.name = "cpu", .run_batch = exec_run_batch};
+static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done,
+                               void *user) {
+    wf_status st = exec_run_batch(ctx, batch);
+    done(user, batch, st, NULL);
+    return WF_OK;
+}
+
+static const wf_executor_ops exec_ops = {.name = "cpu", .dispatch = exec_dispatch};
 
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv) {
     e->exec.e = e;

@@ -11,15 +11,15 @@
  *     wf_kv_store kv;
  *     wf_kv_store_init(&kv, &g, 256u << 20);
  *     wf_executor ex = wf_engine_executor(e, &kv);
- *     ex.ops->run_batch(ex.ctx, &batch);     // see proto/task.h
+ *     wf_executor_run(ex, &batch, NULL, 0);  // see proto/task.h
  *     ...
- *     wf_engine_free(e);                      // after the last run_batch; then free kv
+ *     wf_engine_free(e);                      // after the last batch completed; then free kv
  *
  * Threading: wf_engine_open/free from one thread. An engine runs one batch at a time: the
  * executor must be driven from a single thread (the scheduler's); it uses the engine's own
  * thread pool inside. wf_engine_info/tokenizer/chat_* are read-only and thread-safe.
  * Memory: everything a step needs (activations, scratch, logits, sampler) is allocated in
- * wf_engine_open for max_batch_tokens tokens and max_seqs sequences; run_batch never
+ * wf_engine_open for max_batch_tokens tokens and max_seqs sequences; a batch never
  * allocates. */
 #ifndef WF_ENGINE_ENGINE_H
 #define WF_ENGINE_ENGINE_H
@@ -39,8 +39,8 @@ typedef struct wf_engine wf_engine;
 typedef struct wf_engine_options {
     const char *model_path;  /* GGUF file; required */
     int n_threads;           /* compute threads including the caller; 0 = one per core */
-    int max_batch_tokens;    /* most tokens one run_batch may carry (sum of tasks' n_tokens) */
-    int max_seqs;            /* most tasks one run_batch may carry */
+    int max_batch_tokens;    /* most tokens one batch may carry (sum of tasks' n_tokens) */
+    int max_seqs;            /* most tasks one batch may carry */
     const char *chat_format; /* "chatml", "llama3", ...; NULL: detect from the GGUF template */
 } wf_engine_options;
 
@@ -84,7 +84,7 @@ wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size);
  * the geometry of wf_engine_kv_geometry (any block size) and outlive the executor. The
  * executor's context belongs to the engine (freed by wf_engine_free); each call returns a new
  * executor over the engine's single forward state, so drive at most one at a time.
- * run_batch statuses: WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a task whose
+ * Batch statuses: WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a task whose
  * block table does not cover its positions: that task fails, others run), WF_EINTERNAL. */
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv);
 

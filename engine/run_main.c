@@ -170,12 +170,12 @@ int main(int argc, char **argv) {
         const int32_t *in = first ? toks + pos : toks + n_prompt + n_done - 1;
         bool last_chunk = !first || pos + n_new == n_prompt;
         wf_task task = {.id = 1, .kind = first ? WF_TASK_PREFILL : WF_TASK_DECODE,
-                        .tokens = in, .n_tokens = n_new, .pos = first ? pos : n_prompt + n_done - 1,
-                        .block_table = blocks, .n_blocks = n_blocks,
-                        .samples = last_chunk ? &sample : NULL, .n_samples = last_chunk ? 1 : 0};
+                        .llm.tokens = in, .llm.n_tokens = n_new, .llm.pos = first ? pos : n_prompt + n_done - 1,
+                        .llm.kv.block_table = blocks, .llm.kv.n_blocks = n_blocks,
+                        .llm.samples = last_chunk ? &sample : NULL, .llm.n_samples = last_chunk ? 1 : 0};
         sample.n_history = n_prompt + n_done;
         wf_task_batch batch = {.tasks = &task, .n_tasks = 1, .group = {.n_ranks = 1}};
-        wf_status st = ex.ops->run_batch(ex.ctx, &batch);
+        wf_status st = wf_executor_run(ex, &batch, NULL, 0);
         if (st == WF_OK) st = task.status;
         if (st != WF_OK) {
             fprintf(stderr, "weft-run: forward failed: %s\n", wf_status_str(st));

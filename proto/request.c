@@ -73,18 +73,3 @@ wf_status wf_request_spec_validate(const wf_request_spec *spec, int n_vocab, cha
         REJECT("'slo' targets must be non-negative numbers of milliseconds");
     return WF_OK;
 }
-
-/* Task kinds live in proto/task.h; their names are here to keep one small .c per vocabulary. */
-#include "proto/task.h"
-
-const char *wf_task_kind_str(wf_task_kind kind) {
-    switch (kind) {
-    case WF_TASK_PREFILL: return "prefill";
-    case WF_TASK_DECODE: return "decode";
-    case WF_TASK_ENCODE: return "encode";
-    case WF_TASK_DENOISE: return "denoise";
-    case WF_TASK_DECODE_IMAGE: return "decode_image";
-    case WF_TASK_FINISH: return "finish";
-    }
-    return "unknown";
-}

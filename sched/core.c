@@ -197,7 +197,7 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
 
 static int n_samples_used(const wf_core *c) {
     int n = 0;
-    for (int k = 0; k < c->batch.n_tasks; k++) n += c->tasks[k].n_samples;
+    for (int k = 0; k < c->batch.n_tasks; k++) n += c->tasks[k].llm.n_samples;
     return n;
 }
 
@@ -239,20 +239,20 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
         wf_kv_seq_reserve(c->cfg.pool, &ch->kv, ch->kv.n_tokens + chunk, c->cfg.store) != WF_OK)
         return 0;
     wf_task *t = new_task(c, r, j, WF_TASK_PREFILL);
-    t->tokens = ch->tokens + ch->kv.n_tokens;
-    t->n_tokens = chunk;
-    t->pos = ch->kv.n_tokens;
-    t->block_table = ch->kv.blocks;
-    t->n_blocks = ch->kv.n_blocks;
+    t->llm.tokens = ch->tokens + ch->kv.n_tokens;
+    t->llm.n_tokens = chunk;
+    t->llm.pos = ch->kv.n_tokens;
+    t->llm.kv.block_table = ch->kv.blocks;
+    t->llm.kv.n_blocks = ch->kv.n_blocks;
     if (final) {
         /* The first token of every choice is drawn from these logits (n > 1 shares them). */
-        t->samples = c->samples + n_samples_used(c);
+        t->llm.samples = c->samples + n_samples_used(c);
         for (int i = 0; i < r->n_choices; i++)
             if (i == j || r->choices[i].phase == WF_CHOICE_WAIT_FORK)
-                fill_sample(r, &r->choices[i], &t->samples[t->n_samples++]);
+                fill_sample(r, &r->choices[i], &t->llm.samples[t->llm.n_samples++]);
     }
     *budget -= chunk;
-    double attn = wf_cost_model_attention(t->pos, chunk);
+    double attn = wf_cost_model_attention(t->llm.pos, chunk);
     if (c->plan_ms_left < INFINITY)
         c->plan_ms_left -= c->cfg.cost->coef[1] * chunk + c->cfg.cost->coef[3] * attn;
     c->last_prefill_tokens += chunk;
@@ -283,14 +283,14 @@ static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, ui
     if (wf_kv_seq_reserve(c->cfg.pool, &ch->kv, ch->n_tokens, c->cfg.store) != WF_OK)
         return false;
     wf_task *t = new_task(c, r, j, WF_TASK_DECODE);
-    t->tokens = ch->tokens + ch->n_tokens - 1;
-    t->n_tokens = 1;
-    t->pos = ch->n_tokens - 1;
-    t->block_table = ch->kv.blocks;
-    t->n_blocks = ch->kv.n_blocks;
-    t->samples = c->samples + n_samples_used(c);
-    fill_sample(r, ch, &t->samples[0]);
-    t->n_samples = 1;
+    t->llm.tokens = ch->tokens + ch->n_tokens - 1;
+    t->llm.n_tokens = 1;
+    t->llm.pos = ch->n_tokens - 1;
+    t->llm.kv.block_table = ch->kv.blocks;
+    t->llm.kv.n_blocks = ch->kv.n_blocks;
+    t->llm.samples = c->samples + n_samples_used(c);
+    fill_sample(r, ch, &t->llm.samples[0]);
+    t->llm.n_samples = 1;
     (*budget)--;
     c->last_decode_tokens++;
     c->last_context += ch->n_tokens;
@@ -549,13 +549,13 @@ void wf_core_complete(wf_core *c, wf_status status, const char *message, uint64_
         int j = c->task_choice[k];
         wf_choice *ch = &r->choices[j];
         if (ch->phase == WF_CHOICE_DONE) continue;
-        wf_kv_seq_commit(c->cfg.pool, &ch->kv, ch->tokens, t->pos + t->n_tokens);
+        wf_kv_seq_commit(c->cfg.pool, &ch->kv, ch->tokens, t->llm.pos + t->llm.n_tokens);
         if (t->kind == WF_TASK_DECODE) {
-            apply_sample(c, r, j, &t->samples[0], now);
+            apply_sample(c, r, j, &t->llm.samples[0], now);
             continue;
         }
         if (ch->kv.n_tokens < ch->target) continue; /* more chunks to come */
-        if (t->n_samples == 0) {
+        if (t->llm.n_samples == 0) {
             ch->phase = WF_CHOICE_DECODE; /* a recompute caught up */
             continue;
         }
@@ -569,9 +569,9 @@ void wf_core_complete(wf_core *c, wf_status status, const char *message, uint64_
             }
         /* Same walk as plan_prefill: active choices in index order, one sample each. */
         int si = 0;
-        for (int i = 0; i < r->n_choices && si < t->n_samples; i++)
+        for (int i = 0; i < r->n_choices && si < t->llm.n_samples; i++)
             if (r->choices[i].phase != WF_CHOICE_DONE)
-                apply_sample(c, r, i, &t->samples[si++], now);
+                apply_sample(c, r, i, &t->llm.samples[si++], now);
     }
     flush_retired(c);
 }

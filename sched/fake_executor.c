@@ -44,24 +44,24 @@ static float *slot_v(wf_kv_store *s, int block, int slot) {
 static wf_status run_task(wf_fake_executor *fx, wf_task *t, int32_t *scratch, int cap) {
     wf_kv_store *s = fx->store;
     int bs = s->geometry.block_size;
-    int end = t->pos + t->n_tokens;
-    if (t->n_tokens < 1 || t->pos < 0 || (end + bs - 1) / bs > t->n_blocks || end > cap)
+    int end = t->llm.pos + t->llm.n_tokens;
+    if (t->llm.n_tokens < 1 || t->llm.pos < 0 || (end + bs - 1) / bs > t->llm.kv.n_blocks || end > cap)
         return WF_EINVAL;
-    for (int i = 0; i < t->n_tokens; i++) {
-        int p = t->pos + i, b = t->block_table[p / bs];
+    for (int i = 0; i < t->llm.n_tokens; i++) {
+        int p = t->llm.pos + i, b = t->llm.kv.block_table[p / bs];
         if (b < 0 || b >= s->n_blocks) return WF_EINVAL;
-        *slot_k(s, b, p % bs) = (float)t->tokens[i];
+        *slot_k(s, b, p % bs) = (float)t->llm.tokens[i];
         *slot_v(s, b, p % bs) = (float)p;
     }
-    if (t->n_samples == 0) return WF_OK;
+    if (t->llm.n_samples == 0) return WF_OK;
     /* "Attention": read the whole sequence back through the block table. */
     for (int p = 0; p < end; p++) {
-        int b = t->block_table[p / bs];
+        int b = t->llm.kv.block_table[p / bs];
         if (*slot_v(s, b, p % bs) != (float)p) return WF_EFORMAT;
         scratch[p] = (int32_t)*slot_k(s, b, p % bs);
     }
-    for (int k = 0; k < t->n_samples; k++) {
-        wf_task_sample *sm = &t->samples[k];
+    for (int k = 0; k < t->llm.n_samples; k++) {
+        wf_task_sample *sm = &t->llm.samples[k];
         if (fx->verify_kv &&
             (sm->n_history != end ||
              memcmp(sm->history, scratch, (size_t)end * sizeof *scratch) != 0))
@@ -83,8 +83,8 @@ static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
     if (fx->fail_batch > 0 && fx->batches == (uint64_t)fx->fail_batch) return WF_EIO;
     int cap = 0;
     for (int i = 0; i < batch->n_tasks; i++)
-        if (batch->tasks[i].pos + batch->tasks[i].n_tokens > cap)
-            cap = batch->tasks[i].pos + batch->tasks[i].n_tokens;
+        if (batch->tasks[i].llm.pos + batch->tasks[i].llm.n_tokens > cap)
+            cap = batch->tasks[i].llm.pos + batch->tasks[i].llm.n_tokens;
     int32_t *scratch = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *scratch);
     if (!scratch) return WF_ENOMEM;
     int tokens = 0;
@@ -93,7 +93,7 @@ static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
         t->t_begin_ns = wf_clock_now_ns();
         t->status = run_task(fx, t, scratch, cap);
         t->t_end_ns = wf_clock_now_ns();
-        tokens += t->n_tokens;
+        tokens += t->llm.n_tokens;
         fx->tasks++;
     }
     free(scratch);
@@ -103,7 +103,15 @@ static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
     return WF_OK;
 }
 
-static const wf_executor_ops fake_ops = {.name = "fake", .run_batch = fake_run_batch};
+/* Runs the batch inline, then reports it: a synchronous executor behind the async seam. */
+static wf_status fake_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done,
+                               void *user) {
+    wf_status st = fake_run_batch(ctx, batch);
+    done(user, batch, st, st == WF_OK ? NULL : "fake executor: injected failure");
+    return WF_OK;
+}
+
+static const wf_executor_ops fake_ops = {.name = "fake", .dispatch = fake_dispatch};
 
 wf_executor wf_fake_executor_get(wf_fake_executor *fx) {
     return (wf_executor){.ops = &fake_ops, .ctx = fx};

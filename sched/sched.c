@@ -229,7 +229,7 @@ static void cb_task(void *user, const wf_request *r, const wf_task *t) {
     (void)user;
     WF_LOG_TRACE("sched", r->spec.id, "task %llu %s seq %llu pos %d n %d: %s (%.3f ms)",
                  (unsigned long long)t->id, wf_task_kind_str(t->kind),
-                 (unsigned long long)t->request_seq, t->pos, t->n_tokens,
+                 (unsigned long long)t->request_seq, t->llm.pos, t->llm.n_tokens,
                  wf_status_name(t->status),
                  t->t_end_ns > t->t_begin_ns ? (double)(t->t_end_ns - t->t_begin_ns) / 1e6 : 0.0);
 }
@@ -254,7 +254,7 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
                      wf_sched_policy_names());
         return WF_EINVAL;
     }
-    if (!kv || kv->n_blocks <= 0 || !executor.ops || !executor.ops->run_batch ||
+    if (!kv || kv->n_blocks <= 0 || !executor.ops || !executor.ops->dispatch ||
         opts->queue_size < 1 || opts->max_batch_tokens < 1 || opts->max_running < 1 ||
         opts->n_ctx < 2 || opts->default_ttft_ms <= 0 || opts->default_tpot_ms <= 0 ||
         opts->admission_factor <= 0)
@@ -339,7 +339,7 @@ fail_lock:
 static double timed_batch(wf_sched *s, wf_task *tasks, int n) {
     wf_task_batch b = {.tasks = tasks, .n_tasks = n, .group = s->core.batch.group};
     uint64_t t0 = wf_clock_now_ns();
-    wf_status st = s->exec.ops->run_batch(s->exec.ctx, &b);
+    wf_status st = wf_executor_run(s->exec, &b, NULL, 0);
     uint64_t t1 = wf_clock_now_ns();
     if (st != WF_OK) return -1;
     for (int i = 0; i < n; i++)
@@ -463,9 +463,9 @@ static wf_status calibrate(wf_sched *s) {
                                        .suppress_eos = true};
             tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_DECODE,
                                  .request_seq = UINT64_MAX - (uint64_t)n,
-                                 .tokens = tok + cb->dec_ctx, .n_tokens = 1, .pos = cb->dec_ctx,
-                                 .block_table = seqs[n].blocks, .n_blocks = seqs[n].n_blocks,
-                                 .samples = &samp[n], .n_samples = 1};
+                                 .llm.tokens = tok + cb->dec_ctx, .llm.n_tokens = 1, .llm.pos = cb->dec_ctx,
+                                 .llm.kv.block_table = seqs[n].blocks, .llm.kv.n_blocks = seqs[n].n_blocks,
+                                 .llm.samples = &samp[n], .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->dec_ctx, 1);
         }
         if (cb->pre_len > 0) {
@@ -475,10 +475,10 @@ static wf_status calibrate(wf_sched *s) {
                                        .n_history = end, .n_prompt = end, .suppress_eos = true};
             tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_PREFILL,
                                  .request_seq = UINT64_MAX - (uint64_t)n,
-                                 .tokens = tok + cb->pre_start, .n_tokens = cb->pre_len,
-                                 .pos = cb->pre_start, .block_table = seqs[n].blocks,
-                                 .n_blocks = seqs[n].n_blocks, .samples = &samp[n],
-                                 .n_samples = 1};
+                                 .llm.tokens = tok + cb->pre_start, .llm.n_tokens = cb->pre_len,
+                                 .llm.pos = cb->pre_start, .llm.kv.block_table = seqs[n].blocks,
+                                 .llm.kv.n_blocks = seqs[n].n_blocks, .llm.samples = &samp[n],
+                                 .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->pre_start, cb->pre_len);
             n++;
         }
@@ -623,12 +623,12 @@ static bool step(wf_sched *s) {
         publish(s);
         return false;
     }
-    char msg[128] = "";
-    wf_status st = s->exec.ops->run_batch(s->exec.ctx, b);
+    char msg[128] = "", why[96] = "";
+    wf_status st = wf_executor_run(s->exec, b, why, sizeof why);
     uint64_t t2 = wf_clock_now_ns();
     if (st != WF_OK)
-        snprintf(msg, sizeof msg, "executor %s failed: %s", s->exec.ops->name ? s->exec.ops->name : "",
-                 wf_status_str(st));
+        snprintf(msg, sizeof msg, "executor %s failed: %s%s%s", s->exec.ops->name ? s->exec.ops->name : "",
+                 wf_status_str(st), why[0] ? ": " : "", why);
     wf_core_complete(&s->core, st, st != WF_OK ? msg : NULL, t2);
     uint64_t t3 = wf_clock_now_ns();
     double run_ms = (double)(t2 - t1) / 1e6, plan_ms = (double)((t1 - t0) + (t3 - t2)) / 1e6;

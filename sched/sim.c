@@ -263,8 +263,8 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
         }
         idle_plans = 0;
         for (int k = 0; k < b->n_tasks; k++)
-            for (int j = 0; j < b->tasks[k].n_samples; j++) {
-                wf_task_sample *sm = &b->tasks[k].samples[j];
+            for (int j = 0; j < b->tasks[k].llm.n_samples; j++) {
+                wf_task_sample *sm = &b->tasks[k].llm.samples[j];
                 memset(&sm->out, 0, sizeof sm->out);
                 sm->out.token = 1;
                 sm->out_is_eog = false;

@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
     /* prefill: 512 tokens in one forward pass (best of 3) */
     double best = 1e9;
     for (int rep = 0; rep < 3; rep++) {
-        wf_task t = {.kind = WF_TASK_PREFILL, .tokens = prompt, .n_tokens = 512, .pos = 0,
-                     .block_table = bt, .n_blocks = per_seq};
+        wf_task t = {.kind = WF_TASK_PREFILL, .llm.tokens = prompt, .llm.n_tokens = 512, .llm.pos = 0,
+                     .llm.kv.block_table = bt, .llm.kv.n_blocks = per_seq};
         double t0 = now_s();
         if (wf_engine_forward_logits(e, &kv, &t, 1, logits) != WF_OK) return 1;
         double dt = now_s() - t0;
@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
         wf_task tasks[256];
         int32_t last[256];
         for (int s = 0; s < B; s++) {
-            tasks[s] = (wf_task){.kind = WF_TASK_PREFILL, .tokens = prompt + s, .n_tokens = 64,
-                                 .pos = 0, .block_table = bt + s * per_seq, .n_blocks = per_seq};
+            tasks[s] = (wf_task){.kind = WF_TASK_PREFILL, .llm.tokens = prompt + s, .llm.n_tokens = 64,
+                                 .llm.pos = 0, .llm.kv.block_table = bt + s * per_seq, .llm.kv.n_blocks = per_seq};
             if (wf_engine_forward_logits(e, &kv, &tasks[s], 1, logits) != WF_OK) return 1;
             last[s] = 1000 + s;
         }
@@ -147,9 +147,9 @@ int main(int argc, char **argv) {
         for (int step = 0; step < warmup + steps; step++) {
             if (step == warmup) t0 = now_s();
             for (int s = 0; s < B; s++)
-                tasks[s] = (wf_task){.kind = WF_TASK_DECODE, .tokens = &last[s], .n_tokens = 1,
-                                     .pos = 64 + step, .block_table = bt + s * per_seq,
-                                     .n_blocks = per_seq};
+                tasks[s] = (wf_task){.kind = WF_TASK_DECODE, .llm.tokens = &last[s], .llm.n_tokens = 1,
+                                     .llm.pos = 64 + step, .llm.kv.block_table = bt + s * per_seq,
+                                     .llm.kv.n_blocks = per_seq};
             if (wf_engine_forward_logits(e, &kv, tasks, B, logits) != WF_OK) return 1;
             for (int s = 0; s < B; s++) {
                 const float *l = logits + (size_t)s * info->n_vocab;

@@ -71,7 +71,7 @@ static void bench_core(wf_kv_store *store) {
     /* Warm up until all 64 decode. */
     for (int i = 0; i < 40; i++) {
         wf_task_batch *b = wf_core_plan(&core, mono_ns());
-        ex.ops->run_batch(ex.ctx, b);
+        wf_executor_run(ex, b, NULL, 0);
         wf_core_complete(&core, WF_OK, NULL, mono_ns());
     }
     uint64_t *cost = malloc(ITERS * sizeof *cost);
@@ -82,7 +82,7 @@ static void bench_core(wf_kv_store *store) {
         wf_task_batch *b = wf_core_plan(&core, t0);
         uint64_t t1 = mono_ns();
         if (b->n_tasks < min_tasks) min_tasks = b->n_tasks;
-        ex.ops->run_batch(ex.ctx, b);
+        wf_executor_run(ex, b, NULL, 0);
         uint64_t t2 = mono_ns();
         wf_core_complete(&core, WF_OK, NULL, t2);
         uint64_t t3 = mono_ns();

@@ -96,7 +96,7 @@ static void rig_open(exec_rig *r, int max_tokens, int max_seqs) {
     ck_assert_int_eq(wf_kv_store_init(&r->kv, &g, wf_kv_geometry_block_bytes(&g) * 64), WF_OK);
     r->ex = wf_engine_executor(r->e, &r->kv);
     ck_assert_ptr_nonnull(r->ex.ops);
-    ck_assert_ptr_nonnull(r->ex.ops->run_batch);
+    ck_assert_ptr_nonnull(r->ex.ops->dispatch);
 }
 
 static void rig_close(exec_rig *r) {
@@ -118,16 +118,16 @@ START_TEST(test_executor_mixed_batch) {
     wf_task_sample sa = {.params = &greedy, .history = hist_a, .n_history = 5, .n_prompt = 5};
     /* sequence B: first 3 prompt tokens now (no sample), the rest in the next batch */
     wf_task tasks[4] = {
-        {.id = 1, .kind = WF_TASK_PREFILL, .tokens = k_prompt, .n_tokens = 5, .pos = 0,
-         .block_table = bt_a, .n_blocks = 4, .samples = &sa, .n_samples = 1},
-        {.id = 2, .kind = WF_TASK_PREFILL, .tokens = k_prompt, .n_tokens = 3, .pos = 0,
-         .block_table = bt_b, .n_blocks = 4},
-        {.id = 3, .kind = WF_TASK_PREFILL, .tokens = k_prompt, .n_tokens = 5, .pos = 0,
-         .block_table = bt_c, .n_blocks = 0}, /* no blocks: must fail alone */
+        {.id = 1, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt, .llm.n_tokens = 5, .llm.pos = 0,
+         .llm.kv.block_table = bt_a, .llm.kv.n_blocks = 4, .llm.samples = &sa, .llm.n_samples = 1},
+        {.id = 2, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt, .llm.n_tokens = 3, .llm.pos = 0,
+         .llm.kv.block_table = bt_b, .llm.kv.n_blocks = 4},
+        {.id = 3, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt, .llm.n_tokens = 5, .llm.pos = 0,
+         .llm.kv.block_table = bt_c, .llm.kv.n_blocks = 0}, /* no blocks: must fail alone */
         {.id = 4, .kind = WF_TASK_DENOISE},
     };
     wf_task_batch batch = {.tasks = tasks, .n_tasks = 4, .group = {.n_ranks = 1}};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &batch), WF_OK);
+    ck_assert_int_eq(wf_executor_run(r.ex, &batch, NULL, 0), WF_OK);
     ck_assert_int_eq(tasks[0].status, WF_OK);
     ck_assert_int_eq(tasks[1].status, WF_OK);
     ck_assert_int_eq(tasks[2].status, WF_EINVAL);
@@ -146,13 +146,13 @@ START_TEST(test_executor_mixed_batch) {
     wf_task_sample sa2 = {.params = &greedy, .history = hist_a, .n_history = 6, .n_prompt = 5};
     wf_task_sample sb = {.params = &greedy, .history = hist_b, .n_history = 5, .n_prompt = 5};
     wf_task t2[2] = {
-        {.id = 5, .kind = WF_TASK_DECODE, .tokens = &hist_a[5], .n_tokens = 1, .pos = 5,
-         .block_table = bt_a, .n_blocks = 4, .samples = &sa2, .n_samples = 1},
-        {.id = 6, .kind = WF_TASK_PREFILL, .tokens = k_prompt + 3, .n_tokens = 2, .pos = 3,
-         .block_table = bt_b, .n_blocks = 4, .samples = &sb, .n_samples = 1},
+        {.id = 5, .kind = WF_TASK_DECODE, .llm.tokens = &hist_a[5], .llm.n_tokens = 1, .llm.pos = 5,
+         .llm.kv.block_table = bt_a, .llm.kv.n_blocks = 4, .llm.samples = &sa2, .llm.n_samples = 1},
+        {.id = 6, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt + 3, .llm.n_tokens = 2, .llm.pos = 3,
+         .llm.kv.block_table = bt_b, .llm.kv.n_blocks = 4, .llm.samples = &sb, .llm.n_samples = 1},
     };
     wf_task_batch b2 = {.tasks = t2, .n_tasks = 2, .group = {.n_ranks = 1}};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b2), WF_OK);
+    ck_assert_int_eq(wf_executor_run(r.ex, &b2, NULL, 0), WF_OK);
     ck_assert_int_eq(t2[0].status, WF_OK);
     ck_assert_int_eq(t2[1].status, WF_OK);
     ck_assert_int_eq(sa2.out.token, k_next[1]);
@@ -174,10 +174,10 @@ START_TEST(test_executor_sampling) {
         for (int j = 0; j < 3; j++)
             s[j] = (wf_task_sample){.params = &p, .rng_state = wf_sampler_seed_state(7, j),
                                     .history = k_prompt, .n_history = 5, .n_prompt = 5};
-        wf_task t = {.id = 1, .kind = WF_TASK_PREFILL, .tokens = k_prompt, .n_tokens = 5,
-                     .pos = 0, .block_table = bt, .n_blocks = 4, .samples = s, .n_samples = 3};
+        wf_task t = {.id = 1, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt, .llm.n_tokens = 5,
+                     .llm.pos = 0, .llm.kv.block_table = bt, .llm.kv.n_blocks = 4, .llm.samples = s, .llm.n_samples = 3};
         wf_task_batch b = {.tasks = &t, .n_tasks = 1};
-        ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b), WF_OK);
+        ck_assert_int_eq(wf_executor_run(r.ex, &b, NULL, 0), WF_OK);
         ck_assert_int_eq(t.status, WF_OK);
         for (int j = 0; j < 3; j++) {
             ck_assert(s[j].out.token >= 0 && s[j].out.token < 49152);
@@ -195,30 +195,30 @@ START_TEST(test_executor_limits) {
     rig_open(&r, 8, 2);
     int32_t bt[4] = {0, 1, 2, 3};
     int32_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-    wf_task t = {.kind = WF_TASK_PREFILL, .tokens = toks, .n_tokens = 9, .pos = 0,
-                 .block_table = bt, .n_blocks = 4};
+    wf_task t = {.kind = WF_TASK_PREFILL, .llm.tokens = toks, .llm.n_tokens = 9, .llm.pos = 0,
+                 .llm.kv.block_table = bt, .llm.kv.n_blocks = 4};
     wf_task_batch b = {.tasks = &t, .n_tasks = 1};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b), WF_EINVAL); /* > max_batch_tokens */
+    ck_assert_int_eq(wf_executor_run(r.ex, &b, NULL, 0), WF_EINVAL); /* > max_batch_tokens */
     wf_task three[3] = {t, t, t};
-    for (int i = 0; i < 3; i++) three[i].n_tokens = 1;
+    for (int i = 0; i < 3; i++) three[i].llm.n_tokens = 1;
     wf_task_batch b3 = {.tasks = three, .n_tasks = 3};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b3), WF_EINVAL); /* > max_seqs */
+    ck_assert_int_eq(wf_executor_run(r.ex, &b3, NULL, 0), WF_EINVAL); /* > max_seqs */
     /* per-task failures: bad token id, position beyond the context, decode with 2 tokens */
     int32_t bad = 1 << 20;
     wf_task t4[2] = {
-        {.kind = WF_TASK_PREFILL, .tokens = &bad, .n_tokens = 1, .pos = 0, .block_table = bt,
-         .n_blocks = 4},
-        {.kind = WF_TASK_DECODE, .tokens = toks, .n_tokens = 2, .pos = 0, .block_table = bt,
-         .n_blocks = 4},
+        {.kind = WF_TASK_PREFILL, .llm.tokens = &bad, .llm.n_tokens = 1, .llm.pos = 0, .llm.kv.block_table = bt,
+         .llm.kv.n_blocks = 4},
+        {.kind = WF_TASK_DECODE, .llm.tokens = toks, .llm.n_tokens = 2, .llm.pos = 0, .llm.kv.block_table = bt,
+         .llm.kv.n_blocks = 4},
     };
     wf_task_batch b4 = {.tasks = t4, .n_tasks = 2};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b4), WF_OK);
+    ck_assert_int_eq(wf_executor_run(r.ex, &b4, NULL, 0), WF_OK);
     ck_assert_int_eq(t4[0].status, WF_EINVAL);
     ck_assert_int_eq(t4[1].status, WF_EINVAL);
-    wf_task far = {.kind = WF_TASK_DECODE, .tokens = toks, .n_tokens = 1, .pos = 9000,
-                   .block_table = bt, .n_blocks = 4};
+    wf_task far = {.kind = WF_TASK_DECODE, .llm.tokens = toks, .llm.n_tokens = 1, .llm.pos = 9000,
+                   .llm.kv.block_table = bt, .llm.kv.n_blocks = 4};
     wf_task_batch b5 = {.tasks = &far, .n_tasks = 1};
-    ck_assert_int_eq(r.ex.ops->run_batch(r.ex.ctx, &b5), WF_OK);
+    ck_assert_int_eq(wf_executor_run(r.ex, &b5, NULL, 0), WF_OK);
     ck_assert_int_eq(far.status, WF_ERANGE);
     /* a KV store of the wrong geometry is refused */
     wf_kv_geometry g = {.n_layers = 2, .n_kv_heads = 3, .head_dim = 64, .block_size = 16,
@@ -226,7 +226,7 @@ START_TEST(test_executor_limits) {
     wf_kv_store other;
     ck_assert_int_eq(wf_kv_store_init(&other, &g, 1 << 20), WF_OK);
     wf_executor ex2 = wf_engine_executor(r.e, &other);
-    ck_assert_int_eq(ex2.ops->run_batch(ex2.ctx, &b4), WF_EINVAL);
+    ck_assert_int_eq(wf_executor_run(ex2, &b4, NULL, 0), WF_EINVAL);
     wf_kv_store_free(&other);
     rig_close(&r);
 }

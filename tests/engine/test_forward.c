@@ -107,16 +107,16 @@ static void greedy(rig *r, const int32_t *prompt, int n_prompt, int n_gen, int c
     int pos = 0;
     while (pos < n_prompt) {
         int n = n_prompt - pos < chunk ? n_prompt - pos : chunk;
-        wf_task t = {.kind = WF_TASK_PREFILL, .tokens = prompt + pos, .n_tokens = n,
-                     .pos = pos, .block_table = bt, .n_blocks = nb};
+        wf_task t = {.kind = WF_TASK_PREFILL, .llm.tokens = prompt + pos, .llm.n_tokens = n,
+                     .llm.pos = pos, .llm.kv.block_table = bt, .llm.kv.n_blocks = nb};
         ck_assert_int_eq(wf_engine_forward_logits(r->e, &r->kv, &t, 1, r->logits), WF_OK);
         pos += n;
     }
     for (int i = 0; i < n_gen; i++) {
         out[i] = argmax(r->logits, r->n_vocab);
         if (i + 1 == n_gen) break;
-        wf_task t = {.kind = WF_TASK_DECODE, .tokens = &out[i], .n_tokens = 1,
-                     .pos = n_prompt + i, .block_table = bt, .n_blocks = nb};
+        wf_task t = {.kind = WF_TASK_DECODE, .llm.tokens = &out[i], .llm.n_tokens = 1,
+                     .llm.pos = n_prompt + i, .llm.kv.block_table = bt, .llm.kv.n_blocks = nb};
         ck_assert_int_eq(wf_engine_forward_logits(r->e, &r->kv, &t, 1, r->logits), WF_OK);
     }
 }
@@ -224,20 +224,20 @@ START_TEST(test_batch_invariance) {
             if (ngen[s] >= NGEN) continue;
             wf_task *t = &tasks[nt];
             memset(t, 0, sizeof *t);
-            t->block_table = bt[s];
-            t->n_blocks = 16;
+            t->llm.kv.block_table = bt[s];
+            t->llm.kv.n_blocks = 16;
             if (pos[s] < PLEN) {
                 int chunk = s == 0 ? 5 : s + 3;
                 int n = PLEN - pos[s] < chunk ? PLEN - pos[s] : chunk;
                 t->kind = WF_TASK_PREFILL;
-                t->tokens = prompts[s] + pos[s];
-                t->n_tokens = n;
-                t->pos = pos[s];
+                t->llm.tokens = prompts[s] + pos[s];
+                t->llm.n_tokens = n;
+                t->llm.pos = pos[s];
             } else {
                 t->kind = WF_TASK_DECODE;
-                t->tokens = &gen[s][ngen[s] - 1];
-                t->n_tokens = 1;
-                t->pos = pos[s];
+                t->llm.tokens = &gen[s][ngen[s] - 1];
+                t->llm.n_tokens = 1;
+                t->llm.pos = pos[s];
             }
             map[nt++] = s;
         }
@@ -245,7 +245,7 @@ START_TEST(test_batch_invariance) {
         ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, tasks, nt, lg), WF_OK);
         for (int i = 0; i < nt; i++) {
             int s = map[i];
-            pos[s] += tasks[i].n_tokens;
+            pos[s] += tasks[i].llm.n_tokens;
             if (pos[s] >= PLEN) gen[s][ngen[s]++] = argmax(lg + (size_t)i * r.n_vocab, r.n_vocab);
         }
     }

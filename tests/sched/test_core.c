@@ -74,7 +74,7 @@ static void on_batch(void *user, const wf_task_batch *b) {
     harness *h = user;
     int tokens = 0, pre = 0, dec = 0;
     for (int i = 0; i < b->n_tasks; i++) {
-        tokens += b->tasks[i].n_tokens;
+        tokens += b->tasks[i].llm.n_tokens;
         pre += b->tasks[i].kind == WF_TASK_PREFILL;
         dec += b->tasks[i].kind == WF_TASK_DECODE;
         ck_assert_int_eq(b->tasks[i].status, WF_OK); /* the KV held the right sequence */
@@ -140,7 +140,7 @@ static int h_step(harness *h) {
     wf_task_batch *b = wf_core_plan(&h->core, h->now);
     int n = b->n_tasks;
     if (n > 0) {
-        wf_status st = wf_fake_executor_get(&h->fx).ops->run_batch(&h->fx, b);
+        wf_status st = wf_executor_run(wf_fake_executor_get(&h->fx), b, NULL, 0);
         h->now += 1000000;
         wf_core_complete(&h->core, st, NULL, h->now);
     }
