@@ -99,6 +99,7 @@ struct wf_sched {
     /* Thread-owned: events whose queue was full, delivered in order later. */
     wf_request_event *pend_head, *pend_tail;
     uint64_t iterations;
+    uint64_t failed_at_intake;    /* requests no live group could take */
     double iter_ms_avg, overhead_ms_avg, overhead_frac, plan_ms_avg, complete_ms_avg;
 };
 
@@ -766,6 +767,7 @@ static void publish(wf_sched *s) {
     st->groups_live = n_live;
     st->rerouted_total = s->lanes.rerouted_total;
     st->preempted_total = (int)preempted;
+    st->failed_total += s->failed_at_intake;
     st->kv_usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
     st->iterations = s->iterations;
     st->iteration_ms_avg = s->iter_ms_avg;
@@ -876,6 +878,7 @@ static void intake(wf_sched *s) {
                 for (int j = 0; j < r->n_choices; j++)
                     cb_finished(s, r, j, WF_FINISH_ERROR, st, why, wf_clock_now_ns());
                 r->state = WF_REQUEST_FAILED;
+                s->failed_at_intake++;
                 cb_retired(s, r);
             }
         }
