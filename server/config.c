@@ -1,6 +1,8 @@
 /* weftd configuration: one table of options drives flags, JSON config keys and --help. */
 #include "server/config.h"
 
+#include "sched/defaults.h"
+
 #include "proto/base/status.h"
 
 #include <errno.h>
@@ -76,16 +78,16 @@ static void set_defaults(wf_config *cfg) {
     cfg->max_body_bytes = 8L << 20;
     cfg->idle_timeout_ms = 30000;
     cfg->shutdown_timeout_ms = 10000;
-    cfg->queue_size = 1024;
-    cfg->policy = strdup("slo");
-    cfg->kv_memory_mb = 512;
-    cfg->max_batch_tokens = 512;
-    cfg->default_ttft_ms = 2000;
-    cfg->default_tpot_ms = 200;
-    cfg->admission_factor = 2.0;
+    cfg->queue_size = WF_DEFAULT_QUEUE_SIZE;
+    cfg->policy = strdup(WF_DEFAULT_POLICY);
+    cfg->kv_memory_mb = WF_DEFAULT_KV_MEMORY_MB;
+    cfg->max_batch_tokens = WF_DEFAULT_MAX_BATCH_TOKENS;
+    cfg->default_ttft_ms = WF_DEFAULT_TTFT_MS;
+    cfg->default_tpot_ms = WF_DEFAULT_TPOT_MS;
+    cfg->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
-    cfg->max_running = 64;
+    cfg->max_running = WF_DEFAULT_MAX_RUNNING;
 }
 
 static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen);
