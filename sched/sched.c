@@ -817,6 +817,18 @@ static void complete(wf_sched *s, sched_group *g, wf_status st, const char *why)
         group_down(s, g, st, why[0] ? why : "executor closed");
         return;
     }
+    pthread_mutex_lock(&s->lock);
+    bool removing = g->down_requested;
+    wf_status down_st = g->down_status;
+    char down_msg[160];
+    snprintf(down_msg, sizeof down_msg, "%s", g->down_msg);
+    pthread_mutex_unlock(&s->lock);
+    if (removing && st != WF_OK) {
+        /* The batch was cancelled (or failed) because the group is being removed: its
+         * requests are treated as the group's, not as failed by the batch. */
+        group_down(s, g, down_st, down_msg);
+        return;
+    }
     char msg[224] = "";
     if (st != WF_OK) {
         g->failed_batches++;

@@ -7,6 +7,7 @@
 #include "sched/fake_executor.h"
 #include "sched/lanes.h"
 #include "sched/sched.h"
+#include "server/server.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -472,6 +473,51 @@ START_TEST(event_allocation_failure_fails_the_request) {
 }
 END_TEST
 
+START_TEST(server_events_queue_is_bounded_and_the_scheduler_retries) {
+    /* weftd's events queue (the server's) with a capacity of 4: a slow consumer fills it, the
+     * scheduler keeps the rest and retries, and every token arrives in order, FINISHED last. */
+    wf_server_options so;
+    wf_server_options_init(&so);
+    ck_assert_int_gt(so.events_queue, 0); /* bounded by default */
+    so.events_queue = 4;
+    wf_server *srv = wf_server_new(NULL, &so);
+    ck_assert_ptr_nonnull(srv);
+    wf_handoff *q = wf_server_events(srv);
+    int delay[1] = {-1};
+    genv e;
+    genv_init(&e, 1, delay, 128);
+    ck_assert_int_eq(wf_sched_start(e.s), WF_OK);
+    wf_request *r;
+    int32_t p[40];
+    wf_request_spec spec;
+    spec_for(&spec, p, 12, 50, 0);
+    wf_sched_reject why;
+    ck_assert_int_eq(wf_sched_submit(e.s, &spec, q, NULL, &r, &why), WF_OK);
+    int tokens = 0, finished = 0, full_seen = 0;
+    for (int spins = 0; spins < 5000 && !finished; spins++) {
+        usleep(1000); /* slow consumer */
+        if (wf_handoff_length(q) == 4) full_seen++;
+        int len = 0;
+        for (wf_handoff_item *it = wf_handoff_take_all(q), *next; it; it = next, len++) {
+            next = it->next;
+            wf_request_event *ev = (wf_request_event *)it;
+            ck_assert_int_eq(finished, 0);
+            if (ev->kind == WF_EVENT_TOKEN) tokens++;
+            else finished++;
+            wf_request_event_free(e.s, ev);
+        }
+        ck_assert_int_le(len, 4);
+    }
+    ck_assert_int_eq(finished, 1);
+    ck_assert_int_eq(tokens, 50);
+    ck_assert_int_gt(full_seen, 0); /* the bound was reached: the retry path ran */
+    wf_sched_release(e.s, r);
+    wf_sched_drain(e.s, 1000);
+    genv_free(&e);
+    wf_server_free(srv);
+}
+END_TEST
+
 /* ---- the executor thread ----------------------------------------------------------------- */
 
 typedef struct xt_env {
@@ -542,6 +588,7 @@ static Suite *groups_suite(void) {
     tcase_add_test(tc, first_finisher_is_the_fast_group);
     tcase_add_test(tc, dead_group_requeues_unstarted_and_fails_started);
     tcase_add_test(tc, event_allocation_failure_fails_the_request);
+    tcase_add_test(tc, server_events_queue_is_bounded_and_the_scheduler_retries);
     tcase_add_test(tc, exec_thread_queues_runs_cancels);
     suite_add_tcase(s, tc);
     return s;
