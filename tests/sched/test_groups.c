@@ -7,6 +7,7 @@
 #include "sched/fake_executor.h"
 #include "sched/lanes.h"
 #include "sched/sched.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 #include <stdatomic.h>
@@ -518,6 +519,29 @@ START_TEST(server_events_queue_is_bounded_and_the_scheduler_retries) {
 }
 END_TEST
 
+START_TEST(metrics_show_every_group) {
+    wf_sched_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_groups = 2;
+    st.groups_live = 1;
+    st.groups[0] = (wf_sched_group_stats){.id = 0, .rank = 0, .live = true, .running = 3,
+                                          .kv_blocks_total = 100, .kv_blocks_used = 7,
+                                          .batches_in_flight = 1, .iterations = 42};
+    st.groups[1] = (wf_sched_group_stats){.id = 1, .rank = 5, .live = false, .failed_batches = 1};
+    wf_metrics m;
+    wf_metrics_init(&m);
+    wf_jbuf b = {0};
+    wf_metrics_render(&m, "tiny", &st, &b);
+    ck_assert(!b.failed);
+    ck_assert_ptr_nonnull(strstr(b.data, "weft:group_up{model_name=\"tiny\",group=\"0\",rank=\"0\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "weft:group_up{model_name=\"tiny\",group=\"1\",rank=\"5\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "weft:group_kv_blocks_used{model_name=\"tiny\",group=\"0\",rank=\"0\"} 7\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "weft:group_iterations_total{model_name=\"tiny\",group=\"0\",rank=\"0\"} 42\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "weft:group_failed_batches_total{model_name=\"tiny\",group=\"1\",rank=\"5\"} 1\n"));
+    wf_jbuf_free(&b);
+}
+END_TEST
+
 /* ---- the executor thread ----------------------------------------------------------------- */
 
 typedef struct xt_env {
@@ -589,6 +613,7 @@ static Suite *groups_suite(void) {
     tcase_add_test(tc, dead_group_requeues_unstarted_and_fails_started);
     tcase_add_test(tc, event_allocation_failure_fails_the_request);
     tcase_add_test(tc, server_events_queue_is_bounded_and_the_scheduler_retries);
+    tcase_add_test(tc, metrics_show_every_group);
     tcase_add_test(tc, exec_thread_queues_runs_cancels);
     suite_add_tcase(s, tc);
     return s;
