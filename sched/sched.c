@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,9 @@ struct wf_sched {
     wf_handoff inbox;
     wf_handoff_item wake_item;
     atomic_bool wake_pending;
+    /* done() callbacks still inside their inbox push: the push touches the inbox after the
+     * item became visible, so wf_sched_free waits for this to drop to 0 before freeing. */
+    atomic_int dones_running;
 
     pthread_mutex_t lock;         /* everything below up to the event pool */
     pthread_cond_t idle_cond;
@@ -477,6 +481,7 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
     s->rng_counter = opts->seed;
     atomic_init(&s->wake_pending, false);
     atomic_init(&s->ev_fail_next, 0);
+    atomic_init(&s->dones_running, 0);
     if (opts->cost_model_file) {
         double c[4];
         char err[256];
@@ -785,12 +790,15 @@ static double ewma(double avg, double x) { return avg == 0 ? x : 0.9 * avg + 0.1
 static void on_done(void *user, wf_task_batch *batch, wf_status status, const char *message) {
     (void)batch;
     sched_group *g = user;
+    wf_sched *s = g->sched;
+    atomic_fetch_add(&s->dones_running, 1);
     g->done_status = status;
     snprintf(g->done_msg, sizeof g->done_msg, "%s", message ? message : "");
-    if (wf_handoff_push(&g->sched->inbox, &g->done_item) != WF_OK)
+    if (wf_handoff_push(&s->inbox, &g->done_item) != WF_OK)
         /* By construction the inbox has room for every group's completion; it is closed only
          * once no batch is in flight. */
         WF_LOG_ERROR("sched", NULL, "group %d: completion lost (inbox full or closed)", g->id);
+    atomic_fetch_sub(&s->dones_running, 1); /* the last touch of s */
 }
 
 /* The group is gone (its executor reported WF_ECLOSED, or it was removed): its requests move
@@ -1222,6 +1230,8 @@ void wf_sched_free(wf_sched *s) {
         while (loop_once(s)) {
         }
     }
+    /* Every completion was taken in; wait until their done() calls have left the inbox. */
+    while (atomic_load(&s->dones_running) > 0) sched_yield();
     wf_handoff_close(&s->inbox);
     intake(s);
     wf_lanes_free(&s->lanes, wf_clock_now_ns());
