@@ -14,6 +14,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "proto/exec_thread.h"
 #include "proto/base/log.h"
 
 typedef struct wf_engine_exec {
@@ -35,7 +36,12 @@ struct wf_engine {
     wf_fwd_seq *seqs;
     int *task_of_seq;
     wf_engine_exec exec;
+    /* The executor's own thread: dispatch queues a batch here and returns; the thread runs it
+     * (driving the thread pool as its caller thread) and calls done. */
+    wf_exec_thread *worker;
 };
+
+static wf_status exec_thread_run(void *ctx, wf_task_batch *batch, char *msg, size_t cap);
 
 void wf_engine_options_init(wf_engine_options *o) {
     memset(o, 0, sizeof *o);
@@ -86,6 +92,13 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
         e->chat_format = wf_chat_detect(e->chat_template);
     }
     if (!(e->pool = wf_threadpool_new(o->n_threads))) goto nomem;
+    e->exec.e = e;
+    /* Two slots: the scheduler keeps at most one batch in flight per executor; the second lets
+     * a tool queue the next batch while one runs. */
+    if ((st = wf_exec_thread_new("cpu", 2, exec_thread_run, &e->exec, &e->worker)) != WF_OK) {
+        wf_errorf(err, errlen, "engine: cannot start the executor thread");
+        goto fail;
+    }
     if ((st = wf_forward_new(m, e->pool, e->max_batch_tokens, e->max_seqs, 0, &e->fwd, err,
                              errlen)) != WF_OK)
         goto fail;
@@ -120,6 +133,7 @@ fail:
 
 void wf_engine_free(wf_engine *e) {
     if (!e) return;
+    wf_exec_thread_free(e->worker); /* first: a queued batch still runs on the engine */
     free(e->seqs);
     free(e->task_of_seq);
     wf_sampler_free(e->sampler);
@@ -232,14 +246,39 @@ static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {
     return WF_OK;
 }
 
-static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done,
-                               void *user) {
+static wf_status exec_thread_run(void *ctx, wf_task_batch *batch, char *msg, size_t cap) {
     wf_status st = exec_run_batch(ctx, batch);
-    done(user, batch, st, NULL);
-    return WF_OK;
+    if (st != WF_OK) wf_errorf(msg, cap, "cpu executor: %s", wf_status_str(st));
+    return st;
 }
 
-static const wf_executor_ops exec_ops = {.name = "cpu", .dispatch = exec_dispatch};
+static bool exec_supports(void *ctx, wf_task_kind kind) {
+    (void)ctx;
+    return kind == WF_TASK_PREFILL || kind == WF_TASK_DECODE || kind == WF_TASK_FINISH;
+}
+
+static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done,
+                               void *user) {
+    wf_engine_exec *x = ctx;
+    return wf_exec_thread_dispatch(x->e->worker, batch, done, user);
+}
+
+static void exec_cancel(void *ctx, wf_task_batch *batch) {
+    wf_engine_exec *x = ctx;
+    wf_exec_thread_cancel(x->e->worker, batch);
+}
+
+static void exec_synchronize(void *ctx) {
+    wf_engine_exec *x = ctx;
+    wf_exec_thread_synchronize(x->e->worker);
+}
+
+/* free stays NULL: the executor belongs to the engine (wf_engine_free). */
+static const wf_executor_ops exec_ops = {.name = "cpu",
+                                         .supports = exec_supports,
+                                         .dispatch = exec_dispatch,
+                                         .cancel = exec_cancel,
+                                         .synchronize = exec_synchronize};
 
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv) {
     e->exec.e = e;

@@ -15,9 +15,12 @@
  *     ...
  *     wf_engine_free(e);                      // after the last batch completed; then free kv
  *
- * Threading: wf_engine_open/free from one thread. An engine runs one batch at a time: the
- * executor must be driven from a single thread (the scheduler's); it uses the engine's own
- * thread pool inside. wf_engine_info/tokenizer/chat_* are read-only and thread-safe.
+ * Threading: wf_engine_open/free from one thread. The executor is asynchronous: dispatch
+ * queues the batch (up to 2) to the engine's own executor thread and returns at once; that
+ * thread runs the batches one at a time, driving the engine's thread pool, and calls each
+ * done() from there (dispatch, cancel and synchronize are thread-safe). wf_engine_forward_logits
+ * must not run while a dispatched batch does. wf_engine_info/tokenizer/chat_* are read-only
+ * and thread-safe.
  * Memory: everything a step needs (activations, scratch, logits, sampler) is allocated in
  * wf_engine_open for max_batch_tokens tokens and max_seqs sequences; a batch never
  * allocates. */
@@ -84,8 +87,11 @@ wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size);
  * the geometry of wf_engine_kv_geometry (any block size) and outlive the executor. The
  * executor's context belongs to the engine (freed by wf_engine_free); each call returns a new
  * executor over the engine's single forward state, so drive at most one at a time.
- * Batch statuses: WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a task whose
- * block table does not cover its positions: that task fails, others run), WF_EINTERNAL. */
+ * Batch statuses (through done): WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a
+ * task whose block table does not cover its positions: that task fails, others run),
+ * WF_EINTERNAL; WF_ECANCELLED for a batch cancelled before it started. dispatch itself returns
+ * WF_EBUSY when two batches are already queued. Optional slots: supports (PREFILL, DECODE,
+ * FINISH), cancel (a batch not yet started), synchronize; free is NULL (the engine owns it). */
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv);
 
 /* Additions beyond the agreed API (used by weft-run, tests and benchmarks). */

@@ -90,7 +90,9 @@ wf_status wf_core_add(wf_core *c, wf_request *r, uint64_t now_ns) {
         c->cap_retired = cap;
     }
     if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) return WF_ENOMEM;
-    r->serial = c->next_serial++;
+    /* Arrival order. A request re-routed from a group that went down keeps its place; with
+     * several groups the owner numbers requests (wf_lanes). */
+    if (!r->serial) r->serial = ++c->next_serial;
     if (!r->times.queued_ns) r->times.queued_ns = now_ns;
     r->state = WF_REQUEST_QUEUED;
     for (int i = 0; i < r->n_choices; i++) r->choices[i].seq_id = c->next_seq_id++;
@@ -326,7 +328,10 @@ static void admit_setup(wf_core *c, wf_request *r) {
 static void cancel_flagged(wf_core *c, wf_request **arr, int *n, uint64_t now) {
     for (int i = 0; i < *n;) {
         wf_request *r = arr[i];
-        if (atomic_load_explicit(&r->cancel_requested, memory_order_acquire))
+        if (r->abort_status != WF_OK)
+            end_request(c, r, WF_FINISH_ERROR, r->abort_status,
+                        "out of memory for events: the stream could not be delivered", now);
+        else if (atomic_load_explicit(&r->cancel_requested, memory_order_acquire))
             end_request(c, r, WF_FINISH_CANCELLED, WF_ECANCELLED, "cancelled", now);
         else
             i++;
@@ -576,6 +581,37 @@ void wf_core_complete(wf_core *c, wf_status status, const char *message, uint64_
     flush_retired(c);
 }
 
+int wf_core_evict(wf_core *c, wf_status status, const char *message, uint64_t now,
+                  wf_request **out) {
+    int n_out = 0;
+    c->batch.n_tasks = 0; /* the batch in flight (if any) is void: its group is gone */
+    for (int pass = 0; pass < 2; pass++) {
+        wf_request **arr = pass ? c->waiting : c->running;
+        int *n = pass ? &c->n_waiting : &c->n_running;
+        for (int i = 0; i < *n;) {
+            wf_request *r = arr[i];
+            if (r->prompt_sampled) {
+                /* It has streamed tokens: re-running elsewhere would repeat them. */
+                end_request(c, r, WF_FINISH_ERROR, status, message, now);
+                continue; /* end_request removed it from arr */
+            }
+            for (int j = 0; j < r->n_choices; j++) {
+                wf_kv_seq_release(c->cfg.pool, &r->choices[j].kv);
+                if (r->choices[j].phase != WF_CHOICE_DONE) r->choices[j].phase = WF_CHOICE_WAIT_FORK;
+            }
+            if (r->state == WF_REQUEST_RUNNING) c->running_seqs -= r->n_active;
+            memmove(&arr[i], &arr[i + 1], (size_t)(*n - i - 1) * sizeof *arr);
+            (*n)--;
+            r->state = WF_REQUEST_QUEUED;
+            r->admitted_once = false;
+            r->cached_prompt_tokens = 0;
+            out[n_out++] = r;
+        }
+    }
+    flush_retired(c);
+    return n_out;
+}
+
 void wf_core_get_load(const wf_core *c, wf_core_load *out) {
     memset(out, 0, sizeof *out);
     out->n_waiting = c->n_waiting;
@@ -613,11 +649,15 @@ void wf_core_get_load(const wf_core *c, wf_core_load *out) {
 wf_status wf_core_admit(const wf_admission *a, int n_prompt, double ttft_slo_ms,
                         double *retry_after_s, double *pred_ms, char *msg, int msglen) {
     double drain_ms = 0, pred = 0;
+    /* n groups work in parallel, each with its own batch: the queued work drains n times
+     * as fast (routing keeps them about evenly loaded). */
+    double share = a->n_groups > 1 ? 1.0 / a->n_groups : 1.0;
     if (a->cost)
         pred = wf_cost_model_predict_ttft(a->cost, a->max_batch_tokens,
-                                          a->load.pending_prefill_tokens,
-                                          a->load.pending_prefill_attention, a->load.n_decode,
-                                          a->load.decode_context, n_prompt, &drain_ms);
+                                          a->load.pending_prefill_tokens * share,
+                                          a->load.pending_prefill_attention * share,
+                                          (int)ceil(a->load.n_decode * share),
+                                          a->load.decode_context * share, n_prompt, &drain_ms);
     if (pred_ms) *pred_ms = pred;
     *retry_after_s = 0;
     if (a->load.n_waiting >= a->queue_size) {

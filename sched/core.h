@@ -105,6 +105,15 @@ void wf_core_complete(wf_core *core, wf_status status, const char *message, uint
 /* Ends every request (FINISHED with reason/status), e.g. at the drain deadline. */
 void wf_core_abort_all(wf_core *core, wf_finish_reason reason, wf_status status,
                        const char *message, uint64_t now_ns);
+/* The group this core plans for went down (its executor's process died). Every request leaves
+ * the core: one that has not drawn a token yet (prompt not sampled: the client saw nothing) is
+ * reset to a fresh queued state -- blocks released, no event sent -- and returned in out for the
+ * owner to re-add to a live group (wf_core_add keeps its arrival order); the others end with
+ * FINISHED(error, status, message) and are retired. The batch in flight, if any, is dropped
+ * (call only once the executor will no longer touch it). out must hold wf_core_n_requests()
+ * entries. Returns how many were returned in out. */
+int wf_core_evict(wf_core *core, wf_status status, const char *message, uint64_t now_ns,
+                  wf_request **out);
 static inline int wf_core_n_requests(const wf_core *core) {
     return core->n_waiting + core->n_running;
 }
@@ -125,7 +134,9 @@ typedef struct wf_admission {
     int max_batch_tokens, queue_size;
     double factor;               /* reject when predicted TTFT > factor * the TTFT SLO */
     bool explicit_slo;           /* the request named its TTFT target (not the default) */
-    wf_core_load load;           /* what is queued and running ahead of the new request */
+    wf_core_load load;           /* what is queued and running ahead of the new request, summed
+                                  * over every group */
+    int n_groups;                /* live groups sharing that work (0 or 1: one) */
 } wf_admission;
 /* WF_OK, WF_EFULL (queue at its bound) or WF_EOVERLOAD (predicted TTFT too long); on a refusal
  * *retry_after_s is the predicted drain time of the queued prefill work and msg says why.

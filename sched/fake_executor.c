@@ -2,9 +2,12 @@
 #include "proto/base/clock.h"
 #include "sched/fake_executor.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "proto/exec_thread.h"
 
 void wf_fake_executor_init(wf_fake_executor *fx, wf_kv_store *store, int vocab,
                            int32_t eog_token) {
@@ -13,6 +16,7 @@ void wf_fake_executor_init(wf_fake_executor *fx, wf_kv_store *store, int vocab,
     fx->vocab = vocab > 1 ? vocab : 2;
     fx->eog_token = eog_token;
     fx->verify_kv = true;
+    atomic_init(&fx->dead, false);
 }
 
 static uint64_t mix(uint64_t h) {
@@ -103,16 +107,66 @@ static wf_status fake_run_batch(void *ctx, wf_task_batch *batch) {
     return WF_OK;
 }
 
-/* Runs the batch inline, then reports it: a synchronous executor behind the async seam. */
+static void sleep_us(int us) {
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static const char *const died_msg = "fake executor: the executor process died";
+
+/* One batch, on whichever thread runs it; the message goes to done. */
+static wf_status fake_run(void *ctx, wf_task_batch *batch, char *msg, size_t cap) {
+    wf_fake_executor *fx = ctx;
+    if (fx->delay_us > 0) sleep_us(fx->delay_us);
+    if (atomic_load(&fx->dead)) {
+        snprintf(msg, cap, "%s", died_msg);
+        return WF_ECLOSED;
+    }
+    wf_status st = fake_run_batch(ctx, batch);
+    if (st != WF_OK) snprintf(msg, cap, "fake executor: injected failure");
+    return st;
+}
+
 static wf_status fake_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done,
                                void *user) {
-    wf_status st = fake_run_batch(ctx, batch);
-    done(user, batch, st, st == WF_OK ? NULL : "fake executor: injected failure");
+    wf_fake_executor *fx = ctx;
+    if (fx->thread) return wf_exec_thread_dispatch(fx->thread, batch, done, user);
+    /* Inline: a synchronous executor behind the async seam. */
+    char msg[96] = "";
+    wf_status st = fake_run(ctx, batch, msg, sizeof msg);
+    done(user, batch, st, msg[0] ? msg : NULL);
     return WF_OK;
 }
 
-static const wf_executor_ops fake_ops = {.name = "fake", .dispatch = fake_dispatch};
+static void fake_cancel(void *ctx, wf_task_batch *batch) {
+    wf_fake_executor *fx = ctx;
+    if (fx->thread) wf_exec_thread_cancel(fx->thread, batch);
+}
+
+static void fake_synchronize(void *ctx) {
+    wf_fake_executor *fx = ctx;
+    if (fx->thread) wf_exec_thread_synchronize(fx->thread);
+}
+
+static const wf_executor_ops fake_ops = {.name = "fake",
+                                         .dispatch = fake_dispatch,
+                                         .cancel = fake_cancel,
+                                         .synchronize = fake_synchronize};
 
 wf_executor wf_fake_executor_get(wf_fake_executor *fx) {
     return (wf_executor){.ops = &fake_ops, .ctx = fx};
+}
+
+wf_status wf_fake_executor_start_async(wf_fake_executor *fx, int delay_us) {
+    if (fx->thread) return WF_EINVAL;
+    fx->delay_us = delay_us > 0 ? delay_us : 0;
+    return wf_exec_thread_new("fake", 2, fake_run, fx, &fx->thread);
+}
+
+void wf_fake_executor_die(wf_fake_executor *fx) { atomic_store(&fx->dead, true); }
+
+void wf_fake_executor_stop(wf_fake_executor *fx) {
+    wf_exec_thread_free(fx->thread);
+    fx->thread = NULL;
 }

@@ -9,10 +9,22 @@
  *     wf_executor ex = wf_fake_executor_get(&fx);
  *     wf_sched_new(&opts, &store, ex, &s);
  *
- * The store must use WF_KV_DTYPE_F32. Not thread-safe: called from the scheduler thread. */
+ * The store must use WF_KV_DTYPE_F32. By default the batch runs inline, inside dispatch (done
+ * is called before dispatch returns). wf_fake_executor_start_async gives it a thread of its
+ * own (proto/exec_thread.h) and an optional delay per batch, so tests see real concurrency:
+ * dispatch returns at once and done comes from that thread.
+ *
+ *     wf_fake_executor_start_async(&fx, 2000);        // each batch takes >= 2 ms
+ *     ...
+ *     wf_fake_executor_die(&fx);    // the "process" died: every later batch fails, WF_ECLOSED
+ *     wf_fake_executor_stop(&fx);   // after the scheduler is freed: joins the thread
+ *
+ * The counters and hooks are touched by whichever thread runs batches; read them after the
+ * scheduler drained. die() is thread-safe. */
 #ifndef WF_SCHED_FAKE_EXECUTOR_H
 #define WF_SCHED_FAKE_EXECUTOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -30,11 +42,22 @@ typedef struct wf_fake_executor {
     /* Optional hook after each batch ran (tests inspect the plan). */
     void (*on_batch)(void *user, const wf_task_batch *batch);
     void *user;
+    /* Async mode (wf_fake_executor_start_async). */
+    struct wf_exec_thread *thread;
+    int delay_us;
+    atomic_bool dead;
 } wf_fake_executor;
 
 void wf_fake_executor_init(wf_fake_executor *fx, wf_kv_store *store, int vocab,
                            int32_t eog_token);
 wf_executor wf_fake_executor_get(wf_fake_executor *fx);
+/* WF_OK, WF_EINVAL (already async), WF_ENOMEM, WF_EIO. */
+wf_status wf_fake_executor_start_async(wf_fake_executor *fx, int delay_us);
+/* Simulates the death of the executor's process: batches not yet finished and every later one
+ * fail as a whole with WF_ECLOSED (the scheduler then takes the group down). */
+void wf_fake_executor_die(wf_fake_executor *fx);
+/* Joins the async thread (after the last batch completed); no-op when inline. */
+void wf_fake_executor_stop(wf_fake_executor *fx);
 /* The token the fake model produces after tokens[0..n) for a sampler in state *rng (advanced
  * when temperature > 0). Exposed so tests can compute expected streams. */
 int32_t wf_fake_next_token(const wf_fake_executor *fx, const int32_t *tokens, int n,

@@ -62,6 +62,13 @@ struct wf_request {
     int max_generated;        /* over choices; SLO deadlines advance with it */
     bool ttft_missed;         /* still waiting for its first token past the TTFT deadline */
 
+    /* The FINISHED events, one per choice, set aside at submit (sched.c): ending a request
+     * never needs memory. NULL in the simulator. */
+    struct wf_request_event *finish_events;
+    /* != WF_OK: the owner could not deliver an event; the core fails the request (error,
+     * this status) at its next plan. */
+    wf_status abort_status;
+
     /* Published copy for /admin (under the scheduler's lock). */
     wf_request_snapshot snap;
     struct wf_request *live_prev, *live_next;

@@ -1,11 +1,15 @@
-/* The scheduler thread around the planning core: intake from the submission handoff,
- * admission control, plan -> executor -> complete, event delivery from a free list, stats,
- * calibration of the cost model, drain and shutdown. */
+/* The scheduler thread around the planning cores: intake of requests, cancels and executor
+ * completions from one bounded inbox, admission control, one batch in flight per group
+ * (plan -> dispatch; the executor reports through done -> inbox -> complete), event delivery
+ * from a free list, stats, calibration of the cost model, groups coming and going, drain and
+ * shutdown. The forward pass never runs on this thread. */
 #include "proto/base/clock.h"
 #include "sched/sched.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,62 +18,105 @@
 #include "proto/base/log.h"
 #include "sched/core.h"
 #include "sched/cost_model.h"
+#include "sched/defaults.h"
+#include "sched/lanes.h"
 
 #define EVENT_CHUNK 512
 /* Start-up calibration stops measuring after this long (a batch in flight completes). */
 #define CALIBRATION_NS 3000000000ull
 
-struct wf_sched {
-    wf_sched_options opts;
+typedef struct wf_sched wf_sched;
+
+/* One device group: its KV store and pool, its executor, and the record its executor's done()
+ * fills before pushing done_item into the inbox (at most one batch in flight per group, so one
+ * record is enough and the push never allocates). */
+typedef struct sched_group {
+    wf_handoff_item done_item;
+    wf_sched *sched;
+    int id;                       /* lane id */
     wf_kv_store *kv;
     wf_executor exec;
     wf_kv_pool *pool;
-    wf_core core;
-    wf_cost_model cost;          /* thread-owned; coefficients copied out under lock */
+    wf_group group;
+    /* Written by done() on the executor's thread, read by the scheduler thread after it took
+     * done_item from the inbox (the inbox's mutex orders the two). */
+    wf_status done_status;
+    char done_msg[160];
+    /* Scheduler thread. */
+    uint64_t dispatched_ns, plan_ns;
+    uint64_t iterations, failed_batches;
+    bool laned;                   /* its lane exists (created on the scheduler thread) */
+    bool cancel_sent;
+    /* Under the scheduler's lock. */
+    bool down_requested;
+    wf_status down_status;
+    char down_msg[160];
+    char last_error[160];
+} sched_group;
+
+struct wf_sched {
+    wf_sched_options opts;
+    const wf_sched_policy *policy;
+    wf_lanes lanes;               /* thread-owned */
+    wf_cost_model cost;           /* thread-owned; coefficients copied out under lock */
     pthread_t thread;
     bool started;
 
-    wf_handoff inbox;            /* submissions + wake-ups; bounded by admission upstream */
+    /* The one inbox: submissions, wake-ups (cancel, drain, group changes) and completions.
+     * Bounded: admission keeps fewer than queue_size submissions in it, plus one completion per
+     * group and one wake-up, so a push that admission allowed never finds it full. */
+    wf_handoff inbox;
     wf_handoff_item wake_item;
     atomic_bool wake_pending;
+    /* done() callbacks still inside their inbox push: the push touches the inbox after the
+     * item became visible, so wf_sched_free waits for this to drop to 0 before freeing. */
+    atomic_int dones_running;
 
-    pthread_mutex_t lock;        /* everything below up to the event pool */
+    pthread_mutex_t lock;         /* everything below up to the event pool */
     pthread_cond_t idle_cond;
+    sched_group *groups[WF_LANES_MAX];
+    int n_groups;
+    int min_block_size;           /* over groups: sizes the requests' block tables */
+    long max_kv_tokens;           /* over groups: the longest prompt any group can hold */
     bool draining, stopping, drained;
     uint64_t drain_deadline_ns;
-    int inflight_reqs;           /* accepted but not yet taken in by the thread */
+    int inflight_reqs;            /* accepted but not yet taken in by the thread */
     double inflight_prefill, inflight_attention;
     wf_core_load load;
+    int n_live;
     wf_cost_model cost_pub;
-    bool model_trusted;          /* given/loaded, calibrated from enough batches, or refitted
-                                  * online from enough iterations: admission may use it */
+    bool model_trusted;           /* given/loaded, calibrated from enough batches, or refitted
+                                   * online from enough iterations: admission may use it */
     wf_sched_stats stats;
-    wf_request *live;            /* every request not yet freed, for /admin */
+    wf_request *live;             /* every request not yet freed, for /admin */
     uint64_t rng_counter;
 
     pthread_mutex_t ev_lock;
     wf_request_event *ev_free;
     void **ev_chunks;
     int n_chunks, cap_chunks;
+    atomic_int ev_fail_next;      /* test hook: event allocations that fail */
 
     /* Thread-owned: a private stock of free events refilled from ev_free in one lock, so the
      * per-token path takes no lock to get an event. */
     wf_request_event *ev_local;
     /* Thread-owned: events whose queue was full, delivered in order later. */
     wf_request_event *pend_head, *pend_tail;
+    uint64_t iterations;
+    uint64_t failed_at_intake;    /* requests no live group could take */
     double iter_ms_avg, overhead_ms_avg, overhead_frac, plan_ms_avg, complete_ms_avg;
 };
 
 void wf_sched_options_init(wf_sched_options *o) {
     memset(o, 0, sizeof *o);
-    o->policy = "slo";
-    o->queue_size = 256;
-    o->max_batch_tokens = 512;
-    o->max_running = 64;
-    o->n_ctx = 2048;
-    o->default_ttft_ms = 2000;
-    o->default_tpot_ms = 200;
-    o->admission_factor = 2.0;
+    o->policy = WF_DEFAULT_POLICY;
+    o->queue_size = WF_DEFAULT_QUEUE_SIZE;
+    o->max_batch_tokens = WF_DEFAULT_MAX_BATCH_TOKENS;
+    o->max_running = WF_DEFAULT_MAX_RUNNING;
+    o->n_ctx = WF_DEFAULT_N_CTX;
+    o->default_ttft_ms = WF_DEFAULT_TTFT_MS;
+    o->default_tpot_ms = WF_DEFAULT_TPOT_MS;
+    o->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
     o->prefix_cache = true;
     o->online_refit = true;
     o->seed = 0x5eedf00dull;
@@ -107,19 +154,34 @@ static bool event_chunk_add(wf_sched *s) {
     return true;
 }
 
+/* Under ev_lock: one event from the pool, growing it; NULL when memory ran out (or the test
+ * hook says so). */
+static wf_request_event *event_take_locked(wf_sched *s) {
+    if (atomic_load(&s->ev_fail_next) > 0) {
+        atomic_fetch_sub(&s->ev_fail_next, 1);
+        return NULL;
+    }
+    if (!s->ev_free && !event_chunk_add(s)) return NULL;
+    wf_request_event *ev = s->ev_free;
+    s->ev_free = (wf_request_event *)ev->link.next;
+    return ev;
+}
+
+/* A TOKEN event for the scheduler thread, or NULL when none can be had: the caller fails the
+ * request (its FINISHED events were reserved at submit, so the client still hears). */
 static wf_request_event *event_get(wf_sched *s) {
-    if (!s->ev_local) {
+    if (!s->ev_local || atomic_load(&s->ev_fail_next) > 0) {
         pthread_mutex_lock(&s->ev_lock);
-        if (!s->ev_free && !event_chunk_add(s)) {
-            pthread_mutex_unlock(&s->ev_lock);
-            /* Losing an event would leave a client hanging forever; with no memory left for
-             * a few hundred bytes the process cannot serve anyway. */
-            WF_LOG_ERROR("sched", NULL, "out of memory for events");
-            abort();
+        wf_request_event *ev = event_take_locked(s);
+        if (ev && !s->ev_local) {
+            /* Refill the private stock with whatever else is free. */
+            s->ev_local = s->ev_free;
+            s->ev_free = NULL;
         }
-        s->ev_local = s->ev_free;
-        s->ev_free = NULL;
         pthread_mutex_unlock(&s->ev_lock);
+        if (!ev) return NULL;
+        memset(ev, 0, sizeof *ev);
+        return ev;
     }
     wf_request_event *ev = s->ev_local;
     s->ev_local = (wf_request_event *)ev->link.next;
@@ -132,6 +194,35 @@ void wf_request_event_free(wf_sched *s, wf_request_event *ev) {
     ev->link.next = (wf_handoff_item *)s->ev_free;
     s->ev_free = ev;
     pthread_mutex_unlock(&s->ev_lock);
+}
+
+void wf__sched_fail_event_allocs(wf_sched *s, int n) {
+    atomic_store(&s->ev_fail_next, n);
+}
+
+/* One FINISHED event per choice, set aside at submit: ending a request never needs memory. */
+static bool reserve_finish_events(wf_sched *s, wf_request *r) {
+    pthread_mutex_lock(&s->ev_lock);
+    bool ok = true;
+    for (int i = 0; i < r->n_choices; i++) {
+        wf_request_event *ev = event_take_locked(s);
+        if (!ev) {
+            ok = false;
+            break;
+        }
+        ev->link.next = (wf_handoff_item *)r->finish_events;
+        r->finish_events = ev;
+    }
+    pthread_mutex_unlock(&s->ev_lock);
+    return ok;
+}
+
+static void return_finish_events(wf_sched *s, wf_request *r) {
+    while (r->finish_events) {
+        wf_request_event *ev = r->finish_events;
+        r->finish_events = (wf_request_event *)ev->link.next;
+        wf_request_event_free(s, ev);
+    }
 }
 
 /* Tries to deliver; a full queue keeps the event (and every later one) for the next iteration,
@@ -177,6 +268,7 @@ static void request_unref(wf_sched *s, wf_request *r) {
     else s->live = r->live_next;
     if (r->live_next) r->live_next->live_prev = r->live_prev;
     pthread_mutex_unlock(&s->lock);
+    return_finish_events(s, r);
     wf__request_free(r);
 }
 
@@ -185,7 +277,15 @@ static void request_unref(wf_sched *s, wf_request *r) {
 static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
                      uint64_t now) {
     wf_sched *s = user;
+    if (r->abort_status != WF_OK) return; /* already failing: no more tokens */
     wf_request_event *ev = event_get(s);
+    if (!ev) {
+        /* The token cannot be delivered: the stream would have a hole. The request fails at
+         * the next plan with a clear error (through its reserved FINISHED events). */
+        WF_LOG_ERROR("sched", r->spec.id, "out of memory for events: the request fails");
+        r->abort_status = WF_ENOMEM;
+        return;
+    }
     ev->request = r;
     ev->user = r->user;
     ev->kind = WF_EVENT_TOKEN;
@@ -198,7 +298,14 @@ static void cb_token(void *user, wf_request *r, int choice, const wf_generated_t
 static void cb_finished(void *user, wf_request *r, int choice, wf_finish_reason reason,
                         wf_status status, const char *message, uint64_t now) {
     wf_sched *s = user;
-    wf_request_event *ev = event_get(s);
+    wf_request_event *ev = r->finish_events;
+    if (!ev) {
+        /* Cannot happen: one was reserved per choice and each choice finishes once. */
+        WF_LOG_ERROR("sched", r->spec.id, "no FINISHED event left for choice %d", choice);
+        return;
+    }
+    r->finish_events = (wf_request_event *)ev->link.next;
+    memset(ev, 0, sizeof *ev);
     ev->request = r;
     ev->user = r->user;
     ev->kind = WF_EVENT_FINISHED;
@@ -234,7 +341,7 @@ static void cb_task(void *user, const wf_request *r, const wf_task *t) {
                  t->t_end_ns > t->t_begin_ns ? (double)(t->t_end_ns - t->t_begin_ns) / 1e6 : 0.0);
 }
 
-/* ---- construction ---- */
+/* ---- construction and groups ---- */
 
 static uint64_t group_id(const wf_group *g) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -243,6 +350,96 @@ static uint64_t group_id(const wf_group *g) {
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+static void wake(wf_sched *s) {
+    if (!atomic_exchange(&s->wake_pending, true)) wf_handoff_push(&s->inbox, &s->wake_item);
+}
+
+/* Scheduler thread (or the caller before start): creates the lane of group g. */
+static void make_lane(wf_sched *s, sched_group *g) {
+    wf_core_config cfg = {
+        .policy = s->policy,
+        .max_batch_tokens = s->opts.max_batch_tokens,
+        .max_running = s->opts.max_running,
+        .n_ctx = s->opts.n_ctx,
+        .pool = g->pool,
+        .store = g->kv,
+        .group = g->group,
+        .cost = &s->cost,
+        .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
+    };
+    int id;
+    wf_status st = wf_lanes_add(&s->lanes, &cfg, &id);
+    g->laned = true;
+    if (st != WF_OK || id != g->id) {
+        /* Lanes are created in registration order, so ids match; a lane that cannot be made
+         * leaves the group down (never routed to). */
+        WF_LOG_ERROR("sched", NULL, "group %d: cannot create its lane: %s", g->id,
+                     wf_status_str(st));
+        pthread_mutex_lock(&s->lock);
+        snprintf(g->last_error, sizeof g->last_error, "cannot create its lane: %s",
+                 wf_status_str(st));
+        pthread_mutex_unlock(&s->lock);
+        if (st == WF_OK) s->lanes.lane[id]->live = false;
+    }
+}
+
+wf_status wf_sched_add_group(wf_sched *s, wf_kv_store *kv, wf_executor executor, int rank,
+                             int *out_id) {
+    if (!kv || kv->n_blocks <= 0 || kv->geometry.block_size <= 0 || !executor.ops ||
+        !executor.ops->dispatch)
+        return WF_EINVAL;
+    sched_group *g = calloc(1, sizeof *g);
+    if (!g) return WF_ENOMEM;
+    wf_status st = wf_kv_pool_new(kv->n_blocks, kv->geometry.block_size, s->opts.prefix_cache,
+                                  &g->pool);
+    if (st != WF_OK) {
+        free(g);
+        return st;
+    }
+    g->sched = s;
+    g->kv = kv;
+    g->exec = executor;
+    g->group.n_ranks = 1;
+    g->group.ranks[0] = rank;
+    g->group.id = group_id(&g->group);
+    pthread_mutex_lock(&s->lock);
+    if (s->n_groups == WF_LANES_MAX || s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        wf_kv_pool_free(g->pool);
+        free(g);
+        return s->stopping ? WF_ECLOSED : WF_EFULL;
+    }
+    g->id = s->n_groups;
+    s->groups[s->n_groups++] = g;
+    int bs = kv->geometry.block_size;
+    if (s->min_block_size == 0 || bs < s->min_block_size) s->min_block_size = bs;
+    long tokens = (long)kv->n_blocks * bs;
+    if (tokens > s->max_kv_tokens) s->max_kv_tokens = tokens;
+    bool started = s->started;
+    pthread_mutex_unlock(&s->lock);
+    if (out_id) *out_id = g->id;
+    if (started) wake(s); /* the thread creates the lane */
+    else make_lane(s, g);
+    WF_LOG_INFO("sched", NULL, "group %d: rank %d, executor %s, KV %d blocks of %d", g->id, rank,
+                executor.ops->name ? executor.ops->name : "?", kv->n_blocks, bs);
+    return WF_OK;
+}
+
+wf_status wf_sched_remove_group(wf_sched *s, int id, const char *message) {
+    pthread_mutex_lock(&s->lock);
+    if (id < 0 || id >= s->n_groups) {
+        pthread_mutex_unlock(&s->lock);
+        return WF_ENOTFOUND;
+    }
+    sched_group *g = s->groups[id];
+    g->down_requested = true;
+    g->down_status = WF_ECLOSED;
+    snprintf(g->down_msg, sizeof g->down_msg, "%s", message ? message : "removed");
+    pthread_mutex_unlock(&s->lock);
+    wake(s);
+    return WF_OK;
 }
 
 wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executor executor,
@@ -254,7 +451,8 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
                      wf_sched_policy_names());
         return WF_EINVAL;
     }
-    if (!kv || kv->n_blocks <= 0 || !executor.ops || !executor.ops->dispatch ||
+    bool first_group = kv || executor.ops;
+    if ((first_group && (!kv || kv->n_blocks <= 0 || !executor.ops || !executor.ops->dispatch)) ||
         opts->queue_size < 1 || opts->max_batch_tokens < 1 || opts->max_running < 1 ||
         opts->n_ctx < 2 || opts->default_ttft_ms <= 0 || opts->default_tpot_ms <= 0 ||
         opts->admission_factor <= 0)
@@ -265,33 +463,16 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
     s->opts = *opts;
     s->opts.policy = pol->name;
     s->opts.cost_model_file = NULL; /* only read in start; not kept */
-    s->kv = kv;
-    s->exec = executor;
+    s->policy = pol;
+    wf_lanes_init(&s->lanes);
     if (pthread_mutex_init(&s->lock, NULL) != 0) goto fail_lock;
     if (pthread_mutex_init(&s->ev_lock, NULL) != 0) goto fail_evlock;
     if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_cond;
-    if (wf_handoff_init(&s->inbox, 0, NULL, NULL) != WF_OK) goto fail_inbox;
-    if ((st = wf_kv_pool_new(kv->n_blocks, kv->geometry.block_size, opts->prefix_cache,
-                             &s->pool)) != WF_OK)
-        goto fail_pool;
-    wf_core_config cfg = {
-        .policy = pol,
-        .max_batch_tokens = opts->max_batch_tokens,
-        .max_running = opts->max_running,
-        .n_ctx = opts->n_ctx,
-        .pool = s->pool,
-        .store = kv,
-        .group = {.n_ranks = 1, .ranks = {opts->group_rank}},
-        .cost = &s->cost,
-        .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
-    };
-    cfg.group.id = group_id(&cfg.group);
-    if ((st = wf_core_init(&s->core, &cfg)) != WF_OK) goto fail_core;
+    if (wf_handoff_init(&s->inbox, (size_t)opts->queue_size + WF_LANES_MAX + 1, NULL, NULL) !=
+        WF_OK)
+        goto fail_inbox;
     s->ev_free = NULL;
-    if (!event_chunk_add(s)) {
-        st = WF_ENOMEM;
-        goto fail_events;
-    }
+    if (!event_chunk_add(s)) goto fail_events;
     /* A neutral prior until the model is calibrated or loaded (wf_sched_start). */
     double prior[4] = {5.0, 0.5, 2.0, 0.001};
     wf_cost_model_init(&s->cost, opts->cost_given ? opts->cost : prior);
@@ -299,6 +480,8 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
     s->model_trusted = opts->cost_given;
     s->rng_counter = opts->seed;
     atomic_init(&s->wake_pending, false);
+    atomic_init(&s->ev_fail_next, 0);
+    atomic_init(&s->dones_running, 0);
     if (opts->cost_model_file) {
         double c[4];
         char err[256];
@@ -312,15 +495,13 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
         s->opts.cost_given = true;
         memcpy(s->opts.cost, c, sizeof c);
     }
+    if (first_group && (st = wf_sched_add_group(s, kv, executor, opts->group_rank, NULL)) != WF_OK)
+        goto fail_events;
     *out = s;
     return WF_OK;
 fail_events:
     for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
     free(s->ev_chunks);
-    wf_core_free(&s->core, 0);
-fail_core:
-    wf_kv_pool_free(s->pool);
-fail_pool:
     wf_handoff_free(&s->inbox);
 fail_inbox:
     pthread_cond_destroy(&s->idle_cond);
@@ -336,10 +517,10 @@ fail_lock:
 /* ---- calibration ---- */
 
 /* Runs one batch and returns its wall time in ms (< 0 on failure). */
-static double timed_batch(wf_sched *s, wf_task *tasks, int n) {
-    wf_task_batch b = {.tasks = tasks, .n_tasks = n, .group = s->core.batch.group};
+static double timed_batch(sched_group *g, wf_task *tasks, int n) {
+    wf_task_batch b = {.tasks = tasks, .n_tasks = n, .group = g->group};
     uint64_t t0 = wf_clock_now_ns();
-    wf_status st = wf_executor_run(s->exec, &b, NULL, 0);
+    wf_status st = wf_executor_run(g->exec, &b, NULL, 0);
     uint64_t t1 = wf_clock_now_ns();
     if (st != WF_OK) return -1;
     for (int i = 0; i < n; i++)
@@ -357,19 +538,19 @@ enum { CAL_MAXK = 32, CAL_MAX_LONG = 1024, CAL_MAXS = 48 };
 
 /* Makes seq share the first ctx positions (a multiple of the block size) of base, then
  * reserves n_more positions after them in blocks of its own. */
-static wf_status cal_seq(wf_sched *s, const wf_kv_seq *base, int ctx, int n_more, wf_kv_seq *seq) {
-    int bs = s->kv->geometry.block_size;
+static wf_status cal_seq(sched_group *g, const wf_kv_seq *base, int ctx, int n_more, wf_kv_seq *seq) {
+    int bs = g->kv->geometry.block_size;
     int shared = ctx / bs;
     if (shared > base->n_blocks || shared > seq->max_blocks) return WF_ERANGE;
     for (int i = 0; i < shared; i++) {
         seq->blocks[i] = base->blocks[i];
-        wf_kv_pool_ref(s->pool, base->blocks[i]);
+        wf_kv_pool_ref(g->pool, base->blocks[i]);
     }
     seq->n_blocks = shared;
     seq->n_tokens = ctx;
     seq->n_hashed = 0;
     seq->last_hash = 0;
-    return wf_kv_seq_reserve(s->pool, seq, ctx + n_more, s->kv);
+    return wf_kv_seq_reserve(g->pool, seq, ctx + n_more, g->kv);
 }
 
 /* Measures batches that vary each feature of the model on its own -- prefill chunk length,
@@ -381,14 +562,15 @@ static wf_status cal_seq(wf_sched *s, const wf_kv_seq *base, int ctx, int n_more
  * same chunk deep into one) instead of from prefills whose context equals their length. The
  * synthetic tokens are small ids valid in any vocabulary; every block is returned after. */
 static wf_status calibrate(wf_sched *s) {
-    int bs = s->kv->geometry.block_size;
+    sched_group *g = s->groups[0];
+    int bs = g->kv->geometry.block_size;
     int budget = s->opts.max_batch_tokens;
     int maxk = s->opts.max_running < CAL_MAXK ? s->opts.max_running : CAL_MAXK;
     /* The long context: up to 1024 positions, half the context window, a quarter of the
      * cache; a multiple of the block size. */
     int lng = CAL_MAX_LONG;
     if (lng > s->opts.n_ctx / 2) lng = s->opts.n_ctx / 2;
-    if (lng > s->kv->n_blocks * bs / 4) lng = s->kv->n_blocks * bs / 4;
+    if (lng > g->kv->n_blocks * bs / 4) lng = g->kv->n_blocks * bs / 4;
     lng -= lng % bs;
     if (lng < bs) lng = bs;
     int sh = 64 < lng / 2 ? 64 : lng / 2; /* the short context */
@@ -435,15 +617,15 @@ static wf_status calibrate(wf_sched *s) {
             st = WF_ENOMEM;
             goto done;
         }
-    if (lng + 1 >= s->opts.n_ctx || wf_kv_seq_reserve(s->pool, &base, lng, s->kv) != WF_OK) {
+    if (lng + 1 >= s->opts.n_ctx || wf_kv_seq_reserve(g->pool, &base, lng, g->kv) != WF_OK) {
         st = WF_EFULL;
         goto done;
     }
     /* The stand-in prompt: zeros are valid keys and values in F16 and F32. */
     for (int b = 0; b < base.n_blocks; b++)
-        for (int l = 0; l < s->kv->geometry.n_layers; l++) {
-            memset(wf_kv_store_k(s->kv, l, base.blocks[b]), 0, s->kv->block_bytes);
-            memset(wf_kv_store_v(s->kv, l, base.blocks[b]), 0, s->kv->block_bytes);
+        for (int l = 0; l < g->kv->geometry.n_layers; l++) {
+            memset(wf_kv_store_k(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
+            memset(wf_kv_store_v(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
         }
     base.n_tokens = lng;
     for (int pi = 0; pi < n_plan && ns < CAL_MAXS; pi++) {
@@ -452,12 +634,12 @@ static wf_status calibrate(wf_sched *s) {
         if (cb->n_dec > maxk || cb->n_dec + (cb->pre_len > 0) > s->opts.max_running ||
             cb->n_dec + cb->pre_len > budget || cb->dec_ctx + 1 >= s->opts.n_ctx ||
             cb->pre_start + cb->pre_len >= s->opts.n_ctx ||
-            cb->n_dec + (cb->pre_len + bs - 1) / bs + 1 > wf_kv_pool_available(s->pool))
+            cb->n_dec + (cb->pre_len + bs - 1) / bs + 1 > wf_kv_pool_available(g->pool))
             continue;
         int n = 0;
         double attn = 0;
         for (int i = 0; i < cb->n_dec; i++, n++) {
-            if ((st = cal_seq(s, &base, cb->dec_ctx, 1, &seqs[n])) != WF_OK) goto done;
+            if ((st = cal_seq(g, &base, cb->dec_ctx, 1, &seqs[n])) != WF_OK) goto done;
             samp[n] = (wf_task_sample){.params = &greedy, .rng_state = 1, .history = tok,
                                        .n_history = cb->dec_ctx + 1, .n_prompt = cb->dec_ctx,
                                        .suppress_eos = true};
@@ -470,7 +652,7 @@ static wf_status calibrate(wf_sched *s) {
         }
         if (cb->pre_len > 0) {
             int end = cb->pre_start + cb->pre_len;
-            if ((st = cal_seq(s, &base, cb->pre_start, cb->pre_len, &seqs[n])) != WF_OK) goto done;
+            if ((st = cal_seq(g, &base, cb->pre_start, cb->pre_len, &seqs[n])) != WF_OK) goto done;
             samp[n] = (wf_task_sample){.params = &greedy, .rng_state = 1, .history = tok,
                                        .n_history = end, .n_prompt = end, .suppress_eos = true};
             tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_PREFILL,
@@ -482,8 +664,8 @@ static wf_status calibrate(wf_sched *s) {
             attn += wf_cost_model_attention(cb->pre_start, cb->pre_len);
             n++;
         }
-        double ms = timed_batch(s, tasks, n);
-        for (int i = 0; i < n; i++) wf_kv_seq_release(s->pool, &seqs[i]);
+        double ms = timed_batch(g, tasks, n);
+        for (int i = 0; i < n; i++) wf_kv_seq_release(g->pool, &seqs[i]);
         if (ms < 0) {
             st = WF_EIO;
             goto done;
@@ -506,10 +688,10 @@ static wf_status calibrate(wf_sched *s) {
     }
 done:
     for (int i = 0; i <= maxk; i++) {
-        if (seqs[i].blocks) wf_kv_seq_release(s->pool, &seqs[i]);
+        if (seqs[i].blocks) wf_kv_seq_release(g->pool, &seqs[i]);
         wf_kv_seq_free(&seqs[i]);
     }
-    if (base.blocks) wf_kv_seq_release(s->pool, &base);
+    if (base.blocks) wf_kv_seq_release(g->pool, &base);
     wf_kv_seq_free(&base);
     free(tok);
     return st;
@@ -518,60 +700,189 @@ done:
 /* ---- the loop ---- */
 
 static void publish(wf_sched *s) {
-    wf_core *c = &s->core;
-    wf_kv_pool_usage u;
-    wf_kv_pool_get_usage(s->pool, &u);
     wf_core_load load;
-    wf_core_get_load(c, &load);
+    wf_lanes_get_load(&s->lanes, &load);
+    int n_live = wf_lanes_n_live(&s->lanes);
+    wf_sched_stats agg;
+    memset(&agg, 0, sizeof agg);
+    uint64_t preempted = 0;
     pthread_mutex_lock(&s->lock);
-    s->load = load;
-    s->cost_pub = s->cost;
-    if (s->cost.n_obs >= 32) s->model_trusted = true;
-    for (int pass = 0; pass < 2; pass++) {
-        wf_request **arr = pass ? c->waiting : c->running;
-        int n = pass ? c->n_waiting : c->n_running;
-        for (int i = 0; i < n; i++) {
-            wf_request *r = arr[i];
-            int g = 0;
-            for (int j = 0; j < r->n_choices; j++) g += r->choices[j].n_generated;
-            r->snap.state = r->state;
-            r->snap.generated_tokens = g;
-            r->snap.cached_prompt_tokens = r->cached_prompt_tokens;
-            r->snap.preemptions = r->n_preemptions;
-            r->snap.prefill_tasks = r->tasks_by_kind[WF_TASK_PREFILL];
-            r->snap.decode_tasks = r->tasks_by_kind[WF_TASK_DECODE];
+    for (int i = 0; i < s->lanes.n; i++) {
+        wf_lane *ln = s->lanes.lane[i];
+        wf_core *c = &ln->core;
+        sched_group *g = s->groups[i];
+        wf_kv_pool_usage u;
+        wf_kv_pool_get_usage(g->pool, &u);
+        for (int pass = 0; pass < 2; pass++) {
+            wf_request **arr = pass ? c->waiting : c->running;
+            int n = pass ? c->n_waiting : c->n_running;
+            for (int k = 0; k < n; k++) {
+                wf_request *r = arr[k];
+                int gen = 0;
+                for (int j = 0; j < r->n_choices; j++) gen += r->choices[j].n_generated;
+                r->snap.state = r->state;
+                r->snap.generated_tokens = gen;
+                r->snap.cached_prompt_tokens = r->cached_prompt_tokens;
+                r->snap.preemptions = r->n_preemptions;
+                r->snap.prefill_tasks = r->tasks_by_kind[WF_TASK_PREFILL];
+                r->snap.decode_tasks = r->tasks_by_kind[WF_TASK_DECODE];
+                r->snap.group = ln->id;
+            }
+        }
+        agg.running += c->n_running;
+        agg.waiting += c->n_waiting;
+        preempted += c->preempted_total;
+        if (ln->live) {
+            agg.kv_blocks_total += u.n_blocks;
+            agg.kv_blocks_used += u.used;
+            agg.kv_blocks_cached += u.cached;
+        }
+        agg.prefix_queries += u.prefix_queries;
+        agg.prefix_hits += u.prefix_hits;
+        agg.cow_copies += u.cow_copies;
+        agg.finished_total += c->finished_total;
+        agg.failed_total += c->failed_total;
+        agg.cancelled_total += c->cancelled_total;
+        if (i < WF_SCHED_STATS_GROUPS) {
+            wf_sched_group_stats *gs = &agg.groups[i];
+            gs->id = ln->id;
+            gs->rank = g->group.ranks[0];
+            gs->live = ln->live;
+            snprintf(gs->executor, sizeof gs->executor, "%s",
+                     g->exec.ops->name ? g->exec.ops->name : "");
+            gs->running = c->n_running;
+            gs->waiting = c->n_waiting;
+            gs->kv_blocks_total = u.n_blocks;
+            gs->kv_blocks_used = u.used;
+            gs->batches_in_flight = ln->busy ? 1 : 0;
+            gs->iterations = g->iterations;
+            gs->failed_batches = g->failed_batches;
+            snprintf(gs->last_error, sizeof gs->last_error, "%s", g->last_error);
         }
     }
+    s->load = load;
+    s->n_live = n_live;
+    s->cost_pub = s->cost;
+    if (s->cost.n_obs >= 32) s->model_trusted = true;
     wf_sched_stats *st = &s->stats;
-    st->running = c->n_running;
-    st->waiting = c->n_waiting;
-    st->preempted_total = (int)c->preempted_total;
-    st->kv_blocks_total = u.n_blocks;
-    st->kv_blocks_used = u.used;
-    st->kv_blocks_cached = u.cached;
-    st->kv_usage = u.n_blocks ? (double)u.used / u.n_blocks : 0;
-    st->prefix_queries = u.prefix_queries;
-    st->prefix_hits = u.prefix_hits;
-    st->cow_copies = u.cow_copies;
-    st->iterations = c->iteration;
+    uint64_t rejected = st->rejected_total;
+    *st = agg;
+    st->rejected_total = rejected;
+    st->n_groups = s->lanes.n;
+    st->groups_live = n_live;
+    st->rerouted_total = s->lanes.rerouted_total;
+    st->preempted_total = (int)preempted;
+    st->failed_total += s->failed_at_intake;
+    st->kv_usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    st->iterations = s->iterations;
     st->iteration_ms_avg = s->iter_ms_avg;
     st->sched_overhead_ms_avg = s->overhead_ms_avg;
     st->overhead_fraction = s->overhead_frac;
     st->plan_ms_avg = s->plan_ms_avg;
     st->complete_ms_avg = s->complete_ms_avg;
-    st->finished_total = c->finished_total;
-    st->failed_total = c->failed_total;
-    st->cancelled_total = c->cancelled_total;
     memcpy(st->cost_model, s->cost.coef, sizeof st->cost_model);
     pthread_mutex_unlock(&s->lock);
 }
 
+static double ewma(double avg, double x) { return avg == 0 ? x : 0.9 * avg + 0.1 * x; }
+
+/* Executor thread (any): the batch of group g ran. Quick: record and hand over. */
+static void on_done(void *user, wf_task_batch *batch, wf_status status, const char *message) {
+    (void)batch;
+    sched_group *g = user;
+    wf_sched *s = g->sched;
+    atomic_fetch_add(&s->dones_running, 1);
+    g->done_status = status;
+    snprintf(g->done_msg, sizeof g->done_msg, "%s", message ? message : "");
+    if (wf_handoff_push(&s->inbox, &g->done_item) != WF_OK)
+        /* By construction the inbox has room for every group's completion; it is closed only
+         * once no batch is in flight. */
+        WF_LOG_ERROR("sched", NULL, "group %d: completion lost (inbox full or closed)", g->id);
+    atomic_fetch_sub(&s->dones_running, 1); /* the last touch of s */
+}
+
+/* The group is gone (its executor reported WF_ECLOSED, or it was removed): its requests move
+ * or fail (wf_lanes_down). Its lane has no batch in flight. */
+static void group_down(wf_sched *s, sched_group *g, wf_status status, const char *why) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "group %d (rank %d) went down: %s", g->id, g->group.ranks[0], why);
+    WF_LOG_WARN("sched", NULL, "%s", msg);
+    pthread_mutex_lock(&s->lock);
+    snprintf(g->last_error, sizeof g->last_error, "%s", msg);
+    pthread_mutex_unlock(&s->lock);
+    wf_lanes_down(&s->lanes, g->id, status, msg, wf_clock_now_ns());
+}
+
+/* Scheduler thread: applies a completion of group g. */
+static void complete(wf_sched *s, sched_group *g, wf_status st, const char *why) {
+    wf_lane *ln = s->lanes.lane[g->id];
+    uint64_t t2 = wf_clock_now_ns();
+    ln->busy = false;
+    g->iterations++;
+    s->iterations++;
+    if (st == WF_ECLOSED) {
+        g->failed_batches++;
+        group_down(s, g, st, why[0] ? why : "executor closed");
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    bool removing = g->down_requested;
+    wf_status down_st = g->down_status;
+    char down_msg[160];
+    snprintf(down_msg, sizeof down_msg, "%s", g->down_msg);
+    pthread_mutex_unlock(&s->lock);
+    if (removing && st != WF_OK) {
+        /* The batch was cancelled (or failed) because the group is being removed: its
+         * requests are treated as the group's, not as failed by the batch. */
+        group_down(s, g, down_st, down_msg);
+        return;
+    }
+    char msg[224] = "";
+    if (st != WF_OK) {
+        g->failed_batches++;
+        snprintf(msg, sizeof msg, "executor %s failed: %s%s%s",
+                 g->exec.ops->name ? g->exec.ops->name : "", wf_status_str(st),
+                 why[0] ? ": " : "", why);
+        pthread_mutex_lock(&s->lock);
+        snprintf(g->last_error, sizeof g->last_error, "%s", msg);
+        pthread_mutex_unlock(&s->lock);
+    }
+    wf_core *c = &ln->core;
+    wf_core_complete(c, st, st != WF_OK ? msg : NULL, t2);
+    uint64_t t3 = wf_clock_now_ns();
+    double run_ms = (double)(t2 - g->dispatched_ns) / 1e6;
+    double plan_ms = (double)(g->plan_ns + (t3 - t2)) / 1e6;
+    if (st == WF_OK && s->opts.online_refit)
+        wf_cost_model_observe(&s->cost, c->last_prefill_tokens, c->last_decode_tokens,
+                              c->last_context, run_ms);
+    s->iter_ms_avg = ewma(s->iter_ms_avg, run_ms + plan_ms);
+    s->overhead_ms_avg = ewma(s->overhead_ms_avg, plan_ms);
+    s->overhead_frac = ewma(s->overhead_frac, plan_ms / (plan_ms + run_ms + 1e-9));
+    s->plan_ms_avg = ewma(s->plan_ms_avg, (double)g->plan_ns / 1e6);
+    s->complete_ms_avg = ewma(s->complete_ms_avg, (double)(t3 - t2) / 1e6);
+}
+
+static sched_group *group_of_item(wf_sched *s, wf_handoff_item *it) {
+    for (int i = 0; i < s->lanes.n; i++)
+        if (it == &s->groups[i]->done_item) return s->groups[i];
+    return NULL;
+}
+
+/* Takes in everything the inbox holds; creates lanes of new groups and takes removed groups
+ * down once idle. */
 static void intake(wf_sched *s) {
+    pthread_mutex_lock(&s->lock);
+    int n_groups = s->n_groups;
+    pthread_mutex_unlock(&s->lock);
+    for (int i = s->lanes.n; i < n_groups; i++) make_lane(s, s->groups[i]);
     wf_handoff_item *it = wf_handoff_take_all(&s->inbox);
     while (it) {
         wf_handoff_item *next = it->next;
+        sched_group *g;
         if (it == &s->wake_item) {
             atomic_store(&s->wake_pending, false);
+        } else if ((g = group_of_item(s, it)) != NULL) {
+            complete(s, g, g->done_status, g->done_msg);
         } else {
             wf_request *r = (wf_request *)it;
             pthread_mutex_lock(&s->lock);
@@ -579,107 +890,149 @@ static void intake(wf_sched *s) {
             s->inflight_prefill -= r->spec.n_prompt;
             s->inflight_attention -= wf_cost_model_attention(0, r->spec.n_prompt);
             pthread_mutex_unlock(&s->lock);
-            uint64_t queued = r->times.queued_ns;
-            if (wf_core_add(&s->core, r, queued) != WF_OK) {
-                /* Not in the core: end it here so the client still gets its FINISHED. */
+            wf_status st = wf_lanes_add_request(&s->lanes, r, r->times.queued_ns);
+            if (st != WF_OK) {
+                /* Not in any core: end it here so the client still gets its FINISHED. */
+                const char *why = st == WF_ECLOSED ? "no live device group can hold the request"
+                                                   : "out of memory";
                 for (int j = 0; j < r->n_choices; j++)
-                    cb_finished(s, r, j, WF_FINISH_ERROR, WF_ENOMEM, "out of memory",
-                                wf_clock_now_ns());
+                    cb_finished(s, r, j, WF_FINISH_ERROR, st, why, wf_clock_now_ns());
                 r->state = WF_REQUEST_FAILED;
+                s->failed_at_intake++;
                 cb_retired(s, r);
             }
         }
         it = next;
     }
+    for (int i = 0; i < s->lanes.n; i++) {
+        sched_group *g = s->groups[i];
+        wf_lane *ln = s->lanes.lane[i];
+        pthread_mutex_lock(&s->lock);
+        bool down = g->down_requested && ln->live;
+        wf_status st = g->down_status;
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s", g->down_msg);
+        pthread_mutex_unlock(&s->lock);
+        if (!down) continue;
+        if (!ln->busy) {
+            group_down(s, g, st, msg);
+        } else if (!g->cancel_sent && g->exec.ops->cancel) {
+            g->cancel_sent = true; /* the completion takes it down */
+            g->exec.ops->cancel(g->exec.ctx, &ln->core.batch);
+        }
+    }
 }
 
-static void wake(wf_sched *s) {
-    if (!atomic_exchange(&s->wake_pending, true)) wf_handoff_push(&s->inbox, &s->wake_item);
+/* Plans one batch for every live idle group that has work and dispatches it. Returns the
+ * number of batches dispatched. */
+static int plan_groups(wf_sched *s) {
+    int dispatched = 0;
+    /* The SLO policy sizes batches with the model only once it is trusted: a noisy start-up
+     * calibration must not serialise the server. */
+    const wf_cost_model *cm = s->model_trusted ? &s->cost : NULL;
+    for (int i = 0; i < s->lanes.n; i++) {
+        if (!wf_lanes_can_plan(&s->lanes, i)) continue;
+        wf_lane *ln = s->lanes.lane[i];
+        sched_group *g = s->groups[i];
+        ln->core.cfg.cost = cm;
+        uint64_t t0 = wf_clock_now_ns();
+        wf_task_batch *b = wf_core_plan(&ln->core, t0);
+        uint64_t t1 = wf_clock_now_ns();
+        if (b->n_tasks == 0) continue;
+        g->plan_ns = t1 - t0;
+        g->dispatched_ns = t1;
+        ln->busy = true;
+        wf_status st = wf_executor_dispatch(g->exec, b, on_done, g);
+        if (st != WF_OK) {
+            /* Nothing started and done will not come: the batch failed as a whole now. */
+            char why[96];
+            snprintf(why, sizeof why, "dispatch refused");
+            complete(s, g, st, why);
+            continue;
+        }
+        dispatched++;
+    }
+    return dispatched;
 }
 
-static double ewma(double avg, double x) { return avg == 0 ? x : 0.9 * avg + 0.1 * x; }
+static bool any_busy(const wf_sched *s) {
+    for (int i = 0; i < s->lanes.n; i++)
+        if (s->lanes.lane[i]->busy) return true;
+    return false;
+}
 
-/* One iteration. Returns false when there was nothing to run. */
+/* One turn of the loop: intake, drain deadline, events, planning. Returns whether a batch was
+ * dispatched. */
 static bool step(wf_sched *s) {
     intake(s);
     pthread_mutex_lock(&s->lock);
     bool expired = s->draining && wf_clock_now_ns() >= s->drain_deadline_ns;
     pthread_mutex_unlock(&s->lock);
-    if (expired && wf_core_n_requests(&s->core) > 0)
-        wf_core_abort_all(&s->core, WF_FINISH_CANCELLED, WF_ECANCELLED,
-                          "server shutting down", wf_clock_now_ns());
+    if (expired) {
+        /* Idle groups end their requests now; busy ones when their batch reports (their
+         * requests' memory is in the executor's hands until then). */
+        for (int i = 0; i < s->lanes.n; i++) {
+            wf_lane *ln = s->lanes.lane[i];
+            if (ln->busy || wf_core_n_requests(&ln->core) == 0) continue;
+            wf_core_abort_all(&ln->core, WF_FINISH_CANCELLED, WF_ECANCELLED,
+                              "server shutting down", wf_clock_now_ns());
+        }
+    }
     flush_pending(s);
-    if (wf_core_n_requests(&s->core) == 0) {
-        publish(s);
-        return false;
-    }
-    /* The SLO policy sizes batches with the model only once it is trusted: a noisy start-up
-     * calibration must not serialise the server. */
-    s->core.cfg.cost = s->model_trusted ? &s->cost : NULL;
-    uint64_t t0 = wf_clock_now_ns();
-    wf_task_batch *b = wf_core_plan(&s->core, t0);
-    uint64_t t1 = wf_clock_now_ns();
-    if (b->n_tasks == 0) {
-        publish(s);
-        return false;
-    }
-    char msg[128] = "", why[96] = "";
-    wf_status st = wf_executor_run(s->exec, b, why, sizeof why);
-    uint64_t t2 = wf_clock_now_ns();
-    if (st != WF_OK)
-        snprintf(msg, sizeof msg, "executor %s failed: %s%s%s", s->exec.ops->name ? s->exec.ops->name : "",
-                 wf_status_str(st), why[0] ? ": " : "", why);
-    wf_core_complete(&s->core, st, st != WF_OK ? msg : NULL, t2);
-    uint64_t t3 = wf_clock_now_ns();
-    double run_ms = (double)(t2 - t1) / 1e6, plan_ms = (double)((t1 - t0) + (t3 - t2)) / 1e6;
-    if (st == WF_OK && s->opts.online_refit)
-        wf_cost_model_observe(&s->cost, s->core.last_prefill_tokens, s->core.last_decode_tokens,
-                              s->core.last_context, run_ms);
-    s->iter_ms_avg = ewma(s->iter_ms_avg, run_ms + plan_ms);
-    s->overhead_ms_avg = ewma(s->overhead_ms_avg, plan_ms);
-    s->overhead_frac = ewma(s->overhead_frac, plan_ms / (plan_ms + run_ms + 1e-9));
-    s->plan_ms_avg = ewma(s->plan_ms_avg, (double)(t1 - t0) / 1e6);
-    s->complete_ms_avg = ewma(s->complete_ms_avg, (double)(t3 - t2) / 1e6);
+    int n = expired ? 0 : plan_groups(s);
     flush_pending(s);
     publish(s);
-    return true;
+    return n > 0;
 }
 
 static bool nothing_left(wf_sched *s) {
     pthread_mutex_lock(&s->lock);
     bool none = s->inflight_reqs == 0;
     pthread_mutex_unlock(&s->lock);
-    return none && wf_core_n_requests(&s->core) == 0 && !s->pend_head;
+    return none && wf_lanes_n_requests(&s->lanes) == 0 && !s->pend_head && !any_busy(s);
+}
+
+/* One turn plus the wait for the next thing to do. Returns false when the loop should end
+ * (stopping and nothing left). */
+static bool loop_once(wf_sched *s) {
+    bool dispatched = step(s);
+    pthread_mutex_lock(&s->lock);
+    bool stopping = s->stopping, draining = s->draining;
+    pthread_mutex_unlock(&s->lock);
+    if (nothing_left(s)) {
+        if (draining) {
+            pthread_mutex_lock(&s->lock);
+            s->drained = true;
+            pthread_cond_broadcast(&s->idle_cond);
+            pthread_mutex_unlock(&s->lock);
+        }
+        if (stopping) return false;
+        wf_handoff_wait(&s->inbox, draining ? 10 : -1);
+    } else if (s->pend_head) {
+        /* The events queue is full: retry soon (back-pressure; nothing is dropped). */
+        wf_handoff_wait(&s->inbox, 1);
+    } else if (any_busy(s)) {
+        /* A completion, a request or a cancel wakes the loop; the drain deadline needs a
+         * look now and then. */
+        wf_handoff_wait(&s->inbox, draining ? 10 : -1);
+    } else if (!dispatched) {
+        /* Work exists but nothing could run (blocks freed next iteration, a group coming
+         * up): sleep briefly instead of spinning. */
+        wf_handoff_wait(&s->inbox, 1);
+    }
+    return true;
 }
 
 static void *thread_main(void *arg) {
     wf_sched *s = arg;
-    for (;;) {
-        bool ran = step(s);
-        pthread_mutex_lock(&s->lock);
-        bool stopping = s->stopping, draining = s->draining;
-        pthread_mutex_unlock(&s->lock);
-        if (nothing_left(s)) {
-            if (draining) {
-                pthread_mutex_lock(&s->lock);
-                s->drained = true;
-                pthread_cond_broadcast(&s->idle_cond);
-                pthread_mutex_unlock(&s->lock);
-            }
-            if (stopping) break;
-            wf_handoff_wait(&s->inbox, draining ? 10 : -1);
-        } else if (!ran) {
-            /* Work exists but nothing could run (a full event queue, blocks freed next
-             * iteration): sleep briefly instead of spinning. */
-            wf_handoff_wait(&s->inbox, 1);
-        }
+    while (loop_once(s)) {
     }
     return NULL;
 }
 
 wf_status wf_sched_start(wf_sched *s) {
     if (s->started) return WF_EINVAL;
-    if (!s->opts.cost_given) {
+    if (!s->opts.cost_given && s->n_groups > 0) {
         uint64_t t0 = wf_clock_now_ns();
         wf_status st = calibrate(s);
         if (st != WF_OK)
@@ -688,19 +1041,27 @@ wf_status wf_sched_start(wf_sched *s) {
         WF_LOG_INFO("sched", NULL, "calibration took %.0f ms", (double)(wf_clock_now_ns() - t0) / 1e6);
         publish(s);
     }
-    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) return WF_ENOMEM;
-    s->started = true;
+    pthread_mutex_lock(&s->lock);
+    s->started = true; /* from now on the thread creates lanes of new groups */
+    pthread_mutex_unlock(&s->lock);
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
+        pthread_mutex_lock(&s->lock);
+        s->started = false;
+        pthread_mutex_unlock(&s->lock);
+        return WF_ENOMEM;
+    }
     return WF_OK;
 }
 
 /* ---- submit / cancel / release ---- */
 
 static double predict_locked(wf_sched *s, int n_prompt, double *drain_ms) {
-    return wf_cost_model_predict_ttft(&s->cost_pub, s->opts.max_batch_tokens,
-                                      s->load.pending_prefill_tokens + s->inflight_prefill,
-                                      s->load.pending_prefill_attention + s->inflight_attention,
-                                      s->load.n_decode, s->load.decode_context, n_prompt,
-                                      drain_ms);
+    double share = s->n_live > 1 ? 1.0 / s->n_live : 1.0;
+    return wf_cost_model_predict_ttft(
+        &s->cost_pub, s->opts.max_batch_tokens,
+        (s->load.pending_prefill_tokens + s->inflight_prefill) * share,
+        (s->load.pending_prefill_attention + s->inflight_attention) * share,
+        (int)ceil(s->load.n_decode * share), s->load.decode_context * share, n_prompt, drain_ms);
 }
 
 double wf_sched_predict_ttft_ms(wf_sched *s, int n_prompt, double *drain_ms) {
@@ -741,22 +1102,27 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
                       "prompt is %d tokens but the context holds %d (prompt + at least 1 "
                       "generated token)",
                       spec->n_prompt, s->opts.n_ctx);
-    int bs = s->kv->geometry.block_size;
-    int need = (spec->n_prompt + 1 + bs - 1) / bs;
-    if (need > s->kv->n_blocks)
+    pthread_mutex_lock(&s->lock);
+    int bs = s->min_block_size;
+    long kv_tokens = s->max_kv_tokens;
+    uint64_t seed = s->rng_counter++;
+    pthread_mutex_unlock(&s->lock);
+    if (bs <= 0) return reject(s, why, WF_EBUSY, "no device group is registered");
+    if ((long)spec->n_prompt + 1 > kv_tokens)
         return reject(s, why, WF_EINVAL,
-                      "prompt is %d tokens (%d KV blocks) but the KV cache holds %d blocks "
-                      "(%d tokens)",
-                      spec->n_prompt, need, s->kv->n_blocks, s->kv->n_blocks * bs);
+                      "prompt is %d tokens but the largest KV cache holds %ld tokens",
+                      spec->n_prompt, kv_tokens);
     double ttft = spec->slo.ttft_ms > 0 ? spec->slo.ttft_ms : s->opts.default_ttft_ms;
     double tpot = spec->slo.tpot_ms > 0 ? spec->slo.tpot_ms : s->opts.default_tpot_ms;
 
-    pthread_mutex_lock(&s->lock);
-    uint64_t seed = s->rng_counter++;
-    pthread_mutex_unlock(&s->lock);
     wf_request *r;
     wf_status st = wf__request_new(spec, s->opts.n_ctx, bs, seed * 0x9e3779b97f4a7c15ull, &r);
     if (st != WF_OK) return reject(s, why, st, "cannot allocate the request");
+    if (!reserve_finish_events(s, r)) {
+        return_finish_events(s, r);
+        wf__request_free(r);
+        return reject(s, why, WF_ENOMEM, "out of memory for the request's events");
+    }
     r->ttft_ms = ttft;
     r->tpot_ms = tpot;
     r->events = events;
@@ -768,7 +1134,8 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
                         .queue_size = s->opts.queue_size,
                         .factor = s->opts.admission_factor,
                         .explicit_slo = spec->slo.ttft_ms > 0,
-                        .load = s->load};
+                        .load = s->load,
+                        .n_groups = s->n_live};
     adm.load.pending_prefill_tokens += s->inflight_prefill;
     adm.load.pending_prefill_attention += s->inflight_attention;
     adm.load.n_waiting += s->inflight_reqs;
@@ -782,6 +1149,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
     if (st != WF_OK) {
         s->stats.rejected_total++;
         pthread_mutex_unlock(&s->lock);
+        return_finish_events(s, r);
         atomic_store(&r->refs, 0);
         wf__request_free(r);
         return st;
@@ -795,6 +1163,7 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
     r->snap.prompt_tokens = spec->n_prompt;
     r->snap.priority = spec->priority;
     r->snap.n_choices = spec->n;
+    r->snap.group = -1;
     r->live_prev = NULL;
     r->live_next = s->live;
     if (s->live) s->live->live_prev = r;
@@ -833,10 +1202,11 @@ void wf_sched_drain(wf_sched *s, int deadline_ms) {
     s->draining = true;
     s->drained = false;
     s->drain_deadline_ns = wf_clock_now_ns() + (uint64_t)(deadline_ms > 0 ? deadline_ms : 0) * 1000000ull;
+    bool started = s->started;
     pthread_mutex_unlock(&s->lock);
-    if (!s->started) {
+    if (!started) {
         /* No thread: run the loop here. */
-        while (!nothing_left(s)) step(s);
+        while (!nothing_left(s)) loop_once(s);
         return;
     }
     wake(s);
@@ -851,16 +1221,20 @@ void wf_sched_free(wf_sched *s) {
     s->stopping = true;
     s->draining = true;
     s->drain_deadline_ns = 0; /* anything left is cancelled now */
+    bool started = s->started;
     pthread_mutex_unlock(&s->lock);
-    if (s->started) {
+    if (started) {
         wake(s);
         pthread_join(s->thread, NULL);
     } else {
-        while (!nothing_left(s)) step(s);
+        while (loop_once(s)) {
+        }
     }
+    /* Every completion was taken in; wait until their done() calls have left the inbox. */
+    while (atomic_load(&s->dones_running) > 0) sched_yield();
     wf_handoff_close(&s->inbox);
     intake(s);
-    wf_core_free(&s->core, wf_clock_now_ns());
+    wf_lanes_free(&s->lanes, wf_clock_now_ns());
     /* Events nobody could take (a consumer that stopped reading) go back to the pool. */
     while (s->pend_head) {
         wf_request_event *next = (wf_request_event *)s->pend_head->link.next;
@@ -875,7 +1249,10 @@ void wf_sched_free(wf_sched *s) {
     }
     for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
     free(s->ev_chunks);
-    wf_kv_pool_free(s->pool);
+    for (int i = 0; i < s->n_groups; i++) {
+        wf_kv_pool_free(s->groups[i]->pool);
+        free(s->groups[i]);
+    }
     wf_handoff_free(&s->inbox);
     pthread_cond_destroy(&s->idle_cond);
     pthread_mutex_destroy(&s->ev_lock);

@@ -20,12 +20,35 @@
  *     wf_sched_cancel(s, req);                    // client went away: FINISHED(cancelled) follows
  *     wf_sched_drain(s, deadline_ms); wf_sched_free(s);
  *
+ * Groups: every device group (an in-process CPU engine, a worker process behind a remote
+ * executor) brings its own KV store -- any geometry -- and executor; the scheduler keeps one
+ * paged pool and one planning core per group (sched/lanes.h). wf_sched_new with a kv/executor
+ * registers group 0; more come with wf_sched_add_group, before or after start:
+ *
+ *     int g1;
+ *     wf_sched_add_group(s, &kv1, executor1, 1, &g1);    // rank 1, its own KV
+ *     ...
+ *     wf_sched_remove_group(s, g1, "worker 1 exited");   // e.g. its process died
+ *
+ * A request is bound to one group when the thread takes it in (least loaded, with prefix-cache
+ * affinity); admission control is global (the predicted TTFT counts the work of every live
+ * group, shared among them). The thread keeps at most one batch in flight per group, never runs
+ * a batch itself (dispatch returns at once; completions arrive in the same inbox as requests
+ * and cancels), and plans other idle groups while batches run; a request has at most one task
+ * in flight. A group goes down when its executor completes a batch with WF_ECLOSED (its
+ * process is gone) or when wf_sched_remove_group is called (after its batch in flight, if any,
+ * reported: the executor must still call done): requests that have not produced a token yet are
+ * re-run on a live group, the others end with FINISHED(error, WF_ECLOSED, "group N (rank R)
+ * went down: ..."). Executors and KV stores must outlive the scheduler (wf_sched_free).
+ *
  * Thread-safety: submit, cancel, release, stats and snapshot may be called from any thread.
  * Events are pushed into the caller's wf_handoff from the scheduler thread; the consumer frees
  * each with wf_request_event_free(). Per request the events keep their order (tokens of a
  * choice in order, its FINISHED last). A full events queue is back-pressure: the scheduler
  * keeps the events and retries every iteration (nothing is dropped); a closed queue means the
- * consumer is gone: the request is cancelled.
+ * consumer is gone: the request is cancelled. The FINISHED events of a request are set aside
+ * at submit (WF_ENOMEM when that fails); when a TOKEN event cannot be allocated the request
+ * fails with FINISHED(error, WF_ENOMEM) instead of the process aborting.
  *
  * Semantics: every accepted request ends with exactly one FINISHED per choice (stop, length,
  * cancelled, or error with status + message). An end-of-generation token (out_is_eog from the
@@ -119,9 +142,19 @@ typedef struct wf_request_event {
     wf_request_times times;
 } wf_request_event;
 
-/* kv is shared with the executor, which writes K/V into the blocks this scheduler assigns. */
+/* kv is shared with the executor, which writes K/V into the blocks this scheduler assigns.
+ * kv and executor.ops both NULL: no group yet (submit returns WF_EBUSY until one is added). */
 wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executor executor,
                        wf_sched **out);
+/* Registers a device group (its rank in the world, its own KV store and executor); *out_id
+ * (may be NULL) receives its id (0, 1, ... in registration order). Any thread, before or after
+ * start (the start-up calibration measures group 0 only: groups are replicas). WF_EINVAL,
+ * WF_EFULL (64 groups), WF_ECLOSED (shutting down), WF_ENOMEM. */
+wf_status wf_sched_add_group(wf_sched *s, wf_kv_store *kv, wf_executor executor, int rank,
+                             int *out_id);
+/* Takes group id down (see Groups above); message goes into the failed requests' errors. Any
+ * thread; returns at once. WF_ENOTFOUND. */
+wf_status wf_sched_remove_group(wf_sched *s, int id, const char *message);
 wf_status wf_sched_start(wf_sched *s);
 /* Copies spec (prompt, logit_bias) into the request. On WF_OK *out is a handle valid until
  * wf_sched_release. On any other status no event will ever be sent and why says why. */
@@ -140,6 +173,21 @@ void wf_sched_drain(wf_sched *s, int deadline_ms);
 /* Stops the thread (after drain) and frees everything. */
 void wf_sched_free(wf_sched *s);
 
+/* Per group (/admin/stats, /metrics). */
+typedef struct wf_sched_group_stats {
+    int id, rank;
+    bool live;
+    char executor[24];                /* the executor's name */
+    int running, waiting;
+    int kv_blocks_total, kv_blocks_used;
+    int batches_in_flight;
+    uint64_t iterations;              /* batches completed */
+    uint64_t failed_batches;
+    char last_error[160];             /* "" when none */
+} wf_sched_group_stats;
+
+#define WF_SCHED_STATS_GROUPS 16      /* groups reported in wf_sched_stats (the first ones) */
+
 typedef struct wf_sched_stats {
     int running, waiting, preempted_total;
     int kv_blocks_total, kv_blocks_used;
@@ -156,6 +204,10 @@ typedef struct wf_sched_stats {
     double plan_ms_avg;               /* of the overhead: choosing the batch (wf_core_plan) */
     double complete_ms_avg;           /* of the overhead: applying outputs, emitting events */
     double cost_model[4];             /* current a, b, c, d (ms) */
+    /* Groups (kv_* and running/waiting above are sums over the live groups). */
+    int n_groups, groups_live;
+    uint64_t rerouted_total;          /* requests moved off a group that went down */
+    wf_sched_group_stats groups[WF_SCHED_STATS_GROUPS];
 } wf_sched_stats;
 
 void wf_sched_get_stats(wf_sched *s, wf_sched_stats *out);
@@ -191,6 +243,7 @@ typedef struct wf_request_snapshot {
     int cached_prompt_tokens;
     int preemptions;
     uint64_t prefill_tasks, decode_tasks;  /* task events seen (chunks, steps) */
+    int group;                             /* the group it is bound to (-1: not yet) */
 } wf_request_snapshot;
 
 /* Calls fn for each live request under the scheduler's lock: fn must be quick and not call
@@ -198,5 +251,8 @@ typedef struct wf_request_snapshot {
 void wf_sched_foreach_request(wf_sched *s,
                               void (*fn)(const wf_request_snapshot *snap, void *user),
                               void *user);
+
+/* Test hook: the next n event allocations fail (as if memory ran out). */
+void wf__sched_fail_event_allocs(wf_sched *s, int n);
 
 #endif

@@ -9,6 +9,7 @@
 #include "proto/base/log.h"
 #include "sched/core.h"
 #include "sched/cost_model.h"
+#include "sched/lanes.h"
 
 void wf_sim_config_init(wf_sim_config *c) {
     memset(c, 0, sizeof *c);
@@ -25,6 +26,7 @@ void wf_sim_config_init(wf_sim_config *c) {
     c->prefix_cache = true;
     c->admission_factor = 0;
     c->queue_size = 1 << 30;
+    c->n_groups = 1;
 }
 
 int wf_sim_parse_line(const char *line, wf_sim_request *r) {
@@ -162,46 +164,78 @@ static void percentiles(double *v, int n, double out[3]) {
 
 static uint64_t ms_to_ns(double ms) { return (uint64_t)llround(ms * 1e6); }
 
+/* Fills the drawn tokens of a planned batch (the simulator has no model) and returns its
+ * predicted duration. */
+static uint64_t sim_batch(const wf_cost_model *cost, const wf_core *core, wf_task_batch *b) {
+    for (int k = 0; k < b->n_tasks; k++)
+        for (int j = 0; j < b->tasks[k].llm.n_samples; j++) {
+            wf_task_sample *sm = &b->tasks[k].llm.samples[j];
+            memset(&sm->out, 0, sizeof sm->out);
+            sm->out.token = 1;
+            sm->out_is_eog = false;
+        }
+    return ms_to_ns(wf_cost_model_predict(cost, core->last_prefill_tokens,
+                                          core->last_decode_tokens, core->last_context));
+}
+
 wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n,
                      wf_sim_outcome *outcomes, wf_sim_report *rep) {
     memset(rep, 0, sizeof *rep);
     const wf_sched_policy *pol = wf_sched_policy_find(cfg->policy);
-    if (!pol || n < 0) return WF_EINVAL;
+    int n_groups = cfg->n_groups > 0 ? cfg->n_groups : 1;
+    if (!pol || n < 0 || n_groups > WF_LANES_MAX) return WF_EINVAL;
     wf_sim_outcome *out = outcomes ? outcomes : calloc((size_t)(n > 0 ? n : 1), sizeof *out);
     double *vals = malloc((size_t)(n > 0 ? n : 1) * sizeof *vals);
     int32_t *prompt = NULL;
-    wf_kv_pool *pool = NULL;
+    wf_kv_pool *pools[WF_LANES_MAX] = {0};
+    uint64_t busy_until[WF_LANES_MAX] = {0};
+    wf_lanes lanes;
+    wf_lanes_init(&lanes);
     wf_status st = WF_ENOMEM;
     if (!out || !vals) goto done;
     memset(out, 0, (size_t)n * sizeof *out);
-    if ((st = wf_kv_pool_new(cfg->kv_blocks, cfg->block_size, cfg->prefix_cache, &pool)) != WF_OK)
-        goto done;
     sim_state ss = {reqs, out, 0};
-    wf_core core;
-    wf_core_config cc = {.policy = pol,
-                         .max_batch_tokens = cfg->max_batch_tokens,
-                         .max_running = cfg->max_running,
-                         .n_ctx = cfg->n_ctx,
-                         .pool = pool,
-                         .store = NULL,
-                         .group = {.n_ranks = 1},
-                         .cb = {sim_token, sim_finished, sim_retired, NULL, &ss}};
     wf_cost_model cost;
     wf_cost_model_init(&cost, cfg->cost);
-    cc.cost = &cost;
-    if ((st = wf_core_init(&core, &cc)) != WF_OK) goto done;
+    /* Each group: its own pool and core, as weftd's groups (sched/lanes.h). */
+    for (int g = 0; g < n_groups; g++) {
+        if ((st = wf_kv_pool_new(cfg->kv_blocks, cfg->block_size, cfg->prefix_cache, &pools[g])) !=
+            WF_OK)
+            goto done;
+        wf_core_config cc = {.policy = pol,
+                             .max_batch_tokens = cfg->max_batch_tokens,
+                             .max_running = cfg->max_running,
+                             .n_ctx = cfg->n_ctx,
+                             .pool = pools[g],
+                             .store = NULL,
+                             .group = {.n_ranks = 1, .ranks = {g}},
+                             .cost = &cost,
+                             .cb = {sim_token, sim_finished, sim_retired, NULL, &ss}};
+        int id;
+        if ((st = wf_lanes_add(&lanes, &cc, &id)) != WF_OK) goto done;
+    }
     int max_prompt = 1;
     for (int i = 0; i < n; i++)
         if (reqs[i].prompt_len > max_prompt) max_prompt = reqs[i].prompt_len;
     prompt = malloc((size_t)max_prompt * sizeof *prompt);
     if (!prompt) {
         st = WF_ENOMEM;
-        wf_core_free(&core, 0);
         goto done;
     }
     uint64_t now = 0, first_arrival = n > 0 ? ms_to_ns(reqs[0].arrival_ms) : 0, last_end = 0;
     int next = 0, idle_plans = 0;
-    while (next < n || wf_core_n_requests(&core) > 0) {
+    for (;;) {
+        bool busy = false;
+        for (int g = 0; g < lanes.n; g++) busy |= lanes.lane[g]->busy;
+        if (next >= n && wf_lanes_n_requests(&lanes) == 0 && !busy) break;
+        /* Batches that ended by now report first (in group order: deterministic). */
+        for (int g = 0; g < lanes.n; g++) {
+            wf_lane *ln = lanes.lane[g];
+            if (!ln->busy || busy_until[g] > now) continue;
+            ln->busy = false;
+            wf_core_complete(&ln->core, WF_OK, NULL, busy_until[g]);
+            if (busy_until[g] > last_end) last_end = busy_until[g];
+        }
         while (next < n && ms_to_ns(reqs[next].arrival_ms) <= now) {
             const wf_sim_request *w = &reqs[next];
             /* Distinct prompts (no accidental prefix sharing): token k of request i. */
@@ -218,8 +252,9 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
                 wf_admission adm = {.cost = &cost, .max_batch_tokens = cfg->max_batch_tokens,
                                     .queue_size = cfg->queue_size,
                                     .factor = cfg->admission_factor,
-                                    .explicit_slo = true}; /* workload lines name their SLO */
-                wf_core_get_load(&core, &adm.load);
+                                    .explicit_slo = true, /* workload lines name their SLO */
+                                    .n_groups = wf_lanes_n_live(&lanes)};
+                wf_lanes_get_load(&lanes, &adm.load);
                 double retry;
                 char msg[160];
                 if (wf_core_admit(&adm, w->prompt_len, w->ttft_slo_ms, &retry, NULL, msg,
@@ -240,44 +275,55 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
             r->tpot_ms = w->tpot_slo_ms;
             r->user = &out[next];
             r->times.queued_ns = ms_to_ns(w->arrival_ms);
-            if (wf_core_add(&core, r, now) != WF_OK) {
+            if (wf_lanes_add_request(&lanes, r, now) != WF_OK) {
                 wf__request_free(r);
                 out[next].failed = true;
             }
             next++;
         }
-        if (wf_core_n_requests(&core) == 0) {
-            if (next < n) now = ms_to_ns(reqs[next].arrival_ms);
+        /* One batch per idle group. */
+        busy = false;
+        bool planned_empty = false;
+        for (int g = 0; g < lanes.n; g++) {
+            wf_lane *ln = lanes.lane[g];
+            if (wf_lanes_can_plan(&lanes, g)) {
+                wf_task_batch *b = wf_core_plan(&ln->core, now);
+                if (b->n_tasks > 0) {
+                    busy_until[g] = now + sim_batch(&cost, &ln->core, b);
+                    ln->busy = true;
+                } else {
+                    planned_empty = true;
+                }
+            }
+            busy |= ln->busy;
+        }
+        uint64_t next_arrival = next < n ? ms_to_ns(reqs[next].arrival_ms) : UINT64_MAX;
+        if (busy) {
+            idle_plans = 0;
+            uint64_t t = next_arrival;
+            for (int g = 0; g < lanes.n; g++)
+                if (lanes.lane[g]->busy && busy_until[g] < t) t = busy_until[g];
+            if (t > now) now = t;
             continue;
         }
-        wf_task_batch *b = wf_core_plan(&core, now);
-        if (b->n_tasks == 0) {
-            /* Transient (a request preempted this iteration is readmitted by the next plan);
-             * repeated empty plans mean nothing can progress until the next arrival. */
-            if (++idle_plans >= 3) {
-                idle_plans = 0;
-                if (next < n) now = ms_to_ns(reqs[next].arrival_ms);
-                else wf_core_abort_all(&core, WF_FINISH_ERROR, WF_EFULL, "does not fit", now);
-            }
+        if (wf_lanes_n_requests(&lanes) == 0) {
+            if (next < n) now = next_arrival;
             continue;
         }
-        idle_plans = 0;
-        for (int k = 0; k < b->n_tasks; k++)
-            for (int j = 0; j < b->tasks[k].llm.n_samples; j++) {
-                wf_task_sample *sm = &b->tasks[k].llm.samples[j];
-                memset(&sm->out, 0, sizeof sm->out);
-                sm->out.token = 1;
-                sm->out_is_eog = false;
-            }
-        double ms = wf_cost_model_predict(&cost, core.last_prefill_tokens,
-                                          core.last_decode_tokens, core.last_context);
-        now += ms_to_ns(ms);
-        wf_core_complete(&core, WF_OK, NULL, now);
-        last_end = now;
+        /* Nothing runs although work exists. Transient (a request preempted this iteration
+         * is readmitted by the next plan); repeated empty plans mean nothing can progress
+         * until the next arrival. */
+        if (planned_empty && ++idle_plans >= 3) {
+            idle_plans = 0;
+            if (next < n) now = next_arrival;
+            else wf_lanes_abort_all(&lanes, WF_FINISH_ERROR, WF_EFULL, "does not fit", now);
+        }
     }
-    rep->iterations = core.iteration;
-    rep->preemptions = core.preempted_total;
-    wf_core_free(&core, now);
+    for (int g = 0; g < lanes.n; g++) {
+        rep->iterations += lanes.lane[g]->core.iteration;
+        rep->preemptions += lanes.lane[g]->core.preempted_total;
+    }
+    wf_lanes_free(&lanes, now); /* retires nothing: every request ended */
     rep->n_requests = n;
     rep->makespan_ms = n > 0 ? (double)(last_end - first_arrival) / 1e6 : 0;
     int met = 0, k;
@@ -305,9 +351,10 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
     percentiles(vals, k, rep->e2e_ms);
     st = WF_OK;
 done:
+    wf_lanes_free(&lanes, 0);
+    for (int g = 0; g < WF_LANES_MAX; g++) wf_kv_pool_free(pools[g]);
     free(prompt);
     free(vals);
     if (out != outcomes) free(out);
-    wf_kv_pool_free(pool);
     return st;
 }

@@ -1,6 +1,8 @@
 /* Internal: the discrete-event simulator. It drives the scheduler's own planning core
  * (sched/core.h: the same policies, batching, KV pool, preemption) with a virtual clock; each
- * iteration lasts what the cost model predicts for the batch the core packed.
+ * iteration lasts what the cost model predicts for the batch the core packed. With n_groups > 1
+ * it runs several groups as weftd does (sched/lanes.h: routing, one core and pool per group),
+ * each planning its next batch when its previous one ends on the virtual clock.
  *
  *     wf_sim_request *w; int n; char err[256];
  *     wf_sim_load_workload("trace.txt", &w, &n, err, sizeof err);
@@ -36,6 +38,7 @@ typedef struct wf_sim_config {
     bool prefix_cache;
     double admission_factor; /* > 0: admission control as weftd's submit (wf_core_admit) */
     int queue_size;          /* with admission: waiting requests before WF_EFULL */
+    int n_groups;            /* device groups, each with its own kv_blocks and batch (default 1) */
 } wf_sim_config;
 
 /* Per request (index as in the workload). */

@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  --admission-factor F   refuse requests predicted past F x their TTFT SLO "
             "(as weftd; default off)\n"
             "  --queue-size N         with admission: waiting requests before refusing\n"
+            "  --groups N             device groups, each with its own KV blocks and batch "
+            "(default 1)\n"
             "  --no-prefix-cache\n"
             "  --per-request          print one line per request\n",
             wf_sched_policy_names());
@@ -54,6 +56,7 @@ int main(int argc, char **argv) {
         {"block-size", required_argument, 0, 'b'},  {"n-ctx", required_argument, 0, 'n'},
         {"no-prefix-cache", no_argument, 0, 'P'},   {"per-request", no_argument, 0, 'R'},
         {"admission-factor", required_argument, 0, 'a'}, {"queue-size", required_argument, 0, 'q'},
+        {"groups", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -94,6 +97,7 @@ int main(int argc, char **argv) {
             break;
         }
         case 'q': if (parse_int(optarg, "--queue-size", &cfg.queue_size)) return 2; break;
+        case 'g': if (parse_int(optarg, "--groups", &cfg.n_groups)) return 2; break;
         case 'R': per_request = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

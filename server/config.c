@@ -1,6 +1,8 @@
 /* weftd configuration: one table of options drives flags, JSON config keys and --help. */
 #include "server/config.h"
 
+#include "sched/defaults.h"
+
 #include "proto/base/status.h"
 
 #include <errno.h>
@@ -42,18 +44,18 @@ static const option_spec options[] = {
     {"idle-timeout-ms", OPT_INT, FIELD(idle_timeout_ms), 1, INT_MAX, "MS", "close idle or slow clients after (default 30000)"},
     {"shutdown-timeout-ms", OPT_INT, FIELD(shutdown_timeout_ms), 0, INT_MAX, "MS", "SIGTERM drain deadline (default 10000)"},
     {"metrics-open", OPT_BOOL, FIELD(metrics_open), 0, 1, NULL, "serve /metrics without an API key"},
-    {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default 1024)"},
-    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo (default slo)"},
-    {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default 512)"},
-    {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default 512)"},
-    {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default 2000)"},
-    {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default 200)"},
+    {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default " WF_DEFAULT_STR(WF_DEFAULT_QUEUE_SIZE) ")"},
+    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo (default " WF_DEFAULT_POLICY ")"},
+    {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default " WF_DEFAULT_STR(WF_DEFAULT_KV_MEMORY_MB) ")"},
+    {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_BATCH_TOKENS) ")"},
+    {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TTFT_MS) ")"},
+    {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TPOT_MS) ")"},
     {"request-timeout-ms", OPT_INT, FIELD(request_timeout_ms), 1, INT_MAX, "MS", "a request must arrive whole within this, else 408 (default 60000)"},
     {"max-header-bytes", OPT_LONG, FIELD(max_header_bytes), 256, 1L << 26, "N", "largest request head before 431 (default 64 KiB)"},
     {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*attention, attention = positions each token attends to (default: calibrate at start-up)"},
     {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
-    {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default 64)"},
+    {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_RUNNING) ")"},
 };
 
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -76,16 +78,16 @@ static void set_defaults(wf_config *cfg) {
     cfg->max_body_bytes = 8L << 20;
     cfg->idle_timeout_ms = 30000;
     cfg->shutdown_timeout_ms = 10000;
-    cfg->queue_size = 1024;
-    cfg->policy = strdup("slo");
-    cfg->kv_memory_mb = 512;
-    cfg->max_batch_tokens = 512;
-    cfg->default_ttft_ms = 2000;
-    cfg->default_tpot_ms = 200;
-    cfg->admission_factor = 2.0;
+    cfg->queue_size = WF_DEFAULT_QUEUE_SIZE;
+    cfg->policy = strdup(WF_DEFAULT_POLICY);
+    cfg->kv_memory_mb = WF_DEFAULT_KV_MEMORY_MB;
+    cfg->max_batch_tokens = WF_DEFAULT_MAX_BATCH_TOKENS;
+    cfg->default_ttft_ms = WF_DEFAULT_TTFT_MS;
+    cfg->default_tpot_ms = WF_DEFAULT_TPOT_MS;
+    cfg->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
-    cfg->max_running = 64;
+    cfg->max_running = WF_DEFAULT_MAX_RUNNING;
 }
 
 static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen);

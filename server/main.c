@@ -15,14 +15,14 @@
 
 #include "proto/base/log.h"
 #include "server/config.h"
-#include "server/engine_backend.h"
+#include "server/daemon.h"
 #include "server/server.h"
 
 typedef struct daemon {
     uv_loop_t *loop;
     wf_config cfg;
     wf_server *server;
-    wf_server_engine *engine;
+    wf_daemon *engine;
     uv_async_t loaded;
     pthread_t loader;
     bool loader_on;
@@ -36,8 +36,8 @@ typedef struct daemon {
 
 static void *load_main(void *arg) {
     daemon_t *d = arg;
-    wf_server_engine_params p;
-    wf_server_engine_params_init(&p);
+    wf_daemon_params p;
+    wf_daemon_params_init(&p);
     p.model_path = d->cfg.model;
     p.model_name = d->cfg.model_name;
     p.n_threads = d->cfg.threads;
@@ -52,7 +52,7 @@ static void *load_main(void *arg) {
     p.cost_model = d->cfg.cost_model;
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
     p.admission_factor = d->cfg.admission_factor;
-    d->load_status = wf_server_engine_open(&p, &d->engine, d->load_err, sizeof d->load_err);
+    d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
 }
@@ -84,7 +84,7 @@ static void on_loaded(uv_async_t *a) {
         uv_stop(d->loop);
         return;
     }
-    wf_server_set_ready(d->server, wf_server_engine_model(d->engine), wf_server_engine_backend(d->engine));
+    wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     WF_LOG_INFO("server", NULL, "ready");
     if (d->stopping) { /* a signal came while loading: the drain has nothing to wait for */
         d->stopping = false;
@@ -190,9 +190,9 @@ int main(int argc, char **argv) {
     uv_close((uv_handle_t *)&d.loaded, NULL);
     /* A fast exit (second SIGINT) skipped the drain: cancel now, so every request ends with
      * its FINISHED events before the server that receives them goes away. */
-    if (d.load_status == WF_OK && d.engine && !d.drained) wf_server_engine_drain(d.engine, 0);
+    if (d.load_status == WF_OK && d.engine && !d.drained) wf_daemon_drain(d.engine, 0);
     wf_server_free(d.server);
-    wf_server_engine_close(d.load_status == WF_OK ? d.engine : NULL);
+    wf_daemon_close(d.load_status == WF_OK ? d.engine : NULL);
     uv_run(d.loop, UV_RUN_NOWAIT);
     uv_loop_close(d.loop);
     wf_config_free(&d.cfg);

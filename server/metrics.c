@@ -108,6 +108,35 @@ static void histogram(wf_jbuf *b, const char *name, const char *help, const char
     sample_u(b, n, model, NULL, h->count);
 }
 
+/* Per-group state: one series per group, labelled group and rank. */
+static void group_series(wf_jbuf *b, const char *model, const wf_sched_stats *st) {
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"weft:group_up", "gauge", "1 while the device group is live."},
+        {"weft:group_requests_running", "gauge", "Requests running on the group."},
+        {"weft:group_requests_waiting", "gauge", "Requests bound to the group, waiting."},
+        {"weft:group_kv_blocks_used", "gauge", "KV blocks in use on the group."},
+        {"weft:group_kv_blocks_total", "gauge", "KV blocks of the group."},
+        {"weft:group_batches_in_flight", "gauge", "Batches dispatched to the group, not done."},
+        {"weft:group_iterations_total", "counter", "Batches the group completed."},
+        {"weft:group_failed_batches_total", "counter", "Batches of the group that failed."},
+    };
+    int n = st->n_groups < WF_SCHED_STATS_GROUPS ? st->n_groups : WF_SCHED_STATS_GROUPS;
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        header(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < n; i++) {
+            const wf_sched_group_stats *g = &st->groups[i];
+            uint64_t v[] = {g->live, (uint64_t)g->running, (uint64_t)g->waiting,
+                            (uint64_t)g->kv_blocks_used, (uint64_t)g->kv_blocks_total,
+                            (uint64_t)g->batches_in_flight, g->iterations, g->failed_batches};
+            char extra[64];
+            snprintf(extra, sizeof extra, ",group=\"%d\",rank=\"%d\"", g->id, g->rank);
+            sample_u(b, fam[f].name, model, extra, v[f]);
+        }
+    }
+}
+
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *st,
                        wf_jbuf *b) {
     gauge(b, "weft:num_requests_running", "Requests in the decode batch.", model, st ? st->running : 0);
@@ -153,4 +182,5 @@ void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_st
               &m->decode);
     histogram(b, "weft:request_prompt_tokens", "Prompt length of requests.", model, &m->prompt_len);
     histogram(b, "weft:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len);
+    if (st) group_series(b, model, st);
 }

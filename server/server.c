@@ -11,6 +11,7 @@
 
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
+#include "sched/defaults.h"
 #include "server/admin_page.h"
 #include "server/server_impl.h"
 #include "weft_version.h"
@@ -20,6 +21,7 @@ void wf_server_options_init(wf_server_options *o) {
     wf_http_limits_init(&o->http);
     o->shutdown_timeout_ms = 10000;
     o->model_id = "model";
+    o->events_queue = WF_DEFAULT_EVENTS_QUEUE;
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
@@ -305,6 +307,29 @@ static void snapshot_fn(const wf_request_snapshot *snap, void *user) {
     wf_jbuf_cstr(b, "}");
 }
 
+/* ,"groups_live":N,"rerouted_total":N,"groups":[{per group}] */
+static void write_groups(wf_jbuf *b, const wf_sched_stats *st) {
+    wf_jbuf_printf(b, ",\"groups_live\":%d,\"rerouted_total\":%llu,\"groups\":[", st->groups_live,
+                   (unsigned long long)st->rerouted_total);
+    int n = st->n_groups < WF_SCHED_STATS_GROUPS ? st->n_groups : WF_SCHED_STATS_GROUPS;
+    for (int i = 0; i < n; i++) {
+        const wf_sched_group_stats *g = &st->groups[i];
+        wf_jbuf_printf(b, "%s{\"id\":%d,\"rank\":%d,\"live\":%s,\"executor\":", i ? "," : "", g->id,
+                       g->rank, g->live ? "true" : "false");
+        wf_jbuf_str(b, g->executor, strnlen(g->executor, sizeof g->executor));
+        wf_jbuf_printf(b, ",\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
+                       "\"batches_in_flight\":%d,\"iterations\":%llu,\"failed_batches\":%llu,"
+                       "\"last_error\":",
+                       g->running, g->waiting, g->kv_blocks_used, g->kv_blocks_total,
+                       g->batches_in_flight, (unsigned long long)g->iterations,
+                       (unsigned long long)g->failed_batches);
+        if (g->last_error[0]) wf_jbuf_str(b, g->last_error, strnlen(g->last_error, sizeof g->last_error));
+        else wf_jbuf_cstr(b, "null");
+        wf_jbuf_cstr(b, "}");
+    }
+    wf_jbuf_cstr(b, "]");
+}
+
 static void h_admin_stats(wf_server *s, wf_http_request *req) {
     wf_jbuf b = {0};
     const wf_metrics *m = &s->metrics;
@@ -346,6 +371,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
         wf_jbuf_num(&b, st.iteration_ms_avg);
         wf_jbuf_cstr(&b, ",\"sched_overhead_ms_avg\":");
         wf_jbuf_num(&b, st.sched_overhead_ms_avg);
+        write_groups(&b, &st);
         wf_jbuf_cstr(&b, "}");
     } else {
         wf_jbuf_cstr(&b, "null");
@@ -478,9 +504,11 @@ wf_server *wf_server_new(uv_loop_t *loop, const wf_server_options *o) {
             if (!(s->keys[s->n_keys++] = strdup(o->api_keys[i]))) goto fail;
     }
     s->opts.api_keys = s->keys;
-    /* Unbounded: the producer (the scheduler) is bounded upstream by its running requests and
-     * one token per sequence per iteration; a full events queue would have to drop a token. */
-    if (wf_handoff_init(&s->events, 0, loop ? wake_loop : NULL, s) != WF_OK) goto fail;
+    /* Bounded: when the loop falls behind, the scheduler keeps the events it cannot push and
+     * retries (back-pressure, nothing dropped: sched/sched.h). */
+    if (wf_handoff_init(&s->events, o->events_queue > 0 ? (size_t)o->events_queue : 0,
+                        loop ? wake_loop : NULL, s) != WF_OK)
+        goto fail;
     if (loop) {
         uv_async_init(loop, &s->wake, on_wake);
         s->wake.data = s;

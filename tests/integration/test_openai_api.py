@@ -217,9 +217,16 @@ def test_metrics_and_admin(weftd, client):
                  "weft:num_requests_waiting", "weft:kv_cache_usage_perc", "weft:prefix_cache_queries_total",
                  "weft:prefix_cache_hits_total", "weft:http_requests_total"]:
         assert name in text, name
+    assert 'weft:group_up{model_name="' in text and 'group="0",rank="0"} 1' in text
     code, body = weftd.status("/admin/stats")
     stats = json.loads(body)
     assert code == 200 and stats["ready"] is True and stats["scheduler"] is not None
+    # The in-process CPU engine is group 0: live, its own KV, batches completed.
+    groups = stats["scheduler"]["groups"]
+    assert stats["scheduler"]["groups_live"] == 1 and len(groups) == 1
+    g = groups[0]
+    assert g["live"] is True and g["executor"] == "cpu" and g["rank"] == 0
+    assert g["kv_blocks_total"] > 0 and g["iterations"] > 0 and g["last_error"] is None
     code, body = weftd.status("/admin")
     assert code == 200 and b"/admin/stats" in body
 

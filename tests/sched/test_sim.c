@@ -67,6 +67,37 @@ START_TEST(fcfs_hand_checked) {
 }
 END_TEST
 
+START_TEST(two_groups_hand_checked) {
+    /* Two groups, each with its own pool and batch, on the virtual clock. R0 and R1 arrive at
+     * t=0: R0 -> group 0 (tie: lower id), R1 -> group 1 (least loaded); both plan at once.
+     *   group 1: R1 prefill 30: 10 + 30 = 40 -> t=40 first token; decode 11 -> t=51 done.
+     *   group 0: R0 prefill 50: 10 + 50 = 60 -> t=60; decodes -> t=71, t=82 done.
+     *   t=500: R2 -> group 0 (tie): 10 + 20 = 30 -> t=530 done.
+     * TTFT 60 / 40 / 30; e2e 82 / 51 / 30; TPOT 11 / 11; every SLO met (R1's 50 ms TTFT, which
+     * one group missed at 90 ms). Iterations: 4 on group 0 + 2 on group 1. */
+    wf_sim_config c;
+    cfg_fixed(&c, "fcfs", 64);
+    c.n_groups = 2;
+    wf_sim_outcome o[3];
+    wf_sim_report r;
+    ck_assert_int_eq(wf_sim_run(&c, W, 3, o, &r), WF_OK);
+    ck_assert_double_eq_tol(o[0].ttft_ms, 60, 1e-6);
+    ck_assert_double_eq_tol(o[1].ttft_ms, 40, 1e-6);
+    ck_assert_double_eq_tol(o[2].ttft_ms, 30, 1e-6);
+    ck_assert_double_eq_tol(o[0].e2e_ms, 82, 1e-6);
+    ck_assert_double_eq_tol(o[1].e2e_ms, 51, 1e-6);
+    ck_assert_double_eq_tol(o[0].tpot_ms, 11, 1e-6);
+    ck_assert_double_eq_tol(o[1].tpot_ms, 11, 1e-6);
+    ck_assert(o[0].met_slo && o[1].met_slo && o[2].met_slo);
+    ck_assert_double_eq_tol(r.slo_attainment, 1.0, 1e-9);
+    ck_assert_double_eq_tol(r.makespan_ms, 530, 1e-6);
+    ck_assert_uint_eq(r.iterations, 6);
+    /* More groups than the limit: refused. */
+    c.n_groups = 1000;
+    ck_assert_int_eq(wf_sim_run(&c, W, 3, o, &r), WF_EINVAL);
+}
+END_TEST
+
 START_TEST(one_at_a_time_fcfs_vs_slo) {
     /* max_running 1, R0 and R1 only.
      * fcfs: R0 first: prefill 10+50 = 60 -> TTFT 60; decodes 11, 11 -> done at 82;
@@ -229,6 +260,7 @@ static Suite *sim_suite(void) {
     Suite *s = suite_create("sched_sim");
     TCase *tc = tcase_create("sim");
     tcase_add_test(tc, fcfs_hand_checked);
+    tcase_add_test(tc, two_groups_hand_checked);
     tcase_add_test(tc, one_at_a_time_fcfs_vs_slo);
     tcase_add_test(tc, chunked_prefill_in_sim);
     tcase_add_test(tc, small_cache_preempts_and_finishes);

@@ -1,0 +1,55 @@
+/* weftd's assembly of modules: engine -> KV store -> executor -> scheduler, exposed to the
+ * front end as a wf_server_model and a wf_server_backend (server/engine_backend.h holds those
+ * adapters). main.c parses the configuration and runs the loop; this unit owns start-up order
+ * and teardown of everything behind the HTTP server.
+ *
+ *     wf_daemon_params p; wf_daemon_params_init(&p);   // defaults: sched/defaults.h
+ *     p.model_path = cfg.model; p.kv_memory_mb = cfg.kv_memory_mb; ...
+ *     wf_daemon *d;
+ *     if (wf_daemon_open(&p, &d, err, sizeof err) != WF_OK) die(err);   // slow: loads
+ *     wf_server_set_ready(server, wf_daemon_model(d), wf_daemon_backend(d));
+ *     ...
+ *     wf_daemon_drain(d, 0);   // on a fast exit, before wf_server_free
+ *     wf_daemon_close(d);      // after wf_server_free: stops the scheduler, frees all
+ *
+ * open may run on any thread (weftd loads on a helper thread while /health says "loading");
+ * the model and backend functions are then used from the loop thread only. The in-process CPU
+ * engine is group 0 of the scheduler (README command 1 needs no flag); remote groups are added
+ * with wf_sched_add_group on wf_daemon_sched(d). Statuses: those of wf_engine_open,
+ * wf_kv_store_init, wf_sched_new/start; err names the step that failed. */
+#ifndef WF_SERVER_DAEMON_H
+#define WF_SERVER_DAEMON_H
+
+#include "sched/sched.h"
+#include "server/server.h"
+
+typedef struct wf_daemon_params {
+    const char *model_path;
+    const char *model_name;   /* NULL: the file name without .gguf */
+    int n_threads;            /* 0: one per core */
+    long kv_memory_mb;
+    int ctx_size;             /* 0: the model's training context (capped by the KV budget) */
+    const char *policy;
+    int queue_size;
+    int max_batch_tokens;
+    int max_running;
+    double default_ttft_ms, default_tpot_ms;
+    const char *cost_model;   /* "a,b,c,d" or a file (sched/cost_model.h); NULL: calibrate */
+    bool fixed_cost_model;    /* no online refit */
+    double admission_factor;  /* > 0 (sched options' admission_factor) */
+} wf_daemon_params;
+
+typedef struct wf_daemon wf_daemon;
+
+void wf_daemon_params_init(wf_daemon_params *p);
+wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, size_t errlen);
+const wf_server_model *wf_daemon_model(wf_daemon *d);
+const wf_server_backend *wf_daemon_backend(wf_daemon *d);
+wf_sched *wf_daemon_sched(wf_daemon *d);
+/* Stops admitting and cancels whatever still runs after deadline_ms; returns when idle. The
+ * FINISHED events go to the server's queue: call before wf_server_free on a fast exit. */
+void wf_daemon_drain(wf_daemon *d, int deadline_ms);
+/* NULL is a no-op. */
+void wf_daemon_close(wf_daemon *d);
+
+#endif
