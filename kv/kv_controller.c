@@ -92,13 +92,17 @@ void wf_kv_controller_free(wf_kv_controller *c) {
     free(c);
 }
 
-/* Model time in ms of moving `bytes` with option i (-1 raw) at the current B. */
-static double model_ms(const wf_kv_controller *c, int i, size_t bytes) {
-    double gb = (double)bytes / 1e9, wire_gbs = c->bw_gbps / 8.0;
+/* Model time in ms of moving `bytes` with option i (-1 raw) at bandwidth bw_gbps. */
+static double model_at(const wf_kv_controller *c, int i, size_t bytes, double bw_gbps) {
+    double gb = (double)bytes / 1e9, wire_gbs = bw_gbps / 8.0;
     if (i < 0) return gb / wire_gbs * 1e3 + c->o.link_latency_ms;
     const wf_kv_profile_stats *p = &c->prof[i];
     return (gb / wf_kv_profile_speed_gbps(p) + gb / (p->cr * wire_gbs)) * 1e3 +
            c->o.link_latency_ms;
+}
+
+static double model_ms(const wf_kv_controller *c, int i, size_t bytes) {
+    return model_at(c, i, bytes, c->bw_gbps);
 }
 
 static bool cooling(const wf_kv_controller *c, int i, uint64_t now_ns) {
@@ -155,20 +159,24 @@ void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size
                               uint64_t wire_ns, uint64_t total_ns, uint64_t now_ns) {
     if (d->profile < -1 || d->profile >= c->n) return;
     option *op = &c->opt[d->profile + 1];
+    /* The residual must not absorb a bandwidth error (B has its own estimate): compare the
+     * observed time with the model at the bandwidth this very transfer saw on the wire. */
+    double model = d->model_ms;
     if (wire_ns > 0 && wire_bytes > 0) {
         double sample = (double)wire_bytes * 8.0 / (double)wire_ns; /* bits/ns = Gbps */
         c->bw_gbps += c->o.bandwidth_alpha * (sample - c->bw_gbps);
+        model = model_at(c, d->profile, d->bytes, sample);
     }
-    double observed_ms = (double)total_ns / 1e6;
-    if (d->model_ms > 0) {
-        double ratio = observed_ms / d->model_ms;
+    double observed_ms = (double)total_ns / 1e6, expected_ms = model * op->residual;
+    if (model > 0) {
+        double ratio = observed_ms / model;
         op->residual += c->o.residual_alpha * (ratio - op->residual);
     }
     op->observed++;
     c->st.observed++;
     c->st.bytes_in += d->bytes;
     c->st.bytes_wire += wire_bytes;
-    if (observed_ms > c->o.miss_factor * d->predicted_ms) {
+    if (observed_ms > c->o.miss_factor * expected_ms) {
         op->misses++;
         c->st.misses++;
         if (++op->streak >= c->o.miss_limit && d->profile >= 0) {

@@ -214,14 +214,22 @@ START_TEST(bandwidth_estimate_follows_observations) {
     ck_assert_int_eq(d.profile, -1);
     /* The link turns out to carry 10 Gbps: after a few samples the controller compresses. */
     for (int i = 0; i < 40; i++) {
-        uint64_t ns = (uint64_t)((double)r.bytes * 8 / 10.0);
-        wf_kv_controller_observe(c, &d, r.bytes, ns, ns, 0);
+        size_t wire = d.profile < 0 ? r.bytes : r.bytes / 4;
+        uint64_t ns = (uint64_t)((double)wire * 8 / 10.0);
+        uint64_t codec_ns = d.profile < 0 ? 0 : (uint64_t)((double)r.bytes / 12.5);
+        wf_kv_controller_observe(c, &d, wire, ns, ns + codec_ns, 0);
         wf_kv_controller_decide(c, &r, 0, &d);
     }
     wf_kv_controller_stats st;
     wf_kv_controller_get_stats(c, &st);
     ck_assert_double_eq_tol(st.bandwidth_gbps, 10.0, 0.01);
     ck_assert_int_eq(d.profile, 0);
+    /* The bandwidth error went into B, not into the residuals. */
+    wf_kv_option_state raw, k4;
+    wf_kv_controller_option(c, -1, 0, &raw);
+    wf_kv_controller_option(c, 0, 0, &k4);
+    ck_assert_double_eq_tol(raw.residual, 1.0, 1e-3);
+    ck_assert_double_eq_tol(k4.residual, 1.0, 1e-3);
     wf_kv_controller_free(c);
 }
 END_TEST
