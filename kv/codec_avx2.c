@@ -11,7 +11,7 @@ static void avx2_f16_to_f32(const uint16_t *src, float *dst, int n) {
         return;
     }
     for (int i = 0; i < n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(src + i))));
 }
 
 static void avx2_f32_to_f16(const float *src, uint16_t *dst, int n) {
@@ -20,7 +20,7 @@ static void avx2_f32_to_f16(const float *src, uint16_t *dst, int n) {
         return;
     }
     for (int i = 0; i < n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
+        _mm_storeu_si128((void *)(dst + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
@@ -91,7 +91,7 @@ static void avx2_quantize(const float *x, const float *inv, int qmax, uint8_t *c
         v = _mm256_min_ps(_mm256_max_ps(v, lo), hi); /* max(NaN, lo) = lo, as the scalar */
         __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), off);
         __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-        _mm_storel_epi64((__m128i *)(codes + i), _mm_packus_epi16(q16, q16));
+        _mm_storel_epi64((void *)(codes + i), _mm_packus_epi16(q16, q16));
     }
 }
 
@@ -102,7 +102,7 @@ static void avx2_dequantize(const uint8_t *codes, const float *scale, int qmax, 
     }
     const __m256i off = _mm256_set1_epi32(qmax);
     for (int i = 0; i < n; i += 8) {
-        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + i)));
+        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(codes + i)));
         __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, off));
         _mm256_storeu_ps(x + i, _mm256_mul_ps(v, _mm256_loadu_ps(scale + i)));
     }

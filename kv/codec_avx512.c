@@ -12,7 +12,7 @@ static void avx512_f16_to_f32(const uint16_t *src, float *dst, int n) {
     }
     for (int i = 0; i < n; i += 16)
         _mm512_storeu_ps(dst + i,
-                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+                         _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(src + i))));
 }
 
 static void avx512_f32_to_f16(const float *src, uint16_t *dst, int n) {
@@ -21,7 +21,7 @@ static void avx512_f32_to_f16(const float *src, uint16_t *dst, int n) {
         return;
     }
     for (int i = 0; i < n; i += 16)
-        _mm256_storeu_si256((__m256i *)(dst + i),
+        _mm256_storeu_si256((void *)(dst + i),
                             _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
@@ -81,7 +81,7 @@ static void avx512_quantize(const float *x, const float *inv, int qmax, uint8_t 
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(inv + i));
         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
         __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), off);
-        _mm_storeu_si128((__m128i *)(codes + i), _mm512_cvtepi32_epi8(q));
+        _mm_storeu_si128((void *)(codes + i), _mm512_cvtepi32_epi8(q));
     }
 }
 
@@ -93,7 +93,7 @@ static void avx512_dequantize(const uint8_t *codes, const float *scale, int qmax
     }
     const __m512i off = _mm512_set1_epi32(qmax);
     for (int i = 0; i < n; i += 16) {
-        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(codes + i)));
         __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, off));
         _mm512_storeu_ps(x + i, _mm512_mul_ps(v, _mm512_loadu_ps(scale + i)));
     }

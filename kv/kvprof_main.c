@@ -48,11 +48,19 @@ static const char *const k_prompts[] = {
 
 /* The built-in library: the widths, rotations and hybrid shares worth offering. */
 static void builtin_profiles(wf_kv_profile *p, int *n) {
-    struct { const char *name; int kb, vb, lkb, lvb; float share; bool rk; } t[] = {
-        {"k8v8", 8, 8, 8, 8, 0, false},       {"k6v4", 6, 4, 6, 4, 0, false},
-        {"k4v4", 4, 4, 4, 4, 0, false},       {"k4v4-rk", 4, 4, 4, 4, 0, true},
-        {"k4v4-h25", 4, 4, 2, 2, 0.25f, false}, {"k4v2", 4, 2, 4, 2, 0, false},
-        {"k3v3", 3, 3, 3, 3, 0, false},       {"k2v2", 2, 2, 2, 2, 0, false},
+    /* rv: rotate values; zl: zstd level (0 = none: a faster, slightly larger variant). */
+    struct { const char *name; int kb, vb, lkb, lvb; float share; bool rk, rv; int zl; } t[] = {
+        {"k8v8", 8, 8, 8, 8, 0, false, false, 1},
+        {"k8v4", 8, 4, 8, 4, 0, false, false, 1},
+        {"k4v4", 4, 4, 4, 4, 0, false, true, 1},
+        {"k4v4-nr", 4, 4, 4, 4, 0, false, false, 1},
+        {"k4v4-rk", 4, 4, 4, 4, 0, true, true, 1},
+        {"k4v4-rk-nr", 4, 4, 4, 4, 0, true, false, 1},
+        {"k4v4-nz", 4, 4, 4, 4, 0, false, true, 0},
+        {"k4v4-h25", 4, 4, 2, 2, 0.25f, false, true, 1},
+        {"k4v2", 4, 2, 4, 2, 0, false, true, 1},
+        {"k3v3-rk", 3, 3, 3, 3, 0, true, true, 1},
+        {"k2v2", 2, 2, 2, 2, 0, false, true, 1},
     };
     *n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; i < *n; i++) {
@@ -62,6 +70,8 @@ static void builtin_profiles(wf_kv_profile *p, int *n) {
         p[i].low_v_bits = (uint8_t)t[i].lvb;
         p[i].low_share = t[i].share;
         p[i].rotate_k = t[i].rk;
+        p[i].rotate_v = t[i].rv;
+        p[i].zstd_level = t[i].zl;
     }
 }
 
