@@ -454,6 +454,36 @@ static wf_status check_store(const wf_kv_codec *c, const wf_kv_store *s, const i
     return WF_OK;
 }
 
+/* One row's codes into the payload: 4 and 8 bits go straight from floats to packed bytes. */
+static uint8_t *put_codes(const wf__kvc_kernels *k, const float *x, const float *inv, int bits,
+                          uint8_t *scratch, uint8_t *o, int d) {
+    if (bits == 4) {
+        k->quantize4(x, inv, o, d);
+        return o + d / 2;
+    }
+    if (bits == 8) {
+        k->quantize(x, inv, 127, o, d);
+        return o + d;
+    }
+    k->quantize(x, inv, qmax_of(bits), scratch, d);
+    return o + wf_kv_pack_bits(scratch, d, bits, o);
+}
+
+static const uint8_t *get_codes(const wf__kvc_kernels *k, const uint8_t *in, const float *scale,
+                                int bits, uint8_t *scratch, float *x, int d) {
+    if (bits == 4) {
+        k->dequantize4(in, scale, x, d);
+        return in + d / 2;
+    }
+    if (bits == 8) {
+        k->dequantize(in, scale, 127, x, d);
+        return in + d;
+    }
+    in += wf_kv_unpack_bits(in, d, bits, scratch);
+    k->dequantize(scratch, scale, qmax_of(bits), x, d);
+    return in;
+}
+
 /* ---- encode -------------------------------------------------------------------------------- */
 
 static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t *blocks, int l,
@@ -489,10 +519,7 @@ static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t 
                 put16(o, sb);
                 inv[i] = sc > 0 ? 1.0f / sc : 0.0f;
             }
-            for (int t = 0; t < T; t++) {
-                k->quantize(c->rows + (size_t)t * (size_t)d, inv, qmax, c->codes, d);
-                o += wf_kv_pack_bits(c->codes, d, bits, o);
-            }
+            for (int t = 0; t < T; t++) o = put_codes(k, c->rows + (size_t)t * (size_t)d, inv, bits, c->codes, o, d);
         }
     }
     return o;
@@ -524,8 +551,7 @@ static uint8_t *encode_values(wf_kv_codec *c, const wf_kv_store *s, const int32_
             put16(o, sb);
             o += 2;
             for (int i = 0; i < d; i++) inv[i] = iv;
-            k->quantize(r, inv, qmax, c->codes, d);
-            o += wf_kv_pack_bits(c->codes, d, bits, o);
+            o = put_codes(k, r, inv, bits, c->codes, o, d);
         }
     return o;
 }
@@ -673,12 +699,10 @@ static const uint8_t *decode_keys(wf_kv_codec *c, const wf_kv_frame_info *fi, co
                     memcpy(row_ptr(s, false, l, blocks, g0 + t, h), in, (size_t)d * 2);
                 continue;
             }
-            int qmax = qmax_of(bits);
             const float *si = signs_of(c, c->signs_inv, l, h, 0);
             for (int i = 0; i < d; i++, in += 2) sc[i] = bf16_to_f32(get16(in));
             for (int t = 0; t < T; t++) {
-                in += wf_kv_unpack_bits(in, d, bits, c->codes);
-                k->dequantize(c->codes, sc, qmax, r, d);
+                in = get_codes(k, in, sc, bits, c->codes, r, d);
                 if (rot) {
                     k->fwht(r, d);
                     mul_rows(r, si, d);
@@ -708,8 +732,7 @@ static const uint8_t *decode_values(wf_kv_codec *c, const wf_kv_frame_info *fi, 
             float v = bf16_to_f32(get16(in));
             in += 2;
             for (int i = 0; i < d; i++) sc[i] = v;
-            in += wf_kv_unpack_bits(in, d, bits, c->codes);
-            k->dequantize(c->codes, sc, qmax_of(bits), r, d);
+            in = get_codes(k, in, sc, bits, c->codes, r, d);
             if (rot) {
                 k->fwht(r, d);
                 mul_rows(r, signs_of(c, c->signs_inv, l, h, 1), d);

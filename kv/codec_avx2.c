@@ -108,6 +108,50 @@ static void avx2_dequantize(const uint8_t *codes, const float *scale, int qmax, 
     }
 }
 
+/* 8 floats -> 8 codes in the low 8 bytes. */
+static inline __m128i quant8(const float *x, const float *inv, __m256 lo, __m256 hi, __m256i off) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(inv));
+    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), off);
+    __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    return _mm_packus_epi16(q16, q16);
+}
+
+static void avx2_quantize4(const float *x, const float *inv, uint8_t *packed, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_scalar.quantize4(x, inv, packed, n);
+        return;
+    }
+    const __m256 hi = _mm256_set1_ps(7.0f), lo = _mm256_set1_ps(-7.0f);
+    const __m256i off = _mm256_set1_epi32(7);
+    const __m128i nib = _mm_set1_epi16(0x1001); /* even byte x 1 + odd byte x 16 */
+    for (int i = 0; i < n; i += 16) {
+        __m128i c = _mm_unpacklo_epi64(quant8(x + i, inv + i, lo, hi, off),
+                                       quant8(x + i + 8, inv + i + 8, lo, hi, off));
+        __m128i p = _mm_maddubs_epi16(c, nib);
+        _mm_storel_epi64((void *)(packed + i / 2), _mm_packus_epi16(p, p));
+    }
+}
+
+static void avx2_dequantize4(const uint8_t *packed, const float *scale, float *x, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_scalar.dequantize4(packed, scale, x, n);
+        return;
+    }
+    const __m128i low = _mm_set1_epi8(15);
+    const __m256i off = _mm256_set1_epi32(7);
+    for (int i = 0; i < n; i += 16) {
+        __m128i b = _mm_loadl_epi64((const void *)(packed + i / 2));
+        __m128i c = _mm_unpacklo_epi8(_mm_and_si128(b, low),
+                                      _mm_and_si128(_mm_srli_epi16(b, 4), low));
+        __m256 v0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(c), off));
+        __m256 v1 = _mm256_cvtepi32_ps(
+            _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)), off));
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(v0, _mm256_loadu_ps(scale + i)));
+        _mm256_storeu_ps(x + i + 8, _mm256_mul_ps(v1, _mm256_loadu_ps(scale + i + 8)));
+    }
+}
+
 const wf__kvc_kernels wf__kvc_kernels_avx2 = {
     .name = "avx2",
     .f16_to_f32 = avx2_f16_to_f32,
@@ -117,4 +161,6 @@ const wf__kvc_kernels wf__kvc_kernels_avx2 = {
     .absmax_acc = avx2_absmax_acc,
     .quantize = avx2_quantize,
     .dequantize = avx2_dequantize,
+    .quantize4 = avx2_quantize4,
+    .dequantize4 = avx2_dequantize4,
 };

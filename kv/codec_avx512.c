@@ -99,6 +99,39 @@ static void avx512_dequantize(const uint8_t *codes, const float *scale, int qmax
     }
 }
 
+static void avx512_quantize4(const float *x, const float *inv, uint8_t *packed, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_avx2.quantize4(x, inv, packed, n);
+        return;
+    }
+    const __m512 hi = _mm512_set1_ps(7.0f), lo = _mm512_set1_ps(-7.0f);
+    const __m512i off = _mm512_set1_epi32(7);
+    const __m128i nib = _mm_set1_epi16(0x1001); /* even byte x 1 + odd byte x 16 */
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(inv + i));
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        __m128i c = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), off));
+        __m128i p = _mm_maddubs_epi16(c, nib);
+        _mm_storel_epi64((void *)(packed + i / 2), _mm_packus_epi16(p, p));
+    }
+}
+
+static void avx512_dequantize4(const uint8_t *packed, const float *scale, float *x, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_avx2.dequantize4(packed, scale, x, n);
+        return;
+    }
+    const __m128i low = _mm_set1_epi8(15);
+    const __m512i off = _mm512_set1_epi32(7);
+    for (int i = 0; i < n; i += 16) {
+        __m128i b = _mm_loadl_epi64((const void *)(packed + i / 2));
+        __m128i c = _mm_unpacklo_epi8(_mm_and_si128(b, low),
+                                      _mm_and_si128(_mm_srli_epi16(b, 4), low));
+        __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(c), off));
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(v, _mm512_loadu_ps(scale + i)));
+    }
+}
+
 const wf__kvc_kernels wf__kvc_kernels_avx512 = {
     .name = "avx512",
     .f16_to_f32 = avx512_f16_to_f32,
@@ -108,4 +141,6 @@ const wf__kvc_kernels wf__kvc_kernels_avx512 = {
     .absmax_acc = avx512_absmax_acc,
     .quantize = avx512_quantize,
     .dequantize = avx512_dequantize,
+    .quantize4 = avx512_quantize4,
+    .dequantize4 = avx512_dequantize4,
 };

@@ -22,6 +22,10 @@ typedef struct wf__kvc_kernels {
     void (*quantize)(const float *x, const float *inv, int qmax, uint8_t *codes, int n);
     /* x[i] = (codes[i] - qmax) * scale[i]. */
     void (*dequantize)(const uint8_t *codes, const float *scale, int qmax, float *x, int n);
+    /* 4-bit widths fused with the packing (the common case): quantize with qmax 7 and store
+     * two codes a byte, low nibble first; and the inverse. n even. */
+    void (*quantize4)(const float *x, const float *inv, uint8_t *packed, int n);
+    void (*dequantize4)(const uint8_t *packed, const float *scale, float *x, int n);
 } wf__kvc_kernels;
 
 extern const wf__kvc_kernels wf__kvc_kernels_scalar;

@@ -103,6 +103,21 @@ static void scalar_dequantize(const uint8_t *codes, const float *scale, int qmax
     for (int i = 0; i < n; i++) x[i] = (float)((int)codes[i] - qmax) * scale[i];
 }
 
+static void scalar_quantize4(const float *x, const float *inv, uint8_t *packed, int n) {
+    uint8_t c[2];
+    for (int i = 0; i < n; i += 2) {
+        scalar_quantize(x + i, inv + i, 7, c, 2);
+        packed[i >> 1] = (uint8_t)(c[0] | c[1] << 4);
+    }
+}
+
+static void scalar_dequantize4(const uint8_t *packed, const float *scale, float *x, int n) {
+    for (int i = 0; i < n; i += 2) {
+        uint8_t c[2] = {(uint8_t)(packed[i >> 1] & 15u), (uint8_t)(packed[i >> 1] >> 4)};
+        scalar_dequantize(c, scale + i, 7, x + i, 2);
+    }
+}
+
 const wf__kvc_kernels wf__kvc_kernels_scalar = {
     .name = "scalar",
     .f16_to_f32 = scalar_f16_to_f32,
@@ -112,6 +127,8 @@ const wf__kvc_kernels wf__kvc_kernels_scalar = {
     .absmax_acc = scalar_absmax_acc,
     .quantize = scalar_quantize,
     .dequantize = scalar_dequantize,
+    .quantize4 = scalar_quantize4,
+    .dequantize4 = scalar_dequantize4,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

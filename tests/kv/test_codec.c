@@ -91,6 +91,18 @@ START_TEST(simd_levels_match_scalar) {
                 s->dequantize(c1, sc, qmax, a, n);
                 k->dequantize(c1, sc, qmax, b, n);
                 ck_assert_mem_eq(a, b, (size_t)n * 4);
+                if (bits == 4) { /* the fused 4-bit paths */
+                    uint8_t p1[128], p2[128];
+                    for (int i = 0; i < n; i++) a[i] = frand() * 9.0f;
+                    s->quantize4(a, inv, p1, n);
+                    k->quantize4(a, inv, p2, n);
+                    ck_assert_mem_eq(p1, p2, (size_t)n / 2);
+                    s->quantize(a, inv, 7, c1, n);
+                    for (int i = 0; i < n; i += 2) ck_assert_uint_eq(p1[i / 2], c1[i] | c1[i + 1] << 4);
+                    s->dequantize4(p1, sc, a, n);
+                    k->dequantize4(p1, sc, b, n);
+                    ck_assert_mem_eq(a, b, (size_t)n * 4);
+                }
             }
         }
     }
