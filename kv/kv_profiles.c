@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kv/kv_controller.h"
+#include "proto/base/clock.h"
 
 #define LIB_VERSION 1
 
@@ -213,5 +214,65 @@ done:
     if (st == WF_ENOMEM) wf_errorf(err, errlen, "out of memory writing %s", path);
     json_decref(profs);
     json_decref(root);
+    return st;
+}
+
+wf_status wf_kv_profile_lib_measure(wf_kv_profile_lib *lib, const wf_kv_store *kv,
+                                    const int32_t *blocks, int n_blocks, int n_tokens,
+                                    uint64_t budget_ns, char *err, size_t errlen) {
+    if (lib->n == 0) return WF_OK;
+    wf_kv_codec *c;
+    wf_status st = wf_kv_codec_new(&kv->geometry, n_tokens > 0 ? n_tokens : 1, &c);
+    if (st != WF_OK) return wf_status_errorf(err, errlen, st, "kv codec for the measurement");
+    wf_kv_store out;
+    size_t cap = wf_kv_codec_max_frame_bytes(c, n_tokens);
+    uint8_t *frame = malloc(cap);
+    if (!frame || wf_kv_store_init(&out, &kv->geometry,
+                                   wf_kv_geometry_block_bytes(&kv->geometry) *
+                                       (size_t)((n_tokens + kv->geometry.block_size - 1) /
+                                                kv->geometry.block_size)) != WF_OK) {
+        free(frame);
+        wf_kv_codec_free(c);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "kv profile measurement buffers");
+    }
+    int32_t *table = malloc((size_t)out.n_blocks * sizeof *table);
+    if (!table) {
+        st = wf_status_errorf(err, errlen, WF_ENOMEM, "kv profile measurement buffers");
+        goto done;
+    }
+    for (int i = 0; i < out.n_blocks; i++) table[i] = i;
+    size_t in = wf_kv_codec_input_bytes(c, n_tokens);
+    uint64_t per = budget_ns / (uint64_t)lib->n;
+    for (int i = 0; i < lib->n; i++) {
+        wf_kv_profile_stats *s = &lib->items[i];
+        st = wf_kv_codec_set_profile(c, &s->profile, lib->importance, 1);
+        if (st != WF_OK) {
+            wf_errorf(err, errlen, "profile '%s' does not fit this model", s->profile.name);
+            goto done;
+        }
+        uint64_t enc = 0, dec = 0, start = wf_clock_now_ns();
+        size_t len = 0, reps = 0;
+        do { /* at least one round, then until this profile's share of the budget is spent */
+            int n;
+            uint64_t t0 = wf_clock_now_ns();
+            st = wf_kv_codec_encode(c, kv, blocks, n_blocks, n_tokens, frame, cap, &len, err, errlen);
+            uint64_t t1 = wf_clock_now_ns();
+            if (st == WF_OK)
+                st = wf_kv_codec_decode(c, frame, len, &out, table, out.n_blocks, &n, err, errlen);
+            if (st != WF_OK) goto done;
+            enc += t1 - t0;
+            dec += wf_clock_now_ns() - t1;
+            reps++;
+        } while (wf_clock_now_ns() - start < per);
+        s->cr = (double)in / (double)len;
+        s->enc_gbps = (double)(in * reps) / (double)(enc ? enc : 1);
+        s->dec_gbps = (double)(in * reps) / (double)(dec ? dec : 1);
+    }
+    st = WF_OK;
+done:
+    free(table);
+    free(frame);
+    wf_kv_store_free(&out);
+    wf_kv_codec_free(c);
     return st;
 }

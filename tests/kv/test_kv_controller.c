@@ -356,6 +356,29 @@ START_TEST(shipped_profile_file_loads) {
     ck_assert_int_eq(lib.head_dim, 64);
     ck_assert_ptr_nonnull(lib.importance);
     ck_assert_int_ge(lib.n, 3);
+    /* Start-up measurement on this machine, on a store of the model's geometry. */
+    wf_kv_geometry g = {.n_layers = 30, .n_kv_heads = 3, .head_dim = 64, .block_size = 16,
+                        .dtype = WF_KV_DTYPE_F16};
+    wf_kv_store kv;
+    ck_assert_int_eq(wf_kv_store_init(&kv, &g, wf_kv_geometry_block_bytes(&g) * 4), WF_OK);
+    uint16_t *k = (void *)kv.k, *v = (void *)kv.v;
+    size_t n_half = kv.block_bytes / 2 * 4 * 30;
+    uint32_t x = 1;
+    for (size_t i = 0; i < n_half; i++) {
+        x = x * 1664525u + 1013904223u;
+        k[i] = (uint16_t)(0x3000u + (x >> 20)); /* finite halves around 0.1..1 */
+        v[i] = (uint16_t)(0xB000u + (x >> 21));
+    }
+    int32_t blocks[4] = {0, 1, 2, 3};
+    double acc0 = lib.items[0].accuracy;
+    ck_assert_int_eq(wf_kv_profile_lib_measure(&lib, &kv, blocks, 4, 60, 50000000ull, err,
+                                               sizeof err), WF_OK);
+    for (int i = 0; i < lib.n; i++) {
+        ck_assert(lib.items[i].enc_gbps > 0 && lib.items[i].dec_gbps > 0);
+        ck_assert(lib.items[i].cr > 1.5);
+    }
+    ck_assert(lib.items[0].accuracy == acc0);
+    wf_kv_store_free(&kv);
     wf_kv_controller_options o;
     wf_kv_controller_options_init(&o);
     wf_kv_controller *c;
