@@ -200,7 +200,7 @@ wf_status wf_kv_profile_lib_save(const wf_kv_profile_lib *lib, const char *path,
                               "zstd_level", p->zstd_level, "cr", round(s->cr * 1e4) / 1e4,
                               "enc_gbps", round(s->enc_gbps * 1e4) / 1e4, "dec_gbps",
                               round(s->dec_gbps * 1e4) / 1e4, "accuracy",
-                              round(s->accuracy * 1e4) / 1e4, "ppl_delta",
+                              floor(s->accuracy * 1e4) / 1e4, "ppl_delta", /* never overstate */
                               round(s->ppl_delta * 1e5) / 1e5);
         if (!o || json_array_append_new(profs, o) != 0) goto done;
     }

@@ -296,7 +296,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *out_path = NULL, *check_path = NULL;
     int n_prompts = N_PROMPTS_MAX, n_gen = 32, threads = 0;
     double tolerance = 0.03;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -317,7 +317,6 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        i++;
     }
     if (!model || n_prompts < 1 || n_prompts > N_PROMPTS_MAX || n_gen < 2 || n_gen > 200) {
         usage(stderr);
