@@ -46,7 +46,8 @@ static const char *const k_prompts[] = {
 };
 #define N_PROMPTS_MAX ((int)(sizeof k_prompts / sizeof k_prompts[0]))
 
-/* The built-in library: the widths, rotations and hybrid shares worth offering. */
+/* The built-in library: the widths, rotations and hybrid shares worth offering. A hybrid puts
+ * the low_share least important heads (weft-kvprof's scores) at the low widths. */
 static void builtin_profiles(wf_kv_profile *p, int *n) {
     /* rv: rotate values; zl: zstd level (0 = none: a faster, slightly larger variant). */
     struct { const char *name; int kb, vb, lkb, lvb; float share; bool rk, rv; int zl; } t[] = {
@@ -58,6 +59,7 @@ static void builtin_profiles(wf_kv_profile *p, int *n) {
         {"k4v4-rk-nr", 4, 4, 4, 4, 0, true, false, 1},
         {"k4v4-nz", 4, 4, 4, 4, 0, false, true, 0},
         {"k4v4-h25", 4, 4, 2, 2, 0.25f, false, true, 1},
+        {"k8v8-l75", 8, 8, 4, 4, 0.75f, false, false, 1}, /* top quarter of heads at 8 bits */
         {"k4v2", 4, 2, 4, 2, 0, false, true, 1},
         {"k3v3-rk", 3, 3, 3, 3, 0, true, true, 1},
         {"k2v2", 2, 2, 2, 2, 0, false, true, 1},
