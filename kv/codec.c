@@ -137,13 +137,10 @@ void wf_kv_hadamard_signs(uint64_t seed, int layer, int head, bool is_value, int
     }
 }
 
-static void mul_rows(float *x, const float *s, int n) {
-    for (int i = 0; i < n; i++) x[i] *= s[i];
-}
-
 void wf_kv_hadamard_forward(float *x, int n, const float *signs) {
-    mul_rows(x, signs, n);
-    wf__kvc_kernels_best()->fwht(x, n);
+    const wf__kvc_kernels *k = wf__kvc_kernels_best();
+    k->mul(x, signs, n);
+    k->fwht(x, n);
 }
 
 void wf_kv_hadamard_inverse(float *x, int n, const float *signs) {
@@ -508,7 +505,7 @@ static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t 
                 float *r = c->rows + (size_t)t * (size_t)d;
                 k->f16_to_f32(row_ptr(s, false, l, blocks, g0 + t, h), r, d);
                 if (rot) {
-                    mul_rows(r, sg, d);
+                    k->mul(r, sg, d);
                     k->fwht(r, d);
                 }
                 k->absmax_acc(r, m, d);
@@ -543,14 +540,14 @@ static uint8_t *encode_values(wf_kv_codec *c, const wf_kv_store *s, const int32_
             int qmax = qmax_of(bits);
             k->f16_to_f32(src, r, d);
             if (rot) {
-                mul_rows(r, signs_of(c, c->signs, l, h, 1), d);
+                k->mul(r, signs_of(c, c->signs, l, h, 1), d);
                 k->fwht(r, d);
             }
             uint16_t sb = bf16_up(k->absmax(r, d) / (float)qmax);
             float sc = bf16_to_f32(sb), iv = sc > 0 ? 1.0f / sc : 0.0f;
             put16(o, sb);
             o += 2;
-            for (int i = 0; i < d; i++) inv[i] = iv;
+            k->fill(inv, iv, d);
             o = put_codes(k, r, inv, bits, c->codes, o, d);
         }
     return o;
@@ -705,7 +702,7 @@ static const uint8_t *decode_keys(wf_kv_codec *c, const wf_kv_frame_info *fi, co
                 in = get_codes(k, in, sc, bits, c->codes, r, d);
                 if (rot) {
                     k->fwht(r, d);
-                    mul_rows(r, si, d);
+                    k->mul(r, si, d);
                 }
                 k->f32_to_f16(r, row_ptr(s, false, l, blocks, g0 + t, h), d);
             }
@@ -731,11 +728,11 @@ static const uint8_t *decode_values(wf_kv_codec *c, const wf_kv_frame_info *fi, 
             }
             float v = bf16_to_f32(get16(in));
             in += 2;
-            for (int i = 0; i < d; i++) sc[i] = v;
+            k->fill(sc, v, d);
             in = get_codes(k, in, sc, bits, c->codes, r, d);
             if (rot) {
                 k->fwht(r, d);
-                mul_rows(r, signs_of(c, c->signs_inv, l, h, 1), d);
+                k->mul(r, signs_of(c, c->signs_inv, l, h, 1), d);
             }
             k->f32_to_f16(r, dst, d);
         }

@@ -24,6 +24,24 @@ static void avx2_f32_to_f16(const float *src, uint16_t *dst, int n) {
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
+static void avx2_mul(float *x, const float *s, int n) {
+    if (n & 7) {
+        wf__kvc_kernels_scalar.mul(x, s, n);
+        return;
+    }
+    for (int i = 0; i < n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(s + i)));
+}
+
+static void avx2_fill(float *x, float v, int n) {
+    if (n & 7) {
+        wf__kvc_kernels_scalar.fill(x, v, n);
+        return;
+    }
+    __m256 b = _mm256_set1_ps(v);
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, b);
+}
+
 /* One butterfly stage inside a register: s holds each lane's partner (lane i ^ h); the lower
  * lane of a pair gets x + s (a + b), the upper s - x (a - b), picked by the blend mask. */
 static inline __m256 stage_in(__m256 x, __m256 s, int upper_mask) {
@@ -156,6 +174,8 @@ const wf__kvc_kernels wf__kvc_kernels_avx2 = {
     .name = "avx2",
     .f16_to_f32 = avx2_f16_to_f32,
     .f32_to_f16 = avx2_f32_to_f16,
+    .mul = avx2_mul,
+    .fill = avx2_fill,
     .fwht = avx2_fwht,
     .absmax = avx2_absmax,
     .absmax_acc = avx2_absmax_acc,

@@ -25,6 +25,24 @@ static void avx512_f32_to_f16(const float *src, uint16_t *dst, int n) {
                             _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
+static void avx512_mul(float *x, const float *s, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_avx2.mul(x, s, n);
+        return;
+    }
+    for (int i = 0; i < n; i += 16)
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(s + i)));
+}
+
+static void avx512_fill(float *x, float v, int n) {
+    if (n & 15) {
+        wf__kvc_kernels_avx2.fill(x, v, n);
+        return;
+    }
+    __m512 b = _mm512_set1_ps(v);
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, b);
+}
+
 /* Lane i pairs with lane i ^ h (s holds the partner); lanes in `upper` get s - x, others x + s. */
 static inline __m512 stage_in(__m512 x, __m512 s, __mmask16 upper) {
     return _mm512_mask_blend_ps(upper, _mm512_add_ps(x, s), _mm512_sub_ps(s, x));
@@ -136,6 +154,8 @@ const wf__kvc_kernels wf__kvc_kernels_avx512 = {
     .name = "avx512",
     .f16_to_f32 = avx512_f16_to_f32,
     .f32_to_f16 = avx512_f32_to_f16,
+    .mul = avx512_mul,
+    .fill = avx512_fill,
     .fwht = avx512_fwht,
     .absmax = avx512_absmax,
     .absmax_acc = avx512_absmax_acc,

@@ -12,6 +12,10 @@ typedef struct wf__kvc_kernels {
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
     /* Round to nearest even, as F16C's vcvtps2ph with imm 0. */
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);
+    /* x[i] *= s[i] (the rotation's signs), and x[i] = v: short loops the compiler leaves
+     * scalar at -O2, which made them the encoder's hottest lines. */
+    void (*mul)(float *x, const float *s, int n);
+    void (*fill)(float *x, float v, int n);
     /* Unnormalised in-place fast Walsh-Hadamard transform; n a power of two. */
     void (*fwht)(float *x, int n);
     /* max |x[i]| (NaN ignored). */

@@ -62,6 +62,14 @@ static void scalar_f32_to_f16(const float *src, uint16_t *dst, int n) {
     for (int i = 0; i < n; i++) dst[i] = wf__kvc_f32_to_f16(src[i]);
 }
 
+static void scalar_mul(float *x, const float *s, int n) {
+    for (int i = 0; i < n; i++) x[i] *= s[i];
+}
+
+static void scalar_fill(float *x, float v, int n) {
+    for (int i = 0; i < n; i++) x[i] = v;
+}
+
 static void scalar_fwht(float *x, int n) {
     for (int h = 1; h < n; h <<= 1)
         for (int i = 0; i < n; i += h << 1)
@@ -122,6 +130,8 @@ const wf__kvc_kernels wf__kvc_kernels_scalar = {
     .name = "scalar",
     .f16_to_f32 = scalar_f16_to_f32,
     .f32_to_f16 = scalar_f32_to_f16,
+    .mul = scalar_mul,
+    .fill = scalar_fill,
     .fwht = scalar_fwht,
     .absmax = scalar_absmax,
     .absmax_acc = scalar_absmax_acc,

@@ -74,6 +74,14 @@ START_TEST(simd_levels_match_scalar) {
             k->fwht(b, n);
             ck_assert_mem_eq(a, b, (size_t)n * 4);
             ck_assert(s->absmax(x, n) == k->absmax(x, n));
+            memcpy(a, x, (size_t)n * 4);
+            memcpy(b, x, (size_t)n * 4);
+            s->mul(a, inv, n);
+            k->mul(b, inv, n);
+            ck_assert_mem_eq(a, b, (size_t)n * 4);
+            s->fill(a, x[0], n);
+            k->fill(b, x[0], n);
+            ck_assert_mem_eq(a, b, (size_t)n * 4);
             s->absmax_acc(x, m1, n);
             k->absmax_acc(x, m2, n);
             ck_assert_mem_eq(m1, m2, (size_t)n * 4);
