@@ -40,6 +40,7 @@ struct wf_kv_codec {
     float *vec, *vec2;        /* d each */
     uint8_t *codes;           /* d */
     uint8_t *raw;             /* the payload before the lossless stage (worst case size) */
+    size_t raw_cap;
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
 };
@@ -294,10 +295,16 @@ size_t wf_kv_codec_input_bytes(const wf_kv_codec *c, int n_tokens) {
            (size_t)c->g.head_dim * 2u;
 }
 
+/* The largest payload any profile can produce: per token and head, keys at 8 bits with a key
+ * group of one token carry d bf16 scales + d codes (3d bytes, more than the 2d of F16), values
+ * at most 2d. 5d per token and head, i.e. 1.25x the F16 input. */
+static size_t payload_worst(const wf_kv_codec *c, int n_tokens) {
+    return (size_t)n_tokens * (size_t)c->n_heads_total * 5u * (size_t)c->g.head_dim;
+}
+
 size_t wf_kv_codec_max_frame_bytes(const wf_kv_codec *c, int n_tokens) {
-    /* Width 16 stores the input as is; any narrower width plus its scales is smaller. */
     return WF_KV_FRAME_HEADER_BYTES + 2u * (size_t)c->n_heads_total +
-           ZSTD_compressBound(wf_kv_codec_input_bytes(c, n_tokens));
+           ZSTD_compressBound(payload_worst(c, n_tokens));
 }
 
 wf_status wf_kv_codec_new(const wf_kv_geometry *g, int max_tokens, wf_kv_codec **out) {
@@ -324,7 +331,8 @@ wf_status wf_kv_codec_new(const wf_kv_geometry *g, int max_tokens, wf_kv_codec *
     c->vec = malloc(d * sizeof(float));
     c->vec2 = malloc(d * sizeof(float));
     c->codes = malloc(d);
-    c->raw = malloc(wf_kv_codec_input_bytes(c, max_tokens));
+    c->raw_cap = payload_worst(c, max_tokens);
+    c->raw = malloc(c->raw_cap);
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
     if (!c->k_bits || !c->v_bits || !c->rank || !c->signs || !c->signs_inv || !c->rows ||
@@ -758,6 +766,9 @@ wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_k
                                 c->g.n_kv_heads, c->g.head_dim);
     st = check_store(c, store, blocks, n_blocks, fi.n_tokens, err, errlen);
     if (st != WF_OK) return st;
+    if (fi.raw_bytes > c->raw_cap) /* implied by the token bound; checked all the same */
+        return wf_status_errorf(err, errlen, WF_ERANGE, "kv frame oversized: %llu payload bytes",
+                                (unsigned long long)fi.raw_bytes);
     const uint8_t *p = frame;
     if (frame_checksum(p, len) != get64(p + 48))
         return wf_status_errorf(err, errlen, WF_EFORMAT, "kv frame checksum mismatch (corrupt)");

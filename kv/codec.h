@@ -107,7 +107,8 @@ wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int
  * count. Rejects, before writing anything: WF_EFORMAT (truncated, bad magic, unknown version
  * or flags, bad widths, geometry other than the codec's, payload length or checksum
  * mismatch, a zstd stream that does not decode to exactly the stated length), WF_ERANGE (more
- * tokens than max_tokens or than the blocks hold). err says which. */
+ * tokens than max_tokens or than the blocks hold, a payload beyond the codec's scratch).
+ * err says which. */
 wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_kv_store *store,
                              const int32_t *blocks, int n_blocks, int *n_tokens, char *err,
                              size_t errlen);

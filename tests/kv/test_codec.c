@@ -366,6 +366,7 @@ START_TEST(pipeline_round_trip_every_profile_kind) {
         {16, 16, false, false, 0}, {16, 16, false, false, 1}, {8, 8, false, false, 0},
         {8, 8, true, true, 3},     {4, 4, false, true, 1},    {4, 2, false, true, 0},
         {2, 2, true, false, 1},    {3, 5, false, true, 1},    {6, 7, true, true, 0},
+        {8, 4, true, false, 1},    {8, 8, false, false, 0}, /* k_group 1: more bytes than F16 */
     };
     size_t prev_k4 = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -374,9 +375,10 @@ START_TEST(pipeline_round_trip_every_profile_kind) {
         p.rotate_k = cases[i].rk;
         p.rotate_v = cases[i].rv;
         p.zstd_level = cases[i].zl;
-        p.k_group = i % 2 ? 64 : 32;
+        p.k_group = i >= 9 ? 1 : i % 2 ? 64 : 32;
         size_t len = round_trip(&r, &p, NULL);
         if (cases[i].kb == 16 && cases[i].zl == 0) ck_assert_uint_ge(len, in);
+        if (i == 10) ck_assert_uint_gt(len, in); /* 8-bit keys with a scale per element */
         if (cases[i].kb == 4 && cases[i].vb == 4) prev_k4 = len;
         if (cases[i].kb == 4 && cases[i].vb == 2) ck_assert_uint_lt(len, prev_k4);
         if (cases[i].kb == 2 && cases[i].vb == 2) ck_assert_uint_lt(len, in / 5);
