@@ -6,8 +6,10 @@
  * Among the profiles that meet the request's accuracy budget (greedy-token agreement, measured
  * per model by weft-kvprof) and are not cooling down, it picks the smallest predicted time,
  * and flags a predicted SLO miss. It learns online: B is an EWMA of observed wire throughput;
- * each option's prediction is scaled by an EWMA of observed/predicted time (the residual); an
- * option that keeps missing its prediction by miss_factor sits out cooldown_ns.
+ * each option's prediction is scaled by an EWMA of observed/predicted time (the residual, with
+ * the prediction redone at the bandwidth that transfer saw, so a link change moves B and not
+ * the residuals); an option that misses its corrected prediction by miss_factor miss_limit
+ * times in a row sits out cooldown_ns, then starts afresh (residual 1).
  *
  *     wf_kv_profile_lib lib;
  *     wf_kv_profile_lib_load("deploy/kv-profiles.json", &lib, err, sizeof err);
