@@ -24,6 +24,13 @@ typedef struct rank_entry {
     int index;
 } rank_entry;
 
+/* Per-worker scratch: one set per layer chunk a parallel encode or decode may run at once. */
+typedef struct scratch {
+    float *rows;      /* max_tokens * d: a key group of one head */
+    float *vec, *vec2; /* d each */
+    uint8_t *codes;   /* d */
+} scratch;
+
 struct wf_kv_codec {
     wf_kv_geometry g;
     int max_tokens, n_heads_total; /* n_layers * n_kv_heads */
@@ -36,9 +43,12 @@ struct wf_kv_codec {
     bool signs_valid;
     uint64_t signs_seed;
     float *signs, *signs_inv; /* [layer][head][K,V][d]: +-1, and +-1/d for the inverse */
-    float *rows;              /* max_tokens * d: a key group of one head */
-    float *vec, *vec2;        /* d each */
-    uint8_t *codes;           /* d */
+    scratch *ws;              /* n_ws sets; ws[0] always exists */
+    int n_ws;
+    wf_kv_parallel_fn par_run;
+    void *par_pool;
+    size_t *layer_off;        /* n_layers + 1: where each layer's payload starts */
+    int n_par;                /* layer chunks per encode/decode (1: serial) */
     uint8_t *raw;             /* the payload before the lossless stage (worst case size) */
     size_t raw_cap;
     ZSTD_CCtx *cctx;
@@ -307,6 +317,45 @@ size_t wf_kv_codec_max_frame_bytes(const wf_kv_codec *c, int n_tokens) {
            ZSTD_compressBound(payload_worst(c, n_tokens));
 }
 
+static bool scratch_alloc(scratch *w, size_t max_tokens, size_t d) {
+    w->rows = malloc(max_tokens * d * sizeof(float));
+    w->vec = malloc(d * sizeof(float));
+    w->vec2 = malloc(d * sizeof(float));
+    w->codes = malloc(d);
+    return w->rows && w->vec && w->vec2 && w->codes;
+}
+
+static void scratch_free(scratch *w) {
+    free(w->rows);
+    free(w->vec);
+    free(w->vec2);
+    free(w->codes);
+    memset(w, 0, sizeof *w);
+}
+
+wf_status wf_kv_codec_set_parallel(wf_kv_codec *c, wf_kv_parallel_fn run, void *pool,
+                                   int n_workers) {
+    if (n_workers < 1 || n_workers > 1024) return WF_EINVAL;
+    int want = run ? n_workers : 1;
+    if (want > c->n_ws) {
+        scratch *ws = realloc(c->ws, (size_t)want * sizeof *ws);
+        if (!ws) return WF_ENOMEM;
+        c->ws = ws;
+        for (int i = c->n_ws; i < want; i++) {
+            memset(&ws[i], 0, sizeof ws[i]);
+            if (!scratch_alloc(&ws[i], (size_t)c->max_tokens, (size_t)c->g.head_dim)) {
+                scratch_free(&ws[i]);
+                return WF_ENOMEM; /* the sets made so far stay: they are freed with the codec */
+            }
+            c->n_ws = i + 1;
+        }
+    }
+    c->par_run = run;
+    c->par_pool = pool;
+    c->n_par = want;
+    return WF_OK;
+}
+
 wf_status wf_kv_codec_new(const wf_kv_geometry *g, int max_tokens, wf_kv_codec **out) {
     *out = NULL;
     if (!g || g->n_layers <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 || g->block_size <= 0 ||
@@ -321,22 +370,22 @@ wf_status wf_kv_codec_new(const wf_kv_geometry *g, int max_tokens, wf_kv_codec *
     c->max_tokens = max_tokens;
     c->n_heads_total = g->n_layers * g->n_kv_heads;
     c->kern = wf__kvc_kernels_best();
+    c->n_par = 1;
     size_t nh = (size_t)c->n_heads_total, d = (size_t)g->head_dim;
     c->k_bits = malloc(nh);
     c->v_bits = malloc(nh);
     c->rank = malloc(nh * sizeof *c->rank);
     c->signs = malloc(nh * 2 * d * sizeof(float));
     c->signs_inv = malloc(nh * 2 * d * sizeof(float));
-    c->rows = malloc((size_t)max_tokens * d * sizeof(float));
-    c->vec = malloc(d * sizeof(float));
-    c->vec2 = malloc(d * sizeof(float));
-    c->codes = malloc(d);
+    c->ws = calloc(1, sizeof *c->ws);
+    c->layer_off = malloc(((size_t)g->n_layers + 1) * sizeof *c->layer_off);
     c->raw_cap = payload_worst(c, max_tokens);
     c->raw = malloc(c->raw_cap);
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
-    if (!c->k_bits || !c->v_bits || !c->rank || !c->signs || !c->signs_inv || !c->rows ||
-        !c->vec || !c->vec2 || !c->codes || !c->raw || !c->cctx || !c->dctx) {
+    if (c->ws) c->n_ws = scratch_alloc(&c->ws[0], (size_t)max_tokens, d) ? 1 : 0;
+    if (!c->k_bits || !c->v_bits || !c->rank || !c->signs || !c->signs_inv || !c->n_ws ||
+        !c->layer_off || !c->raw || !c->cctx || !c->dctx) {
         wf_kv_codec_free(c);
         return WF_ENOMEM;
     }
@@ -353,10 +402,9 @@ void wf_kv_codec_free(wf_kv_codec *c) {
     free(c->rank);
     free(c->signs);
     free(c->signs_inv);
-    free(c->rows);
-    free(c->vec);
-    free(c->vec2);
-    free(c->codes);
+    for (int i = 0; i < c->n_ws; i++) scratch_free(&c->ws[i]);
+    free(c->ws);
+    free(c->layer_off);
     free(c->raw);
     free(c);
 }
@@ -415,17 +463,68 @@ static const float *signs_of(const wf_kv_codec *c, const float *base, int l, int
                       (size_t)c->g.head_dim;
 }
 
-/* Payload bytes a frame of this layout carries (the decoder's length check). */
-static uint64_t payload_bytes(int L, int H, int d, int k_group, uint64_t n_tokens,
-                              const uint8_t *k_bits, const uint8_t *v_bits) {
+/* Payload bytes of one layer (H heads from k_bits/v_bits), and of a whole frame (the
+ * decoder's length check). */
+static uint64_t layer_bytes(int H, int d, int k_group, uint64_t n_tokens, const uint8_t *k_bits,
+                            const uint8_t *v_bits) {
     uint64_t total = 0, groups = (n_tokens + (uint64_t)k_group - 1) / (uint64_t)k_group;
-    for (int i = 0; i < L * H; i++) {
+    for (int i = 0; i < H; i++) {
         total += k_bits[i] == 16 ? n_tokens * (uint64_t)d * 2u
                                  : groups * (uint64_t)d * 2u + n_tokens * (uint64_t)d * k_bits[i] / 8u;
         total += v_bits[i] == 16 ? n_tokens * (uint64_t)d * 2u
                                  : n_tokens * (2u + (uint64_t)d * v_bits[i] / 8u);
     }
     return total;
+}
+
+static uint64_t payload_bytes(int L, int H, int d, int k_group, uint64_t n_tokens,
+                              const uint8_t *k_bits, const uint8_t *v_bits) {
+    uint64_t total = 0;
+    for (int l = 0; l < L; l++)
+        total += layer_bytes(H, d, k_group, n_tokens, k_bits + l * H, v_bits + l * H);
+    return total;
+}
+
+/* Offsets of every layer's payload, so that layer chunks can be coded independently. */
+static void layer_offsets(wf_kv_codec *c, int k_group, int n_tokens, const uint8_t *k_bits,
+                          const uint8_t *v_bits) {
+    int H = c->g.n_kv_heads;
+    c->layer_off[0] = 0;
+    for (int l = 0; l < c->g.n_layers; l++)
+        c->layer_off[l + 1] = c->layer_off[l] + (size_t)layer_bytes(H, c->g.head_dim, k_group,
+                                                                    (uint64_t)n_tokens,
+                                                                    k_bits + l * H, v_bits + l * H);
+}
+
+/* A job over the layers, cut into c->n_par chunks; chunk j uses scratch j. */
+typedef struct layer_job {
+    wf_kv_codec *c;
+    const wf_kv_store *src;  /* encode */
+    wf_kv_store *dst;        /* decode */
+    const int32_t *blocks;
+    int n_tokens;
+    uint8_t *out;            /* encode: payload base */
+    const uint8_t *in;       /* decode: payload base */
+    const wf_kv_frame_info *fi;
+    const uint8_t *kb, *vb;
+    void (*chunk)(struct layer_job *job, int j);
+} layer_job;
+
+static void layer_job_thread(void *ctx, int ith, int nth) {
+    layer_job *job = ctx;
+    for (int j = ith; j < job->c->n_par; j += nth) job->chunk(job, j);
+}
+
+static void run_layers(layer_job *job) {
+    wf_kv_codec *c = job->c;
+    if (c->par_run && c->n_par > 1) c->par_run(c->par_pool, layer_job_thread, job);
+    else layer_job_thread(job, 0, 1);
+}
+
+static void chunk_range(const wf_kv_codec *c, int j, int *l0, int *l1) {
+    int L = c->g.n_layers;
+    *l0 = (int)((long)L * j / c->n_par);
+    *l1 = (int)((long)L * (j + 1) / c->n_par);
 }
 
 static inline uint16_t *row_ptr(const wf_kv_store *s, bool value, int layer, const int32_t *blocks,
@@ -461,7 +560,7 @@ static wf_status check_store(const wf_kv_codec *c, const wf_kv_store *s, const i
 
 /* One row's codes into the payload: 4 and 8 bits go straight from floats to packed bytes. */
 static uint8_t *put_codes(const wf__kvc_kernels *k, const float *x, const float *inv, int bits,
-                          uint8_t *scratch, uint8_t *o, int d) {
+                          uint8_t *tmp, uint8_t *o, int d) {
     if (bits == 4) {
         k->quantize4(x, inv, o, d);
         return o + d / 2;
@@ -470,12 +569,12 @@ static uint8_t *put_codes(const wf__kvc_kernels *k, const float *x, const float 
         k->quantize(x, inv, 127, o, d);
         return o + d;
     }
-    k->quantize(x, inv, qmax_of(bits), scratch, d);
-    return o + wf_kv_pack_bits(scratch, d, bits, o);
+    k->quantize(x, inv, qmax_of(bits), tmp, d);
+    return o + wf_kv_pack_bits(tmp, d, bits, o);
 }
 
 static const uint8_t *get_codes(const wf__kvc_kernels *k, const uint8_t *in, const float *scale,
-                                int bits, uint8_t *scratch, float *x, int d) {
+                                int bits, uint8_t *tmp, float *x, int d) {
     if (bits == 4) {
         k->dequantize4(in, scale, x, d);
         return in + d / 2;
@@ -484,15 +583,15 @@ static const uint8_t *get_codes(const wf__kvc_kernels *k, const uint8_t *in, con
         k->dequantize(in, scale, 127, x, d);
         return in + d;
     }
-    in += wf_kv_unpack_bits(in, d, bits, scratch);
-    k->dequantize(scratch, scale, qmax_of(bits), x, d);
+    in += wf_kv_unpack_bits(in, d, bits, tmp);
+    k->dequantize(tmp, scale, qmax_of(bits), x, d);
     return in;
 }
 
 /* ---- encode -------------------------------------------------------------------------------- */
 
-static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t *blocks, int l,
-                            int n_tokens, uint8_t *o) {
+static uint8_t *encode_keys(const wf_kv_codec *c, scratch *w, const wf_kv_store *s,
+                            const int32_t *blocks, int l, int n_tokens, uint8_t *o) {
     const wf__kvc_kernels *k = c->kern;
     int H = c->g.n_kv_heads, d = c->g.head_dim, G = c->prof.k_group;
     bool rot = c->prof.rotate_k;
@@ -507,10 +606,10 @@ static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t 
             }
             int qmax = qmax_of(bits);
             const float *sg = signs_of(c, c->signs, l, h, 0);
-            float *m = c->vec, *inv = c->vec2;
+            float *m = w->vec, *inv = w->vec2;
             memset(m, 0, (size_t)d * sizeof *m);
             for (int t = 0; t < T; t++) {
-                float *r = c->rows + (size_t)t * (size_t)d;
+                float *r = w->rows + (size_t)t * (size_t)d;
                 k->f16_to_f32(row_ptr(s, false, l, blocks, g0 + t, h), r, d);
                 if (rot) {
                     k->mul(r, sg, d);
@@ -524,18 +623,19 @@ static uint8_t *encode_keys(wf_kv_codec *c, const wf_kv_store *s, const int32_t 
                 put16(o, sb);
                 inv[i] = sc > 0 ? 1.0f / sc : 0.0f;
             }
-            for (int t = 0; t < T; t++) o = put_codes(k, c->rows + (size_t)t * (size_t)d, inv, bits, c->codes, o, d);
+            for (int t = 0; t < T; t++)
+                o = put_codes(k, w->rows + (size_t)t * (size_t)d, inv, bits, w->codes, o, d);
         }
     }
     return o;
 }
 
-static uint8_t *encode_values(wf_kv_codec *c, const wf_kv_store *s, const int32_t *blocks, int l,
-                              int n_tokens, uint8_t *o) {
+static uint8_t *encode_values(const wf_kv_codec *c, scratch *w, const wf_kv_store *s,
+                              const int32_t *blocks, int l, int n_tokens, uint8_t *o) {
     const wf__kvc_kernels *k = c->kern;
     int H = c->g.n_kv_heads, d = c->g.head_dim;
     bool rot = c->prof.rotate_v;
-    float *r = c->vec, *inv = c->vec2;
+    float *r = w->vec, *inv = w->vec2;
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < H; h++) {
             int bits = c->v_bits[l * H + h];
@@ -556,9 +656,20 @@ static uint8_t *encode_values(wf_kv_codec *c, const wf_kv_store *s, const int32_
             put16(o, sb);
             o += 2;
             k->fill(inv, iv, d);
-            o = put_codes(k, r, inv, bits, c->codes, o, d);
+            o = put_codes(k, r, inv, bits, w->codes, o, d);
         }
     return o;
+}
+
+static void encode_chunk(layer_job *job, int j) {
+    wf_kv_codec *c = job->c;
+    int l0, l1;
+    chunk_range(c, j, &l0, &l1);
+    uint8_t *o = job->out + c->layer_off[l0];
+    for (int l = l0; l < l1; l++) {
+        o = encode_keys(c, &c->ws[j], job->src, job->blocks, l, job->n_tokens, o);
+        o = encode_values(c, &c->ws[j], job->src, job->blocks, l, job->n_tokens, o);
+    }
 }
 
 wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int32_t *blocks,
@@ -576,12 +687,11 @@ wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int
     int L = c->g.n_layers, nh = c->n_heads_total;
     uint8_t *hdr = out, *payload = hdr + WF_KV_FRAME_HEADER_BYTES + 2 * (size_t)nh;
     bool zstd = c->prof.zstd_level != 0;
-    uint8_t *o = zstd ? c->raw : payload, *start = o;
-    for (int l = 0; l < L; l++) {
-        o = encode_keys(c, store, blocks, l, n_tokens, o);
-        o = encode_values(c, store, blocks, l, n_tokens, o);
-    }
-    size_t raw = (size_t)(o - start), stored = raw;
+    layer_offsets(c, c->prof.k_group, n_tokens, c->k_bits, c->v_bits);
+    layer_job job = {.c = c, .src = store, .blocks = blocks, .n_tokens = n_tokens,
+                     .out = zstd ? c->raw : payload, .chunk = encode_chunk};
+    run_layers(&job);
+    size_t raw = c->layer_off[L], stored = raw;
     if (zstd) {
         size_t n = ZSTD_compressCCtx(c->cctx, payload, cap - (size_t)(payload - hdr), c->raw, raw,
                                      c->prof.zstd_level);
@@ -689,12 +799,13 @@ wf_status wf_kv_frame_parse(const void *frame, size_t len, wf_kv_frame_info *inf
     return WF_OK;
 }
 
-static const uint8_t *decode_keys(wf_kv_codec *c, const wf_kv_frame_info *fi, const uint8_t *kb,
-                                  wf_kv_store *s, const int32_t *blocks, int l, const uint8_t *in) {
+static const uint8_t *decode_keys(const wf_kv_codec *c, scratch *w, const wf_kv_frame_info *fi,
+                                  const uint8_t *kb, wf_kv_store *s, const int32_t *blocks, int l,
+                                  const uint8_t *in) {
     const wf__kvc_kernels *k = c->kern;
     int H = c->g.n_kv_heads, d = c->g.head_dim, G = fi->k_group, n_tokens = fi->n_tokens;
     bool rot = fi->flags & FLAG_ROT_K;
-    float *sc = c->vec, *r = c->vec2;
+    float *sc = w->vec, *r = w->vec2;
     for (int g0 = 0; g0 < n_tokens; g0 += G) {
         int T = n_tokens - g0 < G ? n_tokens - g0 : G;
         for (int h = 0; h < H; h++) {
@@ -707,7 +818,7 @@ static const uint8_t *decode_keys(wf_kv_codec *c, const wf_kv_frame_info *fi, co
             const float *si = signs_of(c, c->signs_inv, l, h, 0);
             for (int i = 0; i < d; i++, in += 2) sc[i] = bf16_to_f32(get16(in));
             for (int t = 0; t < T; t++) {
-                in = get_codes(k, in, sc, bits, c->codes, r, d);
+                in = get_codes(k, in, sc, bits, w->codes, r, d);
                 if (rot) {
                     k->fwht(r, d);
                     k->mul(r, si, d);
@@ -719,12 +830,13 @@ static const uint8_t *decode_keys(wf_kv_codec *c, const wf_kv_frame_info *fi, co
     return in;
 }
 
-static const uint8_t *decode_values(wf_kv_codec *c, const wf_kv_frame_info *fi, const uint8_t *vb,
-                                    wf_kv_store *s, const int32_t *blocks, int l, const uint8_t *in) {
+static const uint8_t *decode_values(const wf_kv_codec *c, scratch *w, const wf_kv_frame_info *fi,
+                                    const uint8_t *vb, wf_kv_store *s, const int32_t *blocks, int l,
+                                    const uint8_t *in) {
     const wf__kvc_kernels *k = c->kern;
     int H = c->g.n_kv_heads, d = c->g.head_dim;
     bool rot = fi->flags & FLAG_ROT_V;
-    float *sc = c->vec, *r = c->vec2;
+    float *sc = w->vec, *r = w->vec2;
     for (int t = 0; t < fi->n_tokens; t++)
         for (int h = 0; h < H; h++) {
             int bits = vb[l * H + h];
@@ -737,7 +849,7 @@ static const uint8_t *decode_values(wf_kv_codec *c, const wf_kv_frame_info *fi, 
             float v = bf16_to_f32(get16(in));
             in += 2;
             k->fill(sc, v, d);
-            in = get_codes(k, in, sc, bits, c->codes, r, d);
+            in = get_codes(k, in, sc, bits, w->codes, r, d);
             if (rot) {
                 k->fwht(r, d);
                 k->mul(r, signs_of(c, c->signs_inv, l, h, 1), d);
@@ -745,6 +857,17 @@ static const uint8_t *decode_values(wf_kv_codec *c, const wf_kv_frame_info *fi, 
             k->f32_to_f16(r, dst, d);
         }
     return in;
+}
+
+static void decode_chunk(layer_job *job, int j) {
+    wf_kv_codec *c = job->c;
+    int l0, l1;
+    chunk_range(c, j, &l0, &l1);
+    const uint8_t *in = job->in + c->layer_off[l0];
+    for (int l = l0; l < l1; l++) {
+        in = decode_keys(c, &c->ws[j], job->fi, job->kb, job->dst, job->blocks, l, in);
+        in = decode_values(c, &c->ws[j], job->fi, job->vb, job->dst, job->blocks, l, in);
+    }
 }
 
 void wf_kv_frame_seal(void *frame, size_t len) {
@@ -788,10 +911,10 @@ wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_k
         in = c->raw;
     }
     if (fi.flags & (FLAG_ROT_K | FLAG_ROT_V)) ensure_signs(c, fi.seed);
-    for (int l = 0; l < c->g.n_layers; l++) {
-        in = decode_keys(c, &fi, kb, store, blocks, l, in);
-        in = decode_values(c, &fi, vb, store, blocks, l, in);
-    }
+    layer_offsets(c, fi.k_group, fi.n_tokens, kb, vb);
+    layer_job job = {.c = c, .dst = store, .blocks = blocks, .in = in, .fi = &fi, .kb = kb,
+                     .vb = vb, .chunk = decode_chunk};
+    run_layers(&job);
     *n_tokens = fi.n_tokens;
     return WF_OK;
 }

@@ -78,6 +78,17 @@ typedef struct wf_kv_codec wf_kv_codec;
 wf_status wf_kv_codec_new(const wf_kv_geometry *geometry, int max_tokens, wf_kv_codec **out);
 void wf_kv_codec_free(wf_kv_codec *c); /* NULL is a no-op */
 
+/* A fork-join runner the codec may use (the shape of engine/cpu/threadpool.h's run): calls
+ * fn(ctx, ith, nth) once for each ith in [0, nth) on nth threads and returns when all have. */
+typedef void (*wf_kv_parallel_fn)(void *pool, void (*fn)(void *ctx, int ith, int nth),
+                                  void *ctx);
+/* Splits later encodes and decodes by layers into n_workers chunks run through run(pool, ...)
+ * (run NULL: serial again). Allocates the chunks' scratch now (WF_ENOMEM; WF_EINVAL for
+ * n_workers outside 1..1024); encode and decode still allocate nothing. The checksum and zstd
+ * stay serial. Frames are byte-identical to serial ones. */
+wf_status wf_kv_codec_set_parallel(wf_kv_codec *c, wf_kv_parallel_fn run, void *pool,
+                                   int n_workers);
+
 /* Chooses the profile for the following encodes. importance: n_layers * n_kv_heads scores
  * ([layer][head], larger = more important) or NULL (all equal: later layers count as less
  * important). The floor(low_share * n + 0.5) least important heads get the low widths.

@@ -7,6 +7,7 @@
 #include "kv/codec_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -599,6 +600,95 @@ START_TEST(encoder_argument_errors) {
 }
 END_TEST
 
+/* A fork-join runner on fresh pthreads (the server would pass its worker pool). */
+typedef struct thr_arg {
+    void (*fn)(void *ctx, int ith, int nth);
+    void *ctx;
+    int ith, nth;
+} thr_arg;
+
+static void *thr_main(void *p) {
+    thr_arg *a = p;
+    a->fn(a->ctx, a->ith, a->nth);
+    return NULL;
+}
+
+static void pthread_run(void *pool, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    int nth = *(const int *)pool;
+    pthread_t t[8];
+    thr_arg a[8];
+    for (int i = 1; i < nth; i++) {
+        a[i] = (thr_arg){fn, ctx, i, nth};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, thr_main, &a[i]), 0);
+    }
+    fn(ctx, 0, nth);
+    for (int i = 1; i < nth; i++) pthread_join(t[i], NULL);
+}
+
+/* Layer chunks on several threads give the serial frame byte for byte, and decode to the same
+ * KV, whether the runner has as many threads as chunks or fewer. */
+START_TEST(parallel_layers_match_serial) {
+    rig r;
+    rig_init(&r, 5, 2, 64, 16 * 3 + 5);
+    wf_kv_geometry g = r.a.geometry;
+    wf_kv_store serial_out;
+    ck_assert_int_eq(wf_kv_store_init(&serial_out, &g, r.b.block_bytes * (size_t)r.b.n_blocks *
+                                                           2u * (size_t)g.n_layers), WF_OK);
+    wf_kv_profile p;
+    wf_kv_profile_init(&p, "k4v4-rk", 4, 4);
+    p.rotate_k = true;
+    p.low_share = 0.3f;
+    p.low_k_bits = 3;
+    p.low_v_bits = 8;
+    int thread_counts[] = {4, 2};
+    for (int zl = 0; zl <= 1; zl++)
+        for (int ti = 0; ti < 2; ti++) {
+            p.zstd_level = zl;
+            wf_kv_codec *s, *m;
+            ck_assert_int_eq(wf_kv_codec_new(&g, 128, &s), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_new(&g, 128, &m), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_set_parallel(m, pthread_run, &thread_counts[ti], 4), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_set_profile(s, &p, NULL, 9), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_set_profile(m, &p, NULL, 9), WF_OK);
+            size_t cap = wf_kv_codec_max_frame_bytes(s, r.n_tokens), la, lb;
+            uint8_t *fa = malloc(cap), *fb = malloc(cap);
+            ck_assert_int_eq(wf_kv_codec_encode(s, &r.a, r.blocks_a, r.n_blocks, r.n_tokens, fa,
+                                                cap, &la, NULL, 0), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_encode(m, &r.a, r.blocks_a, r.n_blocks, r.n_tokens, fb,
+                                                cap, &lb, NULL, 0), WF_OK);
+            ck_assert_uint_eq(la, lb);
+            ck_assert_mem_eq(fa, fb, la);
+            int n;
+            ck_assert_int_eq(wf_kv_codec_decode(m, fb, lb, &r.b, r.blocks_b, r.n_blocks, &n, NULL,
+                                                0), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_decode(s, fa, la, &serial_out, r.blocks_b, r.n_blocks,
+                                                &n, NULL, 0), WF_OK);
+            for (int l = 0; l < g.n_layers; l++)
+                for (int t = 0; t < r.n_tokens; t++) {
+                    ck_assert_mem_eq(rig_row(&r.b, r.blocks_b, false, l, t),
+                                     rig_row(&serial_out, r.blocks_b, false, l, t),
+                                     r.b.row_elems * 2);
+                    ck_assert_mem_eq(rig_row(&r.b, r.blocks_b, true, l, t),
+                                     rig_row(&serial_out, r.blocks_b, true, l, t),
+                                     r.b.row_elems * 2);
+                }
+            /* Back to serial. */
+            ck_assert_int_eq(wf_kv_codec_set_parallel(m, NULL, NULL, 1), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_encode(m, &r.a, r.blocks_a, r.n_blocks, r.n_tokens, fb,
+                                                cap, &lb, NULL, 0), WF_OK);
+            ck_assert_mem_eq(fa, fb, la);
+            ck_assert_int_eq(wf_kv_codec_set_parallel(m, pthread_run, &thread_counts[0], 0),
+                             WF_EINVAL);
+            free(fa);
+            free(fb);
+            wf_kv_codec_free(s);
+            wf_kv_codec_free(m);
+        }
+    wf_kv_store_free(&serial_out);
+    rig_free(&r);
+}
+END_TEST
+
 static Suite *codec_suite(void) {
     Suite *s = suite_create("kv_codec");
     TCase *t = tcase_create("codec");
@@ -613,6 +703,7 @@ static Suite *codec_suite(void) {
     tcase_add_test(t, decoder_rejects_truncated_and_corrupt_frames);
     tcase_add_test(t, sealed_corrupt_zstd_payload_rejected);
     tcase_add_test(t, encoder_argument_errors);
+    tcase_add_test(t, parallel_layers_match_serial);
     suite_add_tcase(s, t);
     return s;
 }
