@@ -1,6 +1,7 @@
 /* weft-bench-kvcodec: how fast the KV codec runs and how much it saves, on real KV.
  *
  *     weft-bench-kvcodec [-m MODEL.gguf] [-p PROFILES.json] [-n TOKENS] [--threads N]
+ *                        [--codec-threads N]
  *
  * Prefills TOKENS tokens of text with the engine (default 512, the default model), then per
  * profile (the library file, default deploy/kv-profiles.json) and per SIMD level this CPU
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "engine/cpu/threadpool.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 #include "kv/codec.h"
@@ -40,6 +42,11 @@ static const char k_text[] =
     "Question: what is the capital of Australia? Answer: Canberra, which was chosen as a "
     "compromise between Sydney and Melbourne and was purpose-built as the seat of government.";
 
+/* The codec's fork-join hook over the engine's pool. */
+static void pool_run(void *pool, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    wf_threadpool_run(pool, fn, ctx);
+}
+
 static double gbps(size_t bytes, uint64_t ns) { return (double)bytes / (double)ns; }
 
 /* Runs fn until at least 300 ms have passed; returns ns per call. */
@@ -56,15 +63,16 @@ static double gbps(size_t bytes, uint64_t ns) { return (double)bytes / (double)n
 int main(int argc, char **argv) {
     const char *model = "/usr/local/share/weft/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     const char *lib_path = WEFT_BENCH_SOURCE_DIR "/deploy/kv-profiles.json";
-    int n_tokens = 512, threads = 0;
+    int n_tokens = 512, threads = 0, n_par_threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model = argv[i + 1];
         else if (!strcmp(argv[i], "-p")) lib_path = argv[i + 1];
         else if (!strcmp(argv[i], "-n")) n_tokens = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--codec-threads")) n_par_threads = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: weft-bench-kvcodec [-m MODEL] [-p PROFILES.json] [-n TOKENS] "
-                            "[--threads N]\n");
+                            "[--threads N] [--codec-threads N]\n");
             return 2;
         }
     }
@@ -172,6 +180,37 @@ int main(int argc, char **argv) {
             wf_kv_codec_free(c);
         }
     unsetenv("WEFT_CPU_ISA");
+    /* Layer-parallel coding through the engine's thread pool (what a worker would pass). */
+    int n_par = n_par_threads > 0 ? n_par_threads : 2;
+    wf_threadpool *tp = wf_threadpool_new(n_par);
+    printf("\n| profile | threads | encode GB/s | decode GB/s | vs 1 thread (encode, decode) |\n"
+           "|---|---|---|---|---|\n");
+    for (int p = 0; tp && p < lib.n; p++) {
+        double e1 = 0, d1 = 0;
+        for (int nt = 1; nt <= n_par; nt += n_par - 1) {
+            wf_kv_codec *c;
+            if (wf_kv_codec_new(&g, n_tokens, &c) != WF_OK) return 1;
+            if (nt > 1 && wf_kv_codec_set_parallel(c, pool_run, tp, nt) != WF_OK) return 1;
+            wf_kv_codec_set_profile(c, &lib.items[p].profile, lib.importance, 7);
+            size_t len = 0;
+            int n;
+            uint64_t dns;
+            TIME_LOOP(ns, wf_kv_codec_encode(c, &kv, table, n_blocks, n_tokens, frame, cap, &len,
+                                             NULL, 0));
+            TIME_LOOP(dns, wf_kv_codec_decode(c, frame, len, &out, table, n_blocks, &n, NULL, 0));
+            double eg = gbps(in_bytes, ns), dg = gbps(in_bytes, dns);
+            if (nt == 1) {
+                e1 = eg;
+                d1 = dg;
+            }
+            printf("| %s | %d | %.3f | %.3f | %.2fx, %.2fx |\n", lib.items[p].profile.name, nt,
+                   eg, dg, eg / e1, dg / d1);
+            fflush(stdout);
+            wf_kv_codec_free(c);
+            if (n_par == 1) break;
+        }
+    }
+    wf_threadpool_free(tp);
     double budgets[] = {0.9, 0.95};
     double links[] = {1, 5, 10, 25, 100};
     printf("\n| kv_accuracy | link Gbps | controller's choice | predicted ms | raw ms | speedup |\n"
