@@ -176,13 +176,21 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
     return wf__fr_end(&r);
 }
 
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* Every allocation is charged to wire bytes of its own that no other allocation is charged to:
+ * a wf_task to its task's fixed fields (>= TASK_MIN bytes), a sample and its params to the
+ * sample's fixed fields (SAMPLE_MIN minus its two count fields), an i32 or logit_bias array with
+ * its alignment padding to its count field and elements (at most 2x), and the padding of each
+ * task's samples/params arrays to the task (16 bytes). So no payload can use more than its
+ * length times the largest of these ratios, plus that padding. */
 size_t wf_frame_task_dispatch_arena_bound(size_t payload_len) {
-    /* Each term bounds one kind of allocation as if the whole payload were made of it: tasks,
-     * samples with their params, then i32 arrays, logit_bias and alignment padding (each at
-     * most twice the wire bytes of its count field and elements). */
-    return payload_len / TASK_MIN * sizeof(wf_task) +
-           payload_len / SAMPLE_MIN * (sizeof(wf_task_sample) + sizeof(wf_sampling_params)) +
-           3 * payload_len + 64;
+    size_t ratio = max3(ceil_div(sizeof(wf_task), TASK_MIN),
+                        ceil_div(sizeof(wf_task_sample) + sizeof(wf_sampling_params),
+                                 SAMPLE_MIN - 8),
+                        2);
+    return payload_len * ratio + 16 * (payload_len / TASK_MIN) + 64;
 }
 
 /* ---- TASK_EVENT ---------------------------------------------------------------------------------- */
@@ -274,9 +282,13 @@ wf_status wf_frame_decode_task_event(const wf_frame_view *f, wf_frame_arena *are
     return wf__fr_end(&r);
 }
 
+/* As for dispatches: a result is charged to its fixed fields but the message length (the
+ * message, len + 1 bytes, to its own 2 + len), a sample to its 18 fixed bytes, the padding of
+ * a result's samples array to its count field. */
 size_t wf_frame_task_event_arena_bound(size_t payload_len) {
-    return payload_len / RESULT_MIN * sizeof(wf_frame_task_result) +
-           payload_len / RESULT_SAMPLE_MIN * sizeof(wf_task_sample) + 2 * payload_len + 64;
+    size_t ratio = max3(ceil_div(sizeof(wf_frame_task_result), RESULT_MIN - 2),
+                        ceil_div(sizeof(wf_task_sample), RESULT_SAMPLE_MIN), 2);
+    return payload_len * ratio + 64;
 }
 
 void wf_frame_task_event_from_batch(wf_task_batch *batch, wf_frame_task_result *results,
