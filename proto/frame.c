@@ -10,7 +10,8 @@
 
 #include "proto/frame_impl.h"
 
-/* ---- CRC32C: slicing-by-8 tables built once (reflected polynomial 0x82f63b78) --------------- */
+/* ---- CRC32C: slicing-by-8 tables built once (reflected polynomial 0x82f63b78); the SSE4.2
+ * instruction (proto/crc32c_avx2.c) when the CPU has it ------------------------------------ */
 
 static uint32_t crc_table[8][256];
 
@@ -26,9 +27,25 @@ static void crc_init_once(void) {
 }
 
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static uint32_t (*crc_impl)(uint32_t, const void *, size_t);
+
+static void crc_choose_once(void) {
+    crc_init_once();
+    crc_impl = wf__crc32c_scalar;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("sse4.2"))
+        crc_impl = wf__crc32c_avx2;
+#endif
+}
 
 uint32_t wf_frame_crc32c(uint32_t crc, const void *data, size_t n) {
-    pthread_once(&crc_once, crc_init_once);
+    pthread_once(&crc_once, crc_choose_once);
+    return crc_impl(crc, data, n);
+}
+
+uint32_t wf__crc32c_scalar(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&crc_once, crc_choose_once);
     const uint8_t *p = data;
     uint32_t c = ~crc;
     while (n >= 8) {
@@ -418,18 +435,35 @@ const uint8_t *wf__fr_blob(wf__fr *r, uint32_t *n, uint32_t max, const char *wha
     return b;
 }
 
-void wf__fw_i32s(wf__fw *w, const int32_t *v, int n, int32_t lo, uint32_t max,
+/* Whether any element is negative: OR of all sign bits with four independent accumulators and
+ * no early exit (arrays can be long: every DECODE task carries its history each iteration). */
+static bool any_negative(const int32_t *v, size_t n) {
+    uint32_t a = 0, b = 0, c = 0, d = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a |= (uint32_t)v[i];
+        b |= (uint32_t)v[i + 1];
+        c |= (uint32_t)v[i + 2];
+        d |= (uint32_t)v[i + 3];
+    }
+    for (; i < n; i++) a |= (uint32_t)v[i];
+    return ((a | b | c | d) >> 31) != 0;
+}
+
+void wf__fw_i32s(wf__fw *w, const int32_t *v, int n, uint32_t max,
                  const char *what) {
     if (n < 0 || (uint32_t)n > max || (n && !v)) {
         wf__fw_fail(w, "%s: count %d outside [0, %u]", what, n, max);
         return;
     }
+    if (n && any_negative(v, (size_t)n)) {
+        for (int i = 0; i < n; i++)
+            if (v[i] < 0) {
+                wf__fw_fail(w, "%s[%d] = %d is negative", what, i, v[i]);
+                return;
+            }
+    }
     wf__fw_u32(w, (uint32_t)n);
-    for (int i = 0; i < n; i++)
-        if (v[i] < lo) {
-            wf__fw_fail(w, "%s[%d] = %d is below %d", what, i, v[i], lo);
-            return;
-        }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     wf__fw_bytes(w, v, (size_t)n * 4);
 #else
@@ -437,19 +471,24 @@ void wf__fw_i32s(wf__fw *w, const int32_t *v, int n, int32_t lo, uint32_t max,
 #endif
 }
 
-const int32_t *wf__fr_i32s(wf__fr *r, int *n, int32_t lo, uint32_t max, const char *what) {
+const int32_t *wf__fr_i32s(wf__fr *r, int *n, uint32_t max, const char *what) {
     uint32_t count = wf__fr_count(r, max, 4, what);
     *n = 0;
     if (r->st != WF_OK || count == 0) return NULL;
     int32_t *v = wf__fr_alloc(r, (size_t)count * 4, _Alignof(int32_t), what);
     if (!v) return NULL;
     const uint8_t *b = r->p + r->off;
-    for (uint32_t i = 0; i < count; i++) {
-        v[i] = (int32_t)wf__get_u32(b + 4 * (size_t)i);
-        if (v[i] < lo) {
-            wf__fr_fail(r, WF_ERANGE, "%s[%u] = %d is below %d", what, i, v[i], lo);
-            return NULL;
-        }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(v, b, (size_t)count * 4);
+#else
+    for (uint32_t i = 0; i < count; i++) v[i] = (int32_t)wf__get_u32(b + 4 * (size_t)i);
+#endif
+    if (any_negative(v, count)) {
+        for (uint32_t i = 0; i < count; i++)
+            if (v[i] < 0) {
+                wf__fr_fail(r, WF_ERANGE, "%s[%u] = %d is negative", what, i, v[i]);
+                return NULL;
+            }
     }
     r->off += (size_t)count * 4;
     *n = (int)count;
@@ -524,7 +563,7 @@ void wf__fw_artifact(wf__fw *w, const wf_artifact *a, const char *what) {
     switch (a->kind) {
     case WF_ARTIFACT_NONE: break;
     case WF_ARTIFACT_KV:
-        wf__fw_i32s(w, a->block_table, a->n_blocks, 0, WF_FRAME_MAX_BLOCKS, what);
+        wf__fw_i32s(w, a->block_table, a->n_blocks, WF_FRAME_MAX_BLOCKS, what);
         break;
     case WF_ARTIFACT_LATENT:
         if (!dims_ok(w, what, a->latent.channels, a->latent.height, a->latent.width,
@@ -557,7 +596,7 @@ void wf__fr_artifact(wf__fr *r, wf_artifact *a, const char *what) {
     switch (a->kind) {
     case WF_ARTIFACT_NONE: break;
     case WF_ARTIFACT_KV:
-        a->block_table = wf__fr_i32s(r, &a->n_blocks, 0, WF_FRAME_MAX_BLOCKS, what);
+        a->block_table = wf__fr_i32s(r, &a->n_blocks, WF_FRAME_MAX_BLOCKS, what);
         break;
     case WF_ARTIFACT_LATENT:
         a->latent.channels = wf__fr_i32_range(r, 0, INT32_MAX, what);

@@ -134,10 +134,10 @@ void wf__fr_str_fixed(wf__fr *r, char *out, size_t max, const char *what);
 const char *wf__fr_str(wf__fr *r, size_t max, const char *what);
 void wf__fw_blob(wf__fw *w, const uint8_t *b, uint32_t n, uint32_t max, const char *what);
 const uint8_t *wf__fr_blob(wf__fr *r, uint32_t *n, uint32_t max, const char *what);
-void wf__fw_i32s(wf__fw *w, const int32_t *v, int n, int32_t lo, uint32_t max,
+void wf__fw_i32s(wf__fw *w, const int32_t *v, int n, uint32_t max,
                  const char *what);
-/* Elements must lie in [lo, INT32_MAX]. Returns NULL for n == 0. */
-const int32_t *wf__fr_i32s(wf__fr *r, int *n, int32_t lo, uint32_t max, const char *what);
+/* i32s of non-negative elements (token ids, block indices). Returns NULL for n == 0. */
+const int32_t *wf__fr_i32s(wf__fr *r, int *n, uint32_t max, const char *what);
 
 void wf__fw_group(wf__fw *w, const wf_group *g, const char *what);
 void wf__fr_group(wf__fr *r, wf_group *g, const char *what);
@@ -152,6 +152,10 @@ void wf__fr_gen_token(wf__fr *r, wf_generated_token *t);
 /* A wf_status carried as i32: must be one of the enum's values. */
 void wf__fw_status(wf__fw *w, wf_status st, const char *what);
 wf_status wf__fr_status(wf__fr *r, const char *what);
+
+/* CRC32C implementations behind wf_frame_crc32c (chosen once at run time). */
+uint32_t wf__crc32c_scalar(uint32_t crc, const void *data, size_t n);
+uint32_t wf__crc32c_avx2(uint32_t crc, const void *data, size_t n);
 
 /* Wire sizes of the smallest encodings, for count checks. */
 #define WF__GROUP_MIN 9u

@@ -33,7 +33,7 @@ static void fw_sample(wf__fw *w, const wf_task_sample *s) {
     }
     wf__fw_sampling(w, s->params);
     wf__fw_u64(w, s->rng_state);
-    wf__fw_i32s(w, s->history, s->n_history, 0, WF_FRAME_MAX_TOKENS, "sample.history");
+    wf__fw_i32s(w, s->history, s->n_history, WF_FRAME_MAX_TOKENS, "sample.history");
     wf__fw_i32(w, s->n_prompt);
     wf__fw_bool(w, s->suppress_eos);
 }
@@ -57,7 +57,7 @@ static void fw_task(wf__fw *w, const wf_task *t) {
                         (unsigned long long)t->id, l->pos, l->n_samples);
             return;
         }
-        wf__fw_i32s(w, l->tokens, l->n_tokens, 0, WF_FRAME_MAX_TOKENS, "task.tokens");
+        wf__fw_i32s(w, l->tokens, l->n_tokens, WF_FRAME_MAX_TOKENS, "task.tokens");
         wf__fw_i32(w, l->pos);
         wf__fw_artifact(w, &l->kv, "task.kv");
         wf__fw_u32(w, (uint32_t)l->n_samples);
@@ -100,7 +100,7 @@ wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, s
 }
 
 static void fr_llm(wf__fr *r, wf_task_llm *l) {
-    l->tokens = wf__fr_i32s(r, &l->n_tokens, 0, WF_FRAME_MAX_TOKENS, "task.tokens");
+    l->tokens = wf__fr_i32s(r, &l->n_tokens, WF_FRAME_MAX_TOKENS, "task.tokens");
     l->pos = wf__fr_i32_range(r, 0, INT32_MAX, "task.pos");
     wf__fr_artifact(r, &l->kv, "task.kv");
     uint32_t n = wf__fr_count(r, WF_FRAME_MAX_SAMPLES, SAMPLE_MIN, "task.n_samples");
@@ -114,7 +114,7 @@ static void fr_llm(wf__fr *r, wf_task_llm *l) {
         wf__fr_sampling(r, &p[i]);
         s[i].params = &p[i];
         s[i].rng_state = wf__fr_u64(r, "sample.rng_state");
-        s[i].history = wf__fr_i32s(r, &s[i].n_history, 0, WF_FRAME_MAX_TOKENS, "sample.history");
+        s[i].history = wf__fr_i32s(r, &s[i].n_history, WF_FRAME_MAX_TOKENS, "sample.history");
         s[i].n_prompt = wf__fr_i32_range(r, 0, s[i].n_history, "sample.n_prompt");
         s[i].suppress_eos = wf__fr_bool(r, "sample.suppress_eos");
     }

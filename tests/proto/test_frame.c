@@ -11,6 +11,7 @@
 #include "proto/frame.h"
 #include "proto/frame_artifact.h"
 #include "proto/frame_control.h"
+#include "proto/frame_impl.h"
 
 static uint8_t buf[1 << 20];
 static uint8_t arena_mem[1 << 20];
@@ -174,6 +175,16 @@ START_TEST(crc32c_known_values) {
     for (size_t cut = 0; cut <= 1000; cut += 37)
         ck_assert_uint_eq(wf_frame_crc32c(wf_frame_crc32c(0, data, cut), data + cut, 1000 - cut),
                           whole);
+    /* the SSE4.2 variant (when this CPU has it) against the scalar reference, every alignment
+     * and length up to 300 bytes, and chained */
+    ck_assert_uint_eq(wf__crc32c_scalar(0, "123456789", 9), 0xe3069283u);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("sse4.2")) {
+        ck_assert_uint_eq(wf__crc32c_avx2(0, "123456789", 9), 0xe3069283u);
+        for (size_t off = 0; off < 8; off++)
+            for (size_t n = 0; n + off <= 300; n++)
+                ck_assert_uint_eq(wf__crc32c_avx2(0x1234u, data + off, n),
+                                  wf__crc32c_scalar(0x1234u, data + off, n));
+    }
 }
 END_TEST
 
