@@ -682,10 +682,17 @@ void wf__fw_gen_token(wf__fw *w, const wf_generated_token *t) {
     wf__fw_i32(w, t->token);
     wf__fw_f32(w, t->logprob);
     wf__fw_u8(w, (uint8_t)t->n_top);
+    /* The alternatives in one write: an event carries up to 20 per sample every iteration. */
+    uint8_t b[8 * WF_MAX_TOP_LOGPROBS];
     for (int i = 0; i < t->n_top; i++) {
-        wf__fw_i32(w, t->top[i].token);
-        wf__fw_f32(w, t->top[i].logprob);
+        uint32_t tok = (uint32_t)t->top[i].token, lp;
+        memcpy(&lp, &t->top[i].logprob, 4);
+        for (int k = 0; k < 4; k++) {
+            b[8 * i + k] = (uint8_t)(tok >> (8 * k));
+            b[8 * i + 4 + k] = (uint8_t)(lp >> (8 * k));
+        }
     }
+    wf__fw_bytes(w, b, (size_t)t->n_top * 8);
 }
 
 void wf__fr_gen_token(wf__fr *r, wf_generated_token *t) {
@@ -699,10 +706,13 @@ void wf__fr_gen_token(wf__fr *r, wf_generated_token *t) {
         return;
     }
     if (!wf__fr_need(r, (size_t)n * 8, "token.top")) return;
+    const uint8_t *b = r->p + r->off;
     for (unsigned i = 0; i < n; i++) {
-        t->top[i].token = wf__fr_i32(r, "token.top");
-        t->top[i].logprob = wf__fr_f32(r, "token.top");
+        t->top[i].token = (int32_t)wf__get_u32(b + 8 * i);
+        uint32_t lp = wf__get_u32(b + 8 * i + 4);
+        memcpy(&t->top[i].logprob, &lp, 4);
     }
+    r->off += (size_t)n * 8;
     t->n_top = (int)n;
 }
 
