@@ -771,6 +771,24 @@ START_TEST(artifact_transfer_rejects_bad_fields) {
 END_TEST
 
 START_TEST(transfer_done_roundtrip) {
+    trng r = {71};
+    for (int i = 0; i < 100; i++) {
+        wf_frame_transfer_done x = {.transfer_id = trng_u64(&r), .rank = trng_int(&r, 0, 1023),
+                                    .status = (wf_status)trng_int(&r, WF_STATUS_MIN, 1),
+                                    .bytes = trng_u64(&r), .elapsed_ns = trng_u64(&r)};
+        trng_str(&r, x.message, WF_FRAME_MESSAGE_MAX - 1);
+        size_t n;
+        ck_assert_int_eq(wf_frame_encode_transfer_done(&x, buf, sizeof buf, &n, NULL, 0), WF_OK);
+        wf_frame_view v = open_ok(n);
+        wf_frame_transfer_done y;
+        ck_assert_int_eq(wf_frame_decode_transfer_done(&v, &y, NULL, 0), WF_OK);
+        ck_assert_uint_eq(y.transfer_id, x.transfer_id);
+        ck_assert_int_eq(y.rank, x.rank);
+        ck_assert_int_eq(y.status, x.status);
+        ck_assert_uint_eq(y.bytes, x.bytes);
+        ck_assert_uint_eq(y.elapsed_ns, x.elapsed_ns);
+        ck_assert_str_eq(y.message, x.message);
+    }
     wf_frame_transfer_done m = {.transfer_id = 5, .rank = 3, .status = WF_EIO, .bytes = 1 << 20,
                                 .elapsed_ns = 123456};
     snprintf(m.message, sizeof m.message, "peer closed the endpoint");

@@ -637,6 +637,45 @@ START_TEST(dispatch_arena_bound_worst_case) {
 }
 END_TEST
 
+/* The event arena bound holds for the frames that expand the most: many minimal FINISH results,
+ * and results with many minimal samples (no alternatives). */
+START_TEST(event_arena_bound_worst_case) {
+    static wf_frame_task_result res[WF_FRAME_MAX_TASKS];
+    static wf_task_sample samples[WF_FRAME_MAX_SAMPLES];
+    memset(res, 0, sizeof res);
+    memset(samples, 0, sizeof samples);
+    for (int i = 0; i < WF_FRAME_MAX_TASKS; i++) res[i].kind = WF_TASK_FINISH;
+    wf_frame_task_event ev = {.results = res, .n_results = WF_FRAME_MAX_TASKS};
+    char err[256];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (int i = 0; i < 64; i++) {
+                res[i].kind = WF_TASK_DECODE;
+                res[i].samples = samples;
+                res[i].n_samples = WF_FRAME_MAX_SAMPLES;
+            }
+            ev.n_results = 64;
+        }
+        size_t len;
+        ck_assert_int_eq(wf_frame_encode_task_event(&ev, frame_buf, sizeof frame_buf, &len, err,
+                                                    sizeof err),
+                         WF_OK);
+        wf_frame_view f;
+        ck_assert_int_eq(wf_frame_open(frame_buf, len, sizeof frame_buf, &f, err, sizeof err),
+                         WF_OK);
+        size_t bound = wf_frame_task_event_arena_bound(f.hdr.payload_len);
+        ck_assert_uint_le(bound, sizeof arena_mem);
+        wf_frame_arena arena;
+        wf_frame_arena_init(&arena, arena_mem, bound);
+        wf_frame_task_event d;
+        ck_assert_msg(wf_frame_decode_task_event(&f, &arena, &d, err, sizeof err) == WF_OK, "%s",
+                      err);
+        ck_assert_uint_le(arena.used, bound);
+        ck_assert_int_eq(d.n_results, ev.n_results);
+    }
+}
+END_TEST
+
 /* ---- TASK_EVENT and BATCH_DONE ------------------------------------------------------------------ */
 
 static void rand_event_outputs(trng *r, wf_task_batch *b, const char **messages) {
@@ -827,10 +866,26 @@ START_TEST(event_truncated_and_bad_fields) {
 END_TEST
 
 START_TEST(batch_done_roundtrip) {
-    wf_frame_batch_done m = {.iteration = 123456789, .status = WF_ECANCELLED};
-    snprintf(m.message, sizeof m.message, "cancelled by the client");
+    trng r = {17};
     size_t len;
     char err[256];
+    for (int i = 0; i < 100; i++) {
+        wf_frame_batch_done m = {.iteration = trng_u64(&r),
+                                 .status = (wf_status)trng_int(&r, WF_STATUS_MIN, 1)};
+        trng_str(&r, m.message, WF_FRAME_TASK_MESSAGE_MAX - 1);
+        ck_assert_int_eq(wf_frame_encode_batch_done(&m, frame_buf, sizeof frame_buf, &len, err,
+                                                    sizeof err),
+                         WF_OK);
+        wf_frame_view f;
+        ck_assert_int_eq(wf_frame_open(frame_buf, len, 1 << 20, &f, err, sizeof err), WF_OK);
+        wf_frame_batch_done d;
+        ck_assert_int_eq(wf_frame_decode_batch_done(&f, &d, err, sizeof err), WF_OK);
+        ck_assert_uint_eq(d.iteration, m.iteration);
+        ck_assert_int_eq(d.status, m.status);
+        ck_assert_str_eq(d.message, m.message);
+    }
+    wf_frame_batch_done m = {.iteration = 123456789, .status = WF_ECANCELLED};
+    snprintf(m.message, sizeof m.message, "cancelled by the client");
     ck_assert_int_eq(wf_frame_encode_batch_done(&m, frame_buf, sizeof frame_buf, &len, err,
                                                 sizeof err),
                      WF_OK);
@@ -891,6 +946,7 @@ static Suite *frame_task_suite(void) {
     tcase_add_test(tc, dispatch_rejects_trailing_and_wrong_type);
     tcase_add_test(tc, dispatch_arena_exhaustion);
     tcase_add_test(tc, dispatch_arena_bound_worst_case);
+    tcase_add_test(tc, event_arena_bound_worst_case);
     tcase_add_test(tc, event_roundtrip_random_and_apply);
     tcase_add_test(tc, event_apply_mismatches);
     tcase_add_test(tc, event_truncated_and_bad_fields);
