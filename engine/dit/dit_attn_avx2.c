@@ -1,0 +1,3 @@
+/* The attention unit of dit_attn_impl.h compiled with AVX2 + FMA. */
+#define WF__ATTN_UNIT wf__dit_attn_unit_avx2
+#include "engine/dit/dit_attn_impl.h"
