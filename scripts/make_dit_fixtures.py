@@ -14,7 +14,7 @@ One tiny model is also saved for real, by diffusers' save_pretrained (the folder
 loader reads) and converted to the original DiT key layout (one bf16 safetensors file).
 
 Outputs per case <name>.safetensors: "out" (B x out_C x H x W) and intermediates on a subset
-of tokens (every 17th): "patch" (patch embedding + positions), "cond" (t + y embedding, B x D),
+of tokens (every 17th; all of them up to 64 tokens): "patch" (patch embedding + positions), "cond" (t + y embedding, B x D),
 "block_first", "block_last" (hidden states after those blocks). "shift0" cases are diffusers
 with the original DiT timestep features (downscale_freq_shift 0).
 """
@@ -141,7 +141,7 @@ def build(cfg, seed):
     return m.eval(), w
 
 
-def run(m, cfg, x, t, y, shift):
+def run(m, cfg, x, t, y, shift, stride):
     for blk in m.transformer_blocks:
         blk.norm1.emb.time_proj.downscale_freq_shift = shift
     dumps = {}
@@ -162,7 +162,7 @@ def run(m, cfg, x, t, y, shift):
     res = {"out": out.contiguous()}
     res["cond"] = dumps["cond"].contiguous()
     for k in ("patch", "block_first", "block_last"):
-        res[k] = dumps[k][:, ::TOKEN_STRIDE, :].contiguous()
+        res[k] = dumps[k][:, ::stride, :].contiguous()
     return res
 
 
@@ -176,10 +176,12 @@ def inputs(cfg, seed, batch, size, ts, labels):
 def case(outdir, name, cfg, seed, batch, size, ts, labels, shift=1, model=None):
     m = model or build(cfg, seed)[0]
     x, t, y = inputs(cfg, seed, batch, size, ts, labels)
-    res = run(m, cfg, x, t, y, shift)
+    tokens = (size // cfg["patch"]) ** 2
+    stride = 1 if tokens <= 64 else TOKEN_STRIDE  # small grids: every token
+    res = run(m, cfg, x, t, y, shift, stride)
     meta = {"config": json.dumps(cfg), "seed": str(seed), "size": str(size),
             "timesteps": json.dumps(ts), "labels": json.dumps(labels), "shift": str(shift),
-            "token_stride": str(TOKEN_STRIDE)}
+            "token_stride": str(stride)}
     save_file(res, os.path.join(outdir, name + ".safetensors"), metadata=meta)
     print(name, {k: tuple(v.shape) for k, v in res.items()},
           "rms(out)=%.4f" % float(res["out"].pow(2).mean().sqrt()))
@@ -202,6 +204,11 @@ def tiny(outdir):
                    "vae": ["diffusers", "AutoencoderKL"]}, f, indent=2)
     bf = {k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}
     assert all(torch.equal(bf[k].float(), w[k]) for k in w), "generator values not bf16-exact"
+    # Original checkpoints carry the fixed positions as a (1, T, D) buffer: the loader reads the
+    # base grid from its shape (and recomputes the values).
+    from diffusers.models.embeddings import get_2d_sincos_pos_embed
+    grid = cfg["sample"] // cfg["patch"]
+    bf["pos_embed"] = torch.from_numpy(get_2d_sincos_pos_embed(cfg["hidden"], grid)).float()[None]
     save_file(bf, os.path.join(outdir, "tiny_original.safetensors"))
     case(outdir, "tiny_ref", cfg, seed, 3, 8, [0.0, 500.0, 999.0], [1, 9, 10], model=m)
     case(outdir, "tiny_ref_shift0", cfg, seed, 3, 8, [0.0, 500.0, 999.0], [1, 9, 10], shift=0,

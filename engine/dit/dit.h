@@ -74,6 +74,8 @@ typedef struct wf_dit_options {
     int timestep_shift; /* -1 = the layout's convention */
     int heads;          /* 0 = config (diffusers) or inferred from the width (original) */
     int sample_size;    /* original files without pos_embed: 0 = 32 (256-pixel models) */
+    float norm_eps;     /* the feed-forward LayerNorm's eps; 0 = the layout's (diffusers config
+                         * norm_eps, 1e-5 by default; original DiT 1e-6) */
 } wf_dit_options;
 
 wf_dit_options wf_dit_options_default(void);

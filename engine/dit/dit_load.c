@@ -504,6 +504,7 @@ wf_status wf_dit_load(const char *path, const wf_dit_options *opt_in, wf_dit **o
     }
     wf_dit_config *c = &m->cfg;
     if (opt.timestep_shift >= 0) c->timestep_shift = opt.timestep_shift;
+    if (opt.norm_eps > 0) c->norm_eps = opt.norm_eps;
     if (opt.heads > 0 && c->layout == WF_DIT_LAYOUT_DIFFUSERS && opt.heads != c->heads) {
         rc = wf_status_errorf(err, errlen, WF_EINVAL, "heads %d in the options but %d in the config",
                               opt.heads, c->heads);
