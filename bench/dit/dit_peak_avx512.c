@@ -16,26 +16,37 @@ typedef struct peak_ctx {
 
 #define CHAINS 12
 
+/* Twelve named accumulators: an array of them is kept in memory by GCC at -O2. */
+#define ACCS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define DECL(i) __m512 a##i = _mm512_set1_ps((float)i);
+#define SUM(i) s = _mm512_add_ps(s, a##i);
+
 __attribute__((target("avx512f,avx512bf16")))
 static float run_bf16(long iters) {
-    __m512 acc[CHAINS];
-    for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_set1_ps((float)i);
-    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3f003f00);
-    for (long n = 0; n < iters; n++)
-        for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-    __m512 s = acc[0];
-    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, acc[i]);
+    ACCS(DECL)
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3f003f00);
+#define STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, y);
+    for (long n = 0; n < iters; n++) {
+        ACCS(STEP)
+        __asm__ volatile("" ::: "memory");
+    }
+#undef STEP
+    __m512 s = _mm512_setzero_ps();
+    ACCS(SUM)
     return _mm512_reduce_add_ps(s);
 }
 
 static float run_f32(long iters) {
-    __m512 acc[CHAINS];
-    for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_set1_ps((float)i);
-    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-    for (long n = 0; n < iters; n++)
-        for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-    __m512 s = acc[0];
-    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, acc[i]);
+    ACCS(DECL)
+    __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, x, y);
+    for (long n = 0; n < iters; n++) {
+        ACCS(STEP)
+        __asm__ volatile("" ::: "memory");
+    }
+#undef STEP
+    __m512 s = _mm512_setzero_ps();
+    ACCS(SUM)
     return _mm512_reduce_add_ps(s);
 }
 

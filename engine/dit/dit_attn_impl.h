@@ -5,8 +5,13 @@
  * a running max and sum per query, the output rescaled when the max grows. */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
+
+/* GCC/clang vector extension: 8 floats, lowered to this file's ISA. */
+typedef float wf__v8f __attribute__((vector_size(32)));
 
 #include "engine/dit/dit_attn_unit.h"
+#include "engine/dit/dit_kernels.h"
 
 void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
                    float *scratch) {
@@ -30,34 +35,58 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
     }
     for (int j0 = 0; j0 < tokens; j0 += WF__ATTN_KT) {
         const int nk = tokens - j0 < WF__ATTN_KT ? tokens - j0 : WF__ATTN_KT;
-        for (int j = 0; j < nk; j++) {
-            const float *k = base + (size_t)(j0 + j) * ld + D + h * hd;
-            for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = k[d];
+        /* K tile transposed, zero-padded to a full tile: the score loops have a fixed trip
+         * count the compiler keeps in vector registers */
+        for (int j = 0; j < WF__ATTN_KT; j++) {
+            if (j < nk) {
+                const float *k = base + (size_t)(j0 + j) * ld + D + h * hd;
+                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = k[d];
+            } else {
+                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = 0.0f;
+            }
         }
         for (int i = 0; i < nq; i++) {
-            float *s = S + i * WF__ATTN_KT;
-            for (int j = 0; j < nk; j++) s[j] = 0.0f;
+            wf__v8f av[WF__ATTN_KT / 8];
+            for (int c = 0; c < WF__ATTN_KT / 8; c++) av[c] = (wf__v8f){0};
             for (int d = 0; d < hd; d++) {
-                const float qd = Q[i * hd + d];
+                const float q = Q[i * hd + d];
+                const wf__v8f qd = {q, q, q, q, q, q, q, q};
                 const float *kt = Kt + d * WF__ATTN_KT;
-                for (int j = 0; j < nk; j++) s[j] += qd * kt[j];
+                for (int c = 0; c < WF__ATTN_KT / 8; c++) {
+                    wf__v8f k;
+                    memcpy(&k, kt + 8 * c, sizeof k);
+                    av[c] += qd * k;
+                }
             }
+            float acc[WF__ATTN_KT];
+            memcpy(acc, av, sizeof acc);
+            float *s = S + i * WF__ATTN_KT;
             float mx = M[i];
-            for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-            const float corr = expf(M[i] - mx);
+            for (int j = 0; j < nk; j++) mx = acc[j] > mx ? acc[j] : mx;
+            const float corr = wf__dit_expf(M[i] - mx);
+            /* exp in its own loop: a float sum in the same loop would stop vectorisation */
+            for (int j = 0; j < WF__ATTN_KT; j++) s[j] = wf__dit_expf(acc[j] - mx);
+            for (int j = nk; j < WF__ATTN_KT; j++) s[j] = 0.0f;
             float sum = 0.0f;
-            for (int j = 0; j < nk; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
-            }
+            for (int j = 0; j < nk; j++) sum += s[j];
             L[i] = L[i] * corr + sum;
             M[i] = mx;
-            float *a = A + i * hd;
+            float *restrict a = A + i * hd;
             for (int d = 0; d < hd; d++) a[d] *= corr;
+            /* 8-wide vector-extension chunks (GCC's -O2 cost model leaves the plain loop
+             * scalar); head widths are multiples of 8 in every DiT, the tail loop is the rest */
+            const int hd8 = hd & ~7;
             for (int j = 0; j < nk; j++) {
-                const float p = s[j];
-                const float *v = base + (size_t)(j0 + j) * ld + 2 * D + h * hd;
-                for (int d = 0; d < hd; d++) a[d] += p * v[d];
+                const wf__v8f p = {s[j], s[j], s[j], s[j], s[j], s[j], s[j], s[j]};
+                const float *restrict v = base + (size_t)(j0 + j) * ld + 2 * D + h * hd;
+                for (int d0 = 0; d0 < hd8; d0 += 8) {
+                    wf__v8f va, vv;
+                    memcpy(&va, a + d0, sizeof va);
+                    memcpy(&vv, v + d0, sizeof vv);
+                    va += p * vv;
+                    memcpy(a + d0, &va, sizeof va);
+                }
+                for (int d = hd8; d < hd; d++) a[d] += s[j] * v[d];
             }
         }
     }
@@ -65,5 +94,27 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
         float *dst = o + ((size_t)b * tokens + q0 + i) * D + h * hd;
         const float inv = 1.0f / L[i];
         for (int d = 0; d < hd; d++) dst[d] = A[i * hd + d] * inv;
+    }
+}
+
+/* GELU (tanh form) over n floats, in fixed chunks of 16 so it vectorises; see WF__GELU_UNIT. */
+void WF__GELU_UNIT(float *x, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    size_t n16 = n & ~(size_t)15;
+    for (size_t i0 = 0; i0 < n; i0 += 16) {
+        const int len = i0 < n16 ? 16 : (int)(n - i0);
+        float *restrict p = x + i0;
+        if (len == 16) {
+            for (int e = 0; e < 16; e++) {
+                float v = p[e], u = k0 * (v + k1 * v * v * v);
+                /* 1 + tanh(u) = 2 - 2 / (exp(2u) + 1) */
+                p[e] = 0.5f * v * (2.0f - 2.0f / (wf__dit_expf(2.0f * u) + 1.0f));
+            }
+        } else {
+            for (int e = 0; e < len; e++) {
+                float v = p[e], u = k0 * (v + k1 * v * v * v);
+                p[e] = 0.5f * v * (2.0f - 2.0f / (wf__dit_expf(2.0f * u) + 1.0f));
+            }
+        }
     }
 }

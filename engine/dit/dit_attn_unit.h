@@ -11,4 +11,9 @@ void wf__dit_attn_unit_scalar(WF__ATTN_UNIT_ARGS);
 void wf__dit_attn_unit_avx2(WF__ATTN_UNIT_ARGS);
 void wf__dit_attn_unit_avx512(WF__ATTN_UNIT_ARGS);
 
+#include <stddef.h>
+void wf__dit_gelu_unit_scalar(float *x, size_t n);
+void wf__dit_gelu_unit_avx2(float *x, size_t n);
+void wf__dit_gelu_unit_avx512(float *x, size_t n);
+
 #endif

@@ -253,29 +253,6 @@ void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows
     wf_threadpool_run(pool, ln_worker, &c);
 }
 
-typedef struct gelu_ctx {
-    float *x;
-    size_t n;
-} gelu_ctx;
-
-/* tanh via exp: tanh(u) = 1 - 2 / (exp(2u) + 1); exact to float rounding, and expf is
- * vectorised by the compiler where tanhf is not. */
-static void gelu_worker(void *arg, int ith, int nth) {
-    const gelu_ctx *c = arg;
-    size_t i0 = c->n * (size_t)ith / (size_t)nth, i1 = c->n * (size_t)(ith + 1) / (size_t)nth;
-    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-    for (size_t i = i0; i < i1; i++) {
-        float v = c->x[i];
-        float u = k0 * (v + k1 * v * v * v);
-        c->x[i] = 0.5f * v * (1.0f + tanhf(u));
-    }
-}
-
-void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n) {
-    gelu_ctx c = {x, n};
-    wf_threadpool_run(pool, gelu_worker, &c);
-}
-
 void wf__dit_silu(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + wf__dit_expf(-x[i]));
 }

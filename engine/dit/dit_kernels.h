@@ -81,6 +81,27 @@ void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows
                          const float *g, const float *b, const float *shift, const float *scale,
                          int rows_per_item, int mod_stride);
 
+/* exp(x) for the softmax and activations: Cephes' range reduction and degree-6 polynomial
+ * (relative error ~1e-7, no libm call, so loops over it vectorise). x below -87 gives ~0. */
+static inline float wf__dit_expf(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = (float)(int)(x * 1.44269504088896341f + (x >= 0 ? 0.5f : -0.5f));
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } sc = {.i = ((int32_t)n + 127) << 23};
+    return y * sc.f;
+}
+
 /* x[i] = gelu_tanh(x[i]) and silu, in place. */
 void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n);
 void wf__dit_silu(float *x, size_t n);
