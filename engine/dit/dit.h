@@ -50,7 +50,8 @@ typedef struct wf_dit_config {
     int timestep_shift;            /* downscale_freq_shift: 1 diffusers, 0 original */
     float norm_eps;                /* the feed-forward LayerNorm's eps (first/out norms: 1e-6) */
     bool norm_affine;              /* that LayerNorm has weight and bias */
-    bool bf16;                     /* weights held as bf16 (GEMMs in bf16, fp32 accumulation) */
+    bool bf16;                     /* the blocks' qkv/proj/fc1/fc2 weights held as bf16 (bf16
+                                    * GEMMs, fp32 accumulation); other layers stay fp32 */
     wf_dit_layout layout;
 } wf_dit_config;
 
