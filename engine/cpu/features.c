@@ -31,6 +31,8 @@ static void detect(wf_cpu_features *f) {
     f->avx512vl = zmm_ok && (b & bit_AVX512VL);
     f->avx512dq = zmm_ok && (b & bit_AVX512DQ);
     f->avx512vnni = zmm_ok && (c & bit_AVX512VNNI);
+    /* AVX512_BF16 (vdpbf16ps) is leaf 7 subleaf 1, EAX bit 5. */
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f->avx512bf16 = zmm_ok && f->avx512f && (a & (1u << 5));
 }
 #else
 static void detect(wf_cpu_features *f) { (void)f; }

@@ -20,6 +20,7 @@ typedef enum wf_cpu_isa {
 typedef struct wf_cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
+    bool avx512bf16; /* vdpbf16ps; used only when isa is WF_CPU_ISA_AVX512 */
     wf_cpu_isa isa; /* best usable level, after the WEFT_CPU_ISA cap */
 } wf_cpu_features;
 

@@ -1,0 +1,68 @@
+/* Fused tiled attention and GELU for the DiT forward: work units (batch item, head, query tile;
+ * chunks of activations) split across the pool, each running the unit of the best ISA for this
+ * CPU (dit_attn_impl.h). The scalar units are this file's own compilation of the same source. */
+#define WF__ATTN_UNIT wf__dit_attn_unit_scalar
+#define WF__GELU_UNIT wf__dit_gelu_unit_scalar
+#include "engine/dit/dit_attn_impl.h"
+
+#include "engine/cpu/features.h"
+#include "engine/dit/dit_kernels.h"
+
+size_t wf__dit_attention_scratch(int hd) {
+    return (size_t)WF__ATTN_QT * hd * 2 + (size_t)hd * WF__ATTN_KT + WF__ATTN_QT * WF__ATTN_KT +
+           2 * WF__ATTN_QT;
+}
+
+typedef struct attn_ctx {
+    const float *qkv;
+    float *o;
+    int batch, tokens, heads, hd;
+    float *scratch;
+    void (*unit)(WF__ATTN_UNIT_ARGS);
+} attn_ctx;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_ctx *c = arg;
+    int nqt = (c->tokens + WF__ATTN_QT - 1) / WF__ATTN_QT;
+    long total = (long)c->batch * c->heads * nqt;
+    float *scratch = c->scratch + wf__dit_attention_scratch(c->hd) * (size_t)ith;
+    for (long u = total * ith / nth; u < total * (ith + 1) / nth; u++) {
+        int qt = (int)(u % nqt), h = (int)(u / nqt % c->heads), b = (int)(u / nqt / c->heads);
+        c->unit(c->qkv, c->o, c->tokens, c->heads, c->hd, b, h, qt * WF__ATTN_QT, scratch);
+    }
+}
+
+void wf__dit_attention(wf_threadpool *pool, const float *qkv, float *o, int batch, int tokens,
+                       int heads, int hd, float *scratch) {
+    attn_ctx c = {qkv, o, batch, tokens, heads, hd, scratch, wf__dit_attn_unit_scalar};
+#if defined(__x86_64__)
+    wf_cpu_isa isa = wf_cpu_features_get()->isa;
+    if (isa >= WF_CPU_ISA_AVX512) c.unit = wf__dit_attn_unit_avx512;
+    else if (isa >= WF_CPU_ISA_AVX2) c.unit = wf__dit_attn_unit_avx2;
+#endif
+    wf_threadpool_run(pool, attn_worker, &c);
+}
+
+typedef struct gelu_ctx {
+    float *x;
+    size_t n;
+    void (*unit)(float *x, size_t n);
+} gelu_ctx;
+
+static void gelu_worker(void *arg, int ith, int nth) {
+    const gelu_ctx *c = arg;
+    /* split on multiples of 16 so every thread's chunks stay full */
+    size_t blocks = (c->n + 15) / 16, b0 = blocks * (size_t)ith / (size_t)nth, b1 = blocks * (size_t)(ith + 1) / (size_t)nth;
+    size_t i0 = b0 * 16, i1 = b1 * 16 < c->n ? b1 * 16 : c->n;
+    if (i1 > i0) c->unit(c->x + i0, i1 - i0);
+}
+
+void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n) {
+    gelu_ctx c = {x, n, wf__dit_gelu_unit_scalar};
+#if defined(__x86_64__)
+    wf_cpu_isa isa = wf_cpu_features_get()->isa;
+    if (isa >= WF_CPU_ISA_AVX512) c.unit = wf__dit_gelu_unit_avx512;
+    else if (isa >= WF_CPU_ISA_AVX2) c.unit = wf__dit_gelu_unit_avx2;
+#endif
+    wf_threadpool_run(pool, gelu_worker, &c);
+}
