@@ -135,6 +135,8 @@ int main(int argc, char **argv) {
     o.http.max_header_bytes = (size_t)d.cfg.max_header_bytes;
     o.http.idle_timeout_ms = d.cfg.idle_timeout_ms;
     o.http.request_timeout_ms = d.cfg.request_timeout_ms;
+    o.http.write_timeout_ms = d.cfg.write_timeout_ms;
+    o.http.max_output_bytes = (size_t)d.cfg.max_output_bytes;
     o.http.max_connections = d.cfg.max_connections;
     o.api_keys = d.cfg.api_keys;
     o.n_api_keys = d.cfg.n_api_keys;
@@ -150,6 +152,7 @@ int main(int argc, char **argv) {
         if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
     }
     o.model_id = name;
+    o.max_n = d.cfg.max_running;
     d.server = wf_server_new(d.loop, &o);
     if (!d.server) {
         wf_config_free(&d.cfg);

@@ -76,6 +76,7 @@ typedef struct wf_server_options {
     bool metrics_open;      /* /metrics without a key */
     int shutdown_timeout_ms;
     const char *model_id;   /* the name /v1/models shows while loading */
+    int max_n;              /* largest n the scheduler runs (--max-running); 0: unchecked */
 } wf_server_options;
 
 void wf_server_options_init(wf_server_options *o);
