@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#if defined(__linux__)
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 
 #include "proto/base/log.h"
 
@@ -810,6 +814,20 @@ int wf_http_server_connections(const wf_http_server *srv) { return srv->n_conns;
 
 void wf_http_server_set_time(wf_http_server *srv, uint64_t t) { srv->manual_now = t; }
 
+/* Bytes the kernel holds for the peer (sent but unacknowledged, or unsent). The socket buffer
+ * autotunes up to megabytes, so a stalled reader can hide there long before a uv_write backs up. */
+static size_t kernel_queued(wf_http_conn *c) {
+#ifdef SIOCOUTQ
+    uv_os_fd_t fd;
+    int q = 0;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0)
+        return (size_t)q;
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
 void wf_http_server_sweep(wf_http_server *srv, uint64_t now) {
     if (!srv->loop) srv->manual_now = now;
     for (wf_http_conn *c = srv->conns, *next; c; c = next) {
@@ -824,6 +842,15 @@ void wf_http_server_sweep(wf_http_server *srv, uint64_t now) {
                         srv->lim.write_timeout_ms);
             conn_close(c); /* aborts the request under way: its generation is cancelled */
             continue;
+        }
+        if (c->state == CONN_HANDLING && c->req.streaming && !c->loopback) {
+            size_t queued = kernel_queued(c) + c->out_pending.len + c->out_inflight.len;
+            if (queued > srv->lim.max_output_bytes) {
+                WF_LOG_WARN("http", NULL, "%s: closing: client not reading (%zu bytes unsent, limit %zu)",
+                            c->peer, queued, srv->lim.max_output_bytes);
+                conn_close(c);
+                continue;
+            }
         }
         if (c->state != CONN_READING || c->close_after_flush) continue;
         if (c->request_started || c->in_off < c->in.len) {

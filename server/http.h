@@ -48,8 +48,9 @@ typedef struct wf_http_limits {
     int request_timeout_ms;   /* a request must arrive whole within this: else 408 (60 s) */
     int max_connections;      /* open connections; above: 503 and close (4096) */
     size_t max_pipeline_bytes;/* unparsed bytes buffered while a request runs (1 MiB) */
-    size_t max_output_bytes;  /* response bytes buffered for a slow reader; above: the
-                               * connection is closed and its request aborted (4 MiB) */
+    size_t max_output_bytes;  /* streamed bytes not yet taken by a slow reader (ours plus the
+                               * kernel's send queue); above: the connection is closed and its
+                               * request aborted, so the app cancels it (4 MiB) */
     int write_timeout_ms;     /* a write making no progress this long: closed, aborted (30 s) */
     int linger_ms;            /* lingering close after an error: read and discard (5 s) */
     size_t linger_bytes;      /* ... at most this many bytes (16 MiB) */
