@@ -545,6 +545,25 @@ void wf_server_set_failed(wf_server *s, const char *message) {
     snprintf(s->failed, sizeof s->failed, "%s", message);
 }
 
+wf_status wf_server_set_api_keys(wf_server *s, char *const *keys, size_t n_keys) {
+    char **copy = calloc(n_keys + 1, sizeof *copy);
+    if (!copy) return WF_ENOMEM;
+    for (size_t i = 0; i < n_keys; i++) {
+        if (!(copy[i] = strdup(keys[i]))) {
+            for (size_t j = 0; j < i; j++) free(copy[j]);
+            free(copy);
+            return WF_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    free(s->keys);
+    s->keys = copy;
+    s->n_keys = n_keys;
+    s->opts.api_keys = copy;
+    s->opts.n_api_keys = n_keys;
+    return WF_OK;
+}
+
 wf_handoff *wf_server_events(wf_server *s) { return &s->events; }
 wf_http_server *wf_server_http(wf_server *s) { return s->http; }
 
