@@ -107,6 +107,24 @@ def test_errors_counted_by_status(tmp_path):
     assert "Refused requests (429/503):" in p.stdout
 
 
+def test_retry_after_resends_refused_requests(tmp_path):
+    out = tmp_path / "r.json"
+    # Arrivals 3, 6, 9, ... get 429 with Retry-After: 0.1; re-sent, they arrive again (and a
+    # re-sent request can be refused again): with --retry-after every request completes.
+    with MockServer(ttft_s=0.001, itl_s=0.0, fail_every={3: 429}, retry_after="0.1") as m:
+        bench(m.port, "--concurrency", 2, "--num-requests", 12, "--output-len", 2, "--retry-after",
+              "--json", out)
+        counts = dict(m.state.status_counts)
+    run = result(out)["runs"][0]
+    assert run["completed"] == 12 and run["refused"] == 0 and run["failed"] == 0
+    assert counts[429] >= 4 and counts[200] == 12
+    # without the option the refusals are counted, apart from failures
+    with MockServer(ttft_s=0.001, itl_s=0.0, fail_every={3: 429}, retry_after="0.1") as m:
+        bench(m.port, "--concurrency", 2, "--num-requests", 12, "--output-len", 2, "--json", out)
+    run = result(out)["runs"][0]
+    assert run["completed"] == 8 and run["refused"] == 4 and run["failed"] == 0
+
+
 def test_all_failing_run_exits_nonzero(tmp_path):
     with MockServer(fail_every={1: 503}) as m:
         p = bench(m.port, "--num-requests", 3, check=False)
