@@ -838,7 +838,7 @@ void wf_http_server_sweep(wf_http_server *srv, uint64_t now) {
         }
         if (c->writing && srv->lim.write_timeout_ms > 0 &&
             now - c->write_start_ms >= (uint64_t)srv->lim.write_timeout_ms) {
-            WF_LOG_WARN("http", NULL, "%s: closing: write timeout (%d ms without progress)", c->peer,
+            WF_LOG_WARN("http", NULL, "%s: closing: write timeout (a write not done in %d ms)", c->peer,
                         srv->lim.write_timeout_ms);
             conn_close(c); /* aborts the request under way: its generation is cancelled */
             continue;

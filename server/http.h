@@ -51,7 +51,7 @@ typedef struct wf_http_limits {
     size_t max_output_bytes;  /* streamed bytes not yet taken by a slow reader (ours plus the
                                * kernel's send queue); above: the connection is closed and its
                                * request aborted, so the app cancels it (4 MiB) */
-    int write_timeout_ms;     /* a write making no progress this long: closed, aborted (30 s) */
+    int write_timeout_ms;     /* a write (one batch) not done in this long: closed, aborted (30 s) */
     int linger_ms;            /* lingering close after an error: read and discard (5 s) */
     size_t linger_bytes;      /* ... at most this many bytes (16 MiB) */
 } wf_http_limits;
