@@ -20,6 +20,7 @@ struct wf_loadgen_conn {
     bool reused;          /* carried a call before the current one */
     bool message_done;    /* p_on_message_complete fired for the current call */
     bool hdr_is_ctype;    /* the header being parsed is Content-Type */
+    bool hdr_is_retry;    /* ... Retry-After */
     bool event_stream;
     char ctype[64];
     size_t ctype_len;
@@ -89,7 +90,7 @@ static void append_header_piece(wf_loadgen_conn *c, const char *at, size_t len) 
 
 static int p_on_header_value(llhttp_t *p, const char *at, size_t len) {
     wf_loadgen_conn *c = p->data;
-    if (!c->hdr_is_ctype) return 0;
+    if (!c->hdr_is_ctype && !c->hdr_is_retry) return 0;
     append_header_piece(c, at, len);
     return 0;
 }
@@ -98,6 +99,12 @@ static int p_on_header_value_complete(llhttp_t *p) {
     wf_loadgen_conn *c = p->data;
     if (c->hdr_is_ctype && strncasecmp(c->ctype, "text/event-stream", 17) == 0)
         c->event_stream = true;
+    if (c->hdr_is_retry && c->call) { /* delta-seconds; an HTTP-date is ignored */
+        char *end = NULL;
+        double v = strtod(c->ctype, &end);
+        if (end != c->ctype && v >= 0) c->call->retry_after_s = v;
+    }
+    c->hdr_is_retry = false;
     c->hdr_is_ctype = false;
     c->ctype_len = 0;
     c->ctype[0] = '\0';
@@ -115,6 +122,7 @@ static int p_on_header_field_data(llhttp_t *p, const char *at, size_t len) {
 static int p_on_header_field_done(llhttp_t *p) {
     wf_loadgen_conn *c = p->data;
     c->hdr_is_ctype = strcasecmp(c->ctype, "content-type") == 0;
+    c->hdr_is_retry = strcasecmp(c->ctype, "retry-after") == 0;
     c->ctype_len = 0;
     c->ctype[0] = '\0';
     return 0;
@@ -124,6 +132,8 @@ static int p_on_message_begin(llhttp_t *p) {
     wf_loadgen_conn *c = p->data;
     c->event_stream = false;
     c->hdr_is_ctype = false;
+    c->hdr_is_retry = false;
+    if (c->call) c->call->retry_after_s = -1;
     c->ctype_len = 0;
     c->ctype[0] = '\0';
     return 0;
@@ -375,6 +385,7 @@ wf_status wf_loadgen_client_init(wf_loadgen_client *cl, uv_loop_t *loop,
 
 void wf_loadgen_client_start(wf_loadgen_client *cl, wf_loadgen_call *call) {
     call->conn = NULL;
+    call->retry_after_s = -1;
     call->got_response = false;
     call->retried = false;
     call->next_wait = NULL;

@@ -39,6 +39,7 @@ struct wf_loadgen_call {
      * WF_EPROTO; msg says what happened. The client no longer touches the call after this. */
     void (*on_done)(wf_loadgen_call *call, wf_status st, const char *msg);
     void *ud;
+    double retry_after_s; /* the response's Retry-After in seconds (delta form), -1 if none */
     /* private to the client */
     wf_loadgen_conn *conn;
     wf_loadgen_call *next_wait;

@@ -39,6 +39,8 @@ static void usage(FILE *f) {
 "  --duration S            no new request after S seconds (default 120, at most %.0f)\n"
 "  --grace S               then wait S seconds for requests in flight (default 30)\n"
 "  --timeout S             per-request timeout (default 600)\n"
+"  --retry-after           re-send a request refused (429/503) after its Retry-After delay,\n"
+"                          while its timeout and --duration allow (default: count it refused)\n"
 "Requests:\n"
 "  --dataset KIND          synthetic (default), sharegpt, prompts\n"
 "  --dataset-path FILE     ShareGPT JSON, or prompt list (one per line, or JSON strings)\n"
@@ -162,7 +164,7 @@ static char *discover_model(const wf_loadgen_target *t, const char *api_key) {
 
 enum {
     OPT_URL = 256, OPT_HOST, OPT_PORT, OPT_ENDPOINT, OPT_MODEL, OPT_API_KEY, OPT_CONC, OPT_RATE,
-    OPT_BURST, OPT_MAXCONC, OPT_NUM, OPT_DURATION, OPT_GRACE, OPT_TIMEOUT, OPT_DATASET,
+    OPT_BURST, OPT_MAXCONC, OPT_NUM, OPT_DURATION, OPT_GRACE, OPT_TIMEOUT, OPT_RETRY, OPT_DATASET,
     OPT_DATAPATH, OPT_INLEN, OPT_OUTLEN, OPT_MAXTOTAL, OPT_SEED, OPT_NOSTREAM, OPT_NOEOS,
     OPT_TEMP, OPT_EXTRA, OPT_SLO, OPT_NOSLO, OPT_LABEL, OPT_JSON, OPT_CSV, OPT_PLOT,
     OPT_NOPROGRESS, OPT_FRESH, OPT_VERSION, OPT_HELP,
@@ -186,7 +188,7 @@ static const struct option long_opts[] = {
     {"slo-class", required_argument, 0, OPT_SLO}, {"no-slo-ext", no_argument, 0, OPT_NOSLO},
     {"label", required_argument, 0, OPT_LABEL}, {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV}, {"plot", required_argument, 0, OPT_PLOT},
-    {"no-progress", no_argument, 0, OPT_NOPROGRESS},
+    {"no-progress", no_argument, 0, OPT_NOPROGRESS}, {"retry-after", no_argument, 0, OPT_RETRY},
     {"fresh-prompts", no_argument, 0, OPT_FRESH}, {"version", no_argument, 0, OPT_VERSION},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0},
 };
@@ -268,6 +270,7 @@ static int cmd_run(int argc, char **argv) {
                 o.grace_s > WF_LOADGEN_MAX_DURATION_S)
                 return bad(name, optarg);
             break;
+        case OPT_RETRY: o.retry_after = true; break;
         case OPT_TIMEOUT:
             if (parse_double(optarg, &o.timeout_s) || o.timeout_s <= 0 ||
                 o.timeout_s > WF_LOADGEN_MAX_DURATION_S)

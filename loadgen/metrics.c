@@ -154,7 +154,11 @@ wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
             cs->issued++;
         }
         if (r->outcome != WF_LOADGEN_OK) {
-            out->failed++;
+            /* The server shedding load (429, 503) is an answer, not a failure: counted apart. */
+            if (r->outcome == WF_LOADGEN_HTTP_ERROR && (r->http_status == 429 || r->http_status == 503))
+                out->refused++;
+            else
+                out->failed++;
             char key[24];
             wf_loadgen_error_key(r, key, sizeof key);
             count_error(out, key);

@@ -55,6 +55,7 @@ typedef struct wf_loadgen_record {
     int slo_class;     /* index into the classes, or -1 */
     wf_loadgen_outcome outcome;
     int http_status;   /* 0 when no response status arrived */
+    uint32_t retries;  /* re-sent after a 429/503 with Retry-After (--retry-after) */
     bool streamed;
     uint64_t t_start_ns; /* request issued (uv_hrtime clock) */
     uint64_t t_first_ns; /* first text-bearing chunk; 0 if none */
@@ -88,6 +89,7 @@ typedef struct wf_loadgen_class_stats {
 
 typedef struct wf_loadgen_summary {
     uint64_t issued, completed, failed;
+    uint64_t refused;      /* 429/503 answers (load shedding), not counted in failed */
     double duration_s;
     int64_t input_tokens, output_tokens;
     bool tokens_estimated; /* some completed request had no usage fields */

@@ -32,6 +32,7 @@ static void print_point(FILE *f, const wf_loadgen_point *p) {
     fprintf(f, "\n==================== %s ====================\n", p->label);
     fprintf(f, "%-40s %s\n", "Stopped by:", p->res.stop_reason ? p->res.stop_reason : "-");
     fprintf(f, "%-40s %llu\n", "Successful requests:", (unsigned long long)s->completed);
+    fprintf(f, "%-40s %llu\n", "Refused requests (429/503):", (unsigned long long)s->refused);
     fprintf(f, "%-40s %llu\n", "Failed requests:", (unsigned long long)s->failed);
     fprintf(f, "%-40s %.2f\n", "Benchmark duration (s):", s->duration_s);
     fprintf(f, "%-40s %lld%s\n", "Total input tokens:", (long long)s->input_tokens,
@@ -77,8 +78,8 @@ void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_load
             info->fresh_prompts ? " (fresh prompts per load point)" : "");
     for (size_t i = 0; i < n; i++) print_point(f, &pts[i]);
     if (n > 1) {
-        fprintf(f, "\n%-20s %8s %10s %9s %9s %9s %9s %9s %7s\n", "load point", "req/s", "out tok/s",
-                "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "failed");
+        fprintf(f, "\n%-20s %8s %10s %9s %9s %9s %9s %9s %7s %7s\n", "load point", "req/s", "out tok/s",
+                "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "refused", "failed");
         for (size_t i = 0; i < n; i++) {
             const wf_loadgen_summary *s = &pts[i].sum;
             char gp[32] = "-";
@@ -89,9 +90,9 @@ void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_load
                 if (isfinite(x[k])) snprintf(v[k], sizeof v[k], "%.2f", x[k]);
                 else snprintf(v[k], sizeof v[k], "-");
             }
-            fprintf(f, "%-20s %8.2f %10.1f %9s %9s %9s %9s %9s %7llu\n", pts[i].label,
+            fprintf(f, "%-20s %8.2f %10.1f %9s %9s %9s %9s %9s %7llu %7llu\n", pts[i].label,
                     s->request_throughput, s->output_throughput, gp, v[0], v[1], v[2], v[3],
-                    (unsigned long long)s->failed);
+                    (unsigned long long)s->refused, (unsigned long long)s->failed);
         }
     }
 }
@@ -128,6 +129,7 @@ static json_t *point_json(const wf_loadgen_point *p) {
     json_object_set_new(o, "issued", json_integer((json_int_t)s->issued));
     json_object_set_new(o, "completed", json_integer((json_int_t)s->completed));
     json_object_set_new(o, "failed", json_integer((json_int_t)s->failed));
+    json_object_set_new(o, "refused", json_integer((json_int_t)s->refused));
     json_object_set_new(o, "connections", json_integer((json_int_t)p->res.connections));
     json_object_set_new(o, "duration", json_real(s->duration_s));
     json_object_set_new(o, "total_input_tokens", json_integer(s->input_tokens));
@@ -341,8 +343,9 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
         for (size_t k = 0; k < n; k++) {
             snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
             gp_path(g, path);
-            fprintf(g, " index %zu using 1:2 with lines lw 2 title '%s'%s", k, pts[k].label,
-                    k + 1 < n ? ", \\\n     " : "\n");
+            fprintf(g, " index %zu using 1:2 with lines lw 2 title '%s (%llu refused, %llu failed)'%s", k,
+                    pts[k].label, (unsigned long long)pts[k].sum.refused,
+                    (unsigned long long)pts[k].sum.failed, k + 1 < n ? ", \\\n     " : "\n");
         }
     }
     fprintf(g, "unset multiplot\n");
@@ -424,7 +427,7 @@ wf_status wf_loadgen_compare(FILE *f, const char *path_a, const char *path_b, ch
         return WF_EFORMAT;
     }
     static const char *const keys[] = {
-        "completed", "failed", "duration", "total_output_tokens", "request_throughput",
+        "completed", "refused", "failed", "duration", "total_output_tokens", "request_throughput",
         "output_throughput", "total_token_throughput", "goodput", "mean_ttft_ms",
         "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
         "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",

@@ -37,6 +37,8 @@ typedef struct req {
     bool stream_error;
     uint64_t t_now;
     uint64_t deadline_ns;
+    uv_timer_t retry_timer;    /* --retry-after: waiting out a Retry-After */
+    bool retry_timer_on;
     struct req *prev, *next;
 } req;
 
@@ -333,15 +335,72 @@ static void maybe_finish(run *r);
 
 static double now_s(run *r) { return (double)(uv_hrtime() - r->t0) / 1e9; }
 
+static void req_free_cb(uv_handle_t *h) { free(h->data); }
+
 static void req_free(req *q) {
     wf_loadgen_sse_free(&q->sse);
     free(q->body);
     free(q->bytes);
+    if (q->retry_timer_on) { /* freed once libuv let go of the timer */
+        q->retry_timer.data = q;
+        uv_close((uv_handle_t *)&q->retry_timer, req_free_cb);
+        return;
+    }
     free(q);
+}
+
+static void finish_req(req *q, wf_status st, const char *msg);
+
+static void on_retry(uv_timer_t *t) {
+    req *q = t->data;
+    run *r = q->run;
+    if (r->stopping) { /* the run ended while we waited: the refusal stands */
+        finish_req(q, WF_OK, NULL);
+        return;
+    }
+    q->status = 0;
+    q->event_stream = q->stream_error = false;
+    q->body_len = 0;
+    wf_loadgen_sse_free(&q->sse);
+    wf_loadgen_sse_init(&q->sse, on_sse_event, q);
+    q->next = r->head;
+    q->prev = NULL;
+    if (r->head) r->head->prev = q;
+    r->head = q;
+    wf_loadgen_client_start(&r->client, &q->call);
+}
+
+/* --retry-after: a 429/503 that names a delay is sent again after it, if the request's
+ * timeout and the run's duration leave room; meanwhile it stays in flight but off the list
+ * the timeout sweep aborts (the client no longer holds it). */
+static bool maybe_retry(req *q, wf_status st) {
+    run *r = q->run;
+    if (!r->o->retry_after || st != WF_OK || r->stopping || (q->status != 429 && q->status != 503) ||
+        q->call.retry_after_s < 0)
+        return false;
+    uint64_t now = uv_hrtime(), delay = (uint64_t)(q->call.retry_after_s * 1e9);
+    if (now + delay >= q->deadline_ns || now + delay >= r->stop_ns) return false;
+    if (!q->retry_timer_on) {
+        if (uv_timer_init(&r->loop, &q->retry_timer) != 0) return false;
+        q->retry_timer_on = true;
+    }
+    q->retry_timer.data = q;
+    r->res->records[q->idx].retries++;
+    if (q->prev) q->prev->next = q->next;
+    else r->head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    q->prev = q->next = NULL;
+    uv_timer_start(&q->retry_timer, on_retry, (delay + 999999) / 1000000, 0);
+    return true;
 }
 
 static void rq_on_done(wf_loadgen_call *call, wf_status st, const char *msg) {
     req *q = call->ud;
+    if (maybe_retry(q, st)) return;
+    finish_req(q, st, msg);
+}
+
+static void finish_req(req *q, wf_status st, const char *msg) {
     run *r = q->run;
     wf_loadgen_record *rec = &r->res->records[q->idx];
     rec->t_end_ns = uv_hrtime();
@@ -362,7 +421,7 @@ static void rq_on_done(wf_loadgen_call *call, wf_status st, const char *msg) {
     if (rec->outcome != WF_LOADGEN_OK) r->failed++;
     if (rec->t_end_ns > r->t_last_end) r->t_last_end = rec->t_end_ns;
     if (q->prev) q->prev->next = q->next;
-    else r->head = q->next;
+    else if (r->head == q) r->head = q->next; /* a request waiting to retry is off the list */
     if (q->next) q->next->prev = q->prev;
     r->inflight--;
     req_free(q);

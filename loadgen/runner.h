@@ -65,6 +65,8 @@ typedef struct wf_loadgen_run_opts {
     size_t n_classes;
     bool progress;          /* draw a progress bar on stdout */
     size_t max_conns;       /* connection pool size; 0 = as many as needed (<= 4096) */
+    bool retry_after;       /* re-send a request refused (429/503) with Retry-After after that
+                             * delay, while its timeout and the run's duration allow */
 } wf_loadgen_run_opts;
 
 typedef struct wf_loadgen_run_result {

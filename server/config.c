@@ -52,6 +52,8 @@ static const option_spec options[] = {
     {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TPOT_MS) ")"},
     {"request-timeout-ms", OPT_INT, FIELD(request_timeout_ms), 1, INT_MAX, "MS", "a request must arrive whole within this, else 408 (default 60000)"},
     {"max-header-bytes", OPT_LONG, FIELD(max_header_bytes), 256, 1L << 26, "N", "largest request head before 431 (default 64 KiB)"},
+    {"write-timeout-ms", OPT_INT, FIELD(write_timeout_ms), 1, INT_MAX, "MS", "a client not reading a response this long is disconnected and its request cancelled (default 30000)"},
+    {"max-output-bytes", OPT_LONG, FIELD(max_output_bytes), 4096, 1L << 34, "N", "streamed bytes buffered for a slow client before it is disconnected and its request cancelled (default 4 MiB)"},
     {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*attention, attention = positions each token attends to (default: calibrate at start-up)"},
     {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
@@ -87,6 +89,8 @@ static void set_defaults(wf_config *cfg) {
     cfg->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
+    cfg->write_timeout_ms = 30000;
+    cfg->max_output_bytes = 4L << 20;
     cfg->max_running = WF_DEFAULT_MAX_RUNNING;
 }
 

@@ -45,6 +45,8 @@ typedef struct wf_config {
     double default_tpot_ms;
     int request_timeout_ms; /* a request must arrive whole within this, else 408 */
     long max_header_bytes;  /* request line + headers, else 431 */
+    int write_timeout_ms;   /* a response write not done in this long: connection closed */
+    long max_output_bytes;  /* unsent streamed bytes per connection before it is closed */
     int max_running;        /* sequences decoding at once */
     char *cost_model;       /* "a,b,c,d" (ms) or a file; NULL: calibrate at start-up */
     int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */

@@ -536,6 +536,10 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         wf_histogram_observe(&s->metrics.prompt_len, sub->n_prompt);
     }
 
+    /* the scheduler runs at most --max-running sequences, so a larger n could never start */
+    if (s->opts.max_n > 0 && o->spec.n > s->opts.max_n)
+        FAIL(400, "invalid_request_error", "n", NULL,
+             "'n' must be between 1 and %d on this server (--max-running), got %d", s->opts.max_n, o->spec.n);
     g->per_sub = o->spec.n;
     g->n_choices = g->n_subs * g->per_sub;
     g->choices = calloc((size_t)g->n_choices, sizeof *g->choices);
@@ -552,8 +556,13 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         int left = s->model.n_ctx - spec.n_prompt;
         if (!o->max_tokens_set) spec.max_tokens = kind == WF_OPENAI_CHAT ? left : (left < 16 ? left : 16);
         char err[256];
-        if (wf_request_spec_validate(&spec, s->model.n_vocab, err, sizeof err) != WF_OK)
-            FAIL(400, "invalid_request_error", NULL, NULL, "%s", err);
+        if (wf_request_spec_validate(&spec, s->model.n_vocab, err, sizeof err) != WF_OK) {
+            /* every message starts with the field's name in quotes: that is the param */
+            char param[32] = "";
+            const char *q = err[0] == '\'' ? strchr(err + 1, '\'') : NULL;
+            if (q && (size_t)(q - err - 1) < sizeof param) memcpy(param, err + 1, (size_t)(q - err - 1));
+            FAIL(400, "invalid_request_error", param[0] ? param : NULL, NULL, "%s", err);
+        }
     }
     g->streaming = o->stream;
     g->http = req;

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#if defined(__linux__)
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 
 #include "proto/base/log.h"
 
@@ -87,6 +91,12 @@ struct wf_http_conn {
     bool busy;               /* process() is on the stack */
     bool close_requested;    /* carry out at the next safe point */
     bool close_after_flush;
+    bool linger;             /* after the flush: half-close, then read and discard a while */
+    bool lingering;          /* the write side is shut: input is discarded until EOF or limits */
+    bool peer_eof;           /* the client half-closed: answer what arrived, then close */
+    uint64_t linger_start_ms, write_start_ms;
+    size_t linger_bytes;
+    uv_shutdown_t sreq;
     bool reading;
     buf out_pending, out_inflight;
     bool writing;
@@ -113,6 +123,8 @@ struct wf_http_server {
     bool freeing;
     int open_handles;        /* listener + timer + connections still closing */
     uint64_t manual_now;
+    uint64_t refused_log_ms;  /* rate limit of the "refused" warning */
+    unsigned refused_quiet;   /* refusals not logged since */
     llhttp_settings_t settings;
 };
 
@@ -126,6 +138,10 @@ void wf_http_limits_init(wf_http_limits *lim) {
     lim->request_timeout_ms = 60000;
     lim->max_connections = 4096;
     lim->max_pipeline_bytes = 1 << 20;
+    lim->max_output_bytes = 4 << 20;
+    lim->write_timeout_ms = 30000;
+    lim->linger_ms = 5000;
+    lim->linger_bytes = 16 << 20;
 }
 
 static uint64_t now_ms(const wf_http_server *srv) {
@@ -161,6 +177,8 @@ const char *wf_http_status_text(int status) {
 /* ---- output --------------------------------------------------------------------------- */
 
 static void on_write(uv_write_t *w, int status);
+static void finish_close(wf_http_conn *c);
+static void update_reading(wf_http_conn *c);
 
 static void flush(wf_http_conn *c) {
     if (c->writing || c->out_pending.len == 0 || c->state == CONN_CLOSED) return;
@@ -176,6 +194,7 @@ static void flush(wf_http_conn *c) {
         return;
     }
     c->writing = true;
+    c->write_start_ms = now_ms(c->srv);
 }
 
 static void on_write(uv_write_t *w, int status) {
@@ -188,13 +207,22 @@ static void on_write(uv_write_t *w, int status) {
         return;
     }
     if (c->out_pending.len) flush(c);
-    else if (c->close_after_flush) conn_close(c);
+    else if (c->close_after_flush) finish_close(c);
 }
 
 static void conn_write(wf_http_conn *c, const char *data, size_t len) {
     if (c->state == CONN_CLOSED || len == 0) return;
     if (c->loopback) {
         if (buf_append(&c->captured, data, len) < 0) conn_close(c);
+        return;
+    }
+    /* A client that stops reading must not make the server buffer without bound: past the
+     * limit the connection is closed, which aborts (cancels) the request under way. */
+    if (c->state == CONN_HANDLING && c->req.streaming &&
+        c->out_pending.len + c->out_inflight.len + len > c->srv->lim.max_output_bytes) {
+        WF_LOG_WARN("http", NULL, "%s: closing: client not reading (%zu bytes unsent, limit %zu)",
+                    c->peer, c->out_pending.len + c->out_inflight.len, c->srv->lim.max_output_bytes);
+        conn_close(c);
         return;
     }
     if (buf_append(&c->out_pending, data, len) < 0) {
@@ -204,9 +232,35 @@ static void conn_write(wf_http_conn *c, const char *data, size_t len) {
     flush(c);
 }
 
+static void on_shutdown(uv_shutdown_t *sr, int status) {
+    wf_http_conn *c = sr->data;
+    if (c->state == CONN_CLOSED) return;
+    if (status < 0) conn_close(c);
+}
+
+/* Everything is written and the connection must end. A plain close() with unread request bytes
+ * in the kernel makes it send a reset, and the client may lose the response it has not read yet
+ * (a 413 while it is still uploading). So, like nginx's lingering close: shut the write side
+ * (the client reads the response, then EOF), keep reading and discarding until the client
+ * closes, for at most linger_ms and linger_bytes. */
+static void finish_close(wf_http_conn *c) {
+    if (!c->linger || c->loopback || c->peer_eof || c->srv->lim.linger_ms <= 0) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    c->linger_start_ms = now_ms(c->srv);
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    update_reading(c);
+}
+
 /* Closes once everything written so far has reached the socket. */
 static void close_when_flushed(wf_http_conn *c) {
-    if (c->loopback || (!c->writing && c->out_pending.len == 0)) conn_close(c);
+    if (c->loopback || (!c->writing && c->out_pending.len == 0)) finish_close(c);
     else c->close_after_flush = true;
 }
 
@@ -227,6 +281,7 @@ static void send_layer_error(wf_http_conn *c, int status, const char *message) {
                      status == 503 ? "Retry-After: 1\r\n" : "");
     conn_write(c, head, (size_t)h);
     conn_write(c, body, n);
+    c->linger = true; /* the client may still be sending the rest of the request */
     close_when_flushed(c);
 }
 
@@ -330,6 +385,19 @@ static int on_headers_complete(llhttp_t *p) {
         r->headers[r->n_headers - 1].value = r->head.len - 1;
     }
     if (!r->url_done) return fail_with(c, 400, "missing request target");
+    if (p->http_major != 1) return fail_with(c, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    if (p->method == HTTP_CONNECT) return fail_with(c, 501, "method CONNECT is not implemented");
+    /* RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is a 400. Two Authorization
+     * headers are ambiguous (which one was checked?): refused too. */
+    int hosts = 0, auths = 0;
+    for (int i = 0; i < r->n_headers; i++) {
+        const char *name = r->head.data + r->headers[i].name;
+        hosts += strcasecmp(name, "Host") == 0;
+        auths += strcasecmp(name, "Authorization") == 0;
+    }
+    if (hosts > 1 || (hosts == 0 && p->http_minor >= 1))
+        return fail_with(c, 400, hosts ? "more than one Host header" : "HTTP/1.1 request without Host");
+    if (auths > 1) return fail_with(c, 400, "more than one Authorization header");
     snprintf(r->method, sizeof r->method, "%s", llhttp_method_name((llhttp_method_t)p->method));
     r->keep_alive = llhttp_should_keep_alive(p) != 0;
     r->chunked_response = p->http_major == 1 && p->http_minor >= 1;
@@ -405,8 +473,6 @@ static void complete_request(wf_http_request *r) {
     process(c); /* the next pipelined request, if any (no-op when process is on the stack) */
 }
 
-static void update_reading(wf_http_conn *c);
-
 static void process(wf_http_conn *c) {
     if (c->busy || c->state == CONN_CLOSED) return;
     c->busy = true;
@@ -428,6 +494,10 @@ static void process(wf_http_conn *c) {
         int status = c->err_status ? c->err_status : 400;
         const char *msg = c->err_msg ? c->err_msg : llhttp_get_error_reason(&c->parser);
         if (!c->err_status && e == HPE_INVALID_VERSION) status = 505;
+        if (!c->err_status && e == HPE_INVALID_METHOD) {
+            status = 501;
+            msg = "method not implemented";
+        }
         WF_LOG_DEBUG("http", NULL, "%s: %d %s (%s)", c->peer, status, msg ? msg : "",
                      llhttp_errno_name(e));
         c->in_off = c->in.len;
@@ -444,6 +514,7 @@ static void process(wf_http_conn *c) {
     }
     c->busy = false;
     if (c->close_requested) conn_close(c);
+    else if (c->peer_eof && c->state == CONN_READING) close_when_flushed(c); /* all answered */
     else update_reading(c);
 }
 
@@ -460,25 +531,54 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
 }
 
 static void conn_input(wf_http_conn *c, ssize_t n) {
+    if (c->lingering || c->close_after_flush) { /* the request was answered: discard */
+        c->linger_bytes += (size_t)n;
+        c->in.len = c->in_off;
+        if (c->lingering && c->linger_bytes > c->srv->lim.linger_bytes) conn_close(c);
+        return;
+    }
     c->in.len += (size_t)n;
     c->last_activity_ms = now_ms(c->srv);
     process(c);
 }
+
+static void conn_peer_eof(wf_http_conn *c);
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
     wf_http_conn *c = s->data;
     (void)b;
     if (n > 0) {
         conn_input(c, n);
+    } else if (n == UV_EOF) {
+        conn_peer_eof(c);
     } else if (n < 0) {
-        conn_close(c); /* EOF or error: the client is gone; a request under way is aborted */
+        conn_close(c); /* error: the client is gone; a request under way is aborted */
+    }
+}
+
+/* The client shut its write side. A request already received is still answered (HTTP/1.0 or
+ * "Connection: close" clients may half-close after sending, as h2o allows); a partial or no
+ * request ends the connection. A client that closed completely is noticed when a write fails. */
+static void conn_peer_eof(wf_http_conn *c) {
+    if (c->state == CONN_CLOSED) return;
+    if (c->lingering || c->close_after_flush || c->state != CONN_HANDLING) {
+        conn_close(c);
+        return;
+    }
+    c->peer_eof = true;
+    c->req.keep_alive = false;
+    if (c->reading && !c->loopback) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
     }
 }
 
 static void update_reading(wf_http_conn *c) {
     if (c->loopback || c->state == CONN_CLOSED) return;
-    bool want = !c->close_after_flush &&
-                (c->state == CONN_READING ||
+    /* While the last response is flushed and during a lingering close, input is read and
+     * discarded (so the client is never reset while it sends). */
+    bool want = !c->peer_eof &&
+                (c->close_after_flush || c->lingering || c->state == CONN_READING ||
                  c->in.len - c->in_off < c->srv->lim.max_pipeline_bytes);
     /* Keep reading while a request runs (a disconnect must be noticed), but stop buffering
      * pipelined bytes beyond the limit. */
@@ -573,7 +673,16 @@ static void on_connection(uv_stream_t *listener, int status) {
     bool over = srv->n_conns >= srv->lim.max_connections;
     conn_init(srv, c);
     if (over) {
-        WF_LOG_WARN("http", NULL, "%s: refused, %d connections open", c->peer, srv->n_conns - 1);
+        /* One line per second at most: a burst would otherwise write thousands. */
+        uint64_t t = now_ms(srv);
+        if (srv->refused_log_ms == 0 || t - srv->refused_log_ms >= 1000) {
+            WF_LOG_WARN("http", NULL, "%s: refused, %d connections open (%u more refused since the last report)",
+                        c->peer, srv->n_conns - 1, srv->refused_quiet);
+            srv->refused_log_ms = t ? t : 1;
+            srv->refused_quiet = 0;
+        } else {
+            srv->refused_quiet++;
+        }
         send_layer_error(c, 503, "too many connections");
         return;
     }
@@ -611,9 +720,12 @@ wf_http_server *wf_http_server_new(uv_loop_t *loop, const wf_http_limits *lim,
         srv->timer.data = srv;
         srv->open_handles++;
         srv->timer_on = true;
-        int period = lim->idle_timeout_ms < 4000 ? lim->idle_timeout_ms / 4 + 1 : 1000;
-        if (lim->request_timeout_ms < 4000 && lim->request_timeout_ms / 4 + 1 < period)
-            period = lim->request_timeout_ms / 4 + 1;
+        /* a quarter of the shortest timeout, at most a second */
+        const int timeouts[] = {lim->idle_timeout_ms, lim->request_timeout_ms, lim->write_timeout_ms,
+                                lim->linger_ms};
+        int period = 1000;
+        for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++)
+            if (timeouts[i] > 0 && timeouts[i] / 4 + 1 < period) period = timeouts[i] / 4 + 1;
         uv_timer_start(&srv->timer, on_timer, (uint64_t)period, (uint64_t)period);
         uv_unref((uv_handle_t *)&srv->timer);
     }
@@ -665,10 +777,9 @@ static void maybe_finish_free(wf_http_server *srv) {
 void wf_http_server_stop_accepting(wf_http_server *srv) {
     if (srv->stopping) return;
     srv->stopping = true;
-    if (srv->listening) {
-        srv->listening = false;
-        uv_close((uv_handle_t *)&srv->listener, on_server_handle_closed);
-    }
+    /* The listener stays open until wf_http_server_free: during a drain /health must still
+     * answer 503 "draining" and new work must get a 503 with Retry-After, not a refused
+     * connection. */
     for (wf_http_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (c->state == CONN_READING && !c->request_started && c->in_off == c->in.len)
@@ -703,10 +814,44 @@ int wf_http_server_connections(const wf_http_server *srv) { return srv->n_conns;
 
 void wf_http_server_set_time(wf_http_server *srv, uint64_t t) { srv->manual_now = t; }
 
+/* Bytes the kernel holds for the peer (sent but unacknowledged, or unsent). The socket buffer
+ * autotunes up to megabytes, so a stalled reader can hide there long before a uv_write backs up. */
+static size_t kernel_queued(wf_http_conn *c) {
+#ifdef SIOCOUTQ
+    uv_os_fd_t fd;
+    int q = 0;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0)
+        return (size_t)q;
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
 void wf_http_server_sweep(wf_http_server *srv, uint64_t now) {
     if (!srv->loop) srv->manual_now = now;
     for (wf_http_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
+        if (c->lingering) {
+            if (now - c->linger_start_ms >= (uint64_t)srv->lim.linger_ms) conn_close(c);
+            continue;
+        }
+        if (c->writing && srv->lim.write_timeout_ms > 0 &&
+            now - c->write_start_ms >= (uint64_t)srv->lim.write_timeout_ms) {
+            WF_LOG_WARN("http", NULL, "%s: closing: write timeout (a write not done in %d ms)", c->peer,
+                        srv->lim.write_timeout_ms);
+            conn_close(c); /* aborts the request under way: its generation is cancelled */
+            continue;
+        }
+        if (c->state == CONN_HANDLING && c->req.streaming && !c->loopback) {
+            size_t queued = kernel_queued(c) + c->out_pending.len + c->out_inflight.len;
+            if (queued > srv->lim.max_output_bytes) {
+                WF_LOG_WARN("http", NULL, "%s: closing: client not reading (%zu bytes unsent, limit %zu)",
+                            c->peer, queued, srv->lim.max_output_bytes);
+                conn_close(c);
+                continue;
+            }
+        }
         if (c->state != CONN_READING || c->close_after_flush) continue;
         if (c->request_started || c->in_off < c->in.len) {
             uint64_t start = c->request_started ? c->request_start_ms : c->last_activity_ms;
@@ -830,7 +975,7 @@ void wf_http_loopback_feed(wf_http_conn *c, const char *data, size_t len) {
     process(c);
 }
 
-void wf_http_loopback_eof(wf_http_conn *c) { conn_close(c); }
+void wf_http_loopback_eof(wf_http_conn *c) { conn_peer_eof(c); }
 
 const char *wf_http_loopback_output(const wf_http_conn *c, size_t *len) {
     if (len) *len = c->captured.len;

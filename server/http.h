@@ -48,6 +48,12 @@ typedef struct wf_http_limits {
     int request_timeout_ms;   /* a request must arrive whole within this: else 408 (60 s) */
     int max_connections;      /* open connections; above: 503 and close (4096) */
     size_t max_pipeline_bytes;/* unparsed bytes buffered while a request runs (1 MiB) */
+    size_t max_output_bytes;  /* streamed bytes not yet taken by a slow reader (ours plus the
+                               * kernel's send queue); above: the connection is closed and its
+                               * request aborted, so the app cancels it (4 MiB) */
+    int write_timeout_ms;     /* a write (one batch) not done in this long: closed, aborted (30 s) */
+    int linger_ms;            /* lingering close after an error: read and discard (5 s) */
+    size_t linger_bytes;      /* ... at most this many bytes (16 MiB) */
 } wf_http_limits;
 
 void wf_http_limits_init(wf_http_limits *lim);
@@ -69,8 +75,9 @@ void wf_http_server_set_error_fn(wf_http_server *srv, wf_http_error_fn fn, void 
 /* Binds and listens (port 0: any free port, reported in *bound_port). WF_EIO with errno
  * semantics logged. */
 wf_status wf_http_server_listen(wf_http_server *srv, const char *host, int port, int *bound_port);
-/* Graceful shutdown step 1: closes the listener, answers later responses with
- * "Connection: close" and closes idle keep-alive connections. Requests under way continue. */
+/* Graceful shutdown step 1: answers later responses with "Connection: close" and closes idle
+ * keep-alive connections. Requests under way continue. The listener stays open (new
+ * connections get one response each, so the app can answer 503) until wf_http_server_free. */
 void wf_http_server_stop_accepting(wf_http_server *srv);
 /* Closes every connection (requests under way are aborted) and frees the server once the last
  * handle closed; the loop must run afterwards for libuv's close callbacks. */
@@ -117,7 +124,8 @@ const char *wf_http_status_text(int status);
 wf_http_conn *wf_http_loopback_open(wf_http_server *srv);
 /* Feeds bytes as if read from the socket. Ignored once the connection is closed. */
 void wf_http_loopback_feed(wf_http_conn *c, const char *data, size_t len);
-/* The peer closed its write side (EOF). */
+/* The peer closed its write side (EOF): a request under way is still answered, then the
+ * connection closes; without a complete request it closes at once. */
 void wf_http_loopback_eof(wf_http_conn *c);
 /* Everything the server wrote so far (NUL-terminated); wf_http_loopback_clear forgets it. */
 const char *wf_http_loopback_output(const wf_http_conn *c, size_t *len);

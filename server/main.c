@@ -4,7 +4,12 @@
  *
  * Start-up order (documented choice): listen first, then load. Orchestrators see the port open
  * immediately and /health answers 503 {"status":"loading"} until the engine, KV cache and
- * scheduler are up, then 200. A model that fails to load makes weftd exit 1. */
+ * scheduler are up, then 200. A model that fails to load makes weftd exit 1.
+ *
+ * Under systemd (Type=notify): READY=1 once the model is loaded and the scheduler calibrated,
+ * STATUS= lines along the way, STOPPING=1 on SIGTERM, WATCHDOG=1 from the loop thread every
+ * half WatchdogSec (a stuck loop stops them and systemd restarts the service). SIGHUP re-reads
+ * the configuration's API keys (--api-key, --api-key-file) and log level; connections stay. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +21,7 @@
 #include "proto/base/log.h"
 #include "server/config.h"
 #include "server/daemon.h"
+#include "server/sdnotify.h"
 #include "server/server.h"
 
 typedef struct daemon {
@@ -28,7 +34,12 @@ typedef struct daemon {
     bool loader_on;
     wf_status load_status;
     char load_err[512];
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t watchdog;
+    bool watchdog_on;
+    int argc;
+    char **argv;
+    char listen_on[300];
     int exit_code;
     bool stopping;
     bool drained;
@@ -68,6 +79,9 @@ static void begin_stop(daemon_t *d, const char *why) {
     if (d->stopping) return;
     d->stopping = true;
     WF_LOG_INFO("server", NULL, "%s: shutting down", why);
+    char msg[160];
+    snprintf(msg, sizeof msg, "STOPPING=1\nSTATUS=draining (%s)", why);
+    wf_sdnotify_send(msg);
     wf_server_shutdown(d->server, on_drained, d);
 }
 
@@ -80,12 +94,19 @@ static void on_loaded(uv_async_t *a) {
     if (d->load_status != WF_OK) {
         WF_LOG_ERROR("server", NULL, "loading %s failed: %s", d->cfg.model, d->load_err);
         wf_server_set_failed(d->server, d->load_err);
+        char msg[600];
+        snprintf(msg, sizeof msg, "STATUS=model failed to load: %s", d->load_err);
+        wf_sdnotify_send(msg);
         d->exit_code = 1;
         uv_stop(d->loop);
         return;
     }
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     WF_LOG_INFO("server", NULL, "ready");
+    char msg[400];
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=serving %s on %s", wf_daemon_model(d->engine)->id,
+             d->listen_on);
+    wf_sdnotify_send(msg);
     if (d->stopping) { /* a signal came while loading: the drain has nothing to wait for */
         d->stopping = false;
         begin_stop(d, "signal during loading");
@@ -101,6 +122,42 @@ static void on_signal(uv_signal_t *h, int signum) {
         return;
     }
     begin_stop(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* SIGHUP: parse the command line (and its --config file) again and apply what can change
+ * without a restart. Anything else that differs is reported and ignored. */
+static void reload(daemon_t *d) {
+    wf_sdnotify_send("RELOADING=1\nSTATUS=reloading API keys and log level");
+    wf_config cfg;
+    char err[512];
+    int rc = wf_config_parse(&cfg, d->argc, d->argv, err, sizeof err);
+    wf_log_level level;
+    if (rc != 0 || wf_log_level_parse(cfg.log_level, &level) < 0) {
+        WF_LOG_ERROR("server", NULL, "SIGHUP: configuration not reloaded: %s",
+                     rc != 0 ? err : "unknown log level");
+    } else if (wf_server_set_api_keys(d->server, cfg.api_keys, cfg.n_api_keys) != WF_OK) {
+        WF_LOG_ERROR("server", NULL, "SIGHUP: out of memory: configuration not reloaded");
+    } else {
+        wf_log_set_level(level);
+        WF_LOG_INFO("server", NULL, "SIGHUP: reloaded %zu API key(s), log level %s", cfg.n_api_keys,
+                    cfg.log_level);
+    }
+    wf_config_free(&cfg);
+    char msg[400];
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s on %s", d->stopping ? "draining" : "serving",
+             d->listen_on);
+    wf_sdnotify_send(msg);
+}
+
+static void on_hup(uv_signal_t *h, int signum) {
+    (void)signum;
+    reload(h->data);
+}
+
+/* Runs on the loop thread: if the loop is stuck, the keep-alives stop and systemd acts. */
+static void on_watchdog(uv_timer_t *t) {
+    (void)t;
+    wf_sdnotify_send("WATCHDOG=1");
 }
 
 int main(int argc, char **argv) {
@@ -135,6 +192,8 @@ int main(int argc, char **argv) {
     o.http.max_header_bytes = (size_t)d.cfg.max_header_bytes;
     o.http.idle_timeout_ms = d.cfg.idle_timeout_ms;
     o.http.request_timeout_ms = d.cfg.request_timeout_ms;
+    o.http.write_timeout_ms = d.cfg.write_timeout_ms;
+    o.http.max_output_bytes = (size_t)d.cfg.max_output_bytes;
     o.http.max_connections = d.cfg.max_connections;
     o.api_keys = d.cfg.api_keys;
     o.n_api_keys = d.cfg.n_api_keys;
@@ -150,6 +209,7 @@ int main(int argc, char **argv) {
         if (n > 5 && strcmp(name + n - 5, ".gguf") == 0) name[n - 5] = '\0';
     }
     o.model_id = name;
+    o.max_n = d.cfg.max_running;
     d.server = wf_server_new(d.loop, &o);
     if (!d.server) {
         wf_config_free(&d.cfg);
@@ -163,6 +223,26 @@ int main(int argc, char **argv) {
     }
     WF_LOG_INFO("server", NULL, "listening on http://%s:%d (loading %s; %zu API key(s))", d.cfg.host,
                 port, d.cfg.model, d.cfg.n_api_keys);
+    d.argc = argc;
+    d.argv = argv;
+    snprintf(d.listen_on, sizeof d.listen_on, "http://%s:%d", d.cfg.host, port);
+    {
+        char msg[600];
+        snprintf(msg, sizeof msg, "STATUS=loading %s (listening on %s)", d.cfg.model, d.listen_on);
+        wf_sdnotify_send(msg);
+    }
+    uint64_t wd_usec = wf_sdnotify_watchdog_usec();
+    if (wd_usec) {
+        uint64_t period_ms = wd_usec / 2000 ? wd_usec / 2000 : 1;
+        uv_timer_init(d.loop, &d.watchdog);
+        uv_timer_start(&d.watchdog, on_watchdog, 0, period_ms);
+        uv_unref((uv_handle_t *)&d.watchdog);
+        d.watchdog_on = true;
+    }
+    uv_signal_init(d.loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_hup, SIGHUP);
+    uv_unref((uv_handle_t *)&d.sighup);
 
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
@@ -187,6 +267,9 @@ int main(int argc, char **argv) {
     uv_signal_stop(&d.sigint);
     uv_close((uv_handle_t *)&d.sigterm, NULL);
     uv_close((uv_handle_t *)&d.sigint, NULL);
+    uv_signal_stop(&d.sighup);
+    uv_close((uv_handle_t *)&d.sighup, NULL);
+    if (d.watchdog_on) uv_close((uv_handle_t *)&d.watchdog, NULL);
     uv_close((uv_handle_t *)&d.loaded, NULL);
     /* A fast exit (second SIGINT) skipped the drain: cancel now, so every request ends with
      * its FINISHED events before the server that receives them goes away. */

@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *wf_openai_json_error_text(const char *text) {
+    /* jansson names its own flag ("...without JSON_ALLOW_NUL"): say what it means instead */
+    if (strstr(text, "JSON_ALLOW_NUL")) return "\\u0000 (NUL) is not allowed in strings";
+    return text;
+}
+
 void wf_openai_error_set(wf_openai_error *e, int status, const char *type, const char *param,
                          const char *fmt, ...) {
     e->status = status;
@@ -139,8 +145,9 @@ static wf_status decode_messages(json_t *msgs, wf_openai_request *r, wf_openai_e
         if (!json_is_string(role)) BAD(name, "'%s' must be a string", name);
         const char *rs = json_string_value(role);
         if (strcmp(rs, "developer") == 0) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
-            BAD(name, "'%s' must be one of system, developer, user, assistant, tool; got '%s'",
+        /* no 'tool': tool calls are not supported, and no chat template here renders them */
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            BAD(name, "'%s' must be one of system, developer, user, assistant; got '%s'",
                 name, json_string_value(role));
         r->messages[i].role = dup_str(rs, strlen(rs));
         r->n_messages = i + 1;
@@ -425,7 +432,7 @@ wf_status wf_openai_decode(wf_openai_kind kind, const char *body, size_t len,
     if (!root) {
         wf_openai_error_set(err, 400, "invalid_request_error", NULL,
                             "the request body is not valid JSON: %s (line %d, column %d)",
-                            jerr.text, jerr.line, jerr.column);
+                            wf_openai_json_error_text(jerr.text), jerr.line, jerr.column);
         return WF_EINVAL;
     }
     wf_status st;

@@ -69,6 +69,8 @@ wf_status wf_openai_decode(wf_openai_kind kind, const char *body, size_t len,
                            wf_openai_request *r, wf_openai_error *err);
 void wf_openai_request_free(wf_openai_request *r);
 
+/* jansson's parse error text as a client may read it (no library flag names). */
+const char *wf_openai_json_error_text(const char *text);
 void wf_openai_error_set(wf_openai_error *e, int status, const char *type, const char *param,
                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 

@@ -1,6 +1,7 @@
 /* weftd's front end: route table, API-key auth, the small endpoints (/health, /v1/models,
  * /tokenize, /detokenize, /metrics, /admin), the event pump from the scheduler and graceful
  * shutdown. Completions live in generate.c. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -139,8 +140,33 @@ static void h_models(wf_server *s, wf_http_request *req) {
     wf_jbuf_free(&b);
 }
 
+/* %XX decoding of a path segment (model ids such as "org/name" arrive as "org%2Fname").
+ * Returns false on a malformed escape or when the result does not fit. */
+static bool percent_decode(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *in; in++) {
+        if (n + 1 >= cap) return false;
+        if (*in != '%') {
+            out[n++] = *in;
+            continue;
+        }
+        if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2])) return false;
+        char hex[3] = {in[1], in[2], 0};
+        out[n++] = (char)strtol(hex, NULL, 16);
+        in += 2;
+    }
+    out[n] = '\0';
+    return memchr(out, '\0', n) == NULL;
+}
+
 static void h_model(wf_server *s, wf_http_request *req) {
-    const char *id = wf_http_request_path(req) + strlen("/v1/models/");
+    const char *raw = wf_http_request_path(req) + strlen("/v1/models/");
+    char id[sizeof s->model_id + 1];
+    if (!percent_decode(raw, id, sizeof id)) {
+        wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
+                         "The model '%.200s' does not exist", raw);
+        return;
+    }
     if (strcmp(id, s->model_id) != 0) {
         wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
                          "The model '%.200s' does not exist", id);
@@ -165,7 +191,8 @@ static json_t *parse_body(wf_server *s, wf_http_request *req) {
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root) {
         wf__server_error(s, req, 400, "invalid_request_error", NULL, NULL, 0,
-                         "the request body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                         "the request body is not valid JSON: %s (line %d, column %d)",
+                         wf_openai_json_error_text(jerr.text),
                          jerr.line, jerr.column);
         return NULL;
     }
@@ -405,19 +432,20 @@ typedef struct route {
     bool prefix;
     auth_kind auth;
     void (*fn)(wf_server *s, wf_http_request *req);
+    bool generates;            /* refused (503) while draining */
 } route;
 
 static const route routes[] = {
-    {"GET", "/health", false, AUTH_NONE, h_health},
-    {"GET", "/v1/models", false, AUTH_KEY, h_models},
-    {"GET", "/v1/models/", true, AUTH_KEY, h_model},
-    {"POST", "/v1/chat/completions", false, AUTH_KEY, h_chat},
-    {"POST", "/v1/completions", false, AUTH_KEY, h_completions},
-    {"POST", "/tokenize", false, AUTH_KEY, h_tokenize},
-    {"POST", "/detokenize", false, AUTH_KEY, h_detokenize},
-    {"GET", "/metrics", false, AUTH_METRICS, h_metrics},
-    {"GET", "/admin/stats", false, AUTH_KEY, h_admin_stats},
-    {"GET", "/admin", false, AUTH_KEY, h_admin},
+    {"GET", "/health", false, AUTH_NONE, h_health, false},
+    {"GET", "/v1/models", false, AUTH_KEY, h_models, false},
+    {"GET", "/v1/models/", true, AUTH_KEY, h_model, false},
+    {"POST", "/v1/chat/completions", false, AUTH_KEY, h_chat, true},
+    {"POST", "/v1/completions", false, AUTH_KEY, h_completions, true},
+    {"POST", "/tokenize", false, AUTH_KEY, h_tokenize, false},
+    {"POST", "/detokenize", false, AUTH_KEY, h_detokenize, false},
+    {"GET", "/metrics", false, AUTH_METRICS, h_metrics, false},
+    {"GET", "/admin/stats", false, AUTH_KEY, h_admin_stats, false},
+    {"GET", "/admin", false, AUTH_KEY, h_admin, false},
 };
 
 static bool path_matches(const route *r, const char *path) {
@@ -445,6 +473,11 @@ static void handle(wf_http_request *req, void *user) {
                              wf_http_request_header(req, "Authorization")
                                  ? "Incorrect API key provided."
                                  : "You didn't provide an API key. Pass it as 'Authorization: Bearer KEY'.");
+            return;
+        }
+        if (r->generates && s->shutting_down) {
+            wf__server_error(s, req, 503, "server_error", NULL, "draining", 5,
+                             "the server is shutting down; retry on another replica");
             return;
         }
         r->fn(s, req);
@@ -538,6 +571,25 @@ void wf_server_set_ready(wf_server *s, const wf_server_model *model, const wf_se
 
 void wf_server_set_failed(wf_server *s, const char *message) {
     snprintf(s->failed, sizeof s->failed, "%s", message);
+}
+
+wf_status wf_server_set_api_keys(wf_server *s, char *const *keys, size_t n_keys) {
+    char **copy = calloc(n_keys + 1, sizeof *copy);
+    if (!copy) return WF_ENOMEM;
+    for (size_t i = 0; i < n_keys; i++) {
+        if (!(copy[i] = strdup(keys[i]))) {
+            for (size_t j = 0; j < i; j++) free(copy[j]);
+            free(copy);
+            return WF_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    free(s->keys);
+    s->keys = copy;
+    s->n_keys = n_keys;
+    s->opts.api_keys = copy;
+    s->opts.n_api_keys = n_keys;
+    return WF_OK;
 }
 
 wf_handoff *wf_server_events(wf_server *s) { return &s->events; }

@@ -77,6 +77,8 @@ typedef struct wf_server_options {
     int shutdown_timeout_ms;
     const char *model_id;   /* the name /v1/models shows while loading */
     int events_queue;       /* capacity of the scheduler -> loop events queue (0: unbounded) */
+
+    int max_n;              /* largest n the scheduler runs (--max-running); 0: unchecked */
 } wf_server_options;
 
 void wf_server_options_init(wf_server_options *o);
@@ -93,6 +95,9 @@ void wf_server_set_ready(wf_server *s, const wf_server_model *model,
                          const wf_server_backend *backend);
 /* Loading failed: /health reports the message with 503 until the process exits. */
 void wf_server_set_failed(wf_server *s, const char *message);
+/* Replaces the API keys (SIGHUP reload); open connections keep working and their next request
+ * is checked against the new keys. keys are copied. WF_ENOMEM leaves the old keys in place. */
+wf_status wf_server_set_api_keys(wf_server *s, char *const *keys, size_t n_keys);
 /* The queue scheduler events arrive on (pass to wf_sched_submit). */
 wf_handoff *wf_server_events(wf_server *s);
 /* Processes every queued event now (the uv_async callback does this; tests call it). */

@@ -51,7 +51,7 @@ static double now_s(void) {
 static double run(wf_server *s, const char *body, const int32_t *ids, int n_ids, int n_tokens) {
     wf_http_conn *c = wf_http_loopback_open(wf_server_http(s));
     char req[1024];
-    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
     wf_http_loopback_feed(c, req, (size_t)n);
     double t0 = now_s();
     for (int i = 0; i < n_tokens; i++) {

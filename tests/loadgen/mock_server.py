@@ -16,11 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class MockState:
     def __init__(self, ttft_s=0.02, itl_s=0.002, fail_every=None, usage=True,
-                 close_delimited=False, drop_idle=False):
+                 close_delimited=False, drop_idle=False, retry_after=None):
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.fail_every = dict(fail_every or {})
         self.usage = usage
+        self.retry_after = retry_after  # Retry-After value sent with 429/503, or None
         # close_delimited: streams end by closing the connection (no chunked framing).
         # drop_idle: close every connection after its response without saying so, as a server
         # whose keep-alive timeout just expired: the client must retry on a new connection.
@@ -62,6 +63,8 @@ def make_handler(state):
             data = json.dumps(obj).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            if status in (429, 503) and state.retry_after is not None:
+                self.send_header("Retry-After", str(state.retry_after))
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

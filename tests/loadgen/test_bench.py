@@ -102,8 +102,27 @@ def test_errors_counted_by_status(tmp_path):
     # Arrivals 5,10,..,35 get 429 (7 of them); 7,14,21,28 get 500 (35 is a 429 first).
     assert counts == {200: 24, 429: 7, 500: 4}
     assert run["errors"] == {"http_429": 7, "http_500": 4}
-    assert run["completed"] == 24 and run["failed"] == 11
+    assert run["completed"] == 24 and run["failed"] == 4 and run["refused"] == 7
     assert "http_429=7" in p.stdout and "http_500=4" in p.stdout
+    assert "Refused requests (429/503):" in p.stdout
+
+
+def test_retry_after_resends_refused_requests(tmp_path):
+    out = tmp_path / "r.json"
+    # Arrivals 3, 6, 9, ... get 429 with Retry-After: 0.1; re-sent, they arrive again (and a
+    # re-sent request can be refused again): with --retry-after every request completes.
+    with MockServer(ttft_s=0.001, itl_s=0.0, fail_every={3: 429}, retry_after="0.1") as m:
+        bench(m.port, "--concurrency", 2, "--num-requests", 12, "--output-len", 2, "--retry-after",
+              "--json", out)
+        counts = dict(m.state.status_counts)
+    run = result(out)["runs"][0]
+    assert run["completed"] == 12 and run["refused"] == 0 and run["failed"] == 0
+    assert counts[429] >= 4 and counts[200] == 12
+    # without the option the refusals are counted, apart from failures
+    with MockServer(ttft_s=0.001, itl_s=0.0, fail_every={3: 429}, retry_after="0.1") as m:
+        bench(m.port, "--concurrency", 2, "--num-requests", 12, "--output-len", 2, "--json", out)
+    run = result(out)["runs"][0]
+    assert run["completed"] == 8 and run["refused"] == 4 and run["failed"] == 0
 
 
 def test_all_failing_run_exits_nonzero(tmp_path):
@@ -138,7 +157,7 @@ def test_huge_rate_stops_at_duration(tmp_path):
     assert 0 < run["issued"] < 1000000
     assert arrivals <= run["issued"]
     assert run["errors"].get("cancelled", 0) >= 1
-    assert run["completed"] + run["failed"] == run["issued"]
+    assert run["completed"] + run["failed"] + run["refused"] == run["issued"]
 
 
 def test_slo_classes_sent_and_scored(tmp_path):

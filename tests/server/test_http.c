@@ -87,7 +87,7 @@ START_TEST(byte_by_byte_and_post_body) {
     app a;
     wf_http_server *srv = make(&a, NULL);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *req = "POST /v1/x HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world";
+    const char *req = "POST /v1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world";
     for (size_t i = 0; i < strlen(req); i++) wf_http_loopback_feed(c, req + i, 1);
     ck_assert_int_eq(a.calls, 1);
     ck_assert_str_eq(a.last_body, "hello world");
@@ -102,7 +102,7 @@ START_TEST(pipelined_in_order) {
     wf_http_server *srv = make(&a, NULL);
     a.defer = true;
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *reqs = "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nGET /c HTTP/1.1\r\n\r\n";
+    const char *reqs = "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\nGET /c HTTP/1.1\r\nHost: h\r\n\r\n";
     wf_http_loopback_feed(c, reqs, strlen(reqs));
     /* one at a time: /b waits until /a is answered */
     ck_assert_int_eq(a.calls, 1);
@@ -130,7 +130,7 @@ START_TEST(chunked_request_body) {
     app a;
     wf_http_server *srv = make(&a, NULL);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *req = "POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const char *req = "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
                       "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n";
     wf_http_loopback_feed(c, req, strlen(req));
     ck_assert_int_eq(a.calls, 1);
@@ -147,7 +147,7 @@ START_TEST(body_too_large_413) {
     lim.max_body_bytes = 10;
     wf_http_server *srv = make(&a, &lim);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *req = "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\n";
+    const char *req = "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n";
     wf_http_loopback_feed(c, req, strlen(req));
     ck_assert_int_eq(a.calls, 0);
     ck_assert(strncmp(out(c), "HTTP/1.1 413 ", 13) == 0);
@@ -155,7 +155,7 @@ START_TEST(body_too_large_413) {
     wf_http_loopback_free(c);
     /* chunked: discovered while reading */
     c = wf_http_loopback_open(srv);
-    req = "POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n8\r\n12345678\r\n";
+    req = "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n8\r\n12345678\r\n";
     wf_http_loopback_feed(c, req, strlen(req));
     ck_assert(strncmp(out(c), "HTTP/1.1 413 ", 13) == 0);
     ck_assert(wf_http_loopback_closed(c));
@@ -171,7 +171,7 @@ START_TEST(headers_too_large_431) {
     lim.max_header_bytes = 1024;
     wf_http_server *srv = make(&a, &lim);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *start = "GET / HTTP/1.1\r\nX-Big: ";
+    const char *start = "GET / HTTP/1.1\r\nHost: h\r\nX-Big: ";
     wf_http_loopback_feed(c, start, strlen(start));
     char filler[256];
     memset(filler, 'a', sizeof filler);
@@ -189,8 +189,8 @@ START_TEST(malformed_400_and_version_505) {
     app a;
     wf_http_server *srv = make(&a, NULL);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(c, "GARBAGE\r\n\r\n", 11);
-    ck_assert(strncmp(out(c), "HTTP/1.1 400 ", 13) == 0);
+    wf_http_loopback_feed(c, "GET / HTTP/1.1\r\nHost: a\r\nNo colon here\r\n\r\n", 41);
+    ck_assert_msg(strncmp(out(c), "HTTP/1.1 400 ", 13) == 0, "%s", out(c));
     ck_assert(wf_http_loopback_closed(c));
     wf_http_loopback_free(c);
     c = wf_http_loopback_open(srv);
@@ -208,7 +208,7 @@ START_TEST(streaming_chunked_response) {
     wf_http_server *srv = make(&a, NULL);
     a.defer = true;
     wf_http_conn *c = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(c, "GET /s HTTP/1.1\r\n\r\n", 19);
+    wf_http_loopback_feed(c, "GET /s HTTP/1.1\r\nHost: h\r\n\r\n", 28);
     wf_http_request *r = a.pending;
     wf_http_stream_begin(r, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
     wf_http_stream_write(r, "data: 1\n\n", 9);
@@ -232,7 +232,7 @@ START_TEST(http10_closes) {
     ck_assert(wf_http_loopback_closed(c));
     wf_http_loopback_free(c);
     c = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(c, "GET /x HTTP/1.1\r\nConnection: close\r\n\r\n", 38);
+    wf_http_loopback_feed(c, "GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 47);
     ck_assert(wf_http_loopback_closed(c));
     wf_http_loopback_free(c);
     wf_http_server_free(srv);
@@ -244,12 +244,68 @@ START_TEST(disconnect_aborts_pending) {
     wf_http_server *srv = make(&a, NULL);
     a.defer = true;
     wf_http_conn *c = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(c, "GET /slow HTTP/1.1\r\n\r\n", 22);
+    wf_http_loopback_feed(c, "GET /slow HTTP/1.1\r\nHost: h\r\n\r\n", 31);
     ck_assert_ptr_nonnull(a.pending);
-    wf_http_loopback_eof(c);
+    wf_http_loopback_free(c); /* the client hangs up */
     ck_assert_int_eq(a.aborts, 1);
     ck_assert_ptr_null(a.pending);
     ck_assert_int_eq(wf_http_server_active_requests(srv), 0);
+    wf_http_server_free(srv);
+}
+END_TEST
+
+/* A client that half-closes after a complete request still gets its answer (h2o's rule);
+ * without a complete request the connection just closes. */
+START_TEST(half_close_still_answered) {
+    app a;
+    wf_http_server *srv = make(&a, NULL);
+    a.defer = true;
+    wf_http_conn *c = wf_http_loopback_open(srv);
+    const char *req = "POST /gen HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}";
+    wf_http_loopback_feed(c, req, strlen(req));
+    ck_assert_ptr_nonnull(a.pending);
+    wf_http_loopback_eof(c);
+    ck_assert_int_eq(a.aborts, 0);
+    ck_assert(!wf_http_loopback_closed(c));
+    wf_http_respond(a.pending, 200, "text/plain", NULL, "done", 4);
+    ck_assert_ptr_nonnull(strstr(out(c), "HTTP/1.1 200 OK"));
+    ck_assert_ptr_nonnull(strstr(out(c), "\r\n\r\ndone"));
+    ck_assert(wf_http_loopback_closed(c));
+    wf_http_loopback_free(c);
+
+    c = wf_http_loopback_open(srv);
+    wf_http_loopback_feed(c, "GET /par", 8);
+    wf_http_loopback_eof(c);
+    ck_assert(wf_http_loopback_closed(c));
+    ck_assert_int_eq(a.calls, 1);
+    wf_http_loopback_free(c);
+    wf_http_server_free(srv);
+}
+END_TEST
+
+static void expect_status(wf_http_server *srv, const char *req, const char *status) {
+    wf_http_conn *c = wf_http_loopback_open(srv);
+    wf_http_loopback_feed(c, req, strlen(req));
+    ck_assert_msg(strncmp(out(c), status, strlen(status)) == 0, "%s -> %s", req, out(c));
+    ck_assert(wf_http_loopback_closed(c));
+    wf_http_loopback_free(c);
+}
+
+START_TEST(protocol_violations) {
+    app a;
+    wf_http_server *srv = make(&a, NULL);
+    expect_status(srv, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 400 ");                 /* no Host */
+    expect_status(srv, "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "HTTP/1.1 400 ");
+    expect_status(srv, "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer x\r\n"
+                       "authorization: Bearer y\r\n\r\n", "HTTP/1.1 400 ");
+    expect_status(srv, "GET / HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP/1.1 505 ");
+    expect_status(srv, "FROB / HTTP/1.1\r\nHost: a\r\n\r\n", "HTTP/1.1 501 ");
+    expect_status(srv, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n", "HTTP/1.1 501 ");
+    ck_assert_int_eq(a.calls, 0);
+    /* HTTP/1.0 needs no Host */
+    wf_http_conn *c = wf_http_loopback_open(srv);
+    wf_http_loopback_feed(c, "GET /old HTTP/1.0\r\n\r\n", 22);
+    ck_assert(strncmp(out(c), "HTTP/1.1 200 ", 13) == 0);
     wf_http_loopback_free(c);
     wf_http_server_free(srv);
 }
@@ -265,7 +321,7 @@ START_TEST(timeouts) {
     wf_http_server_set_time(srv, 1000);
     wf_http_conn *idle = wf_http_loopback_open(srv);
     wf_http_conn *slow = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(slow, "GET / HTTP/1.1\r\nX-A: ", 21);
+    wf_http_loopback_feed(slow, "GET / HTTP/1.1\r\nHost: h\r\nX-A: ", 30);
     wf_http_server_sweep(srv, 1050);
     ck_assert(!wf_http_loopback_closed(idle));
     wf_http_server_sweep(srv, 1200);
@@ -316,12 +372,12 @@ START_TEST(error_formatter_and_stop_accepting) {
     wf_http_conn *c = wf_http_loopback_open(srv);
     wf_http_loopback_feed(c, "BAD\r\n\r\n", 7);
     ck_assert_ptr_nonnull(strstr(out(c), "Content-Type: application/json"));
-    ck_assert_ptr_nonnull(strstr(out(c), "{\"status\":400"));
+    ck_assert_ptr_nonnull(strstr(out(c), "{\"status\":501")); /* unknown method */
     wf_http_loopback_free(c);
     /* draining: idle keep-alive connections close, busy ones finish with Connection: close */
     a.defer = true;
     wf_http_conn *busy = wf_http_loopback_open(srv), *idle = wf_http_loopback_open(srv);
-    wf_http_loopback_feed(busy, "GET /b HTTP/1.1\r\n\r\n", 19);
+    wf_http_loopback_feed(busy, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n", 28);
     wf_http_server_stop_accepting(srv);
     ck_assert(wf_http_server_is_stopping(srv));
     ck_assert(wf_http_loopback_closed(idle));
@@ -339,13 +395,13 @@ START_TEST(expect_continue_and_head) {
     app a;
     wf_http_server *srv = make(&a, NULL);
     wf_http_conn *c = wf_http_loopback_open(srv);
-    const char *req = "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    const char *req = "POST /e HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
     wf_http_loopback_feed(c, req, strlen(req));
     ck_assert_str_eq(out(c), "HTTP/1.1 100 Continue\r\n\r\n");
     wf_http_loopback_feed(c, "hi", 2);
     ck_assert_str_eq(a.last_body, "hi");
     wf_http_loopback_clear(c);
-    wf_http_loopback_feed(c, "HEAD /h HTTP/1.1\r\n\r\n", 20);
+    wf_http_loopback_feed(c, "HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n", 29);
     ck_assert_ptr_nonnull(strstr(out(c), "Content-Length: 4\r\n\r\n"));
     ck_assert_ptr_null(strstr(out(c), "/h#2"));
     wf_http_loopback_free(c);
@@ -359,7 +415,7 @@ START_TEST(many_pipelined_requests_at_once) {
     wf_http_conn *c = wf_http_loopback_open(srv);
     char big[100 * 40];
     size_t n = 0;
-    for (int i = 0; i < 100; i++) n += (size_t)snprintf(big + n, sizeof big - n, "GET /r%d HTTP/1.1\r\n\r\n", i);
+    for (int i = 0; i < 100; i++) n += (size_t)snprintf(big + n, sizeof big - n, "GET /r%d HTTP/1.1\r\nHost: h\r\n\r\n", i);
     wf_http_loopback_feed(c, big, n);
     ck_assert_int_eq(a.calls, 100);
     ck_assert_int_eq(count(out(c), "HTTP/1.1 200 OK"), 100);
@@ -383,6 +439,8 @@ static Suite *http_suite(void) {
     tcase_add_test(tc, http10_closes);
     tcase_add_test(tc, disconnect_aborts_pending);
     tcase_add_test(tc, timeouts);
+    tcase_add_test(tc, half_close_still_answered);
+    tcase_add_test(tc, protocol_violations);
     tcase_add_test(tc, max_connections_503);
     tcase_add_test(tc, error_formatter_and_stop_accepting);
     tcase_add_test(tc, expect_continue_and_head);
