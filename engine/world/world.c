@@ -158,10 +158,6 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
     }
 }
 
-static void release_request(void *req) {
-    if (req && UCS_PTR_IS_PTR(req)) ucp_request_free(req);
-}
-
 /* Waits for a request that must finish without peers (a local close or probe), bounded. */
 static ucs_status_t wait_local(wf_world *w, void *req, uint64_t bound_ns) {
     if (req == NULL) return UCS_OK;
@@ -248,6 +244,22 @@ static ucp_tag_t make_tag(const wf_world_tag *t, int src, uint32_t epoch) {
 }
 
 /* ---- operations ----------------------------------------------------------------------------- */
+static void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                      void *user_data) {
+    wf_world_op *op = user_data;
+    if (status == UCS_OK && info) op->received = info->length;
+}
+
+static wf_status op_failed(wf_world *w, wf_world_op *op, ucs_status_t us) {
+    if (us == UCS_ERR_MESSAGE_TRUNCATED)
+        return fail(w, WF_EPROTO, op->peer, "message from rank %d longer than %zu bytes",
+                    op->peer, op->len);
+    if (us == UCS_ERR_CANCELED) return WF_ECANCELLED;
+    return fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
+                op->kind == WF_WORLD_RECV ? "receive from" : "send to", op->peer,
+                ucs_status_string(us));
+}
+
 static wf_status post_one(wf_world *w, wf_world_op *op) {
     op->req_ = NULL;
     op->received = 0;
@@ -260,8 +272,13 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
     if (op->kind == WF_WORLD_RECV) {
         /* Receives need no endpoint: a failed peer is noticed while waiting. */
         ucp_tag_recv_info_t info = {0};
-        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+        /* Always a request, so that the length arrives through the callback (immediate
+         * completion did not report it reliably with UCX 1.13). */
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_CALLBACK |
+                            UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         prm.recv_info.tag_info = &info;
+        prm.cb.recv = recv_done;
+        prm.user_data = op;
         req = ucp_tag_recv_nbx(w->worker, op->buf, op->len, make_tag(&op->tag, op->peer, w->epoch),
                                ~(ucp_tag_t)0, &prm);
         w->stats.recvs++;
@@ -271,7 +288,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
             return WF_OK;
         }
     } else {
-        ucp_ep_h ep;
+        ucp_ep_h ep = NULL;
         wf_status st = get_ep(w, op->peer, &ep);
         if (st != WF_OK) return op->status = st;
         if (op->kind == WF_WORLD_SEND) {
@@ -286,7 +303,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
                                          "put of %zu bytes at %zu beyond rank %d's %llu bytes",
                                          op->len, op->offset, op->peer,
                                          (unsigned long long)p->e.sym_size);
-            ucp_rkey_h rkey;
+            ucp_rkey_h rkey = NULL;
             st = get_rkey(w, op->peer, ep, &rkey);
             if (st != WF_OK) return op->status = st;
             req = ucp_put_nbx(ep, op->buf, op->len, p->e.sym_addr + op->offset, rkey, &prm);
@@ -300,11 +317,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
     if (req == NULL) {
         op->status = WF_OK;
     } else if (UCS_PTR_IS_ERR(req)) {
-        ucs_status_t us = UCS_PTR_STATUS(req);
-        op->status = fail(w, WF_EPEER, op->peer, "%s to rank %d: %s",
-                          op->kind == WF_WORLD_RECV ? "receive" : "send", op->peer,
-                          ucs_status_string(us));
-        return op->status;
+        return op->status = op_failed(w, op, UCS_PTR_STATUS(req));
     } else {
         op->req_ = req;
     }
@@ -327,24 +340,9 @@ static int reap(wf_world *w, wf_world_op *op) {
     if (op->status != WF_IN_PROGRESS) return 1;
     ucs_status_t us = ucp_request_check_status(op->req_);
     if (us == UCS_INPROGRESS) return 0;
-    if (op->kind == WF_WORLD_RECV && us == UCS_OK) {
-        ucp_tag_recv_info_t info;
-        if (ucp_tag_recv_request_test(op->req_, &info) == UCS_OK) op->received = info.length;
-    }
     ucp_request_free(op->req_);
     op->req_ = NULL;
-    if (us == UCS_OK) {
-        op->status = WF_OK;
-    } else if (us == UCS_ERR_MESSAGE_TRUNCATED) {
-        op->status = fail(w, WF_EPROTO, op->peer, "message from rank %d longer than %zu bytes",
-                          op->peer, op->len);
-    } else if (us == UCS_ERR_CANCELED) {
-        op->status = WF_ECANCELLED;
-    } else {
-        op->status = fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
-                          op->kind == WF_WORLD_RECV ? "receive from" : "send to", op->peer,
-                          ucs_status_string(us));
-    }
+    op->status = us == UCS_OK ? WF_OK : op_failed(w, op, us);
     return 1;
 }
 

@@ -43,8 +43,9 @@ typedef int (*wt_rank_fn)(wf_world *w, int rank, void *arg);
         fprintf(stderr, "\n");                                                      \
         return 1;                                                                   \
     } while (0)
+/* The message is a printf format and its arguments; `cond` must not contain a '%'. */
 #define WT_CHECK(cond, ...) \
-    do { if (!(cond)) WT_FAIL("check failed: %s: " __VA_ARGS__); } while (0)
+    do { if (!(cond)) WT_FAIL("check failed: " #cond ": " __VA_ARGS__); } while (0)
 
 /* A port the kernel just handed out (and released): good enough on a test machine. */
 static inline int wt_free_port(void) {
