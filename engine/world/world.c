@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,8 +399,10 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
     wf_status result = WF_OK;
     for (;;) {
-        while (ucp_worker_progress(w->worker) > 0) {
-        }
+        unsigned events = 0, ev;
+        while ((ev = ucp_worker_progress(w->worker)) > 0) events += ev;
+        /* Ranks may outnumber cores (tests, a busy host): let the peer we wait for run. */
+        if (!events) sched_yield();
         int pending = 0;
         for (int i = 0; i < n; i++) {
             if (!reap(w, &ops[i])) {
@@ -476,7 +479,7 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
     volatile uint64_t *flag = (volatile uint64_t *)((uint8_t *)w->sym + offset);
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
-        ucp_worker_progress(w->worker);
+        if (!ucp_worker_progress(w->worker)) sched_yield();
         uint64_t now = wf_clock_now_ns();
         if (now - w->last_probe_ns > LIVENESS_PERIOD_NS) {
             w->last_probe_ns = now;
@@ -545,7 +548,7 @@ int wf_world_progress(wf_world *w) {
 wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch) {
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
     while (w->epoch < epoch) {
-        ucp_worker_progress(w->worker);
+        if (!ucp_worker_progress(w->worker)) sched_yield();
         handle_ctrl(w);
         if (wf_clock_now_ns() > deadline)
             return fail(w, WF_ETIMEDOUT, 0, "no membership update to epoch %u from rank 0 in %d ms",
