@@ -169,9 +169,10 @@ static ucs_status_t wait_local(wf_world *w, void *req, uint64_t bound_ns) {
         ucp_worker_progress(w->worker);
         if (wf_clock_now_ns() > deadline) break;
     }
-    if (st == UCS_INPROGRESS) return UCS_ERR_TIMED_OUT; /* left to complete later: never freed */
+    /* Freed either way: an unfinished request is released by UCX when it ends (a request never
+     * freed makes ucp_worker_destroy assert). */
     ucp_request_free(req);
-    return st;
+    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
 }
 
 static void close_peer_ep(wf_world *w, int r, int force) {
@@ -1056,8 +1057,41 @@ fail_alloc:
 void wf_world_destroy(wf_world *w) {
     if (!w) return;
     if (w->peers) {
-        if (w->worker)
-            for (int r = 0; r < w->n; r++) close_peer_ep(w, r, w->peers[r].failed != WF_OK);
+        if (w->worker) {
+            /* Close every endpoint at once and wait for them together (bounded), so that peers
+             * that already left cost one bound, not one each. */
+            void **reqs = calloc((size_t)w->n, sizeof *reqs);
+            for (int r = 0; r < w->n; r++) {
+                peer *p = &w->peers[r];
+                if (p->rkey) ucp_rkey_destroy(p->rkey);
+                p->rkey = NULL;
+                if (!p->ep) continue;
+                ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                           .flags = p->failed != WF_OK || !reqs
+                                                        ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                void *req = ucp_ep_close_nbx(p->ep, &prm);
+                p->ep = NULL;
+                if (reqs && req && UCS_PTR_IS_PTR(req)) reqs[r] = req;
+                else if (req && UCS_PTR_IS_PTR(req)) wait_local(w, req, CLOSE_WAIT_NS);
+            }
+            uint64_t deadline = wf_clock_now_ns() + CLOSE_WAIT_NS;
+            for (int pending = 1; pending && reqs && wf_clock_now_ns() < deadline;) {
+                ucp_worker_progress(w->worker);
+                pending = 0;
+                for (int r = 0; r < w->n; r++) {
+                    if (!reqs[r]) continue;
+                    if (ucp_request_check_status(reqs[r]) == UCS_INPROGRESS) {
+                        pending = 1;
+                    } else {
+                        ucp_request_free(reqs[r]);
+                        reqs[r] = NULL;
+                    }
+                }
+            }
+            for (int r = 0; reqs && r < w->n; r++)
+                if (reqs[r]) ucp_request_free(reqs[r]);
+            free(reqs);
+        }
         for (int r = 0; r < w->n; r++) wf__world_entry_free(&w->peers[r].e);
     }
     free(w->peers);
