@@ -143,7 +143,7 @@ static int body_coll(wf_world *w, int rank, void *arg) {
     full_group(w, &g);
     static const size_t sizes[] = {4096, 65536, 1u << 20, 16u << 20, 64u << 20};
     size_t max = 64u << 20;
-    uint8_t *a = malloc(max), *b = malloc(max);
+    void *a = malloc(max), *b = malloc(max);
     if (!a || !b) return 1;
     memset(a, 1, max);
     memset(b, 0, max);

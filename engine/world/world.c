@@ -477,7 +477,8 @@ wf_status wf_world_flush(wf_world *w) {
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer_rank) {
     if (offset % 8 || offset + 8 > w->sym_size || peer_rank < 0 || peer_rank >= w->n)
         return fail(w, WF_EINVAL, peer_rank, "bad flag offset %zu", offset);
-    volatile uint64_t *flag = (volatile uint64_t *)((uint8_t *)w->sym + offset);
+    /* offset is a multiple of 8 (checked) and the buffer is page-aligned. */
+    volatile uint64_t *flag = (volatile uint64_t *)(void *)((uint8_t *)w->sym + offset);
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
         if (!ucp_worker_progress(w->worker)) sched_yield();
