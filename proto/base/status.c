@@ -29,6 +29,7 @@ static const struct status_text status_texts[] = {
     {"WF_EPERM", "not authorised"},
     {"WF_EOVERLOAD", "overloaded"},
     {"WF_EINTERNAL", "internal error"},
+    {"WF_EPEER", "peer failed"},
 };
 
 static const struct status_text *lookup(wf_status status) {

@@ -31,9 +31,10 @@ typedef enum wf_status {
     WF_EPERM = -14,          /* not authorised */
     WF_EOVERLOAD = -15,      /* admission control rejected the work: its SLO cannot be met */
     WF_EINTERNAL = -16,      /* a bug: an invariant did not hold */
+    WF_EPEER = -17,          /* a peer process of the world failed (died or its link broke) */
 } wf_status;
 
-#define WF_STATUS_MIN WF_EINTERNAL /* the most negative value, for tests and tables */
+#define WF_STATUS_MIN WF_EPEER /* the most negative value, for tests and tables */
 
 /* A short, stable, human-readable description ("invalid argument"). Never NULL: unknown values
  * give "unknown status". */

@@ -1,0 +1,227 @@
+/* weft-bench-comm: forks N ranks that form a world over loopback, then measures
+ *   formation: wf_gfc_group_init on random subsets (p50/p99 of single calls) against forming a
+ *              communicator the conventional way for the same ranks: an address all-gather among
+ *              the subset plus new UCX endpoints to every member. Wire-up completion is NOT
+ *              waited for (it needs the peers to progress a worker they are not driving), so
+ *              the conventional figure is a lower bound;
+ *   coll:      latency and bus bandwidth of each collective by size (NCCL's bus-bandwidth
+ *              factors), timed on rank 0 between barriers;
+ *   memcpy:    single-thread memcpy bandwidth at the same sizes, for scale.
+ * Usage: weft-bench-comm formation N | coll N | memcpy */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ucp/api/ucp.h>
+
+#include "engine/gfc/gfc.h"
+#include "engine/world/world.h"
+#include "engine/world/world_launch.h"
+#include "proto/base/clock.h"
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void full_group(wf_world *w, wf_group *g) {
+    int r[64];
+    for (int i = 0; i < wf_world_size(w); i++) r[i] = i;
+    wf_gfc_group_init(g, r, wf_world_size(w));
+}
+
+/* ---- formation ------------------------------------------------------------------------------- */
+#define ADDR_MAX 1024
+#define CONV_ITERS 200
+#define GFC_ITERS 200000
+
+static int body_formation(wf_world *w, int rank, void *arg) {
+    int n = wf_world_size(w);
+    wf_group all;
+    full_group(w, &all);
+    /* The conventional way needs its own UCX worker whose endpoints are created per group. */
+    ucp_config_t *config;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_config_read(NULL, NULL, &config);
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
+    if (ucp_init(&params, config, &ctx) != UCS_OK) return 1;
+    ucp_config_release(config);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    if (ucp_worker_create(ctx, &wp, &worker) != UCS_OK) return 1;
+    ucp_address_t *addr;
+    size_t addr_len;
+    ucp_worker_get_address(worker, &addr, &addr_len);
+    if (addr_len > ADDR_MAX - 8) return 1;
+    uint8_t mine[ADDR_MAX] = {0}, *table = malloc((size_t)n * ADDR_MAX);
+    memcpy(mine, &addr_len, sizeof addr_len);
+    memcpy(mine + 8, addr, addr_len);
+    uint64_t *conv = malloc(sizeof(uint64_t) * CONV_ITERS);
+    uint32_t seed = 99;
+    int subset[64];
+    for (int it = 0; it < CONV_ITERS; it++) {
+        /* Every rank draws the same subset: the first k of a seeded shuffle, rank 0 in it. */
+        int k = 2 + (int)((seed = seed * 1664525u + 1013904223u) >> 8) % (n - 1);
+        int perm[64];
+        for (int i = 0; i < n; i++) perm[i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)((seed = seed * 1664525u + 1013904223u) >> 8) % (i + 1);
+            int t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        subset[0] = 0;
+        int m = 1;
+        for (int i = 0; i < n && m < k; i++)
+            if (perm[i] != 0) subset[m++] = perm[i];
+        wf_group g;
+        wf_gfc_group_init(&g, subset, k);
+        if (wf_gfc_barrier(w, &all) != WF_OK) return 1;
+        if (wf_gfc_group_index(&g, rank) < 0) continue;
+        uint64_t t0 = wf_clock_now_ns();
+        if (wf_gfc_allgather(w, &g, mine, table, ADDR_MAX) != WF_OK) return 1;
+        ucp_ep_h eps[64];
+        for (int i = 0; i < k; i++) {
+            ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                                  .address = (const ucp_address_t *)(table + (size_t)i * ADDR_MAX + 8)};
+            if (ucp_ep_create(worker, &ep, &eps[i]) != UCS_OK) return 1;
+        }
+        conv[it] = wf_clock_now_ns() - t0;
+        for (int i = 0; i < k; i++) {
+            ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                       .flags = UCP_EP_CLOSE_FLAG_FORCE};
+            void *req = ucp_ep_close_nbx(eps[i], &prm);
+            while (req && UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS)
+                ucp_worker_progress(worker);
+            if (req && UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+        }
+    }
+    if (wf_gfc_barrier(w, &all) != WF_OK) return 1;
+    if (rank == 0) {
+        /* Group-free: the same kind of subsets, formed locally. */
+        uint64_t *gf = malloc(sizeof(uint64_t) * GFC_ITERS);
+        int lists[16][64], ks[16];
+        for (int s = 0; s < 16; s++) { /* rotations of 0..n-1, 2..n long */
+            ks[s] = 2 + s % (n - 1);
+            for (int i = 0; i < ks[s]; i++) lists[s][i] = (s + i) % n;
+        }
+        uint64_t sink = 0;
+        for (int it = 0; it < GFC_ITERS; it++) {
+            wf_group g;
+            uint64_t t0 = wf_clock_now_ns();
+            wf_gfc_group_init(&g, lists[it & 15], ks[it & 15]);
+            gf[it] = wf_clock_now_ns() - t0;
+            sink ^= g.id;
+        }
+        qsort(gf, GFC_ITERS, sizeof *gf, cmp_u64);
+        int nc = CONV_ITERS;
+        qsort(conv, CONV_ITERS, sizeof *conv, cmp_u64);
+        double g50 = (double)gf[GFC_ITERS / 2], g99 = (double)gf[GFC_ITERS * 99 / 100];
+        double c50 = (double)conv[nc / 2], c99 = (double)conv[nc * 99 / 100];
+        printf("| %d | %.0f ns | %.0f ns | %.1f us | %.1f us | %.0fx | %.0fx |  (sink %llx)\n", n,
+               g50, g99, c50 / 1e3, c99 / 1e3, c50 / g50, c99 / g99, (unsigned long long)sink & 1);
+        free(gf);
+    }
+    free(conv);
+    free(table);
+    ucp_worker_release_address(worker, addr);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    return 0;
+}
+
+/* ---- collectives ----------------------------------------------------------------------------- */
+enum { C_ALLREDUCE, C_ALLTOALL, C_ALLGATHER, C_REDUCE_SCATTER, C_BCAST, C_N };
+static const char *cname[C_N] = {"allreduce", "alltoall", "allgather", "reduce_scatter",
+                                 "broadcast"};
+
+static int body_coll(wf_world *w, int rank, void *arg) {
+    int n = wf_world_size(w);
+    wf_group g;
+    full_group(w, &g);
+    static const size_t sizes[] = {4096, 65536, 1u << 20, 16u << 20, 64u << 20};
+    size_t max = 64u << 20;
+    void *a = malloc(max), *b = malloc(max);
+    if (!a || !b) return 1;
+    memset(a, 1, max);
+    memset(b, 0, max);
+    for (int c = 0; c < C_N; c++) {
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            size_t S = sizes[si]; /* bytes of each rank's whole buffer */
+            int iters = S <= 65536 ? 200 : S <= (1u << 20) ? 40 : S <= (16u << 20) ? 8 : 3;
+            double best = 1e30;
+            for (int rep = 0; rep < iters + 1; rep++) {
+                if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+                uint64_t t0 = wf_clock_now_ns();
+                wf_status st = WF_OK;
+                switch (c) {
+                case C_ALLREDUCE: st = wf_gfc_allreduce_f32(w, &g, (float *)a, (float *)b, S / 4); break;
+                case C_ALLTOALL: st = wf_gfc_alltoall(w, &g, a, b, S / (size_t)n); break;
+                case C_ALLGATHER: st = wf_gfc_allgather(w, &g, a, b, S / (size_t)n); break;
+                case C_REDUCE_SCATTER:
+                    st = wf_gfc_reduce_scatter_f32(w, &g, (float *)a, (float *)b, S / 4 / (size_t)n);
+                    break;
+                case C_BCAST: st = wf_gfc_broadcast(w, &g, 0, a, S); break;
+                }
+                if (st != WF_OK) {
+                    fprintf(stderr, "%s: %s\n", cname[c], wf_world_error(w));
+                    return 1;
+                }
+                /* The slowest rank ends the collective: take the time after a barrier's
+                 * first half, i.e. rank 0 measures until everyone is done. */
+                if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+                double us = (double)(wf_clock_now_ns() - t0) / 1e3;
+                if (rep > 0 && us < best) best = us; /* rep 0 warms up */
+            }
+            double f = c == C_ALLREDUCE ? 2.0 * (n - 1) / n : c == C_BCAST ? 1.0 : (double)(n - 1) / n;
+            if (rank == 0)
+                printf("| %s | %d | %zu KiB | %.1f us | %.2f GB/s |\n", cname[c], n, S >> 10, best,
+                       f * (double)S / (best * 1e-6) / 1e9);
+            fflush(stdout);
+        }
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
+static void bench_memcpy(void) {
+    static const size_t sizes[] = {4096, 65536, 1u << 20, 16u << 20, 64u << 20};
+    uint8_t *a = malloc(64u << 20), *b = malloc(64u << 20);
+    memset(a, 1, 64u << 20);
+    memset(b, 2, 64u << 20);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t S = sizes[si];
+        int iters = (int)((256u << 20) / S) + 3;
+        double best = 1e30;
+        for (int it = 0; it < iters; it++) {
+            uint64_t t0 = wf_clock_now_ns();
+            memcpy(b, a, S);
+            __asm__ volatile("" ::"r"(b) : "memory");
+            double us = (double)(wf_clock_now_ns() - t0) / 1e3;
+            if (us < best) best = us;
+        }
+        printf("| memcpy | %zu KiB | %.1f us | %.2f GB/s |\n", S >> 10, best, (double)S / (best * 1e-6) / 1e9);
+    }
+    free(a);
+    free(b);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "memcpy") == 0) {
+        bench_memcpy();
+        return 0;
+    }
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s formation N | coll N | memcpy\n", argv[0]);
+        return 2;
+    }
+    int n = atoi(argv[2]);
+    if (n < 2 || n > WT_MAX_PROCS) return 2;
+    wt_env env = wt_env_default(n);
+    env.sym_size = 1u << 20;
+    wt_rank_fn fn = strcmp(argv[1], "formation") == 0 ? body_formation : body_coll;
+    return wt_run(&env, fn, NULL, 1200) == 0 ? 0 : 1;
+}

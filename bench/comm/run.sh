@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Comm benchmarks in one run: weft's group formation and collectives, UCX's own ucx_perftest
+# (ucp_put_bw, ucp_am_bw between two processes on loopback, same UCX_TLS) and memcpy.
+#   bench/comm/run.sh [BUILD_DIR] [RANKS...]     (default: build, ranks 2 4 8)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}; shift || true
+ranks=${*:-2 4 8}
+bin=$build/bin/weft-bench-comm
+export UCX_TLS=${UCX_TLS:-all}
+echo "UCX_TLS=$UCX_TLS  $(ucx_info -v | head -1)  nproc=$(nproc)"
+echo; echo "## memcpy"; "$bin" memcpy
+echo; echo "## ucx_perftest (1 MiB and 16 MiB messages; bandwidth columns are MB/s)"
+port=$((20000 + RANDOM % 20000))
+for t in ucp_put_bw ucp_am_bw; do
+  for s in 1048576 16777216; do
+    ucx_perftest -p $port >/dev/null 2>&1 & srv=$!
+    sleep 0.5
+    echo "$t size $s:"; ucx_perftest 127.0.0.1 -p $port -t $t -s $s -n 100 2>&1 | tail -2
+    wait $srv || true
+    port=$((port + 1))
+  done
+done
+echo; echo "## group formation: ranks | gfc p50 | gfc p99 | conventional p50 | p99 | ratio p50 | ratio p99"
+"$bin" formation 8 2>&1 | grep '^|'
+echo; echo "## collectives: name | ranks | bytes per rank | best time | bus bandwidth"
+for n in $ranks; do "$bin" coll "$n" 2>&1 | grep '^|'; done

@@ -1,0 +1,263 @@
+/* Group-free collectives on the world's tagged messages. Every algorithm is direct (each pair of
+ * members exchanges at most one message per step): the groups are small (<= 64) and UCX moves
+ * large messages zero-copy, so fewer, larger messages beat ring pipelines here. */
+#include "engine/gfc/gfc.h"
+
+#include <string.h>
+
+#include "engine/world/world_impl.h"
+
+#define MAX_OPS (2 * WF_MAX_GROUP_RANKS)
+
+uint64_t wf_gfc_group_hash(const int *ranks, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)ranks[i];
+        for (int b = 0; b < 4; b++) {
+            h ^= (v >> (8 * b)) & 0xffu;
+            h *= 0x100000001b3ull;
+        }
+    }
+    h ^= (uint64_t)n;
+    h *= 0x100000001b3ull;
+    return h;
+}
+
+wf_status wf_gfc_group_init(wf_group *g, const int *ranks, int n) {
+    if (!g || !ranks || n < 1 || n > WF_MAX_GROUP_RANKS) return WF_EINVAL;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= WF_WORLD_MAX_RANKS) return WF_EINVAL;
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return WF_EINVAL;
+    }
+    g->n_ranks = n;
+    memcpy(g->ranks, ranks, sizeof(int) * (size_t)n);
+    g->id = wf_gfc_group_hash(ranks, n);
+    return WF_OK;
+}
+
+int wf_gfc_group_index(const wf_group *g, int world_rank) {
+    for (int i = 0; i < g->n_ranks; i++)
+        if (g->ranks[i] == world_rank) return i;
+    return -1;
+}
+
+/* A collective's context: this member's index and the tag every message of it carries. */
+typedef struct coll {
+    int me, n;
+    wf_world_tag tag;
+} coll;
+
+static wf_status begin(wf_world *w, const wf_group *g, coll *c) {
+    if (!w || !g || g->n_ranks < 1 || g->n_ranks > WF_MAX_GROUP_RANKS) return WF_EINVAL;
+    for (int i = 0; i < g->n_ranks; i++)
+        if (g->ranks[i] < 0 || g->ranks[i] >= wf_world_size(w)) return WF_EINVAL;
+    c->n = g->n_ranks;
+    c->me = wf_gfc_group_index(g, wf_world_rank(w));
+    if (c->me < 0) return WF_EINVAL;
+    uint32_t seq;
+    if (wf__world_next_seq(w, g->id, &seq) != 0) return WF_ENOMEM;
+    c->tag = (wf_world_tag){.kind = WF_WORLD_TAG_COLL, .group = g->id, .seq = seq};
+    return WF_OK;
+}
+
+static wf_world_op op_send(const wf_group *g, const coll *c, int to, const void *buf, size_t len,
+                           uint8_t step) {
+    wf_world_op op = {.kind = WF_WORLD_SEND, .peer = g->ranks[to], .tag = c->tag,
+                      .buf = (void *)(uintptr_t)buf, .len = len};
+    op.tag.step = step;
+    return op;
+}
+
+static wf_world_op op_recv(const wf_group *g, const coll *c, int from, void *buf, size_t len,
+                           uint8_t step) {
+    wf_world_op op = {.kind = WF_WORLD_RECV, .peer = g->ranks[from], .tag = c->tag, .buf = buf,
+                      .len = len};
+    op.tag.step = step;
+    return op;
+}
+
+/* Runs ops and checks every receive got exactly the size it expected. */
+static wf_status run_exact(wf_world *w, wf_world_op *ops, int n_ops) {
+    wf_status st = wf_world_run(w, ops, n_ops);
+    if (st != WF_OK) return st;
+    for (int i = 0; i < n_ops; i++)
+        if (ops[i].kind == WF_WORLD_RECV && ops[i].received != ops[i].len) return WF_EPROTO;
+    return WF_OK;
+}
+
+wf_status wf_gfc_barrier(wf_world *w, const wf_group *g) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    /* Dissemination: after round k every member has heard (transitively) from 2^(k+1) others. */
+    uint8_t step = 0;
+    for (int d = 1; d < c.n; d *= 2, step++) {
+        wf_world_op ops[2] = {op_recv(g, &c, (c.me - d + c.n) % c.n, NULL, 0, step),
+                              op_send(g, &c, (c.me + d) % c.n, NULL, 0, step)};
+        st = run_exact(w, ops, 2);
+        if (st != WF_OK) return st;
+    }
+    return WF_OK;
+}
+
+wf_status wf_gfc_broadcast(wf_world *w, const wf_group *g, int root, void *buf, size_t len) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    if (root < 0 || root >= c.n || (len && !buf)) return WF_EINVAL;
+    if (c.n == 1) return WF_OK;
+    wf_world_op ops[MAX_OPS];
+    int k = 0;
+    if (c.me == root) {
+        for (int i = 1; i < c.n; i++) ops[k++] = op_send(g, &c, (root + i) % c.n, buf, len, 0);
+    } else {
+        ops[k++] = op_recv(g, &c, root, buf, len, 0);
+    }
+    return run_exact(w, ops, k);
+}
+
+wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
+                           const size_t *send_counts, const size_t *send_displs, void *recv,
+                           const size_t *recv_counts, const size_t *recv_displs) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    if (!send_counts || !send_displs || !recv_counts || !recv_displs) return WF_EINVAL;
+    wf_world_op ops[MAX_OPS];
+    int k = 0;
+    /* Receives first so that eager data lands straight in place; then sends, each member
+     * starting with its right neighbour so that no member is everyone's first target. */
+    for (int i = 1; i < c.n; i++) {
+        int from = (c.me - i + c.n) % c.n;
+        ops[k++] = op_recv(g, &c, from, (uint8_t *)recv + recv_displs[from], recv_counts[from], 0);
+    }
+    for (int i = 1; i < c.n; i++) {
+        int to = (c.me + i) % c.n;
+        ops[k++] = op_send(g, &c, to, (const uint8_t *)send + send_displs[to], send_counts[to], 0);
+    }
+    if (send_counts[c.me] != recv_counts[c.me]) return WF_EINVAL;
+    if (send_counts[c.me])
+        memmove((uint8_t *)recv + recv_displs[c.me], (const uint8_t *)send + send_displs[c.me],
+                send_counts[c.me]);
+    return run_exact(w, ops, k);
+}
+
+wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void *recv,
+                          size_t len) {
+    if (!g || g->n_ranks < 1 || g->n_ranks > WF_MAX_GROUP_RANKS) return WF_EINVAL;
+    size_t counts[WF_MAX_GROUP_RANKS], displs[WF_MAX_GROUP_RANKS];
+    for (int i = 0; i < g->n_ranks; i++) counts[i] = len, displs[i] = (size_t)i * len;
+    return wf_gfc_alltoallv(w, g, send, counts, displs, recv, counts, displs);
+}
+
+/* Every member sends blocks[me] to all others and receives block i from member i (an
+ * all-gather of unequal blocks at offsets off[i] of buf). */
+static wf_status gather_blocks(wf_world *w, const wf_group *g, coll *c, uint8_t *buf,
+                               const size_t *off, const size_t *len, uint8_t step) {
+    wf_world_op ops[MAX_OPS];
+    int k = 0;
+    for (int i = 1; i < c->n; i++) {
+        int from = (c->me - i + c->n) % c->n;
+        ops[k++] = op_recv(g, c, from, buf + off[from], len[from], step);
+    }
+    for (int i = 1; i < c->n; i++)
+        ops[k++] = op_send(g, c, (c->me + i) % c->n, buf + off[c->me], len[c->me], step);
+    return run_exact(w, ops, k);
+}
+
+wf_status wf_gfc_allgather(wf_world *w, const wf_group *g, const void *send, void *recv,
+                           size_t len) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    size_t off[WF_MAX_GROUP_RANKS], lens[WF_MAX_GROUP_RANKS];
+    for (int i = 0; i < c.n; i++) off[i] = (size_t)i * len, lens[i] = len;
+    if (len) memmove((uint8_t *)recv + off[c.me], send, len);
+    return gather_blocks(w, g, &c, recv, off, lens, 0);
+}
+
+/* Reduce-scatter core: member j owns floats [off[j], off[j] + len[j]) of the vector; every
+ * member sends each owner its slice, and each owner sums the n slices in group order into out
+ * (n * max(len) floats of world scratch hold the slices). */
+static wf_status reduce_blocks(wf_world *w, const wf_group *g, coll *c, const float *send,
+                               const size_t *off, const size_t *len, float *out, uint8_t step) {
+    size_t mine = len[c->me];
+    float *slices = wf__world_scratch(w, (size_t)c->n * (mine ? mine : 1) * sizeof(float));
+    if (!slices) return WF_ENOMEM;
+    wf_world_op ops[MAX_OPS];
+    int k = 0;
+    for (int i = 1; i < c->n; i++) {
+        int from = (c->me - i + c->n) % c->n;
+        ops[k++] = op_recv(g, c, from, slices + (size_t)from * mine, mine * sizeof(float), step);
+    }
+    for (int i = 1; i < c->n; i++) {
+        int to = (c->me + i) % c->n;
+        ops[k++] = op_send(g, c, to, send + off[to], len[to] * sizeof(float), step);
+    }
+    if (mine) memcpy(slices + (size_t)c->me * mine, send + off[c->me], mine * sizeof(float));
+    wf_status st = run_exact(w, ops, k);
+    if (st != WF_OK) return st;
+    /* The fixed order: slice 0, then + slice 1, ... whatever arrived first. */
+    if (mine) memcpy(out, slices, mine * sizeof(float));
+    for (int j = 1; j < c->n; j++) {
+        const float *s = slices + (size_t)j * mine;
+        for (size_t i = 0; i < mine; i++) out[i] += s[i];
+    }
+    return WF_OK;
+}
+
+wf_status wf_gfc_reduce_scatter_f32(wf_world *w, const wf_group *g, const float *send,
+                                    float *recv, size_t count) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    if (count && (!send || !recv)) return WF_EINVAL;
+    size_t off[WF_MAX_GROUP_RANKS], len[WF_MAX_GROUP_RANKS];
+    for (int i = 0; i < c.n; i++) off[i] = (size_t)i * count, len[i] = count;
+    return reduce_blocks(w, g, &c, send, off, len, recv, 0);
+}
+
+wf_status wf_gfc_allreduce_f32(wf_world *w, const wf_group *g, const float *send, float *recv,
+                               size_t count) {
+    coll c;
+    wf_status st = begin(w, g, &c);
+    if (st != WF_OK) return st;
+    if (count && (!send || !recv)) return WF_EINVAL;
+    /* Reduce-scatter into the owner's block of recv, then all-gather the blocks. The order of
+     * the sum does not depend on the blocking: each element is summed by one owner, in order. */
+    size_t off[WF_MAX_GROUP_RANKS], len[WF_MAX_GROUP_RANKS], boff[WF_MAX_GROUP_RANKS],
+        blen[WF_MAX_GROUP_RANKS];
+    size_t per = (count + (size_t)c.n - 1) / (size_t)c.n;
+    for (int i = 0; i < c.n; i++) {
+        off[i] = (size_t)i * per < count ? (size_t)i * per : count;
+        len[i] = count - off[i] < per ? count - off[i] : per;
+        boff[i] = off[i] * sizeof(float);
+        blen[i] = len[i] * sizeof(float);
+    }
+    st = reduce_blocks(w, g, &c, send, off, len, recv + off[c.me], 0);
+    if (st != WF_OK) return st;
+    return gather_blocks(w, g, &c, (uint8_t *)recv, boff, blen, 1);
+}
+
+static wf_status p2p(wf_world *w, const wf_group *g, int peer, uint32_t tag, void *buf,
+                     size_t len, int sending, size_t *received) {
+    if (!w || !g || peer < 0 || peer >= g->n_ranks || wf_gfc_group_index(g, wf_world_rank(w)) < 0)
+        return WF_EINVAL;
+    wf_world_op op = {.kind = sending ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = g->ranks[peer],
+                      .tag = {.kind = WF_WORLD_TAG_P2P, .group = g->id, .seq = tag},
+                      .buf = buf, .len = len};
+    wf_status st = wf_world_run(w, &op, 1);
+    if (received) *received = op.received;
+    return st;
+}
+
+wf_status wf_gfc_send(wf_world *w, const wf_group *g, int dst, uint32_t tag, const void *buf,
+                      size_t len) {
+    return p2p(w, g, dst, tag, (void *)(uintptr_t)buf, len, 1, NULL);
+}
+
+wf_status wf_gfc_recv(wf_world *w, const wf_group *g, int src, uint32_t tag, void *buf,
+                      size_t len, size_t *received) {
+    return p2p(w, g, src, tag, buf, len, 0, received);
+}

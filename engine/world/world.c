@@ -1,0 +1,1107 @@
+/* The world: TCP bootstrap once, then UCX endpoints, tagged messages and RMA puts between ranks,
+ * every wait bounded and every peer failure reported with the rank it concerns. */
+#define _GNU_SOURCE
+#include "engine/world/world.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "engine/world/world_impl.h"
+#include "proto/base/clock.h"
+#include "proto/base/log.h"
+
+#define LIVENESS_PERIOD_NS 20000000ull /* how often a wait checks pending peers' processes */
+#define CLOSE_WAIT_NS 2000000000ull    /* bound of a graceful endpoint close */
+
+typedef struct peer {
+    wf__world_entry e;
+    ucp_ep_h ep;
+    ucp_rkey_h rkey;
+    wf_status failed;       /* WF_OK, or WF_EPEER once its endpoint or process failed */
+} peer;
+
+struct wf_world {
+    wf_world_config cfg;
+    char host_arg[256];
+    int rank, n;
+    uint32_t epoch;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_mem_h mem;
+    void *sym;
+    size_t sym_size;
+    wf__world_entry self;   /* this rank's entry as sent to the coordinator */
+    peer *peers;
+    int listen_fd;          /* rank 0: the bootstrap socket, kept for replacements */
+    uint64_t last_probe_ns;
+    char err[320];
+    int err_rank;
+    wf_world_stats stats;
+    struct seq_slot *seqs;  /* open addressing on the group id; cap a power of two */
+    size_t seq_cap, seq_used;
+    void *scratch;
+    size_t scratch_size;
+};
+
+struct seq_slot {
+    uint64_t id;
+    uint32_t epoch, seq;
+    int used;
+};
+
+/* ---- errors --------------------------------------------------------------------------------- */
+static wf_status fail(wf_world *w, wf_status st, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static wf_status fail(wf_world *w, wf_status st, int rank, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    va_end(ap);
+    w->err_rank = rank;
+    WF_LOG_DEBUG("world", NULL, "rank %d: %s (%s)", w->rank, w->err, wf_status_name(st));
+    return st;
+}
+
+const char *wf_world_error(const wf_world *w) { return w->err; }
+int wf_world_error_rank(const wf_world *w) { return w->err_rank; }
+
+wf_world_config wf_world_config_default(void) {
+    return (wf_world_config){.n_ranks = 1, .rank = 0, .host = "127.0.0.1", .port = 0,
+                             .sym_size = 4u << 20, .timeout_ms = 10000,
+                             .join_timeout_ms = 30000};
+}
+
+int wf_world_rank(const wf_world *w) { return w->rank; }
+int wf_world_size(const wf_world *w) { return w->n; }
+uint32_t wf_world_epoch(const wf_world *w) { return w->epoch; }
+void *wf_world_sym(const wf_world *w) { return w->sym; }
+size_t wf_world_sym_size(const wf_world *w) { return w->sym_size; }
+int wf_world_timeout_ms(const wf_world *w) { return w->cfg.timeout_ms; }
+void wf_world_set_timeout_ms(wf_world *w, int ms) {
+    if (ms > 0) w->cfg.timeout_ms = ms;
+}
+uint32_t wf_world_incarnation(const wf_world *w, int rank) {
+    return rank >= 0 && rank < w->n ? w->peers[rank].e.incarnation : 0;
+}
+void wf_world_get_stats(const wf_world *w, wf_world_stats *out) { *out = w->stats; }
+
+/* ---- process identity and liveness -------------------------------------------------------- */
+/* Field 22 of /proc/PID/stat (start time in clock ticks) and the state letter (field 3). */
+static int read_proc_stat(uint32_t pid, char *state, uint64_t *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The command name may hold spaces and parentheses: fields start after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ') return -1;
+    p += 2;
+    *state = *p;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return -1;
+        p++;
+    }
+    *start = strtoull(p, NULL, 10);
+    return 0;
+}
+
+static void fill_identity(wf__world_entry *e) {
+    e->pid = (uint32_t)getpid();
+    char state;
+    if (read_proc_stat(e->pid, &state, &e->start_ticks) != 0) e->start_ticks = 0;
+    if (gethostname(e->host, sizeof e->host) != 0) snprintf(e->host, sizeof e->host, "?");
+    e->host[sizeof e->host - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(e->node, sizeof e->node, f)) e->node[0] = '\0';
+        fclose(f);
+        e->node[strcspn(e->node, "\n")] = '\0';
+    }
+}
+
+/* Whether a peer's process is certainly gone: only decidable for a peer on this kernel. */
+static int peer_process_gone(const wf_world *w, const wf__world_entry *e) {
+    if (!e->node[0] || strcmp(e->node, w->self.node) != 0 || e->start_ticks == 0) return 0;
+    char state;
+    uint64_t start;
+    if (read_proc_stat(e->pid, &state, &start) != 0) return 1;
+    return state == 'Z' || state == 'X' || start != e->start_ticks;
+}
+
+/* ---- endpoints ---------------------------------------------------------------------------- */
+static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    wf_world *w = arg;
+    for (int r = 0; r < w->n; r++) {
+        if (w->peers[r].ep == ep) {
+            WF_LOG_DEBUG("world", NULL, "rank %d: endpoint to rank %d failed: %s", w->rank, r,
+                         ucs_status_string(status));
+            w->peers[r].failed = WF_EPEER;
+            return;
+        }
+    }
+}
+
+/* Waits for a request that must finish without peers (a local close or probe), bounded. */
+static ucs_status_t wait_local(wf_world *w, void *req, uint64_t bound_ns) {
+    if (req == NULL) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    uint64_t deadline = wf_clock_now_ns() + bound_ns;
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        ucp_worker_progress(w->worker);
+        if (wf_clock_now_ns() > deadline) break;
+    }
+    /* Freed either way: an unfinished request is released by UCX when it ends (a request never
+     * freed makes ucp_worker_destroy assert). */
+    ucp_request_free(req);
+    return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
+}
+
+static void close_peer_ep(wf_world *w, int r, int force) {
+    peer *p = &w->peers[r];
+    if (p->rkey) ucp_rkey_destroy(p->rkey);
+    p->rkey = NULL;
+    if (!p->ep) return;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+    ucp_ep_h ep = p->ep;
+    p->ep = NULL; /* the error callback no longer maps this endpoint to the rank */
+    ucs_status_t st = wait_local(w, ucp_ep_close_nbx(ep, &prm), CLOSE_WAIT_NS);
+    if (st != UCS_OK && !force) {
+        /* The graceful close could not flush (the peer is gone): nothing more to do; UCX
+         * releases the endpoint when the request ends. */
+        WF_LOG_DEBUG("world", NULL, "rank %d: closing endpoint to rank %d: %s", w->rank, r,
+                     ucs_status_string(st));
+    }
+}
+
+static wf_status get_ep(wf_world *w, int r, ucp_ep_h *out) {
+    peer *p = &w->peers[r];
+    if (p->failed != WF_OK)
+        return fail(w, p->failed, r, "rank %d (pid %u on %s) failed", r, p->e.pid, p->e.host);
+    if (!p->ep) {
+        ucp_ep_params_t prm = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLER,
+            .address = (const ucp_address_t *)p->e.addr,
+            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_handler = {.cb = ep_error_cb, .arg = w},
+        };
+        ucs_status_t st = ucp_ep_create(w->worker, &prm, &p->ep);
+        if (st != UCS_OK) {
+            p->ep = NULL;
+            return fail(w, WF_EIO, r, "endpoint to rank %d: %s", r, ucs_status_string(st));
+        }
+        w->stats.endpoints_created++;
+    }
+    *out = p->ep;
+    return WF_OK;
+}
+
+static wf_status get_rkey(wf_world *w, int r, ucp_ep_h ep, ucp_rkey_h *out) {
+    peer *p = &w->peers[r];
+    if (!p->rkey) {
+        ucs_status_t st = ucp_ep_rkey_unpack(ep, p->e.rkey, &p->rkey);
+        if (st != UCS_OK) {
+            p->rkey = NULL;
+            return fail(w, WF_EIO, r, "remote key of rank %d: %s", r, ucs_status_string(st));
+        }
+    }
+    *out = p->rkey;
+    return WF_OK;
+}
+
+/* ---- tags ----------------------------------------------------------------------------------- */
+#define TAG_KIND_SHIFT 60
+#define TAG_SRC_SHIFT 52
+#define TAG_EPOCH_SHIFT 44
+#define TAG_GROUP_SHIFT 28
+#define TAG_SEQ_SHIFT 8
+#define TAG_KIND_MASK (0xfull << TAG_KIND_SHIFT)
+
+static ucp_tag_t make_tag(const wf_world_tag *t, int src, uint32_t epoch) {
+    return (ucp_tag_t)(t->kind & 0xfu) << TAG_KIND_SHIFT |
+           (ucp_tag_t)((unsigned)src & 0xffu) << TAG_SRC_SHIFT |
+           (ucp_tag_t)(epoch & 0xffu) << TAG_EPOCH_SHIFT |
+           (ucp_tag_t)(t->group & 0xffffu) << TAG_GROUP_SHIFT |
+           (ucp_tag_t)(t->seq & 0xfffffu) << TAG_SEQ_SHIFT | (ucp_tag_t)t->step;
+}
+
+/* ---- operations ----------------------------------------------------------------------------- */
+static void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                      void *user_data) {
+    wf_world_op *op = user_data;
+    if (status == UCS_OK && info) op->received = info->length;
+}
+
+static wf_status op_failed(wf_world *w, wf_world_op *op, ucs_status_t us) {
+    if (us == UCS_ERR_MESSAGE_TRUNCATED)
+        return fail(w, WF_EPROTO, op->peer, "message from rank %d longer than %zu bytes",
+                    op->peer, op->len);
+    if (us == UCS_ERR_CANCELED) return WF_ECANCELLED;
+    return fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
+                op->kind == WF_WORLD_RECV ? "receive from" : "send to", op->peer,
+                ucs_status_string(us));
+}
+
+static wf_status post_one(wf_world *w, wf_world_op *op) {
+    op->req_ = NULL;
+    op->received = 0;
+    op->status = WF_IN_PROGRESS;
+    if (op->peer < 0 || op->peer >= w->n || (op->len > 0 && !op->buf))
+        return op->status = fail(w, WF_EINVAL, op->peer, "bad operation (peer %d)", op->peer);
+    void *req = NULL;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                               .datatype = ucp_dt_make_contig(1)};
+    if (op->kind == WF_WORLD_RECV) {
+        /* Receives need no endpoint: a failed peer is noticed while waiting. */
+        ucp_tag_recv_info_t info = {0};
+        /* Always a request, so that the length arrives through the callback (immediate
+         * completion did not report it reliably with UCX 1.13). */
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FIELD_CALLBACK |
+                            UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        prm.recv_info.tag_info = &info;
+        prm.cb.recv = recv_done;
+        prm.user_data = op;
+        req = ucp_tag_recv_nbx(w->worker, op->buf, op->len, make_tag(&op->tag, op->peer, w->epoch),
+                               ~(ucp_tag_t)0, &prm);
+        w->stats.recvs++;
+        if (req == NULL) {
+            op->received = info.length;
+            op->status = WF_OK;
+            return WF_OK;
+        }
+    } else {
+        ucp_ep_h ep = NULL;
+        wf_status st = get_ep(w, op->peer, &ep);
+        if (st != WF_OK) return op->status = st;
+        if (op->kind == WF_WORLD_SEND) {
+            req = ucp_tag_send_nbx(ep, op->buf, op->len, make_tag(&op->tag, w->rank, w->epoch),
+                                   &prm);
+            w->stats.sends++;
+            w->stats.bytes_sent += op->len;
+        } else if (op->kind == WF_WORLD_PUT) {
+            peer *p = &w->peers[op->peer];
+            if (op->offset > p->e.sym_size || op->len > p->e.sym_size - op->offset)
+                return op->status = fail(w, WF_ERANGE, op->peer,
+                                         "put of %zu bytes at %zu beyond rank %d's %llu bytes",
+                                         op->len, op->offset, op->peer,
+                                         (unsigned long long)p->e.sym_size);
+            ucp_rkey_h rkey = NULL;
+            st = get_rkey(w, op->peer, ep, &rkey);
+            if (st != WF_OK) return op->status = st;
+            req = ucp_put_nbx(ep, op->buf, op->len, p->e.sym_addr + op->offset, rkey, &prm);
+            w->stats.puts++;
+            w->stats.bytes_put += op->len;
+        } else {
+            return op->status = fail(w, WF_EINVAL, op->peer, "unknown operation kind %d",
+                                     (int)op->kind);
+        }
+    }
+    if (req == NULL) {
+        op->status = WF_OK;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        return op->status = op_failed(w, op, UCS_PTR_STATUS(req));
+    } else {
+        op->req_ = req;
+    }
+    return WF_OK;
+}
+
+wf_status wf_world_post(wf_world *w, wf_world_op *ops, int n) {
+    for (int i = 0; i < n; i++) {
+        wf_status st = post_one(w, &ops[i]);
+        if (st != WF_OK) {
+            for (int j = i + 1; j < n; j++) ops[j].status = WF_ECANCELLED, ops[j].req_ = NULL;
+            return st;
+        }
+    }
+    return WF_OK;
+}
+
+/* Moves a finished request's result into its op. Returns 1 if the op is now complete. */
+static int reap(wf_world *w, wf_world_op *op) {
+    if (op->status != WF_IN_PROGRESS) return 1;
+    ucs_status_t us = ucp_request_check_status(op->req_);
+    if (us == UCS_INPROGRESS) return 0;
+    ucp_request_free(op->req_);
+    op->req_ = NULL;
+    op->status = us == UCS_OK ? WF_OK : op_failed(w, op, us);
+    return 1;
+}
+
+/* Cancels every pending op and waits (bounded) until UCX lets go of their buffers. Sends and
+ * puts cannot be cancelled one by one: their peer's endpoint is closed by force, which ends
+ * them; the endpoint is created again on next use. */
+static void cancel_pending(wf_world *w, wf_world_op *ops, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ops[i].status != WF_IN_PROGRESS) continue;
+        if (ops[i].kind == WF_WORLD_RECV)
+            ucp_request_cancel(w->worker, ops[i].req_);
+        else if (w->peers[ops[i].peer].ep)
+            close_peer_ep(w, ops[i].peer, 1);
+    }
+    uint64_t deadline = wf_clock_now_ns() + CLOSE_WAIT_NS;
+    for (;;) {
+        ucp_worker_progress(w->worker);
+        int pending = 0;
+        for (int i = 0; i < n; i++) pending += !reap(w, &ops[i]);
+        if (!pending) return;
+        if (wf_clock_now_ns() > deadline) break;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ops[i].status != WF_IN_PROGRESS) continue;
+        WF_LOG_ERROR("world", NULL, "rank %d: an operation with rank %d did not end on cancel",
+                     w->rank, ops[i].peer);
+        ucp_request_free(ops[i].req_); /* UCX releases it when it ends */
+        ops[i].req_ = NULL;
+        ops[i].status = WF_ECANCELLED;
+    }
+}
+
+static void handle_ctrl(wf_world *w);
+
+/* The rank a wait should blame: a pending peer known dead, else the first pending one. */
+static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *blame) {
+    *blame = -1;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].status != WF_IN_PROGRESS) continue;
+        peer *p = &w->peers[ops[i].peer];
+        if (p->failed == WF_OK && probe && ops[i].peer != w->rank && peer_process_gone(w, &p->e))
+            p->failed = WF_EPEER;
+        if (p->failed != WF_OK) {
+            *blame = ops[i].peer;
+            return 1;
+        }
+        if (*blame < 0) *blame = ops[i].peer;
+    }
+    return 0;
+}
+
+wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
+    wf_status result = WF_OK;
+    for (;;) {
+        unsigned events = 0, ev;
+        while ((ev = ucp_worker_progress(w->worker)) > 0) events += ev;
+        /* Ranks may outnumber cores (tests, a busy host): let the peer we wait for run. */
+        if (!events) sched_yield();
+        int pending = 0;
+        for (int i = 0; i < n; i++) {
+            if (!reap(w, &ops[i])) {
+                pending++;
+            } else if (ops[i].status != WF_OK && result == WF_OK) {
+                result = ops[i].status;
+            }
+        }
+        if (result != WF_OK) break;
+        if (!pending) return WF_OK;
+        uint64_t now = wf_clock_now_ns();
+        int probe = now - w->last_probe_ns > LIVENESS_PERIOD_NS;
+        if (probe) {
+            w->last_probe_ns = now;
+            handle_ctrl(w);
+        }
+        int blame;
+        if (check_peers(w, ops, n, probe, &blame)) {
+            peer *p = &w->peers[blame];
+            result = fail(w, WF_EPEER, blame, "rank %d (pid %u on %s) failed", blame, p->e.pid,
+                          p->e.host);
+            break;
+        }
+        if (now > deadline) {
+            result = fail(w, WF_ETIMEDOUT, blame,
+                          "timed out after %d ms waiting for rank %d (%d operations pending)",
+                          w->cfg.timeout_ms, blame, pending);
+            break;
+        }
+    }
+    char keep[sizeof w->err];
+    int keep_rank = w->err_rank;
+    memcpy(keep, w->err, sizeof keep);
+    cancel_pending(w, ops, n);
+    memcpy(w->err, keep, sizeof keep); /* the first cause, not the cancellations */
+    w->err_rank = keep_rank;
+    return result;
+}
+
+wf_status wf_world_run(wf_world *w, wf_world_op *ops, int n) {
+    wf_status st = wf_world_post(w, ops, n);
+    if (st != WF_OK) {
+        char keep[sizeof w->err];
+        int keep_rank = w->err_rank;
+        memcpy(keep, w->err, sizeof keep);
+        cancel_pending(w, ops, n);
+        memcpy(w->err, keep, sizeof keep);
+        w->err_rank = keep_rank;
+        return st;
+    }
+    return wf_world_wait(w, ops, n);
+}
+
+wf_status wf_world_fence(wf_world *w) {
+    ucs_status_t st = ucp_worker_fence(w->worker);
+    return st == UCS_OK ? WF_OK : fail(w, WF_EIO, -1, "fence: %s", ucs_status_string(st));
+}
+
+wf_status wf_world_flush(wf_world *w) {
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *req = ucp_worker_flush_nbx(w->worker, &prm);
+    if (req == NULL) return WF_OK;
+    if (UCS_PTR_IS_ERR(req))
+        return fail(w, WF_EPEER, -1, "flush: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+    wf_world_op op = {.kind = WF_WORLD_PUT, .peer = w->rank, .req_ = req,
+                      .status = WF_IN_PROGRESS};
+    /* A worker flush spans every peer: blame is not known; report it as this rank's. */
+    return wf_world_wait(w, &op, 1);
+}
+
+wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer_rank) {
+    if (offset % 8 || offset + 8 > w->sym_size || peer_rank < 0 || peer_rank >= w->n)
+        return fail(w, WF_EINVAL, peer_rank, "bad flag offset %zu", offset);
+    /* offset is a multiple of 8 (checked) and the buffer is page-aligned. */
+    volatile uint64_t *flag = (volatile uint64_t *)(void *)((uint8_t *)w->sym + offset);
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
+        if (!ucp_worker_progress(w->worker)) sched_yield();
+        uint64_t now = wf_clock_now_ns();
+        if (now - w->last_probe_ns > LIVENESS_PERIOD_NS) {
+            w->last_probe_ns = now;
+            handle_ctrl(w);
+            peer *p = &w->peers[peer_rank];
+            if (p->failed == WF_OK && peer_rank != w->rank && peer_process_gone(w, &p->e))
+                p->failed = WF_EPEER;
+            if (p->failed != WF_OK)
+                return fail(w, WF_EPEER, peer_rank, "rank %d (pid %u on %s) failed", peer_rank,
+                            p->e.pid, p->e.host);
+        }
+        if (now > deadline)
+            return fail(w, WF_ETIMEDOUT, peer_rank,
+                        "timed out after %d ms waiting for a flag from rank %d",
+                        w->cfg.timeout_ms, peer_rank);
+    }
+    return WF_OK;
+}
+
+/* ---- membership updates over UCX -------------------------------------------------------------- */
+static void apply_entry(wf_world *w, int r, wf__world_entry *e) {
+    close_peer_ep(w, r, 1);
+    wf__world_entry_free(&w->peers[r].e);
+    w->peers[r].e = *e;
+    memset(e, 0, sizeof *e); /* ownership moved */
+    w->peers[r].failed = WF_OK;
+}
+
+static void handle_ctrl(wf_world *w) {
+    for (;;) {
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg = ucp_tag_probe_nb(w->worker, (ucp_tag_t)WF_WORLD_TAG_CTRL
+                                                 << TAG_KIND_SHIFT, TAG_KIND_MASK, 1, &info);
+        if (!msg) return;
+        uint8_t *buf = malloc(info.length ? info.length : 1);
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
+                                   .datatype = ucp_dt_make_contig(1)};
+        void *req = ucp_tag_msg_recv_nbx(w->worker, buf ? buf : (void *)&info, buf ? info.length : 0,
+                                         msg, &prm);
+        ucs_status_t st = wait_local(w, req, CLOSE_WAIT_NS);
+        wf__world_msg m;
+        if (!buf || st != UCS_OK || wf__world_msg_decode(buf, info.length, &m) != WF_OK) {
+            WF_LOG_ERROR("world", NULL, "rank %d: dropped a malformed membership message", w->rank);
+            free(buf);
+            continue;
+        }
+        free(buf);
+        if (m.type == WF__WORLD_MSG_UPDATE && m.n_ranks == w->n && m.rank != w->rank &&
+            m.epoch > w->epoch) {
+            WF_LOG_INFO("world", NULL, "rank %d: rank %d rejoined (incarnation %u, epoch %u)",
+                        w->rank, m.rank, m.entries[0].incarnation, m.epoch);
+            apply_entry(w, m.rank, &m.entries[0]);
+            w->epoch = m.epoch;
+        }
+        wf__world_msg_free(&m);
+    }
+}
+
+int wf_world_progress(wf_world *w) {
+    int n = (int)ucp_worker_progress(w->worker);
+    uint32_t before = w->epoch;
+    handle_ctrl(w);
+    return n + (w->epoch != before);
+}
+
+wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch) {
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
+    while (w->epoch < epoch) {
+        if (!ucp_worker_progress(w->worker)) sched_yield();
+        handle_ctrl(w);
+        if (wf_clock_now_ns() > deadline)
+            return fail(w, WF_ETIMEDOUT, 0, "no membership update to epoch %u from rank 0 in %d ms",
+                        epoch, w->cfg.join_timeout_ms);
+    }
+    return WF_OK;
+}
+
+/* ---- per-group sequence numbers and scratch -------------------------------------------------- */
+static struct seq_slot *seq_find(struct seq_slot *t, size_t cap, uint64_t id) {
+    size_t i = (size_t)(id ^ (id >> 29)) & (cap - 1);
+    while (t[i].used && t[i].id != id) i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+int wf__world_next_seq(wf_world *w, uint64_t id, uint32_t *seq) {
+    if (w->seq_used * 2 >= w->seq_cap) {
+        size_t cap = w->seq_cap ? w->seq_cap * 2 : 64;
+        struct seq_slot *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (size_t i = 0; i < w->seq_cap; i++)
+            if (w->seqs[i].used) *seq_find(t, cap, w->seqs[i].id) = w->seqs[i];
+        free(w->seqs);
+        w->seqs = t;
+        w->seq_cap = cap;
+    }
+    struct seq_slot *s = seq_find(w->seqs, w->seq_cap, id);
+    if (!s->used) {
+        *s = (struct seq_slot){.id = id, .epoch = w->epoch, .used = 1};
+        w->seq_used++;
+    }
+    if (s->epoch != w->epoch) { /* collectives broken by a failure left the counts unequal */
+        s->epoch = w->epoch;
+        s->seq = 0;
+    }
+    *seq = s->seq++;
+    return 0;
+}
+
+void *wf__world_scratch(wf_world *w, size_t bytes) {
+    if (bytes <= w->scratch_size) return w->scratch;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    free(w->scratch);
+    w->scratch = p;
+    w->scratch_size = bytes;
+    return p;
+}
+
+/* ---- TCP bootstrap ------------------------------------------------------------------------- */
+static int remaining_ms(uint64_t deadline) {
+    uint64_t now = wf_clock_now_ns();
+    return now >= deadline ? 0 : (int)((deadline - now) / 1000000ull) + 1;
+}
+
+static int io_full(int fd, void *p, size_t n, int writing, uint64_t deadline) {
+    uint8_t *b = p;
+    while (n > 0) {
+        struct pollfd pfd = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+        int ms = remaining_ms(deadline);
+        if (ms == 0) return -ETIMEDOUT;
+        int pr = poll(&pfd, 1, ms);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -errno;
+        if (pr == 0) return -ETIMEDOUT;
+        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k < 0) return -errno;
+        if (k == 0) return -ECONNRESET;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int send_frame(int fd, const wf__wbuf *b, uint64_t deadline) {
+    uint8_t len[4] = {(uint8_t)b->len, (uint8_t)(b->len >> 8), (uint8_t)(b->len >> 16),
+                      (uint8_t)(b->len >> 24)};
+    int rc = io_full(fd, len, 4, 1, deadline);
+    return rc ? rc : io_full(fd, b->p, b->len, 1, deadline);
+}
+
+/* Reads one length-prefixed frame and decodes it. */
+static wf_status recv_msg(int fd, uint64_t deadline, wf__world_msg *m) {
+    uint8_t len4[4];
+    int rc = io_full(fd, len4, 4, 0, deadline);
+    if (rc) return rc == -ETIMEDOUT ? WF_ETIMEDOUT : WF_EIO;
+    uint32_t len = (uint32_t)len4[0] | (uint32_t)len4[1] << 8 | (uint32_t)len4[2] << 16 |
+                   (uint32_t)len4[3] << 24;
+    if (len > WF__WORLD_MAX_FRAME) return WF_EPROTO;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) return WF_ENOMEM;
+    rc = io_full(fd, buf, len, 0, deadline);
+    wf_status st = rc ? (rc == -ETIMEDOUT ? WF_ETIMEDOUT : WF_EIO) : wf__world_msg_decode(buf, len, m);
+    free(buf);
+    if (st == WF_EFORMAT) st = WF_EPROTO;
+    return st;
+}
+
+static void encode_header(wf__wbuf *b, uint32_t type, int32_t rank, int32_t n, int32_t status,
+                          uint32_t epoch) {
+    wf__wbuf_u32(b, type);
+    wf__wbuf_u32(b, (uint32_t)rank);
+    wf__wbuf_u32(b, (uint32_t)n);
+    wf__wbuf_u32(b, (uint32_t)status);
+    wf__wbuf_u32(b, epoch);
+}
+
+static wf_status send_welcome(wf_world *w, int fd, int rank, wf_status status, uint64_t deadline) {
+    wf__wbuf b = {0};
+    encode_header(&b, WF__WORLD_MSG_WELCOME, rank, w->n, status, w->epoch);
+    if (status == WF_OK)
+        for (int r = 0; r < w->n; r++) wf__wbuf_entry(&b, &w->peers[r].e);
+    wf_status st = b.oom ? WF_ENOMEM : send_frame(fd, &b, deadline) ? WF_EIO : WF_OK;
+    free(b.p);
+    return st;
+}
+
+static int tcp_listen(wf_world *w, char *err, size_t errlen) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE}, *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%d", w->cfg.port);
+    if (getaddrinfo(w->cfg.host, port, &hints, &ai) != 0) {
+        wf_errorf(err, errlen, "cannot resolve %s", w->cfg.host);
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 256) != 0) {
+        wf_errorf(err, errlen, "bootstrap listen on %s:%d: %s", w->cfg.host, w->cfg.port,
+                  strerror(errno));
+        if (fd >= 0) close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static int accept_one(int lfd, uint64_t deadline) {
+    for (;;) {
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        int ms = remaining_ms(deadline);
+        if (ms == 0) return -ETIMEDOUT;
+        int pr = poll(&pfd, 1, ms);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) return pr == 0 ? -ETIMEDOUT : -errno;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) return fd;
+        if (errno != EINTR && errno != ECONNABORTED) return -errno;
+    }
+}
+
+/* Rank 0: gathers the n - 1 hellos, assigns the slots, sends everyone the table. */
+static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
+    int n = w->n, n_conn = 0;
+    int *fds = malloc(sizeof(int) * (size_t)n), *slot_of = malloc(sizeof(int) * (size_t)n);
+    wf__world_msg *hellos = calloc((size_t)n, sizeof *hellos);
+    wf_status st = WF_OK;
+    if (!fds || !slot_of || !hellos) {
+        st = WF_ENOMEM;
+        goto out;
+    }
+    while (n_conn < n - 1) {
+        int fd = accept_one(w->listen_fd, deadline);
+        if (fd == -ETIMEDOUT) {
+            char missing[200] = "";
+            size_t used = 0;
+            for (int r = 1; r < n; r++) {
+                int taken = 0;
+                for (int i = 0; i < n_conn; i++) taken |= hellos[i].rank == r;
+                if (!taken && used < sizeof missing - 8)
+                    used += (size_t)snprintf(missing + used, sizeof missing - used, " %d", r);
+            }
+            st = wf_status_errorf(err, errlen, WF_ETIMEDOUT,
+                                  "world formation timed out after %d ms: %d of %d ranks joined; "
+                                  "slots not claimed:%s", w->cfg.join_timeout_ms, n_conn + 1, n,
+                                  missing);
+            goto out;
+        }
+        if (fd < 0) {
+            st = wf_status_errorf(err, errlen, WF_EIO, "accept: %s", strerror(-fd));
+            goto out;
+        }
+        wf__world_msg m;
+        wf_status rs = recv_msg(fd, deadline, &m);
+        if (rs == WF_OK && (m.type != WF__WORLD_MSG_HELLO || m.n_ranks != n)) {
+            wf__world_msg_free(&m);
+            rs = WF_EPROTO;
+        }
+        int dup = 0;
+        for (int i = 0; rs == WF_OK && i < n_conn; i++) dup |= m.rank >= 0 && hellos[i].rank == m.rank;
+        if (rs == WF_OK && (dup || m.rank == 0)) {
+            WF_LOG_WARN("world", NULL, "bootstrap: slot %d claimed twice; refused", m.rank);
+            send_welcome(w, fd, m.rank, WF_EINVAL, deadline);
+            wf__world_msg_free(&m);
+            close(fd);
+            continue;
+        }
+        if (rs != WF_OK) {
+            WF_LOG_WARN("world", NULL, "bootstrap: a joiner sent a bad hello (%s)",
+                        wf_status_name(rs));
+            close(fd);
+            continue;
+        }
+        fds[n_conn] = fd;
+        hellos[n_conn++] = m;
+    }
+    /* Explicit slots first, then the "any" joiners in arrival order. */
+    int next = 1;
+    for (int i = 0; i < n_conn; i++) {
+        if (hellos[i].rank > 0) {
+            slot_of[i] = hellos[i].rank;
+            continue;
+        }
+        for (;; next++) {
+            int taken = 0;
+            for (int j = 0; j < n_conn; j++) taken |= hellos[j].rank == next;
+            if (!taken) break;
+        }
+        slot_of[i] = hellos[i].rank = next++;
+    }
+    for (int i = 0; i < n_conn; i++) {
+        wf__world_entry *e = &hellos[i].entries[0];
+        e->incarnation = 1;
+        w->peers[slot_of[i]].e = *e;
+        memset(e, 0, sizeof *e);
+    }
+    for (int i = 0; i < n_conn; i++) {
+        if (send_welcome(w, fds[i], slot_of[i], WF_OK, deadline) != WF_OK) {
+            st = wf_status_errorf(err, errlen, WF_EIO, "sending the rank table to rank %d failed",
+                                  slot_of[i]);
+            break;
+        }
+    }
+out:
+    for (int i = 0; i < n_conn; i++) {
+        close(fds[i]);
+        wf__world_msg_free(&hellos[i]);
+    }
+    free(fds);
+    free(slot_of);
+    free(hellos);
+    return st;
+}
+
+static int tcp_connect(const wf_world *w, uint64_t deadline, char *err, size_t errlen) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%d", w->cfg.port);
+    if (getaddrinfo(w->cfg.host, port, &hints, &ai) != 0) {
+        wf_errorf(err, errlen, "cannot resolve %s", w->cfg.host);
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    /* Rank 0 may not be listening yet: retry until the join deadline. */
+    while (wf_clock_now_ns() < deadline) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+        last_errno = errno;
+        close(fd);
+        fd = -1;
+        usleep(20000);
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        wf_errorf(err, errlen, "cannot reach the coordinator at %s:%d: %s", w->cfg.host,
+                  w->cfg.port, strerror(last_errno ? last_errno : ETIMEDOUT));
+    return fd;
+}
+
+/* A joiner (or a replacement): hello, then the table. */
+static wf_status join(wf_world *w, char *err, size_t errlen) {
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
+    int fd = tcp_connect(w, deadline, err, errlen);
+    if (fd < 0) return WF_ETIMEDOUT;
+    wf__wbuf b = {0};
+    encode_header(&b, WF__WORLD_MSG_HELLO, w->cfg.rank, w->n, 0, 0);
+    wf__wbuf_entry(&b, &w->self);
+    wf_status st = WF_OK;
+    wf__world_msg m = {0};
+    if (b.oom) {
+        st = WF_ENOMEM;
+    } else if (send_frame(fd, &b, deadline) != 0) {
+        st = wf_status_errorf(err, errlen, WF_EIO, "sending hello to the coordinator failed");
+    } else if ((st = recv_msg(fd, deadline, &m)) != WF_OK) {
+        wf_errorf(err, errlen, "no rank table from the coordinator: %s", wf_status_str(st));
+    } else if (m.type != WF__WORLD_MSG_WELCOME || m.n_ranks != w->n) {
+        st = wf_status_errorf(err, errlen, WF_EPROTO, "bad answer from the coordinator");
+    } else if (m.status != WF_OK) {
+        st = wf_status_errorf(err, errlen, (wf_status)m.status, "the coordinator refused slot %d: %s",
+                              w->cfg.rank, wf_status_str((wf_status)m.status));
+    } else {
+        w->rank = m.rank;
+        w->epoch = m.epoch;
+        for (int r = 0; r < w->n; r++) {
+            w->peers[r].e = m.entries[r];
+            memset(&m.entries[r], 0, sizeof m.entries[r]);
+        }
+    }
+    wf__world_msg_free(&m);
+    free(b.p);
+    close(fd);
+    return st;
+}
+
+wf_status wf_world_admit(wf_world *w, int *rank_out) {
+    if (w->rank != 0 || w->listen_fd < 0)
+        return fail(w, WF_EINVAL, -1, "only rank 0 admits replacements");
+    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
+    for (;;) {
+        int fd = accept_one(w->listen_fd, deadline);
+        if (fd == -ETIMEDOUT)
+            return fail(w, WF_ETIMEDOUT, -1, "no replacement joined in %d ms",
+                        w->cfg.join_timeout_ms);
+        if (fd < 0) return fail(w, WF_EIO, -1, "accept: %s", strerror(-fd));
+        wf__world_msg m;
+        wf_status st = recv_msg(fd, deadline, &m);
+        if (st != WF_OK) {
+            close(fd);
+            continue;
+        }
+        int r = m.rank;
+        if (m.type != WF__WORLD_MSG_HELLO || m.n_ranks != w->n || r <= 0) {
+            /* A replacement must name its slot; rank 0 cannot be replaced. */
+            send_welcome(w, fd, 0, WF_EINVAL, deadline);
+            wf__world_msg_free(&m);
+            close(fd);
+            continue;
+        }
+        uint32_t inc = w->peers[r].e.incarnation + 1;
+        m.entries[0].incarnation = inc;
+        apply_entry(w, r, &m.entries[0]);
+        wf__world_msg_free(&m);
+        w->epoch++;
+        st = send_welcome(w, fd, r, WF_OK, deadline);
+        close(fd);
+        if (st != WF_OK) WF_LOG_WARN("world", NULL, "welcome to the replacement of rank %d failed", r);
+        /* Tell everyone else; a rank that is itself dead is skipped, not waited for. */
+        wf__wbuf b = {0};
+        encode_header(&b, WF__WORLD_MSG_UPDATE, r, w->n, 0, w->epoch);
+        wf__wbuf_entry(&b, &w->peers[r].e);
+        if (b.oom) {
+            free(b.p);
+            return fail(w, WF_ENOMEM, r, "out of memory");
+        }
+        wf_world_op *ops = calloc((size_t)w->n, sizeof *ops);
+        if (!ops) {
+            free(b.p);
+            return fail(w, WF_ENOMEM, r, "out of memory");
+        }
+        for (int q = 1; q < w->n; q++) {
+            if (q == r) continue;
+            ops[0] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = q,
+                                   .tag = {.kind = WF_WORLD_TAG_CTRL}, .buf = b.p, .len = b.len};
+            wf_status sst = wf_world_run(w, ops, 1);
+            if (sst != WF_OK)
+                WF_LOG_WARN("world", NULL, "membership update to rank %d: %s", q, w->err);
+        }
+        free(ops);
+        free(b.p);
+        WF_LOG_INFO("world", NULL, "rank %d re-admitted (incarnation %u, epoch %u)", r, inc,
+                    w->epoch);
+        if (rank_out) *rank_out = r;
+        w->err[0] = '\0';
+        w->err_rank = -1;
+        return WF_OK;
+    }
+}
+
+/* ---- creation ------------------------------------------------------------------------------- */
+static wf_status setup_ucx(wf_world *w, char *err, size_t errlen) {
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config); /* UCX_* from the environment */
+    if (st != UCS_OK)
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX config: %s", ucs_status_string(st));
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+                           .mt_workers_shared = 0};
+    st = ucp_init(&params, config, &w->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        w->ctx = NULL;
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX init: %s", ucs_status_string(st));
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    st = ucp_worker_create(w->ctx, &wp, &w->worker);
+    if (st != UCS_OK) {
+        w->worker = NULL;
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX worker: %s", ucs_status_string(st));
+    }
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                                             UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                               .length = w->sym_size, .flags = UCP_MEM_MAP_ALLOCATE};
+    st = ucp_mem_map(w->ctx, &mp, &w->mem);
+    if (st != UCS_OK) {
+        w->mem = NULL;
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "registering %zu bytes: %s", w->sym_size,
+                                ucs_status_string(st));
+    }
+    ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
+    if (ucp_mem_query(w->mem, &ma) != UCS_OK)
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX memory query failed");
+    w->sym = ma.address;
+    memset(w->sym, 0, w->sym_size);
+
+    ucp_address_t *addr;
+    size_t addr_len;
+    void *rkey;
+    size_t rkey_len;
+    if (ucp_worker_get_address(w->worker, &addr, &addr_len) != UCS_OK)
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX worker address failed");
+    st = ucp_rkey_pack(w->ctx, w->mem, &rkey, &rkey_len);
+    if (st != UCS_OK || addr_len == 0 || addr_len > WF__WORLD_MAX_BLOB || rkey_len == 0 ||
+        rkey_len > WF__WORLD_MAX_BLOB) {
+        ucp_worker_release_address(w->worker, addr);
+        if (st == UCS_OK) ucp_rkey_buffer_release(rkey);
+        return wf_status_errorf(err, errlen, WF_EIO, "UCX address or rkey unusable");
+    }
+    w->self.addr = malloc(addr_len);
+    w->self.rkey = malloc(rkey_len);
+    if (w->self.addr && w->self.rkey) {
+        memcpy(w->self.addr, addr, addr_len);
+        memcpy(w->self.rkey, rkey, rkey_len);
+        w->self.addr_len = (uint32_t)addr_len;
+        w->self.rkey_len = (uint32_t)rkey_len;
+    }
+    ucp_worker_release_address(w->worker, addr);
+    ucp_rkey_buffer_release(rkey);
+    if (!w->self.addr || !w->self.rkey) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    w->self.sym_addr = (uint64_t)(uintptr_t)w->sym;
+    w->self.sym_size = w->sym_size;
+    w->self.incarnation = 1;
+    fill_identity(&w->self);
+    return WF_OK;
+}
+
+static wf_status copy_entry(wf__world_entry *dst, const wf__world_entry *src) {
+    *dst = *src;
+    dst->addr = malloc(src->addr_len);
+    dst->rkey = malloc(src->rkey_len);
+    if (!dst->addr || !dst->rkey) {
+        wf__world_entry_free(dst);
+        return WF_ENOMEM;
+    }
+    memcpy(dst->addr, src->addr, src->addr_len);
+    memcpy(dst->rkey, src->rkey, src->rkey_len);
+    return WF_OK;
+}
+
+wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!cfg || cfg->n_ranks < 1 || cfg->n_ranks > WF_WORLD_MAX_RANKS || cfg->rank < -1 ||
+        cfg->rank >= cfg->n_ranks || (cfg->n_ranks > 1 && (cfg->port <= 0 || cfg->port > 65535)) ||
+        cfg->timeout_ms <= 0 || cfg->join_timeout_ms <= 0 || cfg->sym_size < 64 || !cfg->host)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "invalid world configuration");
+    wf_world *w = calloc(1, sizeof *w);
+    if (!w) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    w->cfg = *cfg;
+    snprintf(w->host_arg, sizeof w->host_arg, "%s", cfg->host);
+    w->cfg.host = w->host_arg;
+    w->n = cfg->n_ranks;
+    w->rank = cfg->rank;
+    w->listen_fd = -1;
+    w->err_rank = -1;
+    w->sym_size = (cfg->sym_size + 63) & ~(size_t)63;
+    wf_status st;
+    w->peers = calloc((size_t)w->n, sizeof *w->peers);
+    if (!w->peers) {
+        st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        goto fail_alloc;
+    }
+    st = setup_ucx(w, err, errlen);
+    if (st != WF_OK) goto fail_ucx;
+    if (w->n == 1) {
+        st = copy_entry(&w->peers[0].e, &w->self);
+    } else if (cfg->rank == 0) {
+        w->listen_fd = tcp_listen(w, err, errlen);
+        if (w->listen_fd < 0) {
+            st = WF_EIO;
+            goto fail_ucx;
+        }
+        st = copy_entry(&w->peers[0].e, &w->self);
+        if (st == WF_OK) st = coordinate(w, err, errlen);
+    } else {
+        st = join(w, err, errlen);
+    }
+    if (st != WF_OK) goto fail_ucx;
+    WF_LOG_DEBUG("world", NULL, "rank %d of %d joined (epoch %u)", w->rank, w->n, w->epoch);
+    *out = w;
+    return WF_OK;
+
+fail_ucx:
+    wf_world_destroy(w);
+    return st;
+fail_alloc:
+    free(w);
+    return st;
+}
+
+void wf_world_destroy(wf_world *w) {
+    if (!w) return;
+    if (w->peers) {
+        if (w->worker) {
+            /* Close every endpoint at once and wait for them together (bounded), so that peers
+             * that already left cost one bound, not one each. */
+            void **reqs = calloc((size_t)w->n, sizeof *reqs);
+            for (int r = 0; r < w->n; r++) {
+                peer *p = &w->peers[r];
+                if (p->rkey) ucp_rkey_destroy(p->rkey);
+                p->rkey = NULL;
+                if (!p->ep) continue;
+                ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                           .flags = p->failed != WF_OK || !reqs
+                                                        ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+                void *req = ucp_ep_close_nbx(p->ep, &prm);
+                p->ep = NULL;
+                if (reqs && req && UCS_PTR_IS_PTR(req)) reqs[r] = req;
+                else if (req && UCS_PTR_IS_PTR(req)) wait_local(w, req, CLOSE_WAIT_NS);
+            }
+            uint64_t deadline = wf_clock_now_ns() + CLOSE_WAIT_NS;
+            for (int pending = 1; pending && reqs && wf_clock_now_ns() < deadline;) {
+                ucp_worker_progress(w->worker);
+                pending = 0;
+                for (int r = 0; r < w->n; r++) {
+                    if (!reqs[r]) continue;
+                    if (ucp_request_check_status(reqs[r]) == UCS_INPROGRESS) {
+                        pending = 1;
+                    } else {
+                        ucp_request_free(reqs[r]);
+                        reqs[r] = NULL;
+                    }
+                }
+            }
+            for (int r = 0; reqs && r < w->n; r++)
+                if (reqs[r]) ucp_request_free(reqs[r]);
+            free(reqs);
+        }
+        for (int r = 0; r < w->n; r++) wf__world_entry_free(&w->peers[r].e);
+    }
+    free(w->peers);
+    free(w->seqs);
+    free(w->scratch);
+    wf__world_entry_free(&w->self);
+    if (w->mem) ucp_mem_unmap(w->ctx, w->mem);
+    if (w->worker) ucp_worker_destroy(w->worker);
+    if (w->ctx) ucp_cleanup(w->ctx);
+    if (w->listen_fd >= 0) close(w->listen_fd);
+    free(w);
+}

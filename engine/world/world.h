@@ -1,0 +1,169 @@
+/* The world: every weft process (rank 0 the coordinator, ranks 1..n-1 the workers) as one fixed
+ * set of ranks that reach each other over UCX. The world is formed once: a TCP bootstrap on
+ * rank 0's HOST:PORT exchanges UCX worker addresses and the remote key of one registered
+ * symmetric buffer per rank; after that every byte goes over UCX (shared memory on one host,
+ * TCP or RDMA across hosts: UCX chooses; UCX_TLS and the other UCX_* variables pass through).
+ *
+ *     wf_world_config cfg = wf_world_config_default();
+ *     cfg.n_ranks = 4; cfg.rank = my_rank;            // 0: coordinator; -1: "any free slot"
+ *     cfg.host = "127.0.0.1"; cfg.port = 7000;
+ *     wf_world *w;
+ *     char err[256];
+ *     if (wf_world_create(&cfg, &w, err, sizeof err) != WF_OK) { fprintf(stderr, "%s\n", err); ... }
+ *     wf_world_op op = {.kind = WF_WORLD_SEND, .peer = 1, .tag = {.kind = WF_WORLD_TAG_USER},
+ *                       .buf = frame, .len = frame_len};
+ *     wf_status st = wf_world_run(w, &op, 1);       // posts and waits, bounded by cfg.timeout_ms
+ *     if (st != WF_OK) fprintf(stderr, "%s (rank %d)\n", wf_world_error(w), wf_world_error_rank(w));
+ *     wf_world_destroy(w);
+ *
+ * Failures: every wait is bounded by cfg.timeout_ms. A peer whose endpoint reports an error
+ * (UCP_ERR_HANDLING_MODE_PEER) or whose process is gone (same host: checked via /proc) gives
+ * WF_EPEER; a peer that does not answer in time (stopped, stuck) gives WF_ETIMEDOUT. Either way
+ * wf_world_error_rank() names the rank and wf_world_error() says what was waited for.
+ *
+ * Replacement: a process that died can be replaced by a new process created with cfg.rank set
+ * to the dead slot. Rank 0 admits it (wf_world_admit), gives the slot a new incarnation, bumps
+ * the world epoch and sends the new entry to every other rank over UCX; they apply it in any
+ * progress call (or wait for it with wf_world_wait_epoch). Tags carry the epoch, so traffic of
+ * collectives broken by the failure can never match a receive of the new epoch. Rank 0 itself
+ * cannot be replaced.
+ *
+ * Threading: a world is driven by one thread at a time (UCX runs in UCS_THREAD_MODE_SERIALIZED:
+ * callers may hand a world between threads with their own synchronisation, never call it from
+ * two at once). Nothing here starts threads of its own (UCX may, for its async events). */
+#ifndef WF_ENGINE_WORLD_H
+#define WF_ENGINE_WORLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/base/status.h"
+
+#define WF_WORLD_MAX_RANKS 256 /* the tag layout spends 8 bits on the source rank */
+
+typedef struct wf_world wf_world;
+
+typedef struct wf_world_config {
+    int n_ranks;            /* world size, fixed at creation (1..WF_WORLD_MAX_RANKS) */
+    int rank;               /* 0 for the coordinator; a slot to fill; or -1 for any free slot */
+    const char *host;       /* rank 0's bootstrap address ("127.0.0.1") */
+    int port;               /* rank 0's bootstrap TCP port */
+    size_t sym_size;        /* bytes of this rank's registered symmetric buffer */
+    int timeout_ms;         /* bound of every wait on peers */
+    int join_timeout_ms;    /* bound for the whole world to form (or a replacement to join) */
+} wf_world_config;
+
+/* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s. */
+wf_world_config wf_world_config_default(void);
+
+/* Forms the world (rank 0 waits for all n_ranks - 1 others; the others join) or, when cfg.rank
+ * names a slot of a world that is already formed, joins as that slot's replacement. On error
+ * *out is NULL and err says why (a join time-out names the slots that never joined).
+ * Returns WF_OK, WF_EINVAL, WF_ENOMEM, WF_EIO (socket or UCX set-up), WF_ETIMEDOUT, WF_EPROTO. */
+wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err, size_t errlen);
+
+/* Closes endpoints, frees the symmetric buffer and UCX. NULL is a no-op. */
+void wf_world_destroy(wf_world *w);
+
+int wf_world_rank(const wf_world *w);
+int wf_world_size(const wf_world *w);
+/* The membership epoch: 0 when formed, +1 at every admitted replacement. */
+uint32_t wf_world_epoch(const wf_world *w);
+/* How many times a slot was filled (1 for a slot that never failed). */
+uint32_t wf_world_incarnation(const wf_world *w, int rank);
+/* This rank's symmetric buffer (registered, cfg.sym_size bytes) and its size. */
+void *wf_world_sym(const wf_world *w);
+size_t wf_world_sym_size(const wf_world *w);
+/* The configured wait bound; can be changed at any time (ms > 0). */
+int wf_world_timeout_ms(const wf_world *w);
+void wf_world_set_timeout_ms(wf_world *w, int ms);
+
+/* The last error's description ("" if none) and the rank it names (-1 if none). */
+const char *wf_world_error(const wf_world *w);
+int wf_world_error_rank(const wf_world *w);
+
+/* ---- tags --------------------------------------------------------------------------------- */
+/* A 64-bit UCX tag is laid out as kind:4 | source rank:8 | epoch:8 | group:16 | seq:20 | step:8,
+ * so messages of different kinds, groups, collective sequence numbers and steps never match
+ * each other's receives, and a message from an old epoch never matches a new receive. The
+ * source rank and epoch are filled in by the world. */
+enum {
+    WF_WORLD_TAG_CTRL = 0, /* the world's own membership messages */
+    WF_WORLD_TAG_COLL = 1, /* collectives (engine/gfc) */
+    WF_WORLD_TAG_P2P = 2,  /* group send/recv (engine/gfc) */
+    WF_WORLD_TAG_USER = 3, /* task dispatch, events and other frames */
+};
+
+typedef struct wf_world_tag {
+    uint8_t kind;     /* WF_WORLD_TAG_* (4 bits) */
+    uint64_t group;   /* a group id; its low 16 bits go into the tag */
+    uint32_t seq;     /* a sequence number; low 20 bits */
+    uint8_t step;     /* a step within one operation */
+} wf_world_tag;
+
+/* ---- point-to-point operations -------------------------------------------------------------- */
+typedef enum wf_world_op_kind {
+    WF_WORLD_SEND = 0, /* tagged send of buf[0..len) to peer */
+    WF_WORLD_RECV,     /* tagged receive from peer into buf (at most len bytes) */
+    WF_WORLD_PUT,      /* RMA write of buf[0..len) into peer's symmetric buffer at offset */
+} wf_world_op_kind;
+
+typedef struct wf_world_op {
+    wf_world_op_kind kind;
+    int peer;               /* world rank */
+    wf_world_tag tag;       /* SEND / RECV */
+    void *buf;              /* caller-owned; must stay valid until the op completes */
+    size_t len;
+    size_t offset;          /* PUT: byte offset in the peer's symmetric buffer */
+    /* outputs */
+    size_t received;        /* RECV: bytes received */
+    wf_status status;
+    void *req_;             /* internal */
+} wf_world_op;
+
+/* Posts ops[0..n): starts every one; does not wait. A local failure to post leaves the ops
+ * posted so far running; wait or cancel them with wf_world_wait. Returns WF_OK, WF_EINVAL,
+ * WF_EPEER (the peer is known dead), WF_EIO. */
+wf_status wf_world_post(wf_world *w, wf_world_op *ops, int n);
+
+/* Progresses until ops[0..n) are all complete, or the wait bound passes, or a peer of a pending
+ * op fails. On error every still-pending op is cancelled before returning, so the buffers are
+ * free again. Returns WF_OK, WF_ETIMEDOUT, WF_EPEER (error rank: the peer), WF_EPROTO (a message
+ * longer than its receive buffer). */
+wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n);
+
+/* wf_world_post then wf_world_wait. */
+wf_status wf_world_run(wf_world *w, wf_world_op *ops, int n);
+
+/* Orders PUTs: every put posted before the fence is visible at its target before any posted
+ * after it (used to write data, fence, then write a completion flag). */
+wf_status wf_world_fence(wf_world *w);
+/* Waits until every PUT posted so far is complete at its target. */
+wf_status wf_world_flush(wf_world *w);
+/* Waits until the uint64 at `offset` of this rank's symmetric buffer is >= value (a peer's
+ * flag PUT), progressing meanwhile. `peer` is the rank expected to write it (named on time-out
+ * and checked for failure). Returns WF_OK, WF_ETIMEDOUT, WF_EPEER, WF_EINVAL. */
+wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer);
+
+/* Drives UCX once and applies membership updates. Returns the number of events handled. */
+int wf_world_progress(wf_world *w);
+
+/* ---- replacement ------------------------------------------------------------------------------ */
+/* Rank 0 only: waits (cfg.join_timeout_ms) for one replacement process to join, re-admits it to
+ * its slot and tells every other rank. *rank_out (may be NULL) is the refilled slot.
+ * Returns WF_OK, WF_ETIMEDOUT, WF_EPROTO, WF_EINVAL (not rank 0). */
+wf_status wf_world_admit(wf_world *w, int *rank_out);
+/* Progresses until the world epoch is >= epoch (a replacement was admitted), bounded by
+ * cfg.join_timeout_ms. Returns WF_OK or WF_ETIMEDOUT. */
+wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch);
+
+/* ---- counters (for tests and benchmarks) ------------------------------------------------------ */
+typedef struct wf_world_stats {
+    uint64_t sends, recvs, puts; /* operations posted through this layer */
+    uint64_t bytes_sent, bytes_put;
+    uint64_t endpoints_created;
+} wf_world_stats;
+
+void wf_world_get_stats(const wf_world *w, wf_world_stats *out);
+
+#endif

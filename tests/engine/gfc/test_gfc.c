@@ -1,0 +1,311 @@
+/* engine/gfc: every collective over worlds of 1..8 real processes, random subsets in random
+ * orders, overlapping groups running at the same time, sizes 0 B..64 MiB, each result compared
+ * with a reference computed locally (all-reduce and reduce-scatter bit for bit against the
+ * fixed-order serial sum). Also: forming a group sends nothing.
+ * weft-test: labels=net,slow timeout=400 */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "engine/gfc/gfc.h"
+#include "engine/world/world.h"
+#include "engine/world/world_launch.h"
+
+enum { K_BARRIER, K_BCAST, K_ALLGATHER, K_ALLTOALL, K_ALLTOALLV, K_RS, K_AR, K_P2P, K_COUNT };
+static const char *kind_name[K_COUNT] = {"barrier",  "broadcast",      "allgather",  "alltoall",
+                                         "alltoallv", "reduce_scatter", "allreduce", "send/recv"};
+
+typedef struct item {
+    int kind, root;
+    size_t size; /* bytes per member (byte collectives) or floats (f32 ones) */
+    int ranks[8], n;
+} item;
+
+static uint32_t mix(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static uint32_t h4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    return mix(a * 0x9E3779B1u ^ mix(b * 0x85EBCA77u ^ mix(c * 0xC2B2AE3Du ^ mix(d))));
+}
+
+static uint8_t gen_byte(int it, int src, int dst, size_t i) {
+    return (uint8_t)h4((uint32_t)it, (uint32_t)src, (uint32_t)dst, (uint32_t)i);
+}
+
+/* Values of very different magnitudes, so that a different summation order would show. */
+static float gen_float(int it, int member, size_t i) {
+    uint32_t h = h4((uint32_t)it, (uint32_t)member, 77u, (uint32_t)i);
+    float v = (float)((int)(h % 2001u) - 1000);
+    int e = (int)((h >> 11) % 24u) - 12;
+    return e >= 0 ? v * (float)(1u << e) : v / (float)(1u << -e);
+}
+
+static size_t v_count(int it, int src, int dst, size_t size) {
+    return size ? h4((uint32_t)it, (uint32_t)src, (uint32_t)dst, 5u) % (size + 1) : 0;
+}
+
+static const size_t sizes[] = {0, 1, 3, 64, 4096, 12345, 65536, 262147, 1u << 20};
+
+/* The plan every rank derives alike from the seed. */
+static void make_plan(item *plan, int n_items, int world, uint32_t seed) {
+    uint32_t s = seed;
+    for (int t = 0; t < n_items; t++) {
+        item *p = &plan[t];
+        s = mix(s + 1);
+        p->kind = (int)(s % K_COUNT);
+        s = mix(s + 1);
+        p->size = sizes[s % (sizeof sizes / sizeof sizes[0])];
+        if (p->kind == K_RS || p->kind == K_AR) p->size /= 4; /* floats */
+        s = mix(s + 1);
+        p->n = 1 + (int)(s % (uint32_t)world);
+        if (p->kind == K_P2P && p->n < 2 && world >= 2) p->n = 2;
+        int perm[8];
+        for (int i = 0; i < world; i++) perm[i] = i;
+        for (int i = world - 1; i > 0; i--) {
+            s = mix(s + 1);
+            int j = (int)(s % (uint32_t)(i + 1));
+            int tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        memcpy(p->ranks, perm, sizeof(int) * (size_t)p->n);
+        s = mix(s + 1);
+        p->root = (int)(s % (uint32_t)p->n);
+    }
+}
+
+/* Runs item t on this rank (a member) and checks the result; returns 0 if right. */
+static int run_item(wf_world *w, const item *p, int t) {
+    wf_group g;
+    WT_CHECK(wf_gfc_group_init(&g, p->ranks, p->n) == WF_OK, "group");
+    int me = wf_gfc_group_index(&g, wf_world_rank(w)), n = p->n;
+    size_t sz = p->size;
+    wf_status st = WF_OK;
+    uint8_t *a = NULL, *b = NULL;
+    switch (p->kind) {
+    case K_BARRIER:
+        st = wf_gfc_barrier(w, &g);
+        break;
+    case K_BCAST:
+        a = malloc(sz + 1);
+        for (size_t i = 0; i < sz; i++) a[i] = me == p->root ? gen_byte(t, p->root, 0, i) : 0;
+        st = wf_gfc_broadcast(w, &g, p->root, a, sz);
+        for (size_t i = 0; st == WF_OK && i < sz; i++)
+            WT_CHECK(a[i] == gen_byte(t, p->root, 0, i), "item %d bcast byte %zu", t, i);
+        break;
+    case K_ALLGATHER:
+        a = malloc(sz + 1);
+        b = malloc(sz * (size_t)n + 1);
+        for (size_t i = 0; i < sz; i++) a[i] = gen_byte(t, me, 0, i);
+        st = wf_gfc_allgather(w, &g, a, b, sz);
+        for (int k = 0; st == WF_OK && k < n; k++)
+            for (size_t i = 0; i < sz; i++)
+                WT_CHECK(b[(size_t)k * sz + i] == gen_byte(t, k, 0, i), "item %d from %d", t, k);
+        break;
+    case K_ALLTOALL:
+        a = malloc(sz * (size_t)n + 1);
+        b = malloc(sz * (size_t)n + 1);
+        for (int k = 0; k < n; k++)
+            for (size_t i = 0; i < sz; i++) a[(size_t)k * sz + i] = gen_byte(t, me, k, i);
+        st = wf_gfc_alltoall(w, &g, a, b, sz);
+        for (int k = 0; st == WF_OK && k < n; k++)
+            for (size_t i = 0; i < sz; i++)
+                WT_CHECK(b[(size_t)k * sz + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);
+        break;
+    case K_ALLTOALLV: {
+        size_t sc[8], sd[8], rc[8], rd[8], stot = 0, rtot = 0;
+        for (int k = 0; k < n; k++) {
+            sc[k] = v_count(t, me, k, sz);
+            rc[k] = v_count(t, k, me, sz);
+        }
+        /* Displacements in reverse member order, with gaps: nothing assumes a packed layout. */
+        for (int k = n - 1; k >= 0; k--) {
+            sd[k] = stot;
+            stot += sc[k] + 3;
+            rd[k] = rtot;
+            rtot += rc[k] + 5;
+        }
+        a = malloc(stot + 1);
+        b = calloc(1, rtot + 1);
+        for (int k = 0; k < n; k++)
+            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = gen_byte(t, me, k, i);
+        st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
+        for (int k = 0; st == WF_OK && k < n; k++)
+            for (size_t i = 0; i < rc[k]; i++)
+                WT_CHECK(b[rd[k] + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);
+        break;
+    }
+    case K_RS:
+    case K_AR: {
+        size_t total = p->kind == K_RS ? sz * (size_t)n : sz;
+        float *x = malloc(total * sizeof(float) + 4);
+        float *y = malloc(total * sizeof(float) + 4);
+        for (size_t i = 0; i < total; i++) x[i] = gen_float(t, me, i);
+        size_t first = 0, cnt = total;
+        if (p->kind == K_RS) {
+            st = wf_gfc_reduce_scatter_f32(w, &g, x, y, sz);
+            first = (size_t)me * sz;
+            cnt = sz;
+        } else if (t % 2) {
+            st = wf_gfc_allreduce_f32(w, &g, x, x, total); /* in place */
+            memcpy(y, x, total * sizeof(float));
+        } else {
+            st = wf_gfc_allreduce_f32(w, &g, x, y, total);
+        }
+        for (size_t i = 0; st == WF_OK && i < cnt; i++) {
+            float ref = gen_float(t, 0, first + i);
+            for (int k = 1; k < n; k++) ref += gen_float(t, k, first + i);
+            if (memcmp(&ref, &y[i], sizeof ref) != 0) {
+                free(x);
+                free(y);
+                WT_FAIL("item %d %s element %zu: %.9g != %.9g", t, kind_name[p->kind], i,
+                        (double)y[i], (double)ref);
+            }
+        }
+        free(x);
+        free(y);
+        break;
+    }
+    case K_P2P: {
+        /* A ring inside the group: send to the next member, receive from the previous. */
+        if (n < 2) break;
+        a = malloc(sz + 1);
+        b = malloc(sz + 1);
+        for (size_t i = 0; i < sz; i++) a[i] = gen_byte(t, me, 1, i);
+        int next = (me + 1) % n, prev = (me + n - 1) % n;
+        size_t got = 0;
+        /* Even members send first: blocking rendezvous sends need the peer's receive. */
+        if (me % 2 == 0) {
+            st = wf_gfc_send(w, &g, next, (uint32_t)t, a, sz);
+            if (st == WF_OK) st = wf_gfc_recv(w, &g, prev, (uint32_t)t, b, sz, &got);
+        } else {
+            st = wf_gfc_recv(w, &g, prev, (uint32_t)t, b, sz, &got);
+            if (st == WF_OK) st = wf_gfc_send(w, &g, next, (uint32_t)t, a, sz);
+        }
+        WT_CHECK(st != WF_OK || got == sz, "item %d got %zu", t, got);
+        for (size_t i = 0; st == WF_OK && i < sz; i++)
+            WT_CHECK(b[i] == gen_byte(t, prev, 1, i), "item %d byte %zu", t, i);
+        break;
+    }
+    }
+    free(a);
+    free(b);
+    WT_CHECK(st == WF_OK, "item %d %s (n %d, size %zu): %s: %s", t, kind_name[p->kind], n, sz,
+             wf_status_name(st), wf_world_error(w));
+    return 0;
+}
+
+#define N_ITEMS 60
+
+static int body_plan(wf_world *w, int rank, void *arg) {
+    item plan[N_ITEMS];
+    make_plan(plan, N_ITEMS, wf_world_size(w), 1234u + (uint32_t)wf_world_size(w));
+    for (int t = 0; t < N_ITEMS; t++) {
+        int member = 0;
+        for (int i = 0; i < plan[t].n; i++) member |= plan[t].ranks[i] == rank;
+        if (member && run_item(w, &plan[t], t) != 0) return 1;
+    }
+    int all[8];
+    for (int r = 0; r < wf_world_size(w); r++) all[r] = r;
+    wf_group g;
+    wf_gfc_group_init(&g, all, wf_world_size(w));
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "final barrier: %s", wf_world_error(w));
+    return 0;
+}
+
+static void run_plan(int n) {
+    wt_env env = wt_env_default(n);
+    ck_assert_int_eq(wt_run(&env, body_plan, NULL, 200), 0);
+}
+
+START_TEST(test_plan_1_2_3) {
+    run_plan(1);
+    run_plan(2);
+    run_plan(3);
+}
+END_TEST
+
+START_TEST(test_plan_5) { run_plan(5); }
+END_TEST
+
+START_TEST(test_plan_8) { run_plan(8); }
+END_TEST
+
+/* The largest sizes: 64 MiB all-reduce over 4 ranks in reversed order, 64 MiB of all-to-all
+ * per rank over 4, and a 64 MiB broadcast. */
+static int body_large(wf_world *w, int rank, void *arg) {
+    int order[4] = {3, 1, 0, 2};
+    item items[3] = {
+        {.kind = K_AR, .size = (64u << 20) / 4, .n = 4},
+        {.kind = K_ALLTOALL, .size = 16u << 20, .n = 4},
+        {.kind = K_BCAST, .size = 64u << 20, .n = 4, .root = 1},
+    };
+    for (int t = 0; t < 3; t++) {
+        memcpy(items[t].ranks, order, sizeof order);
+        if (run_item(w, &items[t], 1000 + t) != 0) return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_large_64mib) {
+    wt_env env = wt_env_default(4);
+    ck_assert_int_eq(wt_run(&env, body_large, NULL, 300), 0);
+}
+END_TEST
+
+/* Forming groups is bookkeeping: no send, receive, put or endpoint. */
+static int body_no_messages(wf_world *w, int rank, void *arg) {
+    wf_world_stats before, after;
+    wf_world_get_stats(w, &before);
+    uint64_t ids = 0;
+    for (int i = 0; i < 10000; i++) {
+        int ranks[3] = {i % 3, (i + 1) % 3, (i + 2) % 3};
+        wf_group g;
+        wf_status gst = wf_gfc_group_init(&g, ranks, 1 + i / 7 % 3);
+        WT_CHECK(gst == WF_OK, "group %d", i);
+        ids ^= g.id;
+    }
+    wf_world_get_stats(w, &after);
+    WT_CHECK(memcmp(&before, &after, sizeof before) == 0, "forming groups communicated");
+    WT_CHECK(ids != 0, "ids");
+    /* Same members, different order: different groups. */
+    int a[3] = {0, 1, 2}, b[3] = {2, 1, 0};
+    WT_CHECK(wf_gfc_group_hash(a, 3) != wf_gfc_group_hash(b, 3), "order must matter");
+    int dup[2] = {1, 1};
+    wf_group g;
+    WT_CHECK(wf_gfc_group_init(&g, dup, 2) == WF_EINVAL, "duplicate ranks");
+    /* A collective does communicate, and the counters see it. */
+    WT_CHECK(wf_gfc_group_init(&g, a, 3) == WF_OK, "group");
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+    wf_world_get_stats(w, &after);
+    WT_CHECK(after.sends > before.sends && after.recvs > before.recvs, "barrier counted");
+    return 0;
+}
+
+START_TEST(test_forming_group_sends_nothing) {
+    wt_env env = wt_env_default(3);
+    ck_assert_int_eq(wt_run(&env, body_no_messages, NULL, 60), 0);
+}
+END_TEST
+
+static Suite *gfc_suite(void) {
+    Suite *s = suite_create("gfc");
+    TCase *tc = tcase_create("gfc");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_forming_group_sends_nothing);
+    tcase_add_test(tc, test_plan_1_2_3);
+    tcase_add_test(tc, test_plan_5);
+    tcase_add_test(tc, test_plan_8);
+    tcase_add_test(tc, test_large_64mib);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(gfc_suite)

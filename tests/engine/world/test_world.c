@@ -1,0 +1,283 @@
+/* engine/world: formation over the TCP bootstrap, tagged messages, RMA puts with flags, join
+ * time-outs, a killed and a stopped peer named within the time-out, and a replacement rejoining.
+ * Real processes over loopback.
+ * weft-test: labels=net timeout=240 */
+#include <check.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "engine/gfc/gfc.h"
+#include "engine/world/world.h"
+#include "engine/world/world_launch.h"
+#include "proto/base/clock.h"
+
+/* ---- formation and point-to-point ------------------------------------------------------------ */
+static int body_formation(wf_world *w, int rank, void *arg) {
+    int n = wf_world_size(w);
+    WT_CHECK(n == 5, "size %d", n);
+    WT_CHECK(wf_world_epoch(w) == 0, "epoch");
+    for (int r = 0; r < n; r++) WT_CHECK(wf_world_incarnation(w, r) == 1, "incarnation of %d", r);
+    /* Every rank sends its rank to every rank (itself included) and receives n messages. */
+    int in[8] = {0}, out = rank * 10 + 1;
+    wf_world_op ops[16];
+    int k = 0;
+    for (int r = 0; r < n; r++)
+        ops[k++] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .buf = &in[r], .len = sizeof(int),
+                                 .tag = {.kind = WF_WORLD_TAG_USER, .group = 7, .seq = 3}};
+    for (int r = 0; r < n; r++)
+        ops[k++] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = r, .buf = &out, .len = sizeof(int),
+                                 .tag = {.kind = WF_WORLD_TAG_USER, .group = 7, .seq = 3}};
+    wf_status st = wf_world_run(w, ops, k);
+    WT_CHECK(st == WF_OK, "exchange: %s", wf_world_error(w));
+    for (int r = 0; r < n; r++) {
+        WT_CHECK(in[r] == r * 10 + 1, "from %d got %d", r, in[r]);
+        WT_CHECK(ops[r].received == sizeof(int), "received %zu", ops[r].received);
+    }
+    /* A message longer than the receive buffer is a protocol error, not a silent cut. */
+    int peer = rank ^ 1;
+    if (peer < n) {
+        char big[64] = {0}, small[8];
+        wf_world_op a[2] = {
+            {.kind = WF_WORLD_RECV, .peer = peer, .buf = small, .len = sizeof small,
+             .tag = {.kind = WF_WORLD_TAG_USER, .seq = 9}},
+            {.kind = WF_WORLD_SEND, .peer = peer, .buf = big, .len = sizeof big,
+             .tag = {.kind = WF_WORLD_TAG_USER, .seq = 9}},
+        };
+        st = wf_world_run(w, a, 2);
+        WT_CHECK(st == WF_EPROTO, "truncation gave %s", wf_status_name(st));
+    }
+    /* RMA: write 1000 bytes into the right neighbour's symmetric buffer, fence, then a flag. */
+    int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    unsigned char data[1000];
+    for (int i = 0; i < 1000; i++) data[i] = (unsigned char)(rank * 31 + i);
+    uint64_t one = 1;
+    wf_world_op put = {.kind = WF_WORLD_PUT, .peer = right, .buf = data, .len = sizeof data,
+                       .offset = 64};
+    WT_CHECK(wf_world_run(w, &put, 1) == WF_OK, "put: %s", wf_world_error(w));
+    WT_CHECK(wf_world_fence(w) == WF_OK, "fence");
+    wf_world_op flag = {.kind = WF_WORLD_PUT, .peer = right, .buf = &one, .len = 8, .offset = 0};
+    WT_CHECK(wf_world_run(w, &flag, 1) == WF_OK, "flag: %s", wf_world_error(w));
+    WT_CHECK(wf_world_flush(w) == WF_OK, "flush: %s", wf_world_error(w));
+    WT_CHECK(wf_world_wait_flag(w, 0, 1, left) == WF_OK, "wait flag: %s", wf_world_error(w));
+    const unsigned char *sym = (const unsigned char *)wf_world_sym(w) + 64;
+    for (int i = 0; i < 1000; i++)
+        WT_CHECK(sym[i] == (unsigned char)(left * 31 + i), "byte %d from %d", i, left);
+    /* A put past the end of the peer's buffer is refused locally. */
+    wf_world_op bad = {.kind = WF_WORLD_PUT, .peer = right, .buf = data, .len = sizeof data,
+                       .offset = wf_world_sym_size(w) - 10};
+    WT_CHECK(wf_world_run(w, &bad, 1) == WF_ERANGE, "out-of-range put");
+    /* Everyone done before anyone leaves. */
+    int ranks[8];
+    for (int r = 0; r < n; r++) ranks[r] = r;
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, n);
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+    return 0;
+}
+
+START_TEST(test_formation_p2p_rma) {
+    wt_env env = wt_env_default(5);
+    ck_assert_int_eq(wt_run(&env, body_formation, NULL, 120), 0);
+}
+END_TEST
+
+/* ---- join time-out names the missing slot ---------------------------------------------------- */
+static int body_never(wf_world *w, int rank, void *arg) { return 0; }
+
+START_TEST(test_join_timeout_names_missing) {
+    wt_env env = wt_env_default(3);
+    env.join_timeout_ms = 800;
+    pid_t joiner = wt_spawn(&env, 1, body_never, NULL); /* slot 2 never comes */
+    wf_world_config cfg = wt_config(&env, 0);
+    wf_world *w = NULL;
+    char err[256] = "";
+    uint64_t t0 = wf_clock_now_ns();
+    wf_status st = wf_world_create(&cfg, &w, err, sizeof err);
+    double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+    ck_assert_int_eq(st, WF_ETIMEDOUT);
+    ck_assert_ptr_null(w);
+    ck_assert_msg(strstr(err, "slots not claimed: 2") != NULL, "error: %s", err);
+    ck_assert_msg(ms < 800 + 5000, "took %.0f ms", ms);
+    int code;
+    wt_wait(&joiner, 1, 30, &code);
+    ck_assert_int_eq(code, 100); /* the joiner got no table and said so */
+}
+END_TEST
+
+START_TEST(test_bad_config) {
+    wf_world_config cfg = wf_world_config_default();
+    wf_world *w = (wf_world *)&cfg;
+    char err[128];
+    cfg.n_ranks = 0;
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_null(w);
+    cfg = wf_world_config_default();
+    cfg.n_ranks = 2;
+    cfg.port = 0;
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_EINVAL);
+    /* A world of one needs no bootstrap and runs collectives over itself. */
+    cfg = wf_world_config_default();
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_OK);
+    int r0 = 0;
+    wf_group g;
+    ck_assert_int_eq(wf_gfc_group_init(&g, &r0, 1), WF_OK);
+    float x[3] = {1, 2, 3}, y[3];
+    ck_assert_int_eq(wf_gfc_allreduce_f32(w, &g, x, y, 3), WF_OK);
+    ck_assert(y[2] == 3.0f);
+    int other = 1;
+    ck_assert_int_eq(wf_gfc_group_init(&g, &other, 1), WF_OK);
+    ck_assert_int_eq(wf_gfc_barrier(w, &g), WF_EINVAL); /* rank 1 is outside a world of one */
+    wf_world_destroy(w);
+}
+END_TEST
+
+/* ---- failures and replacement -------------------------------------------------------------- */
+#define VICTIM 2
+#define FAIL_N 4
+#define FAIL_TIMEOUT_MS 3000
+#define WARMUP 5
+
+typedef struct fail_arg {
+    int notify_fd;       /* the victim writes a byte here once it stops taking part */
+    int stop_not_kill;
+} fail_arg;
+
+static int check_allreduce(wf_world *w, const wf_group *g, size_t count) {
+    float *v = malloc(count * sizeof(float));
+    WT_CHECK(v != NULL, "oom");
+    for (size_t i = 0; i < count; i++) v[i] = (float)(wf_world_rank(w) + 1) * 0.5f + (float)i;
+    wf_status st = wf_gfc_allreduce_f32(w, g, v, v, count);
+    if (st != WF_OK) {
+        fprintf(stderr, "rank %d: allreduce of %zu: %s: %s\n", wf_world_rank(w), count,
+                wf_status_name(st), wf_world_error(w));
+        free(v);
+        return st;
+    }
+    int n = g->n_ranks;
+    for (size_t i = 0; i < count; i++) {
+        float ref = 0.5f + (float)i;
+        for (int k = 1; k < n; k++) ref += (float)(g->ranks[k] + 1) * 0.5f + (float)i;
+        if (v[i] != ref) {
+            fprintf(stderr, "allreduce element %zu: %g != %g\n", i, v[i], ref);
+            free(v);
+            return 1;
+        }
+    }
+    free(v);
+    return 0;
+}
+
+static int body_survivor(wf_world *w, int rank, void *varg) {
+    fail_arg *arg = varg;
+    int ranks[FAIL_N] = {0, 1, 2, 3};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, FAIL_N);
+    wf_world_set_timeout_ms(w, FAIL_TIMEOUT_MS);
+    for (int it = 0; it < WARMUP; it++)
+        WT_CHECK(check_allreduce(w, &g, 1000) == 0, "warm-up %d: %s", it, wf_world_error(w));
+    if (rank == VICTIM) {
+        /* Take no further part: the parent kills or stops this process now. */
+        char b = 1;
+        if (write(arg->notify_fd, &b, 1) != 1) return 1;
+        for (;;) pause();
+    }
+    uint64_t t0 = wf_clock_now_ns();
+    int rc = check_allreduce(w, &g, 1 << 16);
+    double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+    wf_status want = arg->stop_not_kill ? WF_ETIMEDOUT : WF_EPEER;
+    WT_CHECK(rc == want, "rank %d: got %d (%s), want %s", rank, rc, wf_world_error(w),
+             wf_status_name(want));
+    WT_CHECK(wf_world_error_rank(w) == VICTIM, "rank %d blamed rank %d: %s", rank,
+             wf_world_error_rank(w), wf_world_error(w));
+    WT_CHECK(ms < FAIL_TIMEOUT_MS + 2000, "rank %d noticed after %.0f ms", rank, ms);
+    fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, wf_status_name(rc), ms,
+            wf_world_error(w));
+    /* The replacement: rank 0 admits it, the others learn of it over UCX. */
+    uint32_t epoch = wf_world_epoch(w);
+    if (rank == 0) {
+        int slot = -1;
+        WT_CHECK(wf_world_admit(w, &slot) == WF_OK, "admit: %s", wf_world_error(w));
+        WT_CHECK(slot == VICTIM, "admitted slot %d", slot);
+    } else {
+        WT_CHECK(wf_world_wait_epoch(w, epoch + 1) == WF_OK, "epoch: %s", wf_world_error(w));
+    }
+    WT_CHECK(wf_world_incarnation(w, VICTIM) == 2, "incarnation %u",
+             wf_world_incarnation(w, VICTIM));
+    wf_world_set_timeout_ms(w, 20000);
+    for (int it = 0; it < 3; it++)
+        WT_CHECK(check_allreduce(w, &g, 5000 + (size_t)it * 100000) == 0, "after rejoin: %s",
+                 wf_world_error(w));
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+    return 0;
+}
+
+static int body_replacement(wf_world *w, int rank, void *varg) {
+    if (rank != VICTIM) return 1;
+    WT_CHECK(wf_world_epoch(w) == 1, "epoch %u", wf_world_epoch(w));
+    WT_CHECK(wf_world_incarnation(w, VICTIM) == 2, "own incarnation");
+    int ranks[FAIL_N] = {0, 1, 2, 3};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, FAIL_N);
+    for (int it = 0; it < 3; it++)
+        WT_CHECK(check_allreduce(w, &g, 5000 + (size_t)it * 100000) == 0, "rejoined: %s",
+                 wf_world_error(w));
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+    return 0;
+}
+
+static void run_failure(int stop_not_kill) {
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fail_arg arg = {.notify_fd = pfd[1], .stop_not_kill = stop_not_kill};
+    wt_env env = wt_env_default(FAIL_N);
+    pid_t pids[FAIL_N + 1];
+    int codes[FAIL_N + 1];
+    for (int r = 0; r < FAIL_N; r++) pids[r] = wt_spawn(&env, r, body_survivor, &arg);
+    char b;
+    struct pollfd pf = {.fd = pfd[0], .events = POLLIN};
+    int ready = poll(&pf, 1, 60000) == 1 && read(pfd[0], &b, 1) == 1;
+    if (!ready) {
+        for (int r = 0; r < FAIL_N; r++) kill(pids[r], SIGKILL);
+        wt_wait(pids, FAIL_N, 10, codes);
+        close(pfd[0]);
+        close(pfd[1]);
+        ck_abort_msg("the warm-up collectives failed");
+    }
+    usleep(50000); /* the survivors are now waiting on the victim */
+    if (stop_not_kill) {
+        kill(pids[VICTIM], SIGSTOP);
+        /* Stopped until the survivors time out, then gone for good. */
+        usleep((FAIL_TIMEOUT_MS + 1500) * 1000);
+    }
+    kill(pids[VICTIM], SIGKILL);
+    waitpid(pids[VICTIM], NULL, 0);
+    pids[VICTIM] = 0;
+    pids[FAIL_N] = wt_spawn(&env, VICTIM, body_replacement, NULL);
+    int bad = wt_wait(pids, FAIL_N + 1, 120, codes);
+    close(pfd[0]);
+    close(pfd[1]);
+    ck_assert_int_eq(bad, 0);
+}
+
+START_TEST(test_killed_peer_then_replacement) { run_failure(0); }
+END_TEST
+
+START_TEST(test_stopped_peer_then_replacement) { run_failure(1); }
+END_TEST
+
+static Suite *world_suite(void) {
+    Suite *s = suite_create("world");
+    TCase *tc = tcase_create("world");
+    tcase_set_timeout(tc, 150);
+    tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_formation_p2p_rma);
+    tcase_add_test(tc, test_join_timeout_names_missing);
+    tcase_add_test(tc, test_killed_peer_then_replacement);
+    tcase_add_test(tc, test_stopped_peer_then_replacement);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(world_suite)
