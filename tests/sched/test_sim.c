@@ -302,6 +302,30 @@ START_TEST(admission_in_the_simulator) {
 }
 END_TEST
 
+START_TEST(admission_predicts_in_the_policy_order) {
+    /* Factor 1, same cost, all at t=0. R0 and R1: 90-token prompts, relaxed SLO 10000. R2: 20
+     * tokens, SLO 120. Counted first-come-first-served, R2 sits behind 180 queued tokens
+     * (predicted 10 + 10 + 200 = 220 > 120): fcfs refuses it, rightly. slo orders R2 first
+     * (deadline 120 < 10000): nothing is ahead of it (10 + 20 = 30), so it is admitted, and it
+     * is served in the first iteration with an 80-token chunk of R0: TTFT 10 + 100 = 110. */
+    static const wf_sim_request w[3] = {
+        {0, 90, 1, 10000, 200, 0}, {0, 90, 1, 10000, 200, 0}, {0, 20, 1, 120, 200, 0}};
+    wf_sim_config c;
+    wf_sim_outcome o[3];
+    wf_sim_report r;
+    cfg_fixed(&c, "fcfs", 64);
+    c.admission_factor = 1;
+    ck_assert_int_eq(wf_sim_run(&c, w, 3, o, &r), WF_OK);
+    ck_assert(!o[0].rejected && !o[1].rejected && o[2].rejected);
+    cfg_fixed(&c, "slo", 64);
+    c.admission_factor = 1;
+    ck_assert_int_eq(wf_sim_run(&c, w, 3, o, &r), WF_OK);
+    ck_assert(!o[0].rejected && !o[1].rejected && !o[2].rejected);
+    ck_assert_double_eq_tol(o[2].ttft_ms, 110, 1e-6);
+    ck_assert(o[2].met_slo);
+}
+END_TEST
+
 static Suite *sim_suite(void) {
     Suite *s = suite_create("sched_sim");
     TCase *tc = tcase_create("sim");
@@ -312,6 +336,7 @@ static Suite *sim_suite(void) {
     tcase_add_test(tc, small_cache_preempts_and_finishes);
     tcase_add_test(tc, workload_file);
     tcase_add_test(tc, admission_in_the_simulator);
+    tcase_add_test(tc, admission_predicts_in_the_policy_order);
     tcase_add_test(tc, slo_sizes_prefill_chunks_to_the_tpot_budget);
     tcase_add_test(tc, slo_serves_requests_that_can_still_meet_their_slo);
     tcase_add_test(tc, slo_late_request_waits_a_bounded_time);
