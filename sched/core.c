@@ -612,11 +612,15 @@ int wf_core_evict(wf_core *c, wf_status status, const char *message, uint64_t no
     return n_out;
 }
 
-void wf_core_get_load(const wf_core *c, wf_core_load *out) {
+void wf_core_get_load(const wf_core *c, wf_core_load *out) { wf_core_get_load_ahead(c, NULL, out); }
+
+void wf_core_get_load_ahead(const wf_core *c, const wf_request *probe, wf_core_load *out) {
     memset(out, 0, sizeof *out);
     out->n_waiting = c->n_waiting;
     for (int i = 0; i < c->n_waiting; i++) {
         const wf_request *r = c->waiting[i];
+        /* Waiting work the policy orders after the newcomer does not delay its first token. */
+        if (probe && c->cfg.policy->compare(r, probe) > 0) continue;
         for (int j = 0; j < r->n_choices; j++) {
             const wf_choice *ch = &r->choices[j];
             if (ch->phase == WF_CHOICE_DONE) continue;

@@ -127,6 +127,12 @@ typedef struct wf_core_load {
     double decode_context;         /* their summed context */
 } wf_core_load;
 void wf_core_get_load(const wf_core *core, wf_core_load *out);
+/* As wf_core_get_load, but the waiting work counts only for requests the core's policy orders
+ * before probe (a request not yet added: serial past every other, its queued_ns, SLOs and
+ * priority set), so that admission predicts TTFT in the policy's own order rather than as if
+ * the queue were first-come-first-served. n_waiting still counts every waiting request (the
+ * queue bound). probe NULL: everything counts. */
+void wf_core_get_load_ahead(const wf_core *core, const wf_request *probe, wf_core_load *out);
 
 /* Admission control, pure (the scheduler's submit and the simulator both call it). */
 typedef struct wf_admission {

@@ -143,12 +143,14 @@ int wf_lanes_n_live(const wf_lanes *l) {
     return n;
 }
 
-void wf_lanes_get_load(const wf_lanes *l, wf_core_load *out) {
+void wf_lanes_get_load(const wf_lanes *l, wf_core_load *out) { wf_lanes_get_load_ahead(l, NULL, out); }
+
+void wf_lanes_get_load_ahead(const wf_lanes *l, const wf_request *probe, wf_core_load *out) {
     memset(out, 0, sizeof *out);
     for (int i = 0; i < l->n; i++) {
         if (!l->lane[i]->live) continue;
         wf_core_load x;
-        wf_core_get_load(&l->lane[i]->core, &x);
+        wf_core_get_load_ahead(&l->lane[i]->core, probe, &x);
         out->pending_prefill_tokens += x.pending_prefill_tokens;
         out->pending_prefill_attention += x.pending_prefill_attention;
         out->n_waiting += x.n_waiting;

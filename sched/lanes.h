@@ -77,6 +77,8 @@ int wf_lanes_n_requests(const wf_lanes *l);
 int wf_lanes_n_live(const wf_lanes *l);
 /* The load summed over the live lanes (admission control). */
 void wf_lanes_get_load(const wf_lanes *l, wf_core_load *out);
+/* Summed wf_core_get_load_ahead over live groups. */
+void wf_lanes_get_load_ahead(const wf_lanes *l, const wf_request *probe, wf_core_load *out);
 /* Ends every request of every lane (FINISHED with reason/status). */
 void wf_lanes_abort_all(wf_lanes *l, wf_finish_reason reason, wf_status status,
                         const char *message, uint64_t now_ns);

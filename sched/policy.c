@@ -14,11 +14,20 @@ static int priority_compare(const wf_request *a, const wf_request *b) {
     return cmp_u64(a->serial, b->serial);
 }
 
+/* A request past its TTFT deadline yields to the ones that can still meet theirs, but only for
+ * WF_SLO_LATE_AGING more TTFT windows: its key becomes queued + (1 + aging) x TTFT, so newer
+ * on-time requests overtake it only while they arrived less than aging x TTFT after it. Late
+ * requests among themselves keep arrival order (same TTFT) and none waits unboundedly: plain
+ * "late goes last" starved the oldest under sustained overload (p99 TTFT many times the
+ * median). */
+static uint64_t slo_key(const wf_request *r) {
+    uint64_t d = wf__request_deadline_ns(r);
+    if (r->ttft_missed) d += (uint64_t)(WF_SLO_LATE_AGING * r->ttft_ms * 1e6);
+    return d;
+}
+
 static int slo_compare(const wf_request *a, const wf_request *b) {
-    /* A request that already missed its TTFT cannot meet its SLO any more: serve the ones
-     * that still can first (EDF otherwise collapses under overload, missing everything). */
-    if (a->ttft_missed != b->ttft_missed) return a->ttft_missed ? 1 : -1;
-    int c = cmp_u64(wf__request_deadline_ns(a), wf__request_deadline_ns(b));
+    int c = cmp_u64(slo_key(a), slo_key(b));
     return c ? c : cmp_u64(a->serial, b->serial);
 }
 

@@ -32,8 +32,11 @@ typedef struct wf_sched_policy {
 /* "fcfs": arrival order; preempts the latest arrival.
  * "priority": larger spec.priority first, then arrival; preempts the lowest priority, latest;
  *   a waiting request displaces running ones of strictly lower priority.
- * "slo": earliest deadline first (wf__request_deadline_ns), then arrival; preempts the request
- * with the latest first-token deadline (most slack when it arrived). */
+ * "slo": earliest deadline first (wf__request_deadline_ns), then arrival; a request already past
+ *   its TTFT deadline is keyed WF_SLO_LATE_AGING TTFT windows later (it yields to requests that
+ *   can still meet their SLO, for a bounded time); preempts the request with the latest
+ *   first-token deadline (most slack when it arrived). */
+#define WF_SLO_LATE_AGING 2.0
 const wf_sched_policy *wf_sched_policy_find(const char *name);
 /* Comma-separated names, for help texts. */
 const char *wf_sched_policy_names(void);

@@ -65,7 +65,8 @@
  * Policies: "fcfs" (arrival order; preempts the latest arrival). "priority" (spec.priority,
  * larger first; preempts the lowest; a waiting request displaces running ones of lower
  * priority). "slo" (earliest deadline first: queued + TTFT SLO + TPOT SLO x tokens produced;
- * requests already past their TTFT deadline go last; with a trusted cost model each
+ * a request already past its TTFT deadline yields to those that can still meet theirs, for at
+ * most two more TTFT windows (aging: a bounded wait under overload); with a trusted cost model each
  * iteration's prefill is sized so that every decoding request stays on its TPOT schedule
  * (an average: time banked by short iterations may go to a prompt) and the number of
  * streams so that a decode-only iteration fits the tightest TPOT SLO;

@@ -254,7 +254,15 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
                                     .factor = cfg->admission_factor,
                                     .explicit_slo = true, /* workload lines name their SLO */
                                     .n_groups = wf_lanes_n_live(&lanes)};
-                wf_lanes_get_load(&lanes, &adm.load);
+                /* Predict in the policy's order: only work it would serve first counts. */
+                wf_request probe;
+                memset(&probe, 0, sizeof probe);
+                probe.serial = UINT64_MAX;
+                probe.spec.priority = w->priority;
+                probe.times.queued_ns = ms_to_ns(w->arrival_ms);
+                probe.ttft_ms = w->ttft_slo_ms;
+                probe.tpot_ms = w->tpot_slo_ms;
+                wf_lanes_get_load_ahead(&lanes, &probe, &adm.load);
                 double retry;
                 char msg[160];
                 if (wf_core_admit(&adm, w->prompt_len, w->ttft_slo_ms, &retry, NULL, msg,
