@@ -182,11 +182,13 @@ START_TEST(test_golden_chunked_prefill) {
 }
 END_TEST
 
-/* Tiny random-weight models, one per weight type, plus qwen2 (scripts/make_tiny_models.py). */
+/* Tiny random-weight models, one per weight type, plus qwen2, qwen3 and YaRN-scaled llama and
+ * qwen2 (scripts/make_tiny_models.py). */
 START_TEST(test_golden_tiny_models) {
     static const char *names[] = {"llama-q4_0", "llama-q5_0", "llama-q5_1", "llama-q8_0",
                                   "llama-f16", "llama-bf16", "llama-q4_k", "llama-q6_k",
-                                  "qwen2-q8_0"};
+                                  "qwen2-q8_0", "qwen3-q8_0", "llama-yarn-q8_0",
+                                  "qwen2-yarn-q4_k"};
     const char *name = names[_i];
     char model[1024], golden[1024];
     snprintf(model, sizeof model, "%s/tests/engine/data/tiny/%s.gguf", WEFT_SOURCE_DIR, name);
@@ -288,7 +290,7 @@ START_TEST(test_attention_paths_agree) {
     }
     static unsigned char mem[1 << 21];
     wf_attn_scratch sc;
-    wf_attn_kv_view view = {kr, vr};
+    wf_attn_kv_view view = {kr, vr, 0};
     const int hds[] = {64, 96, 128, 40};
     const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 300};
     const int groups[] = {1, 2, 3, 4, GMAX};
@@ -380,7 +382,7 @@ static Suite *forward_suite(void) {
     tcase_add_test(tc, test_attention_paths_agree);
     tcase_add_test(tc, test_golden_default_model);
     tcase_add_test(tc, test_golden_chunked_prefill);
-    tcase_add_loop_test(tc, test_golden_tiny_models, 0, 9);
+    tcase_add_loop_test(tc, test_golden_tiny_models, 0, 12);
     tcase_add_test(tc, test_batch_invariance);
     suite_add_tcase(s, tc);
     return s;
