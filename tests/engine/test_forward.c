@@ -182,6 +182,16 @@ START_TEST(test_golden_chunked_prefill) {
 }
 END_TEST
 
+/* Gemma 3 270M (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K weights; sliding-window layers): 20 prompts x
+ * 64 tokens from scripts/make_golden_fixtures.py --model <gemma>. */
+START_TEST(test_golden_gemma3) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/gemma-3-270m-q4_k_m.txt",
+             WEFT_SOURCE_DIR);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 512, 32);
+}
+END_TEST
+
 /* Tiny random-weight models, one per weight type, plus qwen2, qwen3 and YaRN-scaled llama and
  * qwen2 (scripts/make_tiny_models.py). */
 START_TEST(test_golden_tiny_models) {
@@ -385,6 +395,10 @@ static Suite *forward_suite(void) {
     tcase_add_loop_test(tc, test_golden_tiny_models, 0, 12);
     tcase_add_test(tc, test_batch_invariance);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gemma3");
+    tcase_set_timeout(tg, 900);
+    tcase_add_test(tg, test_golden_gemma3);
+    suite_add_tcase(s, tg);
     return s;
 }
 
