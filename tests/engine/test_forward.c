@@ -192,6 +192,18 @@ START_TEST(test_golden_gemma3) {
 }
 END_TEST
 
+/* A 520-token prompt and 64 generated tokens: past Gemma's 512-position window, so the local
+ * layers mask the oldest positions (scripts/make_golden_fixtures.py --long). Prefilled in
+ * one chunk and in chunks of 100. */
+START_TEST(test_golden_gemma3_past_window) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/gemma-3-270m-q4_k_m.long.txt",
+             WEFT_SOURCE_DIR);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 512, 1);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 100, 1);
+}
+END_TEST
+
 /* Tiny random-weight models, one per weight type, plus qwen2, qwen3 and YaRN-scaled llama and
  * qwen2 (scripts/make_tiny_models.py). */
 START_TEST(test_golden_tiny_models) {
@@ -398,6 +410,7 @@ static Suite *forward_suite(void) {
     TCase *tg = tcase_create("gemma3");
     tcase_set_timeout(tg, 900);
     tcase_add_test(tg, test_golden_gemma3);
+    tcase_add_test(tg, test_golden_gemma3_past_window);
     suite_add_tcase(s, tg);
     return s;
 }
