@@ -93,6 +93,13 @@ void wf_attn_scratch_init(wf_attn_scratch *s, void *mem, int max_ctx, int head_d
     (void)head_dim;
 }
 
+void wf__attn_mask_prefix(float *sc, int first, int n_pos, float *mx) {
+    float m = -INFINITY;
+    for (int p = 0; p < first && p < n_pos; p++) sc[p] = -INFINITY;
+    for (int p = first; p < n_pos; p++) m = sc[p] > m ? sc[p] : m;
+    *mx = m;
+}
+
 static void attn_one_c(const float *q, int hd, float scale, const wf_attn_kv_view *kv,
                        int n_pos, wf_attn_scratch *s, float *out) {
     uint16_t q16[256];
@@ -104,6 +111,7 @@ static void attn_one_c(const float *q, int hd, float scale, const wf_attn_kv_vie
         sc[p] = v;
         if (v > mx) mx = v;
     }
+    if (kv->first > 0) wf__attn_mask_prefix(sc, kv->first, n_pos, &mx);
     /* softmax: exp per element, 16-lane chunks aligned to position 0 reduced pairwise in
      * float, chunk sums accumulated in double */
     double sum = 0.0;

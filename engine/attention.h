@@ -32,10 +32,15 @@ float wf_attn_expf(float x);
 /* x / (1 + expf_ggml(-x)) */
 float wf_attn_silu(float x);
 
-/* Rows of K and V of one kv head: element (p, d) at k_rows[p][d] / v_rows[p][d] (F16). */
+/* Rows of K and V of one kv head: element (p, d) at k_rows[p][d] / v_rows[p][d] (F16).
+ * Positions below `first` are masked (sliding-window attention): their rows must still be
+ * readable and finite (the caller points them at a zero row, their blocks may be gone); they
+ * get score -inf and probability 0, so they add exact zeros in llama.cpp's order, where the
+ * masked cells sit in the same places. */
 typedef struct wf_attn_kv_view {
     const uint16_t *const *k_rows;
     const uint16_t *const *v_rows;
+    int first;
 } wf_attn_kv_view;
 
 /* Most query heads one call processes together (a larger group is done in chunks). */
@@ -75,6 +80,9 @@ int wf_attn_set_simd(int on);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n (ggml_vec_swiglu_f32's arithmetic). */
 void wf_attn_swiglu(size_t n, float *gate, const float *up);
+
+/* internal: scores of positions below first set to -inf, *mx recomputed over the rest. */
+void wf__attn_mask_prefix(float *sc, int first, int n_pos, float *mx);
 
 /* internal: the AVX2 paths (attention_avx2.c) and the AVX-512 one (attention_avx512.c, head
  * sizes that are multiples of 64) */

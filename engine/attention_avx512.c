@@ -146,6 +146,9 @@ group_nh(int nh, const float *q, int hd, float scale, const wf_attn_kv_view *kv,
     const size_t ld = (size_t)s->max_ctx;
     float mx[WF_ATTN_MAX_HEADS];
     scores_nh(nh, hd, qf[0], scale, kv, n_pos, s->scores, ld, mx);
+    if (kv->first > 0)
+        for (int j = 0; j < nh; j++)
+            wf__attn_mask_prefix(s->scores + (size_t)j * ld, kv->first, n_pos, &mx[j]);
     for (int j = 0; j < nh; j++)
         wf_attn_softmax_prob_avx2(s->scores + (size_t)j * ld, n_pos, mx[j]);
     out_nh(nh, hd, kv, n_pos, s->scores, ld, out);

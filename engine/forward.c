@@ -21,6 +21,9 @@ struct wf_forward {
     int max_tokens, max_seqs, max_ctx;
     /* activations, [token][...] */
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up, *rope;
+    float *rope_swa;     /* RoPE cache of sliding-window layers (own base), or NULL */
+    uint16_t *gelu_tab;  /* GeGLU: ggml's F16 GELU table, or NULL */
+    uint16_t *zero_row;  /* [head_dim] zeros: K/V row of masked (out-of-window) positions */
     int *tok_seq, *tok_pos;
     float *xl, *logits;
     int n_logits;
@@ -49,6 +52,32 @@ static void *alloc64(size_t n, size_t *total) {
 
 static size_t max_sz(size_t a, size_t b) {
     return a > b ? a : b;
+}
+
+/* ggml_gelu_f32 (tanh approximation), tabulated at every F16 value rounded to F16, as
+ * ggml_cpu_init fills ggml_table_gelu_f16. */
+static void gelu_table_init(uint16_t *tab) {
+    for (int i = 0; i < 65536; i++) {
+        const float x = wf_fp16_to_fp32((uint16_t)i);
+        /* 1 + a*x*x contracted into one fma, as GCC compiles ggml_gelu_f32 */
+        const float y = 0.5f * x *
+                        (1.0f + tanhf(0.79788456080286535587989211986876f * x *
+                                      fmaf(0.044715f * x, x, 1.0f)));
+        tab[i] = wf_fp32_to_fp16(y);
+    }
+}
+
+/* gate[i] = gelu(gate[i]) * up[i] with ggml_vec_geglu_f32's F16 table lookup. */
+static void geglu(const uint16_t *tab, size_t n, float *gate, const float *up) {
+    for (size_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        if (x <= -10.0f)
+            gate[i] = 0.0f;
+        else if (x >= 10.0f)
+            gate[i] = x * up[i];
+        else
+            gate[i] = wf_fp16_to_fp32(tab[wf_fp32_to_fp16(x)]) * up[i];
+    }
 }
 
 wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens, int max_seqs,
@@ -83,11 +112,15 @@ wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens,
         !(f->tmp = alloc64(T * E * 4, b)) || !(f->gate = alloc64(T * F * 4, b)) ||
         !(f->up = alloc64(T * F * 4, b)) ||
         !(f->rope = alloc64(T * (size_t)hp->n_rot * 4, b)) ||
+        (hp->n_swa > 0 && !(f->rope_swa = alloc64(T * (size_t)hp->n_rot * 4, b))) ||
+        (hp->ffn_act == WF_FFN_GELU && !(f->gelu_tab = alloc64(65536 * 2, b))) ||
+        !(f->zero_row = alloc64((size_t)hp->head_dim * 2, b)) ||
         !(f->tok_seq = alloc64(T * sizeof(int), b)) ||
         !(f->tok_pos = alloc64(T * sizeof(int), b)) ||
         !(f->xl = alloc64((size_t)max_seqs * E * 4, b)) ||
         !(f->logits = alloc64((size_t)max_seqs * (size_t)hp->n_vocab * 4, b)))
         goto nomem;
+    if (f->gelu_tab) gelu_table_init(f->gelu_tab);
     /* matmul scratch: the worst case over every weight at the largest m it sees */
     size_t mm = 0;
     for (int l = 0; l < hp->n_layer; l++) {
@@ -124,6 +157,9 @@ void wf_forward_free(wf_forward *f) {
     free(f->gate);
     free(f->up);
     free(f->rope);
+    free(f->rope_swa);
+    free(f->gelu_tab);
+    free(f->zero_row);
     free(f->tok_seq);
     free(f->tok_pos);
     free(f->xl);
@@ -188,18 +224,29 @@ static void rms_norm_row(const float *x, const float *w, int n, float eps, float
     for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
-/* cos/sin pairs for one position, built as ggml_rope_cache_init does (theta multiplied
- * step by step, divided by the llama3 frequency factor, scaled linearly). */
-static void rope_cache(const wf_model *m, int pos, float *cache) {
+/* cos/sin pairs for one position, built as ggml_rope_cache_init / rope_yarn do (theta
+ * multiplied step by step, divided by the llama3 frequency factor, scaled linearly; with YaRN
+ * blended between interpolation and extrapolation over the ramp and scaled in magnitude). */
+static void rope_cache(const wf_model *m, int pos, float base, float fs, float *cache) {
     const wf_model_hparams *hp = &m->hp;
-    const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+    const float theta_scale = powf(base, -2.0f / (float)hp->n_rot);
     const float *ff = m->rope_freqs.data;
+    const float ext = hp->yarn_ext_factor;
+    float mscale = hp->yarn_attn_factor;
+    if (ext != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / fs);
+    const float lo = hp->yarn_corr_dims[0], hi = hp->yarn_corr_dims[1];
     float theta = (float)pos;
     for (int i0 = 0; i0 < hp->n_rot; i0 += 2) {
-        float f = ff ? ff[i0 / 2] : 1.0f;
-        float th = hp->rope_freq_scale * (theta / f);
-        cache[i0] = cosf(th);
-        cache[i0 + 1] = sinf(th);
+        const float extrap = theta / (ff ? ff[i0 / 2] : 1.0f);
+        const float interp = fs * extrap;
+        float th = interp;
+        if (ext != 0.0f) {
+            const float y = ((float)(i0 / 2) - lo) / fmaxf(0.001f, hi - lo);
+            const float ramp_mix = (1 - fminf(1, fmaxf(0, y))) * ext;
+            th = interp * (1 - ramp_mix) + extrap * ramp_mix;
+        }
+        cache[i0] = cosf(th) * mscale;
+        cache[i0 + 1] = sinf(th) * mscale;
         theta *= theta_scale;
     }
 }
@@ -256,12 +303,25 @@ static void job_rope_store(wf_forward *f, int ith, int nth) {
     const wf_quant_ops *f16 = wf_quant_ops_get(WF_GGML_TYPE_F16);
     int r0, r1;
     rows_range(f->n_tok, ith, nth, &r0, &r1);
+    const wf_layer_weights *L = &f->m->layers[f->layer];
+    const float *rope = L->swa ? f->rope_swa : f->rope;
     for (int t = r0; t < r1; t++) {
-        const float *cache = f->rope + (size_t)t * (size_t)hp->n_rot;
+        const float *cache = rope + (size_t)t * (size_t)hp->n_rot;
         float *q = f->q + (size_t)t * (size_t)QD;
         float *k = f->k + (size_t)t * (size_t)KVD;
-        for (int h = 0; h < hp->n_head; h++) rope_apply(hp, cache, q + (size_t)h * hd);
-        for (int h = 0; h < hp->n_head_kv; h++) rope_apply(hp, cache, k + (size_t)h * hd);
+        for (int h = 0; h < hp->n_head; h++) {
+            float *qh = q + (size_t)h * hd;
+            if (L->q_norm.data) rms_norm_row(qh, L->q_norm.data, hd, hp->rms_eps, qh);
+            rope_apply(hp, cache, qh);
+        }
+        /* gemma scales q in F32 before the F16 rounding of the KQ product (not the scores) */
+        if (hp->attn_q_scale != 0.0f)
+            for (int i = 0; i < QD; i++) q[i] *= hp->attn_q_scale;
+        for (int h = 0; h < hp->n_head_kv; h++) {
+            float *kh = k + (size_t)h * hd;
+            if (L->k_norm.data) rms_norm_row(kh, L->k_norm.data, hd, hp->rms_eps, kh);
+            rope_apply(hp, cache, kh);
+        }
         const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
         int pos = f->tok_pos[t];
         int blk = s->block_table[pos / bs];
@@ -309,7 +369,8 @@ static void job_attn(wf_forward *f, int ith, int nth) {
     const int group = hp->n_head / hp->n_head_kv;
     wf_kv_store *kv = f->kv;
     const int bs = kv->geometry.block_size;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_q_scale != 0.0f ? 1.0f : 1.0f / sqrtf((float)hd);
+    const bool swa = f->m->layers[f->layer].swa;
     unsigned char *mem = f->attn_mem + f->attn_stride * (size_t)ith;
     wf_attn_scratch sc;
     wf_attn_scratch_init(&sc, mem, f->max_ctx, hd);
@@ -328,14 +389,17 @@ static void job_attn(wf_forward *f, int ith, int nth) {
         }
         const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
         int n_pos = f->tok_pos[t] + 1;
+        /* a local layer sees the last n_swa positions (llama.cpp masks p_q - p_k >= n_swa) */
+        int first = swa && n_pos > hp->n_swa ? n_pos - hp->n_swa : 0;
         size_t off = (size_t)g * (size_t)hd;
-        for (int p = 0; p < n_pos; p++) {
+        for (int p = 0; p < first; p++) krows[p] = vrows[p] = f->zero_row;
+        for (int p = first; p < n_pos; p++) {
             int blk = s->block_table[p / bs];
             size_t o = (size_t)(p % bs) * kv->row_elems + off;
             krows[p] = (const uint16_t *)wf_kv_store_k(kv, f->layer, blk) + o;
             vrows[p] = (const uint16_t *)wf_kv_store_v(kv, f->layer, blk) + o;
         }
-        wf_attn_kv_view view = {krows, vrows};
+        wf_attn_kv_view view = {krows, vrows, first};
         wf_attn_group(f->q + (size_t)t * QD + (size_t)h * hd, h1 - h, hd, scale, &view, n_pos,
                       &sc, f->att + (size_t)t * QD + (size_t)h * hd);
         it = end;
@@ -364,7 +428,11 @@ static void job_run(void *ctx, int ith, int nth) {
         size_t n = (size_t)f->n_tok * (size_t)hp->n_ff;
         size_t per = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = (size_t)ith * per, i1 = i0 + per < n ? i0 + per : n;
-        if (i0 < i1) wf_attn_swiglu(i1 - i0, f->gate + i0, f->up + i0);
+        if (i0 >= i1) break;
+        if (f->gelu_tab)
+            geglu(f->gelu_tab, i1 - i0, f->gate + i0, f->up + i0);
+        else
+            wf_attn_swiglu(i1 - i0, f->gate + i0, f->up + i0);
         break;
     }
     }
@@ -417,7 +485,10 @@ static void embed(wf_forward *f) {
         int tok = s->tokens[f->tok_pos[t] - s->pos];
         const unsigned char *row = (const unsigned char *)m->tok_embd.data +
                                    (size_t)tok * m->tok_embd.row_bytes;
-        ops->to_float(row, f->x + (size_t)t * (size_t)m->hp.n_embd, m->hp.n_embd);
+        float *x = f->x + (size_t)t * (size_t)m->hp.n_embd;
+        ops->to_float(row, x, m->hp.n_embd);
+        if (m->hp.embd_scale != 0.0f)
+            for (int i = 0; i < m->hp.n_embd; i++) x[i] *= m->hp.embd_scale;
     }
 }
 
@@ -443,7 +514,11 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         for (int i = 0; i < seqs[s].n_tokens; i++, t++) {
             f->tok_seq[t] = s;
             f->tok_pos[t] = seqs[s].pos + i;
-            rope_cache(m, f->tok_pos[t], f->rope + (size_t)t * (size_t)hp->n_rot);
+            rope_cache(m, f->tok_pos[t], hp->rope_freq_base, hp->rope_freq_scale,
+                       f->rope + (size_t)t * (size_t)hp->n_rot);
+            if (f->rope_swa)
+                rope_cache(m, f->tok_pos[t], hp->rope_freq_base_swa, 1.0f,
+                           f->rope_swa + (size_t)t * (size_t)hp->n_rot);
         }
     }
     embed(f);
@@ -460,12 +535,16 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         run_job(f, JOB_ROPE_STORE, NULL, NULL, NULL);
         run_job(f, JOB_ATTN, NULL, NULL, NULL);
         matmul(f, &L->wo, f->att, T, f->tmp);
+        if (L->attn_post_norm.data)
+            run_job(f, JOB_NORM_ATTN, f->tmp, L->attn_post_norm.data, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
         run_job(f, JOB_NORM_ATTN, f->x, L->ffn_norm.data, f->xn);
         matmul_shared_input(f, f->xn, T, 2, (const wf_weight *const[]){&L->w_gate, &L->w_up},
                             (float *const[]){f->gate, f->up});
         run_job(f, JOB_SWIGLU, NULL, NULL, NULL);
         matmul(f, &L->w_down, f->gate, T, f->tmp);
+        if (L->ffn_post_norm.data)
+            run_job(f, JOB_NORM_ATTN, f->tmp, L->ffn_post_norm.data, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
     }
     /* logits only for the last token of sequences that sample */

@@ -36,6 +36,73 @@ static int get_u32_opt(const wf_model *m, const char *suffix, int dflt) {
     return (int)v;
 }
 
+static bool str_is(wf_gguf_str s, const char *lit) {
+    size_t n = strlen(lit);
+    return s.len == n && memcmp(s.data, lit, n) == 0;
+}
+
+/* YaRN's ramp ends, as ggml_rope_yarn_corr_dims computes them (float arithmetic). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * 3.14159265358979323846f)) / (2 * logf(base));
+}
+
+/* Rope scaling, as llama.cpp reads it: rope.scaling.type (none/linear/yarn) with
+ * rope.scaling.factor, or the older rope.scale_linear. Llama 3's scaling is not a type in
+ * GGUF: its converter writes the per-frequency factors as rope_freqs.weight (load_weights).
+ * For YaRN the magnitude factor follows llama_context: mscale(factor) = 1 + 0.1 ln(factor),
+ * divided again by the (1 + 0.1 ln(factor)) ggml's rope_yarn multiplies in, so the product
+ * carries llama.cpp's rounding. */
+static wf_status load_rope_scaling(wf_model *m, char *err, size_t errlen) {
+    wf_model_hparams *hp = &m->hp;
+    char k[128];
+    hp->rope_freq_scale = 1.0f;
+    hp->yarn_ext_factor = 0.0f;
+    hp->yarn_attn_factor = 1.0f;
+    float factor = 0.0f;
+    wf_gguf_str type = {0};
+    bool has_type = wf_gguf_get_str(m->gguf, akey(m, "rope.scaling.type", k, sizeof k), &type);
+    bool yarn = has_type && str_is(type, "yarn");
+    if (has_type && !yarn && !str_is(type, "linear") && !str_is(type, "none")) {
+        wf_errorf(err, errlen, "model: rope scaling type '%.*s' is not supported (linear, yarn)",
+                (int)(type.len > 32 ? 32 : type.len), type.data);
+        return WF_EUNSUPPORTED;
+    }
+    if (has_type && str_is(type, "none")) return WF_OK;
+    if (!wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.factor", k, sizeof k), &factor))
+        wf_gguf_get_f32(m->gguf, akey(m, "rope.scale_linear", k, sizeof k), &factor);
+    if (factor != 0.0f) {
+        if (!(factor > 0) || !isfinite(factor)) {
+            wf_errorf(err, errlen, "model metadata: invalid rope scaling factor %g",
+                    (double)factor);
+            return WF_EFORMAT;
+        }
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    if (!yarn) return WF_OK;
+    float v;
+    if (wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.yarn_log_multiplier", k, sizeof k), &v) &&
+        v != 0.0f) {
+        wf_errorf(err, errlen, "model: YaRN with a log multiplier (DeepSeek) is not supported");
+        return WF_EUNSUPPORTED;
+    }
+    float beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f;
+    wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.yarn_beta_fast", k, sizeof k), &beta_fast);
+    wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.yarn_beta_slow", k, sizeof k), &beta_slow);
+    wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.yarn_ext_factor", k, sizeof k), &ext);
+    int n_ctx_orig = get_u32_opt(m, "rope.scaling.original_context_length", hp->n_ctx_train);
+    hp->yarn_ext_factor = ext;
+    if (ext != 0.0f) {
+        const float f = 1.0f / hp->rope_freq_scale;
+        float mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
+        hp->yarn_attn_factor = mscale * (1.0f / (1.0f + 0.1f * logf(f)));
+    }
+    float start = floorf(yarn_corr_dim(hp->n_rot, n_ctx_orig, beta_fast, hp->rope_freq_base));
+    float end = ceilf(yarn_corr_dim(hp->n_rot, n_ctx_orig, beta_slow, hp->rope_freq_base));
+    hp->yarn_corr_dims[0] = start > 0 ? start : 0;
+    hp->yarn_corr_dims[1] = end < (float)(hp->n_rot - 1) ? end : (float)(hp->n_rot - 1);
+    return WF_OK;
+}
+
 static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
     wf_model_hparams *hp = &m->hp;
     wf_status st;
@@ -75,32 +142,28 @@ static wf_status load_hparams(wf_model *m, char *err, size_t errlen) {
         wf_errorf(err, errlen, "model metadata: invalid rms epsilon or rope.freq_base");
         return WF_EFORMAT;
     }
-    /* Rope scaling, as llama.cpp reads it: rope.scaling.type (none/linear/yarn/...) with
-     * rope.scaling.factor, or the older rope.scale_linear. Only linear is implemented. */
-    hp->rope_freq_scale = 1.0f;
-    float factor = 0.0f;
-    wf_gguf_str type = {0};
-    bool has_type = wf_gguf_get_str(m->gguf, akey(m, "rope.scaling.type", k, sizeof k), &type);
-    if (has_type && !(type.len == 6 && memcmp(type.data, "linear", 6) == 0) &&
-        !(type.len == 4 && memcmp(type.data, "none", 4) == 0)) {
-        wf_errorf(err, errlen, "model: rope scaling type '%.*s' is not supported (linear only)",
-                (int)(type.len > 32 ? 32 : type.len), type.data);
-        return WF_EUNSUPPORTED;
-    }
-    bool is_none = has_type && type.len == 4;
-    if (!is_none) {
-        if (!wf_gguf_get_f32(m->gguf, akey(m, "rope.scaling.factor", k, sizeof k), &factor))
-            wf_gguf_get_f32(m->gguf, akey(m, "rope.scale_linear", k, sizeof k), &factor);
-        if (factor != 0.0f) {
-            if (!(factor > 0) || !isfinite(factor)) {
-                wf_errorf(err, errlen, "model metadata: invalid rope scaling factor %g",
-                        (double)factor);
-                return WF_EFORMAT;
-            }
-            hp->rope_freq_scale = 1.0f / factor;
+    if ((st = load_rope_scaling(m, err, errlen)) != WF_OK) return st;
+    hp->rope_kind = m->arch == WF_ARCH_LLAMA ? WF_ROPE_NORM : WF_ROPE_NEOX;
+    hp->ffn_act = WF_FFN_SILU;
+    if (m->arch == WF_ARCH_GEMMA3) {
+        /* llama.cpp's gemma3 hparams: GeGLU, sqrt(n_embd) embedding scale, q scaled by
+         * 1/sqrt(head_dim) (the 27B model, 62 layers, by 1/sqrt(n_embd / n_head)), local
+         * layers with base 10000 unscaled. The converter already stores norm weights as
+         * (1 + w), so the norms are plain RMSNorm. */
+        hp->ffn_act = WF_FFN_GELU;
+        hp->embd_scale = sqrtf((float)hp->n_embd);
+        hp->attn_q_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                             : 1.0f / sqrtf((float)hp->head_dim);
+        hp->n_swa = get_u32_opt(m, "attention.sliding_window", 0);
+        hp->rope_freq_base_swa = 10000.0f;
+        float cap;
+        if ((wf_gguf_get_f32(m->gguf, akey(m, "attn_logit_softcapping", k, sizeof k), &cap) ||
+             wf_gguf_get_f32(m->gguf, akey(m, "final_logit_softcapping", k, sizeof k), &cap)) &&
+            cap != 0.0f) {
+            wf_errorf(err, errlen, "model: gemma3 with logit soft-capping is not supported");
+            return WF_EUNSUPPORTED;
         }
     }
-    hp->rope_kind = m->arch == WF_ARCH_QWEN2 ? WF_ROPE_NEOX : WF_ROPE_NORM;
     return WF_OK;
 }
 
@@ -206,7 +269,9 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
         wf_errorf(err, errlen, "model: out of memory");
         return WF_ENOMEM;
     }
-    bool bias = m->arch == WF_ARCH_QWEN2;
+    bool bias = m->arch == WF_ARCH_QWEN2, gemma = m->arch == WF_ARCH_GEMMA3;
+    bool qk_norm = m->arch == WF_ARCH_QWEN3 || gemma;
+    int64_t HD = hp->head_dim;
     for (int l = 0; l < hp->n_layer; l++) {
         wf_layer_weights *L = &m->layers[l];
         struct {
@@ -223,8 +288,12 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
             {"attn_q.bias", Q, 0, W_F32, !bias, &L->bq},
             {"attn_k.bias", KV, 0, W_F32, !bias, &L->bk},
             {"attn_v.bias", KV, 0, W_F32, !bias, &L->bv},
+            {"attn_q_norm.weight", HD, 0, W_F32, !qk_norm, &L->q_norm},
+            {"attn_k_norm.weight", HD, 0, W_F32, !qk_norm, &L->k_norm},
             {"attn_output.weight", Q, E, W_MATMUL, false, &L->wo},
+            {"post_attention_norm.weight", E, 0, W_F32, !gemma, &L->attn_post_norm},
             {"ffn_norm.weight", E, 0, W_F32, false, &L->ffn_norm},
+            {"post_ffw_norm.weight", E, 0, W_F32, !gemma, &L->ffn_post_norm},
             {"ffn_gate.weight", E, F, W_MATMUL, false, &L->w_gate},
             {"ffn_up.weight", E, F, W_MATMUL, false, &L->w_up},
             {"ffn_down.weight", F, E, W_MATMUL, false, &L->w_down},
@@ -239,6 +308,12 @@ static wf_status load_weights(wf_model *m, char *err, size_t errlen) {
             if (spec[i].kind == W_MATMUL) m->matmul_macs += spec[i].ne0 * spec[i].ne1;
         }
         if (L->bq.data) m->hp.qkv_bias = true;
+        /* only qwen3 reads them (llama.cpp ignores stray tensors of other families) */
+        if (!qk_norm) L->q_norm = L->k_norm = (wf_weight){0};
+        if (!gemma) L->attn_post_norm = L->ffn_post_norm = (wf_weight){0};
+        m->hp.qk_norm = qk_norm;
+        /* llama.cpp's set_swa_pattern(6): every sixth layer is global */
+        L->swa = hp->n_swa > 0 && l % 6 < 5;
     }
     return WF_OK;
 }
@@ -263,8 +338,13 @@ wf_status wf_model_load_gguf(wf_gguf *g, wf_model **out, char *err, size_t errle
         m->arch = WF_ARCH_LLAMA;
     } else if (s.len == 5 && memcmp(s.data, "qwen2", 5) == 0) {
         m->arch = WF_ARCH_QWEN2;
+    } else if (s.len == 5 && memcmp(s.data, "qwen3", 5) == 0) {
+        m->arch = WF_ARCH_QWEN3;
+    } else if (s.len == 6 && memcmp(s.data, "gemma3", 6) == 0) {
+        m->arch = WF_ARCH_GEMMA3;
     } else {
-        wf_errorf(err, errlen, "model: architecture '%.*s' is not supported (llama, qwen2)",
+        wf_errorf(err, errlen,
+                "model: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
                 (int)(s.len > 64 ? 64 : s.len), s.data);
         st = WF_EUNSUPPORTED;
         goto fail;

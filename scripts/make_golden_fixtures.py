@@ -47,6 +47,11 @@ PROMPTS = [
 ]
 
 
+# A prompt longer than Gemma 3's 512-position sliding window (--long): its local layers must
+# mask the oldest positions exactly as llama.cpp does.
+LONG_PROMPT = " ".join(p for p in PROMPTS[:16] for _ in range(3))
+
+
 def esc(s):
     return s.replace("\\", "\\\\").replace("\n", "\\n")
 
@@ -58,12 +63,26 @@ def main():
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th prompt from i "
                     "(parallel runs), then --merge n")
     ap.add_argument("--merge", type=int, default=0)
+    ap.add_argument("--long", action="store_true",
+                    help="one case with LONG_PROMPT, written to <model-stem>.long.txt")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "tests", "engine", "data", "golden"))
     args = ap.parse_args()
     stem = os.path.splitext(os.path.basename(args.model))[0]
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, stem + ".txt")
+    if args.long:
+        ref = Ref(args.model, n_ctx=2048, n_batch=1, n_threads=1)
+        ids = ref.tokenize(LONG_PROMPT)
+        gen = ref.greedy(ids, args.n)
+        ref.close()
+        with open(os.path.join(args.out, stem + ".long.txt"), "w") as f:
+            f.write("# %s: llama.cpp greedy continuation of a %d-token prompt (--long; pinned "
+                    "settings as above)\n" % (os.path.basename(args.model), len(ids)))
+            f.write("P " + esc(LONG_PROMPT) + "\nI " + " ".join(map(str, ids)) + "\nG " +
+                    " ".join(map(str, gen)) + "\n")
+        print("long prompt", len(ids), "tokens", file=sys.stderr)
+        return
     if args.merge:
         parts = [open(path + ".part%d" % i).read().split("\n") for i in range(args.merge)]
         cases = {}

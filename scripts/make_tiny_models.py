@@ -6,7 +6,8 @@ Writes tests/engine/data/tiny/<name>.gguf and <name>.txt (golden format: I/G lin
 scripts/make_golden_fixtures.py). Models: llama with every matmul weight (and the tied
 output) in one of Q4_0, Q5_0, Q5_1, Q8_0, F16, BF16, Q4_K, Q6_K; one of them also carries
 a llama3-style rope_freqs.weight and another linear rope scaling; plus a qwen2 model (Q/K/V
-biases, NeoX rope). llama-f16 ties the output to token_embd; llama-bf16 keeps its embedding rows in Q8_0. The vocabulary is the first 512 tokens of the
+biases, NeoX rope), a qwen3 model (per-head q/k RMSNorm) and two YaRN models (llama, qwen2) whose
+short original context puts the YaRN ramp in the middle of the head. llama-f16 ties the output to token_embd; llama-bf16 keeps its embedding rows in Q8_0. The vocabulary is the first 512 tokens of the
 default model's (with the merges among them), so both tokenizers load it.
 
 llama.cpp settings: as scripts/llama_ref.py (n_batch 1, F16 KV, no flash attention, plain
@@ -83,7 +84,7 @@ def add_weight(w, rng, name, rows, cols, qtype, scale):
 
 
 def write_model(path, arch, qtype, seed, vocab, rope_freqs=False, rope_linear=None,
-                untied=True, embd_type=None):
+                untied=True, embd_type=None, yarn=None):
     rng = np.random.default_rng(seed)
     toks, types, merges = vocab
     w = gguf.GGUFWriter(path, arch)
@@ -100,6 +101,10 @@ def write_model(path, arch, qtype, seed, vocab, rope_freqs=False, rope_linear=No
     if rope_linear:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_linear)
+    if yarn:  # (factor, original context): a short original context puts the ramp mid-head
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(yarn[0])
+        w.add_rope_scaling_orig_ctx_len(yarn[1])
     w.add_vocab_size(N_VOCAB)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -129,6 +134,11 @@ def write_model(path, arch, qtype, seed, vocab, rope_freqs=False, rope_linear=No
             w.add_tensor(p + "attn_q.bias", (0.1 * rng.standard_normal(N_EMBD)).astype(np.float32))
             w.add_tensor(p + "attn_k.bias", (0.1 * rng.standard_normal(kvd)).astype(np.float32))
             w.add_tensor(p + "attn_v.bias", (0.1 * rng.standard_normal(kvd)).astype(np.float32))
+        if arch == "qwen3":
+            w.add_tensor(p + "attn_q_norm.weight",
+                         (1 + 0.2 * rng.standard_normal(HEAD_DIM)).astype(np.float32))
+            w.add_tensor(p + "attn_k_norm.weight",
+                         (1 + 0.2 * rng.standard_normal(HEAD_DIM)).astype(np.float32))
         add_weight(w, rng, p + "attn_output.weight", N_EMBD, N_EMBD, qtype, 0.08)
         w.add_tensor(p + "ffn_norm.weight", (1 + 0.1 * rng.standard_normal(N_EMBD)).astype(np.float32))
         add_weight(w, rng, p + "ffn_gate.weight", N_FF, N_EMBD, qtype, 0.08)
@@ -150,6 +160,9 @@ MODELS = [
     ("llama-q4_k", "llama", T.Q4_K, {}),
     ("llama-q6_k", "llama", T.Q6_K, {}),
     ("qwen2-q8_0", "qwen2", T.Q8_0, {}),
+    ("qwen3-q8_0", "qwen3", T.Q8_0, {}),
+    ("llama-yarn-q8_0", "llama", T.Q8_0, dict(yarn=(4.0, 64))),
+    ("qwen2-yarn-q4_k", "qwen2", T.Q4_K, dict(yarn=(4.0, 128))),
 ]
 
 

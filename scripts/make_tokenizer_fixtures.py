@@ -348,12 +348,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "engine", "data", "tokenizer"))
+    ap.add_argument("--gemma", default="",
+                    help="write only gemma3.txt, from this Gemma 3 GGUF (SentencePiece, 262k)")
     args = ap.parse_args()
     check_corpus()
     # a long document: every text entry joined (about 4 KB), tokenized in one call
     CORPUS.append("\n".join(x for x in CORPUS if isinstance(x, str)))
     CORPUS.extend(random_strings())
     os.makedirs(args.out, exist_ok=True)
+    if args.gemma:
+        write_fixture(args.gemma, os.path.join(args.out, "gemma3.txt"), "Gemma 3 270M vocabulary")
+        return
     write_fixture(args.model, os.path.join(args.out, "smollm.txt"), "SmolLM2 vocabulary, pre=smollm")
     with tempfile.TemporaryDirectory() as tmp:
         for pre in ("llama-bpe", "qwen2", "gpt-2", "default", "falcon", "chatglm-bpe", "gpt-4o", "tekken"):

@@ -18,10 +18,11 @@ threads=${2:-2}
 build=${3:-$root/build}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cmake --build "$build" --target weft_engine weft_kv weft_proto >/dev/null
+cmake --build "$build" --target weft_engine weft_kv weft_proto weft_base >/dev/null
 cc -O2 -std=gnu11 -I"$root" -o "$out/weft_engine_bench" "$here/weft_engine_bench.c" \
    "$root/bench/kernels/mac_ceiling.c" \
-   "$build/libweft_engine.a" "$build/libweft_kv.a" "$build/libweft_proto.a" -lm -lpthread
+   "$build/libweft_engine.a" "$build/libweft_kv.a" "$build/libweft_proto.a" "$build/libweft_base.a" \
+   -lm -lpthread
 "$out/weft_engine_bench" "$model" "$threads" 1 8 32 > "$out/weft.txt"
 python3 "$here/llama_bench.py" "$model" "$threads" 1 8 32 > "$out/llama.txt"
 python3 - "$out/weft.txt" "$out/llama.txt" "$model" "$threads" <<'PY'

@@ -182,11 +182,35 @@ START_TEST(test_golden_chunked_prefill) {
 }
 END_TEST
 
-/* Tiny random-weight models, one per weight type, plus qwen2 (scripts/make_tiny_models.py). */
+/* Gemma 3 270M (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K weights; sliding-window layers): 20 prompts x
+ * 64 tokens from scripts/make_golden_fixtures.py --model <gemma>. */
+START_TEST(test_golden_gemma3) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/gemma-3-270m-q4_k_m.txt",
+             WEFT_SOURCE_DIR);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 512, 32);
+}
+END_TEST
+
+/* A 520-token prompt and 64 generated tokens: past Gemma's 512-position window, so the local
+ * layers mask the oldest positions (scripts/make_golden_fixtures.py --long). Prefilled in
+ * one chunk and in chunks of 100. */
+START_TEST(test_golden_gemma3_past_window) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/gemma-3-270m-q4_k_m.long.txt",
+             WEFT_SOURCE_DIR);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 512, 1);
+    check_golden_file(WEFT_TEST_GEMMA_MODEL, path, 100, 1);
+}
+END_TEST
+
+/* Tiny random-weight models, one per weight type, plus qwen2, qwen3 and YaRN-scaled llama and
+ * qwen2 (scripts/make_tiny_models.py). */
 START_TEST(test_golden_tiny_models) {
     static const char *names[] = {"llama-q4_0", "llama-q5_0", "llama-q5_1", "llama-q8_0",
                                   "llama-f16", "llama-bf16", "llama-q4_k", "llama-q6_k",
-                                  "qwen2-q8_0"};
+                                  "qwen2-q8_0", "qwen3-q8_0", "llama-yarn-q8_0",
+                                  "qwen2-yarn-q4_k"};
     const char *name = names[_i];
     char model[1024], golden[1024];
     snprintf(model, sizeof model, "%s/tests/engine/data/tiny/%s.gguf", WEFT_SOURCE_DIR, name);
@@ -288,7 +312,7 @@ START_TEST(test_attention_paths_agree) {
     }
     static unsigned char mem[1 << 21];
     wf_attn_scratch sc;
-    wf_attn_kv_view view = {kr, vr};
+    wf_attn_kv_view view = {kr, vr, 0};
     const int hds[] = {64, 96, 128, 40};
     const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 300};
     const int groups[] = {1, 2, 3, 4, GMAX};
@@ -380,9 +404,14 @@ static Suite *forward_suite(void) {
     tcase_add_test(tc, test_attention_paths_agree);
     tcase_add_test(tc, test_golden_default_model);
     tcase_add_test(tc, test_golden_chunked_prefill);
-    tcase_add_loop_test(tc, test_golden_tiny_models, 0, 9);
+    tcase_add_loop_test(tc, test_golden_tiny_models, 0, 12);
     tcase_add_test(tc, test_batch_invariance);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("gemma3");
+    tcase_set_timeout(tg, 900);
+    tcase_add_test(tg, test_golden_gemma3);
+    tcase_add_test(tg, test_golden_gemma3_past_window);
+    suite_add_tcase(s, tg);
     return s;
 }
 

@@ -195,6 +195,15 @@ START_TEST(test_fixture_smollm) {
 }
 END_TEST
 
+/* Gemma 3's 262k SentencePiece vocabulary (scripts/make_tokenizer_fixtures.py --gemma); the
+ * model is fetched by scripts/setup, so its absence is a failure. */
+START_TEST(test_fixture_gemma3) {
+    wf_tokenizer *t = load(WEFT_TEST_GEMMA_MODEL, NULL);
+    run_fixture(t, "gemma3");
+    wf_tokenizer_free(t);
+}
+END_TEST
+
 /* The same vocabulary under the other pre-tokenizers (as the fixture script rewrote it). */
 START_TEST(test_fixture_pre_types) {
     if (!have_model())
@@ -574,6 +583,7 @@ static Suite *tokenizer_suite(void) {
     tcase_add_loop_test(tc, test_fixture_pre_types, 0, 8);
     tcase_add_test(tc, test_fixture_spm);
     tcase_add_test(tc, test_fixture_spm_phi3);
+    tcase_add_test(tc, test_fixture_gemma3);
     suite_add_tcase(s, tc);
     TCase *tu = tcase_create("unit");
     tcase_set_timeout(tu, 60);
