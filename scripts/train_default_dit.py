@@ -9,7 +9,7 @@ diffusers' folder layout (save_pretrained):
   OUT/transformer/config.json + diffusion_pytorch_model.safetensors   (fp16)
   OUT/scheduler/scheduler_config.json       DDIMScheduler, 1000 training steps, linear betas
   OUT/judge.npz                             judge CNN weights (fp16), run by dit_judge.py (numpy)
-  OUT/labels.txt, OUT/LICENSE.dataset, OUT/README.md
+  OUT/labels.txt, OUT/LICENSE.dataset, OUT/train_log.json
 
 Training is bounded by wall-clock time (--minutes), since the build machine is shared: the
 script reports seconds per epoch and the number of optimizer steps it managed.
@@ -30,6 +30,26 @@ import safetensors.torch  # noqa: F401  (must precede save_pretrained on this to
 from diffusers import DDIMScheduler, DiTTransformer2DModel
 
 DATA = "/usr/share/datasets/fashion-mnist"
+LICENSE_TEXT = """weft-dit-fmnist was trained by weft's scripts/train_default_dit.py on Fashion-MNIST
+(https://github.com/zalandoresearch/fashion-mnist, Debian package dataset-fashion-mnist).
+
+Fashion-MNIST: Copyright 2017 Zalando SE. MIT (Expat) licence:
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT
+NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT
+OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+"""
 CLASS_NAMES = ["t-shirt", "trouser", "pullover", "dress", "coat",
                "sandal", "shirt", "sneaker", "bag", "ankle-boot"]
 
@@ -196,6 +216,8 @@ def main():
     with open(os.path.join(args.out, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
         f.write("\n")
+    with open(os.path.join(args.out, "LICENSE.dataset"), "w") as f:
+        f.write(LICENSE_TEXT)
     with open(os.path.join(args.out, "labels.txt"), "w") as f:
         f.write("\n".join(CLASS_NAMES) + "\n")
 
