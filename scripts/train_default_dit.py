@@ -19,6 +19,7 @@ Usage: /usr/bin/python3 scripts/train_default_dit.py --out deploy/models/weft-di
 import argparse
 import gzip
 import json
+import math
 import os
 import sys
 import time
@@ -28,6 +29,10 @@ import numpy as np
 import torch
 import safetensors.torch  # noqa: F401  (must precede save_pretrained on this torch)
 from diffusers import DDIMScheduler, DiTTransformer2DModel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_default_dit import sample  # noqa: E402
+from dit_judge import Judge  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 LICENSE_TEXT = """weft-dit-fmnist was trained by weft's scripts/train_default_dit.py on Fashion-MNIST
@@ -69,7 +74,7 @@ def to_pixels(img):
     return x[:, None]
 
 
-class Judge(torch.nn.Module):
+class JudgeNet(torch.nn.Module):
     """conv3x3(1->16)+relu+pool2, conv3x3(16->32)+relu+pool2, fc(32*8*8->10) on 32x32 inputs.
     dit_judge.py reimplements exactly this forward in numpy."""
 
@@ -87,18 +92,24 @@ class Judge(torch.nn.Module):
 
 def train_judge(xtr, ytr, xte, yte, epochs, seed):
     torch.manual_seed(seed)
-    net = Judge()
+    net = JudgeNet()
     opt = torch.optim.Adam(net.parameters(), lr=2e-3)
     xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * ((len(xtr) + 255) // 256))
     for ep in range(epochs):
         t0 = time.time()
         perm = torch.randperm(len(xtr_t))
         for i in range(0, len(perm), 256):
             idx = perm[i:i + 256]
-            loss = torch.nn.functional.cross_entropy(net(xtr_t[idx]), ytr_t[idx])
+            xb = xtr_t[idx]
+            # half the batch gets pixel noise, so sampled images are judged by shape, not texture
+            noisy = (torch.rand(len(idx), 1, 1, 1) < 0.5).float()
+            xb = xb + noisy * 0.25 * torch.randn_like(xb)
+            loss = torch.nn.functional.cross_entropy(net(xb), ytr_t[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
         print(f"judge epoch {ep}: {time.time() - t0:.1f} s, loss {loss.item():.3f}", flush=True)
     net.eval()
     with torch.no_grad():
@@ -120,14 +131,21 @@ def make_model(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--minutes", type=float, default=13.0, help="wall-clock budget for the DiT")
+    ap.add_argument("--minutes", type=float, default=14.0, help="wall-clock budget for the DiT")
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=24)
     ap.add_argument("--patch", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--judge-epochs", type=int, default=3)
+    ap.add_argument("--judge-epochs", type=int, default=6)
+    ap.add_argument("--prediction", default="v_prediction",
+                    choices=["epsilon", "v_prediction", "sample"])
+    ap.add_argument("--reuse-judge", action="store_true",
+                    help="keep the --out folder's judge.npz instead of training a new one")
+    ap.add_argument("--judge-only", action="store_true",
+                    help="retrain only the judge of an existing --out folder")
+    ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bench-steps", type=int, default=0,
@@ -140,13 +158,24 @@ def main():
     timg, tlab = load_idx("t10k")
     x, xt = to_pixels(img), to_pixels(timg)
 
+    os.makedirs(args.out, exist_ok=True)
+    if args.judge_only:
+        return write_judge(args, x, lab, xt, tlab)
+    if not args.reuse_judge:
+        if os.path.exists(os.path.join(args.out, "train_log.json")):
+            os.remove(os.path.join(args.out, "train_log.json"))  # a fresh run, a fresh log
+        write_judge(args, x, lab, xt, tlab)
+    judge = Judge(args.out)
+    with open(os.path.join(args.out, "train_log.json")) as f:
+        judge_log = {k: v for k, v in json.load(f).items() if k.startswith("judge_")}
+
     model = make_model(args)
     nparam = sum(p.numel() for p in model.parameters())
     print(f"DiT parameters: {nparam} ({2 * nparam / 1e6:.2f} MB fp16)", flush=True)
     sched = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4,
                           beta_end=0.02, clip_sample=True, set_alpha_to_one=False,
                           steps_offset=1, timestep_spacing="leading",
-                          prediction_type="epsilon")
+                          prediction_type=args.prediction)
     acp = sched.alphas_cumprod.clone().float()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -167,15 +196,23 @@ def main():
             a = acp[t].view(-1, 1, 1, 1)
             xt_ = a.sqrt() * x0 + (1 - a).sqrt() * noise
             out = model(xt_, timestep=t, class_labels=y).sample  # label dropout 0.1 inside
-            loss = torch.nn.functional.mse_loss(out, noise)
-            lr = args.lr * min(1.0, (step + 1) / 200)
+            if args.prediction == "epsilon":
+                target = noise
+            elif args.prediction == "v_prediction":
+                target = a.sqrt() * noise - (1 - a).sqrt() * x0
+            else:
+                target = x0
+            loss = torch.nn.functional.mse_loss(out, target)
+            # warm-up, then cosine decay over the wall-clock budget (to 10%)
+            frac = min(1.0, (time.time() - t_start) / budget)
+            lr = args.lr * min(1.0, (step + 1) / 200) * (0.55 + 0.45 * math.cos(math.pi * frac))
             for g in opt.param_groups:
                 g["lr"] = lr
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            decay = min(0.999, (1 + step) / (10 + step))
+            decay = min(args.ema, (1 + step) / (10 + step))
             with torch.no_grad():
                 for k, v in model.state_dict().items():
                     ema[k].mul_(decay).add_(v.detach(), alpha=1 - decay)
@@ -199,7 +236,22 @@ def main():
     print(f"DiT training: {step} steps, {step * args.batch / len(xs):.2f} epochs, "
           f"{train_s:.0f} s", flush=True)
 
-    model.load_state_dict(ema)
+    # keep whichever of the EMA and the last weights the judge agrees with more (short runs
+    # can leave the EMA behind the raw weights)
+    eval_sched = DDIMScheduler.from_config(sched.config)
+    raw = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.eval()
+    scores = {}
+    for label, weights in (("ema", ema), ("raw", raw)):
+        model.load_state_dict(weights)
+        g = torch.Generator().manual_seed(1)
+        yy = torch.arange(10).repeat_interleave(10)
+        img = sample(model, eval_sched, yy, 20, 3.0, generator=g)
+        scores[label] = float((judge.predict(img) == yy.numpy()).mean())
+    pick = max(scores, key=scores.get)
+    print(f"judge agreement (100 samples, DDIM 20, guidance 3): {scores}; keeping {pick}",
+          flush=True)
+    model.load_state_dict(ema if pick == "ema" else raw)
     model = model.half()
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(os.path.join(args.out, "transformer"), safe_serialization=True)
@@ -221,17 +273,33 @@ def main():
     with open(os.path.join(args.out, "labels.txt"), "w") as f:
         f.write("\n".join(CLASS_NAMES) + "\n")
 
-    t0 = time.time()
-    jw, acc = train_judge(x, lab, xt, tlab, args.judge_epochs, args.seed)
-    np.savez(os.path.join(args.out, "judge.npz"), **jw)
-    print(f"judge: test accuracy {acc:.4f} on the 10000-image t10k split "
-          f"({time.time() - t0:.0f} s)", flush=True)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"dit_params": nparam, "dit_steps": step, "batch": args.batch,
                    "dit_train_seconds": round(train_s), "epochs": step * args.batch / len(xs),
-                   "judge_test_accuracy": acc, "args": vars(args)}, f, indent=2)
+                   "selection": scores, "kept": pick, "args": vars(args),
+                   **judge_log}, f, indent=2)
         f.write("\n")
+    return 0
 
+
+def write_judge(args, x, lab, xt, tlab):
+    t0 = time.time()
+    jw, acc = train_judge(x, lab, xt, tlab, args.judge_epochs, args.seed)
+    np.savez(os.path.join(args.out, "judge.npz"), **jw)
+    secs = time.time() - t0
+    print(f"judge: test accuracy {acc:.4f} on the 10000-image t10k split ({secs:.0f} s)",
+          flush=True)
+    path = os.path.join(args.out, "train_log.json")
+    log = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            log = json.load(f)
+    log.update({"judge_test_accuracy": acc, "judge_epochs": args.judge_epochs,
+                "judge_train_seconds": round(secs)})
+    with open(path, "w") as f:
+        json.dump(log, f, indent=2)
+        f.write("\n")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

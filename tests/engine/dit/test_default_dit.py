@@ -37,7 +37,8 @@ def test_layout_and_configs():
     assert cfg["num_embeds_ada_norm"] == 10 and cfg["norm_type"] == "ada_norm_zero"
     sched = read_json("scheduler", "scheduler_config.json")
     assert sched["_class_name"] == index["scheduler"][1]
-    assert sched["num_train_timesteps"] == 1000 and sched["prediction_type"] == "epsilon"
+    assert sched["num_train_timesteps"] == 1000
+    assert sched["prediction_type"] in ("epsilon", "v_prediction", "sample")
     assert os.path.exists(os.path.join(MODEL, "LICENSE.dataset"))
     assert not os.path.exists(os.path.join(MODEL, "vae"))  # pixel space
 
@@ -59,9 +60,12 @@ def test_weights_are_fp16_and_small():
         assert end - begin == 2 * n, name
         n_bytes += end - begin
     assert 8 + hlen + n_bytes == size
-    # the class embedding holds the 10 classes and the null (CFG) class
+    # every block's class embedding holds the 10 classes and the null (CFG) class
+    cfg = read_json("transformer", "config.json")
     emb = [v for k, v in tensors.items() if k.endswith("class_embedder.embedding_table.weight")]
-    assert len(emb) == 1 and emb[0]["shape"][0] == 11
+    assert len(emb) == cfg["num_layers"]
+    assert all(e["shape"] == [11, cfg["num_attention_heads"] * cfg["attention_head_dim"]]
+               for e in emb)
 
 
 def test_judge_accuracy_on_real_test_split():

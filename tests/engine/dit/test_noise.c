@@ -86,7 +86,7 @@ START_TEST(test_streams_differ) {
 END_TEST
 
 START_TEST(test_moments) {
-    enum { M = 1 << 20 };
+    enum { M = 1 << 18 };
     float *z = malloc(sizeof(float) * M);
     ck_assert_ptr_nonnull(z);
     wf_dit_noise_fill((wf_dit_noise_key){.seed = 99, .request = 2}, 3, 0, z, M);
@@ -103,15 +103,16 @@ START_TEST(test_moments) {
         if (j) lag += v * z[j - 1];
     }
     double mean = s1 / M, var = s2 / M - mean * mean;
-    /* standard errors at 2^20 samples: mean 0.001, variance 0.0014, skew 0.0024, kurtosis 0.0048 */
-    ck_assert_msg(fabs(mean) < 0.005, "mean %g", mean);
-    ck_assert_msg(fabs(var - 1) < 0.007, "variance %g", var);
-    ck_assert_msg(fabs(s3 / M) < 0.012, "third moment %g", s3 / M);
-    ck_assert_msg(fabs(s4 / M - 3) < 0.03, "fourth moment %g", s4 / M);
-    ck_assert_msg(fabs(lag / M) < 0.005, "lag-1 correlation %g", lag / M);
+    /* standard errors at 2^18 samples: mean 0.002, variance 0.0028, third moment 0.0048,
+     * fourth moment 0.019; the bounds are about 5 of them */
+    ck_assert_msg(fabs(mean) < 0.01, "mean %g", mean);
+    ck_assert_msg(fabs(var - 1) < 0.014, "variance %g", var);
+    ck_assert_msg(fabs(s3 / M) < 0.025, "third moment %g", s3 / M);
+    ck_assert_msg(fabs(s4 / M - 3) < 0.1, "fourth moment %g", s4 / M);
+    ck_assert_msg(fabs(lag / M) < 0.01, "lag-1 correlation %g", lag / M);
     /* P(|z| > 3) = 0.0026998 */
     double tail = (double)beyond3 / M;
-    ck_assert_msg(fabs(tail - 0.0026998) < 0.0004, "tail %g", tail);
+    ck_assert_msg(fabs(tail - 0.0026998) < 0.0005, "tail %g", tail);
     free(z);
 }
 END_TEST
@@ -119,6 +120,7 @@ END_TEST
 static Suite *noise_suite(void) {
     Suite *s = suite_create("dit_noise");
     TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_philox_known_answers);
     tcase_add_test(tc, test_chunking_and_threads);
     tcase_add_test(tc, test_streams_differ);

@@ -259,6 +259,13 @@ START_TEST(test_good_config_and_load) {
     ck_assert_int_eq(cfg.steps_offset, 1);
     ck_assert(!cfg.clip_sample && !cfg.set_alpha_to_one);
     ck_assert_double_eq_tol(cfg.beta_end, 0.012, 1e-12);
+    /* the default DiT's own config (deploy/models/weft-dit-fmnist) */
+    ck_assert_msg(wf_dit_sampler_config_load(WEFT_SOURCE_DIR "/deploy/models/weft-dit-fmnist/"
+                                             "scheduler/scheduler_config.json",
+                                             &cfg, err, sizeof err) == WF_OK,
+                  "%s", err);
+    ck_assert_int_eq(cfg.kind, WF_DIT_DDIM);
+    ck_assert_int_eq(cfg.num_train_timesteps, 1000);
     ck_assert_int_eq(wf_dit_sampler_config_load("/nonexistent/scheduler_config.json", &cfg, err,
                                                 sizeof err),
                      WF_ENOTFOUND);
