@@ -26,29 +26,29 @@ typedef struct name_map {
 } name_map;
 
 static const name_map KIND_NAMES[] = {
-    {"DDPMScheduler", WF_DIT_DDPM},     {"DDIMScheduler", WF_DIT_DDIM},
-    {"EulerDiscreteScheduler", WF_DIT_EULER},
-    {"FlowMatchEulerDiscreteScheduler", WF_DIT_FLOW_EULER},
-    {"ddpm", WF_DIT_DDPM},              {"ddim", WF_DIT_DDIM},
-    {"euler", WF_DIT_EULER},            {"flow_euler", WF_DIT_FLOW_EULER},
+    {"DDPMScheduler", WF_DIT_SAMPLER_KIND_DDPM},     {"DDIMScheduler", WF_DIT_SAMPLER_KIND_DDIM},
+    {"EulerDiscreteScheduler", WF_DIT_SAMPLER_KIND_EULER},
+    {"FlowMatchEulerDiscreteScheduler", WF_DIT_SAMPLER_KIND_FLOW_EULER},
+    {"ddpm", WF_DIT_SAMPLER_KIND_DDPM},              {"ddim", WF_DIT_SAMPLER_KIND_DDIM},
+    {"euler", WF_DIT_SAMPLER_KIND_EULER},            {"flow_euler", WF_DIT_SAMPLER_KIND_FLOW_EULER},
     {NULL, 0}};
-static const name_map BETA_NAMES[] = {{"linear", WF_DIT_BETA_LINEAR},
-                                      {"scaled_linear", WF_DIT_BETA_SCALED_LINEAR},
-                                      {"squaredcos_cap_v2", WF_DIT_BETA_COSINE},
+static const name_map BETA_NAMES[] = {{"linear", WF_DIT_BETA_SCHEDULE_LINEAR},
+                                      {"scaled_linear", WF_DIT_BETA_SCHEDULE_SCALED_LINEAR},
+                                      {"squaredcos_cap_v2", WF_DIT_BETA_SCHEDULE_COSINE},
                                       {NULL, 0}};
 static const name_map SPACING_NAMES[] = {{"leading", WF_DIT_SPACING_LEADING},
                                          {"trailing", WF_DIT_SPACING_TRAILING},
                                          {"linspace", WF_DIT_SPACING_LINSPACE},
                                          {NULL, 0}};
-static const name_map PRED_NAMES[] = {{"epsilon", WF_DIT_PRED_EPSILON},
-                                      {"v_prediction", WF_DIT_PRED_V},
-                                      {"sample", WF_DIT_PRED_SAMPLE},
-                                      {"original_sample", WF_DIT_PRED_SAMPLE},
+static const name_map PRED_NAMES[] = {{"epsilon", WF_DIT_PREDICTION_EPSILON},
+                                      {"v_prediction", WF_DIT_PREDICTION_V},
+                                      {"sample", WF_DIT_PREDICTION_SAMPLE},
+                                      {"original_sample", WF_DIT_PREDICTION_SAMPLE},
                                       {NULL, 0}};
-static const name_map VAR_NAMES[] = {{"fixed_small", WF_DIT_VAR_FIXED_SMALL},
-                                     {"fixed_small_log", WF_DIT_VAR_FIXED_SMALL_LOG},
-                                     {"fixed_large", WF_DIT_VAR_FIXED_LARGE},
-                                     {"learned_range", WF_DIT_VAR_LEARNED_RANGE},
+static const name_map VAR_NAMES[] = {{"fixed_small", WF_DIT_VARIANCE_FIXED_SMALL},
+                                     {"fixed_small_log", WF_DIT_VARIANCE_FIXED_SMALL_LOG},
+                                     {"fixed_large", WF_DIT_VARIANCE_FIXED_LARGE},
+                                     {"learned_range", WF_DIT_VARIANCE_LEARNED_RANGE},
                                      {NULL, 0}};
 
 static int lookup_name(const name_map *m, const char *name, int *value) {
@@ -77,17 +77,18 @@ wf_status wf_dit_sampler_kind_parse(const char *name, wf_dit_sampler_kind *kind,
                                     size_t errlen) {
     int v;
     if (!name || !kind) return wf_status_errorf(err, errlen, WF_EINVAL, "sampler name is NULL");
-    if (!lookup_name(KIND_NAMES, name, &v)) return name_error("sampler", name, KIND_NAMES, err, errlen);
+    if (!lookup_name(KIND_NAMES, name, &v))
+        return name_error("sampler", name, KIND_NAMES, err, errlen);
     *kind = (wf_dit_sampler_kind)v;
     return WF_OK;
 }
 
 const char *wf_dit_sampler_kind_name(wf_dit_sampler_kind kind) {
     switch (kind) {
-    case WF_DIT_DDPM: return "ddpm";
-    case WF_DIT_DDIM: return "ddim";
-    case WF_DIT_EULER: return "euler";
-    case WF_DIT_FLOW_EULER: return "flow_euler";
+    case WF_DIT_SAMPLER_KIND_DDPM: return "ddpm";
+    case WF_DIT_SAMPLER_KIND_DDIM: return "ddim";
+    case WF_DIT_SAMPLER_KIND_EULER: return "euler";
+    case WF_DIT_SAMPLER_KIND_FLOW_EULER: return "flow_euler";
     }
     return "unknown";
 }
@@ -98,11 +99,12 @@ void wf_dit_sampler_config_default(wf_dit_sampler_kind kind, wf_dit_sampler_conf
         .num_train_timesteps = 1000,
         .beta_start = 0.0001,
         .beta_end = 0.02,
-        .beta_schedule = WF_DIT_BETA_LINEAR,
-        .spacing = kind == WF_DIT_EULER ? WF_DIT_SPACING_LINSPACE : WF_DIT_SPACING_LEADING,
+        .beta_schedule = WF_DIT_BETA_SCHEDULE_LINEAR,
+        .spacing =
+            kind == WF_DIT_SAMPLER_KIND_EULER ? WF_DIT_SPACING_LINSPACE : WF_DIT_SPACING_LEADING,
         .steps_offset = 0,
-        .prediction = WF_DIT_PRED_EPSILON,
-        .variance = WF_DIT_VAR_FIXED_SMALL,
+        .prediction = WF_DIT_PREDICTION_EPSILON,
+        .variance = WF_DIT_VARIANCE_FIXED_SMALL,
         .clip_sample = true,
         .clip_sample_range = 1.0,
         .set_alpha_to_one = true,
@@ -203,7 +205,8 @@ static wf_status check_config(const wf_dit_sampler_config *c, char *err, size_t 
         return wf_status_errorf(err, errlen, WF_EINVAL, "num_train_timesteps %d < 2",
                                 c->num_train_timesteps);
     if (!(c->beta_start > 0 && c->beta_end > 0 && c->beta_start < 1 && c->beta_end < 1))
-        return wf_status_errorf(err, errlen, WF_EINVAL, "beta_start %g / beta_end %g outside (0, 1)",
+        return wf_status_errorf(err, errlen, WF_EINVAL,
+                                "beta_start %g / beta_end %g outside (0, 1)",
                                 c->beta_start, c->beta_end);
     if (!(c->clip_sample_range > 0))
         return wf_status_errorf(err, errlen, WF_EINVAL, "clip_sample_range %g <= 0",
@@ -256,7 +259,7 @@ wf_status wf_dit_sampler_config_parse(const char *json, size_t len, wf_dit_sampl
         (st = get_bool(root, "set_alpha_to_one", &c.set_alpha_to_one, err, errlen)) ||
         (st = get_number(root, "shift", &c.shift, err, errlen)))
         goto out;
-    if (kind == WF_DIT_DDPM) {
+    if (kind == WF_DIT_SAMPLER_KIND_DDPM) {
         json_t *v = json_object_get(root, "variance_type");
         if (v && json_is_string(v) &&
             (strcmp(json_string_value(v), "learned") == 0 ||
@@ -326,17 +329,19 @@ static void build_alphas_cumprod(const wf_dit_sampler_config *c, float *acp) {
     for (int i = 0; i < n; i++) {
         float beta;
         switch (c->beta_schedule) {
-        case WF_DIT_BETA_SCALED_LINEAR: {
-            float b = torch_linspace_f32((float)sqrt(c->beta_start), (float)sqrt(c->beta_end), n, i);
+        case WF_DIT_BETA_SCHEDULE_SCALED_LINEAR: {
+            float b =
+                torch_linspace_f32((float)sqrt(c->beta_start), (float)sqrt(c->beta_end), n, i);
             beta = b * b;
             break;
         }
-        case WF_DIT_BETA_COSINE: {
-            double b = 1.0 - cosine_alpha_bar((double)(i + 1) / n) / cosine_alpha_bar((double)i / n);
+        case WF_DIT_BETA_SCHEDULE_COSINE: {
+            double b =
+                1.0 - cosine_alpha_bar((double)(i + 1) / n) / cosine_alpha_bar((double)i / n);
             beta = (float)(b < 0.999 ? b : 0.999);
             break;
         }
-        case WF_DIT_BETA_LINEAR:
+        case WF_DIT_BETA_SCHEDULE_LINEAR:
         default: beta = torch_linspace_f32((float)c->beta_start, (float)c->beta_end, n, i); break;
         }
         float alpha = 1.0f - beta;
@@ -412,7 +417,9 @@ static wf_status build_euler(wf_dit_schedule *s, double *tmp) {
     return WF_OK;
 }
 
-static float flow_shift(double shift, double s) { return (float)(shift * s / (1 + (shift - 1) * s)); }
+static float flow_shift(double shift, double s) {
+    return (float)(shift * s / (1 + (shift - 1) * s));
+}
 
 static void build_flow(wf_dit_schedule *s) {
     int T = s->cfg.num_train_timesteps, n = s->n_steps;
@@ -456,11 +463,12 @@ wf_status wf_dit_schedule_new(const wf_dit_sampler_config *cfg, int n_steps, wf_
     s->step_ratio = T / n_steps;
     s->init_sigma = 1.0f;
     s->final_alpha = cfg->set_alpha_to_one ? 1.0f : s->alphas_cumprod[0];
-    if (cfg->kind == WF_DIT_FLOW_EULER) {
+    if (cfg->kind == WF_DIT_SAMPLER_KIND_FLOW_EULER) {
         s->n_steps = n_steps;
         build_flow(s);
     } else {
-        s->n_steps = make_timesteps(cfg, n_steps, s->timesteps, cap, cfg->kind == WF_DIT_EULER);
+        bool euler = cfg->kind == WF_DIT_SAMPLER_KIND_EULER;
+        s->n_steps = make_timesteps(cfg, n_steps, s->timesteps, cap, euler);
         for (int i = 0; i < s->n_steps; i++)
             if (s->timesteps[i] < 0 || s->timesteps[i] > T - 1) {
                 st = wf_status_errorf(err, errlen, WF_EINVAL,
@@ -468,7 +476,7 @@ wf_status wf_dit_schedule_new(const wf_dit_sampler_config *cfg, int n_steps, wf_
                                       s->timesteps[i], i, T - 1, cfg->steps_offset);
                 goto fail;
             }
-        if (cfg->kind == WF_DIT_EULER) build_euler(s, tmp);
+        if (cfg->kind == WF_DIT_SAMPLER_KIND_EULER) build_euler(s, tmp);
     }
     free(tmp);
     *out = s;
@@ -491,7 +499,7 @@ double wf_dit_schedule_timestep(const wf_dit_schedule *s, int i) {
 float wf_dit_schedule_init_sigma(const wf_dit_schedule *s) { return s->init_sigma; }
 
 float wf_dit_schedule_input_scale(const wf_dit_schedule *s, int i) {
-    if (s->cfg.kind != WF_DIT_EULER || i < 0 || i >= s->n_steps) return 1.0f;
+    if (s->cfg.kind != WF_DIT_SAMPLER_KIND_EULER || i < 0 || i >= s->n_steps) return 1.0f;
     double sg = s->sigmas[i];
     return (float)(1.0 / sqrt(sg * sg + 1.0));
 }
@@ -510,9 +518,9 @@ typedef struct step_coef {
 
 static double x0_of(const wf_dit_schedule *s, const step_coef *k, double x, double m) {
     switch (s->cfg.prediction) {
-    case WF_DIT_PRED_SAMPLE: return m;
-    case WF_DIT_PRED_V: return sqrt(k->a_t) * x - sqrt(k->b_t) * m;
-    case WF_DIT_PRED_EPSILON:
+    case WF_DIT_PREDICTION_SAMPLE: return m;
+    case WF_DIT_PREDICTION_V: return sqrt(k->a_t) * x - sqrt(k->b_t) * m;
+    case WF_DIT_PREDICTION_EPSILON:
     default: return (x - sqrt(k->b_t) * m) / sqrt(k->a_t);
     }
 }
@@ -526,7 +534,7 @@ static double clip(const wf_dit_sampler_config *c, double v) {
 static void coefficients(const wf_dit_schedule *s, int i, step_coef *k) {
     const wf_dit_sampler_config *c = &s->cfg;
     memset(k, 0, sizeof *k);
-    if (c->kind == WF_DIT_EULER || c->kind == WF_DIT_FLOW_EULER) {
+    if (c->kind == WF_DIT_SAMPLER_KIND_EULER || c->kind == WF_DIT_SAMPLER_KIND_FLOW_EULER) {
         k->sigma = s->sigmas[i];
         k->sigma_next = s->sigmas[i + 1];
         return;
@@ -535,7 +543,7 @@ static void coefficients(const wf_dit_schedule *s, int i, step_coef *k) {
     int prev = t - s->step_ratio;
     k->a_t = s->alphas_cumprod[t];
     k->b_t = 1.0 - k->a_t;
-    if (c->kind == WF_DIT_DDPM) {
+    if (c->kind == WF_DIT_SAMPLER_KIND_DDPM) {
         k->a_prev = prev >= 0 ? s->alphas_cumprod[prev] : 1.0;
         k->cur_alpha = k->a_t / k->a_prev;
         k->cur_beta = 1.0 - k->cur_alpha;
@@ -544,7 +552,7 @@ static void coefficients(const wf_dit_schedule *s, int i, step_coef *k) {
         k->noise = t > 0;
         k->min_log = log(var);
         k->max_log = log(k->cur_beta);
-        k->std = c->variance == WF_DIT_VAR_FIXED_LARGE ? sqrt(k->cur_beta) : sqrt(var);
+        k->std = c->variance == WF_DIT_VARIANCE_FIXED_LARGE ? sqrt(k->cur_beta) : sqrt(var);
     } else {
         k->a_prev = prev >= 0 ? s->alphas_cumprod[prev] : s->final_alpha;
         double var = (1.0 - k->a_prev) / k->b_t * (1.0 - k->a_t / k->a_prev);
@@ -557,24 +565,24 @@ static double step_one(const wf_dit_schedule *s, const step_coef *k, double x, d
                        double var_out, double z) {
     const wf_dit_sampler_config *c = &s->cfg;
     switch (c->kind) {
-    case WF_DIT_DDPM: {
+    case WF_DIT_SAMPLER_KIND_DDPM: {
         double x0 = clip(c, x0_of(s, k, x, m));
         double mean = sqrt(k->a_prev) * k->cur_beta / k->b_t * x0 +
                       sqrt(k->cur_alpha) * (1.0 - k->a_prev) / k->b_t * x;
         if (!k->noise) return mean;
         double std = k->std;
-        if (c->variance == WF_DIT_VAR_LEARNED_RANGE) {
+        if (c->variance == WF_DIT_VARIANCE_LEARNED_RANGE) {
             double frac = (var_out + 1.0) / 2.0;
             std = exp(0.5 * (frac * k->max_log + (1.0 - frac) * k->min_log));
         }
         return mean + std * z;
     }
-    case WF_DIT_DDIM: {
+    case WF_DIT_SAMPLER_KIND_DDIM: {
         double x0 = x0_of(s, k, x, m), eps;
         switch (c->prediction) {
-        case WF_DIT_PRED_SAMPLE: eps = (x - sqrt(k->a_t) * x0) / sqrt(k->b_t); break;
-        case WF_DIT_PRED_V: eps = sqrt(k->a_t) * m + sqrt(k->b_t) * x; break;
-        case WF_DIT_PRED_EPSILON:
+        case WF_DIT_PREDICTION_SAMPLE: eps = (x - sqrt(k->a_t) * x0) / sqrt(k->b_t); break;
+        case WF_DIT_PREDICTION_V: eps = sqrt(k->a_t) * m + sqrt(k->b_t) * x; break;
+        case WF_DIT_PREDICTION_EPSILON:
         default: eps = m; break;
         }
         if (c->clip_sample) { /* use_clipped_model_output: eps consistent with the clipped x0 */
@@ -585,17 +593,17 @@ static double step_one(const wf_dit_schedule *s, const step_coef *k, double x, d
         double prev = sqrt(k->a_prev) * x0 + dir;
         return k->noise ? prev + k->std * z : prev;
     }
-    case WF_DIT_EULER: {
+    case WF_DIT_SAMPLER_KIND_EULER: {
         double sg = k->sigma, x0;
         switch (c->prediction) {
-        case WF_DIT_PRED_SAMPLE: x0 = m; break;
-        case WF_DIT_PRED_V: x0 = m * (-sg / sqrt(sg * sg + 1)) + x / (sg * sg + 1); break;
-        case WF_DIT_PRED_EPSILON:
+        case WF_DIT_PREDICTION_SAMPLE: x0 = m; break;
+        case WF_DIT_PREDICTION_V: x0 = m * (-sg / sqrt(sg * sg + 1)) + x / (sg * sg + 1); break;
+        case WF_DIT_PREDICTION_EPSILON:
         default: x0 = x - sg * m; break;
         }
         return x + (x - x0) / sg * (k->sigma_next - sg);
     }
-    case WF_DIT_FLOW_EULER: return x + (k->sigma_next - k->sigma) * m;
+    case WF_DIT_SAMPLER_KIND_FLOW_EULER: return x + (k->sigma_next - k->sigma) * m;
     }
     return x;
 }
@@ -607,7 +615,8 @@ wf_status wf_dit_schedule_step(const wf_dit_schedule *s, int i, const wf_dit_ste
     if (i < 0 || i >= s->n_steps || io->channels < 1 || io->plane < 1) return WF_EINVAL;
     int C = io->channels;
     if (io->model_channels != C && io->model_channels != 2 * C) return WF_EINVAL;
-    bool learned = s->cfg.kind == WF_DIT_DDPM && s->cfg.variance == WF_DIT_VAR_LEARNED_RANGE;
+    bool learned = s->cfg.kind == WF_DIT_SAMPLER_KIND_DDPM &&
+                   s->cfg.variance == WF_DIT_VARIANCE_LEARNED_RANGE;
     if (learned && io->model_channels != 2 * C) return WF_EINVAL;
     step_coef k;
     coefficients(s, i, &k);

@@ -33,8 +33,9 @@
  * as DiT). DDIM: eta, clip_sample; the noise estimate is re-derived from the clipped x0 (diffusers'
  * use_clipped_model_output=True). Euler: s_churn = 0, interpolation linear, final sigma zero.
  * Flow: static shift (no dynamic shifting). Not implemented: "learned" and "fixed_large_log"
- * variances (the latter takes the square root of a negative log in diffusers 0.31). Options outside these are WF_EUNSUPPORTED with the
- * option named; misspelled names are WF_EINVAL naming the value.
+ * variances (the latter takes the square root of a negative log in diffusers 0.31). Options
+ * outside these are WF_EUNSUPPORTED with the option named; misspelled names are WF_EINVAL
+ * naming the value.
  *
  * Model outputs with 2C channels (learned sigma) are accepted by every sampler; only DDPM
  * learned_range reads the second half (DiT's pipeline drops it for the others).
@@ -51,16 +52,16 @@
 #include "proto/base/status.h"
 
 typedef enum wf_dit_sampler_kind {
-    WF_DIT_DDPM,       /* DDPMScheduler */
-    WF_DIT_DDIM,       /* DDIMScheduler */
-    WF_DIT_EULER,      /* EulerDiscreteScheduler */
-    WF_DIT_FLOW_EULER, /* FlowMatchEulerDiscreteScheduler */
+    WF_DIT_SAMPLER_KIND_DDPM,       /* DDPMScheduler */
+    WF_DIT_SAMPLER_KIND_DDIM,       /* DDIMScheduler */
+    WF_DIT_SAMPLER_KIND_EULER,      /* EulerDiscreteScheduler */
+    WF_DIT_SAMPLER_KIND_FLOW_EULER, /* FlowMatchEulerDiscreteScheduler */
 } wf_dit_sampler_kind;
 
 typedef enum wf_dit_beta_schedule {
-    WF_DIT_BETA_LINEAR,
-    WF_DIT_BETA_SCALED_LINEAR,
-    WF_DIT_BETA_COSINE, /* "squaredcos_cap_v2" */
+    WF_DIT_BETA_SCHEDULE_LINEAR,
+    WF_DIT_BETA_SCHEDULE_SCALED_LINEAR,
+    WF_DIT_BETA_SCHEDULE_COSINE, /* "squaredcos_cap_v2" */
 } wf_dit_beta_schedule;
 
 typedef enum wf_dit_spacing {
@@ -70,16 +71,16 @@ typedef enum wf_dit_spacing {
 } wf_dit_spacing;
 
 typedef enum wf_dit_prediction {
-    WF_DIT_PRED_EPSILON,
-    WF_DIT_PRED_V,      /* "v_prediction" */
-    WF_DIT_PRED_SAMPLE, /* "sample" (Euler also accepts "original_sample") */
+    WF_DIT_PREDICTION_EPSILON,
+    WF_DIT_PREDICTION_V,      /* "v_prediction" */
+    WF_DIT_PREDICTION_SAMPLE, /* "sample" (Euler also accepts "original_sample") */
 } wf_dit_prediction;
 
 typedef enum wf_dit_variance {
-    WF_DIT_VAR_FIXED_SMALL,
-    WF_DIT_VAR_FIXED_SMALL_LOG,
-    WF_DIT_VAR_FIXED_LARGE,
-    WF_DIT_VAR_LEARNED_RANGE,
+    WF_DIT_VARIANCE_FIXED_SMALL,
+    WF_DIT_VARIANCE_FIXED_SMALL_LOG,
+    WF_DIT_VARIANCE_FIXED_LARGE,
+    WF_DIT_VARIANCE_LEARNED_RANGE,
 } wf_dit_variance;
 
 /* A scheduler_config.json's meaning. Fields a sampler does not use are ignored. */

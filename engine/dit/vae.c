@@ -118,7 +118,8 @@ wf_status wf_dit_vae_config_parse(const char *text, size_t len, wf_dit_vae_confi
         json_t *v = json_array_get(boc, (size_t)i);
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65536) {
             st = wf_status_errorf(err, errlen, WF_EFORMAT,
-                                  "vae config: block_out_channels[%d] is not a positive integer", i);
+                                  "vae config: block_out_channels[%d] is not a positive integer",
+                                  i);
             goto out;
         }
         c.block_out_channels[i] = (int)json_integer_value(v);
@@ -249,9 +250,9 @@ static float *load(loader *L, const char *name, const char *alt, int nd, const i
     const uint16_t *h = t.data;
     for (int64_t i = 0; i < n; i++) {
         switch (t.dtype) {
-        case WF_DIT_F16: dst[i] = wf_fp16_to_fp32(h[i]); break;
-        case WF_DIT_BF16: dst[i] = wf_bf16_to_fp32(h[i]); break;
-        case WF_DIT_F32:
+        case WF_DIT_DTYPE_F16: dst[i] = wf_fp16_to_fp32(h[i]); break;
+        case WF_DIT_DTYPE_BF16: dst[i] = wf_bf16_to_fp32(h[i]); break;
+        case WF_DIT_DTYPE_F32:
         default: memcpy(&dst[i], (const char *)t.data + 4 * i, 4); break;
         }
     }
@@ -517,7 +518,8 @@ static void gn_range(void *arg, int lo, int hi) {
     }
 }
 
-static void run_gn(wf_dit_vae *v, const norm *n, const float *in, float *out, size_t hw, bool silu) {
+static void run_gn(wf_dit_vae *v, const norm *n, const float *in, float *out, size_t hw,
+                   bool silu) {
     int groups = v->cfg.norm_num_groups;
     gn_job j = {n, in, out, hw, n->c / groups, silu};
     parallel_for(v->pool, groups, gn_range, &j);
@@ -628,7 +630,8 @@ static void upsample2x(const float *in, float *out, int c, int h, int w) {
         float *op = out + (size_t)ch * (size_t)(4 * h * w);
         for (int y = 0; y < 2 * h; y++)
             for (int x = 0; x < 2 * w; x++)
-                op[(size_t)y * (size_t)(2 * w) + (size_t)x] = ip[(size_t)(y / 2) * (size_t)w + (size_t)(x / 2)];
+                op[(size_t)y * (size_t)(2 * w) + (size_t)x] =
+                    ip[(size_t)(y / 2) * (size_t)w + (size_t)(x / 2)];
     }
 }
 

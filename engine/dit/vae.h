@@ -59,7 +59,7 @@ wf_status wf_dit_vae_config_parse(const char *json, size_t len, wf_dit_vae_confi
 wf_status wf_dit_vae_config_load(const char *path, wf_dit_vae_config *cfg, char *err,
                                  size_t errlen);
 
-typedef enum wf_dit_dtype { WF_DIT_F32, WF_DIT_F16, WF_DIT_BF16 } wf_dit_dtype;
+typedef enum wf_dit_dtype { WF_DIT_DTYPE_F32, WF_DIT_DTYPE_F16, WF_DIT_DTYPE_BF16 } wf_dit_dtype;
 
 /* A tensor as a container reader sees it: row-major, `data` valid during the lookup call and
  * until wf_dit_vae_new returns. */

@@ -143,7 +143,7 @@ END_TEST
 
 START_TEST(test_generator_noise_is_the_hook_noise) {
     wf_dit_sampler_config cfg;
-    wf_dit_sampler_config_default(WF_DIT_DDPM, &cfg);
+    wf_dit_sampler_config_default(WF_DIT_SAMPLER_KIND_DDPM, &cfg);
     wf_dit_schedule *s = NULL;
     char err[256];
     ck_assert_int_eq(wf_dit_schedule_new(&cfg, 10, &s, err, sizeof err), WF_OK);
@@ -232,8 +232,8 @@ START_TEST(test_bad_configs) {
     ck_assert_int_eq(wf_dit_sampler_kind_parse("heun", &kind, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "'heun'"));
     ck_assert_int_eq(wf_dit_sampler_kind_parse("flow_euler", &kind, err, sizeof err), WF_OK);
-    ck_assert_int_eq(kind, WF_DIT_FLOW_EULER);
-    ck_assert_str_eq(wf_dit_sampler_kind_name(WF_DIT_EULER), "euler");
+    ck_assert_int_eq(kind, WF_DIT_SAMPLER_KIND_FLOW_EULER);
+    ck_assert_str_eq(wf_dit_sampler_kind_name(WF_DIT_SAMPLER_KIND_EULER), "euler");
 }
 END_TEST
 
@@ -253,8 +253,8 @@ START_TEST(test_good_config_and_load) {
     char err[256] = "";
     ck_assert_msg(wf_dit_sampler_config_load(path, &cfg, err, sizeof err) == WF_OK, "%s", err);
     remove(path);
-    ck_assert_int_eq(cfg.kind, WF_DIT_DDIM);
-    ck_assert_int_eq(cfg.beta_schedule, WF_DIT_BETA_SCALED_LINEAR);
+    ck_assert_int_eq(cfg.kind, WF_DIT_SAMPLER_KIND_DDIM);
+    ck_assert_int_eq(cfg.beta_schedule, WF_DIT_BETA_SCHEDULE_SCALED_LINEAR);
     ck_assert_int_eq(cfg.spacing, WF_DIT_SPACING_TRAILING);
     ck_assert_int_eq(cfg.steps_offset, 1);
     ck_assert(!cfg.clip_sample && !cfg.set_alpha_to_one);
@@ -264,7 +264,7 @@ START_TEST(test_good_config_and_load) {
                                              "scheduler/scheduler_config.json",
                                              &cfg, err, sizeof err) == WF_OK,
                   "%s", err);
-    ck_assert_int_eq(cfg.kind, WF_DIT_DDIM);
+    ck_assert_int_eq(cfg.kind, WF_DIT_SAMPLER_KIND_DDIM);
     ck_assert_int_eq(cfg.num_train_timesteps, 1000);
     ck_assert_int_eq(wf_dit_sampler_config_load("/nonexistent/scheduler_config.json", &cfg, err,
                                                 sizeof err),
@@ -275,7 +275,7 @@ END_TEST
 
 START_TEST(test_bad_schedules_and_shapes) {
     wf_dit_sampler_config cfg;
-    wf_dit_sampler_config_default(WF_DIT_DDPM, &cfg);
+    wf_dit_sampler_config_default(WF_DIT_SAMPLER_KIND_DDPM, &cfg);
     wf_dit_schedule *s = (wf_dit_schedule *)&cfg;
     char err[256] = "";
     ck_assert_int_eq(wf_dit_schedule_new(&cfg, 0, &s, err, sizeof err), WF_EINVAL);
@@ -286,7 +286,7 @@ START_TEST(test_bad_schedules_and_shapes) {
     ck_assert_int_eq(wf_dit_schedule_new(&cfg, 2, &s, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "steps_offset"));
     cfg.steps_offset = 0;
-    cfg.variance = WF_DIT_VAR_LEARNED_RANGE;
+    cfg.variance = WF_DIT_VARIANCE_LEARNED_RANGE;
     ck_assert_int_eq(wf_dit_schedule_new(&cfg, 4, &s, err, sizeof err), WF_OK);
     float x[8] = {0}, out[16] = {0};
     wf_dit_step_io io = {.model_out = out, .model_channels = 2, .x = x, .x_prev = x,

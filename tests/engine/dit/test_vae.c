@@ -93,7 +93,7 @@ static wf_status lookup(void *user, const char *name, wf_dit_tensor_view *out) {
             if (!t->data) return WF_ENOMEM;
             for (int64_t j = 0; j < n; j++) {
                 float v = gen_weight(t->name, t->nd, t->shape, (uint64_t)j);
-                if (s->dtype == WF_DIT_F16) ((uint16_t *)t->data)[j] = wf_fp32_to_fp16(v);
+                if (s->dtype == WF_DIT_DTYPE_F16) ((uint16_t *)t->data)[j] = wf_fp32_to_fp16(v);
                 else ((float *)t->data)[j] = v;
             }
         }
@@ -170,7 +170,7 @@ static double rel_err(const float *got, const float *ref, size_t n) {
 START_TEST(test_parity_with_diffusers) {
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         size_t n;
-        float *img = decode_case(&CASES[k], WF_DIT_F32, CASES[k].h, NULL, &n);
+        float *img = decode_case(&CASES[k], WF_DIT_DTYPE_F32, CASES[k].h, NULL, &n);
         float *ref = read_bin(CASES[k].dir, "image.bin", n);
         double e = rel_err(img, ref, n);
         ck_assert_msg(e <= 1e-5, "%s: max |d| / rms(ref) = %g", CASES[k].dir, e);
@@ -183,11 +183,11 @@ END_TEST
 START_TEST(test_threads_and_larger_scratch) {
     const vcase *vc = &CASES[1];
     size_t n;
-    float *base = decode_case(vc, WF_DIT_F32, vc->h, NULL, &n);
+    float *base = decode_case(vc, WF_DIT_DTYPE_F32, vc->h, NULL, &n);
     for (int t = 2; t <= 3; t++) {
         wf_threadpool *pool = wf_threadpool_new(t);
         ck_assert_ptr_nonnull(pool);
-        float *img = decode_case(vc, WF_DIT_F32, 2 * vc->h, pool, &n);
+        float *img = decode_case(vc, WF_DIT_DTYPE_F32, 2 * vc->h, pool, &n);
         ck_assert_mem_eq(img, base, n * sizeof(float));
         free(img);
         wf_threadpool_free(pool);
@@ -199,7 +199,7 @@ END_TEST
 START_TEST(test_fp16_weights) {
     const vcase *vc = &CASES[0];
     size_t n;
-    float *img = decode_case(vc, WF_DIT_F16, vc->h, NULL, &n);
+    float *img = decode_case(vc, WF_DIT_DTYPE_F16, vc->h, NULL, &n);
     float *ref = read_bin(vc->dir, "image.bin", n);
     double e = rel_err(img, ref, n);
     ck_assert_msg(e > 0 && e < 2e-2, "fp16 weights: max |d| / rms(ref) = %g", e);
