@@ -7,10 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "engine/cpu/quant.h"
 #include "engine/cpu/threadpool.h"
+#include "engine/dit/dit.h"
+#include "engine/dit/dit_gen.h"
+#include "engine/dit/dit_step.h"
 #include "engine/dit/vae.h"
 
 #define DATA WEFT_SOURCE_DIR "/tests/engine/data/dit/"
@@ -196,6 +200,64 @@ START_TEST(test_threads_and_larger_scratch) {
 }
 END_TEST
 
+/* The production hook: a latent model's folder (the tiny DiT plus vae/config.json and
+ * vae/diffusion_pytorch_model.safetensors holding vae_tiny's weights) decodes through
+ * wf_dit_vae_open, which reads the weights with the safetensors reader, to diffusers' image. */
+START_TEST(test_vae_open_from_model_folder) {
+    const vcase *vc = &CASES[0];
+    char dir[] = "/tmp/weft_vae_hookXXXXXX", cmd[1024], path[512], err[512] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cp -r %s/tiny_diffusers/. %s && mkdir %s/vae && cp %s/config.json %s/vae/",
+             DATA, dir, dir, vc->dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    static store s;
+    load_store(&s, vc->dir);
+    dit_st_writer w;
+    dit_st_init(&w);
+    for (int i = 0; i < s.n; i++) {
+        tensor *t = &s.t[i];
+        size_t n = 1;
+        long shape[4];
+        for (int d = 0; d < t->nd; d++) {
+            n *= (size_t)t->shape[d];
+            shape[d] = (long)t->shape[d];
+        }
+        float *d = malloc(n * sizeof *d);
+        ck_assert_ptr_nonnull(d);
+        for (size_t j = 0; j < n; j++) d[j] = gen_weight(t->name, t->nd, t->shape, j);
+        dit_st_add(&w, t->name, t->nd, shape, d, n);
+    }
+    snprintf(path, sizeof path, "%s/vae/diffusion_pytorch_model.safetensors", dir);
+    ck_assert_int_eq(dit_st_finish(&w, path), 0);
+
+    wf_dit *m;
+    ck_assert_msg(wf_dit_load(dir, NULL, &m, err, sizeof err) == WF_OK, "%s", err);
+    wf_dit_vae *vae;
+    ck_assert_msg(wf_dit_vae_open(m, vc->h, vc->w, NULL, &vae, err, sizeof err) == WF_OK, "%s", err);
+    int up = wf_dit_vae_upscale(vae);
+    size_t n = 3 * (size_t)(vc->h * up) * (size_t)(vc->w * up);
+    float *latent = read_bin(vc->dir, "latent.bin", (size_t)(vc->c * vc->h * vc->w));
+    float *ref = read_bin(vc->dir, "image.bin", n), *img = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(img);
+    ck_assert_int_eq(wf_dit_vae_decode(vae, latent, vc->h, vc->w, img), WF_OK);
+    double e = rel_err(img, ref, n);
+    ck_assert_msg(e <= 1e-5, "max |d| / rms(ref) = %g", e);
+    wf_dit_vae_free(vae);
+    wf_dit_free(m);
+    /* a missing weight file is the reader's error, naming the file */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(wf_dit_load(dir, NULL, &m, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_vae_open(m, vc->h, vc->w, NULL, &vae, err, sizeof err), WF_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err, "diffusion_pytorch_model.safetensors"));
+    wf_dit_free(m);
+    free(latent);
+    free(ref);
+    free(img);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_fp16_weights) {
     const vcase *vc = &CASES[0];
     size_t n;
@@ -302,6 +364,7 @@ static Suite *vae_suite(void) {
     tcase_add_test(tc, test_parity_with_diffusers);
     tcase_add_test(tc, test_threads_and_larger_scratch);
     tcase_add_test(tc, test_fp16_weights);
+    tcase_add_test(tc, test_vae_open_from_model_folder);
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_config_errors);
     suite_add_tcase(s, tc);
