@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     int count = 1, steps = 20, threads = 0, batch = 8;
     float guidance = 4.0f;
     unsigned long long seed = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -136,7 +136,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "weft-dit-sample: bad value for %s: %s\n", a, v);
             return 2;
         }
-        i++;
     }
     if (!model_dir || !cls || !out_path) {
         usage(stderr);
