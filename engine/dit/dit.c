@@ -75,6 +75,21 @@ static void dump(const wf_dit_dump *d, const char *what, int index, const float 
     if (d && d->fn) d->fn(d->user, what, index, data, batch, rows, cols);
 }
 
+/* c = t2(silu(t1(timestep features))) + table[label] into m->cond, silu(c) into silu_out (the
+ * timestep features are already in m->tfreq). */
+static void conditioning(wf_dit *m, wf_threadpool *pool, const wf__dit_linear *t1,
+                         const wf__dit_linear *t2, const float *table, const int32_t *labels,
+                         int batch, float *silu_out) {
+    const int D = m->cfg.hidden;
+    wf__dit_linear_run(pool, NULL, t1, m->tfreq, batch, m->temb, m->xb);
+    wf__dit_silu(m->temb, (size_t)batch * D);
+    wf__dit_linear_run(pool, NULL, t2, m->temb, batch, m->cond, m->xb);
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < D; i++) m->cond[(size_t)b * D + i] += table[(size_t)labels[b] * D + i];
+    memcpy(silu_out, m->cond, (size_t)batch * D * sizeof(float));
+    wf__dit_silu(silu_out, (size_t)batch * D);
+}
+
 wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, int width, const float *x,
                          const float *t, const int32_t *labels, float *out, const wf_dit_dump *dmp, char *err,
                          size_t errlen) {
@@ -118,21 +133,21 @@ wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, 
         for (size_t i = 0; i < (size_t)T * D; i++) m->h[(size_t)b * T * D + i] += m->pos[i];
     dump(dmp, "patch", 0, m->h, batch, T, D);
 
-    /* conditioning c = MLP(timestep features) + label embedding; every adaLN takes silu(c) */
+    /* conditioning c = MLP(timestep features) + label embedding; every adaLN takes silu(c).
+     * Block 0's c also drives the final layer (diffusers does the same). */
     timestep_features(m, t, batch);
-    wf__dit_linear_run(pool, NULL, &m->t1, m->tfreq, batch, m->temb, m->xb);
-    wf__dit_silu(m->temb, (size_t)batch * D);
-    wf__dit_linear_run(pool, NULL, &m->t2, m->temb, batch, m->cond, m->xb);
-    for (int b = 0; b < batch; b++)
-        for (int i = 0; i < D; i++) m->cond[(size_t)b * D + i] += m->label_table[(size_t)labels[b] * D + i];
+    conditioning(m, pool, &m->t1, &m->t2, m->label_table, labels, batch, m->silu_c);
     dump(dmp, "cond", 0, m->cond, batch, 1, D);
-    memcpy(m->silu_c, m->cond, (size_t)batch * D * sizeof(float));
-    wf__dit_silu(m->silu_c, (size_t)batch * D);
 
     for (int l = 0; l < c->depth; l++) {
         const wf__dit_block *blk = &m->blocks[l];
+        const float *silu_c = m->silu_c;
+        if (blk->label_table) { /* a block with its own timestep MLP and label table */
+            conditioning(m, pool, &blk->t1, &blk->t2, blk->label_table, labels, batch, m->silu_blk);
+            silu_c = m->silu_blk;
+        }
         /* mod rows: shift_msa | scale_msa | gate_msa | shift_mlp | scale_mlp | gate_mlp */
-        wf__dit_linear_run(pool, NULL, &blk->ada, m->silu_c, batch, m->mod, m->xb);
+        wf__dit_linear_run(pool, NULL, &blk->ada, silu_c, batch, m->mod, m->xb);
         const float *mod = m->mod;
         wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, 1e-6f, NULL, NULL, mod, mod + D, T, 6 * D);
         wf__dit_linear_run(pool, NULL, &blk->qkv, m->xn, rows, m->qkv, m->xb);

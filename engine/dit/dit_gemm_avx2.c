@@ -54,7 +54,7 @@ void wf__dit_ukr_bf16_avx2(const uint16_t *const *x, const uint16_t *panel, int 
         const uint16_t *p = panel + (size_t)t2 * 2 * WF__DIT_NR;
         __m256 e[4], o[4];
         for (int q = 0; q < 4; q++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 * q));
+            __m256i v = _mm256_loadu_si256((const void *)(p + 16 * q));
             e[q] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
             o[q] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
         }

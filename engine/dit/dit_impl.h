@@ -10,6 +10,10 @@
 typedef struct wf__dit_block {
     wf__dit_linear ada, qkv, proj, fc1, fc2;
     float *norm2_w, *norm2_b; /* NULL unless norm_affine */
+    /* this block's own timestep MLP and label table (diffusers keeps one per block; loaded only
+     * when they differ from block 0's, e.g. a model trained in diffusers); NULL: the shared one */
+    wf__dit_linear t1, t2;
+    float *label_table;
 } wf__dit_block;
 
 struct wf_dit {
@@ -26,6 +30,7 @@ struct wf_dit {
     float *patches, *h, *xn, *qkv, *att, *tmp, *ff, *tok_out;
     uint16_t *xb;
     float *tfreq, *temb, *cond, *silu_c, *mod, *fmod;
+    float *silu_blk; /* silu(c) of a block with its own conditioning */
     float *attn_scratch;
     float *pos;       /* positions for (pos_hp, pos_wp) */
     int pos_hp, pos_wp;
