@@ -5,11 +5,12 @@ asks the numpy judge whether each sample shows the class it was asked for.
 DDIM (the model's scheduler_config.json, eta 0), classifier-free guidance as DiT's pipeline
 (eps = uncond + s * (cond - uncond); the null class is index 10), N samples per class.
 Usage: /usr/bin/python3 scripts/check_default_dit.py MODEL_DIR [--steps 20] [--per-class 20]
-       [--guidance 3.0] [--seed 0] [--save samples.npz]
+       [--guidance G] [--seed 0] [--save samples.npz]
 Prints the agreement (fraction of samples the judge assigns the requested class) per class and
 overall; exits 1 if overall agreement is below --min (default 0.9).
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -29,7 +30,8 @@ def sample(model, sched, y, steps, guidance, generator=None):
     sched.set_timesteps(steps)
     null = model.config.num_embeds_ada_norm
     n = len(y)
-    x = torch.randn(n, 1, 32, 32, generator=generator)
+    size = model.config.sample_size
+    x = torch.randn(n, model.config.in_channels, size, size, generator=generator)
     with torch.no_grad():
         for t in sched.timesteps:
             labels = torch.cat([y, torch.full_like(y, null)])
@@ -44,7 +46,8 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--per-class", type=int, default=20)
-    ap.add_argument("--guidance", type=float, default=3.0)
+    ap.add_argument("--guidance", type=float, default=None,
+                    help="default: model_index.json's weft_guidance_scale, else 3.0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min", type=float, default=0.9)
     ap.add_argument("--save")
@@ -53,6 +56,9 @@ def main():
     torch.manual_seed(args.seed)
     model = DiTTransformer2DModel.from_pretrained(os.path.join(args.model, "transformer")).float()
     model.eval()
+    if args.guidance is None:
+        with open(os.path.join(args.model, "model_index.json")) as f:
+            args.guidance = json.load(f).get("weft_guidance_scale", 3.0)
     sched = DDIMScheduler.from_pretrained(os.path.join(args.model, "scheduler"))
     y = torch.arange(10).repeat_interleave(args.per_class)
     n = len(y)

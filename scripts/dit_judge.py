@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The judge classifier of weft's default DiT, in numpy only (no torch): a small CNN trained by
-scripts/train_default_dit.py on Fashion-MNIST's training split, weights in judge.npz next to the
-model. It tells which class a 1x32x32 image in [-1, 1] shows, so tests can check that a sample
-asked for class k looks like class k.
+scripts/train_default_dit.py on the model's dataset (Fashion-MNIST 32x32, or scikit-learn's 8x8
+digits), weights in judge.npz next to the model. It tells which class a 1xHxW image in [-1, 1]
+shows, so tests can check that a sample asked for class k looks like class k.
 
-    python3 scripts/dit_judge.py MODEL_DIR            # accuracy on the real t10k split
-    python3 scripts/dit_judge.py MODEL_DIR images.npy labels.npy   # agreement on samples
+    python3 scripts/dit_judge.py MODEL_DIR [--dataset fmnist|digits]   # held-out accuracy
+    python3 scripts/dit_judge.py MODEL_DIR images.npy labels.npy      # agreement on samples
 
-Library use: Judge(model_dir).predict(images[N, 1, 32, 32] float32) -> int labels[N].
+Library use: Judge(model_dir).predict(images[N, 1, H, W] float32) -> int labels[N]
+(H, W multiples of 4; the fc layer's size fixes them: 32x32 for fmnist, 8x8 for digits).
 """
 import gzip
 import os
@@ -16,6 +17,7 @@ import sys
 import numpy as np
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
+DIGITS = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 
 
 def load_fmnist(split):
@@ -27,6 +29,25 @@ def load_fmnist(split):
     x = img.astype(np.float32) / 127.5 - 1.0
     x = np.pad(x, ((0, 0), (2, 2), (2, 2)), constant_values=-1.0)
     return x[:, None], lab
+
+
+def load_digits(split):
+    """scikit-learn's 8x8 digits (UCI optdigits test set, 1,797 images, values 0-16) as float32
+    [N, 1, 8, 8] in [-1, 1]. A fixed shuffle puts 1,437 images in "train" and 360 in "test";
+    the judge is fitted on "train" only, so its "test" accuracy is held out."""
+    raw = np.loadtxt(DIGITS, delimiter=",", dtype=np.float32)
+    x = (raw[:, :64] / 8.0 - 1.0).reshape(-1, 1, 8, 8)
+    lab = raw[:, 64].astype(np.int64)
+    perm = np.random.RandomState(1797).permutation(len(lab))
+    idx = perm[:1437] if split == "train" else perm[1437:]
+    return x[idx], lab[idx]
+
+
+def load_dataset(name, split):
+    """split is "train" or "test" (Fashion-MNIST's t10k)."""
+    if name == "digits":
+        return load_digits(split)
+    return load_fmnist("train" if split == "train" else "t10k")
 
 
 def _conv3x3_relu_pool(x, w, b):
@@ -62,16 +83,20 @@ class Judge:
 
 
 def main():
-    if len(sys.argv) not in (2, 4):
+    args = sys.argv[1:]
+    dataset = "fmnist"
+    if len(args) == 3 and args[1] == "--dataset":
+        dataset, args = args[2], args[:1]
+    if len(args) not in (1, 3):
         print(__doc__)
         return 2
-    judge = Judge(sys.argv[1])
-    if len(sys.argv) == 2:
-        x, y = load_fmnist("t10k")
+    judge = Judge(args[0])
+    if len(args) == 1:
+        x, y = load_dataset(dataset, "test")
         acc = float((judge.predict(x) == y).mean())
-        print(f"judge accuracy on t10k: {acc:.4f} ({len(y)} images)")
+        print(f"judge accuracy on the held-out {dataset} split: {acc:.4f} ({len(y)} images)")
     else:
-        x, y = np.load(sys.argv[2]), np.load(sys.argv[3])
+        x, y = np.load(args[1]), np.load(args[2])
         acc = float((judge.predict(x) == y).mean())
         print(f"judge agreement with requested classes: {acc:.4f} ({len(y)} samples)")
     return 0

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Train weft's default DiT: a small class-conditional pixel-space DiTTransformer2DModel on
-Fashion-MNIST (Debian's dataset-fashion-mnist, MIT licence), and a small judge classifier that
+Fashion-MNIST (--dataset fmnist: Debian's dataset-fashion-mnist, MIT licence, 32x32) or on
+scikit-learn's 8x8 digits (--dataset digits: Debian's python3-sklearn, UCI, CC BY 4.0), and a small judge classifier that
 the sampling tests use to check that a sample asked for class k looks like class k.
 
 Runs on Debian's python3-torch with diffusers 0.31 (`/usr/bin/python3` only). Output, in
@@ -15,9 +16,10 @@ Training is bounded by wall-clock time (--minutes), since the build machine is s
 script reports seconds per epoch and the number of optimizer steps it managed.
 
 Usage: /usr/bin/python3 scripts/train_default_dit.py --out deploy/models/weft-dit-fmnist
+       /usr/bin/python3 scripts/train_default_dit.py --dataset digits --patch 2 --minutes 10 \
+           --guidance 2.0 --out deploy/models/weft-dit-digits
 """
 import argparse
-import gzip
 import json
 import math
 import os
@@ -32,10 +34,9 @@ from diffusers import DDIMScheduler, DiTTransformer2DModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_default_dit import sample  # noqa: E402
-from dit_judge import Judge  # noqa: E402
+from dit_judge import Judge, load_dataset  # noqa: E402
 
-DATA = "/usr/share/datasets/fashion-mnist"
-LICENSE_TEXT = """weft-dit-fmnist was trained by weft's scripts/train_default_dit.py on Fashion-MNIST
+FMNIST_LICENSE = """weft-dit-fmnist was trained by weft's scripts/train_default_dit.py on Fashion-MNIST
 (https://github.com/zalandoresearch/fashion-mnist, Debian package dataset-fashion-mnist).
 
 Fashion-MNIST: Copyright 2017 Zalando SE. MIT (Expat) licence:
@@ -55,34 +56,39 @@ NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FO
 DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT
 OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
 """
-CLASS_NAMES = ["t-shirt", "trouser", "pullover", "dress", "coat",
-               "sandal", "shirt", "sneaker", "bag", "ankle-boot"]
+DIGITS_LICENSE = """weft-dit-digits was trained by weft's scripts/train_default_dit.py on scikit-learn's
+copy of the UCI "Optical Recognition of Handwritten Digits" data set (the 1,797-image test part,
+8x8 pixels, values 0-16; Debian package python3-sklearn, file sklearn/datasets/data/digits.csv.gz).
 
+Data set: Alpaydin, E. and Kaynak, C. (1998). Optical Recognition of Handwritten Digits.
+UCI Machine Learning Repository. https://doi.org/10.24432/C50P49
+Licence: Creative Commons Attribution 4.0 International (CC BY 4.0),
+https://creativecommons.org/licenses/by/4.0/
+Referenced by scikit-learn's DESCR (sklearn/datasets/descr/digits.rst): C. Kaynak (1995)
+Methods of Combining Multiple Classifiers and Their Applications to Handwritten Digit
+Recognition, MSc Thesis, Institute of Graduate Studies in Science and Engineering, Bogazici
+University.
 
-def load_idx(split):
-    with gzip.open(f"{DATA}/{split}-images-idx3-ubyte.gz") as f:
-        img = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(f"{DATA}/{split}-labels-idx1-ubyte.gz") as f:
-        lab = np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64)
-    return img, lab
-
-
-def to_pixels(img):
-    """uint8 28x28 -> float32 1x32x32 in [-1, 1], padded with background (-1)."""
-    x = img.astype(np.float32) / 127.5 - 1.0
-    x = np.pad(x, ((0, 0), (2, 2), (2, 2)), constant_values=-1.0)
-    return x[:, None]
+The model weights are a derived work of these data; changes: the pixels were rescaled to [-1, 1].
+"""
+DATASETS = {
+    "fmnist": {"classes": ["t-shirt", "trouser", "pullover", "dress", "coat",
+                           "sandal", "shirt", "sneaker", "bag", "ankle-boot"],
+               "license": FMNIST_LICENSE, "test_name": "t10k"},
+    "digits": {"classes": [str(k) for k in range(10)],
+               "license": DIGITS_LICENSE, "test_name": "held-out 20% (360 images)"},
+}
 
 
 class JudgeNet(torch.nn.Module):
-    """conv3x3(1->16)+relu+pool2, conv3x3(16->32)+relu+pool2, fc(32*8*8->10) on 32x32 inputs.
+    """conv3x3(1->16)+relu+pool2, conv3x3(16->32)+relu+pool2, fc(32*(S/4)^2->10) on SxS inputs.
     dit_judge.py reimplements exactly this forward in numpy."""
 
-    def __init__(self):
+    def __init__(self, size):
         super().__init__()
         self.c1 = torch.nn.Conv2d(1, 16, 3, padding=1)
         self.c2 = torch.nn.Conv2d(16, 32, 3, padding=1)
-        self.fc = torch.nn.Linear(32 * 8 * 8, 10)
+        self.fc = torch.nn.Linear(32 * (size // 4) ** 2, 10)
 
     def forward(self, x):
         x = torch.nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)
@@ -92,15 +98,16 @@ class JudgeNet(torch.nn.Module):
 
 def train_judge(xtr, ytr, xte, yte, epochs, seed):
     torch.manual_seed(seed)
-    net = JudgeNet()
+    net = JudgeNet(xtr.shape[-1])
     opt = torch.optim.Adam(net.parameters(), lr=2e-3)
     xtr_t, ytr_t = torch.from_numpy(xtr), torch.from_numpy(ytr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * ((len(xtr) + 255) // 256))
+    bs = 256 if len(xtr) > 10000 else 32
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * ((len(xtr) + bs - 1) // bs))
     for ep in range(epochs):
         t0 = time.time()
         perm = torch.randperm(len(xtr_t))
-        for i in range(0, len(perm), 256):
-            idx = perm[i:i + 256]
+        for i in range(0, len(perm), bs):
+            idx = perm[i:i + bs]
             xb = xtr_t[idx]
             # half the batch gets pixel noise, so sampled images are judged by shape, not texture
             noisy = (torch.rand(len(idx), 1, 1, 1) < 0.5).float()
@@ -121,16 +128,19 @@ def train_judge(xtr, ytr, xte, yte, epochs, seed):
     return w, acc
 
 
-def make_model(args):
+def make_model(args, size):
     return DiTTransformer2DModel(
         num_attention_heads=args.heads, attention_head_dim=args.head_dim, in_channels=1,
-        out_channels=1, num_layers=args.layers, sample_size=32, patch_size=args.patch,
+        out_channels=1, num_layers=args.layers, sample_size=size, patch_size=args.patch,
         num_embeds_ada_norm=10, norm_type="ada_norm_zero", norm_elementwise_affine=False)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--dataset", default="fmnist", choices=sorted(DATASETS))
+    ap.add_argument("--guidance", type=float, default=3.0,
+                    help="guidance for the EMA/raw choice; the model's default (model_index.json)")
     ap.add_argument("--minutes", type=float, default=14.0, help="wall-clock budget for the DiT")
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--heads", type=int, default=4)
@@ -138,7 +148,7 @@ def main():
     ap.add_argument("--patch", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--judge-epochs", type=int, default=6)
+    ap.add_argument("--judge-epochs", type=int, default=None, help="default 6 fmnist, 60 digits")
     ap.add_argument("--prediction", default="v_prediction",
                     choices=["epsilon", "v_prediction", "sample"])
     ap.add_argument("--reuse-judge", action="store_true",
@@ -151,12 +161,19 @@ def main():
     ap.add_argument("--bench-steps", type=int, default=0,
                     help="only time this many DiT optimizer steps and exit")
     args = ap.parse_args()
+    if args.judge_epochs is None:
+        args.judge_epochs = 60 if args.dataset == "digits" else 6
+    ds = DATASETS[args.dataset]
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    img, lab = load_idx("train")
-    timg, tlab = load_idx("t10k")
-    x, xt = to_pixels(img), to_pixels(timg)
+    x, lab = load_dataset(args.dataset, "train")
+    xt, tlab = load_dataset(args.dataset, "test")
+    if args.dataset == "digits":
+        # the judge's held-out split is only for the judge; the DiT learns from all 1,797 images
+        x_dit, lab_dit = np.concatenate([x, xt]), np.concatenate([lab, tlab])
+    else:
+        x_dit, lab_dit = x, lab
 
     os.makedirs(args.out, exist_ok=True)
     if args.judge_only:
@@ -169,7 +186,7 @@ def main():
     with open(os.path.join(args.out, "train_log.json")) as f:
         judge_log = {k: v for k, v in json.load(f).items() if k.startswith("judge_")}
 
-    model = make_model(args)
+    model = make_model(args, x.shape[-1])
     nparam = sum(p.numel() for p in model.parameters())
     print(f"DiT parameters: {nparam} ({2 * nparam / 1e6:.2f} MB fp16)", flush=True)
     sched = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4,
@@ -179,7 +196,7 @@ def main():
     acp = sched.alphas_cumprod.clone().float()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    xs, ys = torch.from_numpy(x), torch.from_numpy(lab)
+    xs, ys = torch.from_numpy(x_dit), torch.from_numpy(lab_dit)
 
     budget = args.minutes * 60.0
     t_start = time.time()
@@ -246,10 +263,11 @@ def main():
         model.load_state_dict(weights)
         g = torch.Generator().manual_seed(1)
         yy = torch.arange(10).repeat_interleave(10)
-        img = sample(model, eval_sched, yy, 20, 3.0, generator=g)
+        img = sample(model, eval_sched, yy, 20, args.guidance, generator=g)
         scores[label] = float((judge.predict(img) == yy.numpy()).mean())
     pick = max(scores, key=scores.get)
-    print(f"judge agreement (100 samples, DDIM 20, guidance 3): {scores}; keeping {pick}",
+    print(f"judge agreement (100 samples, DDIM 20, guidance {args.guidance}): {scores}; "
+          f"keeping {pick}",
           flush=True)
     model.load_state_dict(ema if pick == "ema" else raw)
     model = model.half()
@@ -262,16 +280,17 @@ def main():
         "scheduler": ["diffusers", "DDIMScheduler"],
         "weft_pixel_space": True,
         "weft_pixel_range": [-1.0, 1.0],
-        "weft_class_names": CLASS_NAMES,
+        "weft_class_names": ds["classes"],
         "weft_null_class": 10,
+        "weft_guidance_scale": args.guidance,
     }
     with open(os.path.join(args.out, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
         f.write("\n")
     with open(os.path.join(args.out, "LICENSE.dataset"), "w") as f:
-        f.write(LICENSE_TEXT)
+        f.write(ds["license"])
     with open(os.path.join(args.out, "labels.txt"), "w") as f:
-        f.write("\n".join(CLASS_NAMES) + "\n")
+        f.write("\n".join(ds["classes"]) + "\n")
 
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"dit_params": nparam, "dit_steps": step, "batch": args.batch,
@@ -285,16 +304,17 @@ def main():
 def write_judge(args, x, lab, xt, tlab):
     t0 = time.time()
     jw, acc = train_judge(x, lab, xt, tlab, args.judge_epochs, args.seed)
+    test_name = DATASETS[args.dataset]["test_name"]
     np.savez(os.path.join(args.out, "judge.npz"), **jw)
     secs = time.time() - t0
-    print(f"judge: test accuracy {acc:.4f} on the 10000-image t10k split ({secs:.0f} s)",
+    print(f"judge: test accuracy {acc:.4f} on the {test_name} split ({secs:.0f} s)",
           flush=True)
     path = os.path.join(args.out, "train_log.json")
     log = {}
     if os.path.exists(path):
         with open(path) as f:
             log = json.load(f)
-    log.update({"judge_test_accuracy": acc, "judge_epochs": args.judge_epochs,
+    log.update({"judge_test_accuracy": acc, "judge_test_split": test_name, "judge_epochs": args.judge_epochs,
                 "judge_train_seconds": round(secs)})
     with open(path, "w") as f:
         json.dump(log, f, indent=2)
