@@ -4,15 +4,12 @@
  * Nothing is copied except keys and tensor names (NUL-terminated copies). */
 #include "engine/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "proto/base/mapped_file.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host"
@@ -39,8 +36,7 @@ typedef struct gguf_kv {
 struct wf_gguf {
     const uint8_t *base;
     size_t size;
-    void *map;                /* non-NULL when we own a mapping */
-    size_t map_len;
+    wf_mapped_file file;      /* data is non-NULL when we own a mapping */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -510,7 +506,7 @@ static void gguf_free(wf_gguf *g) {
     free(g->tensor_offs);
     free(g->kv_index);
     free(g->tensor_index);
-    if (g->map) munmap(g->map, g->map_len);
+    wf_mapped_file_close(&g->file);
     free(g);
 }
 
@@ -538,44 +534,19 @@ wf_status wf_gguf_open_memory(const void *data, size_t size, wf_gguf **out, char
 wf_status wf_gguf_open(const char *path, wf_gguf **out, char *err, size_t errlen) {
     if (!out || !path) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return wf_status_errorf(err, errlen, e == ENOENT ? WF_ENOTFOUND : WF_EIO, "%s: %s", path, strerror(e));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EIO, "%s: fstat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EIO, "%s: not a regular file", path);
-    }
-    if (sb.st_size == 0) {
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EFORMAT, "%s: not a GGUF file: the file is empty", path);
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EUNSUPPORTED, "%s: file too large to map", path);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) return wf_status_errorf(err, errlen, WF_EIO, "%s: mmap: %s", path, strerror(e));
+    wf_mapped_file file;
+    wf_status st = wf_mapped_file_open(path, 1, "GGUF", &file, err, errlen);
+    if (st != WF_OK) return st;
     wf_gguf *g = calloc(1, sizeof *g);
     if (!g) {
-        munmap(map, (size_t)sb.st_size);
+        wf_mapped_file_close(&file);
         return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
-    g->map = map;
-    g->map_len = (size_t)sb.st_size;
-    g->base = map;
-    g->size = (size_t)sb.st_size;
+    g->file = file;
+    g->base = file.data;
+    g->size = file.size;
     char msg[512] = "";
-    wf_status st = open_common(g, out, msg, sizeof msg);
+    st = open_common(g, out, msg, sizeof msg);
     if (st != WF_OK) wf_status_errorf(err, errlen, st, "%s: %s", path, msg);
     return st;
 }

@@ -3,14 +3,11 @@
  * by name for lookups. All checks happen here so accessors never see a bad entry. */
 #include "engine/dit/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "proto/base/mapped_file.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "engine/cpu/quant.h"
 
@@ -25,8 +22,7 @@ typedef struct st_meta {
 } st_meta;
 
 struct wf_safetensors {
-    void *map;
-    size_t map_len;
+    wf_mapped_file file; /* data is NULL when parsing caller memory */
     const uint8_t *base;
     size_t size;
     wf_safetensors_tensor *tensors; /* sorted by name */
@@ -68,7 +64,7 @@ static void st_free(wf_safetensors *st) {
         free(st->meta[i].value);
     }
     free(st->meta);
-    if (st->map) munmap(st->map, st->map_len);
+    wf_mapped_file_close(&st->file);
     free(st);
 }
 
@@ -300,37 +296,19 @@ wf_status wf_safetensors_open_memory(const void *data, size_t size, wf_safetenso
 wf_status wf_safetensors_open(const char *path, wf_safetensors **out, char *err, size_t errlen) {
     if (!out || !path) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return wf_status_errorf(err, errlen, e == ENOENT ? WF_ENOTFOUND : WF_EIO, "%s: %s", path, strerror(e));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EIO, "%s: not a readable regular file", path);
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        return wf_status_errorf(err, errlen, WF_EFORMAT,
-                                "%s: truncated: %lld bytes, the header length alone is 8", path,
-                                (long long)sb.st_size);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) return wf_status_errorf(err, errlen, WF_EIO, "%s: mmap: %s", path, strerror(e));
+    wf_mapped_file file; /* 8 bytes: the header length alone */
+    wf_status rc = wf_mapped_file_open(path, 8, "safetensors", &file, err, errlen);
+    if (rc != WF_OK) return rc;
     wf_safetensors *st = calloc(1, sizeof *st);
     if (!st) {
-        munmap(map, (size_t)sb.st_size);
+        wf_mapped_file_close(&file);
         return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
-    st->map = map;
-    st->map_len = (size_t)sb.st_size;
-    st->base = map;
-    st->size = (size_t)sb.st_size;
+    st->file = file;
+    st->base = file.data;
+    st->size = file.size;
     char msg[384] = "";
-    wf_status rc = parse_header(st, msg, sizeof msg);
+    rc = parse_header(st, msg, sizeof msg);
     if (rc != WF_OK) {
         st_free(st);
         return wf_status_errorf(err, errlen, rc, "%s: %s", path, msg);
