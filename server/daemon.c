@@ -221,9 +221,10 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 #ifdef WEFT_HAVE_WORKERS
     if (d->workers) wf_engine_adapter_set_ranks(&d->adapter, daemon_ranks, d);
 #endif
-    WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d",
-                d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx, d->kv.n_blocks,
-                WF_DEFAULT_KV_BLOCK_SIZE);
+    WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d%s",
+                d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx,
+                kv_tokens / WF_DEFAULT_KV_BLOCK_SIZE, WF_DEFAULT_KV_BLOCK_SIZE,
+                p->n_workers > 0 ? " per worker" : "");
     *out = d;
     return WF_OK;
 
