@@ -56,6 +56,12 @@ typedef struct wk {
     uint64_t batches;
     int restarts;
     char last_error[160];
+    /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
+    struct {
+        pid_t pid;
+        uint64_t last_heard_ns, frames_in, frames_out;
+        uint32_t incarnation;
+    } pub;
 } wk;
 
 struct wf_workers {
@@ -209,12 +215,14 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
 /* A worker's first heartbeat: its KV size is known, it becomes a group. */
 static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     wf_kv_store *kv = &k->kv;
+    pthread_mutex_lock(&ws->lock); /* wf_workers_stats reads n_blocks */
     kv->geometry = ws->p.kv;
     kv->n_blocks = (int)kv_blocks;
     kv->elem_bytes = ws->p.kv.dtype == WF_KV_DTYPE_F32 ? 4 : 2;
     kv->row_elems = (size_t)ws->p.kv.n_kv_heads * (size_t)ws->p.kv.head_dim;
     kv->block_bytes = (size_t)ws->p.kv.block_size * kv->row_elems * kv->elem_bytes;
     kv->k = kv->v = NULL;
+    pthread_mutex_unlock(&ws->lock);
     int group = -1;
     if (ws->sched) {
         wf_status st = wf_sched_add_group(ws->sched, kv, wf_workers_executor(ws, k->index), k->rank,
@@ -383,6 +391,18 @@ static void admit_replacement(wf_workers *ws) {
     if (wf_link_post(ws->world, &k->link) != WF_OK) worker_down(ws, k, "cannot receive from it");
 }
 
+/* Copies what only the comm thread writes into the fields wf_workers_stats reads. */
+static void publish(wf_workers *ws, wk *k) {
+    uint32_t inc = ws->world ? wf_world_incarnation(ws->world, k->rank) : 0;
+    pthread_mutex_lock(&ws->lock);
+    k->pub.pid = k->pid;
+    k->pub.last_heard_ns = k->last_heard_ns;
+    k->pub.frames_in = k->link.frames_in;
+    k->pub.frames_out = k->link.frames_out;
+    k->pub.incarnation = inc;
+    pthread_mutex_unlock(&ws->lock);
+}
+
 static void *comm_main(void *arg) {
     wf_workers *ws = arg;
     for (;;) {
@@ -438,6 +458,7 @@ static void *comm_main(void *arg) {
                 k->last_sent_ns = now;
             }
         }
+        for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
         /* A replacement knocking at the bootstrap socket. */
         struct timeval tv = {0};
         fd_set rfds;
@@ -660,6 +681,7 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
             goto fail;
         }
     if ((st = wait_ready(ws, err, errlen)) != WF_OK) goto fail;
+    for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
     ws->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (ws->wake_fd < 0 || pthread_create(&ws->thread, NULL, comm_main, ws) != 0) {
         st = wf_status_errorf(err, errlen, WF_EIO, "cannot start the worker pool's thread");
@@ -707,14 +729,15 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         memset(o, 0, sizeof *o);
         o->rank = k->rank;
         o->state = k->state;
-        o->pid = k->pid;
-        o->incarnation = ws->world ? wf_world_incarnation(ws->world, k->rank) : 0;
+        o->pid = k->pub.pid;
+        o->incarnation = k->pub.incarnation;
         o->group = k->group;
         snprintf(o->cores, sizeof o->cores, "%s", k->cores);
         o->batches = k->batches;
-        o->frames_in = k->link.frames_in;
-        o->frames_out = k->link.frames_out;
-        o->last_heard_ms = k->last_heard_ns && now > k->last_heard_ns ? (double)(now - k->last_heard_ns) / 1e6 : 0;
+        o->frames_in = k->pub.frames_in;
+        o->frames_out = k->pub.frames_out;
+        o->last_heard_ms = k->pub.last_heard_ns && now > k->pub.last_heard_ns
+                               ? (double)(now - k->pub.last_heard_ns) / 1e6 : 0;
         o->kv_blocks = (uint32_t)k->kv.n_blocks;
         o->restarts = k->restarts;
         snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
@@ -724,8 +747,12 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
 }
 
 wf_status wf_workers_kill(wf_workers *ws, int i) {
-    if (i < 0 || i >= ws->n || ws->w[i].pid <= 0) return WF_ENOTFOUND;
-    return kill(ws->w[i].pid, SIGKILL) == 0 ? WF_OK : WF_EIO;
+    if (i < 0 || i >= ws->n) return WF_ENOTFOUND;
+    pthread_mutex_lock(&ws->lock);
+    pid_t pid = ws->w[i].pub.pid;
+    pthread_mutex_unlock(&ws->lock);
+    if (pid <= 0) return WF_ENOTFOUND;
+    return kill(pid, SIGKILL) == 0 ? WF_OK : WF_EIO;
 }
 
 void wf_workers_close(wf_workers *ws) {
