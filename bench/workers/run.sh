@@ -51,7 +51,7 @@ python3 - "$OUT" "$REPS" <<'PY'
 import json, statistics, sys
 out, reps = sys.argv[1], int(sys.argv[2])
 def col(label, key):
-    return [json.load(open(f"{out}/{label}-{r}.json"))[key] for r in range(1, reps + 1)]
+    return [json.load(open(f"{out}/{label}-{r}.json"))["runs"][0][key] for r in range(1, reps + 1)]
 print(f"{'':10} {'out tok/s':>10} {'TTFT p50 ms':>12} {'TPOT p50 ms':>12}  (median of {reps} runs)")
 tok = {}
 for label in ("threads", "workers"):
