@@ -192,6 +192,15 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
     t->id = c->next_task_id++;
     t->kind = kind;
     t->request_seq = ch->seq_id;
+    t->group = c->batch.group;
+    if (kind == WF_TASK_PREFILL || kind == WF_TASK_DECODE) {
+        /* The sequence's KV blocks, held whole by the group that runs it: a remote executor
+         * sends the block table along (proto/frame_task.h). */
+        t->llm.kv.id = ch->seq_id;
+        t->llm.kv.kind = WF_ARTIFACT_KV;
+        t->llm.kv.placement.kind = WF_PLACEMENT_OWNER;
+        t->llm.kv.placement.holders = c->batch.group;
+    }
     c->task_req[k] = r;
     c->task_choice[k] = j;
     return t;

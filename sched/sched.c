@@ -621,8 +621,9 @@ static wf_status calibrate(wf_sched *s) {
         st = WF_EFULL;
         goto done;
     }
-    /* The stand-in prompt: zeros are valid keys and values in F16 and F32. */
-    for (int b = 0; b < base.n_blocks; b++)
+    /* The stand-in prompt: zeros are valid keys and values in F16 and F32. A worker's memory
+     * is in its own process (k NULL here): it starts zeroed. */
+    for (int b = 0; b < base.n_blocks && g->kv->k; b++)
         for (int l = 0; l < g->kv->geometry.n_layers; l++) {
             memset(wf_kv_store_k(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
             memset(wf_kv_store_v(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
@@ -646,7 +647,7 @@ static wf_status calibrate(wf_sched *s) {
             tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_DECODE,
                                  .request_seq = UINT64_MAX - (uint64_t)n,
                                  .llm.tokens = tok + cb->dec_ctx, .llm.n_tokens = 1, .llm.pos = cb->dec_ctx,
-                                 .llm.kv.block_table = seqs[n].blocks, .llm.kv.n_blocks = seqs[n].n_blocks,
+                                 .llm.kv.kind = WF_ARTIFACT_KV, .llm.kv.block_table = seqs[n].blocks, .llm.kv.n_blocks = seqs[n].n_blocks,
                                  .llm.samples = &samp[n], .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->dec_ctx, 1);
         }
@@ -658,7 +659,7 @@ static wf_status calibrate(wf_sched *s) {
             tasks[n] = (wf_task){.id = (uint64_t)n, .kind = WF_TASK_PREFILL,
                                  .request_seq = UINT64_MAX - (uint64_t)n,
                                  .llm.tokens = tok + cb->pre_start, .llm.n_tokens = cb->pre_len,
-                                 .llm.pos = cb->pre_start, .llm.kv.block_table = seqs[n].blocks,
+                                 .llm.pos = cb->pre_start, .llm.kv.kind = WF_ARTIFACT_KV, .llm.kv.block_table = seqs[n].blocks,
                                  .llm.kv.n_blocks = seqs[n].n_blocks, .llm.samples = &samp[n],
                                  .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->pre_start, cb->pre_len);

@@ -6,6 +6,8 @@
 #include "proto/base/status.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -58,6 +60,18 @@ static const option_spec options[] = {
     {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
     {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_RUNNING) ")"},
+    {"workers", OPT_INT, FIELD(workers), 0, 64, "N", "serve with N worker processes, each one rank of the world with its own engine replica and KV (default 0: in-process engine)"},
+    {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
+    {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},
+    {"join", OPT_STRING, FIELD(join), 0, 0, "HOST:PORT", "worker role: the coordinator's world bootstrap address"},
+    {"world-host", OPT_STRING, FIELD(world_host), 0, 0, "ADDR", "with --workers: bootstrap address workers connect to (default 127.0.0.1; 0.0.0.0 for workers on other hosts)"},
+    {"world-port", OPT_INT, FIELD(world_port), 0, 65535, "N", "with --workers: bootstrap TCP port (default 0: a free port, logged)"},
+    {"world-size", OPT_INT, FIELD(world_size), 0, 65, "N", "worker role: ranks in the world (default --workers + 1)"},
+    {"rank", OPT_INT, FIELD(rank), -1, 64, "R", "worker role: the slot to fill, for a restarted worker (default -1: any free slot)"},
+    {"local-workers", OPT_INT, FIELD(local_workers), -1, 64, "N", "with --workers: how many to start on this host; the rest join with --role worker (default: all)"},
+    {"heartbeat-ms", OPT_INT, FIELD(heartbeat_ms), 10, 60000, "MS", "heartbeat period between coordinator and workers (default 500)"},
+    {"worker-timeout-ms", OPT_INT, FIELD(worker_timeout_ms), 100, INT_MAX, "MS", "a worker (or coordinator) silent this long is taken down (default 30000)"},
+    {"join-timeout-ms", OPT_INT, FIELD(join_timeout_ms), 100, INT_MAX, "MS", "bound for workers to join and load their model (default 120000)"},
 };
 
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -92,6 +106,42 @@ static void set_defaults(wf_config *cfg) {
     cfg->write_timeout_ms = 30000;
     cfg->max_output_bytes = 4L << 20;
     cfg->max_running = WF_DEFAULT_MAX_RUNNING;
+    cfg->role = strdup("server");
+    cfg->rank = -1;
+    cfg->local_workers = -1;
+    cfg->heartbeat_ms = 500;
+    cfg->worker_timeout_ms = 30000;
+    cfg->join_timeout_ms = 120000;
+}
+
+/* Flags that only make sense together. */
+static int check_roles(wf_config *cfg, char *err, size_t errlen) {
+    bool worker = strcmp(cfg->role, "worker") == 0;
+    if (!worker && strcmp(cfg->role, "server") != 0)
+        return fail(err, errlen, "--role must be server or worker (got '%s')", cfg->role);
+    if (cfg->heartbeat_ms >= cfg->worker_timeout_ms)
+        return fail(err, errlen, "--heartbeat-ms (%d) must be below --worker-timeout-ms (%d)",
+                    cfg->heartbeat_ms, cfg->worker_timeout_ms);
+    if (worker) {
+        if (!cfg->join) return fail(err, errlen, "--role worker needs --join HOST:PORT (the coordinator's world address)");
+        const char *colon = strrchr(cfg->join, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || colon == cfg->join || colon[1] == '\0' || *end || port < 1 || port > 65535)
+            return fail(err, errlen, "--join '%s': expected HOST:PORT with a port in 1..65535", cfg->join);
+        if (cfg->world_size == 0) cfg->world_size = cfg->workers > 0 ? cfg->workers + 1 : 0;
+        if (cfg->world_size < 2)
+            return fail(err, errlen, "--role worker needs the world's size: --workers N (the coordinator's) or --world-size N+1");
+        if (cfg->rank == 0 || cfg->rank >= cfg->world_size)
+            return fail(err, errlen, "--rank %d: a worker's slot is 1..%d", cfg->rank, cfg->world_size - 1);
+        return 0;
+    }
+    if (cfg->join) return fail(err, errlen, "--join is for --role worker");
+    if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
+        return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
+    if (cfg->local_workers > cfg->workers)
+        return fail(err, errlen, "--local-workers %d exceeds --workers %d", cfg->local_workers, cfg->workers);
+    return 0;
 }
 
 static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen);
@@ -345,7 +395,7 @@ int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t err
     if (cfg->api_key_file && load_key_file(cfg, cfg->api_key_file, err, errlen) < 0) return -1;
     if (!cfg->model && !(cfg->model = wf_config_default_model_path()))
         return fail(err, errlen, "out of memory");
-    return 0;
+    return check_roles(cfg, err, errlen);
 }
 
 void wf_config_free(wf_config *cfg) {

@@ -52,6 +52,19 @@ typedef struct wf_config {
     int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */
     /* Extension: refuse (429) a request whose predicted TTFT exceeds this x its TTFT SLO. */
     double admission_factor;
+    /* Worker processes (server/workers/): ranks of one world. */
+    int workers;            /* 0: the in-process engine (default); N: N worker processes */
+    char *worker_cores;     /* "LIST:LIST:..." CPUs per local worker; NULL: split evenly */
+    char *role;             /* "server" (default) or "worker" */
+    char *join;             /* worker role: the coordinator's HOST:PORT */
+    char *world_host;       /* coordinator: bootstrap address to listen on */
+    int world_port;         /* coordinator: bootstrap port (0: a free one) */
+    int world_size;         /* worker role: ranks in the world (default: --workers + 1) */
+    int rank;               /* worker role: the slot to fill (-1: any) */
+    int local_workers;      /* coordinator: workers started here (-1: all) */
+    int heartbeat_ms;
+    int worker_timeout_ms;
+    int join_timeout_ms;
 } wf_config;
 
 /* Fills cfg from argv (and the JSON file named by --config), then adds the keys of

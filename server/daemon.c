@@ -11,6 +11,9 @@
 #include "sched/cost_model.h"
 #include "sched/defaults.h"
 #include "server/engine_backend.h"
+#ifdef WEFT_HAVE_WORKERS
+#include "server/workers/pool.h"
+#endif
 
 struct wf_daemon {
     wf_engine *engine;
@@ -18,6 +21,9 @@ struct wf_daemon {
     bool kv_on;
     wf_sched *sched;
     wf_engine_adapter adapter;
+#ifdef WEFT_HAVE_WORKERS
+    wf_workers *workers;
+#endif
 };
 
 void wf_daemon_params_init(wf_daemon_params *p) {
@@ -30,7 +36,86 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     p->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     p->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    p->local_workers = -1;
+    p->world_host = "127.0.0.1";
+    p->exe = "/proc/self/exe";
+    p->log_level = "info";
+    p->heartbeat_ms = 500;
+    p->worker_timeout_ms = 30000;
+    p->join_timeout_ms = 120000;
 }
+
+#ifdef WEFT_HAVE_WORKERS
+static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
+    wf_daemon *d = ctx;
+    wf_worker_stats st[WF_WORKERS_MAX];
+    int n = wf_workers_stats(d->workers, st, WF_WORKERS_MAX);
+    static const char *const names[] = {"joining", "live", "down"};
+    for (int i = 0; i < n && i < cap; i++) {
+        wf_server_rank *r = &out[i];
+        memset(r, 0, sizeof *r);
+        r->rank = st[i].rank;
+        r->live = st[i].state == WF_WORKER_LIVE;
+        snprintf(r->state, sizeof r->state, "%s", names[st[i].state]);
+        r->pid = st[i].pid;
+        r->incarnation = st[i].incarnation;
+        r->group = st[i].group;
+        snprintf(r->cores, sizeof r->cores, "%s", st[i].cores);
+        r->batches = st[i].batches;
+        r->last_heard_ms = st[i].last_heard_ms;
+        r->kv_blocks = st[i].kv_blocks;
+        r->restarts = st[i].restarts;
+        snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
+    }
+    return n;
+}
+
+/* The scheduler's groups are the worker processes; the engine here only tokenizes. Returns
+ * the context the workers' KV allows (or 0 on error, err set). */
+static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_tokens, char *err,
+                              size_t errlen) {
+    wf_workers_params wp;
+    wf_workers_params_init(&wp);
+    wp.n_workers = p->n_workers;
+    wp.n_spawn = p->local_workers;
+    wp.worker_cores = p->worker_cores;
+    wp.host = p->world_host;
+    wp.port = p->world_port;
+    wp.exe = p->exe;
+    wp.model_path = p->model_path;
+    wp.kv = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
+    wp.kv_memory_mb = p->kv_memory_mb;
+    wp.max_batch_tokens = p->max_batch_tokens;
+    wp.max_running = p->max_running;
+    wp.log_level = p->log_level;
+    wp.heartbeat_ms = p->heartbeat_ms;
+    wp.timeout_ms = p->worker_timeout_ms;
+    wp.join_timeout_ms = p->join_timeout_ms;
+    wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
+    if (st != WF_OK) return st;
+    *kv_tokens = 0;
+    for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        int t = wf_workers_kv(d->workers, i)->n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
+        if (*kv_tokens == 0 || t < *kv_tokens) *kv_tokens = t;
+    }
+    return WF_OK;
+}
+
+static wf_status add_worker_groups(wf_daemon *d, char *err, size_t errlen) {
+    int gid[WF_WORKERS_MAX];
+    for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        wf_status st = wf_sched_add_group(d->sched, wf_workers_kv(d->workers, i),
+                                          wf_workers_executor(d->workers, i),
+                                          wf_workers_rank(d->workers, i), &gid[i]);
+        if (st != WF_OK) {
+            snprintf(err, errlen, "scheduler group for worker rank %d: %s", i + 1, wf_status_str(st));
+            return st;
+        }
+    }
+    wf_workers_attach(d->workers, d->sched, gid);
+    return WF_OK;
+}
+#endif
 
 static void model_name_from_path(const char *path, char *out, size_t cap) {
     const char *base = strrchr(path, '/');
@@ -80,15 +165,25 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     if (st != WF_OK) goto fail_engine;
     const wf_model_info *info = wf_engine_info(d->engine);
 
-    /* 2. Its KV store, which sizes the context. */
-    wf_kv_geometry geo = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
-    st = wf_kv_store_init(&d->kv, &geo, (size_t)p->kv_memory_mb << 20);
-    if (st != WF_OK) {
-        snprintf(err, errlen, "KV cache of %ld MiB: %s", p->kv_memory_mb, wf_status_str(st));
-        goto fail_kv;
+    /* 2. Its KV store, which sizes the context; or the worker processes, which have theirs. */
+    int kv_tokens = 0;
+    if (p->n_workers > 0) {
+#ifdef WEFT_HAVE_WORKERS
+        st = open_workers(d, p, &kv_tokens, err, errlen);
+#else
+        st = wf_status_errorf(err, errlen, WF_EUNSUPPORTED, "--workers needs a weftd built with UCX");
+#endif
+        if (st != WF_OK) goto fail_kv;
+    } else {
+        wf_kv_geometry geo = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
+        st = wf_kv_store_init(&d->kv, &geo, (size_t)p->kv_memory_mb << 20);
+        if (st != WF_OK) {
+            snprintf(err, errlen, "KV cache of %ld MiB: %s", p->kv_memory_mb, wf_status_str(st));
+            goto fail_kv;
+        }
+        d->kv_on = true;
+        kv_tokens = d->kv.n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
     }
-    d->kv_on = true;
-    int kv_tokens = d->kv.n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
     int n_ctx = p->ctx_size > 0 ? p->ctx_size : info->n_ctx_train;
     if (n_ctx <= 0) n_ctx = WF_DEFAULT_N_CTX;
     if (n_ctx > kv_tokens) {
@@ -97,14 +192,21 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         n_ctx = kv_tokens;
     }
 
-    /* 3. The scheduler, with the in-process CPU executor as group 0 (rank 0). */
+    /* 3. The scheduler, with the in-process CPU executor as group 0 (rank 0), or one group
+     * per worker (calibration then measures worker rank 1). */
     wf_sched_options so;
     sched_options(p, n_ctx, &so);
-    st = wf_sched_new(&so, &d->kv, wf_engine_executor(d->engine, &d->kv), &d->sched);
+    if (d->kv_on)
+        st = wf_sched_new(&so, &d->kv, wf_engine_executor(d->engine, &d->kv), &d->sched);
+    else
+        st = wf_sched_new(&so, NULL, (wf_executor){0}, &d->sched);
     if (st != WF_OK) {
         snprintf(err, errlen, "scheduler: %s", wf_status_str(st));
         goto fail_sched;
     }
+#ifdef WEFT_HAVE_WORKERS
+    if (d->workers && (st = add_worker_groups(d, err, errlen)) != WF_OK) goto fail_start;
+#endif
     st = wf_sched_start(d->sched);
     if (st != WF_OK) {
         snprintf(err, errlen, "starting the scheduler: %s", wf_status_str(st));
@@ -116,16 +218,23 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     if (p->model_name && p->model_name[0]) snprintf(name, sizeof name, "%s", p->model_name);
     else model_name_from_path(p->model_path, name, sizeof name);
     wf_engine_adapter_init(&d->adapter, d->engine, d->sched, name, n_ctx);
-    WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d",
-                d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx, d->kv.n_blocks,
-                WF_DEFAULT_KV_BLOCK_SIZE);
+#ifdef WEFT_HAVE_WORKERS
+    if (d->workers) wf_engine_adapter_set_ranks(&d->adapter, daemon_ranks, d);
+#endif
+    WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d%s",
+                d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx,
+                kv_tokens / WF_DEFAULT_KV_BLOCK_SIZE, WF_DEFAULT_KV_BLOCK_SIZE,
+                p->n_workers > 0 ? " per worker" : "");
     *out = d;
     return WF_OK;
 
 fail_start:
     wf_sched_free(d->sched);
 fail_sched:
-    wf_kv_store_free(&d->kv);
+    if (d->kv_on) wf_kv_store_free(&d->kv);
+#ifdef WEFT_HAVE_WORKERS
+    wf_workers_close(d->workers);
+#endif
 fail_kv:
     wf_engine_free(d->engine);
 fail_engine:
@@ -146,6 +255,9 @@ void wf_daemon_close(wf_daemon *d) {
     /* Scheduler first (no batch in flight after it), then the engine (its executor thread),
      * then the KV store both used. */
     wf_sched_free(d->sched);
+#ifdef WEFT_HAVE_WORKERS
+    wf_workers_close(d->workers); /* after the scheduler: no batch is in flight any more */
+#endif
     wf_engine_free(d->engine);
     if (d->kv_on) wf_kv_store_free(&d->kv);
     free(d);

@@ -14,8 +14,9 @@
  *
  * open may run on any thread (weftd loads on a helper thread while /health says "loading");
  * the model and backend functions are then used from the loop thread only. The in-process CPU
- * engine is group 0 of the scheduler (README command 1 needs no flag); remote groups are added
- * with wf_sched_add_group on wf_daemon_sched(d). Statuses: those of wf_engine_open,
+ * engine is group 0 of the scheduler (README command 1 needs no flag). With n_workers > 0 the
+ * engine stays loaded here for tokenizing and templates only, and every group is a worker
+ * process (server/workers/pool.h): faults re-route, restarted workers come back as new groups. Statuses: those of wf_engine_open,
  * wf_kv_store_init, wf_sched_new/start; err names the step that failed. */
 #ifndef WF_SERVER_DAEMON_H
 #define WF_SERVER_DAEMON_H
@@ -37,6 +38,16 @@ typedef struct wf_daemon_params {
     const char *cost_model;   /* "a,b,c,d" or a file (sched/cost_model.h); NULL: calibrate */
     bool fixed_cost_model;    /* no online refit */
     double admission_factor;  /* > 0 (sched options' admission_factor) */
+    /* Worker processes: 0 runs the in-process CPU engine as group 0 (the default); N > 0
+     * serves from N worker processes (server/workers/pool.h), one group each. */
+    int n_workers;
+    int local_workers;        /* -1: all started here */
+    const char *worker_cores;
+    const char *world_host;
+    int world_port;
+    const char *exe;          /* this binary, for the workers */
+    const char *log_level;
+    int heartbeat_ms, worker_timeout_ms, join_timeout_ms;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;

@@ -86,3 +86,16 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
         .event_free = b_event_free, .stats = b_stats, .foreach_request = b_foreach,
         .drain = b_drain};
 }
+
+static int b_ranks(void *ctx, wf_server_rank *out, int cap) {
+    wf_engine_adapter *a = ctx;
+    return a->ranks ? a->ranks(a->ranks_ctx, out, cap) : 0;
+}
+
+void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
+                                 int (*fn)(void *ranks_ctx, wf_server_rank *out, int cap),
+                                 void *ranks_ctx) {
+    a->ranks = fn;
+    a->ranks_ctx = ranks_ctx;
+    a->backend.ranks = fn ? b_ranks : NULL;
+}

@@ -21,10 +21,17 @@ typedef struct wf_engine_adapter {
     wf_server_model model;
     wf_server_backend backend;
     char name[256];
+    int (*ranks)(void *ranks_ctx, wf_server_rank *out, int cap); /* NULL: no workers */
+    void *ranks_ctx;
 } wf_engine_adapter;
 
 /* name is copied; n_ctx is the context the scheduler serves. */
 void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *sched,
                             const char *name, int n_ctx);
+
+/* Worker ranks for the front end (backend.ranks forwards to fn). */
+void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
+                                 int (*fn)(void *ranks_ctx, wf_server_rank *out, int cap),
+                                 void *ranks_ctx);
 
 #endif

@@ -21,6 +21,9 @@
 #include "proto/base/log.h"
 #include "server/config.h"
 #include "server/daemon.h"
+#ifdef WEFT_HAVE_WORKERS
+#include "server/workers/worker.h"
+#endif
 #include "server/sdnotify.h"
 #include "server/server.h"
 
@@ -63,6 +66,15 @@ static void *load_main(void *arg) {
     p.cost_model = d->cfg.cost_model;
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
     p.admission_factor = d->cfg.admission_factor;
+    p.n_workers = d->cfg.workers;
+    p.local_workers = d->cfg.local_workers;
+    p.worker_cores = d->cfg.worker_cores;
+    if (d->cfg.world_host) p.world_host = d->cfg.world_host;
+    p.world_port = d->cfg.world_port;
+    p.log_level = d->cfg.log_level;
+    p.heartbeat_ms = d->cfg.heartbeat_ms;
+    p.worker_timeout_ms = d->cfg.worker_timeout_ms;
+    p.join_timeout_ms = d->cfg.join_timeout_ms;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -160,6 +172,40 @@ static void on_watchdog(uv_timer_t *t) {
     wf_sdnotify_send("WATCHDOG=1");
 }
 
+/* `weftd --role worker`: one rank of a coordinator's world (server/workers/worker.h). */
+static int run_worker(const wf_config *cfg) {
+#ifdef WEFT_HAVE_WORKERS
+    if (access(cfg->model, R_OK) != 0) {
+        WF_LOG_ERROR("worker", NULL, "model file %s is not readable", cfg->model);
+        return 1;
+    }
+    static char host[256];
+    const char *colon = strrchr(cfg->join, ':');
+    snprintf(host, sizeof host, "%.*s", (int)(colon - cfg->join), cfg->join);
+    wf_worker_params p;
+    wf_worker_params_init(&p);
+    p.host = host;
+    p.port = atoi(colon + 1);
+    p.n_ranks = cfg->world_size;
+    p.rank = cfg->rank;
+    p.cores = cfg->worker_cores;
+    p.n_threads = cfg->threads;
+    p.model_path = cfg->model;
+    p.kv_memory_mb = cfg->kv_memory_mb;
+    p.max_batch_tokens = cfg->max_batch_tokens;
+    p.max_running = cfg->max_running;
+    p.heartbeat_ms = cfg->heartbeat_ms;
+    p.timeout_ms = cfg->worker_timeout_ms;
+    p.join_timeout_ms = cfg->join_timeout_ms;
+    signal(SIGPIPE, SIG_IGN);
+    return wf_worker_main(&p);
+#else
+    (void)cfg;
+    fprintf(stderr, "weftd: --role worker needs a weftd built with UCX\n");
+    return 2;
+#endif
+}
+
 int main(int argc, char **argv) {
     static daemon_t d;
     char err[512];
@@ -177,6 +223,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     wf_log_set_level(level);
+    if (strcmp(d.cfg.role, "worker") == 0) {
+        rc = run_worker(&d.cfg);
+        wf_config_free(&d.cfg);
+        return rc;
+    }
     if (access(d.cfg.model, R_OK) != 0) {
         WF_LOG_ERROR("server", NULL, "model file %s is not readable (run scripts/setup, or pass --model FILE)",
                      d.cfg.model);

@@ -184,3 +184,29 @@ void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_st
     histogram(b, "weft:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len);
     if (st) group_series(b, model, st);
 }
+
+void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b) {
+    const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"weft:worker_up", "gauge", "1 while the worker rank serves (weftd --workers)."},
+        {"weft:worker_batches_total", "counter", "Batches the worker rank completed."},
+        {"weft:worker_restarts_total", "counter", "Times the worker rank's process was replaced."},
+        {"weft:worker_last_heartbeat_seconds", "gauge", "Seconds since the worker rank was last heard."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        header(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < n; i++) {
+            char extra[64];
+            snprintf(extra, sizeof extra, ",rank=\"%d\"", r[i].rank);
+            if (f == 3) {
+                wf_jbuf_printf(b, "%s{model_name=\"", fam[f].name);
+                label_value(b, model);
+                wf_jbuf_printf(b, "\"%s} %.3f\n", extra, r[i].last_heard_ms / 1e3);
+                continue;
+            }
+            uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts};
+            sample_u(b, fam[f].name, model, extra, v[f]);
+        }
+    }
+}

@@ -45,4 +45,26 @@ void wf_metrics_count_status(wf_metrics *m, int status);
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *stats,
                        wf_jbuf *out);
 
+/* One worker rank (weftd --workers), for /health, /admin/stats and /metrics. */
+typedef struct wf_server_rank {
+    int rank;
+    bool live;
+    char state[12];           /* "joining", "live", "down" */
+    int pid;                  /* 0: not started by this process, or not running */
+    uint32_t incarnation;
+    int group;                /* its scheduler group (-1: none) */
+    char cores[64];
+    uint64_t batches;
+    double last_heard_ms;
+    uint32_t kv_blocks;
+    int restarts;
+    char last_error[160];
+} wf_server_rank;
+
+#define WF_SERVER_MAX_RANKS 64
+
+/* weft:worker_up, weft:worker_batches_total, weft:worker_restarts_total,
+ * weft:worker_last_heartbeat_seconds, one sample per rank. */
+void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
+
 #endif

@@ -118,10 +118,23 @@ static void h_health(wf_server *s, wf_http_request *req) {
     }
     const char *state = s->shutting_down || wf_http_server_is_stopping(s->http) ? "draining"
                         : s->ready ? "ok" : "loading";
-    char body[64];
-    int n = snprintf(body, sizeof body, "{\"status\":\"%s\"}", state);
-    wf__server_respond(s, req, strcmp(state, "ok") == 0 ? 200 : 503, "application/json",
-                       strcmp(state, "ok") == 0 ? NULL : "Retry-After: 5\r\n", body, (size_t)n);
+    char body[160];
+    int n, code = strcmp(state, "ok") == 0 ? 200 : 503;
+    if (code == 200 && s->backend.ranks) {
+        /* Worker processes: degraded while some are down (still serving), unavailable when
+         * none is live. */
+        wf_server_rank r[WF_SERVER_MAX_RANKS];
+        int total = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS), live = 0;
+        for (int i = 0; i < total && i < WF_SERVER_MAX_RANKS; i++) live += r[i].live;
+        if (live == 0) state = "unavailable", code = 503;
+        else if (live < total) state = "degraded";
+        n = snprintf(body, sizeof body, "{\"status\":\"%s\",\"workers_live\":%d,\"workers_total\":%d}",
+                     state, live, total);
+    } else {
+        n = snprintf(body, sizeof body, "{\"status\":\"%s\"}", state);
+    }
+    wf__server_respond(s, req, code, "application/json", code == 200 ? NULL : "Retry-After: 5\r\n",
+                       body, (size_t)n);
 }
 
 static void write_model(wf_server *s, wf_jbuf *b) {
@@ -317,6 +330,11 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
     if (s->ready) s->backend.stats(s->backend.ctx, &st);
     wf_jbuf b = {0};
     wf_metrics_render(&s->metrics, s->model_id, s->ready ? &st : NULL, &b);
+    if (s->ready && s->backend.ranks) {
+        wf_server_rank r[WF_SERVER_MAX_RANKS];
+        int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
+        wf_metrics_render_ranks(r, n < WF_SERVER_MAX_RANKS ? n : WF_SERVER_MAX_RANKS, s->model_id, &b);
+    }
     if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
     else wf__server_respond(s, req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     wf_jbuf_free(&b);
@@ -332,6 +350,27 @@ static void snapshot_fn(const wf_request_snapshot *snap, void *user) {
                    snap->priority);
     wf_jbuf_num(b, snap->age_ms);
     wf_jbuf_cstr(b, "}");
+}
+
+/* ,"workers":[{per worker rank}] (weftd --workers) */
+static void write_ranks(wf_server *s, wf_jbuf *b) {
+    if (!s->backend.ranks) return;
+    wf_server_rank r[WF_SERVER_MAX_RANKS];
+    int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
+    wf_jbuf_cstr(b, ",\"workers\":[");
+    for (int i = 0; i < n && i < WF_SERVER_MAX_RANKS; i++) {
+        wf_jbuf_printf(b, "%s{\"rank\":%d,\"state\":\"%s\",\"pid\":%d,\"incarnation\":%u,\"group\":%d,"
+                       "\"cores\":", i ? "," : "", r[i].rank, r[i].state, r[i].pid, r[i].incarnation, r[i].group);
+        wf_jbuf_str(b, r[i].cores, strnlen(r[i].cores, sizeof r[i].cores));
+        wf_jbuf_printf(b, ",\"batches\":%llu,\"kv_blocks\":%u,\"restarts\":%d,\"last_heard_ms\":",
+                       (unsigned long long)r[i].batches, r[i].kv_blocks, r[i].restarts);
+        wf_jbuf_num(b, r[i].last_heard_ms);
+        wf_jbuf_cstr(b, ",\"last_error\":");
+        if (r[i].last_error[0]) wf_jbuf_str(b, r[i].last_error, strnlen(r[i].last_error, sizeof r[i].last_error));
+        else wf_jbuf_cstr(b, "null");
+        wf_jbuf_cstr(b, "}");
+    }
+    wf_jbuf_cstr(b, "]");
 }
 
 /* ,"groups_live":N,"rerouted_total":N,"groups":[{per group}] */
@@ -399,6 +438,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
         wf_jbuf_cstr(&b, ",\"sched_overhead_ms_avg\":");
         wf_jbuf_num(&b, st.sched_overhead_ms_avg);
         write_groups(&b, &st);
+        write_ranks(s, &b);
         wf_jbuf_cstr(&b, "}");
     } else {
         wf_jbuf_cstr(&b, "null");

@@ -26,6 +26,7 @@
 #include "proto/base/handoff.h"
 #include "sched/sched.h"
 #include "server/http.h"
+#include "server/metrics.h"
 #include "server/openai.h"
 
 /* What the front end needs from a model: text <-> tokens. All calls on the loop thread. */
@@ -67,6 +68,8 @@ typedef struct wf_server_backend {
     /* Stop admitting, finish or cancel what runs by deadline_ms; blocks (called on a helper
      * thread during shutdown). */
     void (*drain)(void *ctx, int deadline_ms);
+    /* Optional (NULL: no worker processes): fills up to cap ranks, returns how many exist. */
+    int (*ranks)(void *ctx, wf_server_rank *out, int cap);
 } wf_server_backend;
 
 typedef struct wf_server_options {

@@ -47,6 +47,7 @@ struct wf_world {
     wf__world_entry self;   /* this rank's entry as sent to the coordinator */
     peer *peers;
     int listen_fd;          /* rank 0: the bootstrap socket, kept for replacements */
+    int efd;                /* UCX's wake-up descriptor (-1: none) */
     uint64_t last_probe_ns;
     char err[320];
     int err_rank;
@@ -238,6 +239,7 @@ static wf_status get_rkey(wf_world *w, int r, ucp_ep_h ep, ucp_rkey_h *out) {
 #define TAG_KIND_MASK (0xfull << TAG_KIND_SHIFT)
 
 static ucp_tag_t make_tag(const wf_world_tag *t, int src, uint32_t epoch) {
+    if (t->kind == WF_WORLD_TAG_USER) epoch = 0; /* frames outlive epochs (see world.h) */
     return (ucp_tag_t)(t->kind & 0xfu) << TAG_KIND_SHIFT |
            (ucp_tag_t)((unsigned)src & 0xffu) << TAG_SRC_SHIFT |
            (ucp_tag_t)(epoch & 0xffu) << TAG_EPOCH_SHIFT |
@@ -441,6 +443,62 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
     memcpy(w->err, keep, sizeof keep); /* the first cause, not the cancellations */
     w->err_rank = keep_rank;
     return result;
+}
+
+int wf_world_test(wf_world *w, wf_world_op *ops, int n) {
+    while (ucp_worker_progress(w->worker) > 0) {
+    }
+    uint64_t now = wf_clock_now_ns();
+    int probe = now - w->last_probe_ns > LIVENESS_PERIOD_NS;
+    if (probe) {
+        w->last_probe_ns = now;
+        handle_ctrl(w);
+    }
+    int done = 0;
+    for (int i = 0; i < n; i++) {
+        if (reap(w, &ops[i])) {
+            done++;
+            continue;
+        }
+        peer *p = &w->peers[ops[i].peer];
+        if (p->failed == WF_OK && probe && ops[i].peer != w->rank && peer_process_gone(w, &p->e))
+            p->failed = WF_EPEER;
+        if (p->failed == WF_OK) continue;
+        cancel_pending(w, &ops[i], 1);
+        ops[i].status = fail(w, WF_EPEER, ops[i].peer, "rank %d (pid %u on %s) failed", ops[i].peer,
+                             p->e.pid, p->e.host);
+        done++;
+    }
+    return done;
+}
+
+void wf_world_cancel(wf_world *w, wf_world_op *ops, int n) { cancel_pending(w, ops, n); }
+
+uint32_t wf_world_peer_pid(const wf_world *w, int rank) {
+    return rank >= 0 && rank < w->n ? (rank == w->rank ? w->self.pid : w->peers[rank].e.pid) : 0;
+}
+
+int wf_world_listen_fd(const wf_world *w) { return w->rank == 0 ? w->listen_fd : -1; }
+
+int wf_world_peer_failed(const wf_world *w, int rank) {
+    return rank >= 0 && rank < w->n && w->peers[rank].failed != WF_OK;
+}
+
+void wf_world_wait_event(wf_world *w, int extra_fd, int timeout_ms) {
+    if (timeout_ms < 0) timeout_ms = 0;
+    if (w->efd >= 0) {
+        ucs_status_t st = ucp_worker_arm(w->worker);
+        if (st == UCS_ERR_BUSY) return; /* events are pending: progress first */
+        if (st == UCS_OK) {
+            struct pollfd fds[2] = {{.fd = w->efd, .events = POLLIN}, {.fd = extra_fd, .events = POLLIN}};
+            /* The liveness probe still needs a turn now and then. */
+            int bound = (int)(LIVENESS_PERIOD_NS / 1000000ull);
+            poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms < bound ? timeout_ms : bound);
+            return;
+        }
+    }
+    struct pollfd fd = {.fd = extra_fd, .events = POLLIN};
+    poll(&fd, extra_fd >= 0 ? 1 : 0, timeout_ms < 1 ? timeout_ms : 1);
 }
 
 wf_status wf_world_run(wf_world *w, wf_world_op *ops, int n) {
@@ -691,14 +749,16 @@ static int tcp_listen(wf_world *w, char *err, size_t errlen) {
     return fd;
 }
 
-static int accept_one(int lfd, uint64_t deadline) {
+static int accept_one(const wf_world *w, int lfd, uint64_t deadline) {
     for (;;) {
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
         int ms = remaining_ms(deadline);
         if (ms == 0) return -ETIMEDOUT;
-        int pr = poll(&pfd, 1, ms);
+        if (w->cfg.join_abort && w->cfg.join_abort(w->cfg.join_abort_arg)) return -ECANCELED;
+        int pr = poll(&pfd, 1, w->cfg.join_abort && ms > 100 ? 100 : ms);
         if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) return pr == 0 ? -ETIMEDOUT : -errno;
+        if (pr == 0) continue;
+        if (pr < 0) return -errno;
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) return fd;
         if (errno != EINTR && errno != ECONNABORTED) return -errno;
@@ -717,7 +777,7 @@ static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
         goto out;
     }
     while (n_conn < n - 1) {
-        int fd = accept_one(w->listen_fd, deadline);
+        int fd = accept_one(w, w->listen_fd, deadline);
         if (fd == -ETIMEDOUT) {
             char missing[200] = "";
             size_t used = 0;
@@ -731,6 +791,11 @@ static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
                                   "world formation timed out after %d ms: %d of %d ranks joined; "
                                   "slots not claimed:%s", w->cfg.join_timeout_ms, n_conn + 1, n,
                                   missing);
+            goto out;
+        }
+        if (fd == -ECANCELED) {
+            st = wf_status_errorf(err, errlen, WF_ECANCELLED, "world formation abandoned: %d of %d ranks joined",
+                                  n_conn + 1, n);
             goto out;
         }
         if (fd < 0) {
@@ -865,7 +930,7 @@ wf_status wf_world_admit(wf_world *w, int *rank_out) {
         return fail(w, WF_EINVAL, -1, "only rank 0 admits replacements");
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
     for (;;) {
-        int fd = accept_one(w->listen_fd, deadline);
+        int fd = accept_one(w, w->listen_fd, deadline);
         if (fd == -ETIMEDOUT)
             return fail(w, WF_ETIMEDOUT, -1, "no replacement joined in %d ms",
                         w->cfg.join_timeout_ms);
@@ -931,7 +996,7 @@ static wf_status setup_ucx(wf_world *w, char *err, size_t errlen) {
     if (st != UCS_OK)
         return wf_status_errorf(err, errlen, WF_EIO, "UCX config: %s", ucs_status_string(st));
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
                            .mt_workers_shared = 0};
     st = ucp_init(&params, config, &w->ctx);
     ucp_config_release(config);
@@ -946,6 +1011,7 @@ static wf_status setup_ucx(wf_world *w, char *err, size_t errlen) {
         w->worker = NULL;
         return wf_status_errorf(err, errlen, WF_EIO, "UCX worker: %s", ucs_status_string(st));
     }
+    if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1; /* then: short sleeps */
     ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                                              UCP_MEM_MAP_PARAM_FIELD_FLAGS,
                                .length = w->sym_size, .flags = UCP_MEM_MAP_ALLOCATE};
@@ -1019,6 +1085,7 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     w->n = cfg->n_ranks;
     w->rank = cfg->rank;
     w->listen_fd = -1;
+    w->efd = -1;
     w->err_rank = -1;
     w->sym_size = (cfg->sym_size + 63) & ~(size_t)63;
     wf_status st;

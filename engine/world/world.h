@@ -26,7 +26,9 @@
  * the world epoch and sends the new entry to every other rank over UCX; they apply it in any
  * progress call (or wait for it with wf_world_wait_epoch). Tags carry the epoch, so traffic of
  * collectives broken by the failure can never match a receive of the new epoch. Rank 0 itself
- * cannot be replaced.
+ * cannot be replaced. WF_WORLD_TAG_USER messages (proto/ frames) are the exception: their tags
+ * carry no epoch, so a frame sent just before an admission still matches a receive posted after
+ * it; frames carry their own ids (batch iterations) to tell stale ones.
  *
  * Threading: a world is driven by one thread at a time (UCX runs in UCS_THREAD_MODE_SERIALIZED:
  * callers may hand a world between threads with their own synchronisation, never call it from
@@ -51,6 +53,10 @@ typedef struct wf_world_config {
     size_t sym_size;        /* bytes of this rank's registered symmetric buffer */
     int timeout_ms;         /* bound of every wait on peers */
     int join_timeout_ms;    /* bound for the whole world to form (or a replacement to join) */
+    /* Optional, rank 0: polled (every 100 ms) while waiting for joiners; nonzero gives up at
+     * once (e.g. a worker process it started has already exited). */
+    int (*join_abort)(void *arg);
+    void *join_abort_arg;
 } wf_world_config;
 
 /* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s. */
@@ -145,6 +151,21 @@ wf_status wf_world_flush(wf_world *w);
  * and checked for failure). Returns WF_OK, WF_ETIMEDOUT, WF_EPEER, WF_EINVAL. */
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer);
 
+/* Never waits: progresses, then reports how many of ops[0..n) are complete (each op's status
+ * says how it ended). A pending op whose peer is known dead (endpoint error, or its process is
+ * gone: checked at most every 20 ms) is cancelled and completes with WF_EPEER. Also applies
+ * membership updates. For event loops that serve many peers at once (weftd's coordinator). */
+int wf_world_test(wf_world *w, wf_world_op *ops, int n);
+/* Cancels the ops still pending (a receive nobody waits for any more); their buffers are free
+ * on return. */
+void wf_world_cancel(wf_world *w, wf_world_op *ops, int n);
+/* Whether rank is known to have failed (until its slot is refilled). */
+int wf_world_peer_failed(const wf_world *w, int rank);
+/* Sleeps until UCX may have something to progress, extra_fd (-1: none) is readable, or
+ * timeout_ms passes (capped at 20 ms, the liveness probe's period). Returns at once when
+ * events are pending. Call wf_world_test after it. */
+void wf_world_wait_event(wf_world *w, int extra_fd, int timeout_ms);
+
 /* Drives UCX once and applies membership updates. Returns the number of events handled. */
 int wf_world_progress(wf_world *w);
 
@@ -153,6 +174,11 @@ int wf_world_progress(wf_world *w);
  * its slot and tells every other rank. *rank_out (may be NULL) is the refilled slot.
  * Returns WF_OK, WF_ETIMEDOUT, WF_EPROTO, WF_EINVAL (not rank 0). */
 wf_status wf_world_admit(wf_world *w, int *rank_out);
+/* The process id rank reported when it joined (0 for an unknown rank). */
+uint32_t wf_world_peer_pid(const wf_world *w, int rank);
+/* Rank 0: the bootstrap socket a replacement connects to (readable: call wf_world_admit, which
+ * then only waits for the handshake); -1 elsewhere. For event loops that must not block. */
+int wf_world_listen_fd(const wf_world *w);
 /* Progresses until the world epoch is >= epoch (a replacement was admitted), bounded by
  * cfg.join_timeout_ms. Returns WF_OK or WF_ETIMEDOUT. */
 wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch);

@@ -1,0 +1,791 @@
+/* The coordinator's worker pool: see pool.h. */
+#define _GNU_SOURCE
+#include "server/workers/pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/world/world.h"
+#include "proto/base/clock.h"
+#include "proto/base/log.h"
+#include "proto/frame_control.h"
+#include "proto/frame_task.h"
+#include "sched/defaults.h"
+#include "server/workers/world_link.h"
+
+#define MAX_QUEUED 4                 /* batches per worker: the scheduler keeps one in flight */
+#define RESPAWN_FIRST_MS 500
+#define RESPAWN_MAX_MS 10000
+#define MS(x) ((uint64_t)(x) * 1000000ull)
+
+typedef struct queued {
+    wf_task_batch *batch;            /* the scheduler's */
+    wf_task_batch wire;              /* the same tasks under the wire iteration */
+    wf_executor_done_fn done;
+    void *user;
+} queued;
+
+typedef struct wk {
+    struct wf_workers *ws;
+    int index, rank;
+    bool spawned_here;
+    char cores[64];
+    /* comm thread only */
+    wf_link link;
+    pid_t pid;
+    uint64_t last_heard_ns, last_sent_ns, respawn_at_ns;
+    int backoff_ms;
+    /* guarded by ws->lock */
+    wf_worker_state state;
+    int group;
+    queued pending[MAX_QUEUED];      /* dispatched, not yet sent */
+    int n_pending;
+    queued flight[MAX_QUEUED];       /* sent, waiting for BATCH_DONE (FIFO) */
+    int n_flight;
+    wf_kv_store kv;                  /* geometry and n_blocks only: the memory is the worker's */
+    uint64_t batches;
+    int restarts;
+    char last_error[160];
+    /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
+    struct {
+        pid_t pid;
+        uint64_t last_heard_ns, frames_in, frames_out;
+        uint32_t incarnation;
+    } pub;
+} wk;
+
+struct wf_workers {
+    wf_workers_params p;
+    char *host, *exe, *model_path, *log_level, *worker_cores;
+    wf_world *world;
+    int n;
+    wk w[WF_WORKERS_MAX];
+    pthread_mutex_t lock;
+    pthread_t thread;
+    bool thread_on;
+    int wake_fd;                     /* eventfd: dispatch and close wake the thread */
+    bool stopping;
+    wf_sched *sched;                 /* set by attach */
+    uint64_t next_iteration;
+    uint8_t *arena_mem;
+    size_t arena_cap;
+    char start_error[160];
+};
+
+void wf_workers_params_init(wf_workers_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_spawn = -1;
+    p->host = "127.0.0.1";
+    p->kv_memory_mb = WF_DEFAULT_KV_MEMORY_MB;
+    p->max_batch_tokens = WF_DEFAULT_MAX_BATCH_TOKENS;
+    p->max_running = WF_DEFAULT_MAX_RUNNING;
+    p->log_level = "info";
+    p->heartbeat_ms = 500;
+    p->timeout_ms = 30000;
+    p->join_timeout_ms = 120000;
+}
+
+void wf_workers_default_cores(int n, int i, char *out, size_t cap) {
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], n_cpus = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) cpus[n_cpus++] = c;
+    }
+    if (n_cpus == 0) cpus[n_cpus++] = 0;
+    if (n >= n_cpus) { /* more workers than CPUs: one each, wrapping around */
+        snprintf(out, cap, "%d", cpus[i % n_cpus]);
+        return;
+    }
+    int per = n_cpus / n, first = i * per, last = i == n - 1 ? n_cpus - 1 : first + per - 1;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int c = first; c <= last && len + 8 < cap; c++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", c > first ? "," : "", cpus[c]);
+}
+
+static void wake_thread(wf_workers *ws) {
+    uint64_t one = 1;
+    ssize_t r = write(ws->wake_fd, &one, sizeof one);
+    (void)r;
+}
+
+/* ---- the executor (scheduler thread) ------------------------------------------------------- */
+
+static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done, void *user) {
+    wk *k = ctx;
+    wf_workers *ws = k->ws;
+    pthread_mutex_lock(&ws->lock);
+    wf_status st = WF_OK;
+    if (k->state == WF_WORKER_DOWN || ws->stopping) st = WF_ECLOSED;
+    else if (k->n_pending + k->n_flight >= MAX_QUEUED) st = WF_EBUSY;
+    else k->pending[k->n_pending++] = (queued){.batch = batch, .done = done, .user = user};
+    pthread_mutex_unlock(&ws->lock);
+    if (st == WF_OK) wake_thread(ws);
+    return st;
+}
+
+static const wf_executor_ops remote_ops = {.name = "worker", .dispatch = exec_dispatch};
+
+/* ---- worker lifecycle (comm thread, or open before the thread starts) ---------------------- */
+
+static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
+    char rank[16], n_ranks[16], port[16], kvmb[32], mbt[16], mr[16], hb[16], to[16], jt[16];
+    snprintf(rank, sizeof rank, "%d", replacement ? k->rank : -1);
+    snprintf(n_ranks, sizeof n_ranks, "%d", ws->n + 1);
+    snprintf(port, sizeof port, "%d", ws->p.port);
+    snprintf(kvmb, sizeof kvmb, "%ld", ws->p.kv_memory_mb);
+    snprintf(mbt, sizeof mbt, "%d", ws->p.max_batch_tokens);
+    snprintf(mr, sizeof mr, "%d", ws->p.max_running);
+    snprintf(hb, sizeof hb, "%d", ws->p.heartbeat_ms);
+    snprintf(to, sizeof to, "%d", ws->p.timeout_ms);
+    snprintf(jt, sizeof jt, "%d", ws->p.join_timeout_ms);
+    /* A first start takes any free slot: slots are given in join order, and workers are
+     * started in rank order, but only the coordinator's table says who is who. */
+    char join[300];
+    snprintf(join, sizeof join, "%s:%s", ws->host, port);
+    char *argv[] = {ws->exe, "--role", "worker", "--join", join,
+                    "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
+                    "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens", mbt,
+                    "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms", hb,
+                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
+    /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
+     * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
+    pid_t pid = fork();
+    if (pid < 0) return WF_EIO;
+    if (pid == 0) {
+        execv(ws->exe, argv);
+        fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
+        _exit(127);
+    }
+    k->pid = pid;
+    WF_LOG_INFO("workers", NULL, "started worker %s%d (pid %d) on CPUs %s",
+                replacement ? "rank " : "#", replacement ? k->rank : k->index + 1, (int)pid, k->cores);
+    return WF_OK;
+}
+
+/* Completes every batch the worker holds with WF_ECLOSED (lock held by the caller: no; the done
+ * callbacks run without the lock, they only push to the scheduler's inbox). */
+static void fail_batches(wf_workers *ws, wk *k, const char *msg) {
+    queued q[2 * MAX_QUEUED];
+    int n = 0;
+    pthread_mutex_lock(&ws->lock);
+    for (int i = 0; i < k->n_flight; i++) q[n++] = k->flight[i];
+    for (int i = 0; i < k->n_pending; i++) q[n++] = k->pending[i];
+    k->n_flight = k->n_pending = 0;
+    pthread_mutex_unlock(&ws->lock);
+    for (int i = 0; i < n; i++) q[i].done(q[i].user, q[i].batch, WF_ECLOSED, msg);
+}
+
+static void worker_down(wf_workers *ws, wk *k, const char *why) {
+    pthread_mutex_lock(&ws->lock);
+    if (k->state == WF_WORKER_DOWN) {
+        pthread_mutex_unlock(&ws->lock);
+        return;
+    }
+    k->state = WF_WORKER_DOWN;
+    int group = k->group;
+    k->group = -1;
+    snprintf(k->last_error, sizeof k->last_error, "%s", why);
+    pthread_mutex_unlock(&ws->lock);
+    char msg[256];
+    snprintf(msg, sizeof msg, "worker rank %d is down: %s", k->rank, why);
+    WF_LOG_ERROR("workers", NULL, "%s", msg);
+    if (k->link.posted) wf_world_cancel(ws->world, &k->link.recv, 1);
+    k->link.posted = 0;
+    fail_batches(ws, k, msg);
+    if (group >= 0 && ws->sched) wf_sched_remove_group(ws->sched, group, msg);
+    if (k->spawned_here) {
+        if (k->pid > 0) kill(k->pid, SIGKILL); /* stuck rather than dead: make sure */
+        k->respawn_at_ns = wf_clock_now_ns() + MS(k->backoff_ms);
+        k->backoff_ms = k->backoff_ms * 2 > RESPAWN_MAX_MS ? RESPAWN_MAX_MS : k->backoff_ms * 2;
+    }
+}
+
+/* A worker's first heartbeat: its KV size is known, it becomes a group. */
+static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
+    wf_kv_store *kv = &k->kv;
+    pthread_mutex_lock(&ws->lock); /* wf_workers_stats reads n_blocks */
+    kv->geometry = ws->p.kv;
+    kv->n_blocks = (int)kv_blocks;
+    kv->elem_bytes = ws->p.kv.dtype == WF_KV_DTYPE_F32 ? 4 : 2;
+    kv->row_elems = (size_t)ws->p.kv.n_kv_heads * (size_t)ws->p.kv.head_dim;
+    kv->block_bytes = (size_t)ws->p.kv.block_size * kv->row_elems * kv->elem_bytes;
+    kv->k = kv->v = NULL;
+    pthread_mutex_unlock(&ws->lock);
+    int group = -1;
+    if (ws->sched) {
+        wf_status st = wf_sched_add_group(ws->sched, kv, wf_workers_executor(ws, k->index), k->rank,
+                                          &group);
+        if (st != WF_OK) {
+            WF_LOG_ERROR("workers", NULL, "worker rank %d: cannot add its group: %s", k->rank,
+                         wf_status_str(st));
+            group = -1;
+        }
+    }
+    pthread_mutex_lock(&ws->lock);
+    k->state = WF_WORKER_LIVE;
+    k->group = group;
+    pthread_mutex_unlock(&ws->lock);
+    if (ws->sched) WF_LOG_INFO("workers", NULL, "worker rank %d is back as group %d", k->rank, group);
+}
+
+/* ---- frames from a worker ------------------------------------------------------------------ */
+
+static wf_status ensure_arena(wf_workers *ws, size_t payload_len) {
+    size_t need = wf_link_arena_bound(payload_len);
+    if (need <= ws->arena_cap) return WF_OK;
+    free(ws->arena_mem);
+    ws->arena_cap = 0;
+    if (!(ws->arena_mem = malloc(need))) return WF_ENOMEM;
+    ws->arena_cap = need;
+    return WF_OK;
+}
+
+static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
+    char err[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    wf_frame_arena arena;
+    switch (f->hdr.type) {
+    case WF_FRAME_HEARTBEAT: {
+        wf_frame_heartbeat hb;
+        if (wf_frame_decode_heartbeat(f, &hb, err, sizeof err) != WF_OK) break;
+        if (k->state == WF_WORKER_JOINING) {
+            if (hb.kv_blocks_total == 0) {
+                worker_down(ws, k, "it reports no KV memory");
+                return;
+            }
+            worker_ready(ws, k, hb.kv_blocks_total);
+        }
+        return;
+    }
+    case WF_FRAME_TASK_EVENT: {
+        wf_frame_task_event ev;
+        if (ensure_arena(ws, f->hdr.payload_len) != WF_OK) break;
+        wf_frame_arena_init(&arena, ws->arena_mem, ws->arena_cap);
+        if (wf_frame_decode_task_event(f, &arena, &ev, err, sizeof err) != WF_OK) break;
+        pthread_mutex_lock(&ws->lock);
+        wf_task_batch *wire = k->n_flight > 0 ? &k->flight[0].wire : NULL;
+        pthread_mutex_unlock(&ws->lock);
+        if (!wire || wire->iteration != ev.iteration) {
+            WF_LOG_WARN("workers", NULL, "worker rank %d: stale TASK_EVENT %llu dropped", k->rank,
+                        (unsigned long long)ev.iteration);
+            return;
+        }
+        if (wf_frame_task_event_apply(&ev, wire, err, sizeof err) == WF_OK) return;
+        break;
+    }
+    case WF_FRAME_BATCH_DONE: {
+        wf_frame_batch_done d;
+        if (wf_frame_decode_batch_done(f, &d, err, sizeof err) != WF_OK) break;
+        pthread_mutex_lock(&ws->lock);
+        if (k->n_flight == 0 || k->flight[0].wire.iteration != d.iteration) {
+            pthread_mutex_unlock(&ws->lock);
+            WF_LOG_WARN("workers", NULL, "worker rank %d: stale BATCH_DONE %llu dropped", k->rank,
+                        (unsigned long long)d.iteration);
+            return;
+        }
+        queued q = k->flight[0];
+        memmove(&k->flight[0], &k->flight[1], (size_t)(k->n_flight - 1) * sizeof k->flight[0]);
+        k->n_flight--;
+        k->batches++;
+        pthread_mutex_unlock(&ws->lock);
+        q.done(q.user, q.batch, d.status, d.status == WF_OK ? NULL : d.message);
+        return;
+    }
+    case WF_FRAME_ERROR: {
+        wf_frame_status_msg m;
+        if (wf_frame_decode_status_msg(f, &m, err, sizeof err) != WF_OK) break;
+        worker_down(ws, k, m.message);
+        return;
+    }
+    default:
+        snprintf(err, sizeof err, "unexpected frame type %u", (unsigned)f->hdr.type);
+        break;
+    }
+    /* A frame we cannot use from a worker we cannot trust any more. */
+    char why[WF_FRAME_TASK_MESSAGE_MAX + 32];
+    snprintf(why, sizeof why, "protocol error: %s", err);
+    worker_down(ws, k, why);
+}
+
+/* ---- the communication thread -------------------------------------------------------------- */
+
+static void send_pending(wf_workers *ws, wk *k) {
+    for (;;) {
+        pthread_mutex_lock(&ws->lock);
+        if (k->n_pending == 0 || k->state != WF_WORKER_LIVE) {
+            pthread_mutex_unlock(&ws->lock);
+            return;
+        }
+        queued q = k->pending[0];
+        memmove(&k->pending[0], &k->pending[1], (size_t)(k->n_pending - 1) * sizeof k->pending[0]);
+        k->n_pending--;
+        q.wire = *q.batch;
+        q.wire.iteration = ++ws->next_iteration;
+        k->flight[k->n_flight++] = q;
+        pthread_mutex_unlock(&ws->lock);
+        char err[256];
+        wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_task_dispatch, &q.wire, err,
+                                    sizeof err);
+        if (st == WF_EINVAL || st == WF_ERANGE || st == WF_ENOMEM) {
+            /* This batch cannot cross; the worker is fine. */
+            pthread_mutex_lock(&ws->lock);
+            for (int i = 0; i < k->n_flight; i++)
+                if (k->flight[i].wire.iteration == q.wire.iteration) {
+                    memmove(&k->flight[i], &k->flight[i + 1], (size_t)(k->n_flight - i - 1) * sizeof q);
+                    k->n_flight--;
+                    break;
+                }
+            pthread_mutex_unlock(&ws->lock);
+            q.done(q.user, q.batch, st, err);
+        } else if (st != WF_OK) {
+            worker_down(ws, k, err);
+            return;
+        }
+        k->last_sent_ns = wf_clock_now_ns();
+    }
+}
+
+static void reap_children(wf_workers *ws) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < ws->n; i++) {
+            wk *k = &ws->w[i];
+            if (k->pid != pid) continue;
+            k->pid = 0;
+            char why[96];
+            if (WIFSIGNALED(status)) snprintf(why, sizeof why, "its process was killed (signal %d)", WTERMSIG(status));
+            else snprintf(why, sizeof why, "its process exited with status %d", WEXITSTATUS(status));
+            WF_LOG_INFO("workers", NULL, "worker rank %d (pid %d): %s", k->rank, (int)pid, why);
+            worker_down(ws, k, why);
+        }
+    }
+}
+
+static void admit_replacement(wf_workers *ws) {
+    int r = -1;
+    if (wf_world_admit(ws->world, &r) != WF_OK || r < 1 || r > ws->n) {
+        WF_LOG_WARN("workers", NULL, "a replacement worker could not join: %s", wf_world_error(ws->world));
+        return;
+    }
+    wk *k = &ws->w[r - 1];
+    if (k->state != WF_WORKER_DOWN) worker_down(ws, k, "replaced by a new process");
+    wf_link_free(ws->world, &k->link);
+    wf_link_init(&k->link, r);
+    pthread_mutex_lock(&ws->lock);
+    k->state = WF_WORKER_JOINING;
+    k->restarts++;
+    pthread_mutex_unlock(&ws->lock);
+    k->last_heard_ns = wf_clock_now_ns();
+    if (wf_link_post(ws->world, &k->link) != WF_OK) worker_down(ws, k, "cannot receive from it");
+}
+
+/* Copies what only the comm thread writes into the fields wf_workers_stats reads. */
+static void publish(wf_workers *ws, wk *k) {
+    uint32_t inc = ws->world ? wf_world_incarnation(ws->world, k->rank) : 0;
+    pthread_mutex_lock(&ws->lock);
+    k->pub.pid = k->pid;
+    k->pub.last_heard_ns = k->last_heard_ns;
+    k->pub.frames_in = k->link.frames_in;
+    k->pub.frames_out = k->link.frames_out;
+    k->pub.incarnation = inc;
+    pthread_mutex_unlock(&ws->lock);
+}
+
+static void *comm_main(void *arg) {
+    wf_workers *ws = arg;
+    for (;;) {
+        uint64_t drained;
+        ssize_t rd = read(ws->wake_fd, &drained, sizeof drained); /* non-blocking */
+        (void)rd;
+        pthread_mutex_lock(&ws->lock);
+        bool stopping = ws->stopping;
+        pthread_mutex_unlock(&ws->lock);
+        if (stopping) break;
+        uint64_t now = wf_clock_now_ns();
+        reap_children(ws);
+        for (int i = 0; i < ws->n; i++) {
+            wk *k = &ws->w[i];
+            if (k->state == WF_WORKER_DOWN) {
+                if (k->spawned_here && k->pid == 0 && k->respawn_at_ns && now >= k->respawn_at_ns) {
+                    k->respawn_at_ns = 0;
+                    if (spawn(ws, k, true) != WF_OK) k->respawn_at_ns = now + MS(k->backoff_ms);
+                }
+                continue;
+            }
+            send_pending(ws, k);
+            if (k->state == WF_WORKER_DOWN) continue;
+            while (k->link.posted && wf_world_test(ws->world, &k->link.recv, 1) == 1) {
+                wf_frame_view f;
+                char err[256];
+                wf_status st = wf_link_open(&k->link, &f, err, sizeof err);
+                if (st == WF_EPEER || st == WF_ETIMEDOUT || st == WF_ECANCELLED) {
+                    worker_down(ws, k, wf_world_error(ws->world));
+                    break;
+                }
+                k->last_heard_ns = wf_clock_now_ns();
+                if (st != WF_OK) {
+                    char why[300];
+                    snprintf(why, sizeof why, "bad frame: %s", err);
+                    worker_down(ws, k, why);
+                    break;
+                }
+                handle_frame(ws, k, &f);
+                if (k->state == WF_WORKER_DOWN || wf_link_post(ws->world, &k->link) != WF_OK) break;
+            }
+            if (k->state == WF_WORKER_DOWN) continue;
+            now = wf_clock_now_ns();
+            if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
+                char why[96];
+                snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
+                worker_down(ws, k, why);
+            } else if (now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
+                wf_frame_heartbeat hb = {.seq = now, .time_ns = now};
+                char err[256];
+                if (WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_heartbeat, &hb, err, sizeof err) != WF_OK)
+                    worker_down(ws, k, err);
+                k->last_sent_ns = now;
+            }
+        }
+        for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
+        /* A replacement knocking at the bootstrap socket. */
+        struct timeval tv = {0};
+        fd_set rfds;
+        int lfd = wf_world_listen_fd(ws->world);
+        if (lfd >= 0) {
+            FD_ZERO(&rfds);
+            FD_SET(lfd, &rfds);
+            if (select(lfd + 1, &rfds, NULL, NULL, &tv) > 0) admit_replacement(ws);
+        }
+        wf_world_wait_event(ws->world, ws->wake_fd, ws->p.heartbeat_ms / 2 > 0 ? ws->p.heartbeat_ms / 2 : 1);
+    }
+    return NULL;
+}
+
+/* ---- open / close ----------------------------------------------------------------------------- */
+
+static int free_port(const char *host) {
+    (void)host;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* While the world forms: a worker started here that already exited will never join. */
+static int start_failed(void *arg) {
+    wf_workers *ws = arg;
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        int status;
+        if (k->pid <= 0 || waitpid(k->pid, &status, WNOHANG) != k->pid) continue;
+        k->pid = 0;
+        snprintf(ws->start_error, sizeof ws->start_error,
+                 "worker #%d exited before joining (%s %d; its log says why)", i + 1,
+                 WIFSIGNALED(status) ? "signal" : "status",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return 1;
+    }
+    return 0;
+}
+
+/* Forms the world (blocks until every worker joined) while the local workers start. */
+static wf_status form_world(wf_workers *ws, char *err, size_t errlen) {
+    wf_world_config wc = wf_world_config_default();
+    wc.n_ranks = ws->n + 1;
+    wc.rank = 0;
+    wc.host = ws->host;
+    wc.port = ws->p.port;
+    wc.sym_size = 1u << 20;
+    wc.timeout_ms = 10000;
+    wc.join_timeout_ms = ws->p.join_timeout_ms;
+    wc.join_abort = start_failed;
+    wc.join_abort_arg = ws;
+    wf_status st = wf_world_create(&wc, &ws->world, err, errlen);
+    if (st == WF_ECANCELLED && ws->start_error[0]) return wf_status_errorf(err, errlen, WF_EIO, "%s", ws->start_error);
+    return st;
+}
+
+/* Waits for every worker's first heartbeat (its model loaded), reaping failed starts. */
+static wf_status wait_ready(wf_workers *ws, char *err, size_t errlen) {
+    uint64_t deadline = wf_clock_now_ns() + MS(ws->p.join_timeout_ms);
+    for (;;) {
+        int ready = 0;
+        reap_children(ws);
+        for (int i = 0; i < ws->n; i++) {
+            wk *k = &ws->w[i];
+            if (k->state == WF_WORKER_DOWN)
+                return wf_status_errorf(err, errlen, WF_EIO, "worker rank %d failed to start: %s", k->rank,
+                                        k->last_error);
+            if (k->state == WF_WORKER_LIVE) {
+                ready++;
+                continue;
+            }
+            if (wf_world_test(ws->world, &k->link.recv, 1) == 1) {
+                wf_frame_view f;
+                char ferr[256];
+                wf_status st = wf_link_open(&k->link, &f, ferr, sizeof ferr);
+                if (st != WF_OK) {
+                    worker_down(ws, k, st == WF_EPEER ? wf_world_error(ws->world) : ferr);
+                    continue;
+                }
+                k->last_heard_ns = wf_clock_now_ns();
+                handle_frame(ws, k, &f);
+                if (k->state != WF_WORKER_DOWN) wf_link_post(ws->world, &k->link);
+            }
+        }
+        if (ready == ws->n) return WF_OK;
+        if (wf_clock_now_ns() > deadline)
+            return wf_status_errorf(err, errlen, WF_ETIMEDOUT, "%d of %d workers were not ready after %d ms",
+                                    ws->n - ready, ws->n, ws->p.join_timeout_ms);
+        wf_world_wait_event(ws->world, -1, 20);
+    }
+}
+
+static void kill_children(wf_workers *ws) {
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].pid > 0) kill(ws->w[i].pid, SIGKILL);
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].pid > 0) {
+            waitpid(ws->w[i].pid, NULL, 0);
+            ws->w[i].pid = 0;
+        }
+}
+
+static wf_status check_params(const wf_workers_params *p, char *err, size_t errlen) {
+    if (p->n_workers < 1 || p->n_workers > WF_WORKERS_MAX)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "--workers must be 1..%d (got %d)", WF_WORKERS_MAX,
+                                p->n_workers);
+    if (p->n_spawn > p->n_workers)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "more local workers (%d) than --workers (%d)",
+                                p->n_spawn, p->n_workers);
+    if (!p->exe || !p->model_path || !p->host)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "worker pool: missing binary, model or host");
+    if (p->kv.n_layers <= 0 || p->kv.block_size <= 0)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "worker pool: no KV geometry");
+    if (p->heartbeat_ms <= 0 || p->timeout_ms <= p->heartbeat_ms || p->join_timeout_ms <= 0)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "worker time-outs: need 0 < heartbeat < timeout");
+    return WF_OK;
+}
+
+/* Worker i's CPU list from "LIST:LIST:..." (or the default split). */
+static wf_status cores_of(const wf_workers_params *p, int n_spawn, int i, char *out, size_t cap,
+                          char *err, size_t errlen) {
+    if (!p->worker_cores || !p->worker_cores[0]) {
+        wf_workers_default_cores(n_spawn, i, out, cap);
+        return WF_OK;
+    }
+    const char *s = p->worker_cores;
+    int field = 0, count = 1;
+    for (const char *c = s; *c; c++) count += *c == ':';
+    if (count != n_spawn)
+        return wf_status_errorf(err, errlen, WF_EINVAL,
+                                "--worker-cores has %d CPU lists for %d local workers (one per worker, "
+                                "separated by ':', e.g. 0:1 or 0-3:4-7)", count, n_spawn);
+    while (field < i) field += *s++ == ':';
+    size_t n = strcspn(s, ":");
+    if (n == 0 || n >= cap)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "--worker-cores: CPU list %d is empty or too long", i + 1);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return WF_OK;
+}
+
+wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *err, size_t errlen) {
+    *out = NULL;
+    wf_status st = check_params(p, err, errlen);
+    if (st != WF_OK) return st;
+    wf_workers *ws = calloc(1, sizeof *ws);
+    if (!ws) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    ws->p = *p;
+    ws->n = p->n_workers;
+    ws->wake_fd = -1;
+    pthread_mutex_init(&ws->lock, NULL);
+    ws->host = strdup(p->host);
+    ws->exe = strdup(p->exe);
+    ws->model_path = strdup(p->model_path);
+    ws->log_level = strdup(p->log_level ? p->log_level : "info");
+    if (!ws->host || !ws->exe || !ws->model_path || !ws->log_level) {
+        st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (ws->p.port == 0 && (ws->p.port = free_port(ws->host)) <= 0) {
+        st = wf_status_errorf(err, errlen, WF_EIO, "no free port for the world's bootstrap");
+        goto fail;
+    }
+    int n_spawn = p->n_spawn < 0 ? ws->n : p->n_spawn;
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        k->ws = ws;
+        k->index = i;
+        k->rank = i + 1;
+        k->group = -1;
+        k->backoff_ms = RESPAWN_FIRST_MS;
+        k->state = WF_WORKER_JOINING;
+        k->spawned_here = i < n_spawn;
+        wf_link_init(&k->link, k->rank);
+        if (k->spawned_here && (st = cores_of(p, n_spawn, i, k->cores, sizeof k->cores, err, errlen)) != WF_OK)
+            goto fail;
+    }
+    for (int i = 0; i < n_spawn; i++)
+        if ((st = spawn(ws, &ws->w[i], false)) != WF_OK) {
+            wf_status_errorf(err, errlen, st, "cannot start worker %d: %s", i + 1, strerror(errno));
+            goto fail;
+        }
+    if (n_spawn < ws->n)
+        WF_LOG_INFO("workers", NULL, "waiting for %d worker(s) to join at %s:%d (weftd --role worker "
+                    "--join %s:%d --world-size %d)", ws->n - n_spawn, ws->host, ws->p.port, ws->host,
+                    ws->p.port, ws->n + 1);
+    if ((st = form_world(ws, err, errlen)) != WF_OK) goto fail;
+    /* Slots were dealt in join order: match started processes to ranks by pid. */
+    for (int i = 0; i < ws->n; i++) ws->w[i].last_heard_ns = wf_clock_now_ns();
+    pid_t pids[WF_WORKERS_MAX];
+    char cores[WF_WORKERS_MAX][64];
+    for (int i = 0; i < ws->n; i++) {
+        pids[i] = ws->w[i].pid;
+        memcpy(cores[i], ws->w[i].cores, sizeof cores[i]);
+        ws->w[i].pid = 0;
+        ws->w[i].spawned_here = false;
+        ws->w[i].cores[0] = '\0';
+    }
+    for (int i = 0; i < ws->n; i++) {
+        if (pids[i] <= 0) continue;
+        for (int r = 1; r <= ws->n; r++) {
+            if (wf_world_peer_pid(ws->world, r) == (uint32_t)pids[i]) {
+                wk *k = &ws->w[r - 1];
+                k->pid = pids[i];
+                k->spawned_here = true;
+                memcpy(k->cores, cores[i], sizeof k->cores);
+            }
+        }
+    }
+    for (int i = 0; i < ws->n; i++)
+        if (wf_link_post(ws->world, &ws->w[i].link) != WF_OK) {
+            st = wf_status_errorf(err, errlen, WF_EIO, "cannot receive from worker rank %d", i + 1);
+            goto fail;
+        }
+    if ((st = wait_ready(ws, err, errlen)) != WF_OK) goto fail;
+    for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
+    ws->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ws->wake_fd < 0 || pthread_create(&ws->thread, NULL, comm_main, ws) != 0) {
+        st = wf_status_errorf(err, errlen, WF_EIO, "cannot start the worker pool's thread");
+        goto fail;
+    }
+    ws->thread_on = true;
+    WF_LOG_INFO("workers", NULL, "%d worker(s) ready (bootstrap %s:%d)", ws->n, ws->host, ws->p.port);
+    *out = ws;
+    return WF_OK;
+fail:
+    wf_workers_close(ws);
+    return st;
+}
+
+int wf_workers_count(const wf_workers *ws) { return ws->n; }
+int wf_workers_rank(const wf_workers *ws, int i) { return ws->w[i].rank; }
+wf_kv_store *wf_workers_kv(wf_workers *ws, int i) { return &ws->w[i].kv; }
+
+wf_executor wf_workers_executor(wf_workers *ws, int i) {
+    return (wf_executor){.ops = &remote_ops, .ctx = &ws->w[i]};
+}
+
+void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids) {
+    pthread_mutex_lock(&ws->lock);
+    ws->sched = s;
+    for (int i = 0; i < ws->n; i++) ws->w[i].group = group_ids[i];
+    pthread_mutex_unlock(&ws->lock);
+}
+
+void wf_workers_health(wf_workers *ws, int *live, int *total) {
+    int n = 0;
+    pthread_mutex_lock(&ws->lock);
+    for (int i = 0; i < ws->n; i++) n += ws->w[i].state == WF_WORKER_LIVE;
+    pthread_mutex_unlock(&ws->lock);
+    *live = n;
+    *total = ws->n;
+}
+
+int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
+    uint64_t now = wf_clock_now_ns();
+    pthread_mutex_lock(&ws->lock);
+    for (int i = 0; i < ws->n && i < cap; i++) {
+        wk *k = &ws->w[i];
+        wf_worker_stats *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->rank = k->rank;
+        o->state = k->state;
+        o->pid = k->pub.pid;
+        o->incarnation = k->pub.incarnation;
+        o->group = k->group;
+        snprintf(o->cores, sizeof o->cores, "%s", k->cores);
+        o->batches = k->batches;
+        o->frames_in = k->pub.frames_in;
+        o->frames_out = k->pub.frames_out;
+        o->last_heard_ms = k->pub.last_heard_ns && now > k->pub.last_heard_ns
+                               ? (double)(now - k->pub.last_heard_ns) / 1e6 : 0;
+        o->kv_blocks = (uint32_t)k->kv.n_blocks;
+        o->restarts = k->restarts;
+        snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return ws->n;
+}
+
+wf_status wf_workers_kill(wf_workers *ws, int i) {
+    if (i < 0 || i >= ws->n) return WF_ENOTFOUND;
+    pthread_mutex_lock(&ws->lock);
+    pid_t pid = ws->w[i].pub.pid;
+    pthread_mutex_unlock(&ws->lock);
+    if (pid <= 0) return WF_ENOTFOUND;
+    return kill(pid, SIGKILL) == 0 ? WF_OK : WF_EIO;
+}
+
+void wf_workers_close(wf_workers *ws) {
+    if (!ws) return;
+    if (ws->thread_on) {
+        pthread_mutex_lock(&ws->lock);
+        ws->stopping = true;
+        pthread_mutex_unlock(&ws->lock);
+        wake_thread(ws);
+        pthread_join(ws->thread, NULL);
+    }
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (ws->world && k->state != WF_WORKER_DOWN)
+            wf_link_send_status(ws->world, &k->link, WF_FRAME_SHUTDOWN, WF_OK, "coordinator stopping");
+        fail_batches(ws, k, "the worker pool is closing");
+    }
+    /* Give the workers a moment to leave by themselves, then make sure. */
+    uint64_t deadline = wf_clock_now_ns() + MS(2000);
+    for (int i = 0; i < ws->n; i++)
+        while (ws->w[i].pid > 0 && wf_clock_now_ns() < deadline) {
+            if (waitpid(ws->w[i].pid, NULL, WNOHANG) == ws->w[i].pid) ws->w[i].pid = 0;
+            else usleep(10000);
+        }
+    kill_children(ws);
+    for (int i = 0; i < ws->n; i++) wf_link_free(ws->world, &ws->w[i].link);
+    wf_world_destroy(ws->world);
+    if (ws->wake_fd >= 0) close(ws->wake_fd);
+    free(ws->arena_mem);
+    free(ws->host);
+    free(ws->exe);
+    free(ws->model_path);
+    free(ws->log_level);
+    pthread_mutex_destroy(&ws->lock);
+    free(ws);
+}

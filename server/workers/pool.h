@@ -1,0 +1,107 @@
+/* weftd's worker pool (`weftd --workers N`): the coordinator's side of the world. Rank 0 (this
+ * process: HTTP, tokenizer, scheduler) forms the world with N worker ranks, starts the local
+ * ones (the same binary in `--role worker`, each pinned to its cores), and gives the scheduler
+ * one group per worker: a block-accounting KV store sized by the worker's own KV memory and an
+ * asynchronous executor that sends TASK_DISPATCH frames and completes the batch when the
+ * worker's TASK_EVENT and BATCH_DONE come back. One communication thread owns the world (UCX
+ * runs serialised); dispatch only queues and wakes it.
+ *
+ *     wf_workers_params p;
+ *     wf_workers_params_init(&p);
+ *     p.n_workers = 2; p.exe = "/proc/self/exe"; p.model_path = model; p.kv = geometry;
+ *     wf_workers *ws;
+ *     if (wf_workers_open(&p, &ws, err, sizeof err) != WF_OK) die(err);   // all ready
+ *     for (int i = 0; i < wf_workers_count(ws); i++)
+ *         wf_sched_add_group(s, wf_workers_kv(ws, i), wf_workers_executor(ws, i),
+ *                            wf_workers_rank(ws, i), &gid[i]);
+ *     wf_workers_attach(ws, s, gid);     // from now on faults re-route and rejoin
+ *     ...
+ *     wf_workers_close(ws);              // SHUTDOWN to every worker, reaps the children
+ *
+ * Faults: a worker whose process exits, whose endpoint fails or that stays silent for
+ * timeout_ms is taken down: its batch in flight completes with WF_ECLOSED and its group is
+ * removed (the scheduler re-runs requests without a token elsewhere and fails the others with
+ * a clear error). A worker this process started is started again (back-off 0.5 s doubling to
+ * 10 s) as a replacement for its slot; once it is ready its group comes back (a new group id).
+ * Workers started elsewhere (`weftd --role worker --join`) rejoin the same way when restarted
+ * with `--rank` of their slot.
+ *
+ * Thread-safety: open/attach/close from one thread; executors from the scheduler's thread;
+ * wf_workers_health/stats from any thread. */
+#ifndef WF_SERVER_WORKERS_POOL_H
+#define WF_SERVER_WORKERS_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kv/kv_store.h"
+#include "proto/task.h"
+#include "sched/sched.h"
+
+#define WF_WORKERS_MAX 64
+
+typedef struct wf_workers_params {
+    int n_workers;            /* world ranks 1..n_workers */
+    int n_spawn;              /* started here (ranks 1..n_spawn); the rest join; -1: all */
+    const char *worker_cores; /* "LIST:LIST:..." one CPU list per started worker; NULL: split
+                                 this process's CPUs evenly */
+    const char *host;         /* bootstrap address to listen on (remote workers connect here) */
+    int port;                 /* 0: a free port */
+    const char *exe;          /* the weftd binary for started workers */
+    const char *model_path;
+    wf_kv_geometry kv;        /* the model's KV geometry (block accounting) */
+    long kv_memory_mb;        /* per worker */
+    int max_batch_tokens, max_running;
+    const char *log_level;
+    int heartbeat_ms;         /* default 500 */
+    int timeout_ms;           /* silent this long: down (default 30000; a long prefill is silent) */
+    int join_timeout_ms;      /* for every worker to join and load (default 120000) */
+} wf_workers_params;
+
+typedef struct wf_workers wf_workers;
+
+typedef enum wf_worker_state {
+    WF_WORKER_JOINING = 0,    /* in the world, loading its model */
+    WF_WORKER_LIVE,           /* serving as a scheduler group */
+    WF_WORKER_DOWN,           /* gone; a replacement may be on its way */
+} wf_worker_state;
+
+typedef struct wf_worker_stats {
+    int rank;
+    wf_worker_state state;
+    int pid;                  /* 0 when not started here or not running */
+    uint32_t incarnation;
+    int group;                /* the scheduler group it serves (-1: none) */
+    char cores[64];
+    uint64_t batches, frames_in, frames_out;
+    double last_heard_ms;     /* since the last frame from it */
+    uint32_t kv_blocks;
+    int restarts;
+    char last_error[160];
+} wf_worker_stats;
+
+void wf_workers_params_init(wf_workers_params *p);
+/* Forms the world, starts the local workers and waits until every worker is ready. Statuses:
+ * WF_EINVAL (bad parameters: err names them), WF_EIO (world or a worker failed to start),
+ * WF_ETIMEDOUT, WF_ENOMEM. */
+wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *err, size_t errlen);
+int wf_workers_count(const wf_workers *ws);
+int wf_workers_rank(const wf_workers *ws, int i);
+wf_kv_store *wf_workers_kv(wf_workers *ws, int i);
+wf_executor wf_workers_executor(wf_workers *ws, int i);
+/* Hands the scheduler and worker i's group ids (from wf_sched_add_group) to the pool. */
+void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids);
+/* Live and total workers. */
+void wf_workers_health(wf_workers *ws, int *live, int *total);
+/* Fills up to cap entries; returns the number of workers. */
+int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap);
+/* Test hook and operator action: the process of worker i gets SIGKILL (started here only). */
+wf_status wf_workers_kill(wf_workers *ws, int i);
+void wf_workers_close(wf_workers *ws);
+
+/* The default split: this process's CPUs dealt to n workers in contiguous runs. Writes worker
+ * i's CPU list into out. */
+void wf_workers_default_cores(int n, int i, char *out, size_t cap);
+
+#endif

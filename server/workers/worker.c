@@ -1,0 +1,266 @@
+/* The worker process's loop: see worker.h. */
+#define _GNU_SOURCE
+#include "server/workers/worker.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/world/world.h"
+#include "proto/base/clock.h"
+#include "proto/base/log.h"
+#include "proto/frame_control.h"
+#include "proto/frame_task.h"
+#include "sched/defaults.h"
+#include "server/workers/world_link.h"
+
+void wf_worker_params_init(wf_worker_params *p) {
+    memset(p, 0, sizeof *p);
+    p->host = "127.0.0.1";
+    p->rank = -1;
+    p->kv_memory_mb = WF_DEFAULT_KV_MEMORY_MB;
+    p->max_batch_tokens = WF_DEFAULT_MAX_BATCH_TOKENS;
+    p->max_running = WF_DEFAULT_MAX_RUNNING;
+    p->heartbeat_ms = 500;
+    p->timeout_ms = 30000;
+    p->join_timeout_ms = 30000;
+}
+
+int wf_cpu_list_parse(const char *list, unsigned char mask[WF_CPUS_MAX / 8], char *err,
+                      size_t errlen) {
+    memset(mask, 0, WF_CPUS_MAX / 8);
+    int n = 0;
+    const char *p = list;
+    if (!p || !*p) goto bad;
+    for (;;) {
+        char *end;
+        long a = strtol(p, &end, 10), b;
+        if (end == p || a < 0) goto bad;
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a) goto bad;
+            p = end;
+        } else {
+            b = a;
+        }
+        if (b >= WF_CPUS_MAX) {
+            snprintf(err, errlen, "CPU %ld in '%s' is beyond %d", b, list, WF_CPUS_MAX - 1);
+            return -1;
+        }
+        for (long c = a; c <= b; c++) {
+            if (!(mask[c / 8] & (1u << (c % 8)))) n++;
+            mask[c / 8] |= (unsigned char)(1u << (c % 8));
+        }
+        if (*p == '\0') return n;
+        if (*p != ',') goto bad;
+        p++;
+    }
+bad:
+    snprintf(err, errlen, "malformed CPU list '%s' (expected e.g. 0-3,6)", list ? list : "");
+    return -1;
+}
+
+/* Pins the process to the list; returns the number of CPUs, or -1. */
+static int pin_cores(const char *list) {
+    unsigned char mask[WF_CPUS_MAX / 8];
+    char err[128];
+    int n = wf_cpu_list_parse(list, mask, err, sizeof err);
+    if (n < 0) {
+        WF_LOG_ERROR("worker", NULL, "%s", err);
+        return -1;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = 0; c < WF_CPUS_MAX && c < CPU_SETSIZE; c++)
+        if (mask[c / 8] & (1u << (c % 8))) CPU_SET(c, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        WF_LOG_ERROR("worker", NULL, "cannot pin to CPUs %s (are they online?)", list);
+        return -1;
+    }
+    return n;
+}
+
+typedef struct worker {
+    const wf_worker_params *p;
+    wf_world *world;
+    wf_engine *engine;
+    wf_kv_store kv;
+    bool kv_on;
+    wf_executor exec;
+    wf_link link;
+    uint8_t *arena_mem;
+    size_t arena_cap;
+    wf_frame_task_result *results;
+    int results_cap;
+    uint64_t hb_seq;
+    uint64_t batches;
+} worker;
+
+static wf_status send_heartbeat(worker *w) {
+    wf_frame_heartbeat hb = {.seq = w->hb_seq++, .time_ns = wf_clock_now_ns(),
+                             .kv_blocks_total = (uint32_t)w->kv.n_blocks};
+    char err[256];
+    return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
+}
+
+/* Runs one TASK_DISPATCH and answers it. A frame that does not decode is answered with a
+ * failed BATCH_DONE when its iteration can be read, so the coordinator never waits for it. */
+static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
+    char err[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    size_t need = wf_link_arena_bound(f->hdr.payload_len);
+    if (need > w->arena_cap) {
+        free(w->arena_mem);
+        w->arena_cap = 0;
+        if (!(w->arena_mem = malloc(need))) return WF_ENOMEM;
+        w->arena_cap = need;
+    }
+    wf_frame_arena arena;
+    wf_frame_arena_init(&arena, w->arena_mem, w->arena_cap);
+    wf_task_batch batch;
+    wf_frame_batch_done done = {0};
+    wf_status st = wf_frame_decode_task_dispatch(f, &arena, &batch, err, sizeof err);
+    if (st != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: bad TASK_DISPATCH: %s", wf_world_rank(w->world), err);
+        /* The iteration is the payload's first u64 (proto/frame.h); without it nobody waits. */
+        if (f->hdr.payload_len < 8) return WF_OK;
+        memcpy(&done.iteration, f->payload, 8);
+        done.status = WF_EPROTO;
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
+        return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+    }
+    char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    done.iteration = batch.iteration;
+    done.status = wf_executor_run(w->exec, &batch, msg, sizeof msg);
+    if (done.status != WF_OK)
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), msg);
+    w->batches++;
+    if (done.status == WF_OK) {
+        if (batch.n_tasks > w->results_cap) {
+            free(w->results);
+            w->results_cap = 0;
+            if (!(w->results = malloc((size_t)batch.n_tasks * sizeof *w->results))) return WF_ENOMEM;
+            w->results_cap = batch.n_tasks;
+        }
+        wf_frame_task_event ev;
+        wf_frame_task_event_from_batch(&batch, w->results, NULL, &ev);
+        st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_task_event, &ev, err, sizeof err);
+        if (st != WF_OK) return st;
+    }
+    return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+}
+
+/* Serves frames until SHUTDOWN or rank 0 is gone. Returns the exit status. */
+static int serve(worker *w) {
+    const wf_worker_params *p = w->p;
+    uint64_t last_heard = wf_clock_now_ns(), last_sent = 0;
+    if (wf_link_post(w->world, &w->link) != WF_OK) return 1;
+    for (;;) {
+        uint64_t now = wf_clock_now_ns();
+        if (now - last_sent >= (uint64_t)p->heartbeat_ms * 1000000ull) {
+            if (send_heartbeat(w) != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: rank 0 unreachable (%s): exiting",
+                            wf_world_rank(w->world), wf_world_error(w->world));
+                return 0;
+            }
+            last_sent = now;
+        }
+        if (wf_world_test(w->world, &w->link.recv, 1) == 0) {
+            if (now - last_heard > (uint64_t)p->timeout_ms * 1000000ull) {
+                WF_LOG_WARN("worker", NULL, "rank %d: nothing from rank 0 in %d ms: exiting",
+                            wf_world_rank(w->world), p->timeout_ms);
+                return 0;
+            }
+            wf_world_wait_event(w->world, -1, p->heartbeat_ms);
+            continue;
+        }
+        wf_frame_view f;
+        char err[256];
+        wf_status st = wf_link_open(&w->link, &f, err, sizeof err);
+        if (st == WF_EPEER || st == WF_ETIMEDOUT) {
+            WF_LOG_INFO("worker", NULL, "rank %d: rank 0 is gone (%s): exiting", wf_world_rank(w->world),
+                        wf_world_error(w->world));
+            return 0;
+        }
+        last_heard = wf_clock_now_ns();
+        if (st != WF_OK) {
+            WF_LOG_ERROR("worker", NULL, "rank %d: dropped a bad frame: %s", wf_world_rank(w->world), err);
+        } else if (f.hdr.type == WF_FRAME_TASK_DISPATCH) {
+            /* The receive buffer holds the frame while it runs; the next one is posted after. */
+            if (run_dispatch(w, &f) != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: cannot answer rank 0 (%s): exiting",
+                            wf_world_rank(w->world), wf_world_error(w->world));
+                return 0;
+            }
+            last_sent = wf_clock_now_ns();
+        } else if (f.hdr.type == WF_FRAME_SHUTDOWN) {
+            WF_LOG_INFO("worker", NULL, "rank %d: shutdown after %llu batches", wf_world_rank(w->world),
+                        (unsigned long long)w->batches);
+            return 0;
+        }
+        /* HEARTBEAT: last_heard is enough. CANCEL: batches run whole, nothing is queued here. */
+        if (wf_link_post(w->world, &w->link) != WF_OK) return 0;
+    }
+}
+
+int wf_worker_main(const wf_worker_params *p) {
+    worker w = {.p = p};
+    int rc = 1;
+    wf_link_init(&w.link, 0);
+    int n_threads = p->n_threads;
+    if (p->cores) {
+        int n = pin_cores(p->cores);
+        if (n < 0) return 1;
+        if (n_threads == 0) n_threads = n;
+    }
+    /* Join first (fast), then load: the coordinator admits a replacement without waiting for
+     * its model to load, and learns it is ready from its first heartbeat. */
+    wf_world_config wc = wf_world_config_default();
+    wc.n_ranks = p->n_ranks;
+    wc.rank = p->rank;
+    wc.host = p->host;
+    wc.port = p->port;
+    wc.sym_size = 1u << 20;
+    wc.join_timeout_ms = p->join_timeout_ms;
+    char err[512];
+    if (wf_world_create(&wc, &w.world, err, sizeof err) != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "joining the world at %s:%d: %s", p->host, p->port, err);
+        return 1;
+    }
+    int rank = wf_world_rank(w.world);
+    wf_engine_options eo;
+    wf_engine_options_init(&eo);
+    eo.model_path = p->model_path;
+    eo.n_threads = n_threads;
+    eo.max_batch_tokens = p->max_batch_tokens;
+    eo.max_seqs = p->max_running;
+    if (wf_engine_open(&eo, &w.engine, err, sizeof err) != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+        wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
+        goto out;
+    }
+    wf_kv_geometry geo = wf_engine_kv_geometry(w.engine, WF_DEFAULT_KV_BLOCK_SIZE);
+    if (wf_kv_store_init(&w.kv, &geo, (size_t)p->kv_memory_mb << 20) != WF_OK) {
+        snprintf(err, sizeof err, "KV cache of %ld MiB cannot be allocated", p->kv_memory_mb);
+        WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+        wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_ENOMEM, err);
+        goto out;
+    }
+    w.kv_on = true;
+    w.exec = wf_engine_executor(w.engine, &w.kv);
+    WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
+                (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
+                w.kv.n_blocks);
+    rc = serve(&w);
+out:
+    wf_link_free(w.world, &w.link);
+    free(w.arena_mem);
+    free(w.results);
+    wf_engine_free(w.engine);
+    if (w.kv_on) wf_kv_store_free(&w.kv);
+    wf_world_destroy(w.world);
+    return rc;
+}

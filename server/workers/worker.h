@@ -1,0 +1,51 @@
+/* A weftd worker process (`weftd --role worker`): one rank of the world that holds an engine
+ * replica (weights mmapped, so the page cache shares them between processes) and its own paged
+ * KV memory, and runs the task batches the coordinator (rank 0, server/workers/pool.h) sends it.
+ *
+ *     wf_worker_params p;
+ *     wf_worker_params_init(&p);
+ *     p.host = "10.0.0.1"; p.port = 7000; p.n_ranks = 3; p.rank = -1;
+ *     p.model_path = "model.gguf"; p.cores = "2-3";
+ *     return wf_worker_main(&p);   // returns when told to shut down or when rank 0 is gone
+ *
+ * Protocol (proto/ frames, tag WF_WORLD_TAG_USER, all with rank 0): once the engine is loaded
+ * the worker sends HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
+ * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
+ * heartbeat_ms while idle. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
+ * tasks' outputs) and BATCH_DONE. SHUTDOWN ends the process. Rank 0 failing, or silent for
+ * timeout_ms, ends it too (a worker never outlives its coordinator). */
+#ifndef WF_SERVER_WORKERS_WORKER_H
+#define WF_SERVER_WORKERS_WORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct wf_worker_params {
+    const char *host;         /* the coordinator's bootstrap address */
+    int port;
+    int n_ranks;              /* world size: workers + 1 */
+    int rank;                 /* the slot to fill (a replacement), or -1 for any free one */
+    const char *cores;        /* CPU list to pin to ("0-1", "2,5"); NULL: inherit */
+    int n_threads;            /* 0: one per pinned core */
+    const char *model_path;
+    long kv_memory_mb;
+    int max_batch_tokens;
+    int max_running;
+    int heartbeat_ms;         /* idle heartbeat period */
+    int timeout_ms;           /* rank 0 silent this long: exit */
+    int join_timeout_ms;
+} wf_worker_params;
+
+void wf_worker_params_init(wf_worker_params *p);
+
+/* Parses a CPU list ("0-3,6") into a mask of WF_CPUS_MAX bits; returns the number of CPUs, or
+ * -1 (err says why) for a malformed list or a CPU >= WF_CPUS_MAX. */
+#define WF_CPUS_MAX 1024
+int wf_cpu_list_parse(const char *list, unsigned char mask[WF_CPUS_MAX / 8], char *err,
+                      size_t errlen);
+
+/* Runs the worker; returns the process exit status (0: told to stop or rank 0 left; 1: a
+ * start-up failure, logged). */
+int wf_worker_main(const wf_worker_params *p);
+
+#endif
