@@ -94,7 +94,8 @@ static void sb_stripped(sbuf *b, const char *s) {
 
 /* ---- formats ------------------------------------------------------------------------------- */
 
-static const char *const format_names[] = {"unknown", "chatml", "llama3", "llama2", "mistral"};
+static const char *const format_names[] = {"unknown", "chatml", "llama3", "llama2", "mistral",
+                                           "gemma"};
 
 const char *wf_chat_format_name(wf_chat_format f) {
     return (unsigned)f < sizeof format_names / sizeof format_names[0] ? format_names[f] : "unknown";
@@ -102,7 +103,7 @@ const char *wf_chat_format_name(wf_chat_format f) {
 
 wf_status wf_chat_format_parse(const char *name, wf_chat_format *out) {
     if (!name || !out) return WF_EINVAL;
-    for (int f = WF_CHAT_CHATML; f <= WF_CHAT_MISTRAL; f++)
+    for (int f = WF_CHAT_CHATML; f <= WF_CHAT_GEMMA; f++)
         if (strcmp(name, format_names[f]) == 0) {
             *out = (wf_chat_format)f;
             return WF_OK;
@@ -132,6 +133,13 @@ wf_chat_format wf_chat_detect(const char *t) {
         return WF_CHAT_UNKNOWN;
     }
     if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) return WF_CHAT_LLAMA3;
+    if (has(t, "<start_of_turn>")) return WF_CHAT_GEMMA;
+    return WF_CHAT_UNKNOWN;
+}
+
+wf_chat_format wf_chat_for_arch(const char *arch) {
+    if (arch && (strcmp(arch, "gemma") == 0 || strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0))
+        return WF_CHAT_GEMMA;
     return WF_CHAT_UNKNOWN;
 }
 
@@ -270,6 +278,42 @@ static void render_mistral(sbuf *b, const char *bos, const char *eos, const wf_c
     }
 }
 
+/* llama.cpp's trim(): ASCII whitespace only (isspace in the C locale), unlike Python's strip. */
+static void sb_trimmed_ascii(sbuf *b, const char *s) {
+    size_t n = strlen(s);
+    while (n && strchr(" \t\n\v\f\r", s[n - 1])) n--;
+    size_t i = 0;
+    while (i < n && strchr(" \t\n\v\f\r", s[i])) i++;
+    sb_add(b, s + i, n - i);
+}
+
+/* llama.cpp's "gemma": system texts wait for the next non-model turn. */
+static void render_gemma(sbuf *b, const wf_chat_message *msgs, size_t n, bool add_gen) {
+    sbuf system = {0};
+    sb_add(&system, "", 0);
+    for (size_t i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "system")) {
+            sb_trimmed_ascii(&system, content_of(&msgs[i]));
+            continue;
+        }
+        bool model = is_role(&msgs[i], "assistant");
+        sb_str(b, "<start_of_turn>");
+        sb_str(b, model ? "model" : msgs[i].role);
+        sb_str(b, "\n");
+        if (system.p && system.p[0] && !model) {
+            sb_str(b, system.p);
+            sb_str(b, "\n\n");
+            system.p[0] = '\0';
+            system.n = 0;
+        }
+        sb_trimmed_ascii(b, content_of(&msgs[i]));
+        sb_str(b, "<end_of_turn>\n");
+    }
+    if (add_gen) sb_str(b, "<start_of_turn>model\n");
+    if (system.oom) b->oom = true;
+    free(system.p);
+}
+
 wf_status wf_chat_apply_tokens(wf_chat_format f, const char *tmpl, const char *bos,
                                const char *eos, const wf_chat_message *msgs, size_t n,
                                bool add_gen, char **out, char *err, size_t errlen) {
@@ -280,11 +324,11 @@ wf_status wf_chat_apply_tokens(wf_chat_format f, const char *tmpl, const char *b
         if (f == WF_CHAT_UNKNOWN)
             return wf_status_errorf(err, errlen, WF_EUNSUPPORTED,
                         tmpl ? "the model's chat template is not one weft can render (ChatML, "
-                               "Llama 3, Llama 2, Mistral); set a chat format explicitly"
+                               "Llama 3, Llama 2, Mistral, Gemma); set a chat format explicitly"
                              : "the model has no chat template; set a chat format explicitly "
-                               "(chatml, llama3, llama2, mistral)");
+                               "(chatml, llama3, llama2, mistral, gemma)");
     }
-    if ((unsigned)f > WF_CHAT_MISTRAL)
+    if ((unsigned)f > WF_CHAT_GEMMA)
         return wf_status_errorf(err, errlen, WF_EINVAL, "invalid chat format %d", (int)f);
     if (n == 0 || !msgs) return wf_status_errorf(err, errlen, WF_EINVAL, "the conversation has no messages");
     for (size_t i = 0; i < n; i++) {
@@ -309,6 +353,7 @@ wf_status wf_chat_apply_tokens(wf_chat_format f, const char *tmpl, const char *b
         break;
     case WF_CHAT_LLAMA2: render_llama2(&b, bos ? bos : "<s>", eos ? eos : "</s>", msgs, n); break;
     case WF_CHAT_MISTRAL: render_mistral(&b, bos ? bos : "<s>", eos ? eos : "</s>", msgs, n); break;
+    case WF_CHAT_GEMMA: render_gemma(&b, msgs, n, add_gen); break;
     default: break;
     }
     if (b.oom) {

@@ -21,6 +21,11 @@
  *    llama.cpp does) also add a dated system preamble, which is NOT rendered.
  *  - A system message at an odd position is silently dropped by the llama2 template; weft
  *    rejects it (WF_EINVAL) instead of losing content.
+ *  - gemma: llama.cpp's built-in Gemma formatter (llm_chat_apply_template "gemma"), which is
+ *    what llama.cpp uses for Gemma GGUFs: contents trimmed, "assistant" rendered as "model",
+ *    system messages (trimmed, concatenated) folded into the next user turn as "system\n\n",
+ *    no BOS in the text (the tokenizer adds it), any role order accepted. Chosen for Gemma
+ *    models whose GGUF carries no template (Gemma 3 270M's does not).
  *
  * Thread-safe (no shared state). */
 #ifndef WF_ENGINE_CHAT_H
@@ -37,6 +42,7 @@ typedef enum wf_chat_format {
     WF_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
     WF_CHAT_LLAMA2,  /* <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s> */
     WF_CHAT_MISTRAL, /* <s> [INST] system\n\nuser [/INST] assistant</s> (Mistral "v1") */
+    WF_CHAT_GEMMA,   /* <start_of_turn>user\ncontent<end_of_turn>\n, "model" for assistant */
 } wf_chat_format;
 
 typedef struct wf_chat_message {
@@ -46,7 +52,10 @@ typedef struct wf_chat_message {
 
 /* Detects the family from the template text; WF_CHAT_UNKNOWN for NULL or unrecognised. */
 wf_chat_format wf_chat_detect(const char *jinja_template);
-/* "chatml", "llama3", "llama2", "mistral" -> format; WF_EINVAL for anything else. */
+/* The family a model architecture implies when its GGUF has no template ("gemma", "gemma2",
+ * "gemma3" -> WF_CHAT_GEMMA); WF_CHAT_UNKNOWN otherwise. */
+wf_chat_format wf_chat_for_arch(const char *arch);
+/* "chatml", "llama3", "llama2", "mistral", "gemma" -> format; WF_EINVAL for anything else. */
 wf_status wf_chat_format_parse(const char *name, wf_chat_format *out);
 const char *wf_chat_format_name(wf_chat_format f); /* "unknown" for WF_CHAT_UNKNOWN */
 

@@ -90,6 +90,10 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
         }
     } else {
         e->chat_format = wf_chat_detect(e->chat_template);
+        /* No template in the file (Gemma 3 270M's GGUF has none): the family's own format, as
+         * llama.cpp's built-in formatter would render it. */
+        if (e->chat_format == WF_CHAT_UNKNOWN && !e->chat_template)
+            e->chat_format = wf_chat_for_arch(m->arch_name);
     }
     if (!(e->pool = wf_threadpool_new(o->n_threads))) goto nomem;
     e->exec.e = e;

@@ -57,9 +57,12 @@ static char *blob(cursor *c, size_t len) {
 
 #define MAX_MSGS 16
 
-START_TEST(test_jinja_fixtures) {
+/* Runs every case of a fixture file; returns the number of cases and of expected errors.
+ * TEMPLATE none: the case comes from llama.cpp's built-in formatter (no template text), so
+ * only the explicit format is checked. */
+static void run_fixtures(const char *fixture, int *n_cases, int *n_errors) {
     size_t len;
-    char *file = read_file("chat_cases.txt", &len);
+    char *file = read_file(fixture, &len);
     cursor c = {file, file + len};
     char line[512], name[256] = "", tmpl_name[256] = "", fmt_name[64] = "";
     char bos[64] = "", eos[64] = "";
@@ -85,15 +88,16 @@ START_TEST(test_jinja_fixtures) {
         } else if (strcmp(line, "ERROR") == 0 || sscanf(line, "EXPECT %zu", &blen) == 1) {
             bool want_error = strcmp(line, "ERROR") == 0;
             char *expect = want_error ? NULL : blob(&c, blen);
-            char *tmpl = read_file(tmpl_name, NULL);
+            bool builtin = strcmp(tmpl_name, "none") == 0;
+            char *tmpl = builtin ? NULL : read_file(tmpl_name, NULL);
             wf_chat_format f;
             ck_assert_int_eq(wf_chat_format_parse(fmt_name, &f), WF_OK);
-            ck_assert_msg(wf_chat_detect(tmpl) == f, "%s: detected %s, expected %s", name,
+            ck_assert_msg(builtin || wf_chat_detect(tmpl) == f, "%s: detected %s, expected %s", name,
                           wf_chat_format_name(wf_chat_detect(tmpl)), fmt_name);
             char *out = NULL, err[256] = "";
             /* detect from the template, with the model's bos/eos texts */
-            wf_status st = wf_chat_apply_tokens(WF_CHAT_UNKNOWN, tmpl, bos, eos, msgs, n, gen != 0,
-                                                &out, err, sizeof err);
+            wf_status st = wf_chat_apply_tokens(builtin ? f : WF_CHAT_UNKNOWN, tmpl, bos, eos, msgs,
+                                                n, gen != 0, &out, err, sizeof err);
             if (want_error) {
                 ck_assert_msg(st == WF_EINVAL, "%s: expected an error, got %s", name,
                               wf_status_name(st));
@@ -122,9 +126,29 @@ START_TEST(test_jinja_fixtures) {
             ck_abort_msg("bad fixture line: %s", line);
         }
     }
+    *n_cases = cases;
+    *n_errors = errors;
+    free(file);
+}
+
+START_TEST(test_jinja_fixtures) {
+    int cases, errors;
+    run_fixtures("chat_cases.txt", &cases, &errors);
     ck_assert_int_ge(cases, 100);
     ck_assert_int_ge(errors, 10);
-    free(file);
+}
+END_TEST
+
+/* Gemma: llama.cpp's own formatter (llama_chat_apply_template "gemma") is the reference. */
+START_TEST(test_llamacpp_gemma_fixtures) {
+    int cases, errors;
+    run_fixtures("chat_cases_gemma.txt", &cases, &errors);
+    ck_assert_int_ge(cases, 20);
+    ck_assert_int_eq(errors, 0);
+    ck_assert_int_eq(wf_chat_for_arch("gemma3"), WF_CHAT_GEMMA);
+    ck_assert_int_eq(wf_chat_for_arch("llama"), WF_CHAT_UNKNOWN);
+    ck_assert_int_eq(wf_chat_detect("{{ '<start_of_turn>' + role + '\\n' }}"), WF_CHAT_GEMMA);
+    ck_assert(!wf_chat_renders_bos(WF_CHAT_GEMMA));
 }
 END_TEST
 
@@ -139,9 +163,9 @@ START_TEST(test_detect_and_names) {
     ck_assert_int_eq(wf_chat_detect("[AVAILABLE_TOOLS]{{'[INST] ' + c}}"), WF_CHAT_UNKNOWN);
     ck_assert_int_eq(wf_chat_detect("{{ '[INST] ' + message['content'] + ' [/INST]' }}"),
                      WF_CHAT_UNKNOWN); /* pre-v1 Mistral: different spacing */
-    ck_assert_int_eq(wf_chat_detect("<start_of_turn>user"), WF_CHAT_UNKNOWN); /* gemma */
-    static const char *names[] = {"chatml", "llama3", "llama2", "mistral"};
-    for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(wf_chat_detect("<start_of_turn>user"), WF_CHAT_GEMMA);
+    static const char *names[] = {"chatml", "llama3", "llama2", "mistral", "gemma"};
+    for (int i = 0; i < 5; i++) {
         wf_chat_format f;
         ck_assert_int_eq(wf_chat_format_parse(names[i], &f), WF_OK);
         ck_assert_int_eq(f, WF_CHAT_CHATML + i);
@@ -236,15 +260,15 @@ START_TEST(test_errors) {
     char *out = (char *)1, err[256] = "";
     wf_chat_message m[] = {{"user", "hi"}};
     /* an unknown template needs an explicit format */
-    const char *gemma = "{{ '<start_of_turn>' + role + '\\n' }}";
-    ck_assert_int_eq(wf_chat_apply(WF_CHAT_UNKNOWN, gemma, m, 1, true, &out, err, sizeof err),
+    const char *mistral_v7 = "{{ '[SYSTEM_PROMPT]' + s + '[/SYSTEM_PROMPT][INST]' }}";
+    ck_assert_int_eq(wf_chat_apply(WF_CHAT_UNKNOWN, mistral_v7, m, 1, true, &out, err, sizeof err),
                      WF_EUNSUPPORTED);
     ck_assert_ptr_null(out);
     ck_assert_msg(strstr(err, "chat format") != NULL, "%s", err);
     ck_assert_int_eq(wf_chat_apply(WF_CHAT_UNKNOWN, NULL, m, 1, true, &out, err, sizeof err),
                      WF_EUNSUPPORTED);
     ck_assert_msg(strstr(err, "no chat template") != NULL, "%s", err);
-    ck_assert_int_eq(wf_chat_apply(WF_CHAT_LLAMA3, gemma, m, 1, true, &out, err, sizeof err),
+    ck_assert_int_eq(wf_chat_apply(WF_CHAT_LLAMA3, mistral_v7, m, 1, true, &out, err, sizeof err),
                      WF_OK);
     ck_assert_str_eq(out, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi"
                           "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -309,6 +333,7 @@ static Suite *chat_suite(void) {
     Suite *s = suite_create("chat");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_jinja_fixtures);
+    tcase_add_test(tc, test_llamacpp_gemma_fixtures);
     tcase_add_test(tc, test_detect_and_names);
     tcase_add_test(tc, test_default_model_template);
     tcase_add_test(tc, test_chatml_default_system_variants);
