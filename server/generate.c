@@ -345,6 +345,24 @@ static int status_for(wf_status st) {
     }
 }
 
+/* SLO attainment of one finished sequence: TTFT from the request's arrival to its first token,
+ * TPOT over this sequence's tokens after the first; targets from the request's "slo" or the
+ * server's defaults. A failed sequence missed both; a cancelled one (client gone, shutdown) is
+ * not judged. */
+static void judge_slo(wf_gen *g, const gen_choice *c, const wf_request_event *ev, uint64_t now) {
+    wf_server *s = g->s;
+    bool success = c->done && !g->failed && (c->finish == WF_FINISH_STOP || c->finish == WF_FINISH_LENGTH);
+    bool error = ev->finish == WF_FINISH_ERROR || (ev->status != WF_OK && ev->status != WF_ECANCELLED);
+    if (!success && !error) return;
+    double ttft_target = g->oai.spec.slo.ttft_ms > 0 ? g->oai.spec.slo.ttft_ms : s->opts.default_ttft_ms;
+    double tpot_target = g->oai.spec.slo.tpot_ms > 0 ? g->oai.spec.slo.tpot_ms : s->opts.default_tpot_ms;
+    bool ttft_met = success && g->first_token_ns &&
+                    (double)(g->first_token_ns - g->arrival_ns) / 1e6 <= ttft_target;
+    bool tpot_met = success && (c->tokens < 2 ||
+                                (double)(c->last_ns - c->first_ns) / 1e6 / (c->tokens - 1) <= tpot_target);
+    wf_metrics_observe_slo(&s->metrics, g->oai.spec.priority, ttft_met, tpot_met, now);
+}
+
 static void on_finished(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const wf_request_event *ev) {
     wf_server *s = g->s;
     sub->n_finished++;
@@ -387,6 +405,7 @@ static void on_finished(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const
     if (sub->req && sub->n_finished < g->per_sub && sub_all_done(g, sub)) s->backend.cancel(s->backend.ctx, sub->req);
     uint64_t t = ev->t_ns ? ev->t_ns : wf_clock_now_ns();
     const wf_request_times *tm = &ev->times;
+    judge_slo(g, c, ev, t);
     wf_histogram_observe(&s->metrics.e2e, (double)(t - g->arrival_ns) / 1e9);
     wf_histogram_observe(&s->metrics.gen_len, c->tokens);
     if (c->tokens > 1 && c->last_ns > c->first_ns)

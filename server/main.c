@@ -261,6 +261,8 @@ int main(int argc, char **argv) {
     }
     o.model_id = name;
     o.max_n = d.cfg.max_running;
+    o.default_ttft_ms = d.cfg.default_ttft_ms;
+    o.default_tpot_ms = d.cfg.default_tpot_ms;
     d.server = wf_server_new(d.loop, &o);
     if (!d.server) {
         wf_config_free(&d.cfg);

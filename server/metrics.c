@@ -1,6 +1,8 @@
 /* Prometheus text exposition (version 0.0.4) of wf_metrics plus scheduler gauges. */
 #include "server/metrics.h"
 
+#include "proto/base/clock.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -137,6 +139,8 @@ static void group_series(wf_jbuf *b, const char *model, const wf_sched_stats *st
     }
 }
 
+static void render_slo(const wf_metrics *m, const char *model, wf_jbuf *b);
+
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *st,
                        wf_jbuf *b) {
     gauge(b, "weft:num_requests_running", "Requests in the decode batch.", model, st ? st->running : 0);
@@ -182,6 +186,7 @@ void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_st
               &m->decode);
     histogram(b, "weft:request_prompt_tokens", "Prompt length of requests.", model, &m->prompt_len);
     histogram(b, "weft:request_generation_tokens", "Generated tokens per request.", model, &m->gen_len);
+    render_slo(m, model, b);
     if (st) group_series(b, model, st);
 }
 
@@ -207,6 +212,87 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             }
             uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts};
             sample_u(b, fam[f].name, model, extra, v[f]);
+        }
+    }
+}
+
+static void slo_count(wf_slo_class *c, bool ttft_met, bool tpot_met, int64_t sec) {
+    c->finished++;
+    c->ttft_met += ttft_met;
+    c->tpot_met += tpot_met;
+    c->met += ttft_met && tpot_met;
+    int i = (int)(sec % WF_SLO_WINDOW_S);
+    if (c->win[i].sec != sec) {
+        c->win[i].sec = sec;
+        c->win[i].finished = c->win[i].met = 0;
+    }
+    c->win[i].finished++;
+    c->win[i].met += ttft_met && tpot_met;
+}
+
+void wf_metrics_observe_slo(wf_metrics *m, int priority, bool ttft_met, bool tpot_met, uint64_t now_ns) {
+    int64_t sec = (int64_t)(now_ns / 1000000000ull);
+    slo_count(&m->slo_all, ttft_met, tpot_met, sec);
+    for (int i = 0; i < WF_SLO_CLASSES; i++) {
+        wf_slo_class *c = &m->slo[i];
+        if (!c->used) {
+            c->used = true;
+            c->priority = priority;
+        }
+        if (c->priority == priority) {
+            slo_count(c, ttft_met, tpot_met, sec);
+            return;
+        }
+    }
+}
+
+void wf_slo_class_window(const wf_slo_class *c, uint64_t now_ns, uint32_t *finished, uint32_t *met) {
+    int64_t now = (int64_t)(now_ns / 1000000000ull);
+    *finished = *met = 0;
+    for (int i = 0; i < WF_SLO_WINDOW_S; i++)
+        if (c->win[i].sec > now - WF_SLO_WINDOW_S && c->win[i].sec <= now) {
+            *finished += c->win[i].finished;
+            *met += c->win[i].met;
+        }
+}
+
+/* weft:slo_* families: counters since start and gauges over the window, overall and by
+ * priority. */
+static void render_slo(const wf_metrics *m, const char *model, wf_jbuf *b) {
+    const wf_slo_class *cls[WF_SLO_CLASSES + 1];
+    int n = 0;
+    cls[n++] = &m->slo_all;
+    for (int i = 0; i < WF_SLO_CLASSES; i++)
+        if (m->slo[i].used) cls[n++] = &m->slo[i];
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"weft:slo_requests_total", "counter", "Finished sequences judged against their SLO (TTFT and TPOT targets)."},
+        {"weft:slo_met_total", "counter", "Finished sequences that met both their TTFT and TPOT targets (good requests)."},
+        {"weft:slo_ttft_met_total", "counter", "Finished sequences that met their TTFT target."},
+        {"weft:slo_tpot_met_total", "counter", "Finished sequences that met their TPOT target."},
+        {"weft:slo_attainment_ratio", "gauge", "Share of sequences finished in the last 60 s that met both targets."},
+        {"weft:goodput_requests_per_second", "gauge", "Sequences meeting both targets per second, over the last 60 s."},
+    };
+    uint64_t now = wf_clock_now_ns();
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        header(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < n; i++) {
+            char extra[48];
+            if (i == 0) snprintf(extra, sizeof extra, ",priority=\"all\"");
+            else snprintf(extra, sizeof extra, ",priority=\"%d\"", cls[i]->priority);
+            const wf_slo_class *c = cls[i];
+            if (f < 4) {
+                uint64_t v[] = {c->finished, c->met, c->ttft_met, c->tpot_met};
+                sample_u(b, fam[f].name, model, extra, v[f]);
+                continue;
+            }
+            uint32_t done, met;
+            wf_slo_class_window(c, now, &done, &met);
+            double v = f == 4 ? (done ? (double)met / done : 0) : (double)met / WF_SLO_WINDOW_S;
+            wf_jbuf_printf(b, "%s{model_name=\"", fam[f].name);
+            label_value(b, model);
+            wf_jbuf_printf(b, "\"%s} %.6g\n", extra, v);
         }
     }
 }

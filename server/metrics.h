@@ -28,6 +28,22 @@ typedef struct wf_histogram {
 
 void wf_histogram_observe(wf_histogram *h, double v);
 
+/* SLO attainment and goodput: per finished sequence, whether it met its TTFT and TPOT targets
+ * (the request's "slo", else the server's defaults), overall and per priority; counters since
+ * start plus a sliding window of the last WF_SLO_WINDOW_S seconds (per-second buckets). */
+#define WF_SLO_WINDOW_S 60
+#define WF_SLO_CLASSES 8 /* distinct priorities tracked; later ones count in the overall only */
+
+typedef struct wf_slo_class {
+    bool used;
+    int priority;
+    uint64_t finished, met, ttft_met, tpot_met;
+    struct {
+        int64_t sec;               /* the second this bucket counts (CLOCK_MONOTONIC) */
+        uint32_t finished, met;
+    } win[WF_SLO_WINDOW_S];
+} wf_slo_class;
+
 /* HTTP statuses counted by weft:http_requests_total{status=...} (others count as "other"). */
 #define WF_METRICS_N_STATUS 14
 
@@ -37,10 +53,16 @@ typedef struct wf_metrics {
     uint64_t success_stop, success_length, success_abort, success_error;
     uint64_t http_status[WF_METRICS_N_STATUS + 1];
     uint64_t requests_rejected_overload, requests_rejected_full;
+    wf_slo_class slo_all;                  /* every finished sequence */
+    wf_slo_class slo[WF_SLO_CLASSES];      /* by priority */
 } wf_metrics;
 
 void wf_metrics_init(wf_metrics *m);
 void wf_metrics_count_status(wf_metrics *m, int status);
+/* One finished sequence (a failed one counts with both false). */
+void wf_metrics_observe_slo(wf_metrics *m, int priority, bool ttft_met, bool tpot_met, uint64_t now_ns);
+/* A class's window totals at now_ns: sequences finished and those that met both targets. */
+void wf_slo_class_window(const wf_slo_class *c, uint64_t now_ns, uint32_t *finished, uint32_t *met);
 /* Appends the whole exposition. stats may be NULL (not loaded yet). */
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *stats,
                        wf_jbuf *out);

@@ -23,6 +23,8 @@ void wf_server_options_init(wf_server_options *o) {
     o->shutdown_timeout_ms = 10000;
     o->model_id = "model";
     o->events_queue = WF_DEFAULT_EVENTS_QUEUE;
+    o->default_ttft_ms = WF_DEFAULT_TTFT_MS;
+    o->default_tpot_ms = WF_DEFAULT_TPOT_MS;
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
@@ -373,6 +375,39 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
     wf_jbuf_cstr(b, "]");
 }
 
+/* One SLO class: counters since start and the sliding window. */
+static void write_slo_class(wf_jbuf *b, const wf_slo_class *c, uint64_t now) {
+    uint32_t done, met;
+    wf_slo_class_window(c, now, &done, &met);
+    wf_jbuf_printf(b, "\"finished\":%llu,\"met\":%llu,\"ttft_met\":%llu,\"tpot_met\":%llu,"
+                   "\"window_finished\":%u,\"window_met\":%u,\"attainment\":",
+                   (unsigned long long)c->finished, (unsigned long long)c->met,
+                   (unsigned long long)c->ttft_met, (unsigned long long)c->tpot_met, done, met);
+    wf_jbuf_num(b, done ? (double)met / done : 0);
+    wf_jbuf_cstr(b, ",\"goodput_rps\":");
+    wf_jbuf_num(b, (double)met / WF_SLO_WINDOW_S);
+}
+
+/* "slo":{"window_s":60,"default_ttft_ms":..,"overall":{..},"by_priority":[{"priority":P,..}]}, */
+static void write_slo(wf_server *s, wf_jbuf *b) {
+    uint64_t now = wf_clock_now_ns();
+    const wf_metrics *m = &s->metrics;
+    wf_jbuf_printf(b, "\"slo\":{\"window_s\":%d,\"default_ttft_ms\":", WF_SLO_WINDOW_S);
+    wf_jbuf_num(b, s->opts.default_ttft_ms);
+    wf_jbuf_cstr(b, ",\"default_tpot_ms\":");
+    wf_jbuf_num(b, s->opts.default_tpot_ms);
+    wf_jbuf_cstr(b, ",\"overall\":{");
+    write_slo_class(b, &m->slo_all, now);
+    wf_jbuf_cstr(b, "},\"by_priority\":[");
+    for (int i = 0, k = 0; i < WF_SLO_CLASSES; i++) {
+        if (!m->slo[i].used) continue;
+        wf_jbuf_printf(b, "%s{\"priority\":%d,", k++ ? "," : "", m->slo[i].priority);
+        write_slo_class(b, &m->slo[i], now);
+        wf_jbuf_cstr(b, "}");
+    }
+    wf_jbuf_cstr(b, "]},");
+}
+
 /* ,"groups_live":N,"rerouted_total":N,"groups":[{per group}] */
 static void write_groups(wf_jbuf *b, const wf_sched_stats *st) {
     wf_jbuf_printf(b, ",\"groups_live\":%d,\"rerouted_total\":%llu,\"groups\":[", st->groups_live,
@@ -414,6 +449,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
                    (unsigned long long)m->success_abort, (unsigned long long)m->success_error,
                    (unsigned long long)m->requests_rejected_overload,
                    (unsigned long long)m->requests_rejected_full);
+    write_slo(s, &b);
     wf_jbuf_cstr(&b, "\"latency_s\":{");
     const struct { const char *name; const wf_histogram *h; } lat[] = {
         {"ttft", &m->ttft}, {"itl", &m->itl}, {"e2e", &m->e2e}, {"queue", &m->queue}};

@@ -82,6 +82,8 @@ typedef struct wf_server_options {
     int events_queue;       /* capacity of the scheduler -> loop events queue (0: unbounded) */
 
     int max_n;              /* largest n the scheduler runs (--max-running); 0: unchecked */
+    /* SLO targets of requests that state none (judging attainment and goodput). */
+    double default_ttft_ms, default_tpot_ms;
 } wf_server_options;
 
 void wf_server_options_init(wf_server_options *o);
