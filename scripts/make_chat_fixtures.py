@@ -143,11 +143,15 @@ def main():
                     out += b"ERROR\n"
                 out += b"END\n"
                 n_cases += 1
-    path = os.path.join(DATA, "chat_cases.txt")
+    save("chat_cases.txt", out, n_cases)
+    write_llamacpp_cases()
+
+
+def save(name, out, n_cases):
+    path = os.path.join(DATA, name)
     with open(path, "wb") as f:
         f.write(out)
     print(f"{path}: {n_cases} cases, {len(out)} bytes")
-    write_llamacpp_cases()
 
 
 def llamacpp_apply(name, conv, add_ass):
@@ -181,10 +185,7 @@ def write_llamacpp_cases():
             blob(out, "EXPECT", llamacpp_apply("gemma", conv, gen))
             out += b"END\n"
             n_cases += 1
-    path = os.path.join(DATA, "chat_cases_gemma.txt")
-    with open(path, "wb") as f:
-        f.write(out)
-    print(f"{path}: {n_cases} cases, {len(out)} bytes")
+    save("chat_cases_gemma.txt", out, n_cases)
 
 
 if __name__ == "__main__":

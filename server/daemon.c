@@ -70,8 +70,8 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     return n;
 }
 
-/* The scheduler's groups are the worker processes; the engine here only tokenizes. Returns
- * the context the workers' KV allows (or 0 on error, err set). */
+/* The scheduler's groups are the worker processes; the engine here only tokenizes.
+ * *kv_tokens receives the tokens the smallest worker KV cache holds (it caps the context). */
 static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_tokens, char *err,
                               size_t errlen) {
     wf_workers_params wp;

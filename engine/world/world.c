@@ -92,6 +92,9 @@ uint32_t wf_world_epoch(const wf_world *w) { return w->epoch; }
 void *wf_world_sym(const wf_world *w) { return w->sym; }
 size_t wf_world_sym_size(const wf_world *w) { return w->sym_size; }
 int wf_world_timeout_ms(const wf_world *w) { return w->cfg.timeout_ms; }
+void wf_world_set_join_timeout_ms(wf_world *w, int ms) {
+    if (ms > 0) w->cfg.join_timeout_ms = ms;
+}
 void wf_world_set_timeout_ms(wf_world *w, int ms) {
     if (ms > 0) w->cfg.timeout_ms = ms;
 }

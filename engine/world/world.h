@@ -83,6 +83,8 @@ size_t wf_world_sym_size(const wf_world *w);
 /* The configured wait bound; can be changed at any time (ms > 0). */
 int wf_world_timeout_ms(const wf_world *w);
 void wf_world_set_timeout_ms(wf_world *w, int ms);
+/* The bound of wf_world_admit (and of joins); ms > 0. */
+void wf_world_set_join_timeout_ms(wf_world *w, int ms);
 
 /* The last error's description ("" if none) and the rank it names (-1 if none). */
 const char *wf_world_error(const wf_world *w);

@@ -26,6 +26,7 @@
 #define MAX_QUEUED 4                 /* batches per worker: the scheduler keeps one in flight */
 #define RESPAWN_FIRST_MS 500
 #define RESPAWN_MAX_MS 10000
+#define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
 #define MS(x) ((uint64_t)(x) * 1000000ull)
 
 typedef struct queued {
@@ -43,7 +44,7 @@ typedef struct wk {
     /* comm thread only */
     wf_link link;
     pid_t pid;
-    uint64_t last_heard_ns, last_sent_ns, respawn_at_ns;
+    uint64_t last_heard_ns, last_sent_ns, respawn_at_ns, live_since_ns;
     int backoff_ms;
     /* guarded by ws->lock */
     wf_worker_state state;
@@ -187,6 +188,18 @@ static void fail_batches(wf_workers *ws, wk *k, const char *msg) {
     for (int i = 0; i < n; i++) q[i].done(q[i].user, q[i].batch, WF_ECLOSED, msg);
 }
 
+/* A worker started here comes back after a back-off that doubles while it keeps failing and
+ * starts over once it has served a minute. */
+static void schedule_respawn(wf_workers *ws, wk *k) {
+    (void)ws;
+    if (!k->spawned_here || k->respawn_at_ns) return;
+    uint64_t now = wf_clock_now_ns();
+    if (k->live_since_ns && now - k->live_since_ns > MS(60000)) k->backoff_ms = RESPAWN_FIRST_MS;
+    k->live_since_ns = 0;
+    k->respawn_at_ns = now + MS(k->backoff_ms);
+    k->backoff_ms = k->backoff_ms * 2 > RESPAWN_MAX_MS ? RESPAWN_MAX_MS : k->backoff_ms * 2;
+}
+
 static void worker_down(wf_workers *ws, wk *k, const char *why) {
     pthread_mutex_lock(&ws->lock);
     if (k->state == WF_WORKER_DOWN) {
@@ -205,11 +218,8 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
     k->link.posted = 0;
     fail_batches(ws, k, msg);
     if (group >= 0 && ws->sched) wf_sched_remove_group(ws->sched, group, msg);
-    if (k->spawned_here) {
-        if (k->pid > 0) kill(k->pid, SIGKILL); /* stuck rather than dead: make sure */
-        k->respawn_at_ns = wf_clock_now_ns() + MS(k->backoff_ms);
-        k->backoff_ms = k->backoff_ms * 2 > RESPAWN_MAX_MS ? RESPAWN_MAX_MS : k->backoff_ms * 2;
-    }
+    if (k->spawned_here && k->pid > 0) kill(k->pid, SIGKILL); /* stuck rather than dead: make sure */
+    schedule_respawn(ws, k);
 }
 
 /* A worker's first heartbeat: its KV size is known, it becomes a group. */
@@ -237,6 +247,7 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     k->state = WF_WORKER_LIVE;
     k->group = group;
     pthread_mutex_unlock(&ws->lock);
+    k->live_since_ns = wf_clock_now_ns();
     if (ws->sched) WF_LOG_INFO("workers", NULL, "worker rank %d is back as group %d", k->rank, group);
 }
 
@@ -369,13 +380,19 @@ static void reap_children(wf_workers *ws) {
             else snprintf(why, sizeof why, "its process exited with status %d", WEXITSTATUS(status));
             WF_LOG_INFO("workers", NULL, "worker rank %d (pid %d): %s", k->rank, (int)pid, why);
             worker_down(ws, k, why);
+            schedule_respawn(ws, k); /* also when a replacement died before it joined */
         }
     }
 }
 
 static void admit_replacement(wf_workers *ws) {
     int r = -1;
-    if (wf_world_admit(ws->world, &r) != WF_OK || r < 1 || r > ws->n) {
+    /* Bounded: a replacement that connected completes its handshake in milliseconds, and the
+     * other workers' traffic waits while this thread admits. */
+    wf_world_set_join_timeout_ms(ws->world, ADMIT_TIMEOUT_MS);
+    wf_status st = wf_world_admit(ws->world, &r);
+    wf_world_set_join_timeout_ms(ws->world, ws->p.join_timeout_ms);
+    if (st != WF_OK || r < 1 || r > ws->n) {
         WF_LOG_WARN("workers", NULL, "a replacement worker could not join: %s", wf_world_error(ws->world));
         return;
     }
