@@ -623,6 +623,35 @@ int wf_core_evict(wf_core *c, wf_status status, const char *message, uint64_t no
 
 void wf_core_get_load(const wf_core *c, wf_core_load *out) { wf_core_get_load_ahead(c, NULL, out); }
 
+void wf_core_waiting_work(const wf_request *r, wf_waiting_work *out) {
+    wf_sched_order_key(r, &out->key);
+    out->prefill_tokens = out->prefill_attention = 0;
+    for (int j = 0; j < r->n_choices; j++) {
+        const wf_choice *ch = &r->choices[j];
+        if (ch->phase == WF_CHOICE_DONE) continue;
+        if (!r->prompt_sampled) { /* one prompt for every choice */
+            out->prefill_tokens += r->spec.n_prompt;
+            out->prefill_attention += wf_cost_model_attention(0, r->spec.n_prompt);
+            break;
+        }
+        /* preempted: its tokens so far are computed again */
+        out->prefill_tokens += ch->n_tokens - 1;
+        out->prefill_attention += wf_cost_model_attention(0, ch->n_tokens - 1);
+    }
+}
+
+void wf_core_load_ahead_of(const wf_core_load *running, const wf_waiting_work *waiting, int n,
+                           const wf_sched_policy *policy, const wf_order_key *probe,
+                           wf_core_load *out) {
+    *out = *running;
+    out->n_waiting = n;
+    for (int i = 0; i < n; i++) {
+        if (policy->key_compare(&waiting[i].key, probe) > 0) continue;
+        out->pending_prefill_tokens += waiting[i].prefill_tokens;
+        out->pending_prefill_attention += waiting[i].prefill_attention;
+    }
+}
+
 void wf_core_get_load_ahead(const wf_core *c, const wf_request *probe, wf_core_load *out) {
     memset(out, 0, sizeof *out);
     out->n_waiting = c->n_waiting;
@@ -630,17 +659,10 @@ void wf_core_get_load_ahead(const wf_core *c, const wf_request *probe, wf_core_l
         const wf_request *r = c->waiting[i];
         /* Waiting work the policy orders after the newcomer does not delay its first token. */
         if (probe && c->cfg.policy->compare(r, probe) > 0) continue;
-        for (int j = 0; j < r->n_choices; j++) {
-            const wf_choice *ch = &r->choices[j];
-            if (ch->phase == WF_CHOICE_DONE) continue;
-            if (!r->prompt_sampled) {
-                out->pending_prefill_tokens += r->spec.n_prompt;
-                out->pending_prefill_attention += wf_cost_model_attention(0, r->spec.n_prompt);
-                break;
-            }
-            out->pending_prefill_tokens += ch->n_tokens - 1;
-            out->pending_prefill_attention += wf_cost_model_attention(0, ch->n_tokens - 1);
-        }
+        wf_waiting_work w;
+        wf_core_waiting_work(r, &w);
+        out->pending_prefill_tokens += w.prefill_tokens;
+        out->pending_prefill_attention += w.prefill_attention;
     }
     for (int i = 0; i < c->n_running; i++) {
         const wf_request *r = c->running[i];

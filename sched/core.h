@@ -134,6 +134,19 @@ void wf_core_get_load(const wf_core *core, wf_core_load *out);
  * queue bound). probe NULL: everything counts. */
 void wf_core_get_load_ahead(const wf_core *core, const wf_request *probe, wf_core_load *out);
 
+/* One waiting request as admission sees it: its place in the policy's order and the prefill
+ * work it still needs before its first token(s). */
+typedef struct wf_waiting_work {
+    wf_order_key key;
+    double prefill_tokens, prefill_attention;
+} wf_waiting_work;
+void wf_core_waiting_work(const wf_request *r, wf_waiting_work *out);
+/* running (the load of running work only) plus the waiting entries policy orders before probe:
+ * what the newcomer waits behind. n_waiting becomes n (the queue bound counts everyone). */
+void wf_core_load_ahead_of(const wf_core_load *running, const wf_waiting_work *waiting, int n,
+                           const wf_sched_policy *policy, const wf_order_key *probe,
+                           wf_core_load *out);
+
 /* Admission control, pure (the scheduler's submit and the simulator both call it). */
 typedef struct wf_admission {
     const wf_cost_model *cost;   /* NULL: no trusted prediction yet: only the queue bound */

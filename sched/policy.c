@@ -5,15 +5,6 @@
 
 static int cmp_u64(uint64_t a, uint64_t b) { return a < b ? -1 : a > b ? 1 : 0; }
 
-static int fcfs_compare(const wf_request *a, const wf_request *b) {
-    return cmp_u64(a->serial, b->serial);
-}
-
-static int priority_compare(const wf_request *a, const wf_request *b) {
-    if (a->spec.priority != b->spec.priority) return a->spec.priority > b->spec.priority ? -1 : 1;
-    return cmp_u64(a->serial, b->serial);
-}
-
 /* A request past its TTFT deadline yields to the ones that can still meet theirs, but only for
  * WF_SLO_LATE_AGING more TTFT windows: its key becomes queued + (1 + aging) x TTFT, so newer
  * on-time requests overtake it only while they arrived less than aging x TTFT after it. Late
@@ -26,10 +17,35 @@ static uint64_t slo_key(const wf_request *r) {
     return d;
 }
 
-static int slo_compare(const wf_request *a, const wf_request *b) {
-    int c = cmp_u64(slo_key(a), slo_key(b));
+void wf_sched_order_key(const wf_request *r, wf_order_key *out) {
+    out->priority = r->spec.priority;
+    out->serial = r->serial;
+    out->slo_key = slo_key(r);
+}
+
+static int fcfs_key(const wf_order_key *a, const wf_order_key *b) { return cmp_u64(a->serial, b->serial); }
+
+static int priority_key(const wf_order_key *a, const wf_order_key *b) {
+    if (a->priority != b->priority) return a->priority > b->priority ? -1 : 1;
+    return cmp_u64(a->serial, b->serial);
+}
+
+static int slo_key_compare(const wf_order_key *a, const wf_order_key *b) {
+    int c = cmp_u64(a->slo_key, b->slo_key);
     return c ? c : cmp_u64(a->serial, b->serial);
 }
+
+/* compare(a, b) is key_compare on the two requests' keys. */
+#define KEYED_COMPARE(name, key_fn)                                      \
+    static int name(const wf_request *a, const wf_request *b) {          \
+        wf_order_key ka, kb;                                             \
+        wf_sched_order_key(a, &ka);                                      \
+        wf_sched_order_key(b, &kb);                                      \
+        return key_fn(&ka, &kb);                                         \
+    }
+KEYED_COMPARE(fcfs_compare, fcfs_key)
+KEYED_COMPARE(priority_compare, priority_key)
+KEYED_COMPARE(slo_compare, slo_key_compare)
 
 /* Victim orders: the request that compares greatest is preempted first. */
 static int fcfs_victim(const wf_request *a, const wf_request *b) { return fcfs_compare(a, b); }
@@ -50,9 +66,9 @@ static int slo_victim(const wf_request *a, const wf_request *b) {
 }
 
 static const wf_sched_policy policies[] = {
-    {"fcfs", fcfs_compare, fcfs_victim, false, NULL},
-    {"priority", priority_compare, priority_victim, false, priority_displaces},
-    {"slo", slo_compare, slo_victim, true, NULL},
+    {"fcfs", fcfs_key, fcfs_compare, fcfs_victim, false, NULL},
+    {"priority", priority_key, priority_compare, priority_victim, false, priority_displaces},
+    {"slo", slo_key_compare, slo_compare, slo_victim, true, NULL},
 };
 
 const wf_sched_policy *wf_sched_policy_find(const char *name) {

@@ -9,8 +9,21 @@
 
 #include "sched/request_impl.h"
 
+/* What the policies order by, as plain values: admission (on the HTTP thread) compares a
+ * newcomer with a snapshot of the waiting requests the scheduler thread publishes, since it
+ * cannot read the requests themselves. */
+typedef struct wf_order_key {
+    int priority;             /* spec.priority */
+    uint64_t serial;          /* arrival order (a newcomer: UINT64_MAX) */
+    uint64_t slo_key;         /* EDF deadline, aged when late (see "slo" below) */
+} wf_order_key;
+
+void wf_sched_order_key(const wf_request *r, wf_order_key *out);
+
 typedef struct wf_sched_policy {
     const char *name;
+    /* The order on keys that compare applies to requests. */
+    int (*key_compare)(const wf_order_key *a, const wf_order_key *b);
     /* Negative when a should be served before b; ties must be broken (the core also breaks
      * remaining ties by arrival). Pure: reads only the two requests. */
     int (*compare)(const wf_request *a, const wf_request *b);

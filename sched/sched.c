@@ -83,6 +83,11 @@ struct wf_sched {
     int inflight_reqs;            /* accepted but not yet taken in by the thread */
     double inflight_prefill, inflight_attention;
     wf_core_load load;
+    /* For admission in the policy's order: the running work alone, and every waiting request's
+     * place and prefill work (wait_n > wait_cap: too many to list, use load whole). */
+    wf_core_load running_load;
+    wf_waiting_work *wait_snap;
+    int wait_n, wait_cap;
     int n_live;
     wf_cost_model cost_pub;
     bool model_trusted;           /* given/loaded, calibrated from enough batches, or refitted
@@ -473,6 +478,8 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
         goto fail_inbox;
     s->ev_free = NULL;
     if (!event_chunk_add(s)) goto fail_events;
+    s->wait_cap = opts->queue_size + WF_LANES_MAX;
+    if (!(s->wait_snap = calloc((size_t)s->wait_cap, sizeof *s->wait_snap))) goto fail_events;
     /* A neutral prior until the model is calibrated or loaded (wf_sched_start). */
     double prior[4] = {5.0, 0.5, 2.0, 0.001};
     wf_cost_model_init(&s->cost, opts->cost_given ? opts->cost : prior);
@@ -500,6 +507,7 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
     *out = s;
     return WF_OK;
 fail_events:
+    free(s->wait_snap);
     for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
     free(s->ev_chunks);
     wf_handoff_free(&s->inbox);
@@ -762,6 +770,19 @@ static void publish(wf_sched *s) {
         }
     }
     s->load = load;
+    s->running_load = load;
+    s->wait_n = 0;
+    for (int i = 0; i < s->lanes.n; i++) {
+        const wf_core *c = &s->lanes.lane[i]->core;
+        if (!s->lanes.lane[i]->live) continue;
+        for (int k = 0; k < c->n_waiting; k++, s->wait_n++) {
+            wf_waiting_work w;
+            wf_core_waiting_work(c->waiting[k], &w);
+            s->running_load.pending_prefill_tokens -= w.prefill_tokens;
+            s->running_load.pending_prefill_attention -= w.prefill_attention;
+            if (s->wait_n < s->wait_cap) s->wait_snap[s->wait_n] = w;
+        }
+    }
     s->n_live = n_live;
     s->cost_pub = s->cost;
     if (s->cost.n_obs >= 32) s->model_trusted = true;
@@ -1137,6 +1158,14 @@ wf_status wf_sched_submit(wf_sched *s, const wf_request_spec *spec, wf_handoff *
                         .explicit_slo = spec->slo.ttft_ms > 0,
                         .load = s->load,
                         .n_groups = s->n_live};
+    if (s->wait_n <= s->wait_cap) {
+        /* Only the waiting work the policy serves before this request delays its first token
+         * (EDF under "slo": an interactive request is not queued behind batch ones). */
+        wf_order_key probe = {.priority = spec->priority, .serial = UINT64_MAX,
+                              .slo_key = wf_clock_now_ns() + (uint64_t)(ttft * 1e6)};
+        wf_core_load_ahead_of(&s->running_load, s->wait_snap, s->wait_n, s->policy, &probe,
+                              &adm.load);
+    }
     adm.load.pending_prefill_tokens += s->inflight_prefill;
     adm.load.pending_prefill_attention += s->inflight_attention;
     adm.load.n_waiting += s->inflight_reqs;
@@ -1258,6 +1287,7 @@ void wf_sched_free(wf_sched *s) {
     pthread_cond_destroy(&s->idle_cond);
     pthread_mutex_destroy(&s->ev_lock);
     pthread_mutex_destroy(&s->lock);
+    free(s->wait_snap);
     free(s);
 }
 

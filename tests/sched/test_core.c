@@ -636,6 +636,82 @@ START_TEST(idle_server_serves_default_slo_requests) {
 }
 END_TEST
 
+/* Admission predicts in the policy's own order: under "slo" (EDF) an interactive request whose
+ * deadline comes before eight queued batch requests' waits only behind the running work, so it
+ * is admitted; under "fcfs" the same request waits behind all of them and is refused; under
+ * "slo" a request whose deadline comes after theirs is refused too. Cost model: 1 ms per
+ * prefill token. */
+START_TEST(admission_predicts_in_the_policy_order) {
+    wf_cost_model cost;
+    wf_cost_model_init(&cost, (const double[4]){0, 1, 0, 0});
+    const uint64_t now = 1000000000000ull;
+    wf_waiting_work batch[8];
+    for (int i = 0; i < 8; i++)
+        batch[i] = (wf_waiting_work){.key = {.priority = 0, .serial = (uint64_t)i + 1,
+                                             .slo_key = now + 60000000000ull},
+                                     .prefill_tokens = 500, .prefill_attention = 0};
+    wf_core_load running = {.pending_prefill_tokens = 50, .n_decode = 0};
+    wf_admission adm = {.cost = &cost, .max_batch_tokens = 512, .queue_size = 64, .factor = 2,
+                        .explicit_slo = true};
+    char msg[160];
+    double retry, pred;
+    wf_order_key interactive = {.priority = 0, .serial = UINT64_MAX, .slo_key = now + 1000000000ull};
+    wf_core_load_ahead_of(&running, batch, 8, wf_sched_policy_find("slo"), &interactive, &adm.load);
+    ck_assert_int_eq(adm.load.n_waiting, 8);
+    ck_assert_double_eq_tol(adm.load.pending_prefill_tokens, 50, 1e-9);
+    ck_assert_int_eq(wf_core_admit(&adm, 100, 1000, &retry, &pred, msg, sizeof msg), WF_OK);
+    ck_assert_double_lt(pred, 2000);
+    wf_core_load_ahead_of(&running, batch, 8, wf_sched_policy_find("fcfs"), &interactive, &adm.load);
+    ck_assert_double_eq_tol(adm.load.pending_prefill_tokens, 50 + 8 * 500, 1e-9);
+    ck_assert_int_eq(wf_core_admit(&adm, 100, 1000, &retry, &pred, msg, sizeof msg), WF_EOVERLOAD);
+    ck_assert_ptr_nonnull(strstr(msg, "predicted time to first token"));
+    wf_order_key late = {.priority = 0, .serial = UINT64_MAX, .slo_key = now + 120000000000ull};
+    wf_core_load_ahead_of(&running, batch, 8, wf_sched_policy_find("slo"), &late, &adm.load);
+    ck_assert_double_eq_tol(adm.load.pending_prefill_tokens, 50 + 8 * 500, 1e-9);
+    ck_assert_int_eq(wf_core_admit(&adm, 100, 1000, &retry, &pred, msg, sizeof msg), WF_EOVERLOAD);
+    /* "priority": a higher priority goes before the queued ones, an equal one after them. */
+    wf_order_key urgent = {.priority = 5, .serial = UINT64_MAX};
+    wf_core_load_ahead_of(&running, batch, 8, wf_sched_policy_find("priority"), &urgent, &adm.load);
+    ck_assert_double_eq_tol(adm.load.pending_prefill_tokens, 50, 1e-9);
+    wf_order_key same = {.priority = 0, .serial = UINT64_MAX};
+    wf_core_load_ahead_of(&running, batch, 8, wf_sched_policy_find("priority"), &same, &adm.load);
+    ck_assert_double_eq_tol(adm.load.pending_prefill_tokens, 50 + 8 * 500, 1e-9);
+}
+END_TEST
+
+/* The key order is the request order: compare(a, b) agrees with key_compare on their keys. */
+START_TEST(order_keys_agree_with_compare) {
+    static const char *const names[] = {"fcfs", "priority", "slo"};
+    wf_request_spec spec;
+    memset(&spec, 0, sizeof spec);
+    int32_t prompt[4] = {1, 2, 3, 4};
+    spec.prompt = prompt;
+    spec.n_prompt = 4;
+    spec.n = 1;
+    spec.max_tokens = 4;
+    wf_request *r[6];
+    for (int i = 0; i < 6; i++) {
+        spec.priority = i % 3;
+        ck_assert_int_eq(wf__request_new(&spec, 64, 16, (uint64_t)i, &r[i]), WF_OK);
+        r[i]->serial = (uint64_t)(10 - i);
+        r[i]->ttft_ms = 100.0 * (i % 2 + 1);
+        r[i]->times.queued_ns = 1000000000ull * (uint64_t)(i + 1);
+    }
+    for (int p = 0; p < 3; p++) {
+        const wf_sched_policy *pol = wf_sched_policy_find(names[p]);
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++) {
+                wf_order_key a, b;
+                wf_sched_order_key(r[i], &a);
+                wf_sched_order_key(r[j], &b);
+                int want = pol->compare(r[i], r[j]), got = pol->key_compare(&a, &b);
+                ck_assert_int_eq((want > 0) - (want < 0), (got > 0) - (got < 0));
+            }
+    }
+    for (int i = 0; i < 6; i++) wf__request_free(r[i]);
+}
+END_TEST
+
 static Suite *core_suite(void) {
     Suite *s = suite_create("sched_core");
     TCase *tc = tcase_create("core");
@@ -644,6 +720,8 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, batches_report_attention_work);
     tcase_add_test(tc, policy_orders);
     tcase_add_test(tc, idle_server_serves_default_slo_requests);
+    tcase_add_test(tc, admission_predicts_in_the_policy_order);
+    tcase_add_test(tc, order_keys_agree_with_compare);
     tcase_add_test(tc, preemption_gives_identical_output);
     tcase_add_test(tc, preemption_with_prefix_cache_and_sampling);
     tcase_add_test(tc, cancellation_frees_blocks);
