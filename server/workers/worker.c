@@ -3,6 +3,7 @@
 #include "server/workers/worker.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,14 @@ int wf_worker_main(const wf_worker_params *p) {
         return 1;
     }
     int rank = wf_world_rank(w.world);
+    /* Started by its coordinator (rank 0 is our parent): a SIGTERM or SIGINT to the whole
+     * process group (systemd's stop, Ctrl-C, timeout(1)) must not kill the worker while the
+     * coordinator drains in-flight requests; the coordinator ends it (SHUTDOWN), and its
+     * exit ends it too. A worker started by hand (--join) keeps the default handlers. */
+    if (wf_world_peer_pid(w.world, 0) == (uint32_t)getppid()) {
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+    }
     wf_engine_options eo;
     wf_engine_options_init(&eo);
     eo.model_path = p->model_path;

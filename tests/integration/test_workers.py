@@ -173,6 +173,35 @@ def test_sigkill_worker_during_streams(workers):
     assert back["batches"] > before
 
 
+def test_group_sigterm_drains_through_workers():
+    """systemd's stop (SIGTERM to the whole process group) lets the workers finish the
+    coordinator's in-flight requests: they ignore it and leave on SHUTDOWN."""
+    d = Weftd("--workers", "2", "--heartbeat-ms", "200", "--shutdown-timeout-ms", "20000")
+    try:
+        results = {}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futs = [pool.submit(stream, d.base, i, results) for i in range(2)]
+            deadline = time.monotonic() + 60
+            while "first_token" not in results and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pids = [w["pid"] for w in admin_workers(d)] + [d.proc.pid]
+            for pid in pids:  # as killpg would, without signalling this test's own group
+                os.kill(pid, signal.SIGTERM)
+            concurrent.futures.wait(futs, timeout=120)
+        assert results.get(0) == ("ok", 96) and results.get(1) == ("ok", 96), results
+        d.proc.wait(60)
+        assert d.proc.returncode == 0
+        for pid in pids[:-1]:  # the workers left too
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(")")[-1].split()[0] == "Z":
+                        break
+                time.sleep(0.1)
+    finally:
+        d.stop()
+
+
 def run_weftd(*args, timeout=60):
     p = subprocess.run([os.path.join(BIN_DIR, "weftd"), "--model", MODEL, "--port", "0", *args],
                        capture_output=True, text=True, timeout=timeout)
