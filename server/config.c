@@ -57,6 +57,7 @@ static const option_spec options[] = {
     {"write-timeout-ms", OPT_INT, FIELD(write_timeout_ms), 1, INT_MAX, "MS", "a client not reading a response this long is disconnected and its request cancelled (default 30000)"},
     {"max-output-bytes", OPT_LONG, FIELD(max_output_bytes), 4096, 1L << 34, "N", "streamed bytes buffered for a slow client before it is disconnected and its request cancelled (default 4 MiB)"},
     {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*attention, attention = positions each token attends to (default: calibrate at start-up)"},
+    {"prefill-stretch", OPT_DOUBLE, FIELD(prefill_stretch), 0, 1000, "X", "while streams decode, an iteration takes at most X times its decode-only time; prompt chunks are sized to fit unless a prompt's TTFT is at risk (default " WF_DEFAULT_STR(WF_DEFAULT_PREFILL_STRETCH) "; 0 or 1: off)"},
     {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
     {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_RUNNING) ")"},
@@ -101,6 +102,7 @@ static void set_defaults(wf_config *cfg) {
     cfg->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     cfg->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     cfg->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    cfg->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
     cfg->write_timeout_ms = 30000;

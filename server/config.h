@@ -52,6 +52,7 @@ typedef struct wf_config {
     int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */
     /* Extension: refuse (429) a request whose predicted TTFT exceeds this x its TTFT SLO. */
     double admission_factor;
+    double prefill_stretch; /* sched options' prefill_stretch (<= 1: off) */
     /* Worker processes (server/workers/): ranks of one world. */
     int workers;            /* 0: the in-process engine (default); N: N worker processes */
     char *worker_cores;     /* "LIST:LIST:..." CPUs per local worker; NULL: split evenly */

@@ -36,6 +36,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     p->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     p->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    p->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     p->local_workers = -1;
     p->world_host = "127.0.0.1";
     p->exe = "/proc/self/exe";
@@ -136,6 +137,7 @@ static void sched_options(const wf_daemon_params *p, int n_ctx, wf_sched_options
     so->default_ttft_ms = p->default_ttft_ms;
     so->default_tpot_ms = p->default_tpot_ms;
     if (p->admission_factor > 0) so->admission_factor = p->admission_factor;
+    so->prefill_stretch = p->prefill_stretch;
     if (p->fixed_cost_model) so->online_refit = false;
     if (p->cost_model && p->cost_model[0]) {
         char cerr[128];

@@ -38,6 +38,7 @@ typedef struct wf_daemon_params {
     const char *cost_model;   /* "a,b,c,d" or a file (sched/cost_model.h); NULL: calibrate */
     bool fixed_cost_model;    /* no online refit */
     double admission_factor;  /* > 0 (sched options' admission_factor) */
+    double prefill_stretch;   /* sched options' prefill_stretch */
     /* Worker processes: 0 runs the in-process CPU engine as group 0 (the default); N > 0
      * serves from N worker processes (server/workers/pool.h), one group each. */
     int n_workers;

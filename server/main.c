@@ -66,6 +66,7 @@ static void *load_main(void *arg) {
     p.cost_model = d->cfg.cost_model;
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
     p.admission_factor = d->cfg.admission_factor;
+    p.prefill_stretch = d->cfg.prefill_stretch;
     p.n_workers = d->cfg.workers;
     p.local_workers = d->cfg.local_workers;
     p.worker_cores = d->cfg.worker_cores;
