@@ -48,6 +48,18 @@ START_TEST(defaults) {
     ck_assert_int_eq(parse(&cfg, argv3, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "admission-factor"));
     wf_config_free(&cfg);
+    /* The stall cap: on by default, 0 turns it off, negative is refused by name. */
+    ck_assert_int_eq(parse(&cfg, argv, err, sizeof err), 0);
+    ck_assert(cfg.prefill_stretch == 2.0);
+    wf_config_free(&cfg);
+    char *argv4[] = {"weftd", "--prefill-stretch", "0", NULL};
+    ck_assert_int_eq(parse(&cfg, argv4, err, sizeof err), 0);
+    ck_assert(cfg.prefill_stretch == 0.0);
+    wf_config_free(&cfg);
+    char *argv5[] = {"weftd", "--prefill-stretch", "-1", NULL};
+    ck_assert_int_eq(parse(&cfg, argv5, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "prefill-stretch"));
+    wf_config_free(&cfg);
 }
 END_TEST
 
