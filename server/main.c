@@ -75,6 +75,12 @@ static void *load_main(void *arg) {
     p.heartbeat_ms = d->cfg.heartbeat_ms;
     p.worker_timeout_ms = d->cfg.worker_timeout_ms;
     p.join_timeout_ms = d->cfg.join_timeout_ms;
+    p.dit_paths = (const char *const *)d->cfg.dit_models;
+    p.dit_names = (const char *const *)d->cfg.dit_names;
+    p.n_dits = d->cfg.n_dits;
+    p.image_chunk_steps = d->cfg.image_chunk_steps;
+    p.image_batching = d->cfg.image_batching != 0;
+    p.image_max_batch = d->cfg.image_max_batch;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -113,6 +119,9 @@ static void on_loaded(uv_async_t *a) {
         uv_stop(d->loop);
         return;
     }
+    int n_images = 0;
+    const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
+    wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     WF_LOG_INFO("server", NULL, "ready");
     char msg[400];
