@@ -55,6 +55,9 @@ void wf_daemon_params_init(wf_daemon_params *p) {
 }
 
 static int dit_class_index(void *ctx, const char *name) { return wf_dit_exec_class_index(ctx, name); }
+static wf_status dit_check_schedule(void *ctx, int sampler, int steps, char *err, size_t errlen) {
+    return wf_dit_exec_check_schedule(ctx, sampler, steps, err, errlen);
+}
 
 /* The DiTs: one executor each, all under one image scheduler. */
 static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, size_t errlen) {
@@ -113,6 +116,7 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                                      .default_guidance = in->default_guidance,
                                                      .max_steps = in->max_steps,
                                                      .class_index = dit_class_index,
+                                                     .check_schedule = dit_check_schedule,
                                                      .class_ctx = d->dits[i]};
         WF_LOG_INFO("server", NULL, "image model %s: %dx%dx%d, %d classes, %s", d->dit_names[i],
                     g.width, g.height, g.channels, in->num_classes,

@@ -230,6 +230,11 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
             BAD("sampler", "'sampler' must be one of ddim, ddpm, euler, flow_euler");
         spec.sampler = (int)kind;
     }
+    if (m->check_schedule) {
+        char serr[200];
+        if (m->check_schedule(m->class_ctx, spec.sampler, spec.num_steps, serr, sizeof serr) != WF_OK)
+            BAD("num_inference_steps", "'num_inference_steps' %d with this sampler: %s", spec.num_steps, serr);
+    }
     /* SLO extension */
     v = json_object_get(root, "priority");
     if (v && !json_is_null(v)) {
@@ -307,10 +312,10 @@ static void write_image_json(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
     wf_jbuf_free(&png);
 }
 
+/* b holds "data: " + the event's JSON: one write per event, so each is one chunk on the wire. */
 static void sse(wf_img_gen *g, wf_jbuf *b) {
-    wf_http_stream_write(g->http, "data: ", 6);
+    wf_jbuf_raw(b, "\n\n", 2);
     wf_http_stream_write(g->http, b->data, b->len);
-    wf_http_stream_write(g->http, "\n\n", 2);
 }
 
 static void write_usage(wf_jbuf *b, const wf_img_gen *g, const wf_image_event *ev) {
@@ -324,6 +329,7 @@ static void on_event(wf_server *s, wf_image_event *ev) {
     wf_img_gen *g = ev->user;
     wf_jbuf *b = &s->scratch;
     wf_jbuf_reset(b);
+    if (g->streaming) wf_jbuf_raw(b, "data: ", 6);
     if (ev->kind == WF_IMAGE_EVENT_PROGRESS) {
         if (g->http && g->streaming) {
             wf_jbuf_printf(b, "{\"type\":\"image_generation.progress\",\"id\":\"%s\",\"index\":%d,"

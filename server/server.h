@@ -85,6 +85,9 @@ typedef struct wf_server_image_model {
     int max_steps;
     /* class name or decimal index -> label; -1 when unknown */
     int (*class_index)(void *class_ctx, const char *name);
+    /* WF_OK if (sampler, steps) is a valid schedule (sampler < 0: the model's); else err says
+     * why */
+    wf_status (*check_schedule)(void *class_ctx, int sampler, int steps, char *err, size_t errlen);
     void *class_ctx;
 } wf_server_image_model;
 

@@ -43,6 +43,21 @@ struct wf_dit_exec {
     uint64_t n_batches;
 };
 
+static void schedule_config(const wf_dit_exec *x, int kind, wf_dit_sampler_config *cfg) {
+    if (kind < 0) *cfg = x->base_cfg;
+    else wf_dit_sampler_config_switch(&x->base_cfg, (wf_dit_sampler_kind)kind, cfg);
+}
+
+wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_steps, char *err,
+                                     size_t errlen) {
+    wf_dit_sampler_config cfg;
+    schedule_config(x, sampler, &cfg);
+    wf_dit_schedule *s = NULL;
+    wf_status st = wf_dit_schedule_new(&cfg, n_steps, &s, err, errlen);
+    wf_dit_schedule_free(s);
+    return st == WF_OK ? WF_OK : WF_EINVAL;
+}
+
 void wf_dit_exec_options_init(wf_dit_exec_options *o) {
     memset(o, 0, sizeof *o);
     o->max_items = 8;
@@ -109,8 +124,7 @@ static const wf_dit_schedule *get_schedule(wf_dit_exec *x, int kind, int n_steps
         return NULL;
     }
     wf_dit_sampler_config cfg;
-    if (kind < 0) cfg = x->base_cfg;
-    else wf_dit_sampler_config_switch(&x->base_cfg, (wf_dit_sampler_kind)kind, &cfg);
+    schedule_config(x, kind, &cfg);
     wf_dit_schedule *s = NULL;
     if (wf_dit_schedule_new(&cfg, n_steps, &s, err, errlen) != WF_OK) return NULL;
     wf_dit_schedule_free(victim->schedule);

@@ -78,5 +78,10 @@ const wf_dit_exec_info *wf_dit_exec_get_info(const wf_dit_exec *x);
  * -1 when neither. */
 int wf_dit_exec_class_index(const wf_dit_exec *x, const char *name);
 wf_executor wf_dit_exec_executor(wf_dit_exec *x);
+/* Whether (sampler, n_steps) gives a valid schedule for this model (sampler < 0: the model's):
+ * WF_OK, or WF_EINVAL with err naming the problem (e.g. more steps than the spacing allows).
+ * Any thread; builds and frees a schedule (microseconds). */
+wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_steps, char *err,
+                                     size_t errlen);
 
 #endif
