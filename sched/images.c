@@ -50,6 +50,7 @@ struct wf_image_request {
     char message[160];
     int in_flight;     /* tasks dispatched, not completed */
     int steps_done, images_done;
+    long remaining;     /* image-steps still counted in the model's remaining */
     uint64_t queued_ns, started_ns;
     wf_image_event *finished_ev;
     wf_image_request *next; /* the model's list */
@@ -76,6 +77,12 @@ typedef struct model {
     wf_status batch_status;
     char batch_message[160];
     uint64_t dispatched_ns;
+    /* The cost model, under the scheduler's lock: one denoising step of a batch of b images
+     * takes (a + c * b) * correction ms. Calibrated at start, corrected online. */
+    double cost_a, cost_c, correction;
+    bool cost_ok;
+    long remaining;      /* image-steps not yet run by unfinished requests */
+    int active_images;   /* images of unfinished requests */
 } model;
 
 struct wf_image_sched {
@@ -217,9 +224,29 @@ static void fail_request(wf_image_request *r, wf_status st, const char *fmt, ...
 
 /* ---- submit / cancel / release --------------------------------------------------------- */
 
+static double step_ms(const model *m, int images) {
+    if (images > m->g.max_items) images = m->g.max_items;
+    if (images < 1) images = 1;
+    return (m->cost_a + m->cost_c * images) * m->correction;
+}
+
+/* Predicted ms until a new request of n images x steps finishes, and the ms the work already
+ * held needs to drain (s->lock held). Step-level batching runs up to max_items images per
+ * forward: while they fit, everyone advances at the batch's step time; beyond, the work ahead
+ * is served max_items images at a time. */
+static double predict_ms(const model *m, int n, int steps, double *drain_ms) {
+    double full = step_ms(m, m->g.max_items);
+    *drain_ms = (double)m->remaining / m->g.max_items * full;
+    if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n);
+    int waves = (n + m->g.max_items - 1) / m->g.max_items;
+    return *drain_ms + (double)steps * waves * full;
+}
+
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
-                                void *user, wf_image_request **out, char *why, size_t whylen) {
+                                void *user, wf_image_request **out, char *why, size_t whylen,
+                                double *retry_after_s) {
     *out = NULL;
+    if (retry_after_s) *retry_after_s = 0;
     if (!spec || spec->model < 0 || spec->model >= s->n_models) {
         snprintf(why, whylen, "unknown image model");
         return WF_EINVAL;
@@ -228,7 +255,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         snprintf(why, whylen, "n and num_inference_steps must be at least 1");
         return WF_EINVAL;
     }
-    const model *m = &s->models[spec->model];
+    model *m = &s->models[spec->model];
     if (spec->n > m->g.max_latents) {
         snprintf(why, whylen, "n %d exceeds the %d images this model holds at once", spec->n,
                  m->g.max_latents);
@@ -242,15 +269,29 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     } else if (s->held >= s->o.queue_size) {
         snprintf(why, whylen, "%d image requests are already queued", s->held);
         st = WF_EFULL;
+    } else if (spec->deadline_ns && m->cost_ok) {
+        double drain_ms, ms = predict_ms(m, spec->n, spec->num_steps, &drain_ms);
+        uint64_t now = wf_clock_now_ns();
+        if (now + (uint64_t)(ms * 1e6) > spec->deadline_ns) {
+            double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
+            snprintf(why, whylen, "the deadline cannot be met: %d image(s) x %d steps are predicted "
+                     "to take %.0f ms, %.0f ms are left", spec->n, spec->num_steps, ms, left);
+            if (retry_after_s) *retry_after_s = drain_ms / 1000.0;
+            st = WF_EOVERLOAD;
+        }
     }
     if (st != WF_OK) {
         s->stats.rejected++;
+        if (st == WF_EOVERLOAD) s->stats.overloaded++;
         pthread_mutex_unlock(&s->lock);
         return st;
     }
     s->held++;
     s->unfinished++;
     s->stats.submitted++;
+    model *mm = &s->models[spec->model];
+    mm->remaining += (long)spec->n * spec->num_steps;
+    mm->active_images += spec->n;
     pthread_mutex_unlock(&s->lock);
     wf_image_request *r = calloc(1, sizeof *r);
     size_t image_bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
@@ -269,6 +310,8 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         pthread_mutex_lock(&s->lock);
         s->held--;
         s->unfinished--;
+        m->remaining -= (long)spec->n * spec->num_steps;
+        m->active_images -= spec->n;
         s->stats.rejected++;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->lock);
@@ -280,6 +323,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     r->user = user;
     r->finished_ev->user = user;
     r->image_bytes = image_bytes;
+    r->remaining = (long)spec->n * spec->num_steps;
     r->queued_ns = wf_clock_now_ns();
     r->submit_msg.kind = MSG_SUBMIT;
     r->cancel_msg.kind = MSG_CANCEL;
@@ -292,6 +336,8 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         pthread_mutex_lock(&s->lock);
         s->held--;
         s->unfinished--;
+        m->remaining -= (long)spec->n * spec->num_steps;
+        m->active_images -= spec->n;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->lock);
         snprintf(why, whylen, "the image scheduler is stopped");
@@ -359,6 +405,9 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     ev->steps_run = r->steps_done;
     pthread_mutex_lock(&s->lock);
     s->unfinished--;
+    m->remaining -= r->remaining;
+    m->active_images -= r->spec.n;
+    r->remaining = 0;
     pthread_cond_broadcast(&s->idle);
     if (ev->status == WF_OK) {
         s->stats.finished++;
@@ -510,7 +559,7 @@ static void plan_model(wf_image_sched *s, model *m) {
 static void complete_model(wf_image_sched *s, model *m) {
     m->in_flight = false;
     uint64_t now = wf_clock_now_ns();
-    int max_chunk = 0;
+    int max_chunk = 0, n_images = 0;
     for (int i = 0; i < m->batch.n_tasks; i++) {
         wf_task *t = &m->tasks[i];
         wf_image_request *r = m->refs[i].req;
@@ -538,6 +587,11 @@ static void complete_model(wf_image_sched *s, model *m) {
             int done = t->dit.latent.latent.step - it->step;
             if (done > max_chunk) max_chunk = done;
             r->steps_done += done;
+            n_images++;
+            pthread_mutex_lock(&s->lock);
+            r->remaining -= done;
+            m->remaining -= done;
+            pthread_mutex_unlock(&s->lock);
             it->step = t->dit.latent.latent.step;
             it->state = ITEM_READY;
             if (!r->cancelled && !r->failed) emit_progress(r, idx);
@@ -554,6 +608,11 @@ static void complete_model(wf_image_sched *s, model *m) {
         s->stats.steps += (uint64_t)max_chunk;
         s->stats.step_ms_avg = s->stats.step_ms_avg == 0 ? ms : 0.9 * s->stats.step_ms_avg + 0.1 * ms;
         hist_add(s->stats.step_ms_hist, ms);
+        /* Online correction of the cost model: measured over predicted, smoothed. */
+        if (m->cost_ok && m->batch_status == WF_OK) {
+            double pred = step_ms(m, n_images) / m->correction;
+            if (pred > 0) m->correction = 0.9 * m->correction + 0.1 * (ms / pred);
+        }
     }
     for (int i = 0; i < m->batch.n_tasks; i++)
         if (m->tasks[i].kind == WF_TASK_DECODE_IMAGE && m->tasks[i].status == WF_OK &&
@@ -633,8 +692,76 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
+/* Runs `kind` tasks for images [0, n) (latent ids base + i), DENOISE over steps [a, b).
+ * Returns the batch's wall time in ms, or < 0 on failure. */
+static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base, int a,
+                          int b) {
+    for (int i = 0; i < n; i++) {
+        wf_task *t = &tasks[i];
+        memset(t, 0, sizeof *t);
+        t->kind = kind;
+        t->id = base + (uint64_t)i;
+        if (kind == WF_TASK_FINISH) {
+            t->finish.artifact = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+            continue;
+        }
+        t->dit = (wf_task_dit){.class_label = 0, .negative_label = -1, .guidance_scale = 4.0f,
+                               .sampler = -1, .num_steps = 20, .step_begin = a, .step_end = b,
+                               .seed = 1, .noise_index = (uint32_t)i};
+        t->dit.latent = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+    }
+    wf_task_batch batch = {.tasks = tasks, .n_tasks = n};
+    char message[160];
+    uint64_t t0 = wf_clock_now_ns();
+    if (wf_executor_run(m->ex, &batch, message, sizeof message) != WF_OK) return -1;
+    for (int i = 0; i < n; i++)
+        if (tasks[i].status != WF_OK) return -1;
+    return (double)(wf_clock_now_ns() - t0) / 1e6;
+}
+
+/* The cost model of m from a warm-up and two measured batches (1 and max_items images). */
+static void calibrate(wf_image_sched *s, model *m) {
+    int big = m->g.max_items < m->g.max_latents ? m->g.max_items : m->g.max_latents;
+    /* Latent ids far above the scheduler's (which count from 1). */
+    uint64_t base = UINT64_MAX / 2;
+    wf_task *tasks = m->tasks; /* not in use before the thread starts */
+    double t1 = -1, tn = -1;
+    if (calib_batch(m, tasks, big, WF_TASK_ENCODE, base, 0, 0) >= 0 &&
+        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 0, 2) >= 0) { /* warm-up */
+        t1 = calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 2, 4);
+        if (t1 >= 0 && big > 1) tn = calib_batch(m, tasks, big, WF_TASK_DENOISE, base, 4, 6);
+    }
+    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, 0, 0);
+    pthread_mutex_lock(&s->lock);
+    m->correction = 1.0;
+    if (t1 >= 0) {
+        double one = t1 / 2, full = tn >= 0 ? tn / 2 : one;
+        m->cost_c = big > 1 && full > one ? (full - one) / (big - 1) : 0;
+        m->cost_a = one - m->cost_c > 0 ? one - m->cost_c : 0;
+        m->cost_ok = true;
+        WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms)",
+                    m->cost_a, m->cost_c, big, full);
+    } else {
+        WF_LOG_WARN("images", NULL, "cost model calibration failed: deadlines are not enforced");
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool wf_image_sched_cost(wf_image_sched *s, int model_id, double *a, double *c, double *correction) {
+    if (model_id < 0 || model_id >= s->n_models) return false;
+    pthread_mutex_lock(&s->lock);
+    const model *m = &s->models[model_id];
+    bool ok = m->cost_ok;
+    *a = m->cost_a;
+    *c = m->cost_c;
+    *correction = m->correction;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
 wf_status wf_image_sched_start(wf_image_sched *s) {
     if (s->started) return WF_EINVAL;
+    for (int i = 0; i < s->n_models; i++) calibrate(s, &s->models[i]);
     if (pthread_create(&s->thread, NULL, thread_main, s) != 0) return WF_EIO;
     s->started = true;
     return WF_OK;

@@ -279,11 +279,19 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     snprintf(spec.id, sizeof spec.id, "%s", g->id);
     spec.progress = stream;
     char why[160] = "";
-    wf_status st = wf_image_sched_submit(s->images, &spec, &s->image_events, g, &g->req, why, sizeof why);
+    double retry = 0;
+    wf_status st = wf_image_sched_submit(s->images, &spec, &s->image_events, g, &g->req, why,
+                                         sizeof why, &retry);
     if (st != WF_OK) {
         free(g);
         g = NULL;
         if (st == WF_EINVAL) BAD(NULL, "%s", why);
+        if (st == WF_EOVERLOAD) {
+            s->metrics.requests_rejected_overload++;
+            wf__server_error(s, req, 429, "rate_limit_error", "slo.deadline_ms", "deadline_unreachable",
+                             retry < 1 ? 1 : retry, "%s", why);
+            goto out;
+        }
         wf__server_error(s, req, st == WF_ENOMEM || st == WF_EBUSY || st == WF_EFULL ? 503 : 500,
                          "server_error", NULL, NULL, 1, "%s", why);
         goto out;

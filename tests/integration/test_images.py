@@ -225,3 +225,19 @@ def test_bad_json_and_wrong_routes(weftd, client):
     with pytest.raises(openai.BadRequestError) as e:
         client.images.generate(model=MODEL_ID, prompt="3")
     assert "text model" in e.value.body["message"]
+
+
+def test_unreachable_deadline_is_refused_at_once(weftd):
+    t0 = time.monotonic()
+    code, headers, data = post(weftd, "/v1/images/generations",
+                               {"model": DIT_ID, "prompt": "5", "n": 10, "num_inference_steps": 900,
+                                "slo": {"deadline_ms": 1}})
+    assert code == 429, data
+    assert int(headers["Retry-After"]) >= 1
+    err = json.loads(data)["error"]
+    assert err["param"] == "slo.deadline_ms" and "deadline" in err["message"]
+    assert time.monotonic() - t0 < 30  # refused, not run
+    # a reachable deadline is served
+    code, _, data = post(weftd, "/v1/images/generations",
+                         {"model": DIT_ID, "prompt": "5", "num_inference_steps": 4, "slo": {"deadline_ms": 120000}})
+    assert code == 200, data

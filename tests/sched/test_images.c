@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/dit/dit_exec.h"
+#include "proto/base/clock.h"
 #include "proto/base/handoff.h"
 #include "sched/images.h"
 
@@ -117,7 +118,7 @@ static void run_set(int chunk, bool batching, bool together, outcome *out) {
     char why[160];
     for (int k = 0; k < N_REQ; k++) {
         wf_image_spec sp = spec_of(f.model, k);
-        ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[k], &reqs[k], why, sizeof why), WF_OK);
+        ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[k], &reqs[k], why, sizeof why, NULL), WF_OK);
         if (!together) collect(&f, &reqs[k], &out[k], 1, 0);
     }
     if (together) collect(&f, reqs, out, N_REQ, 0);
@@ -162,7 +163,7 @@ START_TEST(cancel_at_step_boundary) {
     outcome out[1] = {0};
     wf_image_request *req;
     char why[160];
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, NULL), WF_OK);
     collect(&f, &req, out, 1, 5);
     ck_assert_int_eq(out[0].status, WF_ECANCELLED);
     ck_assert_int_eq(out[0].images, 0);
@@ -175,7 +176,7 @@ START_TEST(cancel_at_step_boundary) {
     sp.n = 8;
     sp.num_steps = 2;
     memset(out, 0, sizeof out);
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, NULL), WF_OK);
     collect(&f, &req, out, 1, 0);
     ck_assert_int_eq(out[0].status, WF_OK);
     ck_assert_int_eq(out[0].images, 8);
@@ -191,18 +192,18 @@ START_TEST(admission_errors) {
     outcome out[3] = {0};
     wf_image_spec sp = spec_of(f.model, 0);
     sp.n = 9; /* above max_latents (8) */
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why), WF_EINVAL);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
     ck_assert_ptr_null(r[0]);
     sp.n = 1;
     sp.num_steps = 0;
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why), WF_EINVAL);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
     sp.num_steps = 300;
     sp.model = 5;
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why), WF_EINVAL);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
     sp.model = f.model;
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why), WF_OK);
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[1], &r[1], why, sizeof why), WF_OK);
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why), WF_EFULL);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[1], &r[1], why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why, NULL), WF_EFULL);
     ck_assert(strstr(why, "queued") != NULL);
     wf_image_sched_cancel(f.s, r[0]);
     wf_image_sched_cancel(f.s, r[1]);
@@ -210,10 +211,38 @@ START_TEST(admission_errors) {
     ck_assert_int_eq(out[0].status, WF_ECANCELLED);
     /* drained: no more admissions */
     wf_image_sched_drain(f.s, 100);
-    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why), WF_EBUSY);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why, NULL), WF_EBUSY);
     wf_image_sched_stats st;
     wf_image_sched_get_stats(f.s, &st);
     ck_assert_uint_eq(st.rejected, 2);
+    close_fixture(&f);
+}
+END_TEST
+
+START_TEST(deadline_admission) {
+    fixture f;
+    open_fixture(&f, 1, true, 64);
+    double a, c, corr;
+    ck_assert(wf_image_sched_cost(f.s, f.model, &a, &c, &corr));
+    ck_assert(a >= 0 && c >= 0 && a + c > 0 && corr == 1.0);
+    wf_image_spec sp = spec_of(f.model, 0);
+    sp.num_steps = 500;
+    sp.deadline_ns = wf_clock_now_ns() + 10000; /* 10 us for 500 steps: out of reach */
+    wf_image_request *req;
+    char why[160];
+    double retry = -1;
+    outcome out[1] = {0};
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, &retry), WF_EOVERLOAD);
+    ck_assert(strstr(why, "deadline") != NULL);
+    ck_assert(retry >= 0);
+    sp.num_steps = 4;
+    sp.deadline_ns = wf_clock_now_ns() + 600ull * 1000000000ull; /* 10 minutes: fine */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, &retry), WF_OK);
+    collect(&f, &req, out, 1, 0);
+    ck_assert_int_eq(out[0].status, WF_OK);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.overloaded, 1);
     close_fixture(&f);
 }
 END_TEST
@@ -225,6 +254,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, batching_invariance);
     tcase_add_test(tc, cancel_at_step_boundary);
     tcase_add_test(tc, admission_errors);
+    tcase_add_test(tc, deadline_admission);
     suite_add_tcase(s, tc);
     return s;
 }
