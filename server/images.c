@@ -25,6 +25,7 @@ struct wf_img_gen {
     int n, num_steps;
     int64_t created;
     bool streaming;
+    uint64_t deadline_ns;
     char id[WF_REQUEST_ID_MAX];
 };
 
@@ -274,6 +275,7 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     g->n = spec.n;
     g->num_steps = spec.num_steps;
     g->streaming = stream;
+    g->deadline_ns = spec.deadline_ns;
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "img-%016" PRIx64, wf_clock_now_ns() ^ ((uint64_t)++s->next_id << 40));
     snprintf(spec.id, sizeof spec.id, "%s", g->id);
@@ -359,6 +361,21 @@ static void on_event(wf_server *s, wf_image_event *ev) {
         return;
     }
     /* FINISHED: the whole response (non-streaming) from the pixels the request still holds. */
+    wf_metrics *mt = &s->metrics;
+    if (ev->status == WF_OK) {
+        mt->image_success++;
+        wf_histogram_observe(&mt->image_e2e, (double)(ev->finished_ns - ev->queued_ns) / 1e9);
+        if (ev->started_ns)
+            wf_histogram_observe(&mt->image_queue, (double)(ev->started_ns - ev->queued_ns) / 1e9);
+    } else if (ev->status == WF_ECANCELLED) {
+        mt->image_cancelled++;
+    } else {
+        mt->image_error++;
+    }
+    if (g->deadline_ns) {
+        mt->image_deadline_total++;
+        mt->image_deadline_met += ev->status == WF_OK && ev->finished_ns <= g->deadline_ns;
+    }
     if (g->http) {
         if (ev->status != WF_OK) {
             if (g->streaming) {

@@ -352,6 +352,12 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
     if (s->ready) s->backend.stats(s->backend.ctx, &st);
     wf_jbuf b = {0};
     wf_metrics_render(&s->metrics, s->model_id, s->ready ? &st : NULL, &b);
+    if (s->ready && s->images) {
+        wf_image_sched_stats ist;
+        wf_image_sched_get_stats(s->images, &ist);
+        wf_metrics_render_images(&s->metrics, s->n_image_models == 1 ? s->image_models[0].id : "images",
+                                 &ist, &b);
+    }
     if (s->ready && s->backend.ranks) {
         wf_server_rank r[WF_SERVER_MAX_RANKS];
         int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);

@@ -241,3 +241,29 @@ def test_unreachable_deadline_is_refused_at_once(weftd):
     code, _, data = post(weftd, "/v1/images/generations",
                          {"model": DIT_ID, "prompt": "5", "num_inference_steps": 4, "slo": {"deadline_ms": 120000}})
     assert code == 200, data
+
+
+def test_metrics_and_admin_progress(weftd):
+    generate(weftd, model=DIT_ID, prompt="6", num_inference_steps=3, slo={"deadline_ms": 120000})
+    code, body = weftd.status("/metrics")
+    text = body.decode()
+    for name in ("weft:image_requests_total", "weft:images_generated_total", "weft:image_step_seconds_bucket",
+                 "weft:image_e2e_request_latency_seconds_count", "weft:image_queue_time_seconds_bucket",
+                 "weft:image_requests_running", "weft:image_slo_attainment", "weft:image_denoise_steps_total"):
+        assert name in text, name
+    ok = [l for l in text.splitlines() if l.startswith("weft:image_requests_total") and 'status="success"' in l]
+    assert ok and float(ok[0].split()[-1]) >= 1
+    # per-request progress while one runs
+    c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
+    c.request("POST", "/v1/images/generations",
+              body=json.dumps({"model": DIT_ID, "prompt": "2", "stream": True, "num_inference_steps": 400}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    line = r.fp.readline()
+    while b"progress" not in line:
+        line = r.fp.readline()
+    st = json.loads(weftd.status("/admin/stats")[1])["images"]
+    running = [q for q in st["requests"] if q["num_inference_steps"] == 400]
+    assert len(running) == 1 and 0 < running[0]["progress"] < 1, st
+    c.sock.close()
+    c.close()
