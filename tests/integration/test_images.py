@@ -14,8 +14,9 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import MODEL, MODEL_ID, Weftd
+from conftest import MODEL_ID, Weftd
 from pngread import read_png
+from test_openapi import SPEC_PATH, schema_for, validate
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -267,3 +268,30 @@ def test_metrics_and_admin_progress(weftd):
     assert len(running) == 1 and 0 < running[0]["progress"] < 1, st
     c.sock.close()
     c.close()
+
+
+def test_responses_match_openapi(weftd):
+    import yaml
+    with open(SPEC_PATH) as f:
+        spec = yaml.safe_load(f)
+    path = "/v1/images/generations"
+    req_schema = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    good = {"model": DIT_ID, "prompt": "3", "n": 2, "size": "8x8", "response_format": "b64_json",
+            "seed": 3, "num_inference_steps": 4, "slo": {"deadline_ms": 100000}, "priority": 1}
+    validate(spec, good, req_schema)
+    code, _, data = post(weftd, path, good)
+    assert code == 200
+    validate(spec, json.loads(data), schema_for(spec, path, "post", 200))
+    code, _, data = post(weftd, path, {**good, "n": 0})
+    assert code == 400
+    validate(spec, json.loads(data), schema_for(spec, path, "post", 400))
+    c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
+    c.request("POST", path, body=json.dumps({**good, "stream": True}), headers={"Content-Type": "application/json"})
+    events = [json.loads(l[6:]) for l in c.getresponse().read().decode().split("\n")
+              if l.startswith("data: ") and l != "data: [DONE]"]
+    c.close()
+    assert len(events) == 2 * 4 + 2 + 1
+    for e in events:
+        validate(spec, e, schema_for(spec, path, "post", 200, "text/event-stream"))
+    code, body = weftd.status(f"/v1/models/{DIT_ID}")
+    validate(spec, json.loads(body), schema_for(spec, "/v1/models/{model}", "get", 200))
