@@ -608,6 +608,7 @@ static void complete_model(wf_image_sched *s, model *m) {
         s->stats.steps += (uint64_t)max_chunk;
         s->stats.step_ms_avg = s->stats.step_ms_avg == 0 ? ms : 0.9 * s->stats.step_ms_avg + 0.1 * ms;
         hist_add(s->stats.step_ms_hist, ms);
+        s->stats.step_ms_sum += ms;
         /* Online correction of the cost model: measured over predicted, smoothed. */
         if (m->cost_ok && m->batch_status == WF_OK) {
             double pred = step_ms(m, n_images) / m->correction;

@@ -148,7 +148,7 @@ typedef struct wf_image_sched_stats {
     double step_ms_avg;                /* forward rounds of recent batches (per DENOISE step) */
     uint64_t step_ms_hist[12];         /* DENOISE chunk time per step: <=1,2,5,10,20,50,100,200,500,1000,2000,+inf ms */
     uint64_t e2e_ms_hist[12];          /* request end to end, same bounds x 10 */
-    double queue_ms_sum, e2e_ms_sum;
+    double queue_ms_sum, e2e_ms_sum, step_ms_sum;
     uint64_t overloaded;               /* refused: deadline out of reach (in rejected too) */
 } wf_image_sched_stats;
 

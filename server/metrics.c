@@ -322,7 +322,7 @@ void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_i
         if (i < 11) step.buckets[i] = st->step_ms_hist[i];
         step.count += st->step_ms_hist[i];
     }
-    step.sum = st->step_ms_avg * (double)step.count / 1000.0; /* from the recent average */
+    step.sum = st->step_ms_sum / 1000.0;
     histogram(b, "weft:image_step_seconds", "Time of one denoising step of a batch.", model, &step);
     histogram(b, "weft:image_e2e_request_latency_seconds", "Image request end-to-end latency.",
               model, &m->image_e2e);

@@ -295,3 +295,26 @@ def test_responses_match_openapi(weftd):
         validate(spec, e, schema_for(spec, path, "post", 200, "text/event-stream"))
     code, body = weftd.status(f"/v1/models/{DIT_ID}")
     validate(spec, json.loads(body), schema_for(spec, "/v1/models/{model}", "get", 200))
+
+
+def test_mixed_text_and_image_load(weftd, client):
+    """Chat streams and image requests at once: every request completes (neither kind starves
+    the other; timings go to bench/, not here)."""
+    results = {}
+
+    def chat(i):
+        r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": f"Count to {i}"}],
+                                           max_tokens=24, temperature=0)
+        results[("chat", i)] = r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+
+    def image(i):
+        pngs = generate(weftd, model=DIT_ID, class_label=i % 10, seed=i, n=2, num_inference_steps=15)
+        results[("image", i)] = all(read_png(p).shape == (8, 8, 1) for p in pngs)
+
+    threads = [threading.Thread(target=chat, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=image, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 12 and all(results.values()), results
