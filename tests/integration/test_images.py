@@ -318,3 +318,19 @@ def test_mixed_text_and_image_load(weftd, client):
     for t in threads:
         t.join()
     assert len(results) == 12 and all(results.values()), results
+
+
+def test_same_pixels_as_weft_dit_sample(weftd, tmp_path):
+    """The server and the sampling tool run the same engine path: image i of a request with
+    seed s is the tool's image i under --seed s, quantised to 8 bits."""
+    import subprocess
+    from conftest import BIN_DIR
+    out = tmp_path / "x.f32"
+    subprocess.run([os.path.join(BIN_DIR, "weft-dit-sample"), "--model", DIT, "--class", "4", "--count", "3",
+                    "--steps", "12", "--guidance", "2.5", "--seed", "77", "--threads", "1", "--out", str(out)],
+                   check=True, capture_output=True)
+    ref = np.fromfile(out, np.float32).reshape(3, 8, 8)
+    want = np.where(ref > -1, np.where(ref >= 1, 255, np.rint((ref + np.float32(1)) * np.float32(127.5))), 0)
+    pngs = generate(weftd, model=DIT_ID, class_label=4, n=3, num_inference_steps=12, guidance_scale=2.5, seed=77)
+    got = np.stack([read_png(p)[:, :, 0] for p in pngs])
+    assert np.array_equal(got, want.astype(np.uint8))
