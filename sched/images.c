@@ -103,6 +103,10 @@ struct wf_image_sched {
     wf_image_sched_stats stats;
 };
 
+/* The struct holding member m at p (intrusive links and preallocated messages). Through void *
+ * because the member's own alignment already guarantees the struct's. */
+#define container_of(p, T, m) ((T *)(void *)((char *)(p) - offsetof(T, m)))
+
 static const double hist_bounds[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
 
 static void hist_add(uint64_t h[12], double v) {
@@ -510,7 +514,7 @@ static void plan_request(wf_image_sched *s, model *m, wf_image_request *r, int *
 }
 
 static void on_batch_done(void *user, wf_task_batch *b, wf_status status, const char *message) {
-    model *m = (model *)((char *)b - offsetof(model, batch));
+    model *m = container_of(b, model, batch);
     wf_image_sched *s = user;
     m->batch_status = status;
     snprintf(m->batch_message, sizeof m->batch_message, "%s", message ? message : "");
@@ -627,14 +631,14 @@ static model *model_of(wf_image_sched *s, wf_image_request *r) { return &s->mode
 
 static void handle_msg(wf_image_sched *s, msg *mg) {
     if (mg->kind == MSG_DONE) {
-        model *m = (model *)((char *)mg - offsetof(model, done_msg));
+        model *m = container_of(mg, model, done_msg);
         complete_model(s, m);
         return;
     }
     wf_image_request *r;
     switch (mg->kind) {
     case MSG_SUBMIT:
-        r = (wf_image_request *)((char *)mg - offsetof(wf_image_request, submit_msg));
+        r = container_of(mg, wf_image_request, submit_msg);
         r->seq = s->next_seq++;
         {
             model *m = model_of(s, r);
@@ -644,11 +648,11 @@ static void handle_msg(wf_image_sched *s, msg *mg) {
         }
         break;
     case MSG_CANCEL:
-        r = (wf_image_request *)((char *)mg - offsetof(wf_image_request, cancel_msg));
+        r = container_of(mg, wf_image_request, cancel_msg);
         if (!r->finished) r->cancelled = true;
         break;
     case MSG_RELEASE:
-        r = (wf_image_request *)((char *)mg - offsetof(wf_image_request, release_msg));
+        r = container_of(mg, wf_image_request, release_msg);
         r->released = true;
         if (r->finished) {
             free_request(r);
@@ -798,13 +802,25 @@ void wf_image_sched_free(wf_image_sched *s) {
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->thread, NULL);
     }
-    /* Requests submitted but never taken in are freed here; the rest are in the lists. */
-    for (wf_handoff_item *it = wf_handoff_take_all(&s->inbox), *next; it; it = next) {
-        next = it->next;
+    /* What the thread never took in: submits (never linked) and releases of finished requests
+     * (off the lists) own their requests. A request may appear twice and its messages live in
+     * it, so the distinct requests are gathered before any is freed. The rest are in the lists. */
+    size_t n = 0, n_free = 0;
+    wf_handoff_item *left = wf_handoff_take_all(&s->inbox);
+    for (wf_handoff_item *it = left; it; it = it->next) n++;
+    wf_image_request **doomed = n ? calloc(n, sizeof *doomed) : NULL;
+    for (wf_handoff_item *it = left; it && doomed; it = it->next) {
         msg *mg = (msg *)it;
-        if (mg->kind == MSG_SUBMIT)
-            free_request((wf_image_request *)((char *)mg - offsetof(wf_image_request, submit_msg)));
+        wf_image_request *r = NULL;
+        if (mg->kind == MSG_SUBMIT) r = container_of(mg, wf_image_request, submit_msg);
+        else if (mg->kind == MSG_RELEASE) r = container_of(mg, wf_image_request, release_msg);
+        if (!r || (mg->kind == MSG_RELEASE && !r->finished)) continue;
+        bool seen = false;
+        for (size_t k = 0; k < n_free; k++) seen |= doomed[k] == r;
+        if (!seen) doomed[n_free++] = r;
     }
+    for (size_t k = 0; k < n_free; k++) free_request(doomed[k]);
+    free(doomed);
     for (int i = 0; i < s->n_models; i++) {
         model *m = &s->models[i];
         for (wf_image_request *r = m->head, *next; r; r = next) {
