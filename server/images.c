@@ -313,13 +313,20 @@ out:
 
 /* ---- events ----------------------------------------------------------------------------- */
 
-static void write_image_json(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
+/* "b64_json":"<base64 PNG>" */
+static void write_b64_png(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
     wf_jbuf png = {0};
     if (wf_png_encode(ev->pixels, ev->width, ev->height, ev->channels, &png) != WF_OK) *ok = false;
-    wf_jbuf_cstr(b, "{\"b64_json\":\"");
+    wf_jbuf_cstr(b, "\"b64_json\":\"");
     wf_base64_append(b, png.data, png.len);
-    wf_jbuf_cstr(b, "\",\"revised_prompt\":null}");
+    wf_jbuf_cstr(b, "\"");
     wf_jbuf_free(&png);
+}
+
+static void write_image_json(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
+    wf_jbuf_cstr(b, "{");
+    write_b64_png(b, ev, ok);
+    wf_jbuf_cstr(b, ",\"revised_prompt\":null}");
 }
 
 /* b holds "data: " + the event's JSON: one write per event, so each is one chunk on the wire. */
@@ -352,10 +359,14 @@ static void on_event(wf_server *s, wf_image_event *ev) {
     if (ev->kind == WF_IMAGE_EVENT_IMAGE) {
         if (g->http && g->streaming) {
             bool ok = true;
+            /* OpenAI's ImageGenCompletedEvent (one per image), plus id and index */
             wf_jbuf_printf(b, "{\"type\":\"image_generation.completed\",\"id\":\"%s\",\"index\":%d,"
-                              "\"created\":%lld,\"data\":[", g->id, ev->index, (long long)g->created);
-            write_image_json(b, ev, &ok);
-            wf_jbuf_cstr(b, "]}");
+                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"png\","
+                              "\"quality\":\"auto\",\"size\":\"%dx%d\",",
+                           g->id, ev->index, (long long)g->created, ev->width, ev->height);
+            write_b64_png(b, ev, &ok);
+            wf_jbuf_cstr(b, ",\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
+                            "\"input_tokens_details\":{\"image_tokens\":0,\"text_tokens\":0}}}");
             sse(g, b);
         }
         return;

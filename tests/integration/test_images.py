@@ -146,8 +146,8 @@ def test_stream_progress_and_final_image(weftd):
     steps = [e["step"] for e in events if e["type"] == "image_generation.progress"]
     assert steps == [1, 2, 3, 4, 5, 6]
     done = [e for e in events if e["type"] == "image_generation.completed"]
-    assert len(done) == 1
-    png = base64.b64decode(done[0]["data"][0]["b64_json"])
+    assert len(done) == 1 and done[0]["size"] == "8x8" and done[0]["output_format"] == "png"
+    png = base64.b64decode(done[0]["b64_json"])
     assert png == generate(weftd, model=DIT_ID, prompt="4", seed=9, num_inference_steps=6)[0]
     assert events[-1]["type"] == "image_generation.done"
 
@@ -334,3 +334,16 @@ def test_same_pixels_as_weft_dit_sample(weftd, tmp_path):
     pngs = generate(weftd, model=DIT_ID, class_label=4, n=3, num_inference_steps=12, guidance_scale=2.5, seed=77)
     got = np.stack([read_png(p)[:, :, 0] for p in pngs])
     assert np.array_equal(got, want.astype(np.uint8))
+
+
+def test_openai_client_stream(client):
+    """The official client's images.generate(stream=True) reads the completed events."""
+    stream = client.images.generate(model=DIT_ID, prompt="8", n=2, stream=True,
+                                    extra_body={"seed": 31, "num_inference_steps": 5})
+    kinds, pngs = [], []
+    for ev in stream:
+        kinds.append(ev.type)
+        if ev.type == "image_generation.completed":
+            pngs.append(base64.b64decode(ev.b64_json))
+    assert kinds.count("image_generation.progress") == 2 * 5
+    assert len(pngs) == 2 and all(read_png(p).shape == (8, 8, 1) for p in pngs)
