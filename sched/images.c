@@ -802,6 +802,10 @@ void wf_image_sched_free(wf_image_sched *s) {
         pthread_mutex_unlock(&s->lock);
         pthread_join(s->thread, NULL);
     }
+    /* A batch's done callback may still be returning from its push into the inbox (the thread
+     * saw the message and stopped): wait until every executor has returned from done. */
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].ex.ops->synchronize) s->models[i].ex.ops->synchronize(s->models[i].ex.ctx);
     /* What the thread never took in: submits (never linked) and releases of finished requests
      * (off the lists) own their requests. A request may appear twice and its messages live in
      * it, so the distinct requests are gathered before any is freed. The rest are in the lists. */
