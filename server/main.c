@@ -110,7 +110,8 @@ static void on_loaded(uv_async_t *a) {
         d->loader_on = false;
     }
     if (d->load_status != WF_OK) {
-        WF_LOG_ERROR("server", NULL, "loading %s failed: %s", d->cfg.model, d->load_err);
+        WF_LOG_ERROR("server", NULL, "loading %s%s failed: %s", d->cfg.model,
+                     d->cfg.n_dits ? " and the DiT models" : "", d->load_err);
         wf_server_set_failed(d->server, d->load_err);
         char msg[600];
         snprintf(msg, sizeof msg, "STATUS=model failed to load: %s", d->load_err);
