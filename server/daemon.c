@@ -11,6 +11,7 @@
 #include "proto/base/log.h"
 #include "sched/cost_model.h"
 #include "sched/defaults.h"
+#include "sched/gate.h"
 #include "server/engine_backend.h"
 #ifdef WEFT_HAVE_WORKERS
 #include "server/workers/pool.h"
@@ -30,6 +31,10 @@ struct wf_daemon {
     wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
     int n_dits;
     wf_image_sched *images;
+    /* --share-cores: LLM (class 0) and DiT (class 1) batches take turns */
+    wf_gate *gate;
+    wf_gated_executor *gated_llm;
+    wf_gated_executor *gated_dits[WF_SERVER_MAX_IMAGE_MODELS];
 };
 
 void wf_daemon_params_init(wf_daemon_params *p) {
@@ -52,6 +57,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->image_chunk_steps = WF_DEFAULT_IMAGE_CHUNK_STEPS;
     p->image_batching = true;
     p->image_max_batch = 8;
+    p->share_cores = true;
 }
 
 static int dit_class_index(void *ctx, const char *name) { return wf_dit_exec_class_index(ctx, name); }
@@ -91,8 +97,14 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                .latent_width = in->latent_width,
                                .max_items = in->max_items,
                                .max_latents = in->max_latents};
+        wf_executor ex = wf_dit_exec_executor(d->dits[i]);
+        if (d->gate) {
+            st = wf_gated_executor_new(ex, d->gate, 1, &d->gated_dits[i]);
+            if (st != WF_OK) return wf_status_errorf(err, errlen, st, "DiT executor gate: %s", wf_status_str(st));
+            ex = wf_gated_executor_get(d->gated_dits[i]);
+        }
         int id;
-        st = wf_image_sched_add_model(d->images, wf_dit_exec_executor(d->dits[i]), &g, &id);
+        st = wf_image_sched_add_model(d->images, ex, &g, &id);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
         const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
         if (name && name[0]) {
@@ -130,7 +142,11 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
 static void close_dits(wf_daemon *d) {
     wf_image_sched_free(d->images); /* first: no batch in flight afterwards */
     d->images = NULL;
-    for (int i = 0; i < d->n_dits; i++) wf_dit_exec_free(d->dits[i]);
+    for (int i = 0; i < d->n_dits; i++) {
+        wf_gated_executor_free(d->gated_dits[i]);
+        d->gated_dits[i] = NULL;
+        wf_dit_exec_free(d->dits[i]);
+    }
     d->n_dits = 0;
 }
 
@@ -285,8 +301,18 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
      * per worker (calibration then measures worker rank 1). */
     wf_sched_options so;
     sched_options(p, n_ctx, &so);
+    wf_executor llm_ex = d->kv_on ? wf_engine_executor(d->engine, &d->kv) : (wf_executor){0};
+    if (d->kv_on && p->n_dits > 0 && p->share_cores) {
+        d->gate = wf_gate_new(2);
+        st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
+        if (st != WF_OK) {
+            snprintf(err, errlen, "core-sharing gate: %s", wf_status_str(st));
+            goto fail_sched;
+        }
+        llm_ex = wf_gated_executor_get(d->gated_llm);
+    }
     if (d->kv_on)
-        st = wf_sched_new(&so, &d->kv, wf_engine_executor(d->engine, &d->kv), &d->sched);
+        st = wf_sched_new(&so, &d->kv, llm_ex, &d->sched);
     else
         st = wf_sched_new(&so, NULL, (wf_executor){0}, &d->sched);
     if (st != WF_OK) {
@@ -327,6 +353,8 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 fail_start:
     wf_sched_free(d->sched);
 fail_sched:
+    wf_gated_executor_free(d->gated_llm);
+    wf_gate_free(d->gate);
     if (d->kv_on) wf_kv_store_free(&d->kv);
 #ifdef WEFT_HAVE_WORKERS
     wf_workers_close(d->workers);
@@ -359,6 +387,8 @@ void wf_daemon_close(wf_daemon *d) {
      * then the KV store both used. */
     wf_sched_free(d->sched);
     close_dits(d);
+    wf_gated_executor_free(d->gated_llm); /* after the scheduler that used it */
+    wf_gate_free(d->gate);
 #ifdef WEFT_HAVE_WORKERS
     wf_workers_close(d->workers); /* after the scheduler: no batch is in flight any more */
 #endif

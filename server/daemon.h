@@ -56,6 +56,9 @@ typedef struct wf_daemon_params {
     int image_chunk_steps;
     bool image_batching;
     int image_max_batch;
+    /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
+     * (sched/gate.h) instead of running their thread pools at once. Default true. */
+    bool share_cores;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;

@@ -81,6 +81,7 @@ static void *load_main(void *arg) {
     p.image_chunk_steps = d->cfg.image_chunk_steps;
     p.image_batching = d->cfg.image_batching != 0;
     p.image_max_batch = d->cfg.image_max_batch;
+    p.share_cores = d->cfg.share_cores != 0;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
