@@ -80,6 +80,7 @@ typedef struct model {
     /* The cost model, under the scheduler's lock: one denoising step of a batch of b images
      * takes (a + c * b) * correction ms. Calibrated at start, corrected online. */
     double cost_a, cost_c, correction;
+    double decode_ms;    /* one DECODE_IMAGE (the VAE for latent models) */
     bool cost_ok;
     long remaining;      /* image-steps not yet run by unfinished requests */
     int active_images;   /* images of unfinished requests */
@@ -240,10 +241,11 @@ static double step_ms(const model *m, int images) {
  * is served max_items images at a time. */
 static double predict_ms(const model *m, int n, int steps, double *drain_ms) {
     double full = step_ms(m, m->g.max_items);
+    double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
     *drain_ms = (double)m->remaining / m->g.max_items * full;
-    if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n);
+    if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n) + decode;
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
-    return *drain_ms + (double)steps * waves * full;
+    return *drain_ms + (double)steps * waves * full + decode;
 }
 
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
@@ -700,7 +702,7 @@ static void *thread_main(void *arg) {
 /* Runs `kind` tasks for images [0, n) (latent ids base + i), DENOISE over steps [a, b).
  * Returns the batch's wall time in ms, or < 0 on failure. */
 static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base, int a,
-                          int b) {
+                          int b, uint8_t *pixels, size_t pixels_cap) {
     for (int i = 0; i < n; i++) {
         wf_task *t = &tasks[i];
         memset(t, 0, sizeof *t);
@@ -714,6 +716,10 @@ static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, ui
                                .sampler = -1, .num_steps = 20, .step_begin = a, .step_end = b,
                                .seed = 1, .noise_index = (uint32_t)i};
         t->dit.latent = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+        if (kind == WF_TASK_DECODE_IMAGE) {
+            t->dit.pixels = pixels;
+            t->dit.pixels_cap = pixels_cap;
+        }
     }
     wf_task_batch batch = {.tasks = tasks, .n_tasks = n};
     char message[160];
@@ -731,34 +737,42 @@ static void calibrate(wf_image_sched *s, model *m) {
     uint64_t base = UINT64_MAX / 2;
     wf_task *tasks = m->tasks; /* not in use before the thread starts */
     double t1 = -1, tn = -1;
-    if (calib_batch(m, tasks, big, WF_TASK_ENCODE, base, 0, 0) >= 0 &&
-        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 0, 2) >= 0) { /* warm-up */
-        t1 = calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 2, 4);
-        if (t1 >= 0 && big > 1) tn = calib_batch(m, tasks, big, WF_TASK_DENOISE, base, 4, 6);
+    size_t bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
+    uint8_t *px = malloc(bytes);
+    double td = -1;
+    if (px && calib_batch(m, tasks, big, WF_TASK_ENCODE, base, 0, 0, NULL, 0) >= 0 &&
+        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 0, 2, NULL, 0) >= 0) { /* warm-up */
+        t1 = calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 2, 4, NULL, 0);
+        if (t1 >= 0 && big > 1) tn = calib_batch(m, tasks, big, WF_TASK_DENOISE, base, 4, 6, NULL, 0);
+        td = calib_batch(m, tasks, 1, WF_TASK_DECODE_IMAGE, base, 6, 6, px, bytes);
     }
-    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, 0, 0);
+    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, 0, 0, NULL, 0);
+    free(px);
     pthread_mutex_lock(&s->lock);
     m->correction = 1.0;
     if (t1 >= 0) {
         double one = t1 / 2, full = tn >= 0 ? tn / 2 : one;
         m->cost_c = big > 1 && full > one ? (full - one) / (big - 1) : 0;
         m->cost_a = one - m->cost_c > 0 ? one - m->cost_c : 0;
+        m->decode_ms = td > 0 ? td : 0;
         m->cost_ok = true;
-        WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms)",
-                    m->cost_a, m->cost_c, big, full);
+        WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms), "
+                    "decode %.3f ms per image", m->cost_a, m->cost_c, big, full, m->decode_ms);
     } else {
         WF_LOG_WARN("images", NULL, "cost model calibration failed: deadlines are not enforced");
     }
     pthread_mutex_unlock(&s->lock);
 }
 
-bool wf_image_sched_cost(wf_image_sched *s, int model_id, double *a, double *c, double *correction) {
+bool wf_image_sched_cost(wf_image_sched *s, int model_id, double *a, double *c, double *decode_ms,
+                         double *correction) {
     if (model_id < 0 || model_id >= s->n_models) return false;
     pthread_mutex_lock(&s->lock);
     const model *m = &s->models[model_id];
     bool ok = m->cost_ok;
     *a = m->cost_a;
     *c = m->cost_c;
+    *decode_ms = m->decode_ms;
     *correction = m->correction;
     pthread_mutex_unlock(&s->lock);
     return ok;

@@ -114,21 +114,23 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
 wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
                                    int *out_id);
 /* Calibrates each model's cost model with a few short batches through its executor (blocking:
- * 1 and max_items images, 2 steps each, after a warm-up), then starts the thread. */
+ * 1 and max_items images, 2 steps each, after a warm-up; one decode), then starts the thread. */
 wf_status wf_image_sched_start(wf_image_sched *s);
 /* WF_OK: *out is valid until release and events follow. WF_EINVAL (bad spec: why says which
  * field), WF_EFULL (queue_size requests held), WF_EBUSY (draining), WF_ENOMEM, WF_EOVERLOAD: the
  * request has a deadline the cost model predicts it cannot meet (*retry_after_s, may be NULL:
  * the seconds the work already held needs). Prediction: a denoising step of a batch of b images
- * takes (a + c b) x correction ms (a, c calibrated at start through the executor, correction
- * refitted from every batch); while the held images and the new ones fit in one batch
+ * takes (a + c b) x correction ms and a decode d x correction ms per image (a, c, d calibrated
+ * at start through the executor, correction refitted from every batch); while the held images and the new ones fit in one batch
  * (max_items) they all advance together, else the work ahead drains max_items at a time. */
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
                                 void *user, wf_image_request **out, char *why, size_t whylen,
                                 double *retry_after_s);
 /* The cost model of a model: ms per denoising step of a batch of b images = (a + c b) x
- * correction. false before calibration. */
-bool wf_image_sched_cost(wf_image_sched *s, int model, double *a, double *c, double *correction);
+ * correction, plus decode_ms x correction per image for its DECODE_IMAGE (the VAE of a latent
+ * model). false before calibration. */
+bool wf_image_sched_cost(wf_image_sched *s, int model, double *a, double *c, double *decode_ms,
+                         double *correction);
 void wf_image_sched_cancel(wf_image_sched *s, wf_image_request *req);
 /* The request's images, n x height x width x channels bytes: image i is complete once its
  * IMAGE event arrived; valid until release. */

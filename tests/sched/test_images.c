@@ -222,9 +222,9 @@ END_TEST
 START_TEST(deadline_admission) {
     fixture f;
     open_fixture(&f, 1, true, 64);
-    double a, c, corr;
-    ck_assert(wf_image_sched_cost(f.s, f.model, &a, &c, &corr));
-    ck_assert(a >= 0 && c >= 0 && a + c > 0 && corr == 1.0);
+    double a, c, d, corr;
+    ck_assert(wf_image_sched_cost(f.s, f.model, &a, &c, &d, &corr));
+    ck_assert(a >= 0 && c >= 0 && a + c > 0 && d > 0 && corr == 1.0);
     wf_image_spec sp = spec_of(f.model, 0);
     sp.num_steps = 500;
     sp.deadline_ns = wf_clock_now_ns() + 10000; /* 10 us for 500 steps: out of reach */
