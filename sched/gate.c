@@ -6,7 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/base/clock.h"
 #include "proto/exec_thread.h"
+
+#define MAX_WAITERS 64
+
+typedef struct waiter {
+    int cls;
+    uint64_t deadline; /* effective: the batch's, or arrival + its class's slack */
+    uint64_t ticket;   /* arrival order */
+} waiter;
 
 struct wf_gate {
     pthread_mutex_t lock;
@@ -16,6 +25,11 @@ struct wf_gate {
     int last;                              /* the class that ran last */
     int waiting[WF_GATE_MAX_CLASSES];
     uint64_t turns[WF_GATE_MAX_CLASSES];
+    uint64_t slack_ns[WF_GATE_MAX_CLASSES]; /* deadline of a batch that states none: arrival + slack */
+    /* who waits, with their effective deadlines (EDF among them; ties round robin) */
+    waiter w[MAX_WAITERS];
+    int n_w;
+    uint64_t next_ticket;
 };
 
 wf_gate *wf_gate_new(int n_classes) {
@@ -36,25 +50,65 @@ void wf_gate_free(wf_gate *g) {
     free(g);
 }
 
-/* The class whose turn it is among those waiting: the first after `last`, cyclically. */
-static int next_class(const wf_gate *g) {
-    for (int k = 1; k <= g->n_classes; k++) {
-        int c = (g->last + k) % g->n_classes;
-        if (g->waiting[c] > 0) return c;
-    }
-    return -1;
+/* Rank of class c after `last` in the round-robin order (1 = next). */
+static int rr_rank(const wf_gate *g, int c) {
+    return (c - g->last + g->n_classes - 1) % g->n_classes + 1;
 }
 
-void wf_gate_acquire(wf_gate *g, int cls) {
+/* The waiter (ticket) whose turn it is: earliest deadline; on a tie the class next in round
+ * robin after the last one; then arrival. */
+static uint64_t next_ticket(const wf_gate *g) {
+    int best = -1;
+    for (int i = 0; i < g->n_w; i++) {
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const waiter *a = &g->w[i], *b = &g->w[best];
+        if (a->deadline != b->deadline) {
+            if (a->deadline < b->deadline) best = i;
+        } else if (rr_rank(g, a->cls) != rr_rank(g, b->cls)) {
+            if (rr_rank(g, a->cls) < rr_rank(g, b->cls)) best = i;
+        } else if (a->ticket < b->ticket) {
+            best = i;
+        }
+    }
+    return best < 0 ? 0 : g->w[best].ticket;
+}
+
+void wf_gate_set_slack(wf_gate *g, int cls, double slack_ms) {
     pthread_mutex_lock(&g->lock);
+    if (cls >= 0 && cls < g->n_classes) g->slack_ns[cls] = slack_ms > 0 ? (uint64_t)(slack_ms * 1e6) : 0;
+    pthread_mutex_unlock(&g->lock);
+}
+
+void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
+    pthread_mutex_lock(&g->lock);
+    /* Waiters are bounded by the executors (one batch each); beyond the table, wait for room. */
+    while (g->n_w >= MAX_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
+    uint64_t ticket = ++g->next_ticket;
+    uint64_t d = deadline_ns;
+    if (d == 0) d = g->slack_ns[cls] ? wf_clock_now_ns() + g->slack_ns[cls] : UINT64_MAX;
+    g->w[g->n_w].cls = cls;
+    g->w[g->n_w].deadline = d;
+    g->w[g->n_w].ticket = ticket;
+    g->n_w++;
     g->waiting[cls]++;
-    while (g->busy || next_class(g) != cls) pthread_cond_wait(&g->cv, &g->lock);
+    while (g->busy || next_ticket(g) != ticket) pthread_cond_wait(&g->cv, &g->lock);
+    for (int i = 0; i < g->n_w; i++) {
+        if (g->w[i].ticket == ticket) {
+            g->w[i] = g->w[--g->n_w];
+            break;
+        }
+    }
     g->waiting[cls]--;
     g->busy = true;
     g->last = cls;
     g->turns[cls]++;
     pthread_mutex_unlock(&g->lock);
 }
+
+void wf_gate_acquire(wf_gate *g, int cls) { wf_gate_acquire_by(g, cls, 0); }
 
 void wf_gate_release(wf_gate *g, int cls) {
     (void)cls;
@@ -71,6 +125,13 @@ uint64_t wf_gate_turns(wf_gate *g, int cls) {
     return n;
 }
 
+int wf_gate_waiting(wf_gate *g) {
+    pthread_mutex_lock(&g->lock);
+    int n = g->n_w;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
 /* ---- the decorator ---- */
 
 struct wf_gated_executor {
@@ -82,9 +143,17 @@ struct wf_gated_executor {
     wf_executor_ops ops;
 };
 
+/* The batch's earliest task deadline (0: none states one). */
+static uint64_t batch_deadline(const wf_task_batch *b) {
+    uint64_t d = 0;
+    for (int i = 0; i < b->n_tasks; i++)
+        if (b->tasks[i].deadline_ns && (d == 0 || b->tasks[i].deadline_ns < d)) d = b->tasks[i].deadline_ns;
+    return d;
+}
+
 static wf_status gated_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     wf_gated_executor *x = ctx;
-    wf_gate_acquire(x->gate, x->cls);
+    wf_gate_acquire_by(x->gate, x->cls, batch_deadline(b));
     wf_status st = wf_executor_run(x->inner, b, msg, cap);
     wf_gate_release(x->gate, x->cls);
     return st;

@@ -304,6 +304,14 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     wf_executor llm_ex = d->kv_on ? wf_engine_executor(d->engine, &d->kv) : (wf_executor){0};
     if (d->kv_on && p->n_dits > 0 && p->share_cores) {
         d->gate = wf_gate_new(2);
+        /* Batches without a deadline (all LLM ones, images without slo.deadline_ms) count as
+         * due one TPOT target after they reach the gate, the same slack for both classes: among
+         * them the turn goes by arrival; an image batch with a deadline goes when it is more
+         * urgent. */
+        if (d->gate) {
+            wf_gate_set_slack(d->gate, 0, p->default_tpot_ms);
+            wf_gate_set_slack(d->gate, 1, p->default_tpot_ms);
+        }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {
             snprintf(err, errlen, "core-sharing gate: %s", wf_status_str(st));

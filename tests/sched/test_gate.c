@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proto/base/clock.h"
 #include "sched/gate.h"
 
 #define TURNS 6
@@ -46,7 +47,7 @@ START_TEST(round_robin_and_exclusion) {
     pthread_t ta, tb;
     pthread_create(&ta, NULL, run_worker, &a);
     pthread_create(&tb, NULL, run_worker, &b);
-    usleep(100000);
+    while (wf_gate_waiting(g) != 2) usleep(1000);
     wf_gate_release(g, 1);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
@@ -59,6 +60,66 @@ START_TEST(round_robin_and_exclusion) {
     pthread_create(&ta, NULL, run_worker, &a);
     pthread_join(ta, NULL);
     ck_assert_int_eq(n_seq, TURNS);
+    wf_gate_free(g);
+}
+END_TEST
+
+typedef struct timed {
+    wf_gate *g;
+    int cls;
+    uint64_t deadline;
+} timed;
+
+static void *run_timed(void *arg) {
+    timed *t = arg;
+    wf_gate_acquire_by(t->g, t->cls, t->deadline);
+    pthread_mutex_lock(&seq_lock);
+    seq[n_seq++] = t->cls;
+    pthread_mutex_unlock(&seq_lock);
+    wf_gate_release(t->g, t->cls);
+    return NULL;
+}
+
+/* Starts one waiter per entry while the gate is held, then releases: returns the order. */
+static void order_of(wf_gate *g, timed *ts, int n) {
+    n_seq = 0;
+    wf_gate_acquire(g, 0);
+    pthread_t th[4];
+    for (int i = 0; i < n; i++) {
+        pthread_create(&th[i], NULL, run_timed, &ts[i]);
+        /* arrival order = index: the next one starts once this one waits */
+        while (wf_gate_waiting(g) != i + 1) usleep(1000);
+        usleep(2000); /* distinct arrival times for the slack cases */
+    }
+    wf_gate_release(g, 0);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    ck_assert_int_eq(n_seq, n);
+}
+
+START_TEST(earliest_deadline_first) {
+    wf_gate *g = wf_gate_new(2);
+    uint64_t now = wf_clock_now_ns();
+    /* explicit deadlines: the earlier goes first, whatever the arrival */
+    timed a[2] = {{g, 0, now + 5000000000ull}, {g, 1, now + 1000000000ull}};
+    order_of(g, a, 2);
+    ck_assert_int_eq(seq[0], 1);
+    ck_assert_int_eq(seq[1], 0);
+    /* no deadline and no slack: after any batch with one */
+    timed b[2] = {{g, 0, 0}, {g, 1, now + 60000000000ull}};
+    order_of(g, b, 2);
+    ck_assert_int_eq(seq[0], 1);
+    /* with a slack, a batch without a deadline is due arrival + slack: before a lax one */
+    wf_gate_set_slack(g, 0, 5);
+    timed c[2] = {{g, 0, 0}, {g, 1, wf_clock_now_ns() + 60000000000ull}};
+    order_of(g, c, 2);
+    ck_assert_int_eq(seq[0], 0);
+    /* equal slack on both classes: arrival order */
+    wf_gate_set_slack(g, 1, 5);
+    timed d[3] = {{g, 1, 0}, {g, 0, 0}, {g, 1, 0}};
+    order_of(g, d, 3);
+    ck_assert_int_eq(seq[0], 1);
+    ck_assert_int_eq(seq[1], 0);
+    ck_assert_int_eq(seq[2], 1);
     wf_gate_free(g);
 }
 END_TEST
@@ -110,6 +171,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, round_robin_and_exclusion);
     tcase_add_test(tc, gated_executor);
+    tcase_add_test(tc, earliest_deadline_first);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
