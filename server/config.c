@@ -36,7 +36,7 @@ static const option_spec options[] = {
     {"model-name", OPT_LIST, FIELD(model_names), 0, 0, "NAME", "model id served by the API for the --model in the same position (default: file or folder name)"},
     {"image-chunk-steps", OPT_INT, FIELD(image_chunk_steps), 1, 1000, "N", "denoising steps per DENOISE task of an image request (default 1: requests join a batch at every step)"},
     {"image-batching", OPT_BOOL, FIELD(image_batching), 0, 1, NULL, "step-level batching of image requests of one model (default true; false runs one request at a time)"},
-    {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, round robin, instead of running both thread pools at once (default true)"},
+    {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, earliest deadline first, instead of running both thread pools at once (default true)"},
     {"image-max-batch", OPT_INT, FIELD(image_max_batch), 1, 256, "N", "images per DiT forward pass (default 8)"},
     {"host", OPT_STRING, FIELD(host), 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
     {"port", OPT_INT, FIELD(port), 0, 65535, "N", "TCP port (default 8080; 0 picks a free port)"},
