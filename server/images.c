@@ -393,8 +393,7 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                 wf_jbuf_printf(b, "{\"error\":{\"message\":");
                 wf_jbuf_str(b, ev->message, strlen(ev->message));
                 wf_jbuf_cstr(b, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
-                sse(g, b);
-                wf_http_stream_write(g->http, "data: [DONE]\n\n", 14);
+                sse(g, b); /* as on the text routes: the error event ends the stream, no [DONE] */
                 wf_http_stream_end(g->http);
             } else {
                 wf__server_error(s, g->http, 500, "server_error", NULL, NULL, 0,
