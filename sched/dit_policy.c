@@ -9,6 +9,11 @@
 /* A job demotes another at a boundary only when the other has this many times more work left
  * (single-rank time): "long" jobs yield to short ones at risk, peers do not thrash. */
 #define WF_DIT_DEMOTE_RATIO 4.0
+/* A late job waits behind jobs that can still meet their deadlines for at most this many times
+ * its single-rank time past its deadline (cf. sched's WF_SLO_LATE_AGING). */
+#ifndef WF_DIT_LATE_AGING
+#define WF_DIT_LATE_AGING 1.0
+#endif
 /* rssp's rule: the largest degree whose parallel efficiency is at least this. */
 #define WF_DIT_RSSP_EFFICIENCY 0.7
 
@@ -180,6 +185,12 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
                 need = P;
         if (!need) {
             late[i] = true;
+            /* late long enough: one rank now, at its place in deadline order, so that a burst
+             * of feasible newcomers cannot starve it for ever */
+            if (f > 0 && v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
+                deg[i] = 1;
+                f--;
+            }
             continue;
         }
         if (need > f) {
@@ -206,13 +217,30 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         deg[i] = need;
         f -= need;
     }
-    /* pass 2: the rest start now rather than wait: jobs that will be late anyway on one rank,
-     * jobs whose best fit was too large on what is left; demoted jobs last */
-    for (int round = 0; round < 2 && f > 0; round++)
-        for (int i = 0; i < n && f > 0; i++) {
-            if (deg[i] || demoted[i] != (round == 1)) continue;
-            const wf_dit_job *j = v->ready[idx[i]];
-            deg[i] = late[i] ? 1 : wf_dit_policy_degree_at_most(c, j, f);
+    /* pass 2: the rest start now rather than wait: jobs whose best fit was too large for what
+     * is left (largest degree that fits, deadline order); then jobs that will be late anyway,
+     * one rank each (the most efficient degree), shortest remaining work first (they have lost
+     * their deadline: serving the short ones first minimises their latency); demoted jobs last */
+    for (int i = 0; i < n && f > 0; i++)
+        if (!deg[i] && !late[i] && !demoted[i]) {
+            deg[i] = wf_dit_policy_degree_at_most(c, v->ready[idx[i]], f);
+            f -= deg[i];
+        }
+    while (f > 0) {
+        int best = -1;
+        double best_ms = 0;
+        for (int i = 0; i < n; i++) {
+            if (deg[i] || !late[i] || demoted[i]) continue;
+            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false);
+            if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+        }
+        if (best < 0) break;
+        deg[best] = 1;
+        f--;
+    }
+    for (int i = 0; i < n && f > 0; i++)
+        if (!deg[i] && demoted[i]) {
+            deg[i] = wf_dit_policy_degree_at_most(c, v->ready[idx[i]], f);
             f -= deg[i];
         }
     /* pass 3: leftovers to the most urgent: the fastest degree within its ranks plus what is
