@@ -194,6 +194,24 @@ START_TEST(test_elastic_late_jobs_one_rank) {
 }
 END_TEST
 
+/* A late job waits behind feasible ones, but not for ever: once it is late by more than its
+ * single-rank time it takes a rank at its place in deadline order. */
+START_TEST(test_elastic_late_job_aging) {
+    wf_dit_policy *p = policy("elastic", 2);
+    bool busy[2] = {true, false};
+    wf_dit_job jobs[2] = {job(0, 1024, 1000), job(1, 1024, 1e9)};
+    wf_dit_job *ready[2] = {&jobs[0], &jobs[1]};
+    wf_dit_view v = {.now_ms = 2000, .n_ranks = 2, .busy = busy, .ready = ready, .n_ready = 2};
+    wf_dit_task t[4];
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 1); /* late by 1 s < 6.8 s: the feasible job goes first */
+    v.now_ms = 1000 + 50 * 135.5 + 100;
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 0);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 /* A job keeps the ranks it held when they are free (no reshard). */
 START_TEST(test_elastic_keeps_ranks) {
     wf_dit_policy *p = policy("elastic", 8);
@@ -277,6 +295,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elastic_demotes_long_job);
     tcase_add_test(tc, test_elastic_late_jobs_one_rank);
     tcase_add_test(tc, test_elastic_keeps_ranks);
+    tcase_add_test(tc, test_elastic_late_job_aging);
     tcase_add_test(tc, test_static_lanes);
     tcase_add_test(tc, test_rssp);
     suite_add_tcase(s, tc);

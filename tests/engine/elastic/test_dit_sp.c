@@ -2,10 +2,13 @@
  * Ulysses sequence parallelism on 2 and 4 ranks, guidance-parallel on 2, and a schedule that
  * changes the group between chunks (1 -> 2 -> guidance pair -> 4 -> 2 in another order -> 1 on
  * another rank) gives latents bit-identical to the single-rank stepper (engine/dit/dit_step.h),
- * for a batch with mixed labels, guidance scales and step indices. Plus the degree checks and
- * argument errors.
+ * for a batch with mixed labels, guidance scales and step indices. A member killed mid-request:
+ * the survivor's step fails cleanly within the timeout and the request restarts on other ranks
+ * with the same result. Plus the degree checks and argument errors.
  * weft-test: labels=net timeout=300 */
 #include <check.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,9 +201,65 @@ static int body_invariance(wf_world *w, int rank, void *arg) {
     return rc;
 }
 
+/* Ranks outside a group wait in the next reshard while the members compute: on a loaded
+ * machine that can take longer than the default 20 s, which is not what these tests test. */
 START_TEST(test_elastic_invariance) {
     wt_env env = wt_env_default(4);
+    env.timeout_ms = 120000;
     ck_assert_int_eq(wt_run(&env, body_invariance, NULL, 240), 0);
+}
+END_TEST
+
+/* A member killed during a 2-rank step: the survivor's run fails with WF_EPEER or
+ * WF_ETIMEDOUT within the world's timeout (no hang); since a trajectory is a pure function of
+ * its key, the request restarts from x_T on other ranks ({0, 2}) and still ends bit-identical
+ * to the single-rank run. */
+static int body_killed_member(wf_world *w, int rank, void *arg) {
+    (void)arg;
+    ctx c;
+    if (setup(&c, w)) return 1;
+    const int r01[] = {0, 1}, r02[] = {0, 2};
+    wf_dit_placement p01 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2);
+    wf_dit_placement p02 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r02, 2);
+    wf_dit_placement p0 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 1);
+    if (rank == 2) { /* joins the restart: waits for the survivor's failure detection */
+        wf_world_set_timeout_ms(w, 60000);
+        if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) ||
+            finish(&c, w, &p02, "restart"))
+            return 1;
+        teardown(&c);
+        return 0;
+    }
+    wf_world_set_timeout_ms(w, 60000);
+    if (start(&c, w, &p0) || move(&c, w, &p0, &p01) || run_on(&c, w, &p01, 4)) return 1;
+    if (rank == 1) raise(SIGKILL); /* dies between chunks: rank 0 is already in the next */
+    wf_world_set_timeout_ms(w, 4000);
+    for (int i = 0; i < ITEMS; i++) c.items[i].step_end = 8;
+    uint64_t t0 = wf_clock_now_ns();
+    wf_status st = wf_dit_sp_run(c.sp, c.pool, &p01, ITEMS, c.items, c.err, sizeof c.err);
+    double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+    WT_CHECK(st == WF_EPEER || st == WF_ETIMEDOUT, "run with a dead member: %s: %s", wf_status_name(st), c.err);
+    WT_CHECK(strstr(c.err, "rank 1") != NULL, "%s", c.err);
+    WT_CHECK(ms < 4000 + 3000, "noticed after %.0f ms", ms);
+    fprintf(stderr, "rank 0: %s after %.0f ms: %s\n", wf_status_name(st), ms, c.err);
+    /* restart from x_T on {0, 2} (item 1 two steps late, as the reference) */
+    wf_world_set_timeout_ms(w, 60000);
+    if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) || finish(&c, w, &p02, "restart"))
+        return 1;
+    teardown(&c);
+    return 0;
+}
+
+START_TEST(test_killed_member_restart) {
+    wt_env env = wt_env_default(3);
+    env.timeout_ms = 120000;
+    pid_t pids[3];
+    int codes[3];
+    for (int r = 0; r < 3; r++) pids[r] = wt_spawn(&env, r, body_killed_member, NULL);
+    wt_wait(pids, 3, 200, codes);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], 128 + SIGKILL);
+    ck_assert_int_eq(codes[2], 0);
 }
 END_TEST
 
@@ -249,6 +308,7 @@ static int body_errors(wf_world *w, int rank, void *arg) {
 
 START_TEST(test_checks_and_errors) {
     wt_env env = wt_env_default(2);
+    env.timeout_ms = 120000;
     ck_assert_int_eq(wt_run(&env, body_errors, NULL, 120), 0);
 }
 END_TEST
@@ -259,6 +319,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_elastic_invariance);
     tcase_add_test(tc, test_checks_and_errors);
+    tcase_add_test(tc, test_killed_member_restart);
     suite_add_tcase(s, tc);
     return s;
 }
