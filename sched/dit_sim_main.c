@@ -113,6 +113,14 @@ int main(int argc, char **argv) {
     int n_pol = 0;
     for (char *tok = strtok(policies, ","); tok && n_pol < 16; tok = strtok(NULL, ","))
         aggs[n_pol++] = (agg){.policy = tok};
+    for (int p = 0; p < n_pol; p++) { /* refuse a bad name before any output */
+        wf_dit_policy *pol;
+        if (wf_dit_policy_new(aggs[p].policy, cfg.n_ranks, &cfg.cost, cfg.chunk_steps, &pol, err, sizeof err) != WF_OK) {
+            fprintf(stderr, "weft-dit-sim: %s\n", err);
+            return 2;
+        }
+        wf_dit_policy_free(pol);
+    }
     printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s\n",
            cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
            cfg.cost.n_points ? "measured" : "synthetic");
@@ -161,11 +169,13 @@ int main(int argc, char **argv) {
     }
     if (elastic >= 0 && best_static >= 0) {
         agg *e = &aggs[elastic], *b = &aggs[best_static];
-        printf("elastic vs best static (%s): SLO violations %d vs %d (%.1f%% fewer), mean latency %.2f s vs %.2f s "
+        char fewer[64];
+        if (b->missed > 0) snprintf(fewer, sizeof fewer, "%.1f%% fewer", 100.0 * (b->missed - e->missed) / b->missed);
+        else snprintf(fewer, sizeof fewer, "static missed none");
+        printf("elastic vs best static (%s): SLO violations %d vs %d (%s), mean latency %.2f s vs %.2f s "
                "(%.2fx lower), static miss rate %.1f%%\n",
-               b->policy, e->missed, b->missed, b->missed ? 100.0 * (b->missed - e->missed) / b->missed : 0.0,
-               e->mean / e->seeds / 1000, b->mean / b->seeds / 1000, e->mean > 0 ? b->mean / e->mean : 0.0,
-               b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
+               b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000, b->mean / b->seeds / 1000,
+               e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
     }
     return 0;
 }

@@ -1,7 +1,8 @@
 /* DiT step time T(tokens, P) on real ranks: a world of 2 processes over UCX (1 thread each),
  * a random-weight DiT-S/2 (the tests' generator), one image per step, for P = 1 (rank 0 alone),
  * Ulysses P = 2, and for a guided image (2 rows) also guidance-parallel P = 2; plus the time of
- * resharding a latent from 1 to 2 ranks. Prints one line per (size, mode) with the median.
+ * resharding a latent from 1 to 2 ranks. Prints one line per size with the medians, and
+ * "cost TOKENS P MS" lines: `grep ^cost | cut -c6-` is a cost file for weft-dit-sim.
  *
  *     weft-elastic-bench [--sizes 32,64,96] [--iters 5] [--model s2|b2]
  */
@@ -100,6 +101,8 @@ static int body(wf_world *w, int rank, void *arg) {
                    "P1_ms=%.2f ulysses2_ms=%.2f (x%.2f) cfg2_ms=%.2f (x%.2f) | reshard_1to2_ms=%.3f bytes=%zu\n",
                    a->model, side, tokens, t1, t2, t1 / t2, g1, gu, g1 / gu, gc, g1 / gc, rs,
                    wf_dit_sp_reshard_bytes(sp, &p1, &p2, 1, 0));
+            /* the measured cost model weft-dit-sim --cost-file reads: tokens P ms */
+            printf("cost %d 1 %.3f\ncost %d 2 %.3f\n", tokens, t1, tokens, t2);
             fflush(stdout);
         }
         free(lat);
