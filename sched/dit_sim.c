@@ -26,7 +26,7 @@ const char *wf_dit_sim_profile_names(void) { return "short, tridentserve, foregr
 void wf_dit_sim_config_init(wf_dit_sim_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->n_ranks = 8;
-    cfg->chunk_steps = 5;
+    cfg->chunk_steps = 1; /* GF-DiT schedules every step (its denoise chunk size 1) */
     cfg->max_P = 8;
     wf_dit_cost_synthetic(&cfg->cost);
     cfg->classes[0] = (wf_dit_sim_class){"S", 1024, 50, 1.5};

@@ -5,7 +5,7 @@
  * time on one rank).
  *
  *     wf_dit_sim_config cfg;
- *     wf_dit_sim_config_init(&cfg);                 // 8 ranks, synthetic cost, chunks of 5
+ *     wf_dit_sim_config_init(&cfg);                 // 8 ranks, synthetic cost, 1-step chunks
  *     wf_dit_sim_job *jobs; int n;
  *     wf_dit_sim_workload(&cfg, wf_dit_sim_profile_find("short"), 0.8, seed, &jobs, &n);
  *     wf_dit_sim_report rep;
@@ -70,7 +70,7 @@ typedef struct wf_dit_sim_report {
     int tasks, reshards, groups_formed;
 } wf_dit_sim_report;
 
-/* 8 ranks, max degree 8, chunks of 5 steps, GF-DiT's synthetic cost; S/M/L = 1024/4096/16384
+/* 8 ranks, max degree 8, chunks of 1 step, GF-DiT's synthetic cost; S/M/L = 1024/4096/16384
  * tokens, 50 steps, alpha 1.5/2/6; 64 latent bytes per token. */
 void wf_dit_sim_config_init(wf_dit_sim_config *cfg);
 /* The job's time on one rank. */

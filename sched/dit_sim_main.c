@@ -17,7 +17,7 @@ static void usage(FILE *f) {
             "  --seeds N            traces, seeds 1..N (default 5)\n"
             "  --policies LIST      comma-separated: %s\n"
             "                       (default static:1,static:2,static:4,static:8,rssp,elastic)\n"
-            "  --chunk-steps N      steps per elastic task (default 5)\n"
+            "  --chunk-steps N      steps per elastic task (default 1, as GF-DiT)\n"
             "  --group-form-ms MS   cost of forming a group never used before (default 0: group-free;\n"
             "                       GF-DiT measured ~778 per new communicator)\n"
             "  --cost-file PATH     measured step times, lines \"tokens P ms\" (default: GF-DiT's synthetic\n"

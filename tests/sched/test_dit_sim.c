@@ -62,11 +62,11 @@ START_TEST(test_single_request_latency) {
     ck_assert_double_eq_tol(r.norm_latency_mean, 1.0, 1e-9);
     ck_assert_int_eq(r.n_missed, 0);
     ck_assert_int_eq(r.tasks, 1);
-    /* elastic: leftovers give it its fastest degree (2), ten chunks, never moved */
+    /* elastic: leftovers give it its fastest degree (2), 50 one-step chunks, never moved */
     run(&cfg, "elastic", &one, 1, &r);
     double p2 = 50 * (0.1323 * 1024 / 1.82 + 20);
     ck_assert_double_eq_tol(r.latency_mean_ms, p2, 1e-6);
-    ck_assert_int_eq(r.tasks, 10);
+    ck_assert_int_eq(r.tasks, 50);
     ck_assert_int_eq(r.reshards, 0);
     /* with communicators: the first task on the pair pays one formation */
     cfg.cost.group_form_ms = 778;
