@@ -132,10 +132,12 @@ wf_status wf_dit_sp_new(wf_dit *model, const wf_dit_sampler_config *cfg, int n_s
     sp->y = malloc(sizeof(int32_t) * rows);
     sp->row_item = malloc(sizeof(int) * (size_t)max_items);
     sp->active = malloc(sizeof(int) * (size_t)max_items);
-    sp->a2a_send = malloc(sizeof(float) * 3 * tok);
-    sp->a2a_recv = malloc(sizeof(float) * 3 * tok);
-    sp->gqkv = malloc(sizeof(float) * 3 * tok);
-    sp->gatt = malloc(sizeof(float) * tok);
+    /* Ulysses buffers hold rows x T/P tokens x 3D (or T tokens x 3D/P): P >= 2 when used */
+    size_t half = (3 * tok + 1) / 2;
+    sp->a2a_send = malloc(sizeof(float) * half);
+    sp->a2a_recv = malloc(sizeof(float) * half);
+    sp->gqkv = malloc(sizeof(float) * half);
+    sp->gatt = malloc(sizeof(float) * ((tok + 1) / 2));
     sp->cx = malloc(sizeof(float) * sp->lat_sz);
     sp->cm = malloc(sizeof(float) * sp->out_sz);
     sp->cz = malloc(sizeof(float) * sp->lat_sz);
