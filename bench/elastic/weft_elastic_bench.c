@@ -96,11 +96,33 @@ static int body(wf_world *w, int rank, void *arg) {
         }
         qsort(rms, (size_t)a->iters, sizeof rms[0], cmp_d);
         rs = rms[a->iters / 2];
+        /* a whole 10-step request (unguided) on 1 and on 2 ranks, against the prediction from
+         * the per-step medians above: what weft-dit-sim would say for it alone */
+        double req[2];
+        const wf_dit_placement *pls[2] = {&p1, &p2};
+        it.guidance = 1.0f;
+        for (int k = 0; k < 2; k++) {
+            int all[2] = {0, 1};
+            wf_group wg;
+            wf_gfc_group_init(&wg, all, 2);
+            if (wf_gfc_barrier(w, &wg) != WF_OK) return 1;
+            it.step = 0;
+            it.step_end = 10;
+            uint64_t t0 = wf_clock_now_ns();
+            if (wf_gfc_group_index(&pls[k]->group, rank) >= 0 &&
+                wf_dit_sp_run(sp, pool, pls[k], 1, &it, err, sizeof err) != WF_OK)
+                WT_FAIL("request: %s", err);
+            req[k] = (double)(wf_clock_now_ns() - t0) / 1e6;
+        }
         if (rank == 0) {
             printf("model=%s side=%d tokens=%d one_row: P1_ms=%.2f P2_ms=%.2f speedup=%.2f | guided(2 rows): "
                    "P1_ms=%.2f ulysses2_ms=%.2f (x%.2f) cfg2_ms=%.2f (x%.2f) | reshard_1to2_ms=%.3f bytes=%zu\n",
                    a->model, side, tokens, t1, t2, t1 / t2, g1, gu, g1 / gu, gc, g1 / gc, rs,
                    wf_dit_sp_reshard_bytes(sp, &p1, &p2, 1, 0));
+            printf("model=%s tokens=%d request of 10 steps: P1 real %.1f ms vs predicted %.1f (%+.1f%%), "
+                   "P2 real %.1f ms vs predicted %.1f (%+.1f%%)\n",
+                   a->model, tokens, req[0], 10 * t1, 100.0 * (req[0] - 10 * t1) / (10 * t1), req[1], 10 * t2,
+                   100.0 * (req[1] - 10 * t2) / (10 * t2));
             /* the measured cost model weft-dit-sim --cost-file reads: tokens P ms */
             printf("cost %d 1 %.3f\ncost %d 2 %.3f\n", tokens, t1, tokens, t2);
             fflush(stdout);
