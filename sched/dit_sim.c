@@ -296,7 +296,12 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
     for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) rep->n_missed += rep->cls_missed[c];
     rep->makespan_ms = last - first;
     double sum = 0, nsum = 0;
-    for (int i = 0; i < n; i++) sum += lat[i], nsum += norm[i];
+    for (int i = 0; i < n; i++) {
+        sum += lat[i], nsum += norm[i];
+        rep->cls_latency_mean_ms[s.jobs[i].cls] += lat[i];
+    }
+    for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
+        if (rep->cls_jobs[c]) rep->cls_latency_mean_ms[c] /= rep->cls_jobs[c];
     if (n > 0) {
         rep->latency_mean_ms = sum / n;
         rep->norm_latency_mean = nsum / n;

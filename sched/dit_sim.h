@@ -66,6 +66,7 @@ typedef struct wf_dit_sim_report {
     int n_jobs, n_missed;
     int cls_jobs[WF_DIT_SIM_CLASSES], cls_missed[WF_DIT_SIM_CLASSES];
     double latency_mean_ms, latency_p95_ms, latency_p99_ms, norm_latency_mean;
+    double cls_latency_mean_ms[WF_DIT_SIM_CLASSES];
     double throughput_rps, utilisation, makespan_ms;
     int tasks, reshards, groups_formed;
 } wf_dit_sim_report;

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
 typedef struct agg {
     const char *policy;
     int jobs, missed, cls_jobs[WF_DIT_SIM_CLASSES], cls_missed[WF_DIT_SIM_CLASSES];
-    double mean, p95, p99, norm, tput, util, makespan;
+    double mean, p95, p99, norm, tput, util, makespan, cls_lat[WF_DIT_SIM_CLASSES];
     int seeds;
 } agg;
 
@@ -141,7 +141,10 @@ int main(int argc, char **argv) {
             agg *a = &aggs[p];
             a->jobs += r.n_jobs;
             a->missed += r.n_missed;
-            for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) a->cls_jobs[c] += r.cls_jobs[c], a->cls_missed[c] += r.cls_missed[c];
+            for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) {
+                a->cls_jobs[c] += r.cls_jobs[c], a->cls_missed[c] += r.cls_missed[c];
+                a->cls_lat[c] += r.cls_latency_mean_ms[c] * r.cls_jobs[c];
+            }
             a->mean += r.latency_mean_ms, a->p95 += r.latency_p95_ms, a->p99 += r.latency_p99_ms;
             a->norm += r.norm_latency_mean, a->tput += r.throughput_rps, a->util += r.utilisation;
             a->makespan += r.makespan_ms;
@@ -149,8 +152,9 @@ int main(int argc, char **argv) {
         }
         free(jobs);
     }
-    printf("%-10s %6s %7s %6s %6s %6s %6s %9s %9s %9s %6s %7s %6s %10s\n", "policy", "jobs", "missed", "att%",
-           "S%", "M%", "L%", "mean_s", "p95_s", "p99_s", "norm", "tput/s", "util", "makespan_s");
+    printf("%-10s %6s %7s %6s %6s %6s %6s %9s %9s %9s %6s %7s %6s %10s %8s %8s %8s\n", "policy", "jobs", "missed",
+           "att%", "S%", "M%", "L%", "mean_s", "p95_s", "p99_s", "norm", "tput/s", "util", "makespan_s", "S_mean", "M_mean",
+           "L_mean");
     int best_static = -1, elastic = -1;
     for (int p = 0; p < n_pol; p++) {
         agg *a = &aggs[p];
@@ -158,10 +162,12 @@ int main(int argc, char **argv) {
         double att[WF_DIT_SIM_CLASSES];
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
             att[c] = a->cls_jobs[c] ? 100.0 * (a->cls_jobs[c] - a->cls_missed[c]) / a->cls_jobs[c] : 100.0;
-        printf("%-10s %6d %7d %6.1f %6.1f %6.1f %6.1f %9.2f %9.2f %9.2f %6.2f %7.3f %6.2f %10.1f\n", a->policy,
-               a->jobs, a->missed, a->jobs ? 100.0 * (a->jobs - a->missed) / a->jobs : 100.0, att[0], att[1], att[2],
-               a->mean / k / 1000, a->p95 / k / 1000, a->p99 / k / 1000, a->norm / k, a->tput / k, a->util / k,
-               a->makespan / k / 1000);
+        double cl[WF_DIT_SIM_CLASSES];
+        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) cl[c] = a->cls_jobs[c] ? a->cls_lat[c] / a->cls_jobs[c] / 1000 : 0;
+        printf("%-10s %6d %7d %6.1f %6.1f %6.1f %6.1f %9.2f %9.2f %9.2f %6.2f %7.3f %6.2f %10.1f %8.2f %8.2f %8.2f\n",
+               a->policy, a->jobs, a->missed, a->jobs ? 100.0 * (a->jobs - a->missed) / a->jobs : 100.0, att[0], att[1],
+               att[2], a->mean / k / 1000, a->p95 / k / 1000, a->p99 / k / 1000, a->norm / k, a->tput / k, a->util / k,
+               a->makespan / k / 1000, cl[0], cl[1], cl[2]);
         if (!strcmp(a->policy, "elastic")) elastic = p;
         else if (best_static < 0 || a->missed < aggs[best_static].missed ||
                  (a->missed == aggs[best_static].missed && a->mean < aggs[best_static].mean))
