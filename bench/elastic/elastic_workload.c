@@ -3,7 +3,9 @@
  * wall clock, sends commands, takes completions) and ranks 1 and 2 the workers (1 thread each),
  * which run steps with engine/elastic (Ulysses over both, or alone) and reshard latents between
  * groups as the policy moves jobs. The cost model the policies use is measured on the workers
- * at start-up (every degree the world allows). Each policy replays the same arrivals; prints
+ * at start-up (every degree the world allows) and corrected online from the task times the
+ * coordinator observes (deadlines stay on the start-up figures, the same for every policy).
+ * Each policy replays the same arrivals; prints
  * SLO attainment per class, mean and p99 latency.
  *
  *     weft-elastic-workload [--jobs 24] [--rate 2.0] [--steps 8] [--policies static:1,static:2,elastic]
@@ -165,6 +167,8 @@ static int worker_main(wf_world *w, const args *a) {
 typedef struct jstate {
     wf_dit_job j;
     int pending;       /* replies still due for its current task */
+    int task_P, task_steps;
+    double task_start_ms;
     double finish_ms;
     bool arrived, running, done;
 } jstate;
@@ -174,10 +178,13 @@ static int cmp_d(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-static int run_policy(wf_world *w, const args *a, const char *spec, wf_dit_cost *cost, const double *arrival,
-                      const int *cls) {
+static int run_policy(wf_world *w, const args *a, const char *spec, const wf_dit_cost *calibrated,
+                      const double *arrival, const int *cls) {
     char err[256];
     wf_dit_policy *pol;
+    /* deadlines come from the start-up calibration (the same for every policy); the policy
+     * decides on a copy corrected online by the task times it observes */
+    wf_dit_cost live = *calibrated, *cost = &live;
     /* elastic re-plans every 2 steps: a command round trip per step would cost more than the
      * tiny model's step on this machine */
     if (wf_dit_policy_new(spec, N_WORKERS, cost, 2, &pol, err, sizeof err) != WF_OK) WT_FAIL("%s", err);
@@ -198,7 +205,7 @@ static int run_policy(wf_world *w, const args *a, const char *spec, wf_dit_cost 
         j->steps = a->steps;
         j->max_P = N_WORKERS;
         j->arrival_ms = arrival[i];
-        j->deadline_ms = arrival[i] + cls_alpha[cls[i]] * a->steps * wf_dit_cost_step_ms(cost, j->tokens, 1);
+        j->deadline_ms = arrival[i] + cls_alpha[cls[i]] * a->steps * wf_dit_cost_step_ms(calibrated, j->tokens, 1);
         j->latent_bytes = 4.0 * 4 * cls_side[cls[i]] * cls_side[cls[i]];
     }
     uint64_t t0 = wf_clock_now_ns();
@@ -215,6 +222,8 @@ static int run_policy(wf_world *w, const args *a, const char *spec, wf_dit_cost 
             outstanding[r]--;
             if (--s->pending == 0) {
                 s->running = false;
+                double took = (double)(wf_clock_now_ns() - t0) / 1e6 - s->task_start_ms;
+                wf_dit_cost_observe(cost, s->j.tokens, s->task_P, took / s->task_steps);
                 if (s->j.steps_done >= s->j.steps) {
                     s->done = true;
                     s->finish_ms = (double)(wf_clock_now_ns() - t0) / 1e6;
@@ -259,6 +268,9 @@ static int run_policy(wf_world *w, const args *a, const char *spec, wf_dit_cost 
             }
             s->pending = nu;
             s->running = true;
+            s->task_P = t[i].n_ranks;
+            s->task_steps = t[i].steps;
+            s->task_start_ms = now;
             j->steps_done = c.step_end;
             j->n_ranks = t[i].n_ranks;
             memcpy(j->ranks, t[i].ranks, sizeof(int) * (size_t)t[i].n_ranks);
