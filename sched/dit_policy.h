@@ -20,10 +20,14 @@
  *             table "rssp:1024=1,4096=2,16384=4"); earliest deadline first, with backfill.
  *   elastic   GF-DiT's EDF best-fit: jobs in deadline order each get the SMALLEST degree that
  *             still meets their deadline (remaining steps x T(tokens, P) plus the reshard);
- *             a job that cannot fit demotes jobs with far more work left (they wait a chunk);
- *             jobs that cannot meet their deadline anyway then get one rank each, and ranks
- *             left over go to the most urgent jobs (a larger degree when it is faster). Tasks
- *             are chunks of `chunk_steps`, so every job is reconsidered at each chunk's end.
+ *             a job that cannot fit demotes jobs with far more work left (4x; they wait a
+ *             chunk); jobs whose best fit is too large for what is left start on the largest
+ *             degree that fits; jobs that cannot meet their deadline anyway get one rank each,
+ *             shortest remaining work first (and at their deadline-order place once late by
+ *             more than their single-rank time, so a stream of feasible newcomers cannot
+ *             starve them); ranks left over go to the most urgent jobs, at the fastest degree.
+ *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
+ *             chunk's end.
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_POLICY_H
 #define WF_SCHED_DIT_POLICY_H
