@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "engine/cpu/threadpool.h"
+#include "engine/dit/dit_gen.h"
 #include "engine/dit/dit_step.h"
 #include "engine/elastic/dit_sp.h"
 #include "engine/world/world_launch.h"
@@ -45,18 +47,30 @@ static wf_dit_item mk_item(float *latent, int i) {
                          .step_end = STEPS};
 }
 
-/* Loads the model, computes the single-rank reference with the plain stepper (item 1 starts two
- * steps late, so rounds mix step indices), and prepares the items' x_T. */
-static int setup(ctx *c, wf_world *w) {
+/* Loads the model (the default DiT, or when gen_path is set a generated one with learned sigma
+ * run by DDPM learned_range: 2C model channels, noise at every step), computes the single-rank
+ * reference with the plain stepper (item 1 starts two steps late, so rounds mix step indices),
+ * and prepares the items' x_T. */
+static int setup_model(ctx *c, wf_world *w, const char *gen_path) {
     memset(c, 0, sizeof *c);
     wf_dit_options opt = wf_dit_options_default();
     opt.max_batch = 2 * ITEMS;
     opt.n_threads = 1;
-    if (wf_dit_load(MODEL, &opt, &c->model, c->err, sizeof c->err) != WF_OK) WT_FAIL("load: %s", c->err);
-    if (wf_dit_sampler_config_load(wf_dit_get_paths(c->model)->scheduler_config, &c->scfg, c->err,
-                                   sizeof c->err) != WF_OK)
-        WT_FAIL("sampler: %s", c->err);
-    c->scfg.eta = 0.7; /* DDIM with noise: the per-step noise of each slice is exercised too */
+    if (gen_path) {
+        opt.heads = 4;
+        opt.sample_size = 16;
+    }
+    if (wf_dit_load(gen_path ? gen_path : MODEL, &opt, &c->model, c->err, sizeof c->err) != WF_OK)
+        WT_FAIL("load: %s", c->err);
+    if (gen_path) {
+        wf_dit_sampler_config_default(WF_DIT_SAMPLER_KIND_DDPM, &c->scfg);
+        c->scfg.variance = WF_DIT_VARIANCE_LEARNED_RANGE;
+    } else {
+        if (wf_dit_sampler_config_load(wf_dit_get_paths(c->model)->scheduler_config, &c->scfg, c->err,
+                                       sizeof c->err) != WF_OK)
+            WT_FAIL("sampler: %s", c->err);
+        c->scfg.eta = 0.7; /* DDIM with noise: the per-step noise of each slice is exercised too */
+    }
     c->pool = wf_threadpool_new(1);
     int side = wf_dit_get_config(c->model)->sample_size;
     if (wf_dit_sp_new(c->model, &c->scfg, STEPS, ITEMS, side, side, w, &c->sp, c->err, sizeof c->err) != WF_OK)
@@ -80,6 +94,8 @@ static int setup(ctx *c, wf_world *w) {
     wf_dit_stepper_free(st);
     return 0;
 }
+
+static int setup(ctx *c, wf_world *w) { return setup_model(c, w, NULL); }
 
 static void reset_items(ctx *c) {
     for (int i = 0; i < ITEMS; i++) {
@@ -263,6 +279,45 @@ START_TEST(test_killed_member_restart) {
 }
 END_TEST
 
+/* A generated DiT with learned sigma (8 output channels for 4, DDPM learned_range reads the
+ * second half) and a 16x16 latent: Ulysses over 2 and 4 ranks and guidance-parallel pairs,
+ * moving between them, still bit-identical. */
+static int body_learned_sigma(wf_world *w, int rank, void *arg) {
+    (void)rank;
+    ctx c;
+    if (setup_model(&c, w, arg)) return 1;
+    const int r0[] = {0}, r10[] = {1, 0}, r0123[] = {0, 1, 2, 3}, r32[] = {3, 2};
+    wf_dit_placement p1 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r0, 1);
+    wf_dit_placement p2 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r10, 2);
+    wf_dit_placement p4 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r0123, 4);
+    wf_dit_placement g2 = wf_dit_placement_make(WF_DIT_SP_CFG, r32, 2);
+    int rc = start(&c, w, &p1);
+    if (!rc) rc = move(&c, w, &p1, &p4);
+    if (!rc) rc = run_on(&c, w, &p4, 4);
+    if (!rc) rc = move(&c, w, &p4, &g2);
+    if (!rc) rc = run_on(&c, w, &g2, 8);
+    if (!rc) rc = move(&c, w, &g2, &p2);
+    if (!rc) rc = run_on(&c, w, &p2, STEPS);
+    if (!rc) rc = finish(&c, w, &p2, "learned sigma");
+    teardown(&c);
+    return rc;
+}
+
+START_TEST(test_learned_sigma_model) {
+    char path[] = "/tmp/weft-dit-sp-XXXXXX.safetensors";
+    int fd = mkstemps(path, 12);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    dit_gen_cfg g = {64, 4, 2, 4, 8, 2, 16, 10}; /* hidden, heads, depth, in, out, patch, sample, classes */
+    ck_assert_int_eq(dit_gen_write_original(&g, 5, path), 0);
+    wt_env env = wt_env_default(4);
+    env.timeout_ms = 120000;
+    int bad = wt_run(&env, body_learned_sigma, path, 240);
+    unlink(path);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 static int body_errors(wf_world *w, int rank, void *arg) {
     (void)arg;
     ctx c;
@@ -320,6 +375,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elastic_invariance);
     tcase_add_test(tc, test_checks_and_errors);
     tcase_add_test(tc, test_killed_member_restart);
+    tcase_add_test(tc, test_learned_sigma_model);
     suite_add_tcase(s, tc);
     return s;
 }
