@@ -192,6 +192,7 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
     t->id = c->next_task_id++;
     t->kind = kind;
     t->request_seq = ch->seq_id;
+    t->vmodel = r->spec.vmodel;
     t->group = c->batch.group;
     if (kind == WF_TASK_PREFILL || kind == WF_TASK_DECODE) {
         /* The sequence's KV blocks, held whole by the group that runs it: a remote executor
