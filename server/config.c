@@ -15,9 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/vmodels.h"
 #include "weft_version.h"
 
-typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS } option_type;
+typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS, OPT_VMODELS } option_type;
 
 typedef struct option_spec {
     const char *name; /* flag name without "--"; JSON key is the same with '_' for '-' */
@@ -71,6 +72,8 @@ static const option_spec options[] = {
     {"local-workers", OPT_INT, FIELD(local_workers), -1, 64, "N", "with --workers: how many to start on this host; the rest join with --role worker (default: all)"},
     {"heartbeat-ms", OPT_INT, FIELD(heartbeat_ms), 10, 60000, "MS", "heartbeat period between coordinator and workers (default 500)"},
     {"worker-timeout-ms", OPT_INT, FIELD(worker_timeout_ms), 100, INT_MAX, "MS", "a worker (or coordinator) silent this long is taken down (default 30000)"},
+    {"vmodel", OPT_VMODELS, FIELD(vmodels), 0, 0, "id=NAME,adapter=PATH[:SCALE],weight=W,system=TEXT", "a virtual model on the backbone: LoRA adapters (GGUF or PEFT folder, repeatable, in order), fair-share weight, system prompt (last: runs to the end); repeatable; config file: a list of strings or objects {id, adapters:[{path, scale}], weight, system}"},
+    {"adapter-memory-mb", OPT_LONG, FIELD(adapter_memory_mb), 0, 1L << 30, "MB", "memory budget for virtual models' adapters; adding one beyond it fails with 507 (default 0: unlimited)"},
     {"join-timeout-ms", OPT_INT, FIELD(join_timeout_ms), 100, INT_MAX, "MS", "bound for workers to join and load their model (default 120000)"},
 };
 
@@ -137,6 +140,9 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
+    if (cfg->workers > 0 && cfg->n_vmodels > 0)
+        return fail(err, errlen, "--vmodel needs the in-process engine: worker processes hold no "
+                    "adapters (drop --workers)");
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)
@@ -185,6 +191,29 @@ static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen) {
     return 0;
 }
 
+static int add_vmodel(wf_config *cfg, const char *text, char *err, size_t errlen) {
+    wf_vmodel_spec v;
+    char e2[400];
+    wf_status st;
+    if (text[0] == '{') {
+        json_error_t je;
+        json_t *o = json_loads(text, 0, &je);
+        st = o ? wf_vmodel_spec_from_json(o, &v, e2, sizeof e2) : WF_EINVAL;
+        if (!o) snprintf(e2, sizeof e2, "not JSON: %s", je.text);
+        json_decref(o);
+    } else {
+        st = wf_vmodel_spec_parse(text, &v, e2, sizeof e2);
+    }
+    if (st != WF_OK) return fail(err, errlen, "--vmodel: %s", e2);
+    wf_vmodel_spec_free(&v);
+    char **list = realloc(cfg->vmodels, (cfg->n_vmodels + 1) * sizeof *list);
+    if (!list) return fail(err, errlen, "out of memory");
+    cfg->vmodels = list;
+    if (!(list[cfg->n_vmodels] = strdup(text))) return fail(err, errlen, "out of memory");
+    cfg->n_vmodels++;
+    return 0;
+}
+
 /* Sets one option from its text form; `origin` names where it came from for messages. */
 static int set_from_text(wf_config *cfg, const option_spec *opt, const char *text,
                          const char *origin, char *err, size_t errlen) {
@@ -200,6 +229,8 @@ static int set_from_text(wf_config *cfg, const option_spec *opt, const char *tex
     }
     case OPT_KEYS:
         return add_key(cfg, text, err, errlen);
+    case OPT_VMODELS:
+        return add_vmodel(cfg, text, err, errlen);
     case OPT_BOOL:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) *(int *)field = 1;
         else if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) *(int *)field = 0;
@@ -252,6 +283,21 @@ static int set_from_json(wf_config *cfg, const option_spec *opt, json_t *value,
             if (add_key(cfg, json_string_value(k), err, errlen) < 0) return -1;
         }
         return 0;
+    case OPT_VMODELS: {
+        if (!json_is_array(value))
+            return fail(err, errlen, "%s: key 'vmodel' must be a list of strings or objects", path);
+        for (size_t i = 0; i < json_array_size(value); i++) {
+            json_t *e = json_array_get(value, i);
+            char *txt = json_is_string(e) ? strdup(json_string_value(e))
+                        : json_is_object(e) ? json_dumps(e, JSON_COMPACT) : NULL;
+            if (!txt)
+                return fail(err, errlen, "%s: vmodel[%zu] must be a string or an object", path, i);
+            int rc = add_vmodel(cfg, txt, err, errlen);
+            free(txt);
+            if (rc < 0) return -1;
+        }
+        return 0;
+    }
     case OPT_BOOL:
         if (!json_is_boolean(value))
             return fail(err, errlen, "%s: key '%s' must be true or false", path, opt->name);
@@ -410,4 +456,8 @@ void wf_config_free(wf_config *cfg) {
     free(cfg->api_keys);
     cfg->api_keys = NULL;
     cfg->n_api_keys = 0;
+    for (size_t i = 0; i < cfg->n_vmodels; i++) free(cfg->vmodels[i]);
+    free(cfg->vmodels);
+    cfg->vmodels = NULL;
+    cfg->n_vmodels = 0;
 }

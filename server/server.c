@@ -150,6 +150,7 @@ static void h_models(wf_server *s, wf_http_request *req) {
     wf_jbuf b = {0};
     wf_jbuf_cstr(&b, "{\"object\":\"list\",\"data\":[");
     write_model(s, &b);
+    wf__vm_write_models(s, &b);
     wf_jbuf_cstr(&b, "]}");
     respond_json(s, req, 200, &b);
     wf_jbuf_free(&b);
@@ -182,13 +183,14 @@ static void h_model(wf_server *s, wf_http_request *req) {
                          "The model '%.200s' does not exist", raw);
         return;
     }
-    if (strcmp(id, s->model_id) != 0) {
+    wf_jbuf b = {0};
+    if (strcmp(id, s->model_id) != 0 && !wf__vm_write_model(s, &b, id)) {
+        wf_jbuf_free(&b);
         wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
                          "The model '%.200s' does not exist", id);
         return;
     }
-    wf_jbuf b = {0};
-    write_model(s, &b);
+    if (strcmp(id, s->model_id) == 0) write_model(s, &b);
     respond_json(s, req, 200, &b);
     wf_jbuf_free(&b);
 }
@@ -479,6 +481,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
     } else {
         wf_jbuf_cstr(&b, "null");
     }
+    wf__vm_write_admin(s, &b);
     wf_jbuf_cstr(&b, ",\"requests\":");
     wf__gen_write_admin(s, &b);
     wf_jbuf_cstr(&b, ",\"scheduler_requests\":[");
@@ -521,6 +524,8 @@ static const route routes[] = {
     {"POST", "/detokenize", false, AUTH_KEY, h_detokenize, false},
     {"GET", "/metrics", false, AUTH_METRICS, h_metrics, false},
     {"GET", "/admin/stats", false, AUTH_KEY, h_admin_stats, false},
+    {"POST", "/admin/models", false, AUTH_KEY, wf__vm_h_post, false},
+    {"DELETE", "/admin/models/", true, AUTH_KEY, wf__vm_h_delete, false},
     {"GET", "/admin", false, AUTH_KEY, h_admin, false},
 };
 
@@ -762,6 +767,7 @@ void wf_server_free(wf_server *s) {
         if (s->ready) s->backend.event_free(s->backend.ctx, (wf_request_event *)it);
         it = next;
     }
+    wf__vm_free_all(s);
     wf_handoff_free(&s->events);
     if (s->wake_on) uv_close((uv_handle_t *)&s->wake, on_handle_closed);
     if (s->drain_async_on) uv_close((uv_handle_t *)&s->drain_async, on_handle_closed);
