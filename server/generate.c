@@ -513,7 +513,16 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
     wf_openai_request *o = &g->oai;
     const wf_server_vm *vm = NULL;
     if (o->model && strcmp(o->model, s->model.id) != 0) {
-        if (!(vm = wf__vm_acquire(s, o->model)))
+        wf_status vst = wf__vm_acquire(s, o->model, &vm);
+        if (vst == WF_EFULL) {
+            s->metrics.requests_rejected_overload++;
+            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1,
+                             "virtual model '%.200s' has %d requests in flight, its quota "
+                             "(max_in_flight); retry later", o->model, vm->spec.max_in_flight);
+            gen_free(g);
+            return;
+        }
+        if (vst != WF_OK)
             FAIL(404, "invalid_request_error", "model", "model_not_found",
                  "The model '%.200s' does not exist (this server serves '%.200s'%s)", o->model,
                  s->model.id, s->n_vms ? " and its virtual models: GET /v1/models" : "");

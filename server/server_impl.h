@@ -21,6 +21,7 @@ typedef struct wf_server_vm {
     int inflight;               /* generations using it */
     bool draining;              /* DELETEd: removed when inflight reaches 0 */
     uint64_t requests;
+    uint64_t rejected_quota;    /* 429s from max_in_flight */
     int64_t created;
 } wf_server_vm;
 
@@ -73,9 +74,10 @@ void wf__server_respond(wf_server *s, wf_http_request *req, int status, const ch
 /* Counts a streamed response's status (wf__server_respond counts the others). */
 void wf__server_count_stream(wf_server *s);
 
-/* vm_registry.c. acquire: the live virtual model `id` with one more in-flight user, or NULL;
+/* vm_registry.c. acquire: the live virtual model `id` with one more in-flight user in *out:
+ * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight quota is reached);
  * release gives it back (a drained one is removed at its last release). */
-const wf_server_vm *wf__vm_acquire(wf_server *s, const char *id);
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out);
 void wf__vm_release(wf_server *s, uint32_t num);
 void wf__vm_free_all(wf_server *s);
 void wf__vm_write_models(wf_server *s, wf_jbuf *b);  /* ",{...}" per live virtual model */

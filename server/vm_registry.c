@@ -23,12 +23,19 @@ static wf_server_vm *find_num(wf_server *s, uint32_t num) {
     return NULL;
 }
 
-const wf_server_vm *wf__vm_acquire(wf_server *s, const char *id) {
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out) {
+    *out = NULL;
     wf_server_vm *v = find_any(s, id);
-    if (!v || v->draining) return NULL;
+    if (!v || v->draining) return WF_ENOTFOUND;
+    if (v->spec.max_in_flight > 0 && v->inflight >= v->spec.max_in_flight) {
+        v->rejected_quota++;
+        *out = v;
+        return WF_EFULL;
+    }
     v->inflight++;
     v->requests++;
-    return v;
+    *out = v;
+    return WF_OK;
 }
 
 static void drop(wf_server *s, wf_server_vm *v) {
@@ -85,6 +92,7 @@ wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *ht
     /* a deep copy of the spec: the caller keeps its own */
     snprintf(v->spec.id, sizeof v->spec.id, "%s", spec->id);
     v->spec.weight = spec->weight;
+    v->spec.max_in_flight = spec->max_in_flight;
     bool oom = false;
     for (int i = 0; i < spec->n_adapters; i++) {
         v->spec.paths[i] = strdup(spec->paths[i]);
@@ -134,7 +142,8 @@ static void write_one(wf_server *s, wf_jbuf *b, const wf_server_vm *v) {
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
     wf_jbuf_cstr(b, ",\"parent\":");
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
-    wf_jbuf_printf(b, ",\"weight\":%g,\"adapters\":[", v->spec.weight);
+    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"adapters\":[", v->spec.weight,
+                   v->spec.max_in_flight);
     for (int i = 0; i < v->spec.n_adapters; i++) {
         wf_jbuf_cstr(b, i ? ",{\"path\":" : "{\"path\":");
         wf_jbuf_str(b, v->spec.paths[i], strlen(v->spec.paths[i]));
@@ -165,9 +174,11 @@ void wf__vm_write_admin(wf_server *s, wf_jbuf *b) {
         const wf_server_vm *v = &s->vms[i];
         wf_jbuf_cstr(b, i ? ",{\"id\":" : "{\"id\":");
         wf_jbuf_str(b, v->spec.id, strlen(v->spec.id));
-        wf_jbuf_printf(b, ",\"weight\":%g,\"in_flight\":%d,\"requests_total\":%" PRIu64
+        wf_jbuf_printf(b, ",\"weight\":%g,\"in_flight\":%d,\"max_in_flight\":%d,"
+                       "\"requests_total\":%" PRIu64 ",\"rejected_quota_total\":%" PRIu64
                        ",\"draining\":%s,\"adapter_bytes\":%zu}", v->spec.weight, v->inflight,
-                       v->requests, v->draining ? "true" : "false", v->bytes);
+                       v->spec.max_in_flight, v->requests, v->rejected_quota,
+                       v->draining ? "true" : "false", v->bytes);
     }
     wf_jbuf_cstr(b, "]");
 }

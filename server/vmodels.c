@@ -102,13 +102,20 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
                 pl = (size_t)(colon - val);
             else scale = 1.0;
             st = add_adapter(v, val, pl, scale, err, errlen);
+        } else if (kl == 13 && memcmp(p, "max_in_flight", 13) == 0) {
+            double q;
+            if (!parse_double(val, vl, &q) || q < 0 || q > 1e9 || q != (int)q)
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be "
+                                      "a non-negative integer");
+            else v->max_in_flight = (int)q;
         } else if (kl == 6 && memcmp(p, "weight", 6) == 0) {
             if (!parse_double(val, vl, &v->weight))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'weight' must be a "
                                       "number");
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL,
-                                  "vmodel: unknown key '%.*s' (id, adapter, weight, system)",
+                                  "vmodel: unknown key '%.*s' (id, adapter, weight, "
+                                  "max_in_flight, system)",
                                   (int)(kl < 40 ? kl : 40), p);
         }
         p = comma ? comma + 1 : val + vl;
@@ -160,6 +167,14 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
                                  scale ? json_number_value(scale) : 1.0, err, errlen);
                 if (st != WF_OK) break;
             }
+        } else if (strcmp(key, "max_in_flight") == 0) {
+            if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+                json_integer_value(val) > 1000000000) {
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be a "
+                                      "non-negative integer");
+                break;
+            }
+            v->max_in_flight = (int)json_integer_value(val);
         } else if (strcmp(key, "weight") == 0) {
             if (!json_is_number(val)) {
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'weight' must be a number");
@@ -178,7 +193,7 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
             }
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: unknown field '%.40s' (id, "
-                                  "adapter, adapters, weight, system)", key);
+                                  "adapter, adapters, weight, max_in_flight, system)", key);
         }
         if (st != WF_OK) break;
     }

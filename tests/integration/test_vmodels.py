@@ -26,10 +26,10 @@ SYSTEM = "You answer with SQL only, no prose."
 
 @pytest.fixture(scope="module")
 def weftd():
-    # each adapter holds ~1.2 MiB: two fit in 3 MiB, a third does not
+    # each adapter holds ~1.24 MiB: three fit in 4 MiB, a fourth does not
     d = Weftd("--vmodel", f"id=sql,adapter={GGUF},weight=2,system={SYSTEM}",
               "--vmodel", f"id=peft-half,adapter={PEFT}:0.5",
-              "--adapter-memory-mb", "3", "--max-running", "8")
+              "--adapter-memory-mb", "4", "--max-running", "8")
     yield d
     rc = d.stop()
     assert rc == 0, f"weftd exited with {rc}"
@@ -67,6 +67,7 @@ def fixture_cases(name):
 def test_models_list_has_parent_and_root(client):
     data = {m.id: m for m in client.models.list().data}
     assert set(data) == {MODEL_ID, "sql", "peft-half"}
+    assert data["sql"].model_dump()["weight"] == 2
     for vm in ("sql", "peft-half"):
         m = data[vm].model_dump()
         assert m["parent"] == MODEL_ID and m["root"] == MODEL_ID
@@ -121,8 +122,41 @@ def test_prefix_cache_is_per_adapter(client):
     assert cached("peft-half") > 0       # but its own
 
 
+def test_quota_429_for_that_model_only(weftd, client):
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "quota1", "adapter": PEFT, "max_in_flight": 1, "weight": 1})
+    assert code == 201, body
+    started, done = threading.Event(), {}
+
+    def stream():
+        s = client.completions.create(model="quota1", prompt="Tell me a story.", max_tokens=40,
+                                      temperature=0, stream=True, extra_body={"ignore_eos": True})
+        n = 0
+        for chunk in s:
+            if chunk.choices and chunk.choices[0].text:
+                n += 1
+                started.set()
+        done["n"] = n
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(120)
+    with pytest.raises(openai.RateLimitError) as e:
+        client.completions.create(model="quota1", prompt="hi", max_tokens=2)
+    assert e.value.response.headers.get("retry-after") == "1"
+    assert "quota1" in e.value.message
+    # the others are not limited by quota1's quota
+    assert client.completions.create(model="sql", prompt="hi", max_tokens=2).model == "sql"
+    t.join(300)
+    assert done["n"] > 30
+    assert client.completions.create(model="quota1", prompt="hi", max_tokens=2).model == "quota1"
+    code, stats = call(weftd, "GET", "/admin/stats")
+    q = [v for v in stats["vmodels"] if v["id"] == "quota1"][0]
+    assert q["rejected_quota_total"] == 1 and q["max_in_flight"] == 1
+
+
 def test_admin_add_errors(weftd, tmpdir):
-    # the budget (3 MiB) holds the two adapters loaded at start, not a third
+    # the budget (4 MiB) holds the three adapters loaded so far, not a fourth
     code, body = call(weftd, "POST", "/admin/models", {"id": "third", "adapter": GGUF})
     assert code == 507, body
     assert "budget" in body["error"]["message"]
@@ -180,7 +214,7 @@ def test_remove_under_load_then_readd(weftd, client):
     assert r.model == "sql"
     code, stats = call(weftd, "GET", "/admin/stats")
     assert code == 200
-    assert {v["id"] for v in stats["vmodels"]} == {"sql", "peft-half"}
+    assert {v["id"] for v in stats["vmodels"]} == {"sql", "peft-half", "quota1"}
     assert stats["adapter_bytes"] <= stats["adapter_budget_bytes"]
 
 

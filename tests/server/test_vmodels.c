@@ -38,6 +38,7 @@ START_TEST(test_parse_errors) {
         {"id=a,adapter=/x,weight=0", "'weight'"},
         {"id=a,adapter=/x,weight=abc", "'weight'"},
         {"id=a,adaptor=/x", "unknown key 'adaptor'"},
+        {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
         {"id=a b,adapter=/x", "'id'"},
         {"id=a,adapter=", "path is empty"},
         {"id=a,adapter", "not key=value"},
