@@ -30,6 +30,7 @@
 
 #include "kv/paged.h"
 #include "sched/cost_model.h"
+#include "sched/fair.h"
 #include "sched/policy.h"
 #include "sched/request_impl.h"
 
@@ -58,6 +59,10 @@ typedef struct wf_core_config {
     /* Optional (may be NULL): the cost model the policy's TPOT budget predicts with. The owner
      * may update or swap it between iterations (online refit; NULL while untrusted). */
     const wf_cost_model *cost;
+    /* Required by a policy with `fair` (shared by every group's core): virtual models' clocks,
+     * charged per planned task (prefill tokens x b + decodes x c of the cost model, or one per
+     * token without one). NULL otherwise. */
+    wf_fair *fair;
     wf_core_callbacks cb;
 } wf_core_config;
 

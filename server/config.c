@@ -48,7 +48,7 @@ static const option_spec options[] = {
     {"shutdown-timeout-ms", OPT_INT, FIELD(shutdown_timeout_ms), 0, INT_MAX, "MS", "SIGTERM drain deadline (default 10000)"},
     {"metrics-open", OPT_BOOL, FIELD(metrics_open), 0, 1, NULL, "serve /metrics without an API key"},
     {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default " WF_DEFAULT_STR(WF_DEFAULT_QUEUE_SIZE) ")"},
-    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo (default " WF_DEFAULT_POLICY ")"},
+    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo, fair (weighted fair queueing across virtual models) (default " WF_DEFAULT_POLICY ")"},
     {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default " WF_DEFAULT_STR(WF_DEFAULT_KV_MEMORY_MB) ")"},
     {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_BATCH_TOKENS) ")"},
     {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TTFT_MS) ")"},

@@ -626,6 +626,7 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         spec.model = vm ? vm->spec.id : s->model.id;
         spec.vmodel = vm ? vm->num : 0;
         spec.prefix_salt = vm ? vm->salt : 0;
+        spec.share_weight = vm ? vm->spec.weight : 1.0;
         int left = s->model.n_ctx - spec.n_prompt;
         if (!o->max_tokens_set) spec.max_tokens = kind == WF_OPENAI_CHAT ? left : (left < 16 ? left : 16);
         snprintf(spec.id, sizeof spec.id, "%s", g->id);
