@@ -82,7 +82,11 @@ static void gen_free(wf_gen *g) {
         free(g->choices[i].lp_off);
     }
     for (int i = 0; i < g->n_subs; i++) free(g->subs[i].prompt);
-    if (g->vm) wf__vm_release(s, g->vm);
+    if (g->vm) {
+        int gen_tokens = 0;
+        for (int i = 0; i < g->n_choices; i++) gen_tokens += g->choices[i].tokens;
+        wf__vm_release(s, g->vm, g->prompt_tokens, gen_tokens);
+    }
     free(g->choices);
     free(g->subs);
     wf_openai_request_free(&g->oai);

@@ -339,6 +339,7 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
         int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
         wf_metrics_render_ranks(r, n < WF_SERVER_MAX_RANKS ? n : WF_SERVER_MAX_RANKS, s->model_id, &b);
     }
+    wf__vm_write_metrics(s, &b);
     if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
     else wf__server_respond(s, req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     wf_jbuf_free(&b);

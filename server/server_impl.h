@@ -22,6 +22,7 @@ typedef struct wf_server_vm {
     bool draining;              /* DELETEd: removed when inflight reaches 0 */
     uint64_t requests;
     uint64_t rejected_quota;    /* 429s from max_in_flight */
+    uint64_t prompt_tokens, generation_tokens; /* of its ended requests */
     int64_t created;
 } wf_server_vm;
 
@@ -78,7 +79,8 @@ void wf__server_count_stream(wf_server *s);
  * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight quota is reached);
  * release gives it back (a drained one is removed at its last release). */
 wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out);
-void wf__vm_release(wf_server *s, uint32_t num);
+void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens);
+void wf__vm_write_metrics(wf_server *s, wf_jbuf *b); /* Prometheus lines, label vmodel */
 void wf__vm_free_all(wf_server *s);
 void wf__vm_write_models(wf_server *s, wf_jbuf *b);  /* ",{...}" per live virtual model */
 bool wf__vm_write_model(wf_server *s, wf_jbuf *b, const char *id);

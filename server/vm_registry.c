@@ -47,9 +47,11 @@ static void drop(wf_server *s, wf_server_vm *v) {
     *v = s->vms[--s->n_vms];
 }
 
-void wf__vm_release(wf_server *s, uint32_t num) {
+void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens) {
     wf_server_vm *v = find_num(s, num);
     if (!v) return;
+    v->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
+    v->generation_tokens += (uint64_t)(generation_tokens > 0 ? generation_tokens : 0);
     if (v->inflight > 0) v->inflight--;
     if (v->draining && v->inflight == 0) drop(s, v);
 }
@@ -181,6 +183,39 @@ void wf__vm_write_admin(wf_server *s, wf_jbuf *b) {
                        v->draining ? "true" : "false", v->bytes);
     }
     wf_jbuf_cstr(b, "]");
+}
+
+void wf__vm_write_metrics(wf_server *s, wf_jbuf *b) {
+    if (s->n_vms == 0) return;
+    static const struct { const char *name, *type, *help; } m[] = {
+        {"vmodel_requests_total", "counter", "Requests accepted per virtual model"},
+        {"vmodel_requests_in_flight", "gauge", "Requests running or queued per virtual model"},
+        {"vmodel_rejected_quota_total", "counter", "Requests refused (429) by the virtual model's max_in_flight"},
+        {"vmodel_prompt_tokens_total", "counter", "Prompt tokens of ended requests per virtual model"},
+        {"vmodel_generation_tokens_total", "counter", "Generated tokens of ended requests per virtual model"},
+        {"vmodel_adapter_bytes", "gauge", "Adapter memory per virtual model"},
+        {"vmodel_weight", "gauge", "Fair-sharing weight per virtual model"},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        wf_jbuf_printf(b, "# HELP weft:%s %s\n# TYPE weft:%s %s\n", m[k].name, m[k].help,
+                       m[k].name, m[k].type);
+        for (int i = 0; i < s->n_vms; i++) {
+            const wf_server_vm *v = &s->vms[i];
+            double val = k == 0 ? (double)v->requests : k == 1 ? v->inflight
+                       : k == 2 ? (double)v->rejected_quota : k == 3 ? (double)v->prompt_tokens
+                       : k == 4 ? (double)v->generation_tokens : k == 5 ? (double)v->bytes
+                       : v->spec.weight;
+            /* virtual model ids have no quotes or spaces (wf_vmodel_spec checks); the
+             * backbone's name is escaped as a label value */
+            wf_jbuf_printf(b, "weft:%s{model_name=\"", m[k].name);
+            for (const char *c = s->model_id; *c; c++) {
+                if (*c == '\\' || *c == '"') wf_jbuf_raw(b, "\\", 1);
+                if (*c == '\n') wf_jbuf_cstr(b, "\\n");
+                else wf_jbuf_raw(b, c, 1);
+            }
+            wf_jbuf_printf(b, "\",vmodel=\"%s\"} %.17g\n", v->spec.id, val);
+        }
+    }
 }
 
 /* POST /admin/models: the JSON form of wf_vmodel_spec. */

@@ -21,9 +21,9 @@ static wf_status set_id(wf_vmodel_spec *v, const char *s, size_t n, char *err, s
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'id' must be 1..%d characters",
                                 (int)sizeof v->id - 1);
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x21 || s[i] == ',' || s[i] == '"')
-            return wf_status_errorf(err, errlen, WF_EINVAL,
-                                    "vmodel: 'id' must not contain spaces, commas or quotes");
+        if ((unsigned char)s[i] < 0x21 || s[i] == ',' || s[i] == '"' || s[i] == '\\')
+            return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'id' must not contain "
+                                    "spaces, commas, quotes or backslashes");
     memcpy(v->id, s, n);
     v->id[n] = 0;
     return WF_OK;

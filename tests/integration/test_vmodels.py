@@ -218,6 +218,20 @@ def test_remove_under_load_then_readd(weftd, client):
     assert stats["adapter_bytes"] <= stats["adapter_budget_bytes"]
 
 
+def test_per_vmodel_metrics(weftd, client):
+    client.completions.create(model="peft-half", prompt="Hello", max_tokens=3, temperature=0)
+    req = urllib.request.Request(weftd.base + "/metrics")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    lines = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines()
+             if l.startswith("weft:vmodel_")}
+    key = 'weft:vmodel_requests_total{model_name="%s",vmodel="peft-half"}' % MODEL_ID
+    assert lines[key] >= 1
+    gen = 'weft:vmodel_generation_tokens_total{model_name="%s",vmodel="peft-half"}' % MODEL_ID
+    assert lines[gen] >= 3
+    assert lines['weft:vmodel_weight{model_name="%s",vmodel="peft-half"}' % MODEL_ID] == 1.0
+
+
 def test_bad_vmodel_flag_is_a_startup_error():
     with pytest.raises(RuntimeError) as e:
         Weftd("--vmodel", "id=x,adapter=/nonexistent/a.gguf", ready_timeout=120)
