@@ -105,7 +105,7 @@ static wf_status b_vmodel_load(void *ctx, uint32_t num, const wf_vmodel_spec *sp
         total += v.loras[i]->bytes;
         uses[i] = (wf_lora_use){v.loras[i], spec->scales[i]};
     }
-    if (st == WF_OK && budget > 0 && total > budget)
+    if (st == WF_OK && total > budget)
         st = wf_status_errorf(err, errlen, WF_EFULL,
                               "adapter memory budget full: virtual model '%s' needs %.1f MiB, "
                               "%.1f MiB are left (--adapter-memory-mb)", spec->id,

@@ -72,8 +72,8 @@ typedef struct wf_server_backend {
     /* Optional (NULL: no worker processes): fills up to cap ranks, returns how many exist. */
     int (*ranks)(void *ctx, wf_server_rank *out, int cap);
     /* Optional (NULL: no virtual models). Loads spec's adapters and binds them to num (the id
-     * its requests' tasks carry); *bytes gets their memory. budget > 0: WF_EFULL (nothing
-     * bound) when they need more than budget bytes. Adapter errors as engine/lora.h's, err
+     * its requests' tasks carry); *bytes gets their memory. WF_EFULL (nothing bound) when they
+     * need more than budget bytes (SIZE_MAX: unlimited). Adapter errors as engine/lora.h's, err
      * naming the file. unload unbinds num (waiting for a batch that runs) and frees. */
     wf_status (*vmodel_load)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
                              size_t *bytes, char *err, size_t errlen);

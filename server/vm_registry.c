@@ -3,6 +3,7 @@
  * stops new requests at once (404) and removes it when its last in-flight request ends, so the
  * others' requests never notice; GET /v1/models lists them with the backbone as parent/root. */
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,9 +83,11 @@ wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *ht
     }
     uint32_t num = ++s->next_vm_num;
     size_t bytes = 0;
-    wf_status st = s->backend.vmodel_load(s->backend.ctx, num, spec, s->opts.adapter_budget_bytes ?
-                                          s->opts.adapter_budget_bytes - s->adapter_bytes : 0,
-                                          &bytes, err, errlen);
+    size_t left = SIZE_MAX; /* unlimited */
+    if (s->opts.adapter_budget_bytes)
+        left = s->opts.adapter_budget_bytes > s->adapter_bytes
+                   ? s->opts.adapter_budget_bytes - s->adapter_bytes : 0;
+    wf_status st = s->backend.vmodel_load(s->backend.ctx, num, spec, left, &bytes, err, errlen);
     if (st != WF_OK) {
         *http_status = st == WF_EFULL ? 507 : st == WF_ENOMEM ? 503 : 400;
         return st;
