@@ -449,8 +449,8 @@ static Suite *lora_suite(void) {
     suite_add_tcase(s, tl);
     TCase *tg = tcase_create("golden");
     tcase_set_timeout(tg, 240);
-    (void)test_golden_tiny; /* fixtures: next commit */
-    (void)test_golden_default_model;
+    tcase_add_loop_test(tg, test_golden_tiny, 0, 4);
+    tcase_add_loop_test(tg, test_golden_default_model, 0, 2);
     tcase_add_loop_test(tg, test_batch_invariance, 0, 2);
     suite_add_tcase(s, tg);
     return s;

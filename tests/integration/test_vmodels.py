@@ -76,20 +76,25 @@ def test_models_list_has_parent_and_root(client):
         client.models.retrieve("nope")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(LORA, "smollm2.txt")),
-                    reason="fixtures land in the next commit")
 def test_greedy_equals_llama_cpp_with_the_adapter(weftd, client):
     """Prompt ids in, text out: the fixture's tokens (llama.cpp with smollm2.gguf at scale 1),
-    detokenized by the server, must be what the virtual model generates."""
+    detokenized by the server, must be what the virtual model generates. Cases where llama.cpp
+    drew a control token (ids 0-2: <|endoftext|>, <|im_start|>, <|im_end|>) are left to
+    tests/engine/test_lora.c: the server ends there, or with ignore_eos suppresses it."""
+    checked = 0
     for scale, ids, gen in fixture_cases("smollm2"):
         assert scale == 1.0
+        if min(gen) <= 2:
+            continue
+        checked += 1
         r = client.completions.create(model="sql", prompt=ids, max_tokens=len(gen), temperature=0,
                                       extra_body={"ignore_eos": True})
         assert r.model == "sql"
         code, want = call(weftd, "POST", "/detokenize", {"tokens": gen})
         assert code == 200
-        assert r.choices[0].text == want["prompt"]
+        assert r.choices[0].text == want["content"]
         assert r.usage.completion_tokens == len(gen)
+    assert checked >= 2
 
 
 def test_adapter_changes_output_and_system_prompt(client):
