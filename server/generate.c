@@ -531,6 +531,9 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
                  "The model '%.200s' does not exist (this server serves '%.200s'%s)", o->model,
                  s->model.id, s->n_vms ? " and its virtual models: GET /v1/models" : "");
         g->vm = vm->num;
+        /* the virtual model's SLO class, for requests that state none */
+        if (!(o->spec.slo.ttft_ms > 0) && vm->spec.ttft_ms > 0) o->spec.slo.ttft_ms = vm->spec.ttft_ms;
+        if (!(o->spec.slo.tpot_ms > 0) && vm->spec.tpot_ms > 0) o->spec.slo.tpot_ms = vm->spec.tpot_ms;
     }
 
     g->n_subs = kind == WF_OPENAI_CHAT ? 1 : (int)o->n_prompts;

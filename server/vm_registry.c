@@ -98,6 +98,8 @@ wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *ht
     snprintf(v->spec.id, sizeof v->spec.id, "%s", spec->id);
     v->spec.weight = spec->weight;
     v->spec.max_in_flight = spec->max_in_flight;
+    v->spec.ttft_ms = spec->ttft_ms;
+    v->spec.tpot_ms = spec->tpot_ms;
     bool oom = false;
     for (int i = 0; i < spec->n_adapters; i++) {
         v->spec.paths[i] = strdup(spec->paths[i]);
@@ -147,8 +149,10 @@ static void write_one(wf_server *s, wf_jbuf *b, const wf_server_vm *v) {
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
     wf_jbuf_cstr(b, ",\"parent\":");
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
-    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"adapters\":[", v->spec.weight,
-                   v->spec.max_in_flight);
+    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"slo\":{\"ttft_ms\":%g,"
+                   "\"tpot_ms\":%g},\"adapters\":[", v->spec.weight, v->spec.max_in_flight,
+                   v->spec.ttft_ms > 0 ? v->spec.ttft_ms : s->opts.default_ttft_ms,
+                   v->spec.tpot_ms > 0 ? v->spec.tpot_ms : s->opts.default_tpot_ms);
     for (int i = 0; i < v->spec.n_adapters; i++) {
         wf_jbuf_cstr(b, i ? ",{\"path\":" : "{\"path\":");
         wf_jbuf_str(b, v->spec.paths[i], strlen(v->spec.paths[i]));

@@ -108,6 +108,11 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be "
                                       "a non-negative integer");
             else v->max_in_flight = (int)q;
+        } else if (kl == 7 && (memcmp(p, "ttft_ms", 7) == 0 || memcmp(p, "tpot_ms", 7) == 0)) {
+            double *dst = p[1] == 't' ? &v->ttft_ms : &v->tpot_ms;
+            if (!parse_double(val, vl, dst) || !(*dst > 0) || *dst > 1e9)
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%.7s' must be a number of "
+                                      "milliseconds > 0", p);
         } else if (kl == 6 && memcmp(p, "weight", 6) == 0) {
             if (!parse_double(val, vl, &v->weight))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'weight' must be a "
@@ -115,7 +120,7 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL,
                                   "vmodel: unknown key '%.*s' (id, adapter, weight, "
-                                  "max_in_flight, system)",
+                                  "max_in_flight, ttft_ms, tpot_ms, system)",
                                   (int)(kl < 40 ? kl : 40), p);
         }
         p = comma ? comma + 1 : val + vl;
@@ -175,6 +180,15 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
                 break;
             }
             v->max_in_flight = (int)json_integer_value(val);
+        } else if (strcmp(key, "ttft_ms") == 0 || strcmp(key, "tpot_ms") == 0) {
+            double x = json_is_number(val) ? json_number_value(val) : -1;
+            if (!(x > 0) || x > 1e9) {
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%s' must be a number of "
+                                      "milliseconds > 0", key);
+                break;
+            }
+            if (key[1] == 't') v->ttft_ms = x;
+            else v->tpot_ms = x;
         } else if (strcmp(key, "weight") == 0) {
             if (!json_is_number(val)) {
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'weight' must be a number");
@@ -193,7 +207,8 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
             }
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: unknown field '%.40s' (id, "
-                                  "adapter, adapters, weight, max_in_flight, system)", key);
+                                  "adapter, adapters, weight, max_in_flight, ttft_ms, tpot_ms, "
+                                  "system)", key);
         }
         if (st != WF_OK) break;
     }

@@ -13,11 +13,13 @@
  * Flag grammar: comma-separated key=value pairs: id (required; not the backbone's name),
  * adapter=PATH[:SCALE] (1..WF_VMODEL_MAX_ADAPTERS, in order; SCALE default 1), weight (> 0,
  * default 1: the fair-sharing weight), max_in_flight (requests running or queued at once; more
- * get 429 with Retry-After, for this virtual model only; default 0: no quota), system=TEXT (must come last: the text runs to the end,
+ * get 429 with Retry-After, for this virtual model only; default 0: no quota), ttft_ms and
+ * tpot_ms (its SLO class: the targets of its requests that state no "slo"; 0: the server's
+ * defaults), system=TEXT (must come last: the text runs to the end,
  * commas included; prepended as a system message to chat requests that carry none).
  * JSON form (config file "vmodels" entries and POST /admin/models): {"id": ..., "adapters":
  * [{"path": ..., "scale": ...}] or "adapter": "PATH", "weight": ..., "max_in_flight": ...,
- * "system": ...}.
+ * "ttft_ms": ..., "tpot_ms": ..., "system": ...}.
  * Errors name the key: WF_EINVAL. Thread-safety: specs are plain values. */
 #ifndef WF_SERVER_VMODELS_H
 #define WF_SERVER_VMODELS_H
@@ -38,6 +40,7 @@ typedef struct wf_vmodel_spec {
     float scales[WF_VMODEL_MAX_ADAPTERS];
     double weight;
     int max_in_flight;                   /* 0: no quota */
+    double ttft_ms, tpot_ms;             /* SLO class; 0: the server's defaults */
     char *system;                        /* owned; NULL: none */
 } wf_vmodel_spec;
 

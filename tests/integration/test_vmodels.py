@@ -27,7 +27,7 @@ SYSTEM = "You answer with SQL only, no prose."
 @pytest.fixture(scope="module")
 def weftd():
     # each adapter holds ~1.24 MiB: three fit in 4 MiB, a fourth does not
-    d = Weftd("--vmodel", f"id=sql,adapter={GGUF},weight=2,system={SYSTEM}",
+    d = Weftd("--vmodel", f"id=sql,adapter={GGUF},weight=2,ttft_ms=1500,system={SYSTEM}",
               "--vmodel", f"id=peft-half,adapter={PEFT}:0.5",
               "--adapter-memory-mb", "4", "--max-running", "8")
     yield d
@@ -68,6 +68,7 @@ def test_models_list_has_parent_and_root(client):
     data = {m.id: m for m in client.models.list().data}
     assert set(data) == {MODEL_ID, "sql", "peft-half"}
     assert data["sql"].model_dump()["weight"] == 2
+    assert data["sql"].model_dump()["slo"]["ttft_ms"] == 1500
     for vm in ("sql", "peft-half"):
         m = data[vm].model_dump()
         assert m["parent"] == MODEL_ID and m["root"] == MODEL_ID

@@ -23,8 +23,10 @@ START_TEST(test_parse_flag) {
     ck_assert_str_eq(v.system, "Be terse, use SQL.");
     wf_vmodel_spec_free(&v);
     /* a colon that is not followed by a number belongs to the path */
-    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x:y/z", &v, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x:y/z,ttft_ms=250,tpot_ms=40", &v, err,
+                                          sizeof err), WF_OK);
     ck_assert_str_eq(v.paths[0], "/x:y/z");
+    ck_assert(v.ttft_ms == 250 && v.tpot_ms == 40);
     wf_vmodel_spec_free(&v);
 }
 END_TEST
@@ -39,6 +41,8 @@ START_TEST(test_parse_errors) {
         {"id=a,adapter=/x,weight=abc", "'weight'"},
         {"id=a,adaptor=/x", "unknown key 'adaptor'"},
         {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
+        {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
+        {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
         {"id=a b,adapter=/x", "'id'"},
         {"id=a,adapter=", "path is empty"},
         {"id=a,adapter", "not key=value"},
