@@ -238,6 +238,32 @@ def test_per_vmodel_metrics(weftd, client):
     assert lines['weft:vmodel_weight{model_name="%s",vmodel="peft-half"}' % MODEL_ID] == 1.0
 
 
+def test_fair_policy_serves_concurrent_virtual_models():
+    """weftd --policy fair: streams of three virtual models with different weights and the bare
+    backbone, at once, all complete with their full token counts."""
+    d = Weftd("--policy", "fair", "--max-running", "4",
+              "--vmodel", f"id=a,adapter={GGUF},weight=1",
+              "--vmodel", f"id=b,adapter={PEFT},weight=3")
+    try:
+        c = openai.OpenAI(base_url=d.base + "/v1", api_key="unused", max_retries=0, timeout=300)
+        out = {}
+
+        def run(model, k):
+            r = c.completions.create(model=model, prompt="Count to ten: one, two,", max_tokens=12,
+                                     temperature=0, extra_body={"ignore_eos": True})
+            out[(model, k)] = r.usage.completion_tokens
+
+        ts = [threading.Thread(target=run, args=(m, k)) for m in ("a", "b", MODEL_ID)
+              for k in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(300)
+        assert len(out) == 9 and set(out.values()) == {12}, out
+    finally:
+        assert d.stop() == 0
+
+
 def test_bad_vmodel_flag_is_a_startup_error():
     with pytest.raises(RuntimeError) as e:
         Weftd("--vmodel", "id=x,adapter=/nonexistent/a.gguf", ready_timeout=120)
