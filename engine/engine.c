@@ -3,6 +3,7 @@
 #include "proto/base/clock.h"
 #include "engine/engine.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,15 @@ struct wf_engine {
     wf_fwd_seq *seqs;
     int *task_of_seq;
     wf_engine_exec exec;
+    /* virtual model id -> adapters; vm_mu is held by a whole batch so that unbind returns
+     * only when no running batch still reads the adapters */
+    pthread_mutex_t vm_mu;
+    struct vm_binding {
+        uint32_t id;
+        int n;
+        wf_lora_use uses[WF_FWD_MAX_LORAS];
+    } *vms;
+    int n_vms, cap_vms;
     /* The executor's own thread: dispatch queues a batch here and returns; the thread runs it
      * (driving the thread pool as its caller thread) and calls done. */
     wf_exec_thread *worker;
@@ -65,6 +75,7 @@ wf_status wf_engine_open(const wf_engine_options *o, wf_engine **out, char *err,
         wf_errorf(err, errlen, "engine: out of memory");
         return WF_ENOMEM;
     }
+    pthread_mutex_init(&e->vm_mu, NULL);
     e->max_batch_tokens = o->max_batch_tokens;
     e->max_seqs = o->max_seqs < o->max_batch_tokens ? o->max_seqs : o->max_batch_tokens;
     if ((st = wf_model_load(o->model_path, &e->model, err, errlen)) != WF_OK) goto fail;
@@ -146,6 +157,8 @@ void wf_engine_free(wf_engine *e) {
     wf_tokenizer_free(e->tok);
     free(e->chat_template);
     wf_model_free(e->model);
+    free(e->vms);
+    pthread_mutex_destroy(&e->vm_mu);
     free(e);
 }
 
@@ -179,10 +192,60 @@ static bool kv_matches(const wf_engine *e, const wf_kv_store *kv) {
            g->n_kv_heads == e->model->hp.n_head_kv && g->head_dim == e->model->hp.head_dim;
 }
 
+wf_status wf_engine_lora_load(wf_engine *e, const char *path, wf_lora **out, char *err,
+                              size_t errlen) {
+    return wf_lora_load(e->model, path, out, err, errlen);
+}
+
+static struct vm_binding *vm_find(wf_engine *e, uint32_t id) {
+    for (int i = 0; i < e->n_vms; i++)
+        if (e->vms[i].id == id) return &e->vms[i];
+    return NULL;
+}
+
+wf_status wf_engine_vmodel_bind(wf_engine *e, uint32_t vmodel, const wf_lora_use *uses, int n,
+                                char *err, size_t errlen) {
+    if (vmodel == 0 || n < 1 || n > WF_FWD_MAX_LORAS || !uses)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "engine: a virtual model binds 1..%d "
+                                "adapters to an id > 0", WF_FWD_MAX_LORAS);
+    for (int i = 0; i < n; i++)
+        if (!uses[i].lora || uses[i].lora->n_layer != e->model->hp.n_layer)
+            return wf_status_errorf(err, errlen, WF_EINVAL,
+                                    "engine: adapter %d is missing or of another model", i);
+    pthread_mutex_lock(&e->vm_mu);
+    struct vm_binding *b = vm_find(e, vmodel);
+    if (!b) {
+        if (e->n_vms == e->cap_vms) {
+            int cap = e->cap_vms ? 2 * e->cap_vms : 16;
+            void *p = realloc(e->vms, (size_t)cap * sizeof *e->vms);
+            if (!p) {
+                pthread_mutex_unlock(&e->vm_mu);
+                return wf_status_errorf(err, errlen, WF_ENOMEM, "engine: out of memory");
+            }
+            e->vms = p;
+            e->cap_vms = cap;
+        }
+        b = &e->vms[e->n_vms++];
+    }
+    b->id = vmodel;
+    b->n = n;
+    memcpy(b->uses, uses, (size_t)n * sizeof *uses);
+    pthread_mutex_unlock(&e->vm_mu);
+    return WF_OK;
+}
+
+wf_status wf_engine_vmodel_unbind(wf_engine *e, uint32_t vmodel) {
+    pthread_mutex_lock(&e->vm_mu);
+    struct vm_binding *b = vm_find(e, vmodel);
+    if (b) *b = e->vms[--e->n_vms];
+    pthread_mutex_unlock(&e->vm_mu);
+    return b ? WF_OK : WF_ENOTFOUND;
+}
+
 /* Collects the runnable tasks into e->seqs (failing the invalid ones individually) and runs
  * the forward pass. Returns the number of sequences run, or a negative status. */
-static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
-                           bool all_logits) {
+static int prepare_and_run_locked(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
+                                  bool all_logits) {
     char msg[160];
     int n = 0, total = 0;
     for (int i = 0; i < n_tasks; i++) {
@@ -197,12 +260,21 @@ static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_
             t->status = WF_EINVAL;
             continue;
         }
+        const struct vm_binding *vb = NULL;
+        if (t->vmodel != 0 && !(vb = vm_find(e, t->vmodel))) {
+            WF_LOG_WARN("engine", NULL, "task %llu fails: virtual model %u has no adapters",
+                        (unsigned long long)t->id, t->vmodel);
+            t->status = WF_ENOTFOUND;
+            continue;
+        }
         wf_fwd_seq s = {.tokens = t->llm.tokens,
                         .n_tokens = t->llm.n_tokens,
                         .pos = t->llm.pos,
                         .block_table = t->llm.kv.block_table,
                         .n_blocks = t->llm.kv.n_blocks,
-                        .want_logits = all_logits || (t->llm.samples && t->llm.n_samples > 0)};
+                        .want_logits = all_logits || (t->llm.samples && t->llm.n_samples > 0),
+                        .loras = vb ? vb->uses : NULL,
+                        .n_loras = vb ? vb->n : 0};
         wf_status st = wf_forward_check_seq(e->fwd, kv, &s, msg, sizeof msg);
         if (st != WF_OK) {
             WF_LOG_WARN("engine", NULL, "task %llu fails: %s", (unsigned long long)t->id, msg);
@@ -217,6 +289,15 @@ static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_
     if (n == 0) return 0;
     wf_status st = wf_forward_run(e->fwd, kv, e->seqs, n);
     return st == WF_OK ? n : (int)st;
+}
+
+/* The bindings stay locked for the whole run: the sequences point into them. */
+static int prepare_and_run(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,
+                           bool all_logits) {
+    pthread_mutex_lock(&e->vm_mu);
+    int n = prepare_and_run_locked(e, kv, tasks, n_tasks, all_logits);
+    pthread_mutex_unlock(&e->vm_mu);
+    return n;
 }
 
 static wf_status exec_run_batch(void *ctx, wf_task_batch *batch) {

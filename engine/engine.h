@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "engine/chat.h"
+#include "engine/lora.h"
 #include "engine/tokenizer.h"
 #include "kv/kv_store.h"
 #include "proto/base/status.h"
@@ -93,6 +94,21 @@ wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size);
  * WF_EBUSY when two batches are already queued. Optional slots: supports (PREFILL, DECODE,
  * FINISH), cancel (a batch not yet started), synchronize; free is NULL (the engine owns it). */
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv);
+
+/* Virtual models: a task whose header names vmodel != 0 runs with the adapters bound to that
+ * id (applied in order, each with its scale; no merging into the weights); vmodel 0 is the
+ * bare backbone. A task naming an id with no binding fails alone with WF_ENOTFOUND.
+ * wf_engine_lora_load reads an adapter for this engine's model (engine/lora.h: formats and
+ * errors); the caller owns it and frees it with wf_lora_free once no binding uses it and no
+ * batch runs with it (unbind, then the next batch boundary: unbind waits for a running batch).
+ * bind copies the list (1..WF_FWD_MAX_LORAS entries), replacing an earlier binding of the id.
+ * Thread-safe against the executor: a batch sees each binding whole, before or after. */
+wf_status wf_engine_lora_load(wf_engine *e, const char *path, wf_lora **out, char *err,
+                              size_t errlen);
+wf_status wf_engine_vmodel_bind(wf_engine *e, uint32_t vmodel, const wf_lora_use *uses, int n,
+                                char *err, size_t errlen);
+/* WF_OK, or WF_ENOTFOUND if the id had no binding. */
+wf_status wf_engine_vmodel_unbind(wf_engine *e, uint32_t vmodel);
 
 /* Additions beyond the agreed API (used by weft-run, tests and benchmarks). */
 

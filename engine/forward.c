@@ -27,6 +27,11 @@ struct wf_forward {
     int *tok_seq, *tok_pos;
     float *xl, *logits;
     int n_logits;
+    /* LoRA segments: gathered input rows, their rank-r projections, the B outputs, and per
+     * gathered row its token and scale */
+    float *lx, *lmid, *lout, *lscale;
+    int *lrow, *seq_t0;
+    int max_loras_run;   /* most adapters any sequence of the current run carries */
     void *mm_scratch;
     /* attention per-thread scratch */
     unsigned char *attn_mem;
@@ -120,6 +125,12 @@ wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens,
         !(f->xl = alloc64((size_t)max_seqs * E * 4, b)) ||
         !(f->logits = alloc64((size_t)max_seqs * (size_t)hp->n_vocab * 4, b)))
         goto nomem;
+    size_t LD = max_sz(max_sz(E, QD), F); /* widest input or output of an adapted weight */
+    if (!(f->lx = alloc64(T * LD * 4, b)) || !(f->lout = alloc64(T * LD * 4, b)) ||
+        !(f->lmid = alloc64(T * WF_LORA_MAX_RANK * 4, b)) ||
+        !(f->lscale = alloc64(T * 4, b)) || !(f->lrow = alloc64(T * sizeof(int), b)) ||
+        !(f->seq_t0 = alloc64((size_t)max_seqs * sizeof(int), b)))
+        goto nomem;
     if (f->gelu_tab) gelu_table_init(f->gelu_tab);
     /* matmul scratch: the worst case over every weight at the largest m it sees */
     size_t mm = 0;
@@ -164,6 +175,12 @@ void wf_forward_free(wf_forward *f) {
     free(f->tok_pos);
     free(f->xl);
     free(f->logits);
+    free(f->lx);
+    free(f->lout);
+    free(f->lmid);
+    free(f->lscale);
+    free(f->lrow);
+    free(f->seq_t0);
     free(f->mm_scratch);
     free(f->attn_mem);
     free(f);
@@ -194,6 +211,17 @@ wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const
         if (s->tokens[i] < 0 || s->tokens[i] >= hp->n_vocab) {
             wf_errorf(err, errlen, "token id %d outside the vocabulary (%d)", s->tokens[i],
                     hp->n_vocab);
+            return WF_EINVAL;
+        }
+    }
+    if (s->n_loras < 0 || s->n_loras > WF_FWD_MAX_LORAS || (s->n_loras > 0 && !s->loras)) {
+        wf_errorf(err, errlen, "task carries %d adapters (at most %d)", s->n_loras,
+                  WF_FWD_MAX_LORAS);
+        return WF_EINVAL;
+    }
+    for (int i = 0; i < s->n_loras; i++) {
+        if (!s->loras[i].lora || s->loras[i].lora->n_layer != hp->n_layer) {
+            wf_errorf(err, errlen, "adapter %d of the task is missing or of another model", i);
             return WF_EINVAL;
         }
     }
@@ -469,6 +497,53 @@ static void matmul_shared_input(wf_forward *f, const float *x, int m, int n,
     wf_matmul_multi(f->pool, ws[0]->type, (int)ws[0]->ne0, x, m, outs, n, f->mm_scratch);
 }
 
+/* Adds each row's low-rank updates of weight `target` (n_in -> n_out) to y: adapter slot by
+ * slot (a row's adapters in its own order, as llama.cpp adds them), and within a slot one
+ * segment per distinct adapter, gathering the rows of every sequence that uses it so A and B
+ * stream once. Per row: y = y + (B (A x)) * scale, each product a wf_matmul row, so the result
+ * does not depend on the segment's other rows. */
+static void add_lora(wf_forward *f, wf_lora_target target, const float *x, int n_in, float *y,
+                     int n_out, int n_seqs) {
+    const wf_fwd_seq *seqs = f->seqs;
+    for (int j = 0; j < f->max_loras_run; j++) {
+        for (int s = 0; s < n_seqs; s++) {
+            if (seqs[s].n_loras <= j) continue;
+            const wf_lora *ad = seqs[s].loras[j].lora;
+            bool seen = false;
+            for (int p = 0; p < s && !seen; p++)
+                seen = seqs[p].n_loras > j && seqs[p].loras[j].lora == ad;
+            if (seen) continue; /* its rows went with the first sequence using it */
+            const wf_lora_mat *mt = wf_lora_mat_get(ad, f->layer, target);
+            if (!mt) continue;
+            int nr = 0;
+            for (int s2 = s; s2 < n_seqs; s2++) {
+                if (seqs[s2].n_loras <= j || seqs[s2].loras[j].lora != ad) continue;
+                float sc = wf_lora_scale(ad, mt, seqs[s2].loras[j].scale);
+                for (int i = 0; i < seqs[s2].n_tokens; i++, nr++) {
+                    int t = f->seq_t0[s2] + i;
+                    memcpy(f->lx + (size_t)nr * n_in, x + (size_t)t * n_in,
+                           sizeof(float) * (size_t)n_in);
+                    f->lrow[nr] = t;
+                    f->lscale[nr] = sc;
+                }
+            }
+            wf_matmul(f->pool, mt->a, WF_GGML_TYPE_F32, mt->rank, n_in, f->lx, nr, f->lmid,
+                      f->mm_scratch);
+            wf_matmul(f->pool, mt->b, WF_GGML_TYPE_F32, n_out, mt->rank, f->lmid, nr, f->lout,
+                      f->mm_scratch);
+            for (int r = 0; r < nr; r++) {
+                float *yr = y + (size_t)f->lrow[r] * n_out;
+                const float *d = f->lout + (size_t)r * n_out;
+                float sc = f->lscale[r];
+                for (int o = 0; o < n_out; o++) {
+                    float u = d[o] * sc; /* ggml_scale, then ggml_add: two roundings */
+                    yr[o] = yr[o] + u;
+                }
+            }
+        }
+    }
+}
+
 static void add_bias(float *y, const wf_weight *b, int m) {
     if (!b->data) return;
     const float *bb = b->data;
@@ -509,8 +584,11 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
     f->kv = kv;
     f->seqs = seqs;
     f->n_tok = T;
+    f->max_loras_run = 0;
     int t = 0;
     for (int s = 0; s < n_seqs; s++) {
+        f->seq_t0[s] = t;
+        if (seqs[s].n_loras > f->max_loras_run) f->max_loras_run = seqs[s].n_loras;
         for (int i = 0; i < seqs[s].n_tokens; i++, t++) {
             f->tok_seq[t] = s;
             f->tok_pos[t] = seqs[s].pos + i;
@@ -529,20 +607,33 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         run_job(f, JOB_NORM_ATTN, f->x, L->attn_norm.data, f->xn);
         matmul_shared_input(f, f->xn, T, 3, (const wf_weight *const[]){&L->wq, &L->wk, &L->wv},
                             (float *const[]){f->q, f->k, f->v});
+        const int QD = hp->n_head * hp->head_dim, KVD = hp->n_head_kv * hp->head_dim;
+        if (f->max_loras_run > 0) {
+            add_lora(f, WF_LORA_WQ, f->xn, hp->n_embd, f->q, QD, n_seqs);
+            add_lora(f, WF_LORA_WK, f->xn, hp->n_embd, f->k, KVD, n_seqs);
+            add_lora(f, WF_LORA_WV, f->xn, hp->n_embd, f->v, KVD, n_seqs);
+        }
         add_bias(f->q, &L->bq, T);
         add_bias(f->k, &L->bk, T);
         add_bias(f->v, &L->bv, T);
         run_job(f, JOB_ROPE_STORE, NULL, NULL, NULL);
         run_job(f, JOB_ATTN, NULL, NULL, NULL);
         matmul(f, &L->wo, f->att, T, f->tmp);
+        if (f->max_loras_run > 0) add_lora(f, WF_LORA_WO, f->att, QD, f->tmp, hp->n_embd, n_seqs);
         if (L->attn_post_norm.data)
             run_job(f, JOB_NORM_ATTN, f->tmp, L->attn_post_norm.data, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];
         run_job(f, JOB_NORM_ATTN, f->x, L->ffn_norm.data, f->xn);
         matmul_shared_input(f, f->xn, T, 2, (const wf_weight *const[]){&L->w_gate, &L->w_up},
                             (float *const[]){f->gate, f->up});
+        if (f->max_loras_run > 0) {
+            add_lora(f, WF_LORA_W_GATE, f->xn, hp->n_embd, f->gate, hp->n_ff, n_seqs);
+            add_lora(f, WF_LORA_W_UP, f->xn, hp->n_embd, f->up, hp->n_ff, n_seqs);
+        }
         run_job(f, JOB_SWIGLU, NULL, NULL, NULL);
         matmul(f, &L->w_down, f->gate, T, f->tmp);
+        if (f->max_loras_run > 0)
+            add_lora(f, WF_LORA_W_DOWN, f->gate, hp->n_ff, f->tmp, hp->n_embd, n_seqs);
         if (L->ffn_post_norm.data)
             run_job(f, JOB_NORM_ATTN, f->tmp, L->ffn_post_norm.data, f->tmp);
         for (size_t i = 0; i < (size_t)T * E; i++) f->x[i] = f->tmp[i] + f->x[i];

@@ -11,8 +11,11 @@
  * One run carries any mix of prefill chunks and single decode tokens, each sequence with its
  * own positions and paged KV (kv/kv_store.h, F16). Every token's arithmetic depends only on
  * that token and its sequence's KV: results do not depend on what else is in the batch
- * (matmul rows are independent dot products, attention is per (token, head)). Nothing is
- * allocated per run. Not thread-safe: one run at a time per wf_forward. */
+ * (matmul rows are independent dot products, attention is per (token, head)). Sequences may
+ * carry LoRA adapters: each adapted projection adds scale * B (A x) to its rows after the
+ * shared base matmul, with the rows of all sequences using one adapter gathered into one
+ * segment (A and B read once per batch), so a batch mixes adapters and the bare backbone and
+ * each row's result is the same as alone. Nothing is allocated per run. Not thread-safe: one run at a time per wf_forward. */
 #ifndef WF_ENGINE_FORWARD_H
 #define WF_ENGINE_FORWARD_H
 
@@ -21,6 +24,7 @@
 #include <stdint.h>
 
 #include "engine/cpu/threadpool.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "kv/kv_store.h"
 #include "proto/base/status.h"
@@ -32,7 +36,14 @@ typedef struct wf_fwd_seq {
     const int32_t *block_table; /* covers positions [0, pos + n_tokens) */
     int n_blocks;
     bool want_logits;           /* logits of the last token */
+    /* LoRA adapters of this sequence's virtual model (engine/lora.h), applied in order on top
+     * of the shared base matmuls; NULL/0: the bare backbone. Adapters must be of this model
+     * and stay alive for the run. */
+    const wf_lora_use *loras;
+    int n_loras;                /* 0..WF_FWD_MAX_LORAS */
 } wf_fwd_seq;
+
+#define WF_FWD_MAX_LORAS 8
 
 typedef struct wf_forward wf_forward;
 

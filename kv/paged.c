@@ -305,6 +305,11 @@ void wf_kv_seq_free(wf_kv_seq *seq) {
     memset(seq, 0, sizeof *seq);
 }
 
+void wf_kv_seq_set_salt(wf_kv_seq *seq, uint64_t salt) {
+    seq->salt = salt;
+    if (seq->n_hashed == 0) seq->last_hash = salt;
+}
+
 int wf_kv_seq_match_prefix(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens, int n) {
     if (n <= 0 || seq->n_blocks != 0) return 0;
     p->prefix_queries += (uint64_t)n;
@@ -312,7 +317,7 @@ int wf_kv_seq_match_prefix(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens,
     int bs = p->block_size;
     int max_full = (n - 1) / bs; /* keep >= 1 token to compute: its logits are sampled */
     if (max_full > seq->max_blocks) max_full = seq->max_blocks;
-    uint64_t parent = 0;
+    uint64_t parent = seq->salt;
     int i = 0;
     for (; i < max_full; i++) {
         const int32_t *blk = tokens + (size_t)i * (size_t)bs;
@@ -389,9 +394,10 @@ wf_status wf_kv_seq_fork(wf_kv_pool *p, const wf_kv_seq *src, wf_kv_seq *dst) {
     dst->n_tokens = src->n_tokens;
     dst->n_hashed = src->n_hashed < n ? src->n_hashed : n;
     dst->last_hash = src->last_hash;
+    dst->salt = src->salt;
     if (dst->n_hashed != src->n_hashed) { /* unreachable: hashed blocks are full, hence < n */
         dst->n_hashed = 0;
-        dst->last_hash = 0;
+        dst->last_hash = dst->salt;
     }
     return WF_OK;
 }
@@ -402,7 +408,7 @@ void wf_kv_seq_release(wf_kv_pool *p, wf_kv_seq *seq) {
     seq->n_blocks = 0;
     seq->n_tokens = 0;
     seq->n_hashed = 0;
-    seq->last_hash = 0;
+    seq->last_hash = seq->salt;
 }
 
 void wf_kv_store_copy_block(wf_kv_store *s, int32_t dst, int32_t src) {

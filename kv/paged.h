@@ -48,7 +48,10 @@ typedef struct wf_kv_seq {
     int n_blocks, max_blocks;
     int n_tokens;          /* positions whose K/V is written (committed) */
     int n_hashed;          /* leading full blocks whose chain hash is known */
-    uint64_t last_hash;    /* chain hash of block n_hashed-1 (0 when n_hashed == 0) */
+    uint64_t last_hash;    /* chain hash of block n_hashed-1 (salt when n_hashed == 0) */
+    /* Prefix-cache namespace: the chain's root hash. Sequences with different salts never
+     * share cached blocks (a virtual model's adapters change K/V); equal salts do. 0 default. */
+    uint64_t salt;
 } wf_kv_seq;
 
 /* n_blocks/block_size > 0. prefix_cache false: released blocks go straight to the free list.
@@ -89,6 +92,8 @@ bool wf_kv_pool_check(const wf_kv_pool *pool, char *err, int errlen);
  * WF_ENOMEM. */
 wf_status wf_kv_seq_init(wf_kv_seq *seq, int max_blocks);
 void wf_kv_seq_free(wf_kv_seq *seq);
+/* Sets the prefix-cache namespace of an empty sequence (kept across release). */
+void wf_kv_seq_set_salt(wf_kv_seq *seq, uint64_t salt);
 /* On an empty sequence: references the longest run of cached full blocks that match the
  * start of tokens, leaving at least one token to compute (its logits are needed). Sets
  * n_tokens to the matched length, counts queries/hits, returns the matched length. */

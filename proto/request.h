@@ -58,6 +58,10 @@ typedef struct wf_request_spec {
     wf_sampling_params sampling;
     wf_slo slo;
     int priority;               /* larger is more urgent; 0 default (priority policy) */
+    uint32_t vmodel;            /* virtual model id carried by its tasks (0: the backbone) */
+    double share_weight;        /* the virtual model's weight under the "fair" policy (<= 0: 1) */
+    uint64_t prefix_salt;       /* prefix-cache namespace (kv/paged.h): equal only for virtual
+                                   models with the same adapters; 0 for the backbone */
 } wf_request_spec;
 
 typedef enum wf_finish_reason {

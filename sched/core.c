@@ -11,6 +11,7 @@
 wf_status wf_core_init(wf_core *c, const wf_core_config *cfg) {
     memset(c, 0, sizeof *c);
     if (!cfg->policy || !cfg->pool || cfg->max_batch_tokens < 1 || cfg->max_running < 1 ||
+        (cfg->policy->fair && !cfg->fair) ||
         cfg->n_ctx < 2 || !cfg->cb.token || !cfg->cb.finished || !cfg->cb.retired)
         return WF_EINVAL;
     c->cfg = *cfg;
@@ -89,6 +90,10 @@ wf_status wf_core_add(wf_core *c, wf_request *r, uint64_t now_ns) {
         c->retired = grown;
         c->cap_retired = cap;
     }
+    /* a re-routed request keeps its virtual model's clock (shared by the groups) */
+    if (c->cfg.policy->fair && !r->fair &&
+        !(r->fair = wf_fair_join(c->cfg.fair, r->spec.vmodel, r->spec.share_weight)))
+        return WF_ENOMEM;
     if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) return WF_ENOMEM;
     /* Arrival order. A request re-routed from a group that went down keeps its place; with
      * several groups the owner numbers requests (wf_lanes). */
@@ -116,6 +121,10 @@ static void retire(wf_core *c, wf_request *r, wf_request_state final_state, uint
     for (int i = 0; i < r->n_choices; i++) wf_kv_seq_release(c->cfg.pool, &r->choices[i].kv);
     r->state = final_state;
     r->times.finished_ns = now;
+    if (r->fair) {
+        wf_fair_leave(c->cfg.fair, r->fair);
+        r->fair = NULL;
+    }
     if (final_state == WF_REQUEST_FINISHED) c->finished_total++;
     else if (final_state == WF_REQUEST_FAILED) c->failed_total++;
     else c->cancelled_total++;
@@ -192,6 +201,7 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
     t->id = c->next_task_id++;
     t->kind = kind;
     t->request_seq = ch->seq_id;
+    t->vmodel = r->spec.vmodel;
     t->group = c->batch.group;
     if (kind == WF_TASK_PREFILL || kind == WF_TASK_DECODE) {
         /* The sequence's KV blocks, held whole by the group that runs it: a remote executor
@@ -420,6 +430,23 @@ static void displace_for_waiting(wf_core *c, uint64_t now) {
     }
 }
 
+/* Charges each virtual model the cost of its tasks in the planned batch, weighed as the cost
+ * model weighs prefill and decode tokens, so a prompt-heavy and a decode-heavy tenant pay for
+ * what they take of the step. */
+static void charge_fair(wf_core *c) {
+    double b = c->cfg.cost ? c->cfg.cost->coef[1] : 1.0, d = c->cfg.cost ? c->cfg.cost->coef[2] : 1.0;
+    if (!(b > 0.0)) b = 1e-3;
+    if (!(d > 0.0)) d = 1e-3;
+    c->cfg.fair->displace_margin = d * c->cfg.max_running;
+    for (int k = 0; k < c->batch.n_tasks; k++) {
+        const wf_task *t = &c->tasks[k];
+        wf_request *r = c->task_req[k];
+        if (!r || !r->fair) continue;
+        if (t->kind == WF_TASK_PREFILL) wf_fair_charge(c->cfg.fair, r->fair, b * t->llm.n_tokens);
+        else if (t->kind == WF_TASK_DECODE) wf_fair_charge(c->cfg.fair, r->fair, d);
+    }
+}
+
 wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     c->iteration++;
     c->batch.iteration = c->iteration;
@@ -569,6 +596,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
              wf_kv_pool_available(c->cfg.pool) == 0)
         end_request(c, c->running[0], WF_FINISH_ERROR, WF_EFULL,
                     "KV cache too small for this request", now);
+    if (c->cfg.policy->fair) charge_fair(c);
     flush_retired(c);
     return &c->batch;
 }

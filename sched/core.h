@@ -30,6 +30,7 @@
 
 #include "kv/paged.h"
 #include "sched/cost_model.h"
+#include "sched/fair.h"
 #include "sched/policy.h"
 #include "sched/request_impl.h"
 
@@ -62,6 +63,10 @@ typedef struct wf_core_config {
      * decode-only time; prefill chunks are sized to fit (smooth inter-token latency), unless
      * a prompt's TTFT is at risk. <= 1: off (the TPOT budget alone sizes prefill). Needs cost. */
     double prefill_stretch;
+    /* Required by a policy with `fair` (shared by every group's core): virtual models' clocks,
+     * charged per planned task (prefill tokens x b + decodes x c of the cost model, or one per
+     * token without one). NULL otherwise. */
+    wf_fair *fair;
     wf_core_callbacks cb;
 } wf_core_config;
 

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "sched/fair.h"
+
 static int cmp_u64(uint64_t a, uint64_t b) { return a < b ? -1 : a > b ? 1 : 0; }
 
 /* A request past its TTFT deadline yields to the ones that can still meet theirs, but only for
@@ -21,6 +23,7 @@ void wf_sched_order_key(const wf_request *r, wf_order_key *out) {
     out->priority = r->spec.priority;
     out->serial = r->serial;
     out->slo_key = slo_key(r);
+    out->vtime = r->fair ? r->fair->vtime : 0.0;
 }
 
 static int fcfs_key(const wf_order_key *a, const wf_order_key *b) { return cmp_u64(a->serial, b->serial); }
@@ -35,6 +38,11 @@ static int slo_key_compare(const wf_order_key *a, const wf_order_key *b) {
     return c ? c : cmp_u64(a->serial, b->serial);
 }
 
+static int fair_key(const wf_order_key *a, const wf_order_key *b) {
+    if (a->vtime != b->vtime) return a->vtime < b->vtime ? -1 : 1;
+    return cmp_u64(a->serial, b->serial);
+}
+
 /* compare(a, b) is key_compare on the two requests' keys. */
 #define KEYED_COMPARE(name, key_fn)                                      \
     static int name(const wf_request *a, const wf_request *b) {          \
@@ -46,6 +54,7 @@ static int slo_key_compare(const wf_order_key *a, const wf_order_key *b) {
 KEYED_COMPARE(fcfs_compare, fcfs_key)
 KEYED_COMPARE(priority_compare, priority_key)
 KEYED_COMPARE(slo_compare, slo_key_compare)
+KEYED_COMPARE(fair_compare, fair_key)
 
 /* Victim orders: the request that compares greatest is preempted first. */
 static int fcfs_victim(const wf_request *a, const wf_request *b) { return fcfs_compare(a, b); }
@@ -65,10 +74,20 @@ static int slo_victim(const wf_request *a, const wf_request *b) {
     return c ? c : cmp_u64(a->serial, b->serial);
 }
 
+static int fair_victim(const wf_request *a, const wf_request *b) { return fair_compare(a, b); }
+
+/* A virtual model behind another by more than the margin takes a seat from it: without this,
+ * a light tenant waits for a noisy one's long requests to end, however far behind it is. */
+static bool fair_displaces(const wf_request *w, const wf_request *r) {
+    if (!w->fair || !r->fair || w->fair == r->fair) return false;
+    return w->fair->vtime + w->fair->owner->displace_margin < r->fair->vtime;
+}
+
 static const wf_sched_policy policies[] = {
-    {"fcfs", fcfs_key, fcfs_compare, fcfs_victim, false, NULL},
-    {"priority", priority_key, priority_compare, priority_victim, false, priority_displaces},
-    {"slo", slo_key_compare, slo_compare, slo_victim, true, NULL},
+    {"fcfs", fcfs_key, fcfs_compare, fcfs_victim, false, NULL, false},
+    {"priority", priority_key, priority_compare, priority_victim, false, priority_displaces, false},
+    {"slo", slo_key_compare, slo_compare, slo_victim, true, NULL, false},
+    {"fair", fair_key, fair_compare, fair_victim, false, fair_displaces, true},
 };
 
 const wf_sched_policy *wf_sched_policy_find(const char *name) {
@@ -78,4 +97,4 @@ const wf_sched_policy *wf_sched_policy_find(const char *name) {
     return NULL;
 }
 
-const char *wf_sched_policy_names(void) { return "fcfs, priority, slo"; }
+const char *wf_sched_policy_names(void) { return "fcfs, priority, slo, fair"; }

@@ -16,6 +16,7 @@ typedef struct wf_order_key {
     int priority;             /* spec.priority */
     uint64_t serial;          /* arrival order (a newcomer: UINT64_MAX) */
     uint64_t slo_key;         /* EDF deadline, aged when late (see "slo" below) */
+    double vtime;             /* "fair": the virtual model's virtual time (a newcomer: 0) */
 } wf_order_key;
 
 void wf_sched_order_key(const wf_request *r, wf_order_key *out);
@@ -40,6 +41,8 @@ typedef struct wf_sched_policy {
     /* Optional: true when waiting request w may take the place of running request r (r is
      * preempted, w admitted) when seats or KV blocks are short. NULL: never. */
     bool (*displaces)(const wf_request *w, const wf_request *r);
+    /* Orders by virtual models' virtual times: the core keeps them (wf_core_config.fair). */
+    bool fair;
 } wf_sched_policy;
 
 /* "fcfs": arrival order; preempts the latest arrival.
@@ -48,7 +51,11 @@ typedef struct wf_sched_policy {
  * "slo": earliest deadline first (wf__request_deadline_ns), then arrival; a request already past
  *   its TTFT deadline is keyed WF_SLO_LATE_AGING TTFT windows later (it yields to requests that
  *   can still meet their SLO, for a bounded time); preempts the request with the latest
- *   first-token deadline (most slack when it arrived). */
+ *   first-token deadline (most slack when it arrived).
+ * "fair": weighted fair queueing across virtual models (sched/fair.h): the virtual model with
+ *   the least virtual time (served cost / weight) first, then arrival; preempts from the most
+ *   served virtual model, latest arrival; a waiting request whose virtual model is behind a
+ *   running one's by more than a margin (max_running decode steps' cost) displaces it. */
 #define WF_SLO_LATE_AGING 2.0
 const wf_sched_policy *wf_sched_policy_find(const char *name);
 /* Comma-separated names, for help texts. */

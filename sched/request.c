@@ -45,6 +45,7 @@ wf_status wf__request_new(const wf_request_spec *spec, int n_ctx, int block_size
         wf_choice *c = &r->choices[i];
         c->tokens = malloc((size_t)cap * sizeof *c->tokens);
         if (!c->tokens || wf_kv_seq_init(&c->kv, max_blocks) != WF_OK) goto fail;
+        wf_kv_seq_set_salt(&c->kv, spec->prefix_salt);
         memcpy(c->tokens, r->prompt, (size_t)spec->n_prompt * sizeof *c->tokens);
         c->n_tokens = spec->n_prompt;
         /* Choice i's stream depends only on (seed, i): a seeded request is reproducible. */

@@ -61,6 +61,7 @@ struct wf_request {
     uint64_t last_task_begin_ns, last_task_end_ns;
     int max_generated;        /* over choices; SLO deadlines advance with it */
     bool ttft_missed;         /* still waiting for its first token past the TTFT deadline */
+    struct wf_fair_entry *fair; /* "fair" policy: its virtual model's clock (sched/fair.h) */
 
     /* The FINISHED events, one per choice, set aside at submit (sched.c): ending a request
      * never needs memory. NULL in the simulator. */

@@ -59,6 +59,7 @@ struct wf_sched {
     const wf_sched_policy *policy;
     wf_lanes lanes;               /* thread-owned */
     wf_cost_model cost;           /* thread-owned; coefficients copied out under lock */
+    wf_fair fair;                 /* "fair" policy: virtual models' clocks (all lanes) */
     pthread_t thread;
     bool started;
 
@@ -374,6 +375,7 @@ static void make_lane(wf_sched *s, sched_group *g) {
         .group = g->group,
         .cost = &s->cost,
         .prefill_stretch = s->opts.prefill_stretch,
+        .fair = &s->fair,
         .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
     };
     int id;
@@ -472,6 +474,7 @@ wf_status wf_sched_new(const wf_sched_options *opts, wf_kv_store *kv, wf_executo
     s->opts.cost_model_file = NULL; /* only read in start; not kept */
     s->policy = pol;
     wf_lanes_init(&s->lanes);
+    wf_fair_init(&s->fair);
     if (pthread_mutex_init(&s->lock, NULL) != 0) goto fail_lock;
     if (pthread_mutex_init(&s->ev_lock, NULL) != 0) goto fail_evlock;
     if (pthread_cond_init(&s->idle_cond, NULL) != 0) goto fail_cond;
@@ -1267,6 +1270,7 @@ void wf_sched_free(wf_sched *s) {
     wf_handoff_close(&s->inbox);
     intake(s);
     wf_lanes_free(&s->lanes, wf_clock_now_ns());
+    wf_fair_free(&s->fair);
     /* Events nobody could take (a consumer that stopped reading) go back to the pool. */
     while (s->pend_head) {
         wf_request_event *next = (wf_request_event *)s->pend_head->link.next;

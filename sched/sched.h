@@ -70,7 +70,12 @@
  * iteration's prefill is sized so that every decoding request stays on its TPOT schedule
  * (an average: time banked by short iterations may go to a prompt) and the number of
  * streams so that a decode-only iteration fits the tightest TPOT SLO;
- * preempts the request whose first-token deadline is latest). */
+ * preempts the request whose first-token deadline is latest). "fair" (weighted fair queueing
+ * across virtual models, sched/fair.h: each virtual model's virtual time advances by the cost
+ * it is served -- prefill tokens x b, decodes x c of the cost model -- divided by
+ * spec.share_weight; the most-behind virtual model's work is admitted first and the batch is
+ * filled from the others; a virtual model far enough behind displaces another's running
+ * request). */
 #ifndef WF_SCHED_SCHED_H
 #define WF_SCHED_SCHED_H
 

@@ -37,12 +37,33 @@ int wf_sim_parse_line(const char *line, wf_sim_request *r) {
     if (*p == '#' || *p == '\n' || *p == '\r' || *p == '\0') return 0;
     memset(r, 0, sizeof *r);
     char tail[2];
-    int got = sscanf(p, "%lf %d %d %lf %lf %d %1s", &r->arrival_ms, &r->prompt_len,
-                     &r->output_len, &r->ttft_slo_ms, &r->tpot_slo_ms, &r->priority, tail);
-    if (got != 5 && got != 6) return -1;
+    unsigned vm = 0;
+    int used = 0;
+    int got = sscanf(p, "%lf %d %d %lf %lf%n", &r->arrival_ms, &r->prompt_len, &r->output_len,
+                     &r->ttft_slo_ms, &r->tpot_slo_ms, &used);
+    if (got != 5) return -1;
+    /* optional: priority, vmodel, weight; anything else on the line is an error */
+    const char *q = p + used;
+    int u = 0;
+    if (sscanf(q, " %d%n", &r->priority, &u) == 1) {
+        got++;
+        q += u;
+        if (sscanf(q, " %u%n", &vm, &u) == 1) {
+            got++;
+            q += u;
+            if (sscanf(q, " %lf%n", &r->weight, &u) == 1) {
+                got++;
+                q += u;
+            }
+        }
+    }
+    if (sscanf(q, " %1s", tail) == 1) return -1;
     if (r->arrival_ms < 0 || r->prompt_len < 1 || r->output_len < 1 || r->ttft_slo_ms <= 0 ||
-        r->tpot_slo_ms <= 0 || !isfinite(r->arrival_ms))
+        r->tpot_slo_ms <= 0 || !isfinite(r->arrival_ms) || vm >= WF_SIM_MAX_VMODELS ||
+        (got == 8 && !(r->weight > 0)))
         return -1;
+    r->vmodel = vm;
+    if (got < 8) r->weight = 1.0;
     return 1;
 }
 
@@ -73,7 +94,7 @@ wf_status wf_sim_load_workload(const char *path, wf_sim_request **out, int *n, c
         if (rc < 0) {
             snprintf(err, (size_t)errlen,
                      "%s:%d: expected \"arrival_ms prompt_len output_len ttft_slo_ms "
-                     "tpot_slo_ms [priority]\" with positive values",
+                     "tpot_slo_ms [priority [vmodel [weight]]]\" with positive values",
                      path, lineno);
             st = WF_EFORMAT;
             goto out;
@@ -114,6 +135,7 @@ typedef struct sim_state {
     const wf_sim_request *reqs;
     wf_sim_outcome *out;
     int n_retired;
+    int backlog[WF_SIM_MAX_VMODELS]; /* requests of each virtual model in the system */
 } sim_state;
 
 static void sim_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
@@ -142,6 +164,7 @@ static void sim_retired(void *user, wf_request *r) {
                      : 0.0;
     o->met_slo = !o->failed && o->ttft_ms <= w->ttft_slo_ms && o->tpot_ms <= w->tpot_slo_ms;
     s->n_retired++;
+    s->backlog[w->vmodel]--;
     wf__request_free(r);
 }
 
@@ -165,6 +188,30 @@ static void percentiles(double *v, int n, double out[3]) {
 }
 
 static uint64_t ms_to_ns(double ms) { return (uint64_t)llround(ms * 1e6); }
+
+/* Charges each planned task to its virtual model, as the "fair" policy weighs cost (whatever
+ * the policy): in total, and while every virtual model of the workload has work in the system
+ * (the window where weighted shares are judged). */
+static void account_vmodels(wf_sim_report *rep, const sim_state *ss, const bool *seen,
+                            const wf_cost_model *cost, const wf_core *core, uint64_t now,
+                            uint64_t *all_busy_since) {
+    bool all = true;
+    for (int v = 0; v < rep->n_vmodels; v++) all = all && (!seen[v] || ss->backlog[v] > 0);
+    if (all && *all_busy_since == UINT64_MAX) *all_busy_since = now;
+    if (!all && *all_busy_since != UINT64_MAX) {
+        rep->all_busy_ms += (double)(now - *all_busy_since) / 1e6;
+        *all_busy_since = UINT64_MAX;
+    }
+    for (int k = 0; k < core->batch.n_tasks; k++) {
+        const wf_task *t = &core->batch.tasks[k];
+        const wf_request *r = core->task_req[k];
+        if (!r || r->spec.vmodel >= WF_SIM_MAX_VMODELS) continue;
+        double c = t->kind == WF_TASK_PREFILL ? cost->coef[1] * t->llm.n_tokens
+                 : t->kind == WF_TASK_DECODE ? cost->coef[2] : 0.0;
+        rep->vm_served[r->spec.vmodel] += c;
+        if (all) rep->vm_served_all_busy[r->spec.vmodel] += c;
+    }
+}
 
 /* Fills the drawn tokens of a planned batch (the simulator has no model) and returns its
  * predicted duration. */
@@ -193,12 +240,20 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
     uint64_t busy_until[WF_LANES_MAX] = {0};
     wf_lanes lanes;
     wf_lanes_init(&lanes);
+    wf_fair fair;
+    wf_fair_init(&fair);
     wf_status st = WF_ENOMEM;
     if (!out || !vals) goto done;
     memset(out, 0, (size_t)n * sizeof *out);
-    sim_state ss = {reqs, out, 0};
+    sim_state ss = {.reqs = reqs, .out = out};
     wf_cost_model cost;
     wf_cost_model_init(&cost, cfg->cost);
+    bool seen[WF_SIM_MAX_VMODELS] = {0};
+    for (int i = 0; i < n; i++) {
+        seen[reqs[i].vmodel] = true;
+        if ((int)reqs[i].vmodel >= rep->n_vmodels) rep->n_vmodels = (int)reqs[i].vmodel + 1;
+        rep->vm_weight[reqs[i].vmodel] = reqs[i].weight > 0 ? reqs[i].weight : 1.0;
+    }
     /* Each group: its own pool and core, as weftd's groups (sched/lanes.h). */
     for (int g = 0; g < n_groups; g++) {
         if ((st = wf_kv_pool_new(cfg->kv_blocks, cfg->block_size, cfg->prefix_cache, &pools[g])) !=
@@ -213,6 +268,7 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
                              .group = {.n_ranks = 1, .ranks = {g}},
                              .cost = &cost,
                              .prefill_stretch = cfg->prefill_stretch,
+                             .fair = &fair,
                              .cb = {sim_token, sim_finished, sim_retired, NULL, &ss}};
         int id;
         if ((st = wf_lanes_add(&lanes, &cc, &id)) != WF_OK) goto done;
@@ -226,6 +282,7 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
         goto done;
     }
     uint64_t now = 0, first_arrival = n > 0 ? ms_to_ns(reqs[0].arrival_ms) : 0, last_end = 0;
+    uint64_t all_busy_since = UINT64_MAX;
     int next = 0, idle_plans = 0;
     for (;;) {
         bool busy = false;
@@ -250,6 +307,8 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
             spec.max_tokens = w->output_len;
             spec.ignore_eos = true;
             spec.priority = w->priority;
+            spec.vmodel = w->vmodel;
+            spec.share_weight = w->weight;
             snprintf(spec.id, sizeof spec.id, "sim-%d", next);
             if (cfg->admission_factor > 0) {
                 wf_admission adm = {.cost = &cost, .max_batch_tokens = cfg->max_batch_tokens,
@@ -289,6 +348,8 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
             if (wf_lanes_add_request(&lanes, r, now) != WF_OK) {
                 wf__request_free(r);
                 out[next].failed = true;
+            } else {
+                ss.backlog[w->vmodel]++;
             }
             next++;
         }
@@ -300,6 +361,7 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
             if (wf_lanes_can_plan(&lanes, g)) {
                 wf_task_batch *b = wf_core_plan(&ln->core, now);
                 if (b->n_tasks > 0) {
+                    account_vmodels(rep, &ss, seen, &cost, &ln->core, now, &all_busy_since);
                     busy_until[g] = now + sim_batch(&cost, &ln->core, b);
                     ln->busy = true;
                 } else {
@@ -346,6 +408,20 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
         tokens += out[i].generated;
     }
     rep->slo_attainment = n > 0 ? (double)met / n : 0;
+    {
+        double x[WF_SIM_MAX_VMODELS];
+        int m = 0;
+        for (int v = 0; v < rep->n_vmodels; v++)
+            if (seen[v]) x[m++] = rep->vm_served_all_busy[v] / rep->vm_weight[v];
+        rep->jain_all_busy = wf_fair_jain(x, m);
+        for (int v = 0; v < rep->n_vmodels; v++) {
+            k = 0;
+            for (int i = 0; i < n; i++)
+                if (reqs[i].vmodel == (uint32_t)v && !out[i].failed && !out[i].rejected)
+                    vals[k++] = out[i].e2e_ms;
+            percentiles(vals, k, rep->vm_e2e_ms[v]);
+        }
+    }
     rep->goodput_rps = rep->makespan_ms > 0 ? met / (rep->makespan_ms / 1000.0) : 0;
     rep->throughput_tok_s = rep->makespan_ms > 0 ? tokens / (rep->makespan_ms / 1000.0) : 0;
     k = 0;
@@ -364,6 +440,7 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
 done:
     wf_lanes_free(&lanes, 0);
     for (int g = 0; g < WF_LANES_MAX; g++) wf_kv_pool_free(pools[g]);
+    wf_fair_free(&fair);
     free(prompt);
     free(vals);
     if (out != outcomes) free(out);

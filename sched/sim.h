@@ -13,7 +13,11 @@
  *     free(w);
  *
  * Workload file: one request per line, "arrival_ms prompt_len output_len ttft_slo_ms
- * tpot_slo_ms [priority]"; '#' starts a comment. Requests generate exactly output_len tokens.
+ * tpot_slo_ms [priority [vmodel [weight]]]"; '#' starts a comment. Virtual models (ids below
+ * WF_SIM_MAX_VMODELS) share the backbone; the report gives each one's served cost (prefill
+ * tokens x b + decode tokens x c of the cost model) over the time all of them had work
+ * waiting or running (the window where fair sharing is judged) and Jain's index over those
+ * costs divided by the weights. Requests generate exactly output_len tokens.
  * Pure and single-threaded: the same input gives the same report. */
 #ifndef WF_SCHED_SIM_H
 #define WF_SCHED_SIM_H
@@ -28,7 +32,11 @@ typedef struct wf_sim_request {
     int prompt_len, output_len;
     double ttft_slo_ms, tpot_slo_ms;
     int priority;
+    uint32_t vmodel;        /* < WF_SIM_MAX_VMODELS; 0: the backbone */
+    double weight;          /* the virtual model's weight ("fair" policy); <= 0: 1 */
 } wf_sim_request;
+
+#define WF_SIM_MAX_VMODELS 16
 
 typedef struct wf_sim_config {
     const char *policy;     /* fcfs, priority, slo */
@@ -60,6 +68,14 @@ typedef struct wf_sim_report {
     double throughput_tok_s;                  /* generated tokens per second of makespan */
     double makespan_ms;                       /* first arrival to last finish */
     uint64_t iterations, preemptions;
+    /* per virtual model id (0..n_vmodels-1 seen in the workload) */
+    int n_vmodels;
+    double vm_served_all_busy[WF_SIM_MAX_VMODELS]; /* while every one seen had work */
+    double vm_served[WF_SIM_MAX_VMODELS];          /* in total */
+    double vm_weight[WF_SIM_MAX_VMODELS];
+    double vm_e2e_ms[WF_SIM_MAX_VMODELS][3];       /* p50, p90, p99 of each */
+    double all_busy_ms;                            /* length of that window */
+    double jain_all_busy;                          /* Jain's index of served / weight there */
 } wf_sim_report;
 
 void wf_sim_config_init(wf_sim_config *cfg);

@@ -16,9 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/vmodels.h"
 #include "weft_version.h"
 
-typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS, OPT_LIST } option_type;
+typedef enum option_type {
+    OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS, OPT_LIST, OPT_VMODELS
+} option_type;
 
 typedef struct option_spec {
     const char *name; /* flag name without "--"; JSON key is the same with '_' for '-' */
@@ -52,7 +55,7 @@ static const option_spec options[] = {
     {"shutdown-timeout-ms", OPT_INT, FIELD(shutdown_timeout_ms), 0, INT_MAX, "MS", "SIGTERM drain deadline (default 10000)"},
     {"metrics-open", OPT_BOOL, FIELD(metrics_open), 0, 1, NULL, "serve /metrics without an API key"},
     {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default " WF_DEFAULT_STR(WF_DEFAULT_QUEUE_SIZE) ")"},
-    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo (default " WF_DEFAULT_POLICY ")"},
+    {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo, fair (weighted fair queueing across virtual models) (default " WF_DEFAULT_POLICY ")"},
     {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default " WF_DEFAULT_STR(WF_DEFAULT_KV_MEMORY_MB) ")"},
     {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_BATCH_TOKENS) ")"},
     {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TTFT_MS) ")"},
@@ -77,6 +80,8 @@ static const option_spec options[] = {
     {"local-workers", OPT_INT, FIELD(local_workers), -1, 64, "N", "with --workers: how many to start on this host; the rest join with --role worker (default: all)"},
     {"heartbeat-ms", OPT_INT, FIELD(heartbeat_ms), 10, 60000, "MS", "heartbeat period between coordinator and workers (default 500)"},
     {"worker-timeout-ms", OPT_INT, FIELD(worker_timeout_ms), 100, INT_MAX, "MS", "a worker (or coordinator) silent this long is taken down (default 30000)"},
+    {"vmodel", OPT_VMODELS, FIELD(vmodels), 0, 0, "id=NAME,adapter=PATH[:SCALE],weight=W,system=TEXT", "a virtual model on the backbone: LoRA adapters (GGUF or PEFT folder, repeatable, in order), fair-share weight, system prompt (last: runs to the end); repeatable; config file: a list of strings or objects {id, adapters:[{path, scale}], weight, system}"},
+    {"adapter-memory-mb", OPT_LONG, FIELD(adapter_memory_mb), 0, 1L << 30, "MB", "memory budget for virtual models' adapters; adding one beyond it fails with 507 (default 0: unlimited)"},
     {"join-timeout-ms", OPT_INT, FIELD(join_timeout_ms), 100, INT_MAX, "MS", "bound for workers to join and load their model (default 120000)"},
 };
 
@@ -148,6 +153,9 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
+    if (cfg->workers > 0 && cfg->n_vmodels > 0)
+        return fail(err, errlen, "--vmodel needs the in-process engine: worker processes hold no "
+                    "adapters (drop --workers)");
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)
@@ -196,6 +204,29 @@ static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen) {
     return 0;
 }
 
+static int add_vmodel(wf_config *cfg, const char *text, char *err, size_t errlen) {
+    wf_vmodel_spec v;
+    char e2[400];
+    wf_status st;
+    if (text[0] == '{') {
+        json_error_t je;
+        json_t *o = json_loads(text, 0, &je);
+        st = o ? wf_vmodel_spec_from_json(o, &v, e2, sizeof e2) : WF_EINVAL;
+        if (!o) snprintf(e2, sizeof e2, "not JSON: %s", je.text);
+        json_decref(o);
+    } else {
+        st = wf_vmodel_spec_parse(text, &v, e2, sizeof e2);
+    }
+    if (st != WF_OK) return fail(err, errlen, "--vmodel: %s", e2);
+    wf_vmodel_spec_free(&v);
+    char **list = realloc(cfg->vmodels, (cfg->n_vmodels + 1) * sizeof *list);
+    if (!list) return fail(err, errlen, "out of memory");
+    cfg->vmodels = list;
+    if (!(list[cfg->n_vmodels] = strdup(text))) return fail(err, errlen, "out of memory");
+    cfg->n_vmodels++;
+    return 0;
+}
+
 /* Sets one option from its text form; `origin` names where it came from for messages. */
 static int set_from_text(wf_config *cfg, const option_spec *opt, const char *text,
                          const char *origin, char *err, size_t errlen) {
@@ -220,6 +251,8 @@ static int set_from_text(wf_config *cfg, const option_spec *opt, const char *tex
         l->n++;
         return 0;
     }
+    case OPT_VMODELS:
+        return add_vmodel(cfg, text, err, errlen);
     case OPT_BOOL:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) *(int *)field = 1;
         else if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) *(int *)field = 0;
@@ -282,6 +315,21 @@ static int set_from_json(wf_config *cfg, const option_spec *opt, json_t *value,
             if (add_key(cfg, json_string_value(k), err, errlen) < 0) return -1;
         }
         return 0;
+    case OPT_VMODELS: {
+        if (!json_is_array(value))
+            return fail(err, errlen, "%s: key 'vmodel' must be a list of strings or objects", path);
+        for (size_t i = 0; i < json_array_size(value); i++) {
+            json_t *e = json_array_get(value, i);
+            char *txt = json_is_string(e) ? strdup(json_string_value(e))
+                        : json_is_object(e) ? json_dumps(e, JSON_COMPACT) : NULL;
+            if (!txt)
+                return fail(err, errlen, "%s: vmodel[%zu] must be a string or an object", path, i);
+            int rc = add_vmodel(cfg, txt, err, errlen);
+            free(txt);
+            if (rc < 0) return -1;
+        }
+        return 0;
+    }
     case OPT_BOOL:
         if (!json_is_boolean(value))
             return fail(err, errlen, "%s: key '%s' must be true or false", path, opt->name);
@@ -456,6 +504,10 @@ void wf_config_free(wf_config *cfg) {
     free(cfg->api_keys);
     cfg->api_keys = NULL;
     cfg->n_api_keys = 0;
+    for (size_t i = 0; i < cfg->n_vmodels; i++) free(cfg->vmodels[i]);
+    free(cfg->vmodels);
+    cfg->vmodels = NULL;
+    cfg->n_vmodels = 0;
 }
 
 /* Sorts --model values into the LLM and the DiTs (wf_dit_detect reads headers only) and pairs

@@ -85,6 +85,9 @@ typedef struct wf_config {
     int heartbeat_ms;
     int worker_timeout_ms;
     int join_timeout_ms;
+    char **vmodels;         /* --vmodel declarations (server/vmodels.h grammar, or JSON text) */
+    size_t n_vmodels;
+    long adapter_memory_mb; /* budget for virtual models' adapters; 0: unlimited */
 } wf_config;
 
 /* Fills cfg from argv (and the JSON file named by --config), then adds the keys of

@@ -402,6 +402,7 @@ void wf_daemon_close(wf_daemon *d) {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers_close(d->workers); /* after the scheduler: no batch is in flight any more */
 #endif
+    wf_engine_adapter_free(&d->adapter);
     wf_engine_free(d->engine);
     if (d->kv_on) wf_kv_store_free(&d->kv);
     free(d);

@@ -71,8 +71,77 @@ static void b_foreach(void *ctx, void (*fn)(const wf_request_snapshot *, void *)
 }
 static void b_drain(void *ctx, int deadline_ms) { wf_sched_drain(((wf_engine_adapter *)ctx)->sched, deadline_ms); }
 
+/* ---- virtual models ---- */
+
+static void vm_free_loras(struct wf_engine_adapter_vm *v) {
+    for (int i = 0; i < v->n; i++) wf_lora_free(v->loras[i]);
+    v->n = 0;
+}
+
+static wf_status b_vmodel_load(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
+                               size_t *bytes, char *err, size_t errlen) {
+    wf_engine_adapter *a = ctx;
+    *bytes = 0;
+    if (a->n_vms == a->cap_vms) {
+        int cap = a->cap_vms ? 2 * a->cap_vms : 8;
+        void *p = realloc(a->vms, (size_t)cap * sizeof *a->vms);
+        if (!p) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        a->vms = p;
+        a->cap_vms = cap;
+    }
+    struct wf_engine_adapter_vm v = {.num = num};
+    wf_lora_use uses[WF_VMODEL_MAX_ADAPTERS];
+    wf_status st = WF_OK;
+    size_t total = 0;
+    for (int i = 0; i < spec->n_adapters && st == WF_OK; i++) {
+        char e2[400];
+        st = wf_engine_lora_load(a->engine, spec->paths[i], &v.loras[i], e2, sizeof e2);
+        if (st != WF_OK) {
+            wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", spec->id, spec->paths[i],
+                      e2);
+            break;
+        }
+        v.n = i + 1;
+        total += v.loras[i]->bytes;
+        uses[i] = (wf_lora_use){v.loras[i], spec->scales[i]};
+    }
+    if (st == WF_OK && total > budget)
+        st = wf_status_errorf(err, errlen, WF_EFULL,
+                              "adapter memory budget full: virtual model '%s' needs %.1f MiB, "
+                              "%.1f MiB are left (--adapter-memory-mb)", spec->id,
+                              (double)total / 1048576.0, (double)budget / 1048576.0);
+    if (st == WF_OK) st = wf_engine_vmodel_bind(a->engine, num, uses, v.n, err, errlen);
+    if (st != WF_OK) {
+        vm_free_loras(&v);
+        return st;
+    }
+    a->vms[a->n_vms++] = v;
+    *bytes = total;
+    return WF_OK;
+}
+
+static void b_vmodel_unload(void *ctx, uint32_t num) {
+    wf_engine_adapter *a = ctx;
+    for (int i = 0; i < a->n_vms; i++) {
+        if (a->vms[i].num != num) continue;
+        /* unbind waits for a running batch: nothing reads the adapters after it */
+        wf_engine_vmodel_unbind(a->engine, num);
+        vm_free_loras(&a->vms[i]);
+        a->vms[i] = a->vms[--a->n_vms];
+        return;
+    }
+}
+
+void wf_engine_adapter_free(wf_engine_adapter *a) {
+    while (a->n_vms > 0) b_vmodel_unload(a, a->vms[a->n_vms - 1].num);
+    free(a->vms);
+    a->vms = NULL;
+    a->cap_vms = 0;
+}
+
 void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *sched,
                             const char *name, int n_ctx) {
+    memset(a, 0, sizeof *a);
     a->engine = engine;
     a->sched = sched;
     snprintf(a->name, sizeof a->name, "%s", name);
@@ -84,7 +153,7 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
     a->backend = (wf_server_backend){
         .ctx = a, .submit = b_submit, .cancel = b_cancel, .release = b_release,
         .event_free = b_event_free, .stats = b_stats, .foreach_request = b_foreach,
-        .drain = b_drain};
+        .drain = b_drain, .vmodel_load = b_vmodel_load, .vmodel_unload = b_vmodel_unload};
 }
 
 static int b_ranks(void *ctx, wf_server_rank *out, int cap) {
@@ -98,4 +167,5 @@ void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
     a->ranks = fn;
     a->ranks_ctx = ranks_ctx;
     a->backend.ranks = fn ? b_ranks : NULL;
+    if (fn) a->backend.vmodel_load = NULL; /* worker engines hold no adapters */
 }

@@ -6,7 +6,9 @@
  *     wf_server_set_ready(server, &a.model, &a.backend);
  *
  * The tables point at *a (their ctx): it must stay valid (and unmoved) as long as the server
- * uses them. No ownership: engine and scheduler belong to the caller. Thread-safety: as the
+ * uses them. No ownership: engine and scheduler belong to the caller. Virtual models' adapters
+ * (backend.vmodel_load) belong to the adapter: wf_engine_adapter_free. With worker processes
+ * (set_ranks) virtual models are refused: the workers' engines hold no adapters. Thread-safety: as the
  * server uses them (the loop thread). */
 #ifndef WF_SERVER_ENGINE_BACKEND_H
 #define WF_SERVER_ENGINE_BACKEND_H
@@ -23,11 +25,21 @@ typedef struct wf_engine_adapter {
     char name[256];
     int (*ranks)(void *ranks_ctx, wf_server_rank *out, int cap); /* NULL: no workers */
     void *ranks_ctx;
+    /* virtual models' adapters, by the number their tasks carry (engine bindings) */
+    struct wf_engine_adapter_vm {
+        uint32_t num;
+        int n;
+        wf_lora *loras[WF_VMODEL_MAX_ADAPTERS];
+    } *vms;
+    int n_vms, cap_vms;
 } wf_engine_adapter;
 
 /* name is copied; n_ctx is the context the scheduler serves. */
 void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *sched,
                             const char *name, int n_ctx);
+
+/* Unloads every virtual model's adapters (the engine must still be open). */
+void wf_engine_adapter_free(wf_engine_adapter *a);
 
 /* Worker ranks for the front end (backend.ranks forwards to fn). */
 void wf_engine_adapter_set_ranks(wf_engine_adapter *a,

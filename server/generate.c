@@ -55,7 +55,13 @@ struct wf_gen {
     bool aborted;
     uint64_t arrival_ns, first_token_ns;
     int prompt_tokens;
+    uint32_t vm;                /* virtual model held (wf__vm_acquire), 0: the backbone */
 };
+
+/* The model name a response echoes: the virtual model the client named, or the backbone. */
+static const char *gen_model(const wf_gen *g) {
+    return g->vm && g->oai.model ? g->oai.model : g->s->model.id;
+}
 
 static const char *finish_str(wf_finish_reason r) {
     return r == WF_FINISH_LENGTH ? "length" : "stop";
@@ -76,6 +82,11 @@ static void gen_free(wf_gen *g) {
         free(g->choices[i].lp_off);
     }
     for (int i = 0; i < g->n_subs; i++) free(g->subs[i].prompt);
+    if (g->vm) {
+        int gen_tokens = 0;
+        for (int i = 0; i < g->n_choices; i++) gen_tokens += g->choices[i].tokens;
+        wf__vm_release(s, g->vm, g->prompt_tokens, gen_tokens);
+    }
     free(g->choices);
     free(g->subs);
     wf_openai_request_free(&g->oai);
@@ -136,7 +147,7 @@ static void chunk_head(wf_gen *g, wf_jbuf *b, int index) {
     wf_jbuf_printf(b, ",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":",
                    g->kind == WF_OPENAI_CHAT ? "chat.completion.chunk" : "text_completion",
                    g->created);
-    wf_jbuf_str(b, g->s->model.id, strlen(g->s->model.id));
+    wf_jbuf_str(b, gen_model(g), strlen(gen_model(g)));
     wf_jbuf_printf(b, ",\"choices\":[{\"index\":%d,", index);
 }
 
@@ -221,7 +232,7 @@ static void write_response(wf_gen *g, wf_jbuf *b) {
     wf_jbuf_str(b, g->id, strlen(g->id));
     wf_jbuf_printf(b, ",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":",
                    chat ? "chat.completion" : "text_completion", g->created);
-    wf_jbuf_str(b, s->model.id, strlen(s->model.id));
+    wf_jbuf_str(b, gen_model(g), strlen(gen_model(g)));
     wf_jbuf_cstr(b, ",\"system_fingerprint\":null,\"choices\":[");
     int completion = 0, cached = 0;
     for (int i = 0; i < g->n_choices; i++) {
@@ -279,7 +290,7 @@ static void gen_complete(wf_gen *g) {
                 wf_jbuf_printf(b, ",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":",
                                g->kind == WF_OPENAI_CHAT ? "chat.completion.chunk" : "text_completion",
                                g->created);
-                wf_jbuf_str(b, s->model.id, strlen(s->model.id));
+                wf_jbuf_str(b, gen_model(g), strlen(gen_model(g)));
                 wf_jbuf_cstr(b, ",\"choices\":[],");
                 wf_openai_write_usage(b, g->prompt_tokens, completion, cached);
                 wf_jbuf_cstr(b, "}\n\n");
@@ -507,9 +518,26 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
     if (o->model && wf__images_find(s, o->model))
         FAIL(400, "invalid_request_error", "model", NULL,
              "'%.200s' is an image model; use /v1/images/generations", o->model);
-    if (o->model && strcmp(o->model, s->model.id) != 0)
-        FAIL(404, "invalid_request_error", "model", "model_not_found",
-             "The model '%.200s' does not exist (this server serves '%.200s')", o->model, s->model.id);
+    const wf_server_vm *vm = NULL;
+    if (o->model && strcmp(o->model, s->model.id) != 0) {
+        wf_status vst = wf__vm_acquire(s, o->model, &vm);
+        if (vst == WF_EFULL) {
+            s->metrics.requests_rejected_overload++;
+            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1,
+                             "virtual model '%.200s' has %d requests in flight, its quota "
+                             "(max_in_flight); retry later", o->model, vm->spec.max_in_flight);
+            gen_free(g);
+            return;
+        }
+        if (vst != WF_OK)
+            FAIL(404, "invalid_request_error", "model", "model_not_found",
+                 "The model '%.200s' does not exist (this server serves '%.200s'%s)", o->model,
+                 s->model.id, s->n_vms ? " and its virtual models: GET /v1/models" : "");
+        g->vm = vm->num;
+        /* the virtual model's SLO class, for requests that state none */
+        if (!(o->spec.slo.ttft_ms > 0) && vm->spec.ttft_ms > 0) o->spec.slo.ttft_ms = vm->spec.ttft_ms;
+        if (!(o->spec.slo.tpot_ms > 0) && vm->spec.tpot_ms > 0) o->spec.slo.tpot_ms = vm->spec.tpot_ms;
+    }
 
     g->n_subs = kind == WF_OPENAI_CHAT ? 1 : (int)o->n_prompts;
     g->subs = calloc((size_t)g->n_subs, sizeof *g->subs);
@@ -522,7 +550,18 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         if (kind == WF_OPENAI_CHAT) {
             char *text = NULL;
             char err[256] = "";
-            st = s->model.chat(s->model.ctx, o->messages, o->n_messages, &text, err, sizeof err);
+            if (vm && vm->spec.system &&
+                (o->n_messages == 0 || strcmp(o->messages[0].role, "system") != 0)) {
+                /* the virtual model's system prompt, unless the client sent its own */
+                wf_openai_message *msgs = malloc((o->n_messages + 1) * sizeof *msgs);
+                if (!msgs) FAIL(503, "server_error", NULL, NULL, "out of memory");
+                msgs[0] = (wf_openai_message){.role = "system", .content = vm->spec.system};
+                memcpy(msgs + 1, o->messages, o->n_messages * sizeof *msgs);
+                st = s->model.chat(s->model.ctx, msgs, o->n_messages + 1, &text, err, sizeof err);
+                free(msgs);
+            } else {
+                st = s->model.chat(s->model.ctx, o->messages, o->n_messages, &text, err, sizeof err);
+            }
             if (st == WF_EINVAL)
                 FAIL(400, "invalid_request_error", "messages", NULL, "'messages': %s", err[0] ? err : "rejected by the chat template");
             if (st == WF_OK) st = tokenize(s, text, strlen(text), &sub->prompt, &sub->n_prompt);
@@ -594,7 +633,10 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         wf_request_spec spec = o->spec;
         spec.prompt = sub->prompt;
         spec.n_prompt = sub->n_prompt;
-        spec.model = s->model.id;
+        spec.model = vm ? vm->spec.id : s->model.id;
+        spec.vmodel = vm ? vm->num : 0;
+        spec.prefix_salt = vm ? vm->salt : 0;
+        spec.share_weight = vm ? vm->spec.weight : 1.0;
         int left = s->model.n_ctx - spec.n_prompt;
         if (!o->max_tokens_set) spec.max_tokens = kind == WF_OPENAI_CHAT ? left : (left < 16 ? left : 16);
         snprintf(spec.id, sizeof spec.id, "%s", g->id);
@@ -669,7 +711,7 @@ void wf__gen_write_admin(wf_server *s, wf_jbuf *b) {
         wf_jbuf_cstr(b, i ? ",{\"id\":" : "{\"id\":");
         wf_jbuf_str(b, g->id, strlen(g->id));
         wf_jbuf_cstr(b, ",\"model\":");
-        wf_jbuf_str(b, s->model.id, strlen(s->model.id));
+        wf_jbuf_str(b, gen_model(g), strlen(gen_model(g)));
         wf_jbuf_printf(b, ",\"endpoint\":\"%s\",\"state\":\"%s\",\"stream\":%s,\"prompts\":%d,\"n\":%d,"
                        "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"choices_done\":%d,"
                        "\"age_ms\":%.1f,\"ttft_ms\":",

@@ -126,6 +126,30 @@ static void on_loaded(uv_async_t *a) {
     const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
     wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
+    /* virtual models declared at start: any failure is fatal, as a bad flag is */
+    for (size_t i = 0; i < d->cfg.n_vmodels; i++) {
+        wf_vmodel_spec v;
+        char err[600];
+        const char *txt = d->cfg.vmodels[i];
+        wf_status st;
+        if (txt[0] == '{') {
+            json_t *o = json_loads(txt, 0, NULL);
+            st = wf_vmodel_spec_from_json(o, &v, err, sizeof err);
+            json_decref(o);
+        } else {
+            st = wf_vmodel_spec_parse(txt, &v, err, sizeof err);
+        }
+        if (st == WF_OK) {
+            st = wf_server_vmodel_add(d->server, &v, NULL, err, sizeof err);
+            wf_vmodel_spec_free(&v);
+        }
+        if (st != WF_OK) {
+            WF_LOG_ERROR("server", NULL, "--vmodel %s: %s", txt, err);
+            d->exit_code = 1;
+            uv_stop(d->loop);
+            return;
+        }
+    }
     WF_LOG_INFO("server", NULL, "ready");
     char msg[400];
     snprintf(msg, sizeof msg, "READY=1\nSTATUS=serving %s on %s", wf_daemon_model(d->engine)->id,
@@ -275,6 +299,7 @@ int main(int argc, char **argv) {
     o.max_n = d.cfg.max_running;
     o.default_ttft_ms = d.cfg.default_ttft_ms;
     o.default_tpot_ms = d.cfg.default_tpot_ms;
+    o.adapter_budget_bytes = (size_t)d.cfg.adapter_memory_mb << 20;
     d.server = wf_server_new(d.loop, &o);
     if (!d.server) {
         wf_config_free(&d.cfg);

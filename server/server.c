@@ -162,6 +162,7 @@ static void h_models(wf_server *s, wf_http_request *req) {
         wf_jbuf_cstr(&b, ",");
         write_image_model(s, &b, &s->image_models[i]);
     }
+    wf__vm_write_models(s, &b);
     wf_jbuf_cstr(&b, "]}");
     respond_json(s, req, 200, &b);
     wf_jbuf_free(&b);
@@ -202,13 +203,14 @@ static void h_model(wf_server *s, wf_http_request *req) {
         wf_jbuf_free(&b);
         return;
     }
-    if (strcmp(id, s->model_id) != 0) {
+    wf_jbuf b = {0};
+    if (strcmp(id, s->model_id) != 0 && !wf__vm_write_model(s, &b, id)) {
+        wf_jbuf_free(&b);
         wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
                          "The model '%.200s' does not exist", id);
         return;
     }
-    wf_jbuf b = {0};
-    write_model(s, &b);
+    if (strcmp(id, s->model_id) == 0) write_model(s, &b);
     respond_json(s, req, 200, &b);
     wf_jbuf_free(&b);
 }
@@ -363,6 +365,7 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
         int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
         wf_metrics_render_ranks(r, n < WF_SERVER_MAX_RANKS ? n : WF_SERVER_MAX_RANKS, s->model_id, &b);
     }
+    wf__vm_write_metrics(s, &b);
     if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
     else wf__server_respond(s, req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     wf_jbuf_free(&b);
@@ -505,6 +508,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
     } else {
         wf_jbuf_cstr(&b, "null");
     }
+    wf__vm_write_admin(s, &b);
     wf_jbuf_cstr(&b, ",\"requests\":");
     wf__gen_write_admin(s, &b);
     wf__images_write_admin(s, &b);
@@ -549,6 +553,8 @@ static const route routes[] = {
     {"POST", "/detokenize", false, AUTH_KEY, h_detokenize, false},
     {"GET", "/metrics", false, AUTH_METRICS, h_metrics, false},
     {"GET", "/admin/stats", false, AUTH_KEY, h_admin_stats, false},
+    {"POST", "/admin/models", false, AUTH_KEY, wf__vm_h_post, false},
+    {"DELETE", "/admin/models/", true, AUTH_KEY, wf__vm_h_delete, false},
     {"GET", "/admin", false, AUTH_KEY, h_admin, false},
 };
 
@@ -812,6 +818,7 @@ void wf_server_free(wf_server *s) {
         if (s->ready) s->backend.event_free(s->backend.ctx, (wf_request_event *)it);
         it = next;
     }
+    wf__vm_free_all(s);
     wf_handoff_free(&s->events);
     if (s->wake_on) uv_close((uv_handle_t *)&s->wake, on_handle_closed);
     if (s->drain_async_on) uv_close((uv_handle_t *)&s->drain_async, on_handle_closed);

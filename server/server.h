@@ -29,6 +29,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/vmodels.h"
 
 /* What the front end needs from a model: text <-> tokens. All calls on the loop thread. */
 typedef struct wf_server_model {
@@ -71,6 +72,13 @@ typedef struct wf_server_backend {
     void (*drain)(void *ctx, int deadline_ms);
     /* Optional (NULL: no worker processes): fills up to cap ranks, returns how many exist. */
     int (*ranks)(void *ctx, wf_server_rank *out, int cap);
+    /* Optional (NULL: no virtual models). Loads spec's adapters and binds them to num (the id
+     * its requests' tasks carry); *bytes gets their memory. WF_EFULL (nothing bound) when they
+     * need more than budget bytes (SIZE_MAX: unlimited). Adapter errors as engine/lora.h's, err
+     * naming the file. unload unbinds num (waiting for a batch that runs) and frees. */
+    wf_status (*vmodel_load)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
+                             size_t *bytes, char *err, size_t errlen);
+    void (*vmodel_unload)(void *ctx, uint32_t num);
 } wf_server_backend;
 
 /* An image model (a DiT) served on /v1/images/generations by the image scheduler. */
@@ -105,6 +113,7 @@ typedef struct wf_server_options {
     int max_n;              /* largest n the scheduler runs (--max-running); 0: unchecked */
     /* SLO targets of requests that state none (judging attainment and goodput). */
     double default_ttft_ms, default_tpot_ms;
+    size_t adapter_budget_bytes; /* memory for virtual models' adapters; 0: unlimited */
 } wf_server_options;
 
 void wf_server_options_init(wf_server_options *o);
@@ -140,6 +149,15 @@ wf_http_server *wf_server_http(wf_server *s);
  * loop, inline without one), then done(user) once every response is complete. */
 void wf_server_shutdown(wf_server *s, void (*done)(void *user), void *user);
 void wf_server_free(wf_server *s);
+
+/* Virtual models (after wf_server_set_ready; loop thread). add loads and binds the adapters
+ * (blocking the loop for the load) and lists the model; on failure *http_status (may be NULL)
+ * is the status to answer: 409 (name taken), 507 (adapter budget full), 400 (bad adapter, err
+ * names the file), 503. remove: new requests get 404 at once, in-flight ones finish, then the
+ * adapters are freed. WF_ENOTFOUND for an unknown id. */
+wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
+                               char *err, size_t errlen);
+wf_status wf_server_vmodel_remove(wf_server *s, const char *id);
 
 /* Constant-time check of an "Authorization: Bearer KEY" header against keys; true if no keys. */
 bool wf_server_auth_ok(char *const *keys, size_t n_keys, const char *authorization);

@@ -21,8 +21,9 @@ static void f32_vec_dot(int n, float *s, const void *vx, const void *vy) {
         for (int j = 0; j < 4; j++)
             acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j),
                                      acc[j]);
-    float sum = wf_hsum_ps8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
-                                          _mm256_add_ps(acc[2], acc[3])));
+    /* ggml's reduce order over its 4 accumulators: (acc0 + acc2) + (acc1 + acc3) */
+    float sum = wf_hsum_ps8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]),
+                                          _mm256_add_ps(acc[1], acc[3])));
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }

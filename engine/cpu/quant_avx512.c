@@ -111,7 +111,9 @@ static void f32_vec_dot(int n, float *s, const void *vx, const void *vy) {
     for (; i + 64 <= n; i += 64)
         for (int j = 0; j < 4; j++)
             acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), _mm512_loadu_ps(y + i + 16 * j), acc[j]);
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    /* ggml's GGML_F32x16_REDUCE order, (acc0 + acc2) + (acc1 + acc3): LoRA's f32 A/B products
+     * then round as llama.cpp's do */
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }

@@ -76,7 +76,8 @@ def test_document_refs_resolve(spec):
 
 def test_routes_are_documented(spec):
     for p in ["/health", "/v1/models", "/v1/models/{model}", "/v1/chat/completions", "/v1/completions",
-              "/tokenize", "/detokenize", "/metrics", "/admin/stats", "/admin", "/v1/images/generations"]:
+              "/tokenize", "/detokenize", "/metrics", "/admin/stats", "/admin", "/v1/images/generations",
+              "/admin/models", "/admin/models/{model}"]:
         assert p in spec["paths"], p
 
 

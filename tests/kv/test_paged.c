@@ -86,6 +86,41 @@ START_TEST(prefix_hit_and_lru_eviction) {
 }
 END_TEST
 
+/* The salt is the namespace of the prefix cache: a virtual model with other adapters never
+ * reuses another's blocks, one with the same salt does, and release/fork keep it. */
+START_TEST(prefix_salt_separates_namespaces) {
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new(16, 4, true, &p), WF_OK);
+    int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    wf_kv_seq a, b, c, d;
+    wf_kv_seq_init(&a, 8);
+    wf_kv_seq_init(&b, 8);
+    wf_kv_seq_init(&c, 8);
+    wf_kv_seq_init(&d, 8);
+    wf_kv_seq_set_salt(&a, 0x1234);
+    wf_kv_seq_set_salt(&c, 0x1234);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &a, prompt, 10), 0);
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &a, 10, NULL), WF_OK);
+    wf_kv_seq_commit(p, &a, prompt, 10);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &b, prompt, 10), 0); /* salt 0: other space */
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &c, prompt, 10), 8); /* same salt: shared */
+    ck_assert_int_eq(c.blocks[0], a.blocks[0]);
+    wf_kv_seq_release(p, &c);
+    ck_assert_uint_eq(c.salt, 0x1234);
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &c, prompt, 10), 8); /* kept across release */
+    ck_assert_int_eq(wf_kv_seq_fork(p, &a, &d), WF_OK);
+    ck_assert_uint_eq(d.salt, 0x1234);
+    char err[128];
+    ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    wf_kv_seq *all[] = {&a, &b, &c, &d};
+    for (int i = 0; i < 4; i++) {
+        wf_kv_seq_release(p, all[i]);
+        wf_kv_seq_free(all[i]);
+    }
+    wf_kv_pool_free(p);
+}
+END_TEST
+
 START_TEST(cow_copies_shared_partial_block) {
     wf_kv_geometry g = {.n_layers = 2, .n_kv_heads = 1, .head_dim = 4, .block_size = 4,
                         .dtype = WF_KV_DTYPE_F32};
@@ -261,6 +296,7 @@ static Suite *paged_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, alloc_free_and_usage);
     tcase_add_test(tc, prefix_hit_and_lru_eviction);
+    tcase_add_test(tc, prefix_salt_separates_namespaces);
     tcase_add_test(tc, cow_copies_shared_partial_block);
     tcase_add_test(tc, property_random_ops);
     suite_add_tcase(s, tc);

@@ -23,9 +23,9 @@ static void cfg_fixed(wf_sim_config *c, const char *policy, int max_running) {
 
 /*           arrival prompt output ttft  tpot */
 static const wf_sim_request W[3] = {
-    {0, 50, 3, 100, 20, 0},   /* R0 */
-    {0, 30, 2, 50, 20, 0},    /* R1 */
-    {500, 20, 1, 100, 50, 0}, /* R2 */
+    {0, 50, 3, 100, 20, 0, 0, 0},   /* R0 */
+    {0, 30, 2, 50, 20, 0, 0, 0},    /* R1 */
+    {500, 20, 1, 100, 50, 0, 0, 0}, /* R2 */
 };
 
 START_TEST(fcfs_hand_checked) {
@@ -125,7 +125,7 @@ END_TEST
 
 START_TEST(chunked_prefill_in_sim) {
     /* Budget 100, one 250-token prompt: chunks 100, 100, 50 -> 110 + 110 + 60 = 280 ms TTFT. */
-    wf_sim_request w[1] = {{0, 250, 1, 1000, 100, 0}};
+    wf_sim_request w[1] = {{0, 250, 1, 1000, 100, 0, 0, 0}};
     wf_sim_config c;
     cfg_fixed(&c, "fcfs", 8);
     wf_sim_outcome o[1];
@@ -138,7 +138,7 @@ END_TEST
 
 START_TEST(small_cache_preempts_and_finishes) {
     wf_sim_request w[6];
-    for (int i = 0; i < 6; i++) w[i] = (wf_sim_request){i * 1.0, 40, 60, 1000, 100, 0};
+    for (int i = 0; i < 6; i++) w[i] = (wf_sim_request){i * 1.0, 40, 60, 1000, 100, 0, 0, 0};
     wf_sim_config c;
     cfg_fixed(&c, "fcfs", 8);
     c.kv_blocks = 20; /* 320 tokens for 6 x 100 */
@@ -204,7 +204,7 @@ START_TEST(slo_sizes_prefill_chunks_to_the_tpot_budget) {
      * than the one-block floor of 16, so R1 runs in chunks of 16, 16, 16, 9:
      *   t=31 -> 58 -> 85 -> 112 (10+1+16 each), then 10+1+9 = 20 -> t=132: TTFT 107, and no
      *   iteration of R0 takes more than 27 ms (the banked version had one of 49). */
-    static const wf_sim_request w[2] = {{0, 10, 20, 1000, 30, 0}, {25, 57, 1, 1000, 100, 0}};
+    static const wf_sim_request w[2] = {{0, 10, 20, 1000, 30, 0, 0, 0}, {25, 57, 1, 1000, 100, 0, 0, 0}};
     wf_sim_config c;
     wf_sim_outcome o[2];
     wf_sim_report r;
@@ -233,7 +233,7 @@ START_TEST(slo_serves_requests_that_can_still_meet_their_slo) {
      * slo: R2 first (R1 is hopeless): 60 -> 80, TTFT 78 (met); R1: 80 -> 100, TTFT 99.
      * Plain EDF would serve R1 (deadline 31) first and make R2 miss too (TTFT 98 > 85). */
     static const wf_sim_request w[3] = {
-        {0, 50, 1, 100, 100, 0}, {1, 10, 1, 30, 100, 0}, {2, 10, 1, 85, 100, 0}};
+        {0, 50, 1, 100, 100, 0, 0, 0}, {1, 10, 1, 30, 100, 0, 0, 0}, {2, 10, 1, 85, 100, 0, 0, 0}};
     wf_sim_config c;
     wf_sim_outcome o[3];
     wf_sim_report r;
@@ -251,7 +251,7 @@ START_TEST(slo_late_request_waits_a_bounded_time) {
      * R1 goes first (60 -> 80, TTFT 79) and R2 follows (80 -> 100, TTFT 90): a late request
      * yields only to requests that arrived less than 2 TTFT windows after it. */
     static const wf_sim_request w[3] = {
-        {0, 50, 1, 100, 100, 0}, {1, 10, 1, 30, 100, 0}, {10, 10, 1, 85, 100, 0}};
+        {0, 50, 1, 100, 100, 0, 0, 0}, {1, 10, 1, 30, 100, 0, 0, 0}, {10, 10, 1, 85, 100, 0, 0, 0}};
     wf_sim_config c;
     wf_sim_outcome o[3];
     wf_sim_report r;
@@ -272,7 +272,7 @@ START_TEST(slo_overload_keeps_the_ttft_tail_bounded) {
      * multiple of the median. */
     enum { N = 80 };
     wf_sim_request w[N];
-    for (int i = 0; i < N; i++) w[i] = (wf_sim_request){15.0 * i, 10, 1, 50, 100, 0};
+    for (int i = 0; i < N; i++) w[i] = (wf_sim_request){15.0 * i, 10, 1, 50, 100, 0, 0, 0};
     wf_sim_outcome o[N];
     wf_sim_report fcfs, slo;
     wf_sim_config c;
@@ -297,7 +297,7 @@ START_TEST(admission_in_the_simulator) {
      * refused (counts as missed). R2 (t=500) admitted. R0 alone: TTFT 60, decodes 11, 11 ->
      * e2e 82; R2: TTFT 30. Attainment 2/3 of all requests. */
     static const wf_sim_request w[3] = {
-        {0, 50, 3, 100, 20, 0}, {0, 30, 2, 40, 20, 0}, {500, 20, 1, 100, 50, 0}};
+        {0, 50, 3, 100, 20, 0, 0, 0}, {0, 30, 2, 40, 20, 0, 0, 0}, {500, 20, 1, 100, 50, 0, 0, 0}};
     wf_sim_config c;
     cfg_fixed(&c, "fcfs", 64);
     c.admission_factor = 2;
@@ -320,7 +320,7 @@ START_TEST(admission_predicts_in_the_policy_order) {
      * (deadline 120 < 10000): nothing is ahead of it (10 + 20 = 30), so it is admitted, and it
      * is served in the first iteration with an 80-token chunk of R0: TTFT 10 + 100 = 110. */
     static const wf_sim_request w[3] = {
-        {0, 90, 1, 10000, 200, 0}, {0, 90, 1, 10000, 200, 0}, {0, 20, 1, 120, 200, 0}};
+        {0, 90, 1, 10000, 200, 0, 0, 0}, {0, 90, 1, 10000, 200, 0, 0, 0}, {0, 20, 1, 120, 200, 0, 0, 0}};
     wf_sim_config c;
     wf_sim_outcome o[3];
     wf_sim_report r;

@@ -165,6 +165,33 @@ START_TEST(models_of_both_kinds) {
 }
 END_TEST
 
+/* --vmodel flags and the config file's "vmodel" list (strings in the flag's form or objects),
+ * checked at parse time; with --workers they are refused. */
+START_TEST(vmodels_from_flags_and_file) {
+    char *path = write_tmp("{\"vmodel\": [\"id=a,adapter=/x.gguf:0.5\", {\"id\": \"b\", "
+                           "\"adapter\": \"/y\", \"weight\": 2}], \"adapter_memory_mb\": 8}");
+    char file[64];
+    snprintf(file, sizeof file, "%s", path);
+    wf_config cfg;
+    char err[256];
+    char *argv[] = {"weftd", "--config", file, "--vmodel", "id=c,adapter=/z,system=Hi, there", NULL};
+    ck_assert_msg(parse(&cfg, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg.n_vmodels, 3);
+    ck_assert_str_eq(cfg.vmodels[2], "id=c,adapter=/z,system=Hi, there");
+    ck_assert_int_eq(cfg.adapter_memory_mb, 8);
+    wf_config_free(&cfg);
+    char *bad[] = {"weftd", "--vmodel", "id=c,adaptr=/z", NULL};
+    ck_assert_int_ne(parse(&cfg, bad, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "adaptr"), "%s", err);
+    wf_config_free(&cfg);
+    char *workers[] = {"weftd", "--workers", "2", "--vmodel", "id=c,adapter=/z", NULL};
+    ck_assert_int_ne(parse(&cfg, workers, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "--vmodel"), "%s", err);
+    wf_config_free(&cfg);
+    unlink(file);
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("parse");
@@ -172,6 +199,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, api_keys_from_flags_and_file);
     tcase_add_test(tc, bad_key_files);
     tcase_add_test(tc, json_file_keys);
+    tcase_add_test(tc, vmodels_from_flags_and_file);
     tcase_add_test(tc, models_of_both_kinds);
     suite_add_tcase(s, tc);
     return s;

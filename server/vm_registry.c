@@ -1,0 +1,282 @@
+/* The front end's registry of virtual models (loop thread only): POST /admin/models and the
+ * --vmodel flags add one (the backend loads and binds its adapters), DELETE /admin/models/{id}
+ * stops new requests at once (404) and removes it when its last in-flight request ends, so the
+ * others' requests never notice; GET /v1/models lists them with the backbone as parent/root. */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/base/log.h"
+#include "server/server_impl.h"
+
+static wf_server_vm *find_any(wf_server *s, const char *id) {
+    for (int i = 0; i < s->n_vms; i++)
+        if (strcmp(s->vms[i].spec.id, id) == 0) return &s->vms[i];
+    return NULL;
+}
+
+static wf_server_vm *find_num(wf_server *s, uint32_t num) {
+    for (int i = 0; i < s->n_vms; i++)
+        if (s->vms[i].num == num) return &s->vms[i];
+    return NULL;
+}
+
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out) {
+    *out = NULL;
+    wf_server_vm *v = find_any(s, id);
+    if (!v || v->draining) return WF_ENOTFOUND;
+    if (v->spec.max_in_flight > 0 && v->inflight >= v->spec.max_in_flight) {
+        v->rejected_quota++;
+        *out = v;
+        return WF_EFULL;
+    }
+    v->inflight++;
+    v->requests++;
+    *out = v;
+    return WF_OK;
+}
+
+static void drop(wf_server *s, wf_server_vm *v) {
+    if (s->backend.vmodel_unload) s->backend.vmodel_unload(s->backend.ctx, v->num);
+    s->adapter_bytes -= v->bytes;
+    WF_LOG_INFO("server", NULL, "virtual model %s removed (%zu KiB of adapters freed)", v->spec.id,
+                v->bytes >> 10);
+    wf_vmodel_spec_free(&v->spec);
+    *v = s->vms[--s->n_vms];
+}
+
+void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens) {
+    wf_server_vm *v = find_num(s, num);
+    if (!v) return;
+    v->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
+    v->generation_tokens += (uint64_t)(generation_tokens > 0 ? generation_tokens : 0);
+    if (v->inflight > 0) v->inflight--;
+    if (v->draining && v->inflight == 0) drop(s, v);
+}
+
+wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
+                               char *err, size_t errlen) {
+    int dummy;
+    if (!http_status) http_status = &dummy;
+    *http_status = 400;
+    if (!s->ready || !s->backend.vmodel_load)
+        return wf_status_errorf(err, errlen, WF_EUNSUPPORTED,
+                                "this server cannot host virtual models (no adapter support in "
+                                "its backend, e.g. with --workers)");
+    if (strcmp(spec->id, s->model_id) == 0 || find_any(s, spec->id)) {
+        *http_status = 409;
+        return wf_status_errorf(err, errlen, WF_EINVAL, "a model named '%s' already exists",
+                                spec->id);
+    }
+    if (s->n_vms == s->cap_vms) {
+        int cap = s->cap_vms ? 2 * s->cap_vms : 8;
+        void *p = realloc(s->vms, (size_t)cap * sizeof *s->vms);
+        if (!p) {
+            *http_status = 503;
+            return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        }
+        s->vms = p;
+        s->cap_vms = cap;
+    }
+    uint32_t num = ++s->next_vm_num;
+    size_t bytes = 0;
+    size_t left = SIZE_MAX; /* unlimited */
+    if (s->opts.adapter_budget_bytes)
+        left = s->opts.adapter_budget_bytes > s->adapter_bytes
+                   ? s->opts.adapter_budget_bytes - s->adapter_bytes : 0;
+    wf_status st = s->backend.vmodel_load(s->backend.ctx, num, spec, left, &bytes, err, errlen);
+    if (st != WF_OK) {
+        *http_status = st == WF_EFULL ? 507 : st == WF_ENOMEM ? 503 : 400;
+        return st;
+    }
+    wf_server_vm *v = &s->vms[s->n_vms];
+    memset(v, 0, sizeof *v);
+    /* a deep copy of the spec: the caller keeps its own */
+    snprintf(v->spec.id, sizeof v->spec.id, "%s", spec->id);
+    v->spec.weight = spec->weight;
+    v->spec.max_in_flight = spec->max_in_flight;
+    v->spec.ttft_ms = spec->ttft_ms;
+    v->spec.tpot_ms = spec->tpot_ms;
+    bool oom = false;
+    for (int i = 0; i < spec->n_adapters; i++) {
+        v->spec.paths[i] = strdup(spec->paths[i]);
+        v->spec.scales[i] = spec->scales[i];
+        v->spec.n_adapters = i + 1;
+        oom = oom || !v->spec.paths[i];
+    }
+    if (spec->system) oom = oom || !(v->spec.system = strdup(spec->system));
+    if (oom) {
+        s->backend.vmodel_unload(s->backend.ctx, num);
+        wf_vmodel_spec_free(&v->spec);
+        *http_status = 503;
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
+    v->num = num;
+    v->salt = wf_vmodel_spec_salt(spec);
+    v->bytes = bytes;
+    v->created = (int64_t)time(NULL);
+    s->adapter_bytes += bytes;
+    s->n_vms++;
+    WF_LOG_INFO("server", NULL, "virtual model %s: %d adapter(s), %zu KiB, weight %g", spec->id,
+                spec->n_adapters, bytes >> 10, spec->weight);
+    *http_status = 200;
+    return WF_OK;
+}
+
+wf_status wf_server_vmodel_remove(wf_server *s, const char *id) {
+    wf_server_vm *v = find_any(s, id);
+    if (!v || v->draining) return WF_ENOTFOUND;
+    v->draining = true;
+    if (v->inflight == 0) drop(s, v);
+    return WF_OK;
+}
+
+void wf__vm_free_all(wf_server *s) {
+    while (s->n_vms > 0) drop(s, &s->vms[s->n_vms - 1]);
+    free(s->vms);
+    s->vms = NULL;
+    s->cap_vms = 0;
+}
+
+static void write_one(wf_server *s, wf_jbuf *b, const wf_server_vm *v) {
+    wf_jbuf_cstr(b, "{\"id\":");
+    wf_jbuf_str(b, v->spec.id, strlen(v->spec.id));
+    wf_jbuf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"weft\","
+                   "\"max_model_len\":%d,\"root\":", (long long)v->created, s->model.n_ctx);
+    wf_jbuf_str(b, s->model_id, strlen(s->model_id));
+    wf_jbuf_cstr(b, ",\"parent\":");
+    wf_jbuf_str(b, s->model_id, strlen(s->model_id));
+    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"slo\":{\"ttft_ms\":%g,"
+                   "\"tpot_ms\":%g},\"adapters\":[", v->spec.weight, v->spec.max_in_flight,
+                   v->spec.ttft_ms > 0 ? v->spec.ttft_ms : s->opts.default_ttft_ms,
+                   v->spec.tpot_ms > 0 ? v->spec.tpot_ms : s->opts.default_tpot_ms);
+    for (int i = 0; i < v->spec.n_adapters; i++) {
+        wf_jbuf_cstr(b, i ? ",{\"path\":" : "{\"path\":");
+        wf_jbuf_str(b, v->spec.paths[i], strlen(v->spec.paths[i]));
+        wf_jbuf_printf(b, ",\"scale\":%g}", (double)v->spec.scales[i]);
+    }
+    wf_jbuf_printf(b, "],\"adapter_bytes\":%zu}", v->bytes);
+}
+
+void wf__vm_write_models(wf_server *s, wf_jbuf *b) {
+    for (int i = 0; i < s->n_vms; i++) {
+        if (s->vms[i].draining) continue;
+        wf_jbuf_cstr(b, ",");
+        write_one(s, b, &s->vms[i]);
+    }
+}
+
+bool wf__vm_write_model(wf_server *s, wf_jbuf *b, const char *id) {
+    wf_server_vm *v = find_any(s, id);
+    if (!v || v->draining) return false;
+    write_one(s, b, v);
+    return true;
+}
+
+void wf__vm_write_admin(wf_server *s, wf_jbuf *b) {
+    wf_jbuf_printf(b, ",\"adapter_bytes\":%zu,\"adapter_budget_bytes\":%zu,\"vmodels\":[",
+                   s->adapter_bytes, s->opts.adapter_budget_bytes);
+    for (int i = 0; i < s->n_vms; i++) {
+        const wf_server_vm *v = &s->vms[i];
+        wf_jbuf_cstr(b, i ? ",{\"id\":" : "{\"id\":");
+        wf_jbuf_str(b, v->spec.id, strlen(v->spec.id));
+        wf_jbuf_printf(b, ",\"weight\":%g,\"in_flight\":%d,\"max_in_flight\":%d,"
+                       "\"requests_total\":%" PRIu64 ",\"rejected_quota_total\":%" PRIu64
+                       ",\"draining\":%s,\"adapter_bytes\":%zu}", v->spec.weight, v->inflight,
+                       v->spec.max_in_flight, v->requests, v->rejected_quota,
+                       v->draining ? "true" : "false", v->bytes);
+    }
+    wf_jbuf_cstr(b, "]");
+}
+
+void wf__vm_write_metrics(wf_server *s, wf_jbuf *b) {
+    if (s->n_vms == 0) return;
+    static const struct { const char *name, *type, *help; } m[] = {
+        {"vmodel_requests_total", "counter", "Requests accepted per virtual model"},
+        {"vmodel_requests_in_flight", "gauge", "Requests running or queued per virtual model"},
+        {"vmodel_rejected_quota_total", "counter", "Requests refused (429) by the virtual model's max_in_flight"},
+        {"vmodel_prompt_tokens_total", "counter", "Prompt tokens of ended requests per virtual model"},
+        {"vmodel_generation_tokens_total", "counter", "Generated tokens of ended requests per virtual model"},
+        {"vmodel_adapter_bytes", "gauge", "Adapter memory per virtual model"},
+        {"vmodel_weight", "gauge", "Fair-sharing weight per virtual model"},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        wf_jbuf_printf(b, "# HELP weft:%s %s\n# TYPE weft:%s %s\n", m[k].name, m[k].help,
+                       m[k].name, m[k].type);
+        for (int i = 0; i < s->n_vms; i++) {
+            const wf_server_vm *v = &s->vms[i];
+            double val = k == 0 ? (double)v->requests : k == 1 ? v->inflight
+                       : k == 2 ? (double)v->rejected_quota : k == 3 ? (double)v->prompt_tokens
+                       : k == 4 ? (double)v->generation_tokens : k == 5 ? (double)v->bytes
+                       : v->spec.weight;
+            /* virtual model ids have no quotes or spaces (wf_vmodel_spec checks); the
+             * backbone's name is escaped as a label value */
+            wf_jbuf_printf(b, "weft:%s{model_name=\"", m[k].name);
+            for (const char *c = s->model_id; *c; c++) {
+                if (*c == '\\' || *c == '"') wf_jbuf_raw(b, "\\", 1);
+                if (*c == '\n') wf_jbuf_cstr(b, "\\n");
+                else wf_jbuf_raw(b, c, 1);
+            }
+            wf_jbuf_printf(b, "\",vmodel=\"%s\"} %.17g\n", v->spec.id, val);
+        }
+    }
+}
+
+/* POST /admin/models: the JSON form of wf_vmodel_spec. */
+void wf__vm_h_post(wf_server *s, wf_http_request *req) {
+    size_t len;
+    const char *body = wf_http_request_body(req, &len);
+    json_error_t je;
+    json_t *o = json_loadb(body ? body : "", len, 0, &je);
+    if (!o) {
+        wf__server_error(s, req, 400, "invalid_request_error", NULL, NULL, 0,
+                         "the body is not valid JSON: %s", je.text);
+        return;
+    }
+    wf_vmodel_spec v;
+    char err[512];
+    wf_status st = wf_vmodel_spec_from_json(o, &v, err, sizeof err);
+    json_decref(o);
+    if (st != WF_OK) {
+        wf__server_error(s, req, 400, "invalid_request_error", NULL, NULL, 0, "%s", err);
+        return;
+    }
+    int code;
+    st = wf_server_vmodel_add(s, &v, &code, err, sizeof err);
+    if (st != WF_OK) {
+        wf__server_error(s, req, code, code == 507 ? "insufficient_storage" : code >= 500
+                         ? "server_error" : "invalid_request_error", code == 400 ? "adapters" :
+                         NULL, NULL, 0, "%s", err);
+        wf_vmodel_spec_free(&v);
+        return;
+    }
+    wf_jbuf b = {0};
+    wf__vm_write_model(s, &b, v.id);
+    wf_vmodel_spec_free(&v);
+    if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
+    else wf__server_respond(s, req, 201, "application/json", NULL, b.data, b.len);
+    wf_jbuf_free(&b);
+}
+
+/* DELETE /admin/models/{id}: no new requests from now; removed when the last one ends. */
+void wf__vm_h_delete(wf_server *s, wf_http_request *req) {
+    const char *id = wf_http_request_path(req) + strlen("/admin/models/");
+    wf_server_vm *v = find_any(s, id);
+    int inflight = v ? v->inflight : 0;
+    if (wf_server_vmodel_remove(s, id) != WF_OK) {
+        wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
+                         "The model '%.200s' does not exist", id);
+        return;
+    }
+    wf_jbuf b = {0};
+    wf_jbuf_cstr(&b, "{\"id\":");
+    wf_jbuf_str(&b, id, strlen(id));
+    wf_jbuf_printf(&b, ",\"object\":\"model\",\"deleted\":true,\"draining_requests\":%d}",
+                   inflight);
+    if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
+    else wf__server_respond(s, req, 200, "application/json", NULL, b.data, b.len);
+    wf_jbuf_free(&b);
+}

@@ -1,0 +1,97 @@
+/* Virtual-model declarations: the --vmodel grammar, its JSON form, errors naming the key, and
+ * the prefix-cache salt (equal for equal adapter lists only). */
+#include <check.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "server/vmodels.h"
+
+START_TEST(test_parse_flag) {
+    wf_vmodel_spec v;
+    char err[256];
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=sql,adapter=/a/x.gguf:0.5,adapter=/b/peft,weight=2,"
+                                          "system=Be terse, use SQL.", &v, err, sizeof err),
+                     WF_OK);
+    ck_assert_str_eq(v.id, "sql");
+    ck_assert_int_eq(v.n_adapters, 2);
+    ck_assert_str_eq(v.paths[0], "/a/x.gguf");
+    ck_assert(v.scales[0] == 0.5f);
+    ck_assert_str_eq(v.paths[1], "/b/peft");
+    ck_assert(v.scales[1] == 1.0f);
+    ck_assert(v.weight == 2.0);
+    ck_assert_str_eq(v.system, "Be terse, use SQL.");
+    wf_vmodel_spec_free(&v);
+    /* a colon that is not followed by a number belongs to the path */
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x:y/z,ttft_ms=250,tpot_ms=40", &v, err,
+                                          sizeof err), WF_OK);
+    ck_assert_str_eq(v.paths[0], "/x:y/z");
+    ck_assert(v.ttft_ms == 250 && v.tpot_ms == 40);
+    wf_vmodel_spec_free(&v);
+}
+END_TEST
+
+START_TEST(test_parse_errors) {
+    wf_vmodel_spec v;
+    char err[256];
+    const struct { const char *text, *want; } bad[] = {
+        {"adapter=/x", "'id' is required"},
+        {"id=a", "at least one 'adapter'"},
+        {"id=a,adapter=/x,weight=0", "'weight'"},
+        {"id=a,adapter=/x,weight=abc", "'weight'"},
+        {"id=a,adaptor=/x", "unknown key 'adaptor'"},
+        {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
+        {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
+        {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
+        {"id=a b,adapter=/x", "'id'"},
+        {"id=a,adapter=", "path is empty"},
+        {"id=a,adapter", "not key=value"},
+        {"id=a,adapter=/1,adapter=/2,adapter=/3,adapter=/4,adapter=/5,adapter=/6,adapter=/7,"
+         "adapter=/8,adapter=/9", "more than 8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(wf_vmodel_spec_parse(bad[i].text, &v, err, sizeof err), WF_EINVAL);
+        ck_assert_msg(strstr(err, bad[i].want), "%s -> %s", bad[i].text, err);
+    }
+}
+END_TEST
+
+START_TEST(test_json_and_salt) {
+    wf_vmodel_spec a, b, c;
+    char err[256];
+    json_t *o = json_loads("{\"id\":\"a\",\"adapters\":[{\"path\":\"/x.gguf\",\"scale\":0.5}],"
+                           "\"weight\":3,\"system\":\"hi\"}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &a, err, sizeof err), WF_OK);
+    json_decref(o);
+    ck_assert(a.weight == 3.0 && a.scales[0] == 0.5f);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=b,adapter=/x.gguf:0.5", &b, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=c,adapter=/x.gguf:0.6", &c, err, sizeof err), WF_OK);
+    /* same adapters and scales: one prefix-cache namespace; another scale: another */
+    ck_assert_uint_eq(wf_vmodel_spec_salt(&a), wf_vmodel_spec_salt(&b));
+    ck_assert_uint_ne(wf_vmodel_spec_salt(&a), wf_vmodel_spec_salt(&c));
+    ck_assert_uint_ne(wf_vmodel_spec_salt(&a), 0);
+    wf_vmodel_spec_free(&a);
+    wf_vmodel_spec_free(&b);
+    wf_vmodel_spec_free(&c);
+    o = json_loads("{\"id\":\"a\",\"adapter\":\"/x\",\"wieght\":1}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &a, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "wieght"), "%s", err);
+    json_decref(o);
+    o = json_loads("{\"id\":\"a\",\"adapters\":[{\"scale\":1}]}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &a, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "adapters[0]"), "%s", err);
+    json_decref(o);
+}
+END_TEST
+
+static Suite *vmodels_suite(void) {
+    Suite *s = suite_create("server_vmodels");
+    TCase *tc = tcase_create("spec");
+    tcase_add_test(tc, test_parse_flag);
+    tcase_add_test(tc, test_parse_errors);
+    tcase_add_test(tc, test_json_and_salt);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(vmodels_suite)
