@@ -232,6 +232,31 @@ static void error_message(json_t *root, char *buf, size_t len) {
     else snprintf(buf, len, "error object in response");
 }
 
+/* The image class of a record (its slo_class), or NULL. */
+static const wf_loadgen_image_class *image_class(const run *r, const wf_loadgen_record *rec) {
+    const wf_loadgen_image_opts *io = r->o->image;
+    if (!io || rec->slo_class < 0 || (size_t)rec->slo_class >= io->n_classes) return NULL;
+    return &io->classes[rec->slo_class];
+}
+
+/* One event of a streamed image reply: progress (the first one's time is kept) or images. */
+static void on_image_event(req *q, wf_loadgen_record *rec, const char *event, json_t *msg) {
+    const wf_loadgen_image_class *c = image_class(q->run, rec);
+    char m[160];
+    bool progress = false;
+    int got = -1;
+    if (event && strcmp(event, "error") == 0) error_message(msg, m, sizeof m);
+    else if (c) got = wf_loadgen_image_check_event(msg, c->width, c->height, &progress, m, sizeof m);
+    else snprintf(m, sizeof m, "no image class");
+    if (got < 0) {
+        q->stream_error = true;
+        set_error(rec, "stream: %s", m);
+        return;
+    }
+    if (rec->t_first_ns == 0) rec->t_first_ns = q->t_now;
+    rec->images += (uint32_t)got;
+}
+
 static void on_sse_event(void *ud, const char *event, const char *data, size_t len) {
     req *q = ud;
     wf_loadgen_record *rec = &q->run->res->records[q->idx];
@@ -241,6 +266,11 @@ static void on_sse_event(void *ud, const char *event, const char *data, size_t l
     if (!json_is_object(msg)) {
         q->stream_error = true;
         set_error(rec, "bad JSON in stream: %s", jerr.text);
+        json_decref(msg);
+        return;
+    }
+    if (q->run->o->image) {
+        on_image_event(q, rec, event, msg);
         json_decref(msg);
         return;
     }
@@ -310,6 +340,22 @@ static void finish_plain(req *q, wf_loadgen_record *rec) {
         json_decref(root);
         return;
     }
+    if (q->run->o->image) {
+        const wf_loadgen_image_class *c = image_class(q->run, rec);
+        char m[160] = "no image class";
+        int got = c ? wf_loadgen_image_check_reply(root, c->width, c->height, m, sizeof m) : -1;
+        json_decref(root);
+        if (got < 0 || got != q->run->o->image->n) {
+            rec->outcome = WF_LOADGEN_STREAM_ERROR;
+            if (got < 0) set_error(rec, "%s", m);
+            else set_error(rec, "reply has %d images, asked %d", got, q->run->o->image->n);
+            return;
+        }
+        rec->outcome = WF_LOADGEN_OK;
+        rec->images = (uint32_t)got;
+        rec->t_first_ns = rec->t_end_ns;
+        return;
+    }
     if (!json_is_object(root) || json_object_get(root, "error") ||
         !json_is_array(json_object_get(root, "choices"))) {
         rec->outcome = WF_LOADGEN_STREAM_ERROR;
@@ -361,6 +407,8 @@ static void on_retry(uv_timer_t *t) {
     q->status = 0;
     q->event_stream = q->stream_error = false;
     q->body_len = 0;
+    r->res->records[q->idx].images = 0;
+    r->res->records[q->idx].t_first_ns = 0;
     wf_loadgen_sse_free(&q->sse);
     wf_loadgen_sse_init(&q->sse, on_sse_event, q);
     q->next = r->head;
@@ -408,6 +456,11 @@ static void finish_req(req *q, wf_status st, const char *msg) {
         if (q->event_stream) {
             if (q->stream_error) rec->outcome = WF_LOADGEN_STREAM_ERROR;
             else rec->outcome = WF_LOADGEN_OK;
+            if (r->o->image && rec->outcome == WF_LOADGEN_OK &&
+                rec->images != (uint32_t)r->o->image->n) {
+                rec->outcome = WF_LOADGEN_STREAM_ERROR;
+                set_error(rec, "stream ended with %u images, asked %d", rec->images, r->o->image->n);
+            }
             if (rec->tokens_estimated) rec->output_tokens = rec->n_chunks;
         } else {
             finish_plain(q, rec);
@@ -439,12 +492,26 @@ static void issue(run *r, size_t idx) {
     rec->input_tokens = p->input_tokens;
     rec->tokens_estimated = true;
     r->issued++;
+    rec->t_start_ns = uv_hrtime();
+    if (rec->t_arrival_ns == 0 || rec->t_arrival_ns > rec->t_start_ns)
+        rec->t_arrival_ns = rec->t_start_ns;
     req *q = calloc(1, sizeof *q);
-    char *body = q ? wf_loadgen_build_body(r->o, p) : NULL;
+    char *body = NULL;
+    if (q && r->o->image) {
+        /* The server gets what is left of the deadline: a request held back by
+         * --max-concurrency has already spent part of it. */
+        const wf_loadgen_image_class *c = image_class(r, rec);
+        double deadline = c ? wf_loadgen_image_deadline_ms(c) : NAN;
+        if (isfinite(deadline)) deadline -= (double)(rec->t_start_ns - rec->t_arrival_ns) / 1e6;
+        body = wf_loadgen_image_build_body(r->o->image, r->o->model, p,
+                                           isfinite(deadline) ? deadline : 0, r->o->slo_ext,
+                                           r->o->stream, r->o->extra_body);
+    } else if (q) {
+        body = wf_loadgen_build_body(r->o, p);
+    }
     size_t len = 0;
     if (q && body) q->bytes = build_request(r->o, "POST", r->o->target.path, body, &len);
     free(body);
-    rec->t_start_ns = uv_hrtime();
     if (!q || !q->bytes) {
         rec->outcome = WF_LOADGEN_TRANSPORT;
         rec->t_end_ns = rec->t_start_ns;
@@ -515,13 +582,18 @@ static void maybe_finish(run *r) {
 
 static void schedule_arrival(run *r);
 
+/* Request n_arrived arrives now (at next_arrival_s); the time of the one after it is drawn. */
+static void arrive(run *r) {
+    r->res->records[r->n_arrived].t_arrival_ns = r->t0 + (uint64_t)(r->next_arrival_s * 1e9);
+    r->n_arrived++;
+    if (!r->o->schedule) r->next_arrival_s += wf_loadgen_arrival_next_gap(&r->arr);
+    else if (r->n_arrived < r->o->num_requests) r->next_arrival_s = r->o->schedule[r->n_arrived];
+}
+
 static void on_arrival(uv_timer_t *t) {
     run *r = t->data;
     double now = now_s(r);
-    while (r->n_arrived < r->o->num_requests && r->next_arrival_s <= now) {
-        r->n_arrived++;
-        r->next_arrival_s += wf_loadgen_arrival_next_gap(&r->arr);
-    }
+    while (r->n_arrived < r->o->num_requests && r->next_arrival_s <= now) arrive(r);
     try_issue(r);
     schedule_arrival(r);
     maybe_finish(r);
@@ -676,9 +748,13 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
     r->grace_ns = UINT64_MAX;
     uv_signal_start(&r->sigint, on_sigint, SIGINT);
     uv_timer_start(&r->tick, on_tick, TICK_MS, TICK_MS);
-    if (o->mode == WF_LOADGEN_OPEN) {
-        r->n_arrived = 1; /* the first request goes out at once, as in vLLM */
-        r->next_arrival_s = wf_loadgen_arrival_next_gap(&r->arr);
+    if (o->mode == WF_LOADGEN_OPEN && o->schedule) {
+        r->next_arrival_s = o->schedule[0]; /* a profile's clock starts with the run */
+        while (r->n_arrived < o->num_requests && r->next_arrival_s <= 0) arrive(r);
+        try_issue(r);
+        schedule_arrival(r);
+    } else if (o->mode == WF_LOADGEN_OPEN) {
+        arrive(r); /* the first request goes out at once, as in vLLM */
         try_issue(r);
         schedule_arrival(r);
     } else {
