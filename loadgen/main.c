@@ -328,13 +328,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* T_single of every class still without one: after one warm-up request, `reps` requests of the
- * class one at a time with nothing else in flight; the median latency. */
-static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, int reps) {
+/* T_single of every class the run uses that has none yet: after one warm-up request, `reps`
+ * requests of the class one at a time with nothing else in flight; the median latency. */
+static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, const bool *used,
+                     int reps) {
     char err[512];
     bool warmed = false;
     for (size_t c = 0; c < p->n_classes; c++) {
-        if (p->classes[c].t_single_ms > 0) continue;
+        if (p->classes[c].t_single_ms > 0 || !used[c]) continue;
         size_t n = (size_t)reps + (warmed ? 0 : 1);
         int *cls = malloc(n * sizeof *cls);
         wf_loadgen_dataset ds;
@@ -443,7 +444,13 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
     img->io.n_classes = prof.n_classes;
     o->image = &img->io;
     if (!img->stream_set) o->stream = false; /* OpenAI's image API answers in one body */
-    if (calibrate(o, &prof, img->reps) != 0) return 1;
+    bool used[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
+    for (size_t c = 0; c < prof.n_classes; c++) {
+        if (!img->profile) used[c] = mix[c] > 0;
+        for (size_t k = 0; img->profile && k < prof.n_phases; k++)
+            if (prof.phases[k].rate > 0 && prof.phases[k].mix[c] > 0) used[c] = true;
+    }
+    if (calibrate(o, &prof, used, img->reps) != 0) return 1;
 
     int n_points = img->profile ? (img->n_loads ? img->n_loads : img->n_scales ? img->n_scales : 1)
                    : ir->n_rates ? ir->n_rates : ir->n_conc ? ir->n_conc : 1;
