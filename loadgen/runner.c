@@ -397,6 +397,8 @@ static void req_free(req *q) {
 
 static void finish_req(req *q, wf_status st, const char *msg);
 
+static char *request_bytes(run *r, size_t idx, uint64_t now_ns, size_t *len);
+
 static void on_retry(uv_timer_t *t) {
     req *q = t->data;
     run *r = q->run;
@@ -409,6 +411,16 @@ static void on_retry(uv_timer_t *t) {
     q->body_len = 0;
     r->res->records[q->idx].images = 0;
     r->res->records[q->idx].t_first_ns = 0;
+    if (r->o->image && r->o->slo_ext) { /* the deadline left is smaller now */
+        size_t len = 0;
+        char *bytes = request_bytes(r, q->idx, uv_hrtime(), &len);
+        if (bytes) {
+            free(q->bytes);
+            q->bytes = bytes;
+            q->call.data = bytes;
+            q->call.len = len;
+        }
+    }
     wf_loadgen_sse_free(&q->sse);
     wf_loadgen_sse_init(&q->sse, on_sse_event, q);
     q->next = r->head;
@@ -428,6 +440,13 @@ static bool maybe_retry(req *q, wf_status st) {
         return false;
     uint64_t now = uv_hrtime(), delay = (uint64_t)(q->call.retry_after_s * 1e9);
     if (now + delay >= q->deadline_ns || now + delay >= r->stop_ns) return false;
+    /* An image request whose SLO deadline will have passed by then has missed it: sent with
+     * weft's extension it would only be refused again, so the refusal stands. */
+    const wf_loadgen_record *rec = &r->res->records[q->idx];
+    const wf_loadgen_image_class *c = r->o->image && r->o->slo_ext ? image_class(r, rec) : NULL;
+    if (c && isfinite(wf_loadgen_image_deadline_ms(c)) &&
+        (double)(now + delay - rec->t_arrival_ns) / 1e6 >= wf_loadgen_image_deadline_ms(c))
+        return false;
     if (!q->retry_timer_on) {
         if (uv_timer_init(&r->loop, &q->retry_timer) != 0) return false;
         q->retry_timer_on = true;
@@ -482,6 +501,31 @@ static void finish_req(req *q, wf_status st, const char *msg) {
     maybe_finish(r);
 }
 
+/* The request bytes of item idx sent at now_ns. An image request gets what is left of its
+ * deadline then: one held back by --max-concurrency or waiting out a Retry-After has already
+ * spent part of it. NULL on ENOMEM. */
+static char *request_bytes(run *r, size_t idx, uint64_t now_ns, size_t *len) {
+    const wf_loadgen_prompt *p = &r->ds->items[idx];
+    const wf_loadgen_record *rec = &r->res->records[idx];
+    char *body;
+    if (r->o->image) {
+        const wf_loadgen_image_class *c = image_class(r, rec);
+        double deadline = c ? wf_loadgen_image_deadline_ms(c) : NAN;
+        /* Sent late (a slow timer, a busy loop): the deadline is still sent, at its minimum,
+         * and the server may refuse at once; leaving it out would mean "no deadline". */
+        if (isfinite(deadline)) deadline -= (double)(now_ns - rec->t_arrival_ns) / 1e6;
+        if (isfinite(deadline) && deadline < 1) deadline = 1;
+        body = wf_loadgen_image_build_body(r->o->image, r->o->model, p,
+                                           isfinite(deadline) ? deadline : 0, r->o->slo_ext,
+                                           r->o->stream, r->o->extra_body);
+    } else {
+        body = wf_loadgen_build_body(r->o, p);
+    }
+    char *bytes = body ? build_request(r->o, "POST", r->o->target.path, body, len) : NULL;
+    free(body);
+    return bytes;
+}
+
 static void issue(run *r, size_t idx) {
     const wf_loadgen_prompt *p = &r->ds->items[idx];
     wf_loadgen_record *rec = &r->res->records[idx];
@@ -496,22 +540,8 @@ static void issue(run *r, size_t idx) {
     if (rec->t_arrival_ns == 0 || rec->t_arrival_ns > rec->t_start_ns)
         rec->t_arrival_ns = rec->t_start_ns;
     req *q = calloc(1, sizeof *q);
-    char *body = NULL;
-    if (q && r->o->image) {
-        /* The server gets what is left of the deadline: a request held back by
-         * --max-concurrency has already spent part of it. */
-        const wf_loadgen_image_class *c = image_class(r, rec);
-        double deadline = c ? wf_loadgen_image_deadline_ms(c) : NAN;
-        if (isfinite(deadline)) deadline -= (double)(rec->t_start_ns - rec->t_arrival_ns) / 1e6;
-        body = wf_loadgen_image_build_body(r->o->image, r->o->model, p,
-                                           isfinite(deadline) ? deadline : 0, r->o->slo_ext,
-                                           r->o->stream, r->o->extra_body);
-    } else if (q) {
-        body = wf_loadgen_build_body(r->o, p);
-    }
     size_t len = 0;
-    if (q && body) q->bytes = build_request(r->o, "POST", r->o->target.path, body, &len);
-    free(body);
+    if (q) q->bytes = request_bytes(r, idx, rec->t_start_ns, &len);
     if (!q || !q->bytes) {
         rec->outcome = WF_LOADGEN_TRANSPORT;
         rec->t_end_ns = rec->t_start_ns;

@@ -69,6 +69,8 @@ def make_handler(st):
 
         def send_json(self, status, obj, headers=()):
             data = json.dumps(obj).encode()
+            with st.lock:  # counted before the reply: the client may read the counts at once
+                st.status_counts[status] = st.status_counts.get(status, 0) + 1
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -76,8 +78,6 @@ def make_handler(st):
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
-            with st.lock:
-                st.status_counts[status] = st.status_counts.get(status, 0) + 1
 
         def error(self, status, msg, param=None, headers=()):
             self.send_json(status, {"error": {"message": msg, "type": "invalid_request_error",
@@ -132,10 +132,10 @@ def make_handler(st):
                 for i in range(steps):
                     time.sleep(delay / steps)
                     event({"type": "image_generation.progress", "step": i + 1, "total_steps": steps})
-            event({"created": int(time.time()), "data": images})
-            self.wfile.write(b"0\r\n\r\n")
             with st.lock:
                 st.status_counts[200] = st.status_counts.get(200, 0) + 1
+            event({"created": int(time.time()), "data": images})
+            self.wfile.write(b"0\r\n\r\n")
 
     return Handler
 
