@@ -29,7 +29,8 @@ static void usage(FILE *f) {
 "  --url URL               http://HOST:PORT[/v1/completions|/v1/chat/completions]\n"
 "  --host HOST --port N    (defaults 127.0.0.1, 8080)\n"
 "  --endpoint E            completions (default), chat, or a path\n"
-"  --model NAME            \"model\" field (default: the first of GET /v1/models, else none)\n"
+"  --model NAME            \"model\" field (default: the first of GET /v1/models, else none;\n"
+"                          images: the first listed as \"type\": \"image\", its size and classes)\n"
 "  --api-key KEY           sent as Authorization: Bearer KEY\n"
 "Load (each list element is one load point; several make a sweep):\n"
 "  --concurrency N[,N..]   closed loop: N requests always in flight (default 1)\n"
@@ -76,11 +77,12 @@ static void usage(FILE *f) {
 "                          (work = sum of T_single; 1 = saturated), one load point each\n"
 "  --servers N             servers (ranks) behind the target, for --target-load (default 1)\n"
 "  --image-class NAME:WxH:STEPS[:ALPHA[:PRIORITY]]  (repeatable) add or replace a class;\n"
-"                          defaults S:32x32:5:1.5:100 M:32x32:15:2:50 L:32x32:45:6:0\n"
+"                          defaults S:8x8:5:1.5:100 M:8x8:15:2:50 L:8x8:45:6:0\n"
+"  --image-size WxH        the size of the default classes (8x8: weftd's default DiT)\n"
 "  --image-mix S=W,M=W..   class weights for --rate/--concurrency (default equal)\n"
 "  --t-single S=MS,..      T_single per class in ms (else measured: one request per class\n"
 "                          alone, after one warm-up request, before the run)\n"
-"  --calibrate-reps N      calibration requests per class; T_single = their median (1)\n"
+"  --calibrate-reps N      calibration requests per class; T_single = their median (3)\n"
 "  --image-n N             images per request (default 1)\n"
 "  --image-prompt TEXT     prompt (default \"a photo\")\n"
 "  --class-labels N        send class_label drawn from 0..N-1 (class-conditional models)\n"
@@ -187,6 +189,38 @@ static char *discover_model(const wf_loadgen_target *t, const char *api_key) {
     return model;
 }
 
+/* The first image model of GET /v1/models (weftd marks them "type": "image", with their "size"
+ * and "num_classes"), for --workload images without --model. NULL when there is none. */
+static char *discover_image_model(const wf_loadgen_target *t, const char *api_key, int *w, int *h,
+                                  int *num_classes) {
+    int status = 0;
+    char *body = NULL;
+    size_t len = 0;
+    char *model = NULL;
+    if (wf_loadgen_http_get(t, "/v1/models", api_key, 10, &status, &body, &len) == WF_OK &&
+        status == 200 && body) {
+        json_t *r = json_loadb(body, len, 0, NULL);
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(r, "data"), i, m) {
+            const char *type = json_string_value(json_object_get(m, "type"));
+            const char *id = json_string_value(json_object_get(m, "id"));
+            if (!type || strcmp(type, "image") != 0 || !id) continue;
+            model = strdup(id);
+            const char *size = json_string_value(json_object_get(m, "size"));
+            char tail;
+            if (size && sscanf(size, "%dx%d%c", w, h, &tail) != 2) *w = *h = 0;
+            json_t *nc = json_object_get(m, "num_classes");
+            if (json_is_integer(nc) && json_integer_value(nc) > 0 && json_integer_value(nc) < 1000000)
+                *num_classes = (int)json_integer_value(nc);
+            break;
+        }
+        json_decref(r);
+    }
+    free(body);
+    return model;
+}
+
 enum {
     OPT_URL = 256, OPT_HOST, OPT_PORT, OPT_ENDPOINT, OPT_MODEL, OPT_API_KEY, OPT_CONC, OPT_RATE,
     OPT_BURST, OPT_MAXCONC, OPT_NUM, OPT_DURATION, OPT_GRACE, OPT_TIMEOUT, OPT_RETRY, OPT_DATASET,
@@ -194,7 +228,7 @@ enum {
     OPT_TEMP, OPT_EXTRA, OPT_SLO, OPT_NOSLO, OPT_LABEL, OPT_JSON, OPT_CSV, OPT_PLOT,
     OPT_NOPROGRESS, OPT_FRESH, OPT_VERSION, OPT_HELP, OPT_WORKLOAD, OPT_PROFILE, OPT_PROFDUR,
     OPT_RSCALE, OPT_TLOAD, OPT_SERVERS, OPT_ICLASS, OPT_IMIX, OPT_TSINGLE, OPT_CALREPS, OPT_IMGN,
-    OPT_IPROMPT, OPT_LABELS, OPT_GUIDANCE, OPT_STREAM, OPT_NOISEED,
+    OPT_IPROMPT, OPT_LABELS, OPT_GUIDANCE, OPT_STREAM, OPT_NOISEED, OPT_ISIZE,
 };
 
 static const struct option long_opts[] = {
@@ -228,7 +262,8 @@ static const struct option long_opts[] = {
     {"image-n", required_argument, 0, OPT_IMGN}, {"image-prompt", required_argument, 0, OPT_IPROMPT},
     {"class-labels", required_argument, 0, OPT_LABELS},
     {"guidance", required_argument, 0, OPT_GUIDANCE}, {"stream", no_argument, 0, OPT_STREAM},
-    {"no-image-seed", no_argument, 0, OPT_NOISEED}, {0, 0, 0, 0},
+    {"no-image-seed", no_argument, 0, OPT_NOISEED}, {"image-size", required_argument, 0, OPT_ISIZE},
+    {0, 0, 0, 0},
 };
 
 /* The outputs every run writes; returns the exit code (1: an output failed, 3: nothing
@@ -274,6 +309,7 @@ typedef struct image_cfg {
     int reps;
     wf_loadgen_image_opts io;
     bool stream_set;
+    int width, height; /* --image-size: of the default classes; 0 = theirs */
 } image_cfg;
 
 /* n items with seeded per-request seeds; classes from cls[] or, when NULL, drawn from mix. */
@@ -352,6 +388,7 @@ static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, con
         o.num_requests = n;
         o.schedule = NULL;
         o.slo_ext = false; /* no deadline exists yet */
+        o.retry_after = true; /* a shedding server: wait as told; the request's time is not used */
         o.progress = false;
         o.duration_s = WF_LOADGEN_MAX_DURATION_S;
         wf_loadgen_run_result res;
@@ -372,7 +409,13 @@ static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, con
                 rc = -1;
                 break;
             }
-            if (m < sizeof lat / sizeof lat[0]) lat[m++] = wf_loadgen_record_e2e_ms(r);
+            /* A re-sent request's latency holds the Retry-After wait: not T_single. */
+            if (r->retries == 0 && m < sizeof lat / sizeof lat[0]) lat[m++] = wf_loadgen_record_e2e_ms(r);
+        }
+        if (rc == 0 && m == 0) {
+            fprintf(stderr, "weft-bench: calibration of class %s: every request was refused first "
+                    "(429/503); give --t-single or calibrate on an idle server\n", p->classes[c].name);
+            rc = -1;
         }
         if (!warmed && rc == 0 && res.records[0].outcome != WF_LOADGEN_OK) {
             fprintf(stderr, "weft-bench: warm-up request failed: %s\n", res.records[0].error);
@@ -421,6 +464,10 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
     if (img->n_scales && img->n_loads) {
         fprintf(stderr, "weft-bench: give --rate-scale or --target-load, not both\n");
         return 2;
+    }
+    for (size_t c = 0; img->width && c < prof.n_classes; c++) {
+        prof.classes[c].width = img->width;
+        prof.classes[c].height = img->height;
     }
     for (size_t i = 0; i < img->n_classes; i++)
         if (wf_loadgen_profile_set_class(&prof, &img->classes[i]) != WF_OK) {
@@ -578,7 +625,7 @@ static int cmd_run(int argc, char **argv) {
     char err[512];
     int rc = 2;
     double d;
-    image_cfg img = {.servers = 1, .reps = 1, .io = {.n = 1, .guidance = -1, .send_seed = true}};
+    image_cfg img = {.servers = 1, .reps = 3, .io = {.n = 1, .guidance = -1, .send_seed = true}};
     bool num_set = false, duration_set = false;
 
     optind = 1;
@@ -752,6 +799,13 @@ static int cmd_run(int argc, char **argv) {
             break;
         case OPT_STREAM: o.stream = true; img.stream_set = true; break;
         case OPT_NOISEED: img.io.send_seed = false; break;
+        case OPT_ISIZE: {
+            char tail;
+            if (sscanf(optarg, "%dx%d%c", &img.width, &img.height, &tail) != 2 || img.width < 1 ||
+                img.height < 1 || img.width > 16384 || img.height > 16384)
+                return bad(name, optarg);
+            break;
+        }
         default: usage(stderr); free(model); return 2;
         }
     }
@@ -791,7 +845,7 @@ static int cmd_run(int argc, char **argv) {
     }
     if (!path[0]) snprintf(path, sizeof path, img.on ? "/v1/images/generations" : "/v1/completions");
     if (!img.on && (img.profile || img.n_classes || img.mix || img.t_single || img.n_scales ||
-                    img.n_loads || img.stream_set)) {
+                    img.n_loads || img.stream_set || img.width)) {
         fprintf(stderr, "weft-bench: the image options go with --workload images\n");
         free(model);
         return 2;
@@ -813,8 +867,15 @@ static int cmd_run(int argc, char **argv) {
             free(model);
             return 2;
         }
-        /* No --model: the field is left out (the server's default image model), since the
-         * first of /v1/models may well be an LLM. */
+        /* No --model: the first image model weftd lists, with its size and classes as defaults;
+         * else the field is left out (the server's default), since the first model listed may
+         * well be an LLM. */
+        if (!model) {
+            int w = 0, h = 0, nc = 0;
+            model = discover_image_model(&o.target, o.api_key, &w, &h, &nc);
+            if (model && !img.width && w > 0 && h > 0) img.width = w, img.height = h;
+            if (model && !img.io.class_labels && !img.io.prompt && nc > 0) img.io.class_labels = nc;
+        }
         o.model = model;
         char tdesc[600];
         snprintf(tdesc, sizeof tdesc, "http://%s%s", o.target.host_header, o.target.path);

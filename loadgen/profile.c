@@ -30,7 +30,7 @@ void wf_loadgen_profile_default_classes(wf_loadgen_profile *p) {
     for (size_t i = 0; i < 3; i++) {
         wf_loadgen_image_class *c = &p->classes[i];
         snprintf(c->name, sizeof c->name, "%s", def[i].name);
-        c->width = c->height = 32;
+        c->width = c->height = 8;
         c->steps = def[i].steps;
         c->alpha = def[i].alpha;
         c->has_priority = true;
@@ -120,7 +120,7 @@ wf_status wf_loadgen_image_class_parse(const char *s, wf_loadgen_image_class *c,
 bad:
     return wf_status_errorf(err, errlen, WF_EINVAL,
                             "bad image class '%s': use NAME:WxH:STEPS[:ALPHA[:PRIORITY]], e.g. "
-                            "S:32x32:5:1.5", s);
+                            "S:8x8:5:1.5", s);
 }
 
 wf_status wf_loadgen_profile_parse_mix(const wf_loadgen_profile *p, const char *s, double *mix,

@@ -3,7 +3,7 @@
  *
  *     wf_loadgen_profile p;
  *     if (wf_loadgen_profile_load("tridentserve", &p, err, sizeof err) != WF_OK) puts(err);
- *     wf_loadgen_profile_set_class(&p, &(wf_loadgen_image_class){.name = "S", .width = 32, ...});
+ *     wf_loadgen_profile_set_class(&p, &(wf_loadgen_image_class){.name = "S", .width = 8, ...});
  *     p.classes[0].t_single_ms = 120;                 // measured by a calibration run, or given
  *     wf_loadgen_profile_scale_time(&p, 60.0 / wf_loadgen_profile_end_s(&p)); // a 60 s run
  *     wf_loadgen_profile_scale_rate(&p, 0.8 / wf_loadgen_profile_offered_load(&p, 1)); // 80% load
@@ -17,7 +17,7 @@
  *
  * Profile text (built-in ones: loadgen/profiles/NAME.profile, compiled into weft-bench):
  *     # comment
- *     class S 32x32 steps=5 alpha=1.5 priority=100     (optional: replaces a default class)
+ *     class S 8x8 steps=5 alpha=1.5 priority=100       (optional: replaces a default class)
  *     phase warmup 0 60 0.8/min S=0.5 M=0.35 L=0.15    (name start_s end_s rate mix...)
  * Rates are N/s, N/min or a bare N (per second); a mix names classes defined before it. Phases
  * are given in time order and do not overlap. Without class lines the classes are the defaults
@@ -60,8 +60,9 @@ typedef struct wf_loadgen_profile {
     wf_loadgen_phase phases[WF_LOADGEN_MAX_PHASES];
 } wf_loadgen_profile;
 
-/* The default classes S, M, L: one size (32x32, the default DiT's) and 5/15/45 steps, so their
- * costs span 9x as GF-DiT's S/M/L do; alphas 1.5/2/6, priorities 100/50/0. Clears phases. */
+/* The default classes S, M, L: one size (8x8, weftd's default DiT's; --image-size changes it)
+ * and 5/15/45 steps, so their costs span 9x as GF-DiT's S/M/L do (weft's DiTs serve one size
+ * each); alphas 1.5/2/6, priorities 100/50/0. Clears phases. */
 void wf_loadgen_profile_default_classes(wf_loadgen_profile *p);
 /* Parses profile text (see above) on top of the default classes. `origin` names it in errors. */
 wf_status wf_loadgen_profile_parse(const char *text, const char *origin, wf_loadgen_profile *p,

@@ -107,12 +107,13 @@ def test_calibration_refusals_and_slow_requests(tmp_path):
     with ImageServer(base_s=0.01, step_s=0.001, refuse_every=5, slow_every=4, slow_s=0.5) as s:
         p = bench(s.port, "--image-class", "S:8x8:5:1.5", "--image-class", "L:8x8:40:6",
                   "--image-mix", "S=1,M=0,L=1", "--rate", 10, "--num-requests", 20,
-                  "--class-labels", 10, "--json", out)
+                  "--class-labels", 10, "--calibrate-reps", 1, "--json", out)
         bodies = s.state.bodies
         counts = dict(s.state.status_counts)
     # calibration: one warm-up + one request per class the run uses (S, L; M has no weight),
     # alone, without deadlines
-    assert "calibrated T_single of class S (8x8, 5 steps)" in p.stdout
+    assert "calibrated T_single of class S (8x8, 5 steps): " in p.stdout
+    assert "(median of 1)" in p.stdout
     assert p.stdout.count("calibrated T_single") == 2
     assert all("slo" not in b for b in bodies[:3]) and all("slo" in b for b in bodies[3:])
     run = result(out)["runs"][0]
