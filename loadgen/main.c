@@ -528,9 +528,8 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             pt->scale = k;
             if (img->n_loads) snprintf(pt->label, sizeof pt->label, "%.40s load=%g", pp.name, img->loads[i]);
             else snprintf(pt->label, sizeof pt->label, "%.40s x%g", pp.name, k);
-            snprintf(prof_desc, sizeof prof_desc, "profile %s over %.0f s (%zu phases, %.1f requests "
-                     "expected at x1)", pp.name, wf_loadgen_profile_end_s(&pp), pp.n_phases,
-                     wf_loadgen_profile_expected_requests(&prof));
+            snprintf(prof_desc, sizeof prof_desc, "profile %s over %.0f s (%zu phases)", pp.name,
+                     wf_loadgen_profile_end_s(&pp), pp.n_phases);
             size_t cap = ir->num_set ? o->num_requests : WF_LOADGEN_MAX_REQUESTS;
             double expect = wf_loadgen_profile_expected_requests(&pp);
             size_t want = expect * 2 + 64 < (double)cap ? (size_t)(expect * 2 + 64) : cap;
