@@ -30,7 +30,7 @@ char *wf_loadgen_image_build_body(const wf_loadgen_image_opts *io, const char *m
     json_object_set_new(b, "num_inference_steps", json_integer(c->steps));
     /* The seed and label come from the item's own seed: the same --seed repeats a run exactly,
      * and neither depends on when or where the request was sent. */
-    if (io->send_seed) json_object_set_new(b, "seed", json_integer((json_int_t)(p->text_seed >> 33)));
+    if (io->send_seed) json_object_set_new(b, "seed", json_integer(wf_loadgen_image_request_seed(p)));
     if (io->class_labels > 0)
         json_object_set_new(b, "class_label",
                             json_integer((json_int_t)((p->text_seed >> 7) % (uint64_t)io->class_labels)));
@@ -52,6 +52,79 @@ char *wf_loadgen_image_build_body(const wf_loadgen_image_opts *io, const char *m
     char *s = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     return s;
+}
+
+int64_t wf_loadgen_image_request_seed(const wf_loadgen_prompt *p) {
+    return (int64_t)(p->text_seed >> 33); /* 31 bits: any server's seed type holds it */
+}
+
+/* ---- traces ------------------------------------------------------------------------------------ */
+
+wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profile *p,
+                                       double rate_scale, uint64_t seed, const double *arrival_s,
+                                       const wf_loadgen_prompt *items, size_t n, char *err,
+                                       size_t errlen) {
+    json_t *root = json_object(), *meta = json_object(), *reqs = json_array();
+    json_t *phases = json_array(), *classes = json_object(), *counts = json_object();
+    uint64_t per_class[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int c = items[i].slo_class;
+        if (c < 0 || (size_t)c >= p->n_classes) continue;
+        const wf_loadgen_image_class *k = &p->classes[c];
+        json_t *r = json_object();
+        char id[48];
+        snprintf(id, sizeof id, "%s_%06llu", k->name, (unsigned long long)per_class[c]++);
+        json_object_set_new(r, "request_id", json_string(id));
+        json_object_set_new(r, "request_class", json_string(k->name));
+        json_object_set_new(r, "arrival_ms", json_real(arrival_s[i] * 1000.0));
+        json_object_set_new(r, "width", json_integer(k->width));
+        json_object_set_new(r, "height", json_integer(k->height));
+        json_object_set_new(r, "num_steps", json_integer(k->steps));
+        if (k->has_priority) json_object_set_new(r, "priority", json_integer(k->priority));
+        double d = wf_loadgen_image_deadline_ms(k);
+        json_object_set_new(r, "deadline_ms", isfinite(d) ? json_real(arrival_s[i] * 1000.0 + d) : json_null());
+        json_object_set_new(r, "profiled_optimal_latency_ms",
+                            k->t_single_ms > 0 ? json_real(k->t_single_ms) : json_null());
+        json_object_set_new(r, "seed", json_integer(wf_loadgen_image_request_seed(&items[i])));
+        json_array_append_new(reqs, r);
+    }
+    for (size_t i = 0; i < p->n_phases; i++) {
+        const wf_loadgen_phase *ph = &p->phases[i];
+        json_t *x = json_object(), *mix = json_object();
+        json_object_set_new(x, "name", json_string(ph->name));
+        json_object_set_new(x, "start_s", json_real(ph->start_s));
+        json_object_set_new(x, "end_s", json_real(ph->end_s));
+        json_object_set_new(x, "arrival_rate_per_min", json_real(ph->rate * 60.0));
+        for (size_t c = 0; c < p->n_classes; c++)
+            json_object_set_new(mix, p->classes[c].name, json_real(ph->mix[c]));
+        json_object_set_new(x, "mix", mix);
+        json_array_append_new(phases, x);
+    }
+    for (size_t c = 0; c < p->n_classes; c++) {
+        const wf_loadgen_image_class *k = &p->classes[c];
+        json_t *x = json_object();
+        json_object_set_new(x, "width", json_integer(k->width));
+        json_object_set_new(x, "height", json_integer(k->height));
+        json_object_set_new(x, "num_steps", json_integer(k->steps));
+        json_object_set_new(x, "alpha", json_real(k->alpha));
+        json_object_set_new(x, "t_single_ms", k->t_single_ms > 0 ? json_real(k->t_single_ms) : json_null());
+        json_object_set_new(classes, k->name, x);
+        json_object_set_new(counts, k->name, json_integer((json_int_t)per_class[c]));
+    }
+    json_object_set_new(meta, "generator", json_string("weft-bench"));
+    json_object_set_new(meta, "profile", json_string(p->name));
+    json_object_set_new(meta, "rate_scale", json_real(rate_scale));
+    json_object_set_new(meta, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(meta, "duration_s", json_real(wf_loadgen_profile_end_s(p)));
+    json_object_set_new(meta, "phases", phases);
+    json_object_set_new(meta, "classes", classes);
+    json_object_set_new(meta, "class_counts", counts);
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "requests", reqs);
+    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(12));
+    json_decref(root);
+    if (rc != 0) return wf_status_errorf(err, errlen, WF_EIO, "cannot write trace %s", path);
+    return WF_OK;
 }
 
 /* ---- PNG checks ------------------------------------------------------------------------------- */

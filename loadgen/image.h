@@ -52,6 +52,20 @@ char *wf_loadgen_image_build_body(const wf_loadgen_image_opts *io, const char *m
                                   const wf_loadgen_prompt *p, double deadline_ms, bool slo_ext,
                                   bool stream, const char *extra);
 
+/* The "seed" sent for item p (from its own seed, so a --seed repeats a run exactly). */
+int64_t wf_loadgen_image_request_seed(const wf_loadgen_prompt *p);
+
+/* Writes the requests of one profile load point as a trace file in GF-DiT's workload JSON shape:
+ * {"metadata": {profile, phases, classes, rate_scale, seed, ...}, "requests": [{request_id,
+ * request_class, arrival_ms, width, height, num_steps, priority, deadline_ms (absolute, ms from
+ * the start), profiled_optimal_latency_ms (T_single), seed}]}, so that a simulator replays the
+ * very requests a real run sends. items[i].slo_class is request i's class. WF_EIO on a write
+ * failure, with a message. */
+wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profile *p,
+                                       double rate_scale, uint64_t seed, const double *arrival_s,
+                                       const wf_loadgen_prompt *items, size_t n, char *err,
+                                       size_t errlen);
+
 /* Decodes standard base64 (padding optional; whitespace is an error). Caller frees; NULL on a
  * bad character, a bad length or ENOMEM. */
 uint8_t *wf_loadgen_base64_decode(const char *s, size_t len, size_t *out_len);

@@ -90,6 +90,10 @@ static void usage(FILE *f) {
 "  --guidance G            guidance_scale (default: the server's)\n"
 "  --stream                stream: true (SSE progress events, then the image)\n"
 "  --no-image-seed         do not send a per-request seed\n"
+"  --trace-out FILE        --profile: also write each load point's requests (arrival, class,\n"
+"                          size, steps, deadline, seed) in GF-DiT's workload JSON, for a\n"
+"                          simulator to replay (FILE.N.json per point when several)\n"
+"  --dry-run               --profile: write --trace-out and send nothing (needs --t-single)\n"
 "  (deadlines: arrival + ALPHA x T_single, sent as \"slo\": {\"deadline_ms\"} and \"priority\"\n"
 "   unless --no-slo-ext)\n",
             WF_LOADGEN_MAX_REQUESTS, WF_LOADGEN_MAX_DURATION_S);
@@ -229,7 +233,8 @@ enum {
     OPT_TEMP, OPT_EXTRA, OPT_SLO, OPT_NOSLO, OPT_LABEL, OPT_JSON, OPT_CSV, OPT_PLOT,
     OPT_NOPROGRESS, OPT_FRESH, OPT_VERSION, OPT_HELP, OPT_WORKLOAD, OPT_PROFILE, OPT_PROFDUR,
     OPT_RSCALE, OPT_TLOAD, OPT_SERVERS, OPT_ICLASS, OPT_IMIX, OPT_TSINGLE, OPT_CALREPS, OPT_IMGN,
-    OPT_IPROMPT, OPT_LABELS, OPT_GUIDANCE, OPT_STREAM, OPT_NOISEED, OPT_ISIZE,
+    OPT_IPROMPT, OPT_LABELS, OPT_GUIDANCE, OPT_STREAM, OPT_NOISEED, OPT_ISIZE, OPT_TRACEOUT,
+    OPT_DRYRUN,
 };
 
 static const struct option long_opts[] = {
@@ -264,6 +269,7 @@ static const struct option long_opts[] = {
     {"class-labels", required_argument, 0, OPT_LABELS},
     {"guidance", required_argument, 0, OPT_GUIDANCE}, {"stream", no_argument, 0, OPT_STREAM},
     {"no-image-seed", no_argument, 0, OPT_NOISEED}, {"image-size", required_argument, 0, OPT_ISIZE},
+    {"trace-out", required_argument, 0, OPT_TRACEOUT}, {"dry-run", no_argument, 0, OPT_DRYRUN},
     {0, 0, 0, 0},
 };
 
@@ -311,6 +317,8 @@ typedef struct image_cfg {
     wf_loadgen_image_opts io;
     bool stream_set;
     int width, height; /* --image-size: of the default classes; 0 = theirs */
+    const char *trace_out;
+    bool dry_run;
 } image_cfg;
 
 /* n items with seeded per-request seeds; classes from cls[] or, when NULL, drawn from mix. */
@@ -462,6 +470,15 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             return 2;
         }
     }
+    if ((img->trace_out || img->dry_run) && !img->profile) {
+        fprintf(stderr, "weft-bench: --trace-out and --dry-run go with --profile\n");
+        return 2;
+    }
+    if (img->dry_run && !img->trace_out) {
+        fprintf(stderr, "weft-bench: --dry-run writes the traces of --trace-out and nothing else: "
+                        "give --trace-out\n");
+        return 2;
+    }
     if (img->n_scales && img->n_loads) {
         fprintf(stderr, "weft-bench: give --rate-scale or --target-load, not both\n");
         return 2;
@@ -498,7 +515,16 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         for (size_t k = 0; img->profile && k < prof.n_phases; k++)
             if (prof.phases[k].rate > 0 && prof.phases[k].mix[c] > 0) used[c] = true;
     }
-    if (calibrate(o, &prof, used, img->reps) != 0) return 1;
+    if (img->dry_run) {
+        for (size_t c = 0; c < prof.n_classes; c++)
+            if (used[c] && !(prof.classes[c].t_single_ms > 0)) {
+                fprintf(stderr, "weft-bench: --dry-run sends nothing, so it cannot calibrate: give "
+                                "--t-single for class %s\n", prof.classes[c].name);
+                return 2;
+            }
+    } else if (calibrate(o, &prof, used, img->reps) != 0) {
+        return 1;
+    }
 
     int n_points = img->profile ? (img->n_loads ? img->n_loads : img->n_scales ? img->n_scales : 1)
                    : ir->n_rates ? ir->n_rates : ir->n_conc ? ir->n_conc : 1;
@@ -552,6 +578,24 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             po.num_requests = n;
             if (!ir->duration_set) po.duration_s = wf_loadgen_profile_end_s(&pp) + 1;
             if (image_items(n, o->seed, cls, NULL, prof.n_classes, &ds) != WF_OK) rc = 1;
+            if (rc == 0 && img->trace_out) {
+                char path[1024];
+                if (n_points == 1) snprintf(path, sizeof path, "%s", img->trace_out);
+                else snprintf(path, sizeof path, "%s.%d.json", img->trace_out, i);
+                if (wf_loadgen_image_trace_write(path, &pp, k, o->seed, arr, ds.items, n, err,
+                                                 sizeof err) != WF_OK) {
+                    fprintf(stderr, "weft-bench: %s\n", err);
+                    rc = 1;
+                } else {
+                    printf("%s: %zu requests written to %s\n", pt->label, n, path);
+                }
+            }
+            if (rc == 0 && img->dry_run) {
+                free(ds.items);
+                free(arr);
+                free(cls);
+                continue;
+            }
         } else {
             if (ir->n_rates) {
                 pt->mode = po.mode = WF_LOADGEN_OPEN;
@@ -799,6 +843,8 @@ static int cmd_run(int argc, char **argv) {
             break;
         case OPT_STREAM: o.stream = true; img.stream_set = true; break;
         case OPT_NOISEED: img.io.send_seed = false; break;
+        case OPT_TRACEOUT: img.trace_out = optarg; break;
+        case OPT_DRYRUN: img.dry_run = true; break;
         case OPT_ISIZE: {
             char tail;
             if (sscanf(optarg, "%dx%d%c", &img.width, &img.height, &tail) != 2 || img.width < 1 ||
@@ -870,7 +916,7 @@ static int cmd_run(int argc, char **argv) {
         /* No --model: the first image model weftd lists, with its size and classes as defaults;
          * else the field is left out (the server's default), since the first model listed may
          * well be an LLM. */
-        if (!model) {
+        if (!model && !img.dry_run) {
             int w = 0, h = 0, nc = 0;
             model = discover_image_model(&o.target, o.api_key, &w, &h, &nc);
             if (model && !img.width && w > 0 && h > 0) img.width = w, img.height = h;

@@ -213,6 +213,37 @@ def test_sweep_and_plots(tmp_path):
         assert (tmp_path / "img_throughput.png").stat().st_size > 1000
 
 
+def test_trace_out_matches_the_run(tmp_path):
+    prof = tmp_path / "two.profile"
+    prof.write_text(PROFILE)
+    trace = tmp_path / "trace.json"
+    args = ["--profile", prof, "--t-single", "S=40,L=100", "--seed", 9, "--trace-out", trace]
+    with ImageServer(base_s=0.002, step_s=0.0) as s:
+        p = bench(s.port, *args, "--dry-run")
+        assert s.state.arrivals == 0  # --dry-run sends nothing
+    t = result(trace)
+    n = len(t["requests"])
+    assert "%d requests written to" % n in p.stdout
+    meta = t["metadata"]
+    assert meta["profile"] == "two" and meta["seed"] == 9 and meta["rate_scale"] == 1
+    assert [ph["name"] for ph in meta["phases"]] == ["a", "gap", "b"]
+    assert meta["phases"][2]["arrival_rate_per_min"] == pytest.approx(1200)
+    assert meta["class_counts"]["S"] + meta["class_counts"]["L"] == n
+    arrivals = [r["arrival_ms"] for r in t["requests"]]
+    assert arrivals == sorted(arrivals)
+    for r in t["requests"]:
+        small = r["request_class"] == "S"
+        assert (r["width"], r["height"], r["num_steps"]) == ((16, 8, 4) if small else (24, 24, 20))
+        assert r["deadline_ms"] == pytest.approx(r["arrival_ms"] + (60 if small else 600))
+        assert r["profiled_optimal_latency_ms"] == (40 if small else 100)
+        assert (r["arrival_ms"] < 1500) if small else (2000 <= r["arrival_ms"] < 3000)
+    # the run sends exactly the requests of the trace
+    with ImageServer(base_s=0.002, step_s=0.0) as s:
+        bench(s.port, *args)
+        sent = sorted((b["seed"], b["num_inference_steps"]) for b in s.state.bodies)
+    assert sent == sorted((r["seed"], r["num_steps"]) for r in t["requests"])
+
+
 def test_bad_options():
     cases = [
         (["--profile", "no_such_profile"], "not a built-in profile"),
@@ -221,6 +252,8 @@ def test_bad_options():
         (["--profile", "short", "--rate", "3"], "--profile sets the arrivals"),
         (["--t-single", "Q=5"], "bad --t-single"),
         (["--image-mix", "X=1"], "unknown class 'X'"),
+        (["--trace-out", "t.json"], "go with --profile"),
+        (["--profile", "short", "--dry-run", "--trace-out", "t.json"], "give --t-single for class S"),
     ]
     for args, msg in cases:
         p = bench(1, *args, check=False)
