@@ -366,6 +366,49 @@ wf_status wf_loadgen_image_summarize(const wf_loadgen_record *recs, size_t n,
     return WF_OK;
 }
 
+wf_status wf_loadgen_image_summarize_phases(const wf_loadgen_record *recs, size_t n,
+                                            uint64_t t0_ns, const wf_loadgen_profile *p,
+                                            wf_loadgen_image_summary *s) {
+    s->n_phases = p->n_phases;
+    double *lat = malloc((n ? n : 1) * sizeof *lat), *norm = malloc((n ? n : 1) * sizeof *norm);
+    if (!lat || !norm) {
+        free(lat), free(norm);
+        return WF_ENOMEM;
+    }
+    for (size_t k = 0; k < p->n_phases; k++) {
+        wf_loadgen_image_phase_stats *ps = &s->phases[k];
+        memset(ps, 0, sizeof *ps);
+        snprintf(ps->name, sizeof ps->name, "%s", p->phases[k].name);
+        ps->start_s = p->phases[k].start_s;
+        ps->end_s = p->phases[k].end_s;
+        size_t m = 0, z = 0;
+        for (size_t i = 0; i < n; i++) {
+            const wf_loadgen_record *r = &recs[i];
+            if (r->outcome == WF_LOADGEN_NOT_SENT || r->t_arrival_ns < t0_ns) continue;
+            double t = (double)(r->t_arrival_ns - t0_ns) / 1e9;
+            if (t < ps->start_s || t >= ps->end_s) continue;
+            const wf_loadgen_image_class *c =
+                r->slo_class >= 0 && (size_t)r->slo_class < s->n_classes ? &s->classes[r->slo_class].def : NULL;
+            ps->issued++;
+            if (r->outcome != WF_LOADGEN_OK) {
+                if (refused(r)) ps->refused++;
+                else ps->failed++;
+                continue;
+            }
+            ps->completed++;
+            double l = wf_loadgen_record_e2e_ms(r);
+            if (!isnan(l)) lat[m++] = l;
+            if (c && c->t_single_ms > 0 && !isnan(l)) norm[z++] = l / c->t_single_ms;
+            if (wf_loadgen_image_record_met(r, c)) ps->met++;
+        }
+        wf_loadgen_dist_compute(lat, m, &ps->latency);
+        wf_loadgen_dist_compute(norm, z, &ps->normalized);
+        ps->attainment = ps->issued ? (double)ps->met / (double)ps->issued : NAN;
+    }
+    free(lat), free(norm);
+    return WF_OK;
+}
+
 /* ---- text table and JSON --------------------------------------------------------------------- */
 
 /* v with `dec` decimals ("%" appended when pct), "-" when undefined. */
@@ -420,6 +463,22 @@ void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s) {
     }
     print_row(f, "all", &s->latency, &s->normalized, s->issued, s->completed, s->refused, s->failed,
               s->attainment, NAN, NAN);
+    if (s->n_phases) {
+        fprintf(f, "%-12s %8s %8s %6s %6s %7s %6s %9s %9s %7s %8s\n", "phase", "start_s", "end_s",
+                "issued", "done", "refused", "failed", "mean_ms", "p99_ms", "norm", "SLO met");
+        for (size_t k = 0; k < s->n_phases; k++) {
+            const wf_loadgen_image_phase_stats *ps = &s->phases[k];
+            char v[4][24];
+            fmt(v[0], sizeof v[0], ps->latency.mean, 1, false);
+            fmt(v[1], sizeof v[1], ps->latency.p99, 1, false);
+            fmt(v[2], sizeof v[2], ps->normalized.mean, 2, false);
+            fmt(v[3], sizeof v[3], 100.0 * ps->attainment, 1, true);
+            fprintf(f, "%-12.12s %8.1f %8.1f %6llu %6llu %7llu %6llu %9s %9s %7s %8s\n", ps->name,
+                    ps->start_s, ps->end_s, (unsigned long long)ps->issued,
+                    (unsigned long long)ps->completed, (unsigned long long)ps->refused,
+                    (unsigned long long)ps->failed, v[0], v[1], v[2], v[3]);
+        }
+    }
     if (s->n_errors) {
         fprintf(f, "Errors:");
         for (size_t i = 0; i < s->n_errors; i++)
@@ -483,5 +542,25 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
         json_array_append_new(cls, x);
     }
     json_object_set_new(o, "classes", cls);
+    if (s->n_phases) {
+        json_t *ph = json_array();
+        for (size_t k = 0; k < s->n_phases; k++) {
+            const wf_loadgen_image_phase_stats *ps = &s->phases[k];
+            json_t *x = json_object();
+            json_object_set_new(x, "name", json_string(ps->name));
+            json_object_set_new(x, "start_s", json_real(ps->start_s));
+            json_object_set_new(x, "end_s", json_real(ps->end_s));
+            json_object_set_new(x, "issued", json_integer((json_int_t)ps->issued));
+            json_object_set_new(x, "completed", json_integer((json_int_t)ps->completed));
+            json_object_set_new(x, "refused", json_integer((json_int_t)ps->refused));
+            json_object_set_new(x, "failed", json_integer((json_int_t)ps->failed));
+            json_object_set_new(x, "slo_met", json_integer((json_int_t)ps->met));
+            json_object_set_new(x, "slo_attainment", num(ps->attainment));
+            put_dist(x, "latency_ms", &ps->latency);
+            put_dist(x, "normalized_latency", &ps->normalized);
+            json_array_append_new(ph, x);
+        }
+        json_object_set_new(o, "phases", ph);
+    }
     return o;
 }

@@ -97,6 +97,14 @@ typedef struct wf_loadgen_image_class_stats {
     wf_loadgen_dist normalized; /* latency / T_single */
 } wf_loadgen_image_class_stats;
 
+typedef struct wf_loadgen_image_phase_stats {
+    char name[32];
+    double start_s, end_s;
+    uint64_t issued, completed, refused, failed, met;
+    double attainment;          /* met / issued; NAN when none issued */
+    wf_loadgen_dist latency, normalized;
+} wf_loadgen_image_phase_stats;
+
 typedef struct wf_loadgen_image_summary {
     uint64_t issued, completed, refused, failed, met, images;
     double duration_s;
@@ -107,6 +115,8 @@ typedef struct wf_loadgen_image_summary {
     wf_loadgen_error_kind errors[WF_LOADGEN_MAX_ERROR_KINDS];
     size_t n_classes;
     wf_loadgen_image_class_stats classes[WF_LOADGEN_MAX_IMAGE_CLASSES];
+    size_t n_phases; /* a profile run: the same figures per phase (by arrival time) */
+    wf_loadgen_image_phase_stats phases[WF_LOADGEN_MAX_PHASES];
 } wf_loadgen_image_summary;
 
 /* Summarizes n records (NOT_SENT skipped; r->slo_class is the image class). WF_OK, WF_EINVAL
@@ -114,6 +124,12 @@ typedef struct wf_loadgen_image_summary {
 wf_status wf_loadgen_image_summarize(const wf_loadgen_record *recs, size_t n,
                                      const wf_loadgen_image_class *classes, size_t n_classes,
                                      double duration_s, wf_loadgen_image_summary *out);
+/* Adds per-phase figures to s (already summarized from the same records): each request
+ * belongs to the phase of p in which it arrived, arrival times counting from t0_ns (the run's
+ * clock origin). WF_OK or WF_ENOMEM. */
+wf_status wf_loadgen_image_summarize_phases(const wf_loadgen_record *recs, size_t n,
+                                            uint64_t t0_ns, const wf_loadgen_profile *p,
+                                            wf_loadgen_image_summary *s);
 /* The text table of one load point. */
 void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s);
 /* The result-file object of one load point (keys: images, image_throughput, p95_latency_ms,

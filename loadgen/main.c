@@ -622,6 +622,10 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         wf_loadgen_summarize(pt->res.records, pt->res.n, NULL, 0, pt->res.duration_s, &pt->sum);
         wf_loadgen_image_summarize(pt->res.records, pt->res.n, prof.classes, prof.n_classes,
                                    pt->res.duration_s, &pt->isum);
+        if (img->profile) {
+            wf_loadgen_profile pp = prof; /* phase times are not scaled by rate */
+            wf_loadgen_image_summarize_phases(pt->res.records, pt->res.n, pt->res.t0_ns, &pp, &pt->isum);
+        }
         done++;
         if (pt->res.stop_reason && strcmp(pt->res.stop_reason, "interrupted") == 0) break;
     }

@@ -774,6 +774,7 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
     r->arrival_timer.data = r->tick.data = r->sigint.data = r;
     wf_loadgen_arrival_init(&r->arr, o->rate, o->burstiness, o->seed ^ 0x61727269766cULL);
     r->t0 = uv_hrtime();
+    res->t0_ns = r->t0;
     r->stop_ns = r->t0 + (uint64_t)(o->duration_s * 1e9);
     r->grace_ns = UINT64_MAX;
     uv_signal_start(&r->sigint, on_sigint, SIGINT);

@@ -82,6 +82,7 @@ typedef struct wf_loadgen_run_result {
     size_t n;
     size_t issued;
     double duration_s;          /* first issue to last completion */
+    uint64_t t0_ns;             /* the run's clock origin (uv_hrtime): a schedule's time 0 */
     const char *stop_reason;    /* "count", "duration", "interrupted" (static strings) */
     uint64_t connections;       /* TCP connections opened */
 } wf_loadgen_run_result;

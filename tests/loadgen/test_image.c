@@ -304,6 +304,48 @@ START_TEST(test_summary_math) {
 }
 END_TEST
 
+START_TEST(test_phase_math) {
+    wf_loadgen_profile p;
+    char err[160];
+    ck_assert_int_eq(wf_loadgen_profile_parse("phase a 0 1 5/s S=1\nphase b 1 3 5/s L=1\n", "t", &p,
+                                              err, sizeof err), WF_OK);
+    p.classes[0].t_single_ms = 100; /* S: deadline 150 ms */
+    p.classes[2].t_single_ms = 400; /* L: deadline 2400 ms */
+    /* t0 is 1 s on the record clock (rec() adds 1000 ms): arrivals 0..999 ms are phase a */
+    wf_loadgen_record r[] = {
+        rec(0, WF_LOADGEN_OK, 200, 0, 0, 100, 1),           /* a: met */
+        rec(0, WF_LOADGEN_OK, 200, 500, 500, 800, 1),       /* a: 300 ms, missed */
+        rec(0, WF_LOADGEN_HTTP_ERROR, 503, 900, 900, 901, 0), /* a: refused */
+        rec(2, WF_LOADGEN_OK, 200, 1000, 1000, 1400, 1),    /* b: met, norm 1 */
+        rec(2, WF_LOADGEN_TRANSPORT, 0, 2500, 2500, 2600, 0), /* b: failed */
+        rec(2, WF_LOADGEN_OK, 200, 3500, 3500, 3600, 1),    /* after the last phase: none */
+    };
+    size_t n = sizeof r / sizeof r[0];
+    wf_loadgen_image_summary s;
+    ck_assert_int_eq(wf_loadgen_image_summarize(r, n, p.classes, p.n_classes, 4.0, &s), WF_OK);
+    ck_assert_int_eq(wf_loadgen_image_summarize_phases(r, n, 1000 * MS, &p, &s), WF_OK);
+    ck_assert_uint_eq(s.n_phases, 2);
+    const wf_loadgen_image_phase_stats *a = &s.phases[0], *b = &s.phases[1];
+    ck_assert_str_eq(a->name, "a");
+    ck_assert_uint_eq(a->issued, 3);
+    ck_assert_uint_eq(a->completed, 2);
+    ck_assert_uint_eq(a->refused, 1);
+    ck_assert_uint_eq(a->met, 1);
+    ck_assert_double_eq_tol(a->attainment, 1.0 / 3, 1e-12);
+    ck_assert_double_eq_tol(a->latency.mean, 200, 1e-9);
+    ck_assert_double_eq_tol(a->normalized.mean, 2.0, 1e-9);
+    ck_assert_uint_eq(b->issued, 2);
+    ck_assert_uint_eq(b->failed, 1);
+    ck_assert_uint_eq(b->met, 1);
+    ck_assert_double_eq_tol(b->normalized.mean, 1.0, 1e-9);
+    json_t *j = wf_loadgen_image_summary_json(&s);
+    json_t *jb = json_array_get(json_object_get(j, "phases"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(jb, "name")), "b");
+    ck_assert_int_eq(json_integer_value(json_object_get(jb, "failed")), 1);
+    json_decref(j);
+}
+END_TEST
+
 static Suite *image_suite(void) {
     Suite *s = suite_create("loadgen_image");
     TCase *tc = tcase_create("core");
@@ -312,6 +354,7 @@ static Suite *image_suite(void) {
     tcase_add_test(tc, test_reply_and_events);
     tcase_add_test(tc, test_request_body);
     tcase_add_test(tc, test_summary_math);
+    tcase_add_test(tc, test_phase_math);
     suite_add_tcase(s, tc);
     return s;
 }
