@@ -127,6 +127,115 @@ wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profil
     return WF_OK;
 }
 
+typedef struct trace_req {
+    double arrival_s;
+    int cls;
+    int64_t seed; /* -1: none given */
+} trace_req;
+
+static int cmp_trace(const void *a, const void *b) {
+    double x = ((const trace_req *)a)->arrival_s, y = ((const trace_req *)b)->arrival_s;
+    return (x > y) - (x < y);
+}
+
+static bool get_int(json_t *o, const char *k, int *out) {
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 100000) return false;
+    *out = (int)json_integer_value(v);
+    return true;
+}
+
+wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, double **arrival_s,
+                                      wf_loadgen_prompt **items, size_t *n, char *err,
+                                      size_t errlen) {
+    *arrival_s = NULL;
+    *items = NULL;
+    *n = 0;
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        return wf_status_errorf(err, errlen, je.line < 0 ? WF_ENOTFOUND : WF_EFORMAT, "trace %s: %s",
+                                path, je.text);
+    json_t *reqs = json_object_get(root, "requests");
+    size_t m = json_array_size(reqs);
+    wf_status st = WF_OK;
+    trace_req *tr = NULL;
+    if (!json_is_array(reqs) || m == 0) {
+        st = wf_status_errorf(err, errlen, WF_EFORMAT, "trace %s: no \"requests\" array", path);
+        goto out;
+    }
+    tr = calloc(m, sizeof *tr);
+    if (!tr) {
+        st = WF_ENOMEM;
+        goto out;
+    }
+    bool seen[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
+    for (size_t i = 0; i < m; i++) {
+        json_t *r = json_array_get(reqs, i);
+        const char *name = json_string_value(json_object_get(r, "request_class"));
+        json_t *arr = json_object_get(r, "arrival_ms");
+        wf_loadgen_image_class c = {0};
+        if (!name || !*name || strlen(name) >= sizeof c.name || !json_is_number(arr) ||
+            json_number_value(arr) < 0 || !get_int(r, "width", &c.width) ||
+            !get_int(r, "height", &c.height) || !get_int(r, "num_steps", &c.steps)) {
+            st = wf_status_errorf(err, errlen, WF_EFORMAT,
+                                  "trace %s: request %zu needs request_class, arrival_ms >= 0, "
+                                  "width, height, num_steps", path, i);
+            goto out;
+        }
+        snprintf(c.name, sizeof c.name, "%s", name);
+        c.alpha = 2.0;
+        json_t *t = json_object_get(r, "profiled_optimal_latency_ms");
+        json_t *d = json_object_get(r, "deadline_ms");
+        if (json_is_number(t) && json_number_value(t) > 0) {
+            c.t_single_ms = json_number_value(t);
+            if (json_is_number(d) && json_number_value(d) > json_number_value(arr))
+                c.alpha = (json_number_value(d) - json_number_value(arr)) / c.t_single_ms;
+        }
+        json_t *pr = json_object_get(r, "priority");
+        if (json_is_integer(pr)) {
+            c.has_priority = true;
+            c.priority = (int)json_integer_value(pr);
+        }
+        int k = wf_loadgen_profile_class_index(p, c.name);
+        if (k < 0 || !seen[k]) { /* the first request of a class defines it */
+            if (wf_loadgen_profile_set_class(p, &c) != WF_OK) {
+                st = wf_status_errorf(err, errlen, WF_EFORMAT, "trace %s: more than %d classes",
+                                      path, WF_LOADGEN_MAX_IMAGE_CLASSES);
+                goto out;
+            }
+            k = wf_loadgen_profile_class_index(p, c.name);
+            seen[k] = true;
+        }
+        tr[i].cls = k;
+        tr[i].arrival_s = json_number_value(arr) / 1000.0;
+        json_t *sd = json_object_get(r, "seed");
+        tr[i].seed = json_is_integer(sd) && json_integer_value(sd) >= 0 ? json_integer_value(sd) & 0x7FFFFFFF : -1;
+    }
+    qsort(tr, m, sizeof *tr, cmp_trace);
+    *arrival_s = malloc(m * sizeof **arrival_s);
+    *items = calloc(m, sizeof **items);
+    if (!*arrival_s || !*items) {
+        free(*arrival_s), free(*items);
+        *arrival_s = NULL, *items = NULL;
+        st = WF_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < m; i++) {
+        (*arrival_s)[i] = tr[i].arrival_s;
+        (*items)[i].slo_class = tr[i].cls;
+        /* The seed sent is the trace's (high bits); the low bits vary the class label. */
+        uint64_t seed = tr[i].seed >= 0 ? (uint64_t)tr[i].seed : (uint64_t)i * 2654435761u;
+        (*items)[i].text_seed = seed << 33 | ((uint64_t)i * 0x9E3779B1u & 0x1FFFFFFFFull);
+    }
+    *n = m;
+    snprintf(p->name, sizeof p->name, "trace");
+out:
+    free(tr);
+    json_decref(root);
+    return st;
+}
+
 /* ---- PNG checks ------------------------------------------------------------------------------- */
 
 static int b64_value(unsigned char ch) {

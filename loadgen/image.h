@@ -66,6 +66,16 @@ wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profil
                                        const wf_loadgen_prompt *items, size_t n, char *err,
                                        size_t errlen);
 
+/* Reads a trace in that shape (weft-bench's --trace-out, or GF-DiT's generated workloads) for
+ * replay: classes come from the requests (request_class with width, height, num_steps; T_single
+ * = profiled_optimal_latency_ms and alpha = (deadline_ms - arrival_ms) / T_single where given,
+ * else alpha 2 and T_single unknown) and replace p's classes of the same name; requests are
+ * sorted by arrival. *arrival_s and *items are malloc'ed (caller frees), *n set. WF_ENOTFOUND,
+ * WF_EFORMAT naming the request and field, WF_ENOMEM. */
+wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, double **arrival_s,
+                                      wf_loadgen_prompt **items, size_t *n, char *err,
+                                      size_t errlen);
+
 /* Decodes standard base64 (padding optional; whitespace is an error). Caller frees; NULL on a
  * bad character, a bad length or ENOMEM. */
 uint8_t *wf_loadgen_base64_decode(const char *s, size_t len, size_t *out_len);

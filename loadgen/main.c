@@ -94,6 +94,9 @@ static void usage(FILE *f) {
 "                          size, steps, deadline, seed) in GF-DiT's workload JSON, for a\n"
 "                          simulator to replay (FILE.N.json per point when several)\n"
 "  --dry-run               --profile: write --trace-out and send nothing (needs --t-single)\n"
+"  --trace FILE            replay a trace (--trace-out's, or GF-DiT's workload JSON): its\n"
+"                          arrivals, classes, T_single and alphas; --image-class NAME:...\n"
+"                          maps a class to this server's size; --rate-scale K: K x faster\n"
 "  (deadlines: arrival + ALPHA x T_single, sent as \"slo\": {\"deadline_ms\"} and \"priority\"\n"
 "   unless --no-slo-ext)\n",
             WF_LOADGEN_MAX_REQUESTS, WF_LOADGEN_MAX_DURATION_S);
@@ -234,7 +237,7 @@ enum {
     OPT_NOPROGRESS, OPT_FRESH, OPT_VERSION, OPT_HELP, OPT_WORKLOAD, OPT_PROFILE, OPT_PROFDUR,
     OPT_RSCALE, OPT_TLOAD, OPT_SERVERS, OPT_ICLASS, OPT_IMIX, OPT_TSINGLE, OPT_CALREPS, OPT_IMGN,
     OPT_IPROMPT, OPT_LABELS, OPT_GUIDANCE, OPT_STREAM, OPT_NOISEED, OPT_ISIZE, OPT_TRACEOUT,
-    OPT_DRYRUN,
+    OPT_DRYRUN, OPT_TRACE,
 };
 
 static const struct option long_opts[] = {
@@ -270,6 +273,7 @@ static const struct option long_opts[] = {
     {"guidance", required_argument, 0, OPT_GUIDANCE}, {"stream", no_argument, 0, OPT_STREAM},
     {"no-image-seed", no_argument, 0, OPT_NOISEED}, {"image-size", required_argument, 0, OPT_ISIZE},
     {"trace-out", required_argument, 0, OPT_TRACEOUT}, {"dry-run", no_argument, 0, OPT_DRYRUN},
+    {"trace", required_argument, 0, OPT_TRACE},
     {0, 0, 0, 0},
 };
 
@@ -319,6 +323,10 @@ typedef struct image_cfg {
     int width, height; /* --image-size: of the default classes; 0 = theirs */
     const char *trace_out;
     bool dry_run;
+    const char *trace;          /* --trace: replay this trace file */
+    double *tr_arrival;         /* its requests, read by cmd_images, freed by the caller */
+    wf_loadgen_prompt *tr_items;
+    size_t tr_n;
 } image_cfg;
 
 /* n items with seeded per-request seeds; classes from cls[] or, when NULL, drawn from mix. */
@@ -452,7 +460,20 @@ typedef struct image_run {
 static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *ir) {
     char err[512];
     wf_loadgen_profile prof;
-    if (img->profile) {
+    if (img->trace) {
+        wf_loadgen_profile_default_classes(&prof);
+        if (img->profile || ir->n_rates || ir->n_conc || img->n_loads || img->profile_duration > 0) {
+            fprintf(stderr, "weft-bench: --trace sets the arrivals: --rate-scale K replays it K "
+                            "times faster; --profile, --rate, --concurrency, --target-load and "
+                            "--profile-duration do not apply\n");
+            return 2;
+        }
+        if (wf_loadgen_image_trace_read(img->trace, &prof, &img->tr_arrival, &img->tr_items,
+                                        &img->tr_n, err, sizeof err) != WF_OK) {
+            fprintf(stderr, "weft-bench: %s\n", err);
+            return 2;
+        }
+    } else if (img->profile) {
         if (wf_loadgen_profile_load(img->profile, &prof, err, sizeof err) != WF_OK) {
             fprintf(stderr, "weft-bench: %s\n", err);
             return 2;
@@ -466,7 +487,7 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         wf_loadgen_profile_default_classes(&prof);
         if (img->n_scales || img->n_loads || img->profile_duration > 0) {
             fprintf(stderr, "weft-bench: --rate-scale, --target-load and --profile-duration go "
-                            "with --profile\n");
+                            "with --profile (--rate-scale also with --trace)\n");
             return 2;
         }
     }
@@ -510,7 +531,8 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
     o->image = &img->io;
     if (!img->stream_set) o->stream = false; /* OpenAI's image API answers in one body */
     bool used[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
-    for (size_t c = 0; c < prof.n_classes; c++) {
+    for (size_t i = 0; i < img->tr_n; i++) used[img->tr_items[i].slo_class] = true;
+    for (size_t c = 0; !img->trace && c < prof.n_classes; c++) {
         if (!img->profile) used[c] = mix[c] > 0;
         for (size_t k = 0; img->profile && k < prof.n_phases; k++)
             if (prof.phases[k].rate > 0 && prof.phases[k].mix[c] > 0) used[c] = true;
@@ -526,7 +548,8 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         return 1;
     }
 
-    int n_points = img->profile ? (img->n_loads ? img->n_loads : img->n_scales ? img->n_scales : 1)
+    int n_points = img->trace ? (img->n_scales ? img->n_scales : 1)
+                   : img->profile ? (img->n_loads ? img->n_loads : img->n_scales ? img->n_scales : 1)
                    : ir->n_rates ? ir->n_rates : ir->n_conc ? ir->n_conc : 1;
     wf_loadgen_point *pts = calloc((size_t)n_points, sizeof *pts);
     if (!pts) return 1;
@@ -539,7 +562,31 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         double *arr = NULL;
         int *cls = NULL;
         pt->image = true;
-        if (img->profile) {
+        if (img->trace) {
+            /* The trace's own requests, its clock divided by --rate-scale. */
+            double k = img->n_scales ? img->scales[i] : 1;
+            size_t n = ir->num_set && o->num_requests < img->tr_n ? o->num_requests : img->tr_n;
+            arr = malloc(n * sizeof *arr);
+            ds.items = malloc(n * sizeof *ds.items);
+            if (!arr || !ds.items) {
+                rc = 1;
+            } else {
+                for (size_t q = 0; q < n; q++) arr[q] = img->tr_arrival[q] / k;
+                memcpy(ds.items, img->tr_items, n * sizeof *ds.items);
+                ds.n = n;
+            }
+            pt->scale = k;
+            snprintf(pt->label, sizeof pt->label, "trace x%g", k);
+            snprintf(prof_desc, sizeof prof_desc, "trace %.200s (%zu requests over %.0f s)", img->trace,
+                     img->tr_n, img->tr_arrival[img->tr_n - 1]);
+            pt->mode = po.mode = WF_LOADGEN_OPEN;
+            pt->rate = arr && n > 1 && arr[n - 1] > 0 ? (double)n / arr[n - 1] : 0;
+            pt->burstiness = 1;
+            pt->max_concurrency = o->max_concurrency;
+            po.schedule = arr;
+            po.num_requests = n;
+            if (!ir->duration_set && arr) po.duration_s = arr[n - 1] + 1;
+        } else if (img->profile) {
             wf_loadgen_profile pp = prof;
             double k = img->n_scales ? img->scales[i] : 1;
             if (img->n_loads) {
@@ -622,7 +669,7 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         wf_loadgen_summarize(pt->res.records, pt->res.n, NULL, 0, pt->res.duration_s, &pt->sum);
         wf_loadgen_image_summarize(pt->res.records, pt->res.n, prof.classes, prof.n_classes,
                                    pt->res.duration_s, &pt->isum);
-        if (img->profile) {
+        if (img->profile && !img->trace) {
             wf_loadgen_profile pp = prof; /* phase times are not scaled by rate */
             wf_loadgen_image_summarize_phases(pt->res.records, pt->res.n, pt->res.t0_ns, &pp, &pt->isum);
         }
@@ -849,6 +896,7 @@ static int cmd_run(int argc, char **argv) {
         case OPT_NOISEED: img.io.send_seed = false; break;
         case OPT_TRACEOUT: img.trace_out = optarg; break;
         case OPT_DRYRUN: img.dry_run = true; break;
+        case OPT_TRACE: img.trace = optarg; break;
         case OPT_ISIZE: {
             char tail;
             if (sscanf(optarg, "%dx%d%c", &img.width, &img.height, &tail) != 2 || img.width < 1 ||
@@ -895,7 +943,7 @@ static int cmd_run(int argc, char **argv) {
     }
     if (!path[0]) snprintf(path, sizeof path, img.on ? "/v1/images/generations" : "/v1/completions");
     if (!img.on && (img.profile || img.n_classes || img.mix || img.t_single || img.n_scales ||
-                    img.n_loads || img.stream_set || img.width)) {
+                    img.n_loads || img.stream_set || img.width || img.trace || img.trace_out)) {
         fprintf(stderr, "weft-bench: the image options go with --workload images\n");
         free(model);
         return 2;
@@ -935,6 +983,8 @@ static int cmd_run(int argc, char **argv) {
         memcpy(ir.rates, rates, sizeof rates);
         memcpy(ir.conc, conc, sizeof conc);
         rc = cmd_images(&o, &img, &ir);
+        free(img.tr_arrival);
+        free(img.tr_items);
         free(model);
         return rc;
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "loadgen/image.h"
@@ -346,6 +347,50 @@ START_TEST(test_phase_math) {
 }
 END_TEST
 
+START_TEST(test_trace_round_trip) {
+    char err[256], path[] = "/tmp/wf_trace_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    wf_loadgen_profile p;
+    ck_assert_int_eq(wf_loadgen_profile_parse("class S 16x8 steps=4 alpha=1.5 priority=7\n"
+                                              "phase a 0 10 3/s S=1 L=1\n", "t", &p, err, sizeof err), WF_OK);
+    p.classes[0].t_single_ms = 40;
+    p.classes[2].t_single_ms = 300;
+    double arr[3] = {0.5, 1.25, 2.0};
+    wf_loadgen_prompt items[3] = {{.slo_class = 2, .text_seed = 5ull << 33},
+                                  {.slo_class = 0, .text_seed = 6ull << 33},
+                                  {.slo_class = 2, .text_seed = 7ull << 33}};
+    ck_assert_int_eq(wf_loadgen_image_trace_write(path, &p, 1.0, 3, arr, items, 3, err, sizeof err), WF_OK);
+    wf_loadgen_profile q;
+    wf_loadgen_profile_default_classes(&q);
+    double *a = NULL;
+    wf_loadgen_prompt *it = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(wf_loadgen_image_trace_read(path, &q, &a, &it, &n, err, sizeof err), WF_OK);
+    unlink(path);
+    ck_assert_uint_eq(n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_double_eq_tol(a[i], arr[i], 1e-9);
+        ck_assert_int_eq(wf_loadgen_image_request_seed(&it[i]), wf_loadgen_image_request_seed(&items[i]));
+        ck_assert_str_eq(q.classes[it[i].slo_class].name, p.classes[items[i].slo_class].name);
+    }
+    int s = wf_loadgen_profile_class_index(&q, "S"), l = wf_loadgen_profile_class_index(&q, "L");
+    ck_assert_int_eq(q.classes[s].width, 16);
+    ck_assert_int_eq(q.classes[s].height, 8);
+    ck_assert_int_eq(q.classes[s].steps, 4);
+    ck_assert_int_eq(q.classes[s].priority, 7);
+    ck_assert_double_eq_tol(q.classes[s].alpha, 1.5, 1e-9);
+    ck_assert_double_eq_tol(q.classes[s].t_single_ms, 40, 1e-9);
+    ck_assert_double_eq_tol(q.classes[l].alpha, 6, 1e-9);
+    ck_assert_double_eq_tol(q.classes[l].t_single_ms, 300, 1e-9);
+    free(a);
+    free(it);
+    ck_assert_int_eq(wf_loadgen_image_trace_read("/nonexistent/t.json", &q, &a, &it, &n, err, sizeof err),
+                     WF_ENOTFOUND);
+}
+END_TEST
+
 static Suite *image_suite(void) {
     Suite *s = suite_create("loadgen_image");
     TCase *tc = tcase_create("core");
@@ -355,6 +400,7 @@ static Suite *image_suite(void) {
     tcase_add_test(tc, test_request_body);
     tcase_add_test(tc, test_summary_math);
     tcase_add_test(tc, test_phase_math);
+    tcase_add_test(tc, test_trace_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }

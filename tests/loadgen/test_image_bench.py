@@ -248,6 +248,40 @@ def test_trace_out_matches_the_run(tmp_path):
     assert sent == sorted((r["seed"], r["num_steps"]) for r in t["requests"])
 
 
+def test_trace_replay(tmp_path):
+    prof = tmp_path / "two.profile"
+    prof.write_text(PROFILE)
+    trace = tmp_path / "trace.json"
+    with ImageServer() as s:
+        bench(s.port, "--profile", prof, "--t-single", "S=40,L=100", "--seed", 4, "--trace-out",
+              trace, "--dry-run")
+    t = result(trace)
+    out = tmp_path / "r.json"
+    # replayed twice as fast, the L class mapped to another size (a replaced class needs its
+    # T_single again: given here, else calibrated); S keeps T_single and alpha from the trace;
+    # every request is sent with its seed, steps and deadline
+    with ImageServer(base_s=0.002, step_s=0.0) as s:
+        p = bench(s.port, "--trace", trace, "--rate-scale", 2, "--image-class", "L:12x12:20:6",
+                  "--t-single", "L=100", "--json", out)
+        bodies = s.state.bodies
+    assert "calibrated" not in p.stdout
+    run = result(out)["runs"][0]
+    assert run["label"] == "trace x2" and run["completed"] == len(t["requests"]) == len(bodies)
+    assert sorted((b["seed"], b["num_inference_steps"]) for b in bodies) == \
+        sorted((r["seed"], r["num_steps"]) for r in t["requests"])
+    sizes = {b["size"] for b in bodies}
+    assert sizes == {"16x8", "12x12"}
+    classes = {c["name"]: c for c in run["classes"]}
+    assert classes["S"]["t_single_ms"] == 40 and classes["S"]["alpha"] == pytest.approx(1.5)
+    assert classes["L"]["t_single_ms"] == 100 and classes["L"]["deadline_ms"] == pytest.approx(600)
+    assert all(0 < b["slo"]["deadline_ms"] <= (60 if b["size"] == "16x8" else 600) for b in bodies)
+    assert result(out)["profile"].startswith("trace ")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"requests": [{"request_class": "S", "arrival_ms": 5}]}')
+    p = bench(1, "--trace", bad, check=False)
+    assert p.returncode == 2 and "request 0 needs request_class, arrival_ms" in p.stderr
+
+
 def test_bad_options():
     cases = [
         (["--profile", "no_such_profile"], "not a built-in profile"),
@@ -257,6 +291,8 @@ def test_bad_options():
         (["--t-single", "Q=5"], "bad --t-single"),
         (["--image-mix", "X=1"], "unknown class 'X'"),
         (["--trace-out", "t.json"], "go with --profile"),
+        (["--trace", "/nonexistent.json"], "trace /nonexistent.json"),
+        (["--trace", "x.json", "--rate", "2"], "--trace sets the arrivals"),
         (["--profile", "short", "--dry-run", "--trace-out", "t.json"], "give --t-single for class S"),
     ]
     for args, msg in cases:
