@@ -78,7 +78,8 @@ static void usage(FILE *f) {
 "  --servers N             servers (ranks) behind the target, for --target-load (default 1)\n"
 "  --image-class NAME:WxH:STEPS[:ALPHA[:PRIORITY]]  (repeatable) add or replace a class;\n"
 "                          defaults S:8x8:5:1.5:100 M:8x8:15:2:50 L:8x8:45:6:0\n"
-"  --image-size WxH        the size of the default classes (8x8: weftd's default DiT)\n"
+"  --image-size WxH        the size of every class (default 8x8, weftd's default DiT's;\n"
+"                          a profile's or trace's own); --image-class still overrides\n"
 "  --image-mix S=W,M=W..   class weights for --rate/--concurrency (default equal)\n"
 "  --t-single S=MS,..      T_single per class in ms (else measured before the run: requests\n"
 "                          of each class alone, after one warm-up request)\n"
@@ -320,7 +321,7 @@ typedef struct image_cfg {
     int reps;
     wf_loadgen_image_opts io;
     bool stream_set;
-    int width, height; /* --image-size: of the default classes; 0 = theirs */
+    int width, height; /* --image-size: of every class before --image-class; 0 = theirs */
     const char *trace_out;
     bool dry_run;
     const char *trace;          /* --trace: replay this trace file */
