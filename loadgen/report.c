@@ -87,10 +87,17 @@ void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_load
                 "p95_ms", "p99_ms", "norm", "SLO met", "refused", "failed");
         for (size_t i = 0; i < n; i++) {
             const wf_loadgen_image_summary *s = &pts[i].isum;
-            fprintf(f, "%-28s %9.3f %9.1f %9.1f %9.1f %9.2f %7.1f%% %7llu %7llu\n", pts[i].label,
-                    s->image_throughput, s->latency.mean, s->latency.p95, s->latency.p99,
-                    s->normalized.mean, 100.0 * s->attainment, (unsigned long long)s->refused,
-                    (unsigned long long)s->failed);
+            /* "-" where nothing completed (every request refused): not "nan" */
+            const double x[5] = {s->latency.mean, s->latency.p95, s->latency.p99,
+                                 s->normalized.mean, 100.0 * s->attainment};
+            char v[5][32];
+            for (int k = 0; k < 5; k++) {
+                if (isfinite(x[k])) snprintf(v[k], sizeof v[k], k == 3 ? "%.2f" : k == 4 ? "%.1f%%" : "%.1f", x[k]);
+                else snprintf(v[k], sizeof v[k], "-");
+            }
+            fprintf(f, "%-28s %9.3f %9s %9s %9s %9s %8s %7llu %7llu\n", pts[i].label,
+                    s->image_throughput, v[0], v[1], v[2], v[3], v[4],
+                    (unsigned long long)s->refused, (unsigned long long)s->failed);
         }
     } else if (n > 1) {
         fprintf(f, "\n%-20s %8s %10s %9s %9s %9s %9s %9s %7s %7s\n", "load point", "req/s", "out tok/s",
