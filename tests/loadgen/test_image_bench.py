@@ -171,6 +171,18 @@ def test_retry_after_resends(tmp_path):
     assert run["refused"] == 0 and run["completed"] == 12
 
 
+def test_held_back_requests_send_the_deadline_left(tmp_path):
+    # 6 arrivals at once, one in flight at a time, 50 ms each at the server: the k-th request
+    # waits >= k x 50 ms in weft-bench before it is sent, and its deadline_ms says so
+    with ImageServer(base_s=0.05, step_s=0.0) as s:
+        bench(s.port, "--t-single", "S=1000", "--image-mix", "S=1", "--rate", "inf",
+              "--num-requests", 6, "--max-concurrency", 1)
+        sent = [b["slo"]["deadline_ms"] for b in s.state.bodies]
+    assert len(sent) == 6 and sent[0] <= 1500
+    for k, d in enumerate(sent):
+        assert d <= 1500 - 50 * k, sent
+
+
 def test_bad_png_is_a_failure_and_peer_mode(tmp_path):
     out = tmp_path / "r.json"
     with ImageServer(base_s=0.002, step_s=0.0, bad_size_every=3) as s:
