@@ -313,8 +313,9 @@ static double normalized_ms(const wf_loadgen_point *p, const wf_loadgen_record *
     return t > 0 ? wf_loadgen_record_e2e_ms(r) / t : NAN;
 }
 
-/* Image points, the third panel: "arrival_s latency_ms" of every completed request. */
-static size_t write_timeline(FILE *f, const wf_loadgen_point *p) {
+/* Image points, the third panel: "arrival_s latency_ms" of every completed request of class
+ * cls (-1: all). */
+static size_t write_timeline(FILE *f, const wf_loadgen_point *p, int cls) {
     uint64_t t0 = UINT64_MAX;
     for (size_t i = 0; i < p->res.n; i++)
         if (p->res.records[i].outcome != WF_LOADGEN_NOT_SENT && p->res.records[i].t_arrival_ns < t0)
@@ -323,7 +324,7 @@ static size_t write_timeline(FILE *f, const wf_loadgen_point *p) {
     for (size_t i = 0; i < p->res.n; i++) {
         const wf_loadgen_record *r = &p->res.records[i];
         double l = wf_loadgen_record_e2e_ms(r);
-        if (!isfinite(l)) continue;
+        if (!isfinite(l) || (cls >= 0 && r->slo_class != cls)) continue;
         fprintf(f, "%.4f %.4f\n", (double)(r->t_arrival_ns - t0) / 1e9, l);
         m++;
     }
@@ -331,7 +332,7 @@ static size_t write_timeline(FILE *f, const wf_loadgen_point *p) {
 }
 
 static size_t write_cdf(FILE *f, const wf_loadgen_point *p, int metric) {
-    if (p->image && metric == 2) return write_timeline(f, p);
+    if (p->image && metric == 2) return write_timeline(f, p, -1);
     double *v = malloc((p->res.n ? p->res.n : 1) * sizeof *v);
     if (!v) return 0;
     size_t m = 0;
@@ -387,9 +388,12 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
             st = wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
             goto out;
         }
-        for (size_t k = 0; k < n; k++) {
-            fprintf(f, "# %s\n", pts[k].label);
-            size_t c = write_cdf(f, &pts[k], m);
+        /* One point of an image run: its timeline one block per class (colours by class). */
+        bool by_class = image && n == 1 && m == 2;
+        size_t blocks = by_class ? pts[0].isum.n_classes : n;
+        for (size_t k = 0; k < blocks; k++) {
+            fprintf(f, "# %s\n", by_class ? pts[0].isum.classes[k].def.name : pts[k].label);
+            size_t c = by_class ? write_timeline(f, &pts[0], (int)k) : write_cdf(f, &pts[k], m);
             if (c == 0) fprintf(f, "NaN NaN\n");
             counts[m] += c;
             fprintf(f, "\n\n");
@@ -418,6 +422,16 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
             continue;
         }
         fprintf(g, "plot ");
+        if (timeline && n == 1) {
+            snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
+            for (size_t c = 0; c < pts[0].isum.n_classes; c++) {
+                gp_path(g, path);
+                fprintf(g, " index %zu using 1:2 with points pt 7 ps 0.5 title 'class %s'%s", c,
+                        pts[0].isum.classes[c].def.name,
+                        c + 1 < pts[0].isum.n_classes ? ", \\\n     " : "\n");
+            }
+            continue;
+        }
         for (size_t k = 0; k < n; k++) {
             snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
             gp_path(g, path);
