@@ -505,6 +505,11 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         fprintf(stderr, "weft-bench: give --rate-scale or --target-load, not both\n");
         return 2;
     }
+    if (img->mix && (img->profile || img->trace)) {
+        fprintf(stderr, "weft-bench: --image-mix is for --rate/--concurrency: a profile's phases "
+                        "and a trace's requests carry their own classes\n");
+        return 2;
+    }
     for (size_t c = 0; img->width && c < prof.n_classes; c++) {
         prof.classes[c].width = img->width;
         prof.classes[c].height = img->height;

@@ -303,6 +303,7 @@ def test_bad_options():
         (["--t-single", "Q=5"], "bad --t-single"),
         (["--image-mix", "X=1"], "unknown class 'X'"),
         (["--trace-out", "t.json"], "go with --profile"),
+        (["--profile", "short", "--image-mix", "S=1"], "--image-mix is for --rate/--concurrency"),
         (["--trace", "/nonexistent.json"], "trace /nonexistent.json"),
         (["--trace", "x.json", "--rate", "2"], "--trace sets the arrivals"),
         (["--profile", "short", "--dry-run", "--trace-out", "t.json"], "give --t-single for class S"),
