@@ -726,6 +726,8 @@ static int cmd_run(int argc, char **argv) {
     char err[512];
     int rc = 2;
     double d;
+    const char *text_only = NULL; /* a text-workload option given, for the image check */
+    bool burst_set = false;
     image_cfg img = {.servers = 1, .reps = 3, .io = {.n = 1, .guidance = -1, .send_seed = true}};
     bool num_set = false, duration_set = false;
 
@@ -760,6 +762,8 @@ static int cmd_run(int argc, char **argv) {
             if (n_rates < 1) return bad(name, optarg);
             break;
         case OPT_BURST:
+            text_only = text_only ? text_only : "--burstiness";
+            burst_set = true;
             if (parse_double(optarg, &o.burstiness) || o.burstiness <= 0) return bad(name, optarg);
             break;
         case OPT_MAXCONC:
@@ -798,9 +802,10 @@ static int cmd_run(int argc, char **argv) {
             else return bad(name, optarg);
             break;
         case OPT_DATAPATH: dopt.path = optarg; break;
-        case OPT_INLEN: in_spec = optarg; break;
-        case OPT_OUTLEN: out_spec = optarg; break;
+        case OPT_INLEN: in_spec = optarg; text_only = "--input-len"; break;
+        case OPT_OUTLEN: out_spec = optarg; text_only = "--output-len"; break;
         case OPT_MAXTOTAL:
+            text_only = "--max-total-len";
             if (parse_double(optarg, &d) || d < 8 || d > 1e7 || d != floor(d)) return bad(name, optarg);
             dopt.max_total_len = (int32_t)d;
             break;
@@ -813,8 +818,9 @@ static int cmd_run(int argc, char **argv) {
             break;
         }
         case OPT_NOSTREAM: o.stream = false; break;
-        case OPT_NOEOS: o.ignore_eos = false; break;
+        case OPT_NOEOS: o.ignore_eos = false; text_only = "--no-ignore-eos"; break;
         case OPT_TEMP:
+            text_only = "--temperature";
             if (parse_double(optarg, &o.temperature) || o.temperature < 0) return bad(name, optarg);
             break;
         case OPT_EXTRA: {
@@ -965,6 +971,14 @@ static int cmd_run(int argc, char **argv) {
     o.n_classes = n_classes;
     o.progress = progress && isatty(STDOUT_FILENO);
     if (img.on) {
+        /* --burstiness shapes --rate's gaps for images too; only a profile or trace ignores it */
+        if (text_only && !(burst_set && !img.profile && !img.trace && strcmp(text_only, "--burstiness") == 0)) {
+            fprintf(stderr, "weft-bench: %s does not apply to --workload images%s\n", text_only,
+                    strcmp(text_only, "--burstiness") == 0
+                        ? " with --profile or --trace (their arrivals are Poisson)" : "");
+            free(model);
+            return 2;
+        }
         if (n_classes || dopt.kind != WF_LOADGEN_DATA_SYNTHETIC || fresh) {
             fprintf(stderr, "weft-bench: --slo-class, --dataset and --fresh-prompts are for text; "
                             "images use --image-class and --image-prompt\n");

@@ -304,6 +304,8 @@ def test_bad_options():
         (["--image-mix", "X=1"], "unknown class 'X'"),
         (["--trace-out", "t.json"], "go with --profile"),
         (["--profile", "short", "--image-mix", "S=1"], "--image-mix is for --rate/--concurrency"),
+        (["--output-len", "5"], "--output-len does not apply to --workload images"),
+        (["--profile", "short", "--burstiness", "0.5"], "with --profile or --trace"),
         (["--trace", "/nonexistent.json"], "trace /nonexistent.json"),
         (["--trace", "x.json", "--rate", "2"], "--trace sets the arrivals"),
         (["--profile", "short", "--dry-run", "--trace-out", "t.json"], "give --t-single for class S"),
