@@ -954,8 +954,12 @@ static int cmd_run(int argc, char **argv) {
         else return bad("endpoint", endpoint);
     }
     if (!path[0]) snprintf(path, sizeof path, img.on ? "/v1/images/generations" : "/v1/completions");
+    /* (--stream is the text default, so it may be given either way) */
     if (!img.on && (img.profile || img.n_classes || img.mix || img.t_single || img.n_scales ||
-                    img.n_loads || img.stream_set || img.width || img.trace || img.trace_out)) {
+                    img.n_loads || img.width || img.trace || img.trace_out || img.dry_run ||
+                    img.profile_duration > 0 || img.servers != 1 || img.reps != 3 ||
+                    img.io.n != 1 || img.io.prompt || img.io.class_labels ||
+                    img.io.guidance >= 0 || !img.io.send_seed)) {
         fprintf(stderr, "weft-bench: the image options go with --workload images\n");
         free(model);
         return 2;

@@ -313,5 +313,6 @@ def test_bad_options():
     for args, msg in cases:
         p = bench(1, *args, check=False)
         assert p.returncode == 2 and msg in p.stderr, (args, p.stderr)
-    p = subprocess.run([BIN, "--profile", "short"], capture_output=True, text=True)
-    assert p.returncode == 2 and "go with --workload images" in p.stderr
+    for args in (["--profile", "short"], ["--image-n", "2"], ["--class-labels", "10"]):
+        p = subprocess.run([BIN, *args], capture_output=True, text=True)
+        assert p.returncode == 2 and "go with --workload images" in p.stderr, args
