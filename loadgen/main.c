@@ -511,8 +511,11 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         return 2;
     }
     for (size_t c = 0; img->width && c < prof.n_classes; c++) {
-        prof.classes[c].width = img->width;
-        prof.classes[c].height = img->height;
+        wf_loadgen_image_class *k = &prof.classes[c];
+        if (k->width != img->width || k->height != img->height) k->t_single_ms = 0; /* a trace's
+                                                                   * T_single was another size's */
+        k->width = img->width;
+        k->height = img->height;
     }
     for (size_t i = 0; i < img->n_classes; i++)
         if (wf_loadgen_profile_set_class(&prof, &img->classes[i]) != WF_OK) {
