@@ -512,8 +512,8 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
     }
     for (size_t c = 0; img->width && c < prof.n_classes; c++) {
         wf_loadgen_image_class *k = &prof.classes[c];
-        if (k->width != img->width || k->height != img->height) k->t_single_ms = 0; /* a trace's
-                                                                   * T_single was another size's */
+        /* A trace's T_single was measured at its own size: not this one's. */
+        if (k->width != img->width || k->height != img->height) k->t_single_ms = 0;
         k->width = img->width;
         k->height = img->height;
     }
