@@ -78,6 +78,7 @@ static void fw_task(wf__fw *w, const wf_task *t) {
         wf__fw_i32(w, d->step_begin);
         wf__fw_i32(w, d->step_end);
         wf__fw_u64(w, d->seed);
+        wf__fw_u32(w, d->noise_index);
         wf__fw_artifact(w, &d->latent, "task.latent");
         wf__fw_artifact(w, &d->image, "task.image");
     } else {
@@ -131,6 +132,7 @@ static void fr_dit(wf__fr *r, wf_task_dit *d) {
     d->step_begin = wf__fr_i32_range(r, 0, d->num_steps, "task.step_begin");
     d->step_end = wf__fr_i32_range(r, d->step_begin, d->num_steps, "task.step_end");
     d->seed = wf__fr_u64(r, "task.seed");
+    d->noise_index = wf__fr_u32(r, "task.noise_index");
     wf__fr_artifact(r, &d->latent, "task.latent");
     wf__fr_artifact(r, &d->image, "task.image");
     d->pixels = NULL;

@@ -137,7 +137,9 @@ typedef struct wf_task_dit {
     int sampler;               /* engine/dit sampler id */
     int num_steps;             /* of the whole trajectory */
     int step_begin, step_end;  /* DENOISE: steps [step_begin, step_end) */
-    uint64_t seed;             /* generator key: (seed, request_seq) */
+    uint64_t seed;             /* generator key: (seed, noise_index) */
+    uint32_t noise_index;      /* which image of its request (0..n-1): the same seed and index
+                                * give the same image whatever else runs beside it */
     wf_artifact latent;        /* in (DENOISE, DECODE_IMAGE) and out (ENCODE, DENOISE) */
     wf_artifact image;         /* DECODE_IMAGE: out */
     /* output of DECODE_IMAGE for an in-process executor: pixels written here (NULL: keep the

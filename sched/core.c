@@ -359,6 +359,50 @@ static int blocks_to_admit(const wf_core *c, const wf_request *r) {
     return need;
 }
 
+/* Smooth streams (cfg.prefill_stretch > 0). The TPOT budget above lets a prompt spend what the
+ * decoding requests have banked, so one iteration may stall every stream for a whole prompt:
+ * TPOT stays on target on average while the inter-token latency spikes. With the cap, an
+ * iteration that decodes is planned to take at most prefill_stretch x its decode-only time
+ * (`decode_ms`), prefill chunks sized to fit and at least one block of prefill always running;
+ * prompts then reach their first token in several short iterations instead of one long one.
+ * The cap is lifted for this iteration when, at the capped rate, some prompt in line would
+ * reach its first token after its TTFT deadline: time to first token outranks smoothness. */
+static bool prefill_ttft_at_risk(const wf_core *c, double iter_ms, int per_iter, uint64_t now) {
+    double pending = 0;
+    /* Running prompts go first (step 2 of the plan), then waiting ones in policy order. */
+    for (int pass = 0; pass < 2; pass++) {
+        wf_request *const *arr = pass == 0 ? c->running : c->waiting;
+        int n = pass == 0 ? c->n_running : c->n_waiting;
+        for (int i = 0; i < n; i++) {
+            const wf_request *r = arr[i];
+            if (r->prompt_sampled) continue;
+            double left = 0;
+            for (int j = 0; j < r->n_choices; j++) {
+                const wf_choice *ch = &r->choices[j];
+                if (ch->phase == WF_CHOICE_PREFILL) left += ch->target - ch->kv.n_tokens;
+            }
+            if (pass == 1 || left == 0) left = r->spec.n_prompt; /* not admitted yet */
+            pending += left;
+            double done_ms = ceil(pending / per_iter) * iter_ms;
+            double deadline_ms = (double)r->times.queued_ns / 1e6 + r->ttft_ms;
+            if ((double)now / 1e6 + done_ms > deadline_ms) return true;
+        }
+    }
+    return false;
+}
+
+static void apply_stall_cap(wf_core *c, double decode_ms, uint64_t now) {
+    if (!(c->cfg.prefill_stretch > 1.0) || c->last_decode_tokens == 0) return;
+    double stall_ms = decode_ms * (c->cfg.prefill_stretch - 1.0);
+    if (!(stall_ms < c->plan_ms_left)) return; /* the TPOT budget is already tighter */
+    int bs = wf_kv_pool_block_size(c->cfg.pool);
+    int per_iter = wf_cost_model_prefill_fit(c->cfg.cost, stall_ms, 0, c->cfg.max_batch_tokens);
+    if (per_iter < bs) per_iter = bs;
+    if (prefill_ttft_at_risk(c, decode_ms + stall_ms, per_iter, now)) return;
+    c->plan_ms_left = stall_ms;
+    c->plan_prefill_floor = bs;
+}
+
 /* Before planning: the most urgent waiting request may push out running requests it
  * displaces (policy), until it has a seat and blocks for its prompt. */
 static void displace_for_waiting(wf_core *c, uint64_t now) {
@@ -423,6 +467,14 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         i--; /* r left the running array */
     }
 
+    /* Waiting requests in policy order (the stall cap and step 3 read it). */
+    for (int k = 0; k < c->n_waiting; k++) {
+        wf_request *r = c->waiting[k];
+        r->ttft_missed = !r->prompt_sampled &&
+                         now > r->times.queued_ns + (uint64_t)(r->ttft_ms * 1e6);
+    }
+    sort_requests(pol, c->waiting, c->n_waiting);
+
     /* SLO budget. TPOT is a per-request average (time after the first token / tokens after
      * it), so what bounds this iteration is each decoding request's schedule: after it, a
      * request that has n tokens will have n intervals, due within tpot * n of its first
@@ -449,6 +501,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
             if (floor_tokens < c->cfg.max_batch_tokens / 8) floor_tokens = c->cfg.max_batch_tokens / 8;
             c->plan_ms_left = allow_ms - spent;
             c->plan_prefill_floor = floor_tokens;
+            apply_stall_cap(c, spent, now);
         }
     }
 
@@ -460,12 +513,6 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     }
 
     /* 3. Admit waiting requests in policy order while budget, max_running and blocks allow. */
-    for (int k = 0; k < c->n_waiting; k++) {
-        wf_request *r = c->waiting[k];
-        r->ttft_missed = !r->prompt_sampled &&
-                         now > r->times.queued_ns + (uint64_t)(r->ttft_ms * 1e6);
-    }
-    sort_requests(pol, c->waiting, c->n_waiting);
     for (int k = 0; k < c->n_waiting && budget > 0 && c->batch.n_tasks < c->max_tasks;) {
         wf_request *r = c->waiting[k];
         if (r->preempted_iteration == c->iteration && r->n_preemptions > 0) {

@@ -58,6 +58,10 @@ typedef struct wf_core_config {
     /* Optional (may be NULL): the cost model the policy's TPOT budget predicts with. The owner
      * may update or swap it between iterations (online refit; NULL while untrusted). */
     const wf_cost_model *cost;
+    /* > 1: an iteration with running decodes is planned to take at most this many times its
+     * decode-only time; prefill chunks are sized to fit (smooth inter-token latency), unless
+     * a prompt's TTFT is at risk. <= 1: off (the TPOT budget alone sizes prefill). Needs cost. */
+    double prefill_stretch;
     wf_core_callbacks cb;
 } wf_core_config;
 

@@ -18,6 +18,9 @@
 #define WF_DEFAULT_TTFT_MS 2000             /* SLO of a request that names none */
 #define WF_DEFAULT_TPOT_MS 200
 #define WF_DEFAULT_ADMISSION_FACTOR 2.0     /* reject when predicted TTFT > factor x SLO */
+/* An iteration that decodes takes at most this x its decode-only time (prefill chunks fit in
+ * the rest) unless a prompt's TTFT is at risk: smooth inter-token latency (sched/core.h). */
+#define WF_DEFAULT_PREFILL_STRETCH 2.0
 #define WF_DEFAULT_KV_MEMORY_MB 512         /* KV cache budget (per group) */
 #define WF_DEFAULT_KV_BLOCK_SIZE 16         /* tokens per KV block */
 /* Events the server's queue holds before the scheduler keeps them back (back-pressure): a few

@@ -122,6 +122,7 @@ void wf_sched_options_init(wf_sched_options *o) {
     o->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     o->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     o->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    o->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     o->prefix_cache = true;
     o->online_refit = true;
     o->seed = 0x5eedf00dull;
@@ -372,6 +373,7 @@ static void make_lane(wf_sched *s, sched_group *g) {
         .store = g->kv,
         .group = g->group,
         .cost = &s->cost,
+        .prefill_stretch = s->opts.prefill_stretch,
         .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
     };
     int id;

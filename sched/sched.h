@@ -94,6 +94,8 @@ typedef struct wf_sched_options {
     double default_ttft_ms;     /* SLO when a request names none */
     double default_tpot_ms;
     double admission_factor;    /* reject when predicted TTFT > factor * SLO TTFT (default 2) */
+    double prefill_stretch;     /* > 1: cap on an iteration's time as a multiple of its decode-only
+                                 * time, prefill sized to fit (default 2); <= 1: off (core.h) */
     const char *cost_model_file;/* fitted cost model to load; NULL: calibrate at start-up */
     bool prefix_cache;          /* default true */
     /* Extensions (wf_sched_options_init fills them): */

@@ -9,6 +9,7 @@
 #include "proto/base/log.h"
 #include "sched/core.h"
 #include "sched/cost_model.h"
+#include "sched/defaults.h"
 #include "sched/lanes.h"
 
 void wf_sim_config_init(wf_sim_config *c) {
@@ -25,6 +26,7 @@ void wf_sim_config_init(wf_sim_config *c) {
     c->block_size = 16;
     c->prefix_cache = true;
     c->admission_factor = 0;
+    c->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     c->queue_size = 1 << 30;
     c->n_groups = 1;
 }
@@ -210,6 +212,7 @@ wf_status wf_sim_run(const wf_sim_config *cfg, const wf_sim_request *reqs, int n
                              .store = NULL,
                              .group = {.n_ranks = 1, .ranks = {g}},
                              .cost = &cost,
+                             .prefill_stretch = cfg->prefill_stretch,
                              .cb = {sim_token, sim_finished, sim_retired, NULL, &ss}};
         int id;
         if ((st = wf_lanes_add(&lanes, &cc, &id)) != WF_OK) goto done;

@@ -37,6 +37,7 @@ typedef struct wf_sim_config {
     int kv_blocks, block_size;
     bool prefix_cache;
     double admission_factor; /* > 0: admission control as weftd's submit (wf_core_admit) */
+    double prefill_stretch;  /* wf_core_config.prefill_stretch (default: weftd's) */
     int queue_size;          /* with admission: waiting requests before WF_EFULL */
     int n_groups;            /* device groups, each with its own kv_blocks and batch (default 1) */
 } wf_sim_config;

@@ -7,6 +7,7 @@
 
 #include "sched/cost_model.h"
 #include "sched/policy.h"
+#include "sched/defaults.h"
 #include "sched/sim.h"
 
 static void usage(FILE *f) {
@@ -26,6 +27,8 @@ static void usage(FILE *f) {
             "  --admission-factor F   refuse requests predicted past F x their TTFT SLO "
             "(as weftd; default off)\n"
             "  --queue-size N         with admission: waiting requests before refusing\n"
+            "  --prefill-stretch X    cap an iteration that decodes at X x its decode-only time\n"
+            "                         (as weftd; default " WF_DEFAULT_STR(WF_DEFAULT_PREFILL_STRETCH) ", 0: off)\n"
             "  --groups N             device groups, each with its own KV blocks and batch "
             "(default 1)\n"
             "  --no-prefix-cache\n"
@@ -56,7 +59,7 @@ int main(int argc, char **argv) {
         {"block-size", required_argument, 0, 'b'},  {"n-ctx", required_argument, 0, 'n'},
         {"no-prefix-cache", no_argument, 0, 'P'},   {"per-request", no_argument, 0, 'R'},
         {"admission-factor", required_argument, 0, 'a'}, {"queue-size", required_argument, 0, 'q'},
-        {"groups", required_argument, 0, 'g'},
+        {"groups", required_argument, 0, 'g'},   {"prefill-stretch", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -92,6 +95,15 @@ int main(int argc, char **argv) {
             cfg.admission_factor = strtod(optarg, &end);
             if (*end || !(cfg.admission_factor > 0)) {
                 fprintf(stderr, "weft-sim: --admission-factor must be a positive number\n");
+                return 2;
+            }
+            break;
+        }
+        case 'S': {
+            char *end;
+            cfg.prefill_stretch = strtod(optarg, &end);
+            if (*end || !(cfg.prefill_stretch >= 0)) {
+                fprintf(stderr, "weft-sim: --prefill-stretch must be a number >= 0\n");
                 return 2;
             }
             break;

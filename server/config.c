@@ -1,6 +1,7 @@
 /* weftd configuration: one table of options drives flags, JSON config keys and --help. */
 #include "server/config.h"
 
+#include "engine/dit/dit.h"
 #include "sched/defaults.h"
 
 #include "proto/base/status.h"
@@ -17,7 +18,7 @@
 
 #include "weft_version.h"
 
-typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS } option_type;
+typedef enum option_type { OPT_STRING, OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_BOOL, OPT_KEYS, OPT_LIST } option_type;
 
 typedef struct option_spec {
     const char *name; /* flag name without "--"; JSON key is the same with '_' for '-' */
@@ -31,8 +32,12 @@ typedef struct option_spec {
 #define FIELD(f) offsetof(wf_config, f)
 
 static const option_spec options[] = {
-    {"model", OPT_STRING, FIELD(model), 0, 0, "FILE", "GGUF model file (default: the bundled SmolLM2-135M-Instruct)"},
-    {"model-name", OPT_STRING, FIELD(model_name), 0, 0, "NAME", "model id served by the API (default: file name)"},
+    {"model", OPT_LIST, FIELD(models), 0, 0, "PATH", "an LLM (GGUF file) or a DiT (diffusers folder or .safetensors file), detected; repeatable: one LLM plus DiTs (default: the bundled SmolLM2-135M-Instruct and weft-dit-digits)"},
+    {"model-name", OPT_LIST, FIELD(model_names), 0, 0, "NAME", "model id served by the API for the --model in the same position (default: file or folder name)"},
+    {"image-chunk-steps", OPT_INT, FIELD(image_chunk_steps), 1, 1000, "N", "denoising steps per DENOISE task of an image request (default 1: requests join a batch at every step)"},
+    {"image-batching", OPT_BOOL, FIELD(image_batching), 0, 1, NULL, "step-level batching of image requests of one model (default true; false runs one request at a time)"},
+    {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, earliest deadline first, instead of running both thread pools at once (default true)"},
+    {"image-max-batch", OPT_INT, FIELD(image_max_batch), 1, 256, "N", "images per DiT forward pass (default 8)"},
     {"host", OPT_STRING, FIELD(host), 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
     {"port", OPT_INT, FIELD(port), 0, 65535, "N", "TCP port (default 8080; 0 picks a free port)"},
     {"threads", OPT_INT, FIELD(threads), 0, 1024, "N", "engine threads (default 0 = one per core)"},
@@ -57,6 +62,7 @@ static const option_spec options[] = {
     {"write-timeout-ms", OPT_INT, FIELD(write_timeout_ms), 1, INT_MAX, "MS", "a client not reading a response this long is disconnected and its request cancelled (default 30000)"},
     {"max-output-bytes", OPT_LONG, FIELD(max_output_bytes), 4096, 1L << 34, "N", "streamed bytes buffered for a slow client before it is disconnected and its request cancelled (default 4 MiB)"},
     {"cost-model", OPT_STRING, FIELD(cost_model), 0, 0, "A,B,C,D|FILE", "scheduler cost model step_ms = a + b*prefill + c*decode + d*attention, attention = positions each token attends to (default: calibrate at start-up)"},
+    {"prefill-stretch", OPT_DOUBLE, FIELD(prefill_stretch), 0, 1000, "X", "while streams decode, an iteration takes at most X times its decode-only time; prompt chunks are sized to fit unless a prompt's TTFT is at risk (default " WF_DEFAULT_STR(WF_DEFAULT_PREFILL_STRETCH) "; 0 or 1: off)"},
     {"admission-factor", OPT_DOUBLE, FIELD(admission_factor), 0.01, 1e9, "X", "refuse (429) a request whose predicted TTFT exceeds X times its TTFT SLO (default 2; a huge X turns admission control off)"},
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
     {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_RUNNING) ")"},
@@ -101,12 +107,17 @@ static void set_defaults(wf_config *cfg) {
     cfg->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     cfg->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     cfg->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    cfg->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     cfg->request_timeout_ms = 60000;
     cfg->max_header_bytes = 64L << 10;
     cfg->write_timeout_ms = 30000;
     cfg->max_output_bytes = 4L << 20;
     cfg->max_running = WF_DEFAULT_MAX_RUNNING;
     cfg->role = strdup("server");
+    cfg->image_chunk_steps = 1;
+    cfg->image_batching = 1;
+    cfg->image_max_batch = 8;
+    cfg->share_cores = 1;
     cfg->rank = -1;
     cfg->local_workers = -1;
     cfg->heartbeat_ms = 500;
@@ -200,6 +211,15 @@ static int set_from_text(wf_config *cfg, const option_spec *opt, const char *tex
     }
     case OPT_KEYS:
         return add_key(cfg, text, err, errlen);
+    case OPT_LIST: {
+        wf_strlist *l = field;
+        char **v = realloc(l->v, (size_t)(l->n + 1) * sizeof *v);
+        if (!v) return fail(err, errlen, "out of memory");
+        l->v = v;
+        if (!(v[l->n] = strdup(text))) return fail(err, errlen, "out of memory");
+        l->n++;
+        return 0;
+    }
     case OPT_BOOL:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0) *(int *)field = 1;
         else if (strcmp(text, "false") == 0 || strcmp(text, "0") == 0) *(int *)field = 0;
@@ -241,6 +261,16 @@ static int set_from_json(wf_config *cfg, const option_spec *opt, json_t *value,
         if (!json_is_string(value))
             return fail(err, errlen, "%s: key '%s' must be a string", path, opt->name);
         return set_from_text(cfg, opt, json_string_value(value), path, err, errlen);
+    case OPT_LIST:
+        if (json_is_string(value)) return set_from_text(cfg, opt, json_string_value(value), path, err, errlen);
+        if (!json_is_array(value))
+            return fail(err, errlen, "%s: key '%s' must be a string or an array of strings", path, opt->name);
+        for (size_t i = 0; i < json_array_size(value); i++) {
+            json_t *k = json_array_get(value, i);
+            if (!json_is_string(k)) return fail(err, errlen, "%s: %s[%zu] must be a string", path, opt->name, i);
+            if (set_from_text(cfg, opt, json_string_value(k), path, err, errlen) < 0) return -1;
+        }
+        return 0;
     case OPT_KEYS:
         if (json_is_string(value)) return add_key(cfg, json_string_value(value), err, errlen);
         if (!json_is_array(value))
@@ -301,6 +331,8 @@ done:
     json_decref(root);
     return rc;
 }
+
+static int resolve_models(wf_config *cfg, char *err, size_t errlen);
 
 char *wf_config_default_model_path(void) {
     const char *env = getenv("WEFT_MODEL");
@@ -393,8 +425,7 @@ int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t err
         if (set_from_text(cfg, opt, value, "command line", err, errlen) < 0) return -1;
     }
     if (cfg->api_key_file && load_key_file(cfg, cfg->api_key_file, err, errlen) < 0) return -1;
-    if (!cfg->model && !(cfg->model = wf_config_default_model_path()))
-        return fail(err, errlen, "out of memory");
+    if (resolve_models(cfg, err, errlen) < 0) return -1;
     return check_roles(cfg, err, errlen);
 }
 
@@ -404,10 +435,71 @@ void wf_config_free(wf_config *cfg) {
         if (options[i].type == OPT_STRING) {
             free(*(char **)field);
             *(char **)field = NULL;
+        } else if (options[i].type == OPT_LIST) {
+            wf_strlist *l = field;
+            for (int k = 0; k < l->n; k++) free(l->v[k]);
+            free(l->v);
+            l->v = NULL;
+            l->n = 0;
         }
     }
+    free(cfg->model);
+    free(cfg->model_name);
+    cfg->model = cfg->model_name = NULL;
+    for (int i = 0; i < cfg->n_dits; i++) {
+        free(cfg->dit_models[i]);
+        free(cfg->dit_names[i]);
+        cfg->dit_models[i] = cfg->dit_names[i] = NULL;
+    }
+    cfg->n_dits = 0;
     for (size_t i = 0; i < cfg->n_api_keys; i++) free(cfg->api_keys[i]);
     free(cfg->api_keys);
     cfg->api_keys = NULL;
     cfg->n_api_keys = 0;
+}
+
+/* Sorts --model values into the LLM and the DiTs (wf_dit_detect reads headers only) and pairs
+ * --model-name values with them. No --model: the default LLM plus the default DiT when it is
+ * installed; DiTs alone: the default LLM beside them (the text routes need one). */
+static int resolve_models(wf_config *cfg, char *err, size_t errlen) {
+    free(cfg->model);
+    free(cfg->model_name);
+    cfg->model = cfg->model_name = NULL;
+    for (int i = 0; i < cfg->n_dits; i++) {
+        free(cfg->dit_models[i]);
+        free(cfg->dit_names[i]);
+    }
+    cfg->n_dits = 0;
+    if (cfg->model_names.n > cfg->models.n && cfg->models.n > 0)
+        return fail(err, errlen, "%d --model-name for %d --model", cfg->model_names.n, cfg->models.n);
+    for (int i = 0; i < cfg->models.n; i++) {
+        const char *path = cfg->models.v[i];
+        const char *name = i < cfg->model_names.n ? cfg->model_names.v[i] : NULL;
+        if (wf_dit_detect(path)) {
+            if (cfg->n_dits >= WF_CONFIG_MAX_DITS)
+                return fail(err, errlen, "--model: at most %d DiT models", WF_CONFIG_MAX_DITS);
+            cfg->dit_models[cfg->n_dits] = strdup(path);
+            cfg->dit_names[cfg->n_dits] = name ? strdup(name) : NULL;
+            cfg->n_dits++;
+        } else {
+            if (cfg->model)
+                return fail(err, errlen, "--model %s and %s are both LLMs: weftd serves one LLM (plus any DiTs)",
+                            cfg->model, path);
+            cfg->model = strdup(path);
+            cfg->model_name = name ? strdup(name) : NULL;
+        }
+    }
+    if (cfg->models.n == 0 && cfg->model_names.n == 1) cfg->model_name = strdup(cfg->model_names.v[0]);
+    if (!cfg->model && !(cfg->model = wf_config_default_model_path()))
+        return fail(err, errlen, "out of memory");
+    if (cfg->models.n == 0) {
+        char dit[4096];
+        snprintf(dit, sizeof dit, "%s/%s", WF_DEFAULT_MODEL_DIR, WF_DEFAULT_DIT_DIR);
+        if (access(dit, R_OK) == 0 && wf_dit_detect(dit)) {
+            cfg->dit_models[0] = strdup(dit);
+            cfg->dit_names[0] = NULL;
+            cfg->n_dits = 1;
+        }
+    }
+    return 0;
 }

@@ -20,9 +20,28 @@
 #define WF_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 #define WF_DEFAULT_MODEL_DIR "/usr/local/share/weft/models"
 
+/* A repeatable flag's values, in order. */
+typedef struct wf_strlist {
+    char **v;
+    int n;
+} wf_strlist;
+
+#define WF_DEFAULT_DIT_DIR "weft-dit-digits" /* under WF_DEFAULT_MODEL_DIR */
+#define WF_CONFIG_MAX_DITS 16
+
 typedef struct wf_config {
-    char *model;          /* GGUF path; NULL until resolved to the default model */
-    char *model_name;     /* name served in /v1/models; default: file name without .gguf */
+    /* --model (repeatable): GGUF files and DiT folders/files, detected apart after parsing;
+     * --model-name (repeatable) names them in the same order. */
+    wf_strlist models, model_names;
+    char *model;          /* the LLM's GGUF path (resolved; the default when none was given) */
+    char *model_name;     /* its name in /v1/models; NULL: file name without .gguf */
+    char *dit_models[WF_CONFIG_MAX_DITS]; /* DiT folders or files */
+    char *dit_names[WF_CONFIG_MAX_DITS];  /* NULL: the folder/file name */
+    int n_dits;
+    int image_chunk_steps;  /* denoising steps per DENOISE task */
+    int image_batching;     /* 1: step-level batching across image requests */
+    int image_max_batch;    /* images per DiT forward */
+    int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
     char *host;
     int port;
     int threads;          /* engine worker threads; 0 = one per core */
@@ -52,6 +71,7 @@ typedef struct wf_config {
     int fixed_cost_model;   /* 1: never refit the cost model from measured iterations */
     /* Extension: refuse (429) a request whose predicted TTFT exceeds this x its TTFT SLO. */
     double admission_factor;
+    double prefill_stretch; /* sched options' prefill_stretch (<= 1: off) */
     /* Worker processes (server/workers/): ranks of one world. */
     int workers;            /* 0: the in-process engine (default); N: N worker processes */
     char *worker_cores;     /* "LIST:LIST:..." CPUs per local worker; NULL: split evenly */

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dit/dit_exec.h"
 #include "engine/engine.h"
 #include "proto/base/log.h"
 #include "sched/cost_model.h"
 #include "sched/defaults.h"
+#include "sched/gate.h"
 #include "server/engine_backend.h"
 #ifdef WEFT_HAVE_WORKERS
 #include "server/workers/pool.h"
@@ -24,6 +26,15 @@ struct wf_daemon {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
 #endif
+    wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
+    char dit_names[WF_SERVER_MAX_IMAGE_MODELS][256];
+    wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
+    int n_dits;
+    wf_image_sched *images;
+    /* --share-cores: LLM (class 0) and DiT (class 1) batches take turns */
+    wf_gate *gate;
+    wf_gated_executor *gated_llm;
+    wf_gated_executor *gated_dits[WF_SERVER_MAX_IMAGE_MODELS];
 };
 
 void wf_daemon_params_init(wf_daemon_params *p) {
@@ -36,6 +47,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->default_ttft_ms = WF_DEFAULT_TTFT_MS;
     p->default_tpot_ms = WF_DEFAULT_TPOT_MS;
     p->admission_factor = WF_DEFAULT_ADMISSION_FACTOR;
+    p->prefill_stretch = WF_DEFAULT_PREFILL_STRETCH;
     p->local_workers = -1;
     p->world_host = "127.0.0.1";
     p->exe = "/proc/self/exe";
@@ -43,6 +55,100 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->heartbeat_ms = 500;
     p->worker_timeout_ms = 30000;
     p->join_timeout_ms = 120000;
+    p->image_chunk_steps = WF_DEFAULT_IMAGE_CHUNK_STEPS;
+    p->image_batching = true;
+    p->image_max_batch = 8;
+    p->share_cores = true;
+}
+
+static int dit_class_index(void *ctx, const char *name) { return wf_dit_exec_class_index(ctx, name); }
+static wf_status dit_check_schedule(void *ctx, int sampler, int steps, char *err, size_t errlen) {
+    return wf_dit_exec_check_schedule(ctx, sampler, steps, err, errlen);
+}
+
+/* The DiTs: one executor each, all under one image scheduler. */
+static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, size_t errlen) {
+    if (p->n_dits <= 0) return WF_OK;
+    if (p->n_dits > WF_SERVER_MAX_IMAGE_MODELS)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "at most %d DiT models", WF_SERVER_MAX_IMAGE_MODELS);
+    wf_image_sched_options io;
+    wf_image_sched_options_init(&io);
+    io.chunk_steps = p->image_chunk_steps > 0 ? p->image_chunk_steps : 1;
+    io.batching = p->image_batching;
+    io.queue_size = p->queue_size;
+    wf_status st = wf_image_sched_new(&io, &d->images);
+    if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler: %s", wf_status_str(st));
+    for (int i = 0; i < p->n_dits; i++) {
+        wf_dit_exec_options xo;
+        wf_dit_exec_options_init(&xo);
+        xo.model_path = p->dit_paths[i];
+        xo.n_threads = p->n_threads;
+        xo.max_items = p->image_max_batch > 0 ? p->image_max_batch : 8;
+        if (xo.max_latents < 2 * xo.max_items) xo.max_latents = 2 * xo.max_items;
+        char xerr[400];
+        st = wf_dit_exec_open(&xo, &d->dits[i], xerr, sizeof xerr);
+        if (st != WF_OK) return wf_status_errorf(err, errlen, st, "DiT %s: %s", p->dit_paths[i], xerr);
+        d->n_dits = i + 1;
+        const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dits[i]);
+        wf_image_geometry g = {.width = in->image_width,
+                               .height = in->image_height,
+                               .channels = in->image_channels,
+                               .latent_channels = in->latent_channels,
+                               .latent_height = in->latent_height,
+                               .latent_width = in->latent_width,
+                               .max_items = in->max_items,
+                               .max_latents = in->max_latents};
+        wf_executor ex = wf_dit_exec_executor(d->dits[i]);
+        if (d->gate) {
+            st = wf_gated_executor_new(ex, d->gate, 1, &d->gated_dits[i]);
+            if (st != WF_OK) return wf_status_errorf(err, errlen, st, "DiT executor gate: %s", wf_status_str(st));
+            ex = wf_gated_executor_get(d->gated_dits[i]);
+        }
+        int id;
+        st = wf_image_sched_add_model(d->images, ex, &g, &id);
+        if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
+        const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
+        if (name && name[0]) {
+            snprintf(d->dit_names[i], sizeof d->dit_names[i], "%s", name);
+        } else {
+            char path[4096];
+            snprintf(path, sizeof path, "%s", p->dit_paths[i]);
+            size_t n = strlen(path);
+            while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
+            const char *base = strrchr(path, '/');
+            snprintf(d->dit_names[i], sizeof d->dit_names[i], "%s", base ? base + 1 : path);
+            n = strlen(d->dit_names[i]);
+            if (n > 12 && strcmp(d->dit_names[i] + n - 12, ".safetensors") == 0) d->dit_names[i][n - 12] = '\0';
+        }
+        d->image_models[i] = (wf_server_image_model){.id = d->dit_names[i],
+                                                     .sched_model = id,
+                                                     .geometry = g,
+                                                     .num_classes = in->num_classes,
+                                                     .n_class_names = in->n_class_names,
+                                                     .class_names = in->class_names,
+                                                     .default_guidance = in->default_guidance,
+                                                     .max_steps = in->max_steps,
+                                                     .class_index = dit_class_index,
+                                                     .check_schedule = dit_check_schedule,
+                                                     .class_ctx = d->dits[i]};
+        WF_LOG_INFO("server", NULL, "image model %s: %dx%dx%d, %d classes, %s", d->dit_names[i],
+                    g.width, g.height, g.channels, in->num_classes,
+                    in->latent_model ? "latent (VAE)" : "pixel space");
+    }
+    st = wf_image_sched_start(d->images);
+    if (st != WF_OK) return wf_status_errorf(err, errlen, st, "starting the image scheduler: %s", wf_status_str(st));
+    return WF_OK;
+}
+
+static void close_dits(wf_daemon *d) {
+    wf_image_sched_free(d->images); /* first: no batch in flight afterwards */
+    d->images = NULL;
+    for (int i = 0; i < d->n_dits; i++) {
+        wf_gated_executor_free(d->gated_dits[i]);
+        d->gated_dits[i] = NULL;
+        wf_dit_exec_free(d->dits[i]);
+    }
+    d->n_dits = 0;
 }
 
 #ifdef WEFT_HAVE_WORKERS
@@ -136,6 +242,7 @@ static void sched_options(const wf_daemon_params *p, int n_ctx, wf_sched_options
     so->default_ttft_ms = p->default_ttft_ms;
     so->default_tpot_ms = p->default_tpot_ms;
     if (p->admission_factor > 0) so->admission_factor = p->admission_factor;
+    so->prefill_stretch = p->prefill_stretch;
     if (p->fixed_cost_model) so->online_refit = false;
     if (p->cost_model && p->cost_model[0]) {
         char cerr[128];
@@ -196,8 +303,26 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
      * per worker (calibration then measures worker rank 1). */
     wf_sched_options so;
     sched_options(p, n_ctx, &so);
+    wf_executor llm_ex = d->kv_on ? wf_engine_executor(d->engine, &d->kv) : (wf_executor){0};
+    if (d->kv_on && p->n_dits > 0 && p->share_cores) {
+        d->gate = wf_gate_new(2);
+        /* Batches without a deadline (all LLM ones, images without slo.deadline_ms) count as
+         * due one TPOT target after they reach the gate, the same slack for both classes: among
+         * them the turn goes by arrival; an image batch with a deadline goes when it is more
+         * urgent. */
+        if (d->gate) {
+            wf_gate_set_slack(d->gate, 0, p->default_tpot_ms);
+            wf_gate_set_slack(d->gate, 1, p->default_tpot_ms);
+        }
+        st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
+        if (st != WF_OK) {
+            snprintf(err, errlen, "core-sharing gate: %s", wf_status_str(st));
+            goto fail_sched;
+        }
+        llm_ex = wf_gated_executor_get(d->gated_llm);
+    }
     if (d->kv_on)
-        st = wf_sched_new(&so, &d->kv, wf_engine_executor(d->engine, &d->kv), &d->sched);
+        st = wf_sched_new(&so, &d->kv, llm_ex, &d->sched);
     else
         st = wf_sched_new(&so, NULL, (wf_executor){0}, &d->sched);
     if (st != WF_OK) {
@@ -213,7 +338,14 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         goto fail_start;
     }
 
-    /* 4. The front end's view. */
+    /* 4. The DiTs and the image scheduler. */
+    if ((st = open_dits(d, p, err, errlen)) != WF_OK) {
+        close_dits(d);
+        wf_sched_drain(d->sched, 0);
+        goto fail_start;
+    }
+
+    /* 5. The front end's view. */
     char name[256];
     if (p->model_name && p->model_name[0]) snprintf(name, sizeof name, "%s", p->model_name);
     else model_name_from_path(p->model_path, name, sizeof name);
@@ -231,6 +363,8 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 fail_start:
     wf_sched_free(d->sched);
 fail_sched:
+    wf_gated_executor_free(d->gated_llm);
+    wf_gate_free(d->gate);
     if (d->kv_on) wf_kv_store_free(&d->kv);
 #ifdef WEFT_HAVE_WORKERS
     wf_workers_close(d->workers);
@@ -245,9 +379,16 @@ fail_engine:
 const wf_server_model *wf_daemon_model(wf_daemon *d) { return &d->adapter.model; }
 const wf_server_backend *wf_daemon_backend(wf_daemon *d) { return &d->adapter.backend; }
 wf_sched *wf_daemon_sched(wf_daemon *d) { return d->sched; }
+wf_image_sched *wf_daemon_images(wf_daemon *d) { return d->images; }
+const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n) {
+    *n = d->n_dits;
+    return d->image_models;
+}
 
 void wf_daemon_drain(wf_daemon *d, int deadline_ms) {
-    if (d) wf_sched_drain(d->sched, deadline_ms);
+    if (!d) return;
+    wf_sched_drain(d->sched, deadline_ms);
+    wf_image_sched_drain(d->images, deadline_ms);
 }
 
 void wf_daemon_close(wf_daemon *d) {
@@ -255,6 +396,9 @@ void wf_daemon_close(wf_daemon *d) {
     /* Scheduler first (no batch in flight after it), then the engine (its executor thread),
      * then the KV store both used. */
     wf_sched_free(d->sched);
+    close_dits(d);
+    wf_gated_executor_free(d->gated_llm); /* after the scheduler that used it */
+    wf_gate_free(d->gate);
 #ifdef WEFT_HAVE_WORKERS
     wf_workers_close(d->workers); /* after the scheduler: no batch is in flight any more */
 #endif

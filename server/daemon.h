@@ -38,6 +38,7 @@ typedef struct wf_daemon_params {
     const char *cost_model;   /* "a,b,c,d" or a file (sched/cost_model.h); NULL: calibrate */
     bool fixed_cost_model;    /* no online refit */
     double admission_factor;  /* > 0 (sched options' admission_factor) */
+    double prefill_stretch;   /* sched options' prefill_stretch */
     /* Worker processes: 0 runs the in-process CPU engine as group 0 (the default); N > 0
      * serves from N worker processes (server/workers/pool.h), one group each. */
     int n_workers;
@@ -48,6 +49,17 @@ typedef struct wf_daemon_params {
     const char *exe;          /* this binary, for the workers */
     const char *log_level;
     int heartbeat_ms, worker_timeout_ms, join_timeout_ms;
+    /* DiT models served on /v1/images/generations, each by an in-process DiT executor
+     * (engine/dit/dit_exec.h) under the image scheduler (sched/images.h). */
+    const char *const *dit_paths;
+    const char *const *dit_names;  /* entries may be NULL: the folder/file name */
+    int n_dits;
+    int image_chunk_steps;
+    bool image_batching;
+    int image_max_batch;
+    /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
+     * (sched/gate.h) instead of running their thread pools at once. Default true. */
+    bool share_cores;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;
@@ -56,6 +68,9 @@ void wf_daemon_params_init(wf_daemon_params *p);
 wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, size_t errlen);
 const wf_server_model *wf_daemon_model(wf_daemon *d);
 const wf_server_backend *wf_daemon_backend(wf_daemon *d);
+/* The image scheduler and the image models (NULL / 0 without DiTs), for wf_server_set_images. */
+wf_image_sched *wf_daemon_images(wf_daemon *d);
+const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n);
 wf_sched *wf_daemon_sched(wf_daemon *d);
 /* Stops admitting and cancels whatever still runs after deadline_ms; returns when idle. The
  * FINISHED events go to the server's queue: call before wf_server_free on a fast exit. */

@@ -504,6 +504,9 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
     if (wf_openai_decode(kind, body, len, &g->oai, &e) != WF_OK)
         FAIL(e.status, e.type, e.param, NULL, "%s", e.message);
     wf_openai_request *o = &g->oai;
+    if (o->model && wf__images_find(s, o->model))
+        FAIL(400, "invalid_request_error", "model", NULL,
+             "'%.200s' is an image model; use /v1/images/generations", o->model);
     if (o->model && strcmp(o->model, s->model.id) != 0)
         FAIL(404, "invalid_request_error", "model", "model_not_found",
              "The model '%.200s' does not exist (this server serves '%.200s')", o->model, s->model.id);

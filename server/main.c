@@ -66,6 +66,7 @@ static void *load_main(void *arg) {
     p.cost_model = d->cfg.cost_model;
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
     p.admission_factor = d->cfg.admission_factor;
+    p.prefill_stretch = d->cfg.prefill_stretch;
     p.n_workers = d->cfg.workers;
     p.local_workers = d->cfg.local_workers;
     p.worker_cores = d->cfg.worker_cores;
@@ -75,6 +76,13 @@ static void *load_main(void *arg) {
     p.heartbeat_ms = d->cfg.heartbeat_ms;
     p.worker_timeout_ms = d->cfg.worker_timeout_ms;
     p.join_timeout_ms = d->cfg.join_timeout_ms;
+    p.dit_paths = (const char *const *)d->cfg.dit_models;
+    p.dit_names = (const char *const *)d->cfg.dit_names;
+    p.n_dits = d->cfg.n_dits;
+    p.image_chunk_steps = d->cfg.image_chunk_steps;
+    p.image_batching = d->cfg.image_batching != 0;
+    p.image_max_batch = d->cfg.image_max_batch;
+    p.share_cores = d->cfg.share_cores != 0;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -104,7 +112,8 @@ static void on_loaded(uv_async_t *a) {
         d->loader_on = false;
     }
     if (d->load_status != WF_OK) {
-        WF_LOG_ERROR("server", NULL, "loading %s failed: %s", d->cfg.model, d->load_err);
+        WF_LOG_ERROR("server", NULL, "loading %s%s failed: %s", d->cfg.model,
+                     d->cfg.n_dits ? " and the DiT models" : "", d->load_err);
         wf_server_set_failed(d->server, d->load_err);
         char msg[600];
         snprintf(msg, sizeof msg, "STATUS=model failed to load: %s", d->load_err);
@@ -113,6 +122,9 @@ static void on_loaded(uv_async_t *a) {
         uv_stop(d->loop);
         return;
     }
+    int n_images = 0;
+    const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
+    wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     WF_LOG_INFO("server", NULL, "ready");
     char msg[400];

@@ -33,6 +33,8 @@ void wf_metrics_init(wf_metrics *m) {
     SET_BOUNDS(m->tpot, itl_bounds);
     SET_BOUNDS(m->prompt_len, len_bounds);
     SET_BOUNDS(m->gen_len, len_bounds);
+    SET_BOUNDS(m->image_e2e, latency_bounds);
+    SET_BOUNDS(m->image_queue, latency_bounds);
 }
 
 void wf_histogram_observe(wf_histogram *h, double v) {
@@ -295,4 +297,38 @@ static void render_slo(const wf_metrics *m, const char *model, wf_jbuf *b) {
             wf_jbuf_printf(b, "\"%s} %.6g\n", extra, v);
         }
     }
+}
+
+void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_image_sched_stats *st,
+                              wf_jbuf *b) {
+    const char *name = "weft:image_requests_total";
+    header(b, name, "counter", "Image requests ended, by outcome.");
+    sample_u(b, name, model, ",status=\"success\"", m->image_success);
+    sample_u(b, name, model, ",status=\"error\"", m->image_error);
+    sample_u(b, name, model, ",status=\"cancelled\"", m->image_cancelled);
+    counter(b, "weft:image_requests_rejected_total",
+            "Image requests refused at admission (queue full, draining, deadline out of reach).", model,
+            st->rejected);
+    counter(b, "weft:images_generated_total", "Images decoded.", model, st->images);
+    counter(b, "weft:image_denoise_steps_total", "Denoising steps run (batched steps count once).",
+            model, st->steps);
+    gauge(b, "weft:image_requests_running", "Image requests held by the image scheduler.", model,
+          st->running);
+    /* The scheduler's step histogram has fixed millisecond bounds (sched/images.h). */
+    wf_histogram step = {.bounds = NULL};
+    static const double step_bounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0};
+    SET_BOUNDS(step, step_bounds);
+    for (int i = 0; i < 12; i++) {
+        if (i < 11) step.buckets[i] = st->step_ms_hist[i];
+        step.count += st->step_ms_hist[i];
+    }
+    step.sum = st->step_ms_sum / 1000.0;
+    histogram(b, "weft:image_step_seconds", "Time of one denoising step of a batch.", model, &step);
+    histogram(b, "weft:image_e2e_request_latency_seconds", "Image request end-to-end latency.",
+              model, &m->image_e2e);
+    histogram(b, "weft:image_queue_time_seconds", "Image request time before its first task ran.",
+              model, &m->image_queue);
+    gauge(b, "weft:image_slo_attainment",
+          "Image requests with slo.deadline_ms that finished within it (fraction; 1 when none).", model,
+          m->image_deadline_total ? (double)m->image_deadline_met / (double)m->image_deadline_total : 1.0);
 }

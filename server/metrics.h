@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sched/images.h"
 #include "sched/sched.h"
 #include "server/openai.h"
 
@@ -55,6 +56,10 @@ typedef struct wf_metrics {
     uint64_t requests_rejected_overload, requests_rejected_full;
     wf_slo_class slo_all;                  /* every finished sequence */
     wf_slo_class slo[WF_SLO_CLASSES];      /* by priority */
+    /* image requests (server/images.c), observed at their end */
+    wf_histogram image_e2e, image_queue;
+    uint64_t image_success, image_error, image_cancelled;
+    uint64_t image_deadline_total, image_deadline_met; /* requests with slo.deadline_ms */
 } wf_metrics;
 
 void wf_metrics_init(wf_metrics *m);
@@ -66,6 +71,13 @@ void wf_slo_class_window(const wf_slo_class *c, uint64_t now_ns, uint32_t *finis
 /* Appends the whole exposition. stats may be NULL (not loaded yet). */
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *stats,
                        wf_jbuf *out);
+
+/* The image series: weft:image_requests_total{status}, weft:image_requests_rejected_total,
+ * weft:images_generated_total, weft:image_denoise_steps_total, weft:image_requests_running,
+ * weft:image_step_seconds (per denoising step of a batch), weft:image_e2e_request_latency_seconds,
+ * weft:image_queue_time_seconds, weft:image_slo_attainment (deadline requests that met it). */
+void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_image_sched_stats *st,
+                              wf_jbuf *b);
 
 /* One worker rank (weftd --workers), for /health, /admin/stats and /metrics. */
 typedef struct wf_server_rank {

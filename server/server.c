@@ -146,10 +146,22 @@ static void write_model(wf_server *s, wf_jbuf *b) {
                    (long long)s->created_unix, s->ready ? s->model.n_ctx : 0);
 }
 
+static void write_image_model(wf_server *s, wf_jbuf *b, const wf_server_image_model *m) {
+    wf_jbuf_cstr(b, "{\"id\":");
+    wf_jbuf_str(b, m->id, strlen(m->id));
+    wf_jbuf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"weft\","
+                      "\"type\":\"image\",\"size\":\"%dx%d\",\"num_classes\":%d}",
+                   (long long)s->created_unix, m->geometry.width, m->geometry.height, m->num_classes);
+}
+
 static void h_models(wf_server *s, wf_http_request *req) {
     wf_jbuf b = {0};
     wf_jbuf_cstr(&b, "{\"object\":\"list\",\"data\":[");
     write_model(s, &b);
+    for (int i = 0; i < s->n_image_models; i++) {
+        wf_jbuf_cstr(&b, ",");
+        write_image_model(s, &b, &s->image_models[i]);
+    }
     wf_jbuf_cstr(&b, "]}");
     respond_json(s, req, 200, &b);
     wf_jbuf_free(&b);
@@ -180,6 +192,14 @@ static void h_model(wf_server *s, wf_http_request *req) {
     if (!percent_decode(raw, id, sizeof id)) {
         wf__server_error(s, req, 404, "invalid_request_error", "model", "model_not_found", 0,
                          "The model '%.200s' does not exist", raw);
+        return;
+    }
+    const wf_server_image_model *im = wf__images_find(s, id);
+    if (im) {
+        wf_jbuf b = {0};
+        write_image_model(s, &b, im);
+        respond_json(s, req, 200, &b);
+        wf_jbuf_free(&b);
         return;
     }
     if (strcmp(id, s->model_id) != 0) {
@@ -332,6 +352,12 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
     if (s->ready) s->backend.stats(s->backend.ctx, &st);
     wf_jbuf b = {0};
     wf_metrics_render(&s->metrics, s->model_id, s->ready ? &st : NULL, &b);
+    if (s->ready && s->images) {
+        wf_image_sched_stats ist;
+        wf_image_sched_get_stats(s->images, &ist);
+        wf_metrics_render_images(&s->metrics, s->n_image_models == 1 ? s->image_models[0].id : "images",
+                                 &ist, &b);
+    }
     if (s->ready && s->backend.ranks) {
         wf_server_rank r[WF_SERVER_MAX_RANKS];
         int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
@@ -481,6 +507,7 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
     }
     wf_jbuf_cstr(&b, ",\"requests\":");
     wf__gen_write_admin(s, &b);
+    wf__images_write_admin(s, &b);
     wf_jbuf_cstr(&b, ",\"scheduler_requests\":[");
     if (s->ready && s->backend.foreach_request) s->backend.foreach_request(s->backend.ctx, snapshot_fn, &b);
     wf_jbuf_cstr(&b, "]}");
@@ -517,6 +544,7 @@ static const route routes[] = {
     {"GET", "/v1/models/", true, AUTH_KEY, h_model, false},
     {"POST", "/v1/chat/completions", false, AUTH_KEY, h_chat, true},
     {"POST", "/v1/completions", false, AUTH_KEY, h_completions, true},
+    {"POST", "/v1/images/generations", false, AUTH_KEY, wf__images_handle, true},
     {"POST", "/tokenize", false, AUTH_KEY, h_tokenize, false},
     {"POST", "/detokenize", false, AUTH_KEY, h_detokenize, false},
     {"GET", "/metrics", false, AUTH_METRICS, h_metrics, false},
@@ -587,6 +615,11 @@ void wf_server_poll(wf_server *s) {
         wf__gen_on_event(s, (wf_request_event *)it);
         it = next;
     }
+    for (it = wf_handoff_take_all(&s->image_events); it;) {
+        wf_handoff_item *next = it->next;
+        wf__images_on_event(s, (wf_image_event *)it);
+        it = next;
+    }
     if (s->shutting_down) check_done(s);
 }
 
@@ -618,6 +651,8 @@ wf_server *wf_server_new(uv_loop_t *loop, const wf_server_options *o) {
     if (wf_handoff_init(&s->events, o->events_queue > 0 ? (size_t)o->events_queue : 0,
                         loop ? wake_loop : NULL, s) != WF_OK)
         goto fail;
+    /* Unbounded: the image scheduler bounds requests and each sends a bounded number. */
+    if (wf_handoff_init(&s->image_events, 0, loop ? wake_loop : NULL, s) != WF_OK) goto fail;
     if (loop) {
         uv_async_init(loop, &s->wake, on_wake);
         s->wake.data = s;
@@ -669,6 +704,14 @@ wf_status wf_server_set_api_keys(wf_server *s, char *const *keys, size_t n_keys)
 }
 
 wf_handoff *wf_server_events(wf_server *s) { return &s->events; }
+wf_handoff *wf_server_image_events(wf_server *s) { return &s->image_events; }
+
+void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_image_model *models,
+                          int n) {
+    s->images = sched;
+    s->n_image_models = n < WF_SERVER_MAX_IMAGE_MODELS ? n : WF_SERVER_MAX_IMAGE_MODELS;
+    for (int i = 0; i < s->n_image_models; i++) s->image_models[i] = models[i];
+}
 wf_http_server *wf_server_http(wf_server *s) { return s->http; }
 
 static void check_done(wf_server *s) {
@@ -683,6 +726,7 @@ static void check_done(wf_server *s) {
 static void *drain_main(void *arg) {
     wf_server *s = arg;
     s->backend.drain(s->backend.ctx, s->opts.shutdown_timeout_ms);
+    if (s->images) wf_image_sched_drain(s->images, s->opts.shutdown_timeout_ms);
     uv_async_send(&s->drain_async);
     return NULL;
 }
@@ -752,10 +796,16 @@ void wf_server_free(wf_server *s) {
     /* Generations still waiting for FINISHED events: the backend is going away too, so
      * release what we hold and free them here. */
     wf_server_poll(s);
+    wf__images_force_free(s);
     while (s->gens) {
         wf_gen *g = s->gens;
         wf__gen_force_free(s, g);
     }
+    for (wf_handoff_item *it = wf_handoff_take_all(&s->image_events), *next; it; it = next) {
+        next = it->next;
+        wf_image_event_free((wf_image_event *)it);
+    }
+    wf_handoff_free(&s->image_events);
     wf_handoff_item *it = wf_handoff_take_all(&s->events);
     while (it) {
         wf_handoff_item *next = it->next;

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "proto/base/handoff.h"
+#include "sched/images.h"
 #include "sched/sched.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -72,6 +73,26 @@ typedef struct wf_server_backend {
     int (*ranks)(void *ctx, wf_server_rank *out, int cap);
 } wf_server_backend;
 
+/* An image model (a DiT) served on /v1/images/generations by the image scheduler. */
+typedef struct wf_server_image_model {
+    const char *id;
+    int sched_model;              /* its id in the image scheduler */
+    wf_image_geometry geometry;   /* the image size it generates */
+    int num_classes;
+    int n_class_names;
+    char *const *class_names;
+    float default_guidance;
+    int max_steps;
+    /* class name or decimal index -> label; -1 when unknown */
+    int (*class_index)(void *class_ctx, const char *name);
+    /* WF_OK if (sampler, steps) is a valid schedule (sampler < 0: the model's); else err says
+     * why */
+    wf_status (*check_schedule)(void *class_ctx, int sampler, int steps, char *err, size_t errlen);
+    void *class_ctx;
+} wf_server_image_model;
+
+#define WF_SERVER_MAX_IMAGE_MODELS 16
+
 typedef struct wf_server_options {
     wf_http_limits http;
     char *const *api_keys;  /* NULL or NULL-terminated; copied */
@@ -98,6 +119,13 @@ wf_status wf_server_listen(wf_server *s, const char *host, int port, int *bound_
  * backend are copied (their ctx must stay valid until wf_server_free). */
 void wf_server_set_ready(wf_server *s, const wf_server_model *model,
                          const wf_server_backend *backend);
+/* Image models and their scheduler (call before or with set_ready; none by default). models
+ * are copied (their strings and class_ctx must stay valid until wf_server_free); at most
+ * WF_SERVER_MAX_IMAGE_MODELS. */
+void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_image_model *models,
+                          int n);
+/* The queue image events arrive on (pass to wf_image_sched_submit; unbounded). */
+wf_handoff *wf_server_image_events(wf_server *s);
 /* Loading failed: /health reports the message with 503 until the process exits. */
 void wf_server_set_failed(wf_server *s, const char *message);
 /* Replaces the API keys (SIGHUP reload); open connections keep working and their next request

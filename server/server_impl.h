@@ -11,6 +11,7 @@
 #include "server/stop.h"
 
 typedef struct wf_gen wf_gen;
+typedef struct wf_img_gen wf_img_gen;
 
 struct wf_server {
     uv_loop_t *loop;
@@ -44,6 +45,12 @@ struct wf_server {
     uv_timer_t done_timer;
     bool done_timer_on;
     wf_jbuf scratch;
+    /* images (server/images.c) */
+    wf_image_sched *images;
+    wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
+    int n_image_models;
+    wf_handoff image_events;
+    wf_img_gen *img_gens;       /* counted in n_gens too */
 };
 
 /* Sends an OpenAI error envelope (and counts it). retry_after_s > 0 adds Retry-After. */
@@ -62,5 +69,12 @@ void wf__gen_on_event(wf_server *s, wf_request_event *ev);
 void wf__gen_write_admin(wf_server *s, wf_jbuf *b);
 /* Teardown only: cancels and releases what g holds and frees it without answering. */
 void wf__gen_force_free(wf_server *s, wf_gen *g);
+
+/* images.c */
+void wf__images_handle(wf_server *s, wf_http_request *req);
+void wf__images_on_event(wf_server *s, wf_image_event *ev);
+void wf__images_write_admin(wf_server *s, wf_jbuf *b);
+void wf__images_force_free(wf_server *s);
+const wf_server_image_model *wf__images_find(wf_server *s, const char *name);
 
 #endif

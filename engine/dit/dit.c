@@ -90,12 +90,41 @@ static void conditioning(wf_dit *m, wf_threadpool *pool, const wf__dit_linear *t
     wf__dit_silu(silu_out, (size_t)batch * D);
 }
 
-wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, int width, const float *x,
-                         const float *t, const int32_t *labels, float *out, const wf_dit_dump *dmp, char *err,
-                         size_t errlen) {
+/* Patchify tokens [tok0, tok0 + ntok) of each item: token (r, col) gathers
+ * x[c][r*p + i][col*p + j] in (c, i, j) order, the conv weight's layout. */
+void wf__dit_patchify(wf_dit *m, int batch, int height, int width, int tok0, int ntok, const float *x) {
+    const int p = m->cfg.patch_size, C = m->cfg.in_channels, wp = width / p, pk = C * p * p;
+    for (int b = 0; b < batch; b++)
+        for (int k = 0; k < ntok; k++) {
+            const int r = (tok0 + k) / wp, col = (tok0 + k) % wp;
+            float *dst = m->patches + ((size_t)b * ntok + k) * pk;
+            for (int ch = 0; ch < C; ch++)
+                for (int i = 0; i < p; i++)
+                    memcpy(dst + (ch * p + i) * p,
+                           x + (((size_t)b * C + ch) * height + (size_t)r * p + i) * width + (size_t)col * p,
+                           (size_t)p * sizeof(float));
+        }
+}
+
+/* Unpatchify tokens [tok0, tok0 + ntok): token vector (i, j, oc) -> out[b][oc][r*p + i][col*p + j]. */
+void wf__dit_unpatchify(const wf_dit *m, int batch, int height, int width, int tok0, int ntok, float *out) {
+    const int p = m->cfg.patch_size, OC = m->cfg.out_channels, wp = width / p, po = p * p * OC;
+    for (int b = 0; b < batch; b++)
+        for (int k = 0; k < ntok; k++) {
+            const int r = (tok0 + k) / wp, col = (tok0 + k) % wp;
+            const float *src = m->tok_out + ((size_t)b * ntok + k) * po;
+            for (int i = 0; i < p; i++)
+                for (int j = 0; j < p; j++)
+                    for (int oc = 0; oc < OC; oc++)
+                        out[(((size_t)b * OC + oc) * height + (size_t)r * p + i) * width + (size_t)col * p + j] =
+                            src[(i * p + j) * OC + oc];
+        }
+}
+
+wf_status wf__dit_check_forward(const wf_dit *m, const wf_threadpool *pool, int batch, int height, int width,
+                                const int32_t *labels, char *err, size_t errlen) {
     const wf_dit_config *c = &m->cfg;
-    const int D = c->hidden, p = c->patch_size, C = c->in_channels, OC = c->out_channels;
-    if (!x || !t || !labels || !out) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
+    const int p = c->patch_size;
     if (batch < 1 || batch > m->max_batch)
         return wf_status_errorf(err, errlen, WF_EINVAL, "batch %d outside [1, %d] (max_batch at load)", batch,
                                 m->max_batch);
@@ -105,33 +134,37 @@ wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, 
     if (height > m->max_h || width > m->max_w)
         return wf_status_errorf(err, errlen, WF_EINVAL, "size %dx%d above the maximum %dx%d reserved at load",
                                 height, width, m->max_h, m->max_w);
-    if (wf_threadpool_size(pool) > m->max_threads)
+    if (wf_threadpool_size((wf_threadpool *)pool) > m->max_threads)
         return wf_status_errorf(err, errlen, WF_EINVAL, "pool of %d threads, buffers reserved for %d",
-                                wf_threadpool_size(pool), m->max_threads);
+                                wf_threadpool_size((wf_threadpool *)pool), m->max_threads);
     for (int b = 0; b < batch; b++)
         if (labels[b] < 0 || labels[b] > c->num_classes)
             return wf_status_errorf(err, errlen, WF_EINVAL, "label %d of item %d outside [0, %d] (%d = null class)",
                                     (int)labels[b], b, c->num_classes, c->num_classes);
-    const int hp = height / p, wp = width / p, T = hp * wp, rows = batch * T;
+    return WF_OK;
+}
 
-    /* patchify: token (r, col) gathers x[c][r*p + i][col*p + j] in (c, i, j) order, the conv
-     * weight's layout */
-    const int pk = C * p * p;
-    for (int b = 0; b < batch; b++)
-        for (int r = 0; r < hp; r++)
-            for (int col = 0; col < wp; col++) {
-                float *dst = m->patches + ((size_t)b * T + (size_t)r * wp + col) * pk;
-                for (int ch = 0; ch < C; ch++)
-                    for (int i = 0; i < p; i++)
-                        memcpy(dst + (ch * p + i) * p,
-                               x + (((size_t)b * C + ch) * height + (size_t)r * p + i) * width + (size_t)col * p,
-                               (size_t)p * sizeof(float));
-            }
+/* Attention over the whole sequence held by this process. */
+static wf_status local_attention(void *user, wf_threadpool *pool, float *qkv, float *att, int batch, int ntok,
+                                 char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    wf_dit *m = user;
+    wf__dit_attention(pool, qkv, att, batch, ntok, m->cfg.heads, m->cfg.head_dim, m->attn_scratch);
+    return WF_OK;
+}
+
+wf_status wf__dit_forward_tokens(wf_dit *m, wf_threadpool *pool, int batch, int hp, int wp, int tok0, int ntok,
+                                 const float *t, const int32_t *labels, wf__dit_attn_fn attn, void *attn_user,
+                                 const wf_dit_dump *dmp, char *err, size_t errlen) {
+    const wf_dit_config *c = &m->cfg;
+    const int D = c->hidden, p = c->patch_size, rows = batch * ntok;
     wf__dit_linear_run(pool, NULL, &m->x_embed, m->patches, rows, m->h, m->xb);
     build_positions(m, hp, wp);
     for (int b = 0; b < batch; b++)
-        for (size_t i = 0; i < (size_t)T * D; i++) m->h[(size_t)b * T * D + i] += m->pos[i];
-    dump(dmp, "patch", 0, m->h, batch, T, D);
+        for (size_t i = 0; i < (size_t)ntok * D; i++)
+            m->h[(size_t)b * ntok * D + i] += m->pos[(size_t)tok0 * D + i];
+    dump(dmp, "patch", 0, m->h, batch, ntok, D);
 
     /* conditioning c = MLP(timestep features) + label embedding; every adaLN takes silu(c).
      * Block 0's c also drives the final layer (diffusers does the same). */
@@ -149,38 +182,40 @@ wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, 
         /* mod rows: shift_msa | scale_msa | gate_msa | shift_mlp | scale_mlp | gate_mlp */
         wf__dit_linear_run(pool, NULL, &blk->ada, silu_c, batch, m->mod, m->xb);
         const float *mod = m->mod;
-        wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, 1e-6f, NULL, NULL, mod, mod + D, T, 6 * D);
+        wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, 1e-6f, NULL, NULL, mod, mod + D, ntok, 6 * D);
         wf__dit_linear_run(pool, NULL, &blk->qkv, m->xn, rows, m->qkv, m->xb);
-        wf__dit_attention(pool, m->qkv, m->att, batch, T, c->heads, c->head_dim, m->attn_scratch);
+        wf_status st = attn(attn_user, pool, m->qkv, m->att, batch, ntok, err, errlen);
+        if (st != WF_OK) return st;
         wf__dit_linear_run(pool, NULL, &blk->proj, m->att, rows, m->tmp, m->xb);
-        gated_add(pool, m->h, m->tmp, mod + 2 * D, rows, D, T, 6 * D);
+        gated_add(pool, m->h, m->tmp, mod + 2 * D, rows, D, ntok, 6 * D);
         wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, c->norm_eps, blk->norm2_w, blk->norm2_b, mod + 3 * D,
-                            mod + 4 * D, T, 6 * D);
+                            mod + 4 * D, ntok, 6 * D);
         wf__dit_linear_run(pool, NULL, &blk->fc1, m->xn, rows, m->ff, m->xb);
         wf__dit_gelu_tanh(pool, m->ff, (size_t)rows * c->ffn);
         wf__dit_linear_run(pool, NULL, &blk->fc2, m->ff, rows, m->tmp, m->xb);
-        gated_add(pool, m->h, m->tmp, mod + 5 * D, rows, D, T, 6 * D);
-        dump(dmp, "block", l, m->h, batch, T, D);
+        gated_add(pool, m->h, m->tmp, mod + 5 * D, rows, D, ntok, 6 * D);
+        dump(dmp, "block", l, m->h, batch, ntok, D);
     }
 
     /* final layer: shift | scale from silu(c), LayerNorm without affine, linear to p*p*OC */
     wf__dit_linear_run(pool, NULL, &m->final_ada, m->silu_c, batch, m->fmod, m->xb);
-    wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, 1e-6f, NULL, NULL, m->fmod, m->fmod + D, T, 2 * D);
-    const int po = p * p * OC;
+    wf__dit_ln_modulate(pool, m->h, m->xn, rows, D, 1e-6f, NULL, NULL, m->fmod, m->fmod + D, ntok, 2 * D);
     wf__dit_linear_run(pool, NULL, &m->final_lin, m->xn, rows, m->tok_out, m->xb);
-    dump(dmp, "final", 0, m->tok_out, batch, T, po);
+    dump(dmp, "final", 0, m->tok_out, batch, ntok, p * p * c->out_channels);
+    return WF_OK;
+}
 
-    /* unpatchify: token vector (i, j, oc) -> out[b][oc][r*p + i][col*p + j] */
-    for (int b = 0; b < batch; b++)
-        for (int r = 0; r < hp; r++)
-            for (int col = 0; col < wp; col++) {
-                const float *src = m->tok_out + ((size_t)b * T + (size_t)r * wp + col) * po;
-                for (int i = 0; i < p; i++)
-                    for (int j = 0; j < p; j++)
-                        for (int oc = 0; oc < OC; oc++)
-                            out[(((size_t)b * OC + oc) * height + (size_t)r * p + i) * width + (size_t)col * p + j] =
-                                src[(i * p + j) * OC + oc];
-            }
+wf_status wf_dit_forward(wf_dit *m, wf_threadpool *pool, int batch, int height, int width, const float *x,
+                         const float *t, const int32_t *labels, float *out, const wf_dit_dump *dmp, char *err,
+                         size_t errlen) {
+    if (!x || !t || !labels || !out) return wf_status_errorf(err, errlen, WF_EINVAL, "invalid arguments");
+    wf_status st = wf__dit_check_forward(m, pool, batch, height, width, labels, err, errlen);
+    if (st != WF_OK) return st;
+    const int p = m->cfg.patch_size, hp = height / p, wp = width / p, T = hp * wp;
+    wf__dit_patchify(m, batch, height, width, 0, T, x);
+    st = wf__dit_forward_tokens(m, pool, batch, hp, wp, 0, T, t, labels, local_attention, m, dmp, err, errlen);
+    if (st != WF_OK) return st;
+    wf__dit_unpatchify(m, batch, height, width, 0, T, out);
     return WF_OK;
 }
 

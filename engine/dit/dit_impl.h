@@ -36,6 +36,22 @@ struct wf_dit {
     int pos_hp, pos_wp;
 };
 
+/* The forward pass in pieces, so that engine/elastic can run it on a slice of the sequence:
+ * patchify tokens [tok0, tok0 + ntok) of full-size images x (batch x C x height x width) into
+ * m->patches; run the network on those tokens (m->patches -> m->tok_out, batch x ntok x
+ * p*p*out_C), with attention supplied by `attn` (qkv: batch x ntok x 3D of the local tokens,
+ * att: batch x ntok x D out); unpatchify m->tok_out into the tokens' pixels of out. Every step
+ * but attention is token-wise, so a slice gives the same rows as the whole. */
+typedef wf_status (*wf__dit_attn_fn)(void *user, wf_threadpool *pool, float *qkv, float *att, int batch,
+                                     int ntok, char *err, size_t errlen);
+wf_status wf__dit_check_forward(const wf_dit *m, const wf_threadpool *pool, int batch, int height, int width,
+                                const int32_t *labels, char *err, size_t errlen);
+void wf__dit_patchify(wf_dit *m, int batch, int height, int width, int tok0, int ntok, const float *x);
+void wf__dit_unpatchify(const wf_dit *m, int batch, int height, int width, int tok0, int ntok, float *out);
+wf_status wf__dit_forward_tokens(wf_dit *m, wf_threadpool *pool, int batch, int hp, int wp, int tok0, int ntok,
+                                 const float *t, const int32_t *labels, wf__dit_attn_fn attn, void *attn_user,
+                                 const wf_dit_dump *dmp, char *err, size_t errlen);
+
 /* Frees everything the model owns (also a partly loaded one). */
 void wf__dit_destroy(wf_dit *m);
 

@@ -73,15 +73,7 @@ static int sampler_config(const wf_dit *m, const char *sampler, wf_dit_sampler_c
     wf_dit_sampler_kind kind;
     if (wf_dit_sampler_kind_parse(sampler, &kind, err, errlen) != WF_OK)
         return -1;
-    if (kind == cfg->kind)
-        return 0;
-    wf_dit_sampler_config base = *cfg;
-    wf_dit_sampler_config_default(kind, cfg);
-    cfg->num_train_timesteps = base.num_train_timesteps;
-    cfg->beta_start = base.beta_start;
-    cfg->beta_end = base.beta_end;
-    cfg->beta_schedule = base.beta_schedule;
-    cfg->prediction = base.prediction;
+    wf_dit_sampler_config_switch(cfg, kind, cfg);
     return 0;
 }
 

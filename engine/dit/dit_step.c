@@ -94,6 +94,10 @@ void wf_dit_stepper_init_latent(const wf_dit_stepper *sp, wf_dit_item *item) {
 
 static bool is_guided(const wf_dit_item *it) { return it->guidance > 1.0f; }
 
+static const wf_dit_schedule *item_schedule(const wf_dit_stepper *sp, const wf_dit_item *it) {
+    return it->schedule ? it->schedule : sp->sched;
+}
+
 static wf_status check_items(const wf_dit_stepper *sp, int n_items, const wf_dit_item *items,
                              char *err, size_t errlen) {
     if (n_items < 0 || n_items > sp->max_items || (n_items > 0 && !items)) {
@@ -101,9 +105,9 @@ static wf_status check_items(const wf_dit_stepper *sp, int n_items, const wf_dit
                  sp->max_items);
         return WF_EINVAL;
     }
-    int n_steps = wf_dit_schedule_n_steps(sp->sched);
     for (int i = 0; i < n_items; i++) {
         const wf_dit_item *it = &items[i];
+        int n_steps = wf_dit_schedule_n_steps(item_schedule(sp, it));
         if (!it->latent) {
             snprintf(err, errlen, "dit stepper: item %d has no latent", i);
             return WF_EINVAL;
@@ -132,8 +136,9 @@ static wf_status run_round(wf_dit_stepper *sp, wf_threadpool *pool, int n_items,
         wf_dit_item *it = &items[i];
         if (it->step >= it->step_end)
             continue;
-        float scale = wf_dit_schedule_input_scale(sp->sched, it->step);
-        float tstep = (float)wf_dit_schedule_timestep(sp->sched, it->step);
+        const wf_dit_schedule *sch = item_schedule(sp, it);
+        float scale = wf_dit_schedule_input_scale(sch, it->step);
+        float tstep = (float)wf_dit_schedule_timestep(sch, it->step);
         sp->active[n_act] = i;
         sp->row_item[n_act++] = rows;
         int n_rows = is_guided(it) ? 2 : 1;
@@ -166,7 +171,7 @@ static wf_status run_round(wf_dit_stepper *sp, wf_threadpool *pool, int n_items,
                              .plane = sp->plane,
                              .key = it->key,
                              .noise = NULL};
-        st = wf_dit_schedule_step(sp->sched, it->step, &io);
+        st = wf_dit_schedule_step(item_schedule(sp, it), it->step, &io);
         if (st != WF_OK) {
             snprintf(err, errlen, "dit stepper: scheduler step %d failed", it->step);
             return st;

@@ -47,6 +47,9 @@ typedef struct wf_dit_item {
     wf_dit_noise_key key;
     int step;            /* in: next step to run; out: step_end */
     int step_end;        /* run steps [step, step_end) */
+    /* The item's own schedule (sampler and step count), or NULL for the stepper's: items of
+     * different schedules share one forward pass, since each row has its own timestep. */
+    const wf_dit_schedule *schedule;
 } wf_dit_item;
 
 typedef struct wf_dit_stepper wf_dit_stepper;

@@ -647,3 +647,18 @@ void wf_dit_cfg_combine(float *out, const float *cond, const float *uncond, size
 void wf_dit_scale(float *x, size_t n, float scale) {
     for (size_t j = 0; j < n; j++) x[j] *= scale;
 }
+
+void wf_dit_sampler_config_switch(const wf_dit_sampler_config *base, wf_dit_sampler_kind kind,
+                                  wf_dit_sampler_config *out) {
+    wf_dit_sampler_config b = *base;
+    if (kind == b.kind) {
+        *out = b;
+        return;
+    }
+    wf_dit_sampler_config_default(kind, out);
+    out->num_train_timesteps = b.num_train_timesteps;
+    out->beta_start = b.beta_start;
+    out->beta_end = b.beta_end;
+    out->beta_schedule = b.beta_schedule;
+    out->prediction = b.prediction;
+}

@@ -109,6 +109,12 @@ wf_status wf_dit_sampler_kind_parse(const char *name, wf_dit_sampler_kind *kind,
                                     size_t errlen);
 const char *wf_dit_sampler_kind_name(wf_dit_sampler_kind kind); /* short name */
 
+/* *out = the defaults of `kind` with base's training schedule kept (num_train_timesteps, betas,
+ * beta schedule, prediction type): how a model trained under one sampler is sampled with
+ * another. kind == base->kind copies base. */
+void wf_dit_sampler_config_switch(const wf_dit_sampler_config *base, wf_dit_sampler_kind kind,
+                                  wf_dit_sampler_config *out);
+
 /* Parses scheduler_config.json text (len bytes): "_class_name" picks the kind, the other keys
  * override that class's defaults. WF_EFORMAT: not JSON, not an object, a key of the wrong type;
  * WF_EINVAL: an unknown class, beta schedule, spacing, prediction or variance type (the message

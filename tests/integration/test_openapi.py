@@ -76,7 +76,7 @@ def test_document_refs_resolve(spec):
 
 def test_routes_are_documented(spec):
     for p in ["/health", "/v1/models", "/v1/models/{model}", "/v1/chat/completions", "/v1/completions",
-              "/tokenize", "/detokenize", "/metrics", "/admin/stats", "/admin"]:
+              "/tokenize", "/detokenize", "/metrics", "/admin/stats", "/admin", "/v1/images/generations"]:
         assert p in spec["paths"], p
 
 

@@ -30,6 +30,7 @@ typedef struct harness {
     uint64_t now;
     int budget;
     int mixed_batches;          /* batches holding both PREFILL and DECODE tasks */
+    int max_prefill_with_decode; /* most prefill tokens in one batch that also decodes */
     int retire_order[MAXREQ], n_retired;
     wf_request *reqs[MAXREQ];
     rec recs[MAXREQ];
@@ -83,6 +84,9 @@ static void on_batch(void *user, const wf_task_batch *b) {
     ck_assert_int_eq(b->group.n_ranks, 1);
     ck_assert_int_eq(b->group.ranks[0], 0);
     if (pre && dec) h->mixed_batches++;
+    int prefill_tokens = tokens - dec;
+    if (dec && prefill_tokens > h->max_prefill_with_decode)
+        h->max_prefill_with_decode = prefill_tokens;
 }
 
 static void h_init(harness *h, const char *policy, int n_blocks, int bs, int budget,
@@ -261,6 +265,42 @@ START_TEST(chunked_prefill_interleaves_with_decode) {
     ck_assert_int_eq(h.recs[1].n[0], 5);
     ck_assert_int_eq(ra->n[0], 60);
     h_free(&h);
+}
+END_TEST
+
+/* The stall cap (prefill_stretch): while A decodes, B's 64-token prompt arrives. The cost
+ * model says a decode-only iteration costs 2 ms and each prompt token 1 ms; A's TPOT budget
+ * (50 ms per token on a 1 ms/iteration clock) would let the whole prompt run at once. With
+ * stretch 2 an iteration may add only 2 ms of prefill: B runs in chunks of the one-block floor
+ * (8 tokens) and A's iterations stay short. With a TTFT that the capped rate would miss, the
+ * cap is lifted and the prompt runs in one chunk. Without the cap: one chunk as well. */
+static int max_prefill_beside_decode(double stretch, double b_ttft_ms) {
+    harness h;
+    h_init(&h, "slo", 128, 8, 512, 8, false);
+    wf_cost_model cost;
+    wf_cost_model_init(&cost, (const double[4]){1, 1, 1, 0});
+    h.core.cfg.cost = &cost;
+    h.core.cfg.prefill_stretch = stretch;
+    int32_t a[6], b[64];
+    make_prompt(a, 6, 1);
+    make_prompt(b, 64, 2);
+    h_add(&h, a, 6, 40, 1, 0, 1000, 0);
+    h.fx.eog_token = -1; /* keep A streaming */
+    for (int i = 0; i < 3; i++) h_step(&h); /* A is decoding */
+    h.max_prefill_with_decode = 0;
+    h_add(&h, b, 64, 4, 1, 0, b_ttft_ms, 0);
+    h_run(&h);
+    ck_assert_int_eq(h.recs[1].n[0], 4);
+    ck_assert_int_eq(h.recs[0].n[0], 40);
+    int seen = h.max_prefill_with_decode;
+    h_free(&h);
+    return seen;
+}
+
+START_TEST(stall_cap_sizes_prefill_beside_decodes) {
+    ck_assert_int_eq(max_prefill_beside_decode(0, 1000), 64);  /* off: the TPOT bank pays */
+    ck_assert_int_eq(max_prefill_beside_decode(2, 1000), 8);   /* capped: one block a time */
+    ck_assert_int_eq(max_prefill_beside_decode(2, 10), 64);    /* TTFT at risk: lifted */
 }
 END_TEST
 
@@ -716,6 +756,7 @@ static Suite *core_suite(void) {
     Suite *s = suite_create("sched_core");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, streams_match_the_model);
+    tcase_add_test(tc, stall_cap_sizes_prefill_beside_decodes);
     tcase_add_test(tc, chunked_prefill_interleaves_with_decode);
     tcase_add_test(tc, batches_report_attention_work);
     tcase_add_test(tc, policy_orders);

@@ -198,14 +198,25 @@ START_TEST(slo_sizes_prefill_chunks_to_the_tpot_budget) {
      *   R1's first (and only) token at 110: TTFT 110-25 = 85; R0 exactly on its TPOT.
      *   (A per-iteration cap of 30 ms would give chunks of 19 and TTFT 96.)
      * fcfs: t=31: R0 decode + R1's whole 57-token prompt: 10+1+57 = 68 -> t=99: TTFT 74.
-     * Both: R0 ends after 20 tokens at 286 (slo: 110 + 16*11; fcfs: 99 + 17*11). */
+     * Both: R0 ends after 20 tokens at 286 (slo: 110 + 16*11; fcfs: 99 + 17*11).
+     * That is the TPOT budget alone (prefill_stretch 0). With the stall cap (stretch 2) an
+     * iteration that decodes may add 11 ms (its decode-only cost) of prefill: 11 tokens, less
+     * than the one-block floor of 16, so R1 runs in chunks of 16, 16, 16, 9:
+     *   t=31 -> 58 -> 85 -> 112 (10+1+16 each), then 10+1+9 = 20 -> t=132: TTFT 107, and no
+     *   iteration of R0 takes more than 27 ms (the banked version had one of 49). */
     static const wf_sim_request w[2] = {{0, 10, 20, 1000, 30, 0}, {25, 57, 1, 1000, 100, 0}};
     wf_sim_config c;
     wf_sim_outcome o[2];
     wf_sim_report r;
     cfg_fixed(&c, "slo", 64);
+    c.prefill_stretch = 0;
     ck_assert_int_eq(wf_sim_run(&c, w, 2, o, &r), WF_OK);
     ck_assert_double_eq_tol(o[1].ttft_ms, 85, 1e-6);
+    ck_assert_double_eq_tol(o[0].e2e_ms, 286, 1e-6);
+    cfg_fixed(&c, "slo", 64);
+    c.prefill_stretch = 2;
+    ck_assert_int_eq(wf_sim_run(&c, w, 2, o, &r), WF_OK);
+    ck_assert_double_eq_tol(o[1].ttft_ms, 107, 1e-6);
     ck_assert_double_eq_tol(o[0].e2e_ms, 286, 1e-6);
     ck_assert(o[0].tpot_ms <= 30 + 1e-6);
     cfg_fixed(&c, "fcfs", 64);

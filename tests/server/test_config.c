@@ -48,6 +48,18 @@ START_TEST(defaults) {
     ck_assert_int_eq(parse(&cfg, argv3, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "admission-factor"));
     wf_config_free(&cfg);
+    /* The stall cap: on by default, 0 turns it off, negative is refused by name. */
+    ck_assert_int_eq(parse(&cfg, argv, err, sizeof err), 0);
+    ck_assert(cfg.prefill_stretch == 2.0);
+    wf_config_free(&cfg);
+    char *argv4[] = {"weftd", "--prefill-stretch", "0", NULL};
+    ck_assert_int_eq(parse(&cfg, argv4, err, sizeof err), 0);
+    ck_assert(cfg.prefill_stretch == 0.0);
+    wf_config_free(&cfg);
+    char *argv5[] = {"weftd", "--prefill-stretch", "-1", NULL};
+    ck_assert_int_eq(parse(&cfg, argv5, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "prefill-stretch"));
+    wf_config_free(&cfg);
 }
 END_TEST
 
@@ -108,6 +120,51 @@ START_TEST(json_file_keys) {
 }
 END_TEST
 
+/* --model is repeatable: GGUFs and DiT folders are told apart, --model-name pairs by position. */
+START_TEST(models_of_both_kinds) {
+    wf_config cfg;
+    char err[256];
+    const char *dit = WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits";
+    char *argv[] = {"weftd", "--model", "/m/a.gguf", "--model", (char *)dit, "--model-name", "text",
+                    "--model-name", "digits", "--image-chunk-steps", "4", "--image-batching=false", NULL};
+    ck_assert_msg(parse(&cfg, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.model, "/m/a.gguf");
+    ck_assert_str_eq(cfg.model_name, "text");
+    ck_assert_int_eq(cfg.n_dits, 1);
+    ck_assert_str_eq(cfg.dit_models[0], dit);
+    ck_assert_str_eq(cfg.dit_names[0], "digits");
+    ck_assert_int_eq(cfg.image_chunk_steps, 4);
+    ck_assert_int_eq(cfg.image_batching, 0);
+    wf_config_free(&cfg);
+    /* a DiT alone: the default LLM is served beside it */
+    char *argv2[] = {"weftd", "--model", (char *)dit, NULL};
+    ck_assert_msg(parse(&cfg, argv2, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_nonnull(cfg.model);
+    ck_assert_int_eq(cfg.n_dits, 1);
+    ck_assert_ptr_null(cfg.dit_names[0]);
+    wf_config_free(&cfg);
+    /* two LLMs: a clear error */
+    char *argv3[] = {"weftd", "--model", "/m/a.gguf", "--model", "/m/b.gguf", NULL};
+    ck_assert_int_eq(parse(&cfg, argv3, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "both LLMs"));
+    wf_config_free(&cfg);
+    /* more names than models */
+    char *argv4[] = {"weftd", "--model", "/m/a.gguf", "--model-name", "x", "--model-name", "y", NULL};
+    ck_assert_int_eq(parse(&cfg, argv4, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--model-name"));
+    wf_config_free(&cfg);
+    /* the JSON file takes a list */
+    char *file = write_tmp("{\"model\": [\"/m/c.gguf\"], \"model_name\": \"c\"}");
+    char *argv5[] = {"weftd", "--config", file, NULL};
+    ck_assert_msg(parse(&cfg, argv5, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.model, "/m/c.gguf");
+    ck_assert_str_eq(cfg.model_name, "c");
+    ck_assert_int_eq(cfg.n_dits, 0);
+    wf_config_free(&cfg);
+    unlink(file);
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("parse");
@@ -115,6 +172,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, api_keys_from_flags_and_file);
     tcase_add_test(tc, bad_key_files);
     tcase_add_test(tc, json_file_keys);
+    tcase_add_test(tc, models_of_both_kinds);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,115 @@
+/* The DiT step-time model: GF-DiT's synthetic formula or a table measured on this machine,
+ * each degree corrected online by observed times. */
+#include "sched/dit_cost.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void common_init(wf_dit_cost *c) {
+    memset(c, 0, sizeof *c);
+    for (int p = 0; p <= WF_DIT_COST_MAX_P; p++) c->corr[p] = 1.0;
+    c->corr_weight = 0.1;
+    c->reshard_lat_ms = 0.05;
+    c->reshard_ms_per_mib = 0.1;
+}
+
+void wf_dit_cost_synthetic(wf_dit_cost *c) {
+    common_init(c);
+    c->ms_per_token = 0.1323;
+    c->comm_ms = 20.0;
+    c->eff[1] = 1.0;
+    c->eff[2] = 1.82;
+    c->eff[4] = 3.33;
+    c->eff[8] = 5.88;
+}
+
+void wf_dit_cost_measured(wf_dit_cost *c) { common_init(c); }
+
+wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms) {
+    if (tokens < 1 || P < 1 || P > WF_DIT_COST_MAX_P || !(ms > 0) || c->n_points >= WF_DIT_COST_MAX_POINTS)
+        return WF_EINVAL;
+    c->pts[c->n_points++] = (wf_dit_cost_point){tokens, P, ms};
+    return WF_OK;
+}
+
+wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, (size_t)errlen, "%s: %s", path, strerror(errno));
+        return WF_ENOTFOUND;
+    }
+    wf_dit_cost_measured(c);
+    char line[256];
+    int ln = 0;
+    wf_status st = WF_OK;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        int tokens, P;
+        double ms;
+        char extra;
+        int n = sscanf(line, "%d %d %lf %c", &tokens, &P, &ms, &extra);
+        if (n <= 0) continue;
+        if (n != 3 || wf_dit_cost_add_point(c, tokens, P, ms) != WF_OK) {
+            snprintf(err, (size_t)errlen, "%s:%d: expected \"tokens P ms\" (positive; at most %d lines)", path, ln,
+                     WF_DIT_COST_MAX_POINTS);
+            st = WF_EFORMAT;
+            break;
+        }
+    }
+    fclose(f);
+    if (st == WF_OK && c->n_points == 0) {
+        snprintf(err, (size_t)errlen, "%s: no points", path);
+        st = WF_EFORMAT;
+    }
+    return st;
+}
+
+bool wf_dit_cost_allows(const wf_dit_cost *c, int P) {
+    if (P < 1 || P > WF_DIT_COST_MAX_P) return false;
+    if (c->n_points == 0) return c->eff[P] > 0;
+    for (int i = 0; i < c->n_points; i++)
+        if (c->pts[i].P == P) return true;
+    return false;
+}
+
+/* Linear between the two points of degree P around tokens; proportional from the nearest
+ * point outside the measured range. */
+static double table_ms(const wf_dit_cost *c, int tokens, int P) {
+    const wf_dit_cost_point *lo = NULL, *hi = NULL;
+    for (int i = 0; i < c->n_points; i++) {
+        const wf_dit_cost_point *p = &c->pts[i];
+        if (p->P != P) continue;
+        if (p->tokens <= tokens && (!lo || p->tokens > lo->tokens)) lo = p;
+        if (p->tokens >= tokens && (!hi || p->tokens < hi->tokens)) hi = p;
+    }
+    if (lo && hi) {
+        if (hi->tokens == lo->tokens) return lo->ms;
+        double f = (double)(tokens - lo->tokens) / (double)(hi->tokens - lo->tokens);
+        return lo->ms + f * (hi->ms - lo->ms);
+    }
+    const wf_dit_cost_point *p = lo ? lo : hi;
+    return p ? p->ms * (double)tokens / (double)p->tokens : -1.0;
+}
+
+double wf_dit_cost_step_ms(const wf_dit_cost *c, int tokens, int P) {
+    if (!wf_dit_cost_allows(c, P)) return -1.0;
+    double ms = c->n_points ? table_ms(c, tokens, P)
+                            : c->ms_per_token * tokens / c->eff[P] + c->comm_ms * (P - 1);
+    return ms * c->corr[P];
+}
+
+void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms) {
+    if (!wf_dit_cost_allows(c, P) || !(ms > 0)) return;
+    double pred = wf_dit_cost_step_ms(c, tokens, P) / c->corr[P];
+    if (!(pred > 0)) return;
+    c->corr[P] = (1 - c->corr_weight) * c->corr[P] + c->corr_weight * (ms / pred);
+}
+
+double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes) {
+    if (bytes <= 0) return 0.0;
+    return c->reshard_lat_ms + bytes / (1024.0 * 1024.0) * c->reshard_ms_per_mib;
+}

@@ -1,0 +1,59 @@
+/* Internal: the DiT step-time model the elastic policies and the simulator predict with:
+ * T(tokens, P) per denoising step of one image on a group of P ranks, a reshard cost by bytes
+ * moved, and the cost of forming a group (zero with group-free collectives).
+ *
+ *     wf_dit_cost c;
+ *     wf_dit_cost_synthetic(&c);                       // GF-DiT's synthetic model
+ *     double ms = wf_dit_cost_step_ms(&c, 4096, 2);    // 0.1323*4096/1.82 + 20 = 317.7 ms
+ *     wf_dit_cost_add_point(&c, 256, 2, 41.0);         // measured (bench/elastic): a table
+ *     wf_dit_cost_observe(&c, 256, 2, 45.1);           // online correction of degree 2
+ *
+ * Synthetic: T = ms_per_token * tokens / eff(P) + comm_ms * (P - 1), eff = {1: 1, 2: 1.82,
+ * 4: 3.33, 8: 5.88}. Measured: points (tokens, P, ms) per degree, linear in tokens between
+ * points and proportional beyond them; a degree without points is not allowed. Either way each
+ * degree carries a correction factor, the exponentially weighted ratio of observed to predicted
+ * times (observe), so a model measured at start-up follows the machine.
+ * Not thread-safe: one owner. */
+#ifndef WF_SCHED_DIT_COST_H
+#define WF_SCHED_DIT_COST_H
+
+#include <stdbool.h>
+
+#include "proto/base/status.h"
+
+#define WF_DIT_COST_MAX_P 64
+#define WF_DIT_COST_MAX_POINTS 64
+
+typedef struct wf_dit_cost_point {
+    int tokens, P;
+    double ms;
+} wf_dit_cost_point;
+
+typedef struct wf_dit_cost {
+    double ms_per_token, comm_ms;        /* synthetic */
+    double eff[WF_DIT_COST_MAX_P + 1];   /* synthetic speed-up of degree P; 0 = not allowed */
+    wf_dit_cost_point pts[WF_DIT_COST_MAX_POINTS];
+    int n_points;                        /* > 0: the measured table replaces the formula */
+    double corr[WF_DIT_COST_MAX_P + 1];  /* observed / predicted, per degree (1 at start) */
+    double corr_weight;                  /* weight of a new observation (default 0.1) */
+    double reshard_lat_ms, reshard_ms_per_mib; /* reshard = lat + bytes / MiB * per_mib */
+    double group_form_ms;                /* per group formed for the first time (0: group-free;
+                                          * GF-DiT measured ~778 ms per new communicator) */
+} wf_dit_cost;
+
+/* GF-DiT's synthetic model; reshard 0.05 ms + 0.1 ms/MiB; group formation 0. */
+void wf_dit_cost_synthetic(wf_dit_cost *c);
+/* An empty measured model (no degree allowed until points are added). */
+void wf_dit_cost_measured(wf_dit_cost *c);
+/* WF_EINVAL (bad values, table full). Points of one degree may come in any order. */
+wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms);
+/* Reads "tokens P ms" lines ('#' comments) into a measured model. WF_ENOTFOUND, WF_EFORMAT. */
+wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen);
+
+bool wf_dit_cost_allows(const wf_dit_cost *c, int P);
+/* Predicted ms of one step of one image (< 0 when P is not allowed). */
+double wf_dit_cost_step_ms(const wf_dit_cost *c, int tokens, int P);
+void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms);
+double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes);
+
+#endif

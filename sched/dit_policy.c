@@ -1,0 +1,347 @@
+/* DiT placement policies: static lanes, resolution-specific static P, and elastic EDF
+ * best-fit (GF-DiT). Each pick is a pure function of the view and the cost model. */
+#include "sched/dit_policy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A job demotes another at a boundary only when the other has this many times more work left
+ * (single-rank time): "long" jobs yield to short ones at risk, peers do not thrash. */
+#define WF_DIT_DEMOTE_RATIO 4.0
+/* A late job waits behind jobs that can still meet their deadlines for at most this many times
+ * its single-rank time past its deadline (cf. sched's WF_SLO_LATE_AGING). */
+#ifndef WF_DIT_LATE_AGING
+#define WF_DIT_LATE_AGING 1.0
+#endif
+/* rssp's rule: the largest degree whose parallel efficiency is at least this. */
+#define WF_DIT_RSSP_EFFICIENCY 0.7
+
+int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int limit) {
+    int best = 1;
+    for (int P = 2; P <= limit && P <= j->max_P && P <= WF_DIT_COST_MAX_P; P++)
+        if (wf_dit_cost_allows(c, P)) best = P;
+    return best;
+}
+
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved) {
+    double ms = (double)(j->steps - j->steps_done) * wf_dit_cost_step_ms(c, j->tokens, P);
+    if (moved) ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
+    return ms;
+}
+
+int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j) {
+    int limit = p->n_ranks < j->max_P ? p->n_ranks : j->max_P;
+    if (p->rssp_n > 0) {
+        int P = 1, best_tokens = -1;
+        for (int i = 0; i < p->rssp_n; i++) /* the entry of the largest size <= tokens */
+            if (p->rssp_tokens[i] <= j->tokens && p->rssp_tokens[i] > best_tokens) {
+                best_tokens = p->rssp_tokens[i];
+                P = p->rssp_P[i];
+            }
+        return wf_dit_policy_degree_at_most(p->cost, j, P < limit ? P : limit);
+    }
+    double t1 = wf_dit_cost_step_ms(p->cost, j->tokens, 1);
+    int best = 1;
+    for (int P = 2; P <= limit; P++) {
+        if (!wf_dit_cost_allows(p->cost, P)) continue;
+        double tp = wf_dit_cost_step_ms(p->cost, j->tokens, P);
+        if (t1 / (P * tp) >= WF_DIT_RSSP_EFFICIENCY) best = P;
+    }
+    return best;
+}
+
+/* ready indices in earliest-deadline order (ties: arrival, id) */
+static void edf_order(const wf_dit_view *v, int *idx) {
+    for (int i = 0; i < v->n_ready; i++) idx[i] = i;
+    for (int i = 1; i < v->n_ready; i++) {
+        int x = idx[i], k = i - 1;
+        const wf_dit_job *a = v->ready[x];
+        while (k >= 0) {
+            const wf_dit_job *b = v->ready[idx[k]];
+            bool before = a->deadline_ms < b->deadline_ms ||
+                          (a->deadline_ms == b->deadline_ms &&
+                           (a->arrival_ms < b->arrival_ms || (a->arrival_ms == b->arrival_ms && a->id < b->id)));
+            if (!before) break;
+            idx[k + 1] = idx[k];
+            k--;
+        }
+        idx[k + 1] = x;
+    }
+}
+
+static bool reserve(wf_dit_policy *p, int n) {
+    if (n <= p->cap) return true;
+    int cap = n < 64 ? 64 : 2 * n;
+    int *idx = realloc(p->idx, sizeof(int) * (size_t)cap);
+    if (idx) p->idx = idx;
+    int *deg = realloc(p->deg, sizeof(int) * (size_t)cap);
+    if (deg) p->deg = deg;
+    bool *late = realloc(p->late, sizeof(bool) * (size_t)cap);
+    if (late) p->late = late;
+    bool *dem = realloc(p->demoted, sizeof(bool) * (size_t)cap);
+    if (dem) p->demoted = dem;
+    if (!idx || !deg || !late || !dem) return false;
+    p->cap = cap;
+    return true;
+}
+
+static int count_free(const wf_dit_view *v, bool *freem) {
+    int f = 0;
+    for (int r = 0; r < v->n_ranks; r++) {
+        freem[r] = !v->busy[r];
+        f += freem[r];
+    }
+    return f;
+}
+
+/* P free ranks for job j: the ones it already holds first (no reshard), then the lowest. */
+static void take_ranks(const wf_dit_job *j, int P, bool *freem, int n_ranks, wf_dit_task *t) {
+    t->n_ranks = 0;
+    for (int i = 0; i < j->n_ranks && t->n_ranks < P; i++) {
+        int r = j->ranks[i];
+        if (r >= 0 && r < n_ranks && freem[r]) {
+            freem[r] = false;
+            t->ranks[t->n_ranks++] = r;
+        }
+    }
+    for (int r = 0; r < n_ranks && t->n_ranks < P; r++)
+        if (freem[r]) {
+            freem[r] = false;
+            t->ranks[t->n_ranks++] = r;
+        }
+}
+
+static int remaining_steps(const wf_dit_job *j) { return j->steps - j->steps_done; }
+
+/* ---- static:K ------------------------------------------------------------------------------ */
+
+static int pick_static(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
+    bool freem[WF_DIT_MAX_RANKS];
+    int n = 0, K = p->static_k, lanes = v->n_ranks / K, *idx = p->idx;
+    count_free(v, freem);
+    edf_order(v, idx);
+    int lane = 0;
+    for (int i = 0; i < v->n_ready && n < max_out; i++) {
+        while (lane < lanes) {
+            bool all = true;
+            for (int r = lane * K; r < (lane + 1) * K; r++) all &= freem[r];
+            if (all) break;
+            lane++;
+        }
+        if (lane >= lanes) break;
+        const wf_dit_job *j = v->ready[idx[i]];
+        wf_dit_task *t = &out[n++];
+        t->job = idx[i];
+        t->steps = remaining_steps(j);
+        t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, K);
+        for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = lane * K + k;
+        for (int r = lane * K; r < (lane + 1) * K; r++) freem[r] = false; /* the whole lane */
+        lane++;
+    }
+    return n;
+}
+
+/* ---- rssp ---------------------------------------------------------------------------------- */
+
+static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
+    bool freem[WF_DIT_MAX_RANKS];
+    int n = 0, *idx = p->idx;
+    int f = count_free(v, freem);
+    edf_order(v, idx);
+    for (int i = 0; i < v->n_ready && n < max_out && f > 0; i++) {
+        const wf_dit_job *j = v->ready[idx[i]];
+        int P = wf_dit_policy_rssp_degree(p, j);
+        if (P > f) continue; /* backfill: a smaller job behind it may start */
+        wf_dit_task *t = &out[n++];
+        t->job = idx[i];
+        t->steps = remaining_steps(j);
+        take_ranks(j, P, freem, v->n_ranks, t);
+        f -= P;
+    }
+    return n;
+}
+
+/* ---- elastic EDF best-fit ------------------------------------------------------------------ */
+
+static bool moves(const wf_dit_job *j, int P) { return j->n_ranks > 0 && j->n_ranks != P; }
+
+static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
+    bool freem[WF_DIT_MAX_RANKS];
+    int *idx = p->idx, *deg = p->deg;
+    bool *late = p->late, *demoted = p->demoted;
+    const wf_dit_cost *c = p->cost;
+    int f = count_free(v, freem), n = v->n_ready;
+    if (f == 0 || n == 0) return 0;
+    edf_order(v, idx);
+    for (int i = 0; i < n; i++) deg[i] = 0, late[i] = demoted[i] = false;
+    /* pass 1: the smallest degree meeting the deadline, in deadline order */
+    for (int i = 0; i < n; i++) {
+        const wf_dit_job *j = v->ready[idx[i]];
+        int limit = v->n_ranks < j->max_P ? v->n_ranks : j->max_P, need = 0;
+        for (int P = 1; P <= limit && !need; P++)
+            if (wf_dit_cost_allows(c, P) &&
+                v->now_ms + wf_dit_policy_remaining_ms(c, j, P, moves(j, P)) <= j->deadline_ms)
+                need = P;
+        if (!need) {
+            late[i] = true;
+            /* late long enough: one rank now, at its place in deadline order, so that a burst
+             * of feasible newcomers cannot starve it for ever */
+            if (f > 0 && v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
+                deg[i] = 1;
+                f--;
+            }
+            continue;
+        }
+        if (need > f) {
+            /* demote jobs with far more work left, longest first, if that makes room */
+            double mine = wf_dit_policy_remaining_ms(c, j, 1, false);
+            int room = f;
+            for (int k = 0; k < i; k++)
+                if (deg[k] && wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false) > WF_DIT_DEMOTE_RATIO * mine)
+                    room += deg[k];
+            if (room < need) continue;
+            while (f < need) {
+                int longest = -1;
+                double lm = 0;
+                for (int k = 0; k < i; k++) {
+                    if (!deg[k]) continue;
+                    double m = wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false);
+                    if (m > WF_DIT_DEMOTE_RATIO * mine && m > lm) lm = m, longest = k;
+                }
+                f += deg[longest];
+                deg[longest] = 0;
+                demoted[longest] = true;
+            }
+        }
+        deg[i] = need;
+        f -= need;
+    }
+    /* pass 2: the rest start now rather than wait: jobs whose best fit was too large for what
+     * is left (largest degree that fits, deadline order); then jobs that will be late anyway,
+     * one rank each (the most efficient degree), shortest remaining work first (they have lost
+     * their deadline: serving the short ones first minimises their latency); demoted jobs last */
+    for (int i = 0; i < n && f > 0; i++)
+        if (!deg[i] && !late[i] && !demoted[i]) {
+            deg[i] = wf_dit_policy_degree_at_most(c, v->ready[idx[i]], f);
+            f -= deg[i];
+        }
+    while (f > 0) {
+        int best = -1;
+        double best_ms = 0;
+        for (int i = 0; i < n; i++) {
+            if (deg[i] || !late[i] || demoted[i]) continue;
+            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false);
+            if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+        }
+        if (best < 0) break;
+        deg[best] = 1;
+        f--;
+    }
+    for (int i = 0; i < n && f > 0; i++)
+        if (!deg[i] && demoted[i]) {
+            deg[i] = wf_dit_policy_degree_at_most(c, v->ready[idx[i]], f);
+            f -= deg[i];
+        }
+    /* pass 3: leftovers to the most urgent: the fastest degree within its ranks plus what is
+     * left, when that is faster than what it has */
+    for (int i = 0; i < n && f > 0; i++) {
+        if (!deg[i]) continue;
+        const wf_dit_job *j = v->ready[idx[i]];
+        int best = deg[i];
+        double best_ms = wf_dit_cost_step_ms(c, j->tokens, deg[i]);
+        for (int P = deg[i] + 1; P <= deg[i] + f && P <= j->max_P; P++) {
+            double ms = wf_dit_cost_allows(c, P) ? wf_dit_cost_step_ms(c, j->tokens, P) : -1;
+            if (ms > 0 && ms < best_ms) best = P, best_ms = ms;
+        }
+        f -= best - deg[i];
+        deg[i] = best;
+    }
+    int k = 0;
+    for (int i = 0; i < n && k < max_out; i++) {
+        if (!deg[i]) continue;
+        const wf_dit_job *j = v->ready[idx[i]];
+        wf_dit_task *t = &out[k++];
+        t->job = idx[i];
+        int rem = remaining_steps(j);
+        t->steps = rem < p->chunk_steps ? rem : p->chunk_steps;
+        take_ranks(j, deg[i], freem, v->n_ranks, t);
+    }
+    return k;
+}
+
+static const wf_dit_policy_ops static_ops = {"static", NULL, pick_static, NULL};
+static const wf_dit_policy_ops rssp_ops = {"rssp", NULL, pick_rssp, NULL};
+static const wf_dit_policy_ops elastic_ops = {"elastic", NULL, pick_elastic, NULL};
+
+const char *wf_dit_policy_names(void) { return "static:K (K = 1, 2, 4, 8), rssp[:T=P,...], elastic"; }
+
+wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *cost, int chunk_steps,
+                            wf_dit_policy **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!spec || !cost || n_ranks < 1 || n_ranks > WF_DIT_MAX_RANKS || chunk_steps < 1)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "dit policy: %d ranks (1..%d), chunk of %d steps", n_ranks,
+                                WF_DIT_MAX_RANKS, chunk_steps);
+    wf_dit_policy *p = calloc(1, sizeof *p);
+    if (!p) return wf_status_errorf(err, errlen, WF_ENOMEM, "dit policy: out of memory");
+    p->cost = cost;
+    p->n_ranks = n_ranks;
+    p->chunk_steps = chunk_steps;
+    if (!strncmp(spec, "static:", 7)) {
+        char *end;
+        long k = strtol(spec + 7, &end, 10);
+        if (*end || (k != 1 && k != 2 && k != 4 && k != 8) || k > n_ranks) {
+            free(p);
+            return wf_status_errorf(err, errlen, WF_EINVAL,
+                                    "dit policy \"%s\": K must be 1, 2, 4 or 8 and at most the %d ranks", spec,
+                                    n_ranks);
+        }
+        p->static_k = (int)k;
+        p->ops = &static_ops;
+    } else if (!strcmp(spec, "rssp") || !strncmp(spec, "rssp:", 5)) {
+        p->ops = &rssp_ops;
+        const char *s = spec[4] == ':' ? spec + 5 : NULL;
+        while (s && *s) {
+            int t, P, used;
+            if (p->rssp_n >= 8 || sscanf(s, "%d=%d%n", &t, &P, &used) != 2 || t < 1 || P < 1 ||
+                (s[used] != ',' && s[used] != 0)) {
+                free(p);
+                return wf_status_errorf(err, errlen, WF_EINVAL,
+                                        "dit policy \"%s\": expected rssp:TOKENS=P[,TOKENS=P...] (at most 8)", spec);
+            }
+            p->rssp_tokens[p->rssp_n] = t;
+            p->rssp_P[p->rssp_n++] = P;
+            s += used + (s[used] == ',');
+        }
+    } else if (!strcmp(spec, "elastic")) {
+        p->ops = &elastic_ops;
+    } else {
+        free(p);
+        return wf_status_errorf(err, errlen, WF_EINVAL, "unknown dit policy \"%s\" (known: %s)", spec,
+                                wf_dit_policy_names());
+    }
+    *out = p;
+    return WF_OK;
+}
+
+void wf_dit_policy_free(wf_dit_policy *p) {
+    if (!p) return;
+    free(p->idx);
+    free(p->deg);
+    free(p->late);
+    free(p->demoted);
+    free(p);
+}
+
+bool wf_dit_policy_admit(wf_dit_policy *p, const wf_dit_view *v, const wf_dit_job *j) {
+    return p->ops->admit ? p->ops->admit(p, v, j) : true;
+}
+
+int wf_dit_policy_pick(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
+    if (v->n_ready < 1 || !reserve(p, v->n_ready)) return 0;
+    return p->ops->pick(p, v, out, max_out);
+}
+
+void wf_dit_policy_complete(wf_dit_policy *p, const wf_dit_job *j, double now_ms) {
+    if (p->ops->complete) p->ops->complete(p, j, now_ms);
+}

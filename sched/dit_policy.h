@@ -1,0 +1,112 @@
+/* Internal: DiT placement policies behind a small vtable (issue #15). At every boundary (an
+ * arrival, the end of a task) the policy sees the jobs that wait for ranks and the ranks that
+ * are free, and says which jobs start now, on which group of ranks, for how many steps. The
+ * simulator (sched/dit_sim.h) and the image scheduler drive the same code.
+ *
+ *     wf_dit_policy *p;
+ *     if (wf_dit_policy_new("elastic", 8, &cost, 5, &p, err, sizeof err) != WF_OK) ...;
+ *     wf_dit_view v = {.now_ms = now, .n_ranks = 8, .busy = busy, .ready = ready, .n_ready = n};
+ *     wf_dit_task t[8];
+ *     int k = wf_dit_policy_pick(p, &v, t, 8);        // start t[0..k)
+ *     wf_dit_policy_complete(p, job, now);            // a job finished
+ *     wf_dit_policy_free(p);
+ *
+ * Policies ("--dit-policy"):
+ *   static:K  fixed lanes of K consecutive ranks (K = 1, 2, 4, 8); the most urgent waiting job
+ *             (earliest deadline) takes a free lane and runs all its steps there, on
+ *             min(K, its largest valid degree) ranks.
+ *   rssp      resolution-specific static P: each job runs all its steps on P(tokens) ranks, P
+ *             the largest degree whose parallel efficiency T(1) / (P T(P)) is >= 0.7 (or a
+ *             table "rssp:1024=1,4096=2,16384=4"); earliest deadline first, with backfill.
+ *   elastic   GF-DiT's EDF best-fit: jobs in deadline order each get the SMALLEST degree that
+ *             still meets their deadline (remaining steps x T(tokens, P) plus the reshard);
+ *             a job that cannot fit demotes jobs with far more work left (4x; they wait a
+ *             chunk); jobs whose best fit is too large for what is left start on the largest
+ *             degree that fits; jobs that cannot meet their deadline anyway get one rank each,
+ *             shortest remaining work first (and at their deadline-order place once late by
+ *             more than their single-rank time, so a stream of feasible newcomers cannot
+ *             starve them); ranks left over go to the most urgent jobs, at the fastest degree.
+ *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
+ *             chunk's end.
+ * Not thread-safe: one owner. */
+#ifndef WF_SCHED_DIT_POLICY_H
+#define WF_SCHED_DIT_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "proto/base/status.h"
+#include "sched/dit_cost.h"
+
+#define WF_DIT_MAX_RANKS 64
+
+/* A request's denoising trajectory as the policies see it. */
+typedef struct wf_dit_job {
+    int id;
+    int cls;                 /* class index, for reports */
+    int tokens, steps, steps_done;
+    int max_P;               /* the largest degree the model allows at this size */
+    double arrival_ms, deadline_ms;
+    double latent_bytes;     /* moved in full when a job changes ranks */
+    int n_ranks;             /* the group of its last task (0 before its first) */
+    int ranks[WF_DIT_MAX_RANKS];
+} wf_dit_job;
+
+typedef struct wf_dit_view {
+    double now_ms;
+    int n_ranks;
+    const bool *busy;        /* n_ranks: running a task */
+    wf_dit_job *const *ready;/* waiting for ranks (arrived, not running, not finished) */
+    int n_ready;
+} wf_dit_view;
+
+typedef struct wf_dit_task {
+    int job;                 /* index into view.ready */
+    int steps;
+    int n_ranks;
+    int ranks[WF_DIT_MAX_RANKS];
+} wf_dit_task;
+
+typedef struct wf_dit_policy wf_dit_policy;
+
+typedef struct wf_dit_policy_ops {
+    const char *name;
+    /* Optional: false refuses the job at arrival (it counts as a missed deadline). */
+    bool (*admit)(wf_dit_policy *p, const wf_dit_view *v, const wf_dit_job *j);
+    /* Fills out[0..k) with tasks to start now on free ranks; returns k (0 also when out of
+     * memory for its scratch: nothing starts, the next boundary retries). */
+    int (*pick)(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out);
+    /* Optional: job j finished at now_ms. */
+    void (*complete)(wf_dit_policy *p, const wf_dit_job *j, double now_ms);
+} wf_dit_policy_ops;
+
+struct wf_dit_policy {
+    const wf_dit_policy_ops *ops;
+    const wf_dit_cost *cost;  /* borrowed */
+    int n_ranks, chunk_steps;
+    int static_k;             /* static:K */
+    int rssp_n, rssp_tokens[8], rssp_P[8]; /* rssp table (empty: efficiency rule) */
+    /* pick's scratch, per ready job; grown when the ready list outgrows it */
+    int cap, *idx, *deg;
+    bool *late, *demoted;
+};
+
+/* spec: "static:K", "rssp", "rssp:T=P,...", "elastic". WF_EINVAL naming the problem. */
+wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *cost, int chunk_steps,
+                            wf_dit_policy **out, char *err, size_t errlen);
+void wf_dit_policy_free(wf_dit_policy *p);
+bool wf_dit_policy_admit(wf_dit_policy *p, const wf_dit_view *v, const wf_dit_job *j);
+int wf_dit_policy_pick(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out);
+void wf_dit_policy_complete(wf_dit_policy *p, const wf_dit_job *j, double now_ms);
+const char *wf_dit_policy_names(void);
+
+/* Helpers shared by the policies and the simulator. */
+/* The largest allowed degree <= limit and <= j->max_P (1 if none). */
+int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int limit);
+/* ms to run the job's remaining steps on P ranks from now (with the reshard if its ranks
+ * change: moved = true). */
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved);
+/* The rssp degree for tokens. */
+int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j);
+
+#endif

@@ -1,0 +1,331 @@
+/* The DiT cluster simulator: arrivals and task ends on a virtual clock, the policy asked at
+ * every boundary, task time = steps x T(tokens, P) + reshard + group formation. */
+#include "sched/dit_sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* weft's rendition of GF-DiT's profiles: rate is a fraction of the cluster's one-rank capacity
+ * (1.0 keeps every rank busy at P = 1), mix is S/M/L. */
+static const wf_dit_sim_profile profiles[] = {
+    {"short", 1, {{120, 1.0, {0.6, 0.3, 0.1}}}},
+    {"tridentserve", 3, {{60, 0.6, {0.5, 0.3, 0.2}}, {60, 1.4, {0.3, 0.4, 0.3}}, {60, 0.6, {0.5, 0.3, 0.2}}}},
+    {"foreground_burst", 3, {{60, 0.8, {0.0, 0.3, 0.7}}, {30, 2.0, {0.9, 0.1, 0.0}}, {60, 0.8, {0.0, 0.3, 0.7}}}},
+};
+
+const wf_dit_sim_profile *wf_dit_sim_profile_find(const char *name) {
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
+        if (name && !strcmp(profiles[i].name, name)) return &profiles[i];
+    return NULL;
+}
+
+const char *wf_dit_sim_profile_names(void) { return "short, tridentserve, foreground_burst"; }
+
+void wf_dit_sim_config_init(wf_dit_sim_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_ranks = 8;
+    cfg->chunk_steps = 1; /* GF-DiT schedules every step (its denoise chunk size 1) */
+    cfg->max_P = 8;
+    wf_dit_cost_synthetic(&cfg->cost);
+    cfg->classes[0] = (wf_dit_sim_class){"S", 1024, 50, 1.5};
+    cfg->classes[1] = (wf_dit_sim_class){"M", 4096, 50, 2.0};
+    cfg->classes[2] = (wf_dit_sim_class){"L", 16384, 50, 6.0};
+    cfg->latent_bytes_per_token = 64;
+}
+
+double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls) {
+    const wf_dit_sim_class *c = &cfg->classes[cls];
+    return c->steps * wf_dit_cost_step_ms(&cfg->cost, c->tokens, 1);
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in (0, 1] */
+static double unit(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 1.0) / 9007199254740992.0; }
+
+wf_status wf_dit_sim_workload(const wf_dit_sim_config *cfg, const wf_dit_sim_profile *prof, double load,
+                              uint64_t seed, wf_dit_sim_job **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!prof || !(load > 0) || cfg->n_ranks < 1) return WF_EINVAL;
+    int cap = 256, cnt = 0;
+    wf_dit_sim_job *jobs = malloc(sizeof *jobs * (size_t)cap);
+    if (!jobs) return WF_ENOMEM;
+    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
+    double t0 = 0;
+    for (int ph = 0; ph < prof->n_phases; ph++) {
+        const wf_dit_sim_phase *p = &prof->phases[ph];
+        double mean_ms = 0;
+        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) mean_ms += p->mix[c] * wf_dit_sim_single_ms(cfg, c);
+        double rate_per_ms = load * p->rate * cfg->n_ranks / mean_ms, end = t0 + p->seconds * 1000.0;
+        for (double t = t0 - log(unit(&s)) / rate_per_ms; t < end; t -= log(unit(&s)) / rate_per_ms) {
+            double u = unit(&s), acc = 0;
+            int cls = WF_DIT_SIM_CLASSES - 1;
+            for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) {
+                acc += p->mix[c];
+                if (u <= acc && p->mix[c] > 0) {
+                    cls = c;
+                    break;
+                }
+            }
+            if (cnt == cap) {
+                cap *= 2;
+                wf_dit_sim_job *nj = realloc(jobs, sizeof *jobs * (size_t)cap);
+                if (!nj) {
+                    free(jobs);
+                    return WF_ENOMEM;
+                }
+                jobs = nj;
+            }
+            jobs[cnt++] = (wf_dit_sim_job){t, cls};
+        }
+        t0 = end;
+    }
+    *out = jobs;
+    *n = cnt;
+    return WF_OK;
+}
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+typedef struct running {
+    int job, steps, n_ranks, ranks[WF_DIT_MAX_RANKS];
+    double end_ms;
+} running;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct sim {
+    const wf_dit_sim_config *cfg;
+    wf_dit_job *jobs;
+    wf_dit_job **ready;
+    int n_ready;
+    running *run;
+    int n_run;
+    bool busy[WF_DIT_MAX_RANKS];
+    uint64_t *formed; /* ids of groups formed so far (open addressing, 0 = empty) */
+    size_t formed_cap, n_formed;
+    double busy_rank_ms;
+    int tasks, reshards;
+} sim;
+
+static uint64_t group_id(const int *ranks, int n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(ranks[i] + 1)) * 0x100000001B3ull;
+    return h ? h : 1;
+}
+
+/* true if the group was formed before; records it otherwise. false also when out of memory
+ * (the formation is then charged again: a pessimistic but safe answer). */
+static bool formed_before(sim *s, uint64_t id) {
+    if (s->n_formed * 2 >= s->formed_cap) {
+        size_t cap = s->formed_cap ? s->formed_cap * 2 : 256;
+        uint64_t *t = calloc(cap, sizeof *t);
+        if (!t) return false;
+        for (size_t i = 0; i < s->formed_cap; i++)
+            if (s->formed[i])
+                for (size_t k = s->formed[i] & (cap - 1);; k = (k + 1) & (cap - 1))
+                    if (!t[k]) {
+                        t[k] = s->formed[i];
+                        break;
+                    }
+        free(s->formed);
+        s->formed = t;
+        s->formed_cap = cap;
+    }
+    for (size_t k = id & (s->formed_cap - 1);; k = (k + 1) & (s->formed_cap - 1)) {
+        if (s->formed[k] == id) return true;
+        if (!s->formed[k]) {
+            s->formed[k] = id;
+            s->n_formed++;
+            return false;
+        }
+    }
+}
+
+static bool same_group(const wf_dit_job *j, const wf_dit_task *t) {
+    if (j->n_ranks != t->n_ranks) return false;
+    for (int i = 0; i < t->n_ranks; i++)
+        if (j->ranks[i] != t->ranks[i]) return false;
+    return true;
+}
+
+static void start_task(sim *s, const wf_dit_task *t, double now) {
+    wf_dit_job *j = s->ready[t->job];
+    const wf_dit_cost *c = &s->cfg->cost;
+    double ms = t->steps * wf_dit_cost_step_ms(c, j->tokens, t->n_ranks);
+    if (j->n_ranks > 0 && !same_group(j, t)) {
+        ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
+        s->reshards++;
+    }
+    if (t->n_ranks > 1 && c->group_form_ms > 0 && !formed_before(s, group_id(t->ranks, t->n_ranks)))
+        ms += c->group_form_ms;
+    running *r = &s->run[s->n_run++];
+    r->job = j->id;
+    r->steps = t->steps;
+    r->n_ranks = t->n_ranks;
+    memcpy(r->ranks, t->ranks, sizeof(int) * (size_t)t->n_ranks);
+    r->end_ms = now + ms;
+    for (int i = 0; i < t->n_ranks; i++) s->busy[t->ranks[i]] = true;
+    j->n_ranks = t->n_ranks;
+    memcpy(j->ranks, t->ranks, sizeof(int) * (size_t)t->n_ranks);
+    s->busy_rank_ms += ms * t->n_ranks;
+    s->tasks++;
+}
+
+static bool valid_task(const sim *s, const wf_dit_task *t, const bool *taken) {
+    if (t->job < 0 || t->job >= s->n_ready || t->steps < 1 || t->n_ranks < 1 ||
+        t->n_ranks > s->cfg->n_ranks || !wf_dit_cost_allows(&s->cfg->cost, t->n_ranks))
+        return false;
+    const wf_dit_job *j = s->ready[t->job];
+    if (t->steps > j->steps - j->steps_done || taken[t->job]) return false;
+    for (int i = 0; i < t->n_ranks; i++)
+        if (t->ranks[i] < 0 || t->ranks[i] >= s->cfg->n_ranks || s->busy[t->ranks[i]]) return false;
+    return true;
+}
+
+wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *specs, int n,
+                         wf_dit_sim_report *rep, char *err, size_t errlen) {
+    memset(rep, 0, sizeof *rep);
+    if (cfg->n_ranks < 1 || cfg->n_ranks > WF_DIT_MAX_RANKS || n < 0)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "dit sim: %d ranks (1..%d)", cfg->n_ranks, WF_DIT_MAX_RANKS);
+    wf_dit_policy *pol;
+    wf_status st = wf_dit_policy_new(policy, cfg->n_ranks, &cfg->cost, cfg->chunk_steps, &pol, err, errlen);
+    if (st != WF_OK) return st;
+    sim s = {.cfg = cfg};
+    s.jobs = calloc((size_t)n + 1, sizeof *s.jobs);
+    s.ready = calloc((size_t)n + 1, sizeof *s.ready);
+    s.run = calloc((size_t)cfg->n_ranks, sizeof *s.run);
+    wf_dit_task *tasks = calloc((size_t)cfg->n_ranks, sizeof *tasks);
+    bool *taken = calloc((size_t)n + 1, sizeof *taken);
+    double *lat = calloc((size_t)n + 1, sizeof *lat), *norm = calloc((size_t)n + 1, sizeof *norm);
+    st = WF_ENOMEM;
+    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm) {
+        wf_status_errorf(err, errlen, st, "dit sim: out of memory for %d jobs", n);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const wf_dit_sim_class *c = &cfg->classes[specs[i].cls];
+        wf_dit_job *j = &s.jobs[i];
+        j->id = i;
+        j->cls = specs[i].cls;
+        j->tokens = c->tokens;
+        j->steps = c->steps;
+        j->max_P = cfg->max_P;
+        j->arrival_ms = specs[i].arrival_ms;
+        j->deadline_ms = j->arrival_ms + c->alpha * wf_dit_sim_single_ms(cfg, j->cls);
+        j->latent_bytes = cfg->latent_bytes_per_token * c->tokens;
+    }
+    int next = 0, done = 0;
+    double now = n ? specs[0].arrival_ms : 0, first = now, last = now;
+    while (done < n) {
+        /* the next event: an arrival or the earliest task end */
+        double t = next < n ? specs[next].arrival_ms : INFINITY;
+        for (int i = 0; i < s.n_run; i++) t = s.run[i].end_ms < t ? s.run[i].end_ms : t;
+        if (t == INFINITY) {
+            st = wf_status_errorf(err, errlen, WF_EPROTO,
+                                  "dit sim: policy %s left %d jobs waiting with every rank idle", policy, s.n_ready);
+            goto out;
+        }
+        now = t;
+        for (int i = 0; i < s.n_run;) {
+            running *r = &s.run[i];
+            if (r->end_ms > now) {
+                i++;
+                continue;
+            }
+            wf_dit_job *j = &s.jobs[r->job];
+            j->steps_done += r->steps;
+            for (int k = 0; k < r->n_ranks; k++) s.busy[r->ranks[k]] = false;
+            if (j->steps_done >= j->steps) {
+                lat[j->id] = now - j->arrival_ms;
+                norm[j->id] = lat[j->id] / wf_dit_sim_single_ms(cfg, j->cls);
+                rep->cls_jobs[j->cls]++;
+                if (now > j->deadline_ms) rep->cls_missed[j->cls]++;
+                done++;
+                last = now;
+                wf_dit_policy_complete(pol, j, now);
+            } else {
+                s.ready[s.n_ready++] = j;
+            }
+            s.run[i] = s.run[--s.n_run];
+        }
+        wf_dit_view v = {.now_ms = now, .n_ranks = cfg->n_ranks, .busy = s.busy, .ready = s.ready,
+                         .n_ready = s.n_ready};
+        while (next < n && specs[next].arrival_ms <= now) {
+            wf_dit_job *j = &s.jobs[next++];
+            v.n_ready = s.n_ready;
+            if (wf_dit_policy_admit(pol, &v, j)) {
+                s.ready[s.n_ready++] = j;
+            } else { /* refused: a missed deadline */
+                lat[j->id] = 0;
+                rep->cls_jobs[j->cls]++;
+                rep->cls_missed[j->cls]++;
+                done++;
+            }
+        }
+        v.n_ready = s.n_ready;
+        int k = s.n_ready ? wf_dit_policy_pick(pol, &v, tasks, cfg->n_ranks) : 0;
+        for (int i = 0; i < k; i++) {
+            if (!valid_task(&s, &tasks[i], taken)) {
+                st = wf_status_errorf(err, errlen, WF_EPROTO, "dit sim: policy %s gave an invalid task", policy);
+                goto out;
+            }
+            taken[tasks[i].job] = true;
+            start_task(&s, &tasks[i], now);
+        }
+        /* drop the started jobs from the ready list (order kept: deterministic ties) */
+        int w = 0;
+        for (int i = 0; i < s.n_ready; i++) {
+            if (taken[i]) taken[i] = false;
+            else s.ready[w++] = s.ready[i];
+        }
+        s.n_ready = w;
+    }
+    rep->n_jobs = n;
+    for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) rep->n_missed += rep->cls_missed[c];
+    rep->makespan_ms = last - first;
+    double sum = 0, nsum = 0;
+    for (int i = 0; i < n; i++) {
+        sum += lat[i], nsum += norm[i];
+        rep->cls_latency_mean_ms[s.jobs[i].cls] += lat[i];
+    }
+    for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
+        if (rep->cls_jobs[c]) rep->cls_latency_mean_ms[c] /= rep->cls_jobs[c];
+    if (n > 0) {
+        rep->latency_mean_ms = sum / n;
+        rep->norm_latency_mean = nsum / n;
+        qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+        rep->latency_p95_ms = lat[(size_t)ceil(0.95 * n) - 1];
+        rep->latency_p99_ms = lat[(size_t)ceil(0.99 * n) - 1];
+    }
+    if (rep->makespan_ms > 0) {
+        rep->throughput_rps = n / (rep->makespan_ms / 1000.0);
+        rep->utilisation = s.busy_rank_ms / (cfg->n_ranks * rep->makespan_ms);
+    }
+    rep->tasks = s.tasks;
+    rep->reshards = s.reshards;
+    rep->groups_formed = (int)s.n_formed;
+    st = WF_OK;
+out:
+    wf_dit_policy_free(pol);
+    free(s.jobs);
+    free(s.ready);
+    free(s.run);
+    free(s.formed);
+    free(tasks);
+    free(taken);
+    free(lat);
+    free(norm);
+    return st;
+}

@@ -1,0 +1,89 @@
+/* Internal: the DiT cluster simulator: the placement policies (sched/dit_policy.h) over 1..64
+ * ranks on a virtual clock, task times from the cost model (sched/dit_cost.h), workloads after
+ * GF-DiT's recipe: piecewise-Poisson arrivals whose phases each have a rate and a class mix,
+ * classes S/M/L by sequence length, deadline = arrival + alpha(class) x T_single (the job's
+ * time on one rank).
+ *
+ *     wf_dit_sim_config cfg;
+ *     wf_dit_sim_config_init(&cfg);                 // 8 ranks, synthetic cost, 1-step chunks
+ *     wf_dit_sim_job *jobs; int n;
+ *     wf_dit_sim_workload(&cfg, wf_dit_sim_profile_find("short"), 0.8, seed, &jobs, &n);
+ *     wf_dit_sim_report rep;
+ *     wf_dit_sim_run(&cfg, "elastic", jobs, n, &rep, err, sizeof err);
+ *     free(jobs);
+ *
+ * A task on a group the job did not hold before pays the reshard of its latent (by bytes); a
+ * task on a group never formed before pays cfg.cost.group_form_ms (0 with group-free
+ * collectives; set it to GF-DiT's ~778 ms to see what communicators would cost).
+ * Pure and single-threaded: the same inputs give the same report. */
+#ifndef WF_SCHED_DIT_SIM_H
+#define WF_SCHED_DIT_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/base/status.h"
+#include "sched/dit_cost.h"
+#include "sched/dit_policy.h"
+
+#define WF_DIT_SIM_CLASSES 3 /* S, M, L */
+
+typedef struct wf_dit_sim_class {
+    const char *name;
+    int tokens, steps;
+    double alpha;        /* deadline = arrival + alpha x T_single */
+} wf_dit_sim_class;
+
+typedef struct wf_dit_sim_phase {
+    double seconds;      /* phase length */
+    double rate;         /* arrival rate as a fraction of the cluster's one-rank capacity */
+    double mix[WF_DIT_SIM_CLASSES];
+} wf_dit_sim_phase;
+
+typedef struct wf_dit_sim_profile {
+    const char *name;
+    int n_phases;
+    wf_dit_sim_phase phases[4];
+} wf_dit_sim_profile;
+
+/* "short", "tridentserve", "foreground_burst"; NULL if unknown. */
+const wf_dit_sim_profile *wf_dit_sim_profile_find(const char *name);
+const char *wf_dit_sim_profile_names(void);
+
+typedef struct wf_dit_sim_config {
+    int n_ranks, chunk_steps, max_P;
+    wf_dit_cost cost;
+    wf_dit_sim_class classes[WF_DIT_SIM_CLASSES];
+    double latent_bytes_per_token;
+} wf_dit_sim_config;
+
+typedef struct wf_dit_sim_job {
+    double arrival_ms;
+    int cls;
+} wf_dit_sim_job;
+
+typedef struct wf_dit_sim_report {
+    int n_jobs, n_missed;
+    int cls_jobs[WF_DIT_SIM_CLASSES], cls_missed[WF_DIT_SIM_CLASSES];
+    double latency_mean_ms, latency_p95_ms, latency_p99_ms, norm_latency_mean;
+    double cls_latency_mean_ms[WF_DIT_SIM_CLASSES];
+    double throughput_rps, utilisation, makespan_ms;
+    int tasks, reshards, groups_formed;
+} wf_dit_sim_report;
+
+/* 8 ranks, max degree 8, chunks of 1 step, GF-DiT's synthetic cost; S/M/L = 1024/4096/16384
+ * tokens, 50 steps, alpha 1.5/2/6; 64 latent bytes per token. */
+void wf_dit_sim_config_init(wf_dit_sim_config *cfg);
+/* The job's time on one rank. */
+double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls);
+/* Arrivals of the profile's phases: Poisson of rate load x phase.rate x n_ranks / E[T_single]
+ * (E over the phase's mix), each job's class drawn from the mix; from a splitmix64 stream of
+ * seed. *out is malloc'ed. WF_EINVAL, WF_ENOMEM. */
+wf_status wf_dit_sim_workload(const wf_dit_sim_config *cfg, const wf_dit_sim_profile *prof, double load,
+                              uint64_t seed, wf_dit_sim_job **out, int *n);
+/* Runs jobs[0..n) (sorted by arrival) under policy spec. WF_EINVAL (bad policy or config),
+ * WF_ENOMEM, WF_EPROTO (the policy left work waiting with every rank idle). */
+wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *jobs, int n,
+                         wf_dit_sim_report *rep, char *err, size_t errlen);
+
+#endif

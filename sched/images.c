@@ -1,0 +1,883 @@
+/* The image scheduler (see images.h): requests -> ENCODE / DENOISE / DECODE_IMAGE / FINISH tasks
+ * planned per model with step-level batching, on one thread fed by one inbox. */
+#include "sched/images.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <time.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/base/clock.h"
+#include "proto/base/log.h"
+
+typedef enum item_state {
+    ITEM_NEW = 0,  /* no latent yet */
+    ITEM_READY,    /* latent at `step`, nothing in flight */
+    ITEM_BUSY,     /* a task in flight */
+    ITEM_DECODED,  /* pixels written; latent still held */
+    ITEM_DONE,     /* latent freed */
+} item_state;
+
+typedef struct item {
+    item_state state;
+    uint64_t latent_id; /* 0: none held */
+    int step;
+} item;
+
+typedef enum msg_kind { MSG_SUBMIT, MSG_CANCEL, MSG_RELEASE, MSG_DONE } msg_kind;
+
+typedef struct msg {
+    wf_handoff_item link;
+    msg_kind kind;
+} msg;
+
+struct wf_image_request {
+    msg submit_msg, cancel_msg, release_msg;
+    atomic_bool cancel_sent, release_sent;
+    wf_image_spec spec;
+    wf_handoff *events;
+    void *user;
+    uint64_t seq;
+    uint8_t *pixels;
+    size_t image_bytes;
+    item *items;
+    bool cancelled, failed, finished, released;
+    wf_status status;
+    char message[160];
+    int in_flight;     /* tasks dispatched, not completed */
+    int steps_done, images_done;
+    long remaining;     /* image-steps still counted in the model's remaining */
+    uint64_t queued_ns, started_ns;
+    wf_image_event *finished_ev;
+    wf_image_request *next; /* the model's list */
+    bool planned;           /* plan_model's mark */
+};
+
+typedef struct task_ref {
+    wf_image_request *req;
+    int index;
+} task_ref;
+
+typedef struct model {
+    wf_executor ex;
+    wf_image_geometry g;
+    wf_image_request *head; /* held requests, arrival order */
+    wf_image_request *solo; /* without batching: the request running */
+    int latents_used;
+    bool in_flight;
+    msg done_msg;
+    wf_task_batch batch;
+    wf_task *tasks;
+    task_ref *refs;
+    int cap;
+    wf_status batch_status;
+    char batch_message[160];
+    uint64_t dispatched_ns;
+    /* The cost model, under the scheduler's lock: one denoising step of a batch of b images
+     * takes (a + c * b) * correction ms. Calibrated at start, corrected online. */
+    double cost_a, cost_c, correction;
+    double decode_ms;    /* one DECODE_IMAGE (the VAE for latent models) */
+    bool cost_ok;
+    long remaining;      /* image-steps not yet run by unfinished requests */
+    int active_images;   /* images of unfinished requests */
+} model;
+
+struct wf_image_sched {
+    wf_image_sched_options o;
+    model models[WF_IMAGE_SCHED_MAX_MODELS];
+    int n_models;
+    wf_handoff inbox;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t lock; /* counters, held requests, stats */
+    pthread_cond_t idle;
+    int held;         /* submitted, not yet released */
+    int unfinished;   /* submitted, FINISHED not yet sent */
+    bool draining, stopping;
+    atomic_bool cancel_everything; /* drain's deadline passed */
+    pthread_mutex_t list_lock;     /* the models' request lists and their items (foreach) */
+    uint64_t next_seq, next_artifact, next_task;
+    wf_image_sched_stats stats;
+};
+
+/* The struct holding member m at p (intrusive links and preallocated messages). Through void *
+ * because the member's own alignment already guarantees the struct's. */
+#define container_of(p, T, m) ((T *)(void *)((char *)(p) - offsetof(T, m)))
+
+static const double hist_bounds[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+
+static void hist_add(uint64_t h[12], double v) {
+    int i = 0;
+    while (i < 11 && v > hist_bounds[i]) i++;
+    h[i]++;
+}
+
+void wf_image_sched_options_init(wf_image_sched_options *o) {
+    o->chunk_steps = WF_DEFAULT_IMAGE_CHUNK_STEPS;
+    o->batching = true;
+    o->queue_size = 1024;
+}
+
+wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **out) {
+    *out = NULL;
+    if (!o || o->chunk_steps < 1 || o->queue_size < 1) return WF_EINVAL;
+    wf_image_sched *s = calloc(1, sizeof *s);
+    if (!s) return WF_ENOMEM;
+    s->o = *o;
+    if (wf_handoff_init(&s->inbox, 0, NULL, NULL) != WF_OK) {
+        free(s);
+        return WF_ENOMEM;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->list_lock, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->next_seq = s->next_artifact = s->next_task = 1;
+    *out = s;
+    return WF_OK;
+}
+
+wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
+                                   int *out_id) {
+    if (s->started || !ex.ops || !g || g->max_items < 1 || g->max_latents < 1 || g->width < 1 ||
+        g->height < 1 || g->channels < 1)
+        return WF_EINVAL;
+    if (s->n_models >= WF_IMAGE_SCHED_MAX_MODELS) return WF_EFULL;
+    model *m = &s->models[s->n_models];
+    memset(m, 0, sizeof *m);
+    m->ex = ex;
+    m->g = *g;
+    /* Each image has at most one task per kind in a batch (ENCODE, DENOISE, DECODE_IMAGE,
+     * FINISH), and only images holding or about to hold a latent get one. */
+    m->cap = g->max_latents + 3 * g->max_items;
+    m->tasks = calloc((size_t)m->cap, sizeof *m->tasks);
+    m->refs = calloc((size_t)m->cap, sizeof *m->refs);
+    if (!m->tasks || !m->refs) {
+        free(m->tasks);
+        free(m->refs);
+        return WF_ENOMEM;
+    }
+    m->done_msg.kind = MSG_DONE;
+    if (out_id) *out_id = s->n_models;
+    s->n_models++;
+    return WF_OK;
+}
+
+/* ---- events ---------------------------------------------------------------------------- */
+
+static wf_image_event *new_event(wf_image_request *r, wf_image_event_kind kind) {
+    wf_image_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return NULL;
+    ev->request = r;
+    ev->user = r->user;
+    ev->kind = kind;
+    ev->t_ns = wf_clock_now_ns();
+    return ev;
+}
+
+static void fail_request(wf_image_request *r, wf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void push_event(wf_image_request *r, wf_image_event *ev) {
+    wf_status st = wf_handoff_push(r->events, &ev->link);
+    if (st != WF_OK) {
+        /* The consumer is gone (closed) or refuses: nobody will read this request's events. */
+        free(ev);
+        r->cancelled = true;
+    }
+}
+
+static void emit_progress(wf_image_request *r, int index) {
+    if (!r->spec.progress) return;
+    wf_image_event *ev = new_event(r, WF_IMAGE_EVENT_PROGRESS);
+    if (!ev) {
+        fail_request(r, WF_ENOMEM, "out of memory for a progress event");
+        return;
+    }
+    ev->index = index;
+    ev->step = r->items[index].step;
+    ev->n_steps = r->spec.num_steps;
+    push_event(r, ev);
+}
+
+static void emit_image(wf_image_request *r, int index, const wf_image_geometry *g) {
+    wf_image_event *ev = new_event(r, WF_IMAGE_EVENT_IMAGE);
+    if (!ev) {
+        fail_request(r, WF_ENOMEM, "out of memory for an image event");
+        return;
+    }
+    ev->index = index;
+    ev->pixels = r->pixels + (size_t)index * r->image_bytes;
+    ev->width = g->width;
+    ev->height = g->height;
+    ev->channels = g->channels;
+    push_event(r, ev);
+}
+
+static void fail_request(wf_image_request *r, wf_status st, const char *fmt, ...) {
+    if (r->failed || r->finished) return;
+    r->failed = true;
+    r->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- submit / cancel / release --------------------------------------------------------- */
+
+static double step_ms(const model *m, int images) {
+    if (images > m->g.max_items) images = m->g.max_items;
+    if (images < 1) images = 1;
+    return (m->cost_a + m->cost_c * images) * m->correction;
+}
+
+/* Predicted ms until a new request of n images x steps finishes, and the ms the work already
+ * held needs to drain (s->lock held). Step-level batching runs up to max_items images per
+ * forward: while they fit, everyone advances at the batch's step time; beyond, the work ahead
+ * is served max_items images at a time. */
+static double predict_ms(const model *m, int n, int steps, double *drain_ms) {
+    double full = step_ms(m, m->g.max_items);
+    double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
+    *drain_ms = (double)m->remaining / m->g.max_items * full;
+    if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n) + decode;
+    int waves = (n + m->g.max_items - 1) / m->g.max_items;
+    return *drain_ms + (double)steps * waves * full + decode;
+}
+
+wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
+                                void *user, wf_image_request **out, char *why, size_t whylen,
+                                double *retry_after_s) {
+    *out = NULL;
+    if (retry_after_s) *retry_after_s = 0;
+    if (!spec || spec->model < 0 || spec->model >= s->n_models) {
+        snprintf(why, whylen, "unknown image model");
+        return WF_EINVAL;
+    }
+    if (spec->n < 1 || spec->num_steps < 1) {
+        snprintf(why, whylen, "n and num_inference_steps must be at least 1");
+        return WF_EINVAL;
+    }
+    model *m = &s->models[spec->model];
+    if (spec->n > m->g.max_latents) {
+        snprintf(why, whylen, "n %d exceeds the %d images this model holds at once", spec->n,
+                 m->g.max_latents);
+        return WF_EINVAL;
+    }
+    pthread_mutex_lock(&s->lock);
+    wf_status st = WF_OK;
+    if (s->draining || s->stopping) {
+        snprintf(why, whylen, "the server is shutting down");
+        st = WF_EBUSY;
+    } else if (s->held >= s->o.queue_size) {
+        snprintf(why, whylen, "%d image requests are already queued", s->held);
+        st = WF_EFULL;
+    } else if (spec->deadline_ns && m->cost_ok) {
+        double drain_ms, ms = predict_ms(m, spec->n, spec->num_steps, &drain_ms);
+        uint64_t now = wf_clock_now_ns();
+        if (now + (uint64_t)(ms * 1e6) > spec->deadline_ns) {
+            double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
+            snprintf(why, whylen, "the deadline cannot be met: %d image(s) x %d steps are predicted "
+                     "to take %.0f ms, %.0f ms are left", spec->n, spec->num_steps, ms, left);
+            if (retry_after_s) *retry_after_s = drain_ms / 1000.0;
+            st = WF_EOVERLOAD;
+        }
+    }
+    if (st != WF_OK) {
+        s->stats.rejected++;
+        if (st == WF_EOVERLOAD) s->stats.overloaded++;
+        pthread_mutex_unlock(&s->lock);
+        return st;
+    }
+    s->held++;
+    s->unfinished++;
+    s->stats.submitted++;
+    model *mm = &s->models[spec->model];
+    mm->remaining += (long)spec->n * spec->num_steps;
+    mm->active_images += spec->n;
+    pthread_mutex_unlock(&s->lock);
+    wf_image_request *r = calloc(1, sizeof *r);
+    size_t image_bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
+    if (r) {
+        r->items = calloc((size_t)spec->n, sizeof *r->items);
+        r->pixels = malloc(image_bytes * (size_t)spec->n);
+        r->finished_ev = new_event(r, WF_IMAGE_EVENT_FINISHED);
+    }
+    if (!r || !r->items || !r->pixels || !r->finished_ev) {
+        if (r) {
+            free(r->items);
+            free(r->pixels);
+            free(r->finished_ev);
+        }
+        free(r);
+        pthread_mutex_lock(&s->lock);
+        s->held--;
+        s->unfinished--;
+        m->remaining -= (long)spec->n * spec->num_steps;
+        m->active_images -= spec->n;
+        s->stats.rejected++;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->lock);
+        snprintf(why, whylen, "out of memory for %d images", spec->n);
+        return WF_ENOMEM;
+    }
+    r->spec = *spec;
+    r->events = events;
+    r->user = user;
+    r->finished_ev->user = user;
+    r->image_bytes = image_bytes;
+    r->remaining = (long)spec->n * spec->num_steps;
+    r->queued_ns = wf_clock_now_ns();
+    r->submit_msg.kind = MSG_SUBMIT;
+    r->cancel_msg.kind = MSG_CANCEL;
+    r->release_msg.kind = MSG_RELEASE;
+    if (wf_handoff_push(&s->inbox, &r->submit_msg.link) != WF_OK) {
+        free(r->items);
+        free(r->pixels);
+        free(r->finished_ev);
+        free(r);
+        pthread_mutex_lock(&s->lock);
+        s->held--;
+        s->unfinished--;
+        m->remaining -= (long)spec->n * spec->num_steps;
+        m->active_images -= spec->n;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->lock);
+        snprintf(why, whylen, "the image scheduler is stopped");
+        return WF_EBUSY;
+    }
+    *out = r;
+    return WF_OK;
+}
+
+void wf_image_sched_cancel(wf_image_sched *s, wf_image_request *req) {
+    if (!req || atomic_exchange(&req->cancel_sent, true)) return;
+    if (wf_handoff_push(&s->inbox, &req->cancel_msg.link) != WF_OK)
+        atomic_store(&req->cancel_sent, false);
+}
+
+void wf_image_sched_release(wf_image_sched *s, wf_image_request *req) {
+    if (!req || atomic_exchange(&req->release_sent, true)) return;
+    (void)wf_handoff_push(&s->inbox, &req->release_msg.link); /* unbounded: only a stopped
+                                                                  * scheduler refuses, and free
+                                                                  * frees what is left */
+}
+
+void wf_image_event_free(wf_image_event *ev) { free(ev); }
+
+const uint8_t *wf_image_request_pixels(const wf_image_request *req) { return req->pixels; }
+
+/* ---- the thread ------------------------------------------------------------------------ */
+
+static void free_request(wf_image_request *r) {
+    free(r->items);
+    free(r->pixels);
+    free(r->finished_ev);
+    free(r);
+}
+
+static void unlink_request(model *m, wf_image_request *r) {
+    if (m->solo == r) m->solo = NULL;
+    for (wf_image_request **p = &m->head; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            r->next = NULL;
+            return;
+        }
+    }
+}
+
+/* Sends FINISHED when nothing of r is in flight or held any more; frees r if released. */
+static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
+    if (r->finished || r->in_flight > 0) return;
+    bool stop = r->cancelled || r->failed;
+    for (int i = 0; i < r->spec.n; i++) {
+        if (r->items[i].latent_id) return;          /* FINISH still to run */
+        if (!stop && r->items[i].state != ITEM_DONE) return;
+    }
+    r->finished = true;
+    unlink_request(m, r);
+    wf_image_event *ev = r->finished_ev;
+    r->finished_ev = NULL;
+    ev->status = r->failed ? r->status : r->cancelled ? WF_ECANCELLED : WF_OK;
+    snprintf(ev->message, sizeof ev->message, "%s",
+             r->failed ? r->message : r->cancelled ? "cancelled" : "");
+    ev->queued_ns = r->queued_ns;
+    ev->started_ns = r->started_ns;
+    ev->finished_ns = ev->t_ns = wf_clock_now_ns();
+    ev->steps_run = r->steps_done;
+    pthread_mutex_lock(&s->lock);
+    s->unfinished--;
+    m->remaining -= r->remaining;
+    m->active_images -= r->spec.n;
+    r->remaining = 0;
+    pthread_cond_broadcast(&s->idle);
+    if (ev->status == WF_OK) {
+        s->stats.finished++;
+        double e2e = (double)(ev->finished_ns - r->queued_ns) / 1e6;
+        hist_add(s->stats.e2e_ms_hist, e2e / 10);
+        s->stats.e2e_ms_sum += e2e;
+        if (r->started_ns) s->stats.queue_ms_sum += (double)(r->started_ns - r->queued_ns) / 1e6;
+    } else if (ev->status == WF_ECANCELLED) {
+        s->stats.cancelled++;
+    } else {
+        s->stats.failed++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (r->failed)
+        WF_LOG_WARN("images", r->spec.id, "request failed: %s", r->message);
+    if (wf_handoff_push(r->events, &ev->link) != WF_OK) free(ev);
+    if (r->released) {
+        free_request(r);
+        pthread_mutex_lock(&s->lock);
+        s->held--;
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Deadline, then priority, then arrival. */
+static bool before(const wf_image_request *a, const wf_image_request *b) {
+    uint64_t da = a->spec.deadline_ns ? a->spec.deadline_ns : UINT64_MAX;
+    uint64_t db = b->spec.deadline_ns ? b->spec.deadline_ns : UINT64_MAX;
+    if (da != db) return da < db;
+    if (a->spec.priority != b->spec.priority) return a->spec.priority > b->spec.priority;
+    return a->seq < b->seq;
+}
+
+static wf_task *add_task(wf_image_sched *s, model *m, wf_image_request *r, int index,
+                         wf_task_kind kind) {
+    if (m->batch.n_tasks >= m->cap) return NULL;
+    wf_task *t = &m->tasks[m->batch.n_tasks];
+    memset(t, 0, sizeof *t);
+    t->id = s->next_task++;
+    t->kind = kind;
+    t->request_seq = r->seq;
+    t->deadline_ns = r->spec.deadline_ns;
+    m->refs[m->batch.n_tasks] = (task_ref){.req = r, .index = index};
+    m->batch.n_tasks++;
+    r->in_flight++;
+    item *it = &r->items[index];
+    if (kind == WF_TASK_FINISH) {
+        t->finish.artifact = (wf_artifact){.id = it->latent_id, .kind = WF_ARTIFACT_LATENT};
+        return t;
+    }
+    wf_task_dit *d = &t->dit;
+    d->class_label = r->spec.class_label;
+    d->negative_label = r->spec.negative_label;
+    d->guidance_scale = r->spec.guidance_scale;
+    d->sampler = r->spec.sampler;
+    d->num_steps = r->spec.num_steps;
+    d->seed = r->spec.seed;
+    d->noise_index = (uint32_t)index;
+    d->latent = (wf_artifact){.id = it->latent_id, .kind = WF_ARTIFACT_LATENT};
+    d->latent.latent.step = it->step;
+    if (kind == WF_TASK_DECODE_IMAGE) {
+        d->pixels = r->pixels + (size_t)index * r->image_bytes;
+        d->pixels_cap = r->image_bytes;
+    }
+    return t;
+}
+
+/* Plans the work of one request into m's batch; *denoise counts images denoising in it. */
+static void plan_request(wf_image_sched *s, model *m, wf_image_request *r, int *denoise) {
+    bool stop = r->cancelled || r->failed;
+    for (int i = 0; i < r->spec.n; i++) {
+        item *it = &r->items[i];
+        if (it->state == ITEM_BUSY || it->state == ITEM_DONE) continue;
+        if (stop || it->state == ITEM_DECODED) {
+            if (it->latent_id && add_task(s, m, r, i, WF_TASK_FINISH)) it->state = ITEM_BUSY;
+            else if (!it->latent_id) it->state = ITEM_DONE;
+            continue;
+        }
+        if (*denoise >= m->g.max_items) continue;
+        if (it->state == ITEM_NEW) {
+            if (m->latents_used >= m->g.max_latents) continue;
+            it->latent_id = s->next_artifact++;
+            m->latents_used++;
+            it->step = 0;
+            if (!add_task(s, m, r, i, WF_TASK_ENCODE)) continue;
+            if (!r->started_ns) r->started_ns = wf_clock_now_ns();
+        }
+        int end = it->step + s->o.chunk_steps;
+        if (end > r->spec.num_steps) end = r->spec.num_steps;
+        wf_task *t = add_task(s, m, r, i, WF_TASK_DENOISE);
+        if (t) {
+            t->dit.step_begin = it->step;
+            t->dit.step_end = end;
+            (*denoise)++;
+            if (end == r->spec.num_steps) add_task(s, m, r, i, WF_TASK_DECODE_IMAGE);
+        }
+        it->state = ITEM_BUSY;
+    }
+}
+
+static void on_batch_done(void *user, wf_task_batch *b, wf_status status, const char *message) {
+    model *m = container_of(b, model, batch);
+    wf_image_sched *s = user;
+    m->batch_status = status;
+    snprintf(m->batch_message, sizeof m->batch_message, "%s", message ? message : "");
+    (void)wf_handoff_push(&s->inbox, &m->done_msg.link);
+}
+
+static void plan_model(wf_image_sched *s, model *m) {
+    if (m->in_flight) return;
+    m->batch = (wf_task_batch){.tasks = m->tasks, .n_tasks = 0};
+    int denoise = 0;
+    /* Without batching one request runs at a time (until it ends): the solo one. */
+    if (!s->o.batching && (!m->solo || m->solo->cancelled || m->solo->failed)) {
+        m->solo = NULL;
+        for (wf_image_request *r = m->head; r; r = r->next)
+            if (!r->cancelled && !r->failed && (!m->solo || before(r, m->solo))) m->solo = r;
+    }
+    /* Requests in order: repeatedly the first one not planned yet. Lists are bounded by
+     * queue_size and a plan runs once per batch. */
+    for (wf_image_request *r = m->head; r; r = r->next) r->planned = false;
+    for (;;) {
+        wf_image_request *best = NULL;
+        for (wf_image_request *r = m->head; r; r = r->next)
+            if (!r->planned && (!best || before(r, best))) best = r;
+        if (!best) break;
+        best->planned = true;
+        bool stop = best->cancelled || best->failed;
+        if (s->o.batching || stop || best == m->solo) plan_request(s, m, best, &denoise);
+    }
+    /* Requests with nothing left to plan may be complete (e.g. cancelled before starting). */
+    for (wf_image_request *r = m->head, *next; r; r = next) {
+        next = r->next;
+        maybe_finish(s, m, r);
+    }
+    if (m->batch.n_tasks == 0) return;
+    m->batch.iteration++;
+    m->in_flight = true;
+    m->dispatched_ns = wf_clock_now_ns();
+    wf_status st = wf_executor_dispatch(m->ex, &m->batch, on_batch_done, s);
+    if (st != WF_OK) {
+        m->batch_status = st;
+        snprintf(m->batch_message, sizeof m->batch_message, "dispatch refused");
+        (void)wf_handoff_push(&s->inbox, &m->done_msg.link);
+    }
+}
+
+static void complete_model(wf_image_sched *s, model *m) {
+    m->in_flight = false;
+    uint64_t now = wf_clock_now_ns();
+    int max_chunk = 0, n_images = 0;
+    for (int i = 0; i < m->batch.n_tasks; i++) {
+        wf_task *t = &m->tasks[i];
+        wf_image_request *r = m->refs[i].req;
+        int idx = m->refs[i].index;
+        item *it = &r->items[idx];
+        r->in_flight--;
+        wf_status st = m->batch_status != WF_OK ? m->batch_status : t->status;
+        if (t->kind == WF_TASK_FINISH) {
+            /* Freed even on failure: the executor drops unknown ids, and a dead executor's
+             * memory is gone with it. */
+            it->latent_id = 0;
+            m->latents_used--;
+            it->state = ITEM_DONE;
+            continue;
+        }
+        if (st != WF_OK) {
+            fail_request(r, st, "image %d: %s failed: %s%s%s", idx, wf_task_kind_str(t->kind),
+                         wf_status_str(st), m->batch_message[0] ? ": " : "", m->batch_message);
+            it->state = ITEM_READY;
+            continue;
+        }
+        if (t->kind == WF_TASK_ENCODE) {
+            it->step = 0;
+        } else if (t->kind == WF_TASK_DENOISE) {
+            int done = t->dit.latent.latent.step - it->step;
+            if (done > max_chunk) max_chunk = done;
+            r->steps_done += done;
+            n_images++;
+            pthread_mutex_lock(&s->lock);
+            r->remaining -= done;
+            m->remaining -= done;
+            pthread_mutex_unlock(&s->lock);
+            it->step = t->dit.latent.latent.step;
+            it->state = ITEM_READY;
+            if (!r->cancelled && !r->failed) emit_progress(r, idx);
+        } else if (t->kind == WF_TASK_DECODE_IMAGE) {
+            it->state = ITEM_DECODED;
+            r->images_done++;
+            if (!r->cancelled && !r->failed) emit_image(r, idx, &m->g);
+        }
+    }
+    pthread_mutex_lock(&s->lock);
+    s->stats.batches++;
+    if (max_chunk > 0) {
+        double ms = (double)(now - m->dispatched_ns) / 1e6 / max_chunk;
+        s->stats.steps += (uint64_t)max_chunk;
+        s->stats.step_ms_avg = s->stats.step_ms_avg == 0 ? ms : 0.9 * s->stats.step_ms_avg + 0.1 * ms;
+        hist_add(s->stats.step_ms_hist, ms);
+        s->stats.step_ms_sum += ms;
+        /* Online correction of the cost model: measured over predicted, smoothed. */
+        if (m->cost_ok && m->batch_status == WF_OK) {
+            double pred = step_ms(m, n_images) / m->correction;
+            if (pred > 0) m->correction = 0.9 * m->correction + 0.1 * (ms / pred);
+        }
+    }
+    for (int i = 0; i < m->batch.n_tasks; i++)
+        if (m->tasks[i].kind == WF_TASK_DECODE_IMAGE && m->tasks[i].status == WF_OK &&
+            m->batch_status == WF_OK)
+            s->stats.images++;
+    pthread_mutex_unlock(&s->lock);
+    m->batch.n_tasks = 0;
+}
+
+static model *model_of(wf_image_sched *s, wf_image_request *r) { return &s->models[r->spec.model]; }
+
+static void handle_msg(wf_image_sched *s, msg *mg) {
+    if (mg->kind == MSG_DONE) {
+        model *m = container_of(mg, model, done_msg);
+        complete_model(s, m);
+        return;
+    }
+    wf_image_request *r;
+    switch (mg->kind) {
+    case MSG_SUBMIT:
+        r = container_of(mg, wf_image_request, submit_msg);
+        r->seq = s->next_seq++;
+        {
+            model *m = model_of(s, r);
+            wf_image_request **p = &m->head;
+            while (*p) p = &(*p)->next;
+            *p = r;
+        }
+        break;
+    case MSG_CANCEL:
+        r = container_of(mg, wf_image_request, cancel_msg);
+        if (!r->finished) r->cancelled = true;
+        break;
+    case MSG_RELEASE:
+        r = container_of(mg, wf_image_request, release_msg);
+        r->released = true;
+        if (r->finished) {
+            free_request(r);
+            pthread_mutex_lock(&s->lock);
+            s->held--;
+            pthread_cond_broadcast(&s->idle);
+            pthread_mutex_unlock(&s->lock);
+        } else {
+            r->cancelled = true; /* released early: nobody waits for it */
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void *thread_main(void *arg) {
+    wf_image_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->list_lock);
+        wf_handoff_item *it = wf_handoff_take_all(&s->inbox);
+        while (it) {
+            wf_handoff_item *next = it->next;
+            handle_msg(s, (msg *)it);
+            it = next;
+        }
+        bool cancel = atomic_load(&s->cancel_everything);
+        bool any_flight = false;
+        for (int i = 0; i < s->n_models; i++) {
+            model *m = &s->models[i];
+            for (wf_image_request *r = m->head; cancel && r; r = r->next) r->cancelled = true;
+            plan_model(s, m);
+            any_flight |= m->in_flight;
+        }
+        pthread_mutex_unlock(&s->list_lock);
+        pthread_mutex_lock(&s->lock);
+        bool stop = s->stopping && !any_flight;
+        pthread_mutex_unlock(&s->lock);
+        if (stop) break;
+        wf_handoff_wait(&s->inbox, 100);
+    }
+    return NULL;
+}
+
+/* Runs `kind` tasks for images [0, n) (latent ids base + i), DENOISE over steps [a, b).
+ * Returns the batch's wall time in ms, or < 0 on failure. */
+static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base, int a,
+                          int b, uint8_t *pixels, size_t pixels_cap) {
+    for (int i = 0; i < n; i++) {
+        wf_task *t = &tasks[i];
+        memset(t, 0, sizeof *t);
+        t->kind = kind;
+        t->id = base + (uint64_t)i;
+        if (kind == WF_TASK_FINISH) {
+            t->finish.artifact = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+            continue;
+        }
+        t->dit = (wf_task_dit){.class_label = 0, .negative_label = -1, .guidance_scale = 4.0f,
+                               .sampler = -1, .num_steps = 20, .step_begin = a, .step_end = b,
+                               .seed = 1, .noise_index = (uint32_t)i};
+        t->dit.latent = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+        if (kind == WF_TASK_DECODE_IMAGE) {
+            t->dit.pixels = pixels;
+            t->dit.pixels_cap = pixels_cap;
+        }
+    }
+    wf_task_batch batch = {.tasks = tasks, .n_tasks = n};
+    char message[160];
+    uint64_t t0 = wf_clock_now_ns();
+    if (wf_executor_run(m->ex, &batch, message, sizeof message) != WF_OK) return -1;
+    for (int i = 0; i < n; i++)
+        if (tasks[i].status != WF_OK) return -1;
+    return (double)(wf_clock_now_ns() - t0) / 1e6;
+}
+
+/* The cost model of m from a warm-up and two measured batches (1 and max_items images). */
+static void calibrate(wf_image_sched *s, model *m) {
+    int big = m->g.max_items < m->g.max_latents ? m->g.max_items : m->g.max_latents;
+    /* Latent ids far above the scheduler's (which count from 1). */
+    uint64_t base = UINT64_MAX / 2;
+    wf_task *tasks = m->tasks; /* not in use before the thread starts */
+    double t1 = -1, tn = -1;
+    size_t bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
+    uint8_t *px = malloc(bytes);
+    double td = -1;
+    if (px && calib_batch(m, tasks, big, WF_TASK_ENCODE, base, 0, 0, NULL, 0) >= 0 &&
+        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 0, 2, NULL, 0) >= 0) { /* warm-up */
+        t1 = calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 2, 4, NULL, 0);
+        if (t1 >= 0 && big > 1) tn = calib_batch(m, tasks, big, WF_TASK_DENOISE, base, 4, 6, NULL, 0);
+        td = calib_batch(m, tasks, 1, WF_TASK_DECODE_IMAGE, base, 6, 6, px, bytes);
+    }
+    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, 0, 0, NULL, 0);
+    free(px);
+    pthread_mutex_lock(&s->lock);
+    m->correction = 1.0;
+    if (t1 >= 0) {
+        double one = t1 / 2, full = tn >= 0 ? tn / 2 : one;
+        m->cost_c = big > 1 && full > one ? (full - one) / (big - 1) : 0;
+        m->cost_a = one - m->cost_c > 0 ? one - m->cost_c : 0;
+        m->decode_ms = td > 0 ? td : 0;
+        m->cost_ok = true;
+        WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms), "
+                    "decode %.3f ms per image", m->cost_a, m->cost_c, big, full, m->decode_ms);
+    } else {
+        WF_LOG_WARN("images", NULL, "cost model calibration failed: deadlines are not enforced");
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool wf_image_sched_cost(wf_image_sched *s, int model_id, double *a, double *c, double *decode_ms,
+                         double *correction) {
+    if (model_id < 0 || model_id >= s->n_models) return false;
+    pthread_mutex_lock(&s->lock);
+    const model *m = &s->models[model_id];
+    bool ok = m->cost_ok;
+    *a = m->cost_a;
+    *c = m->cost_c;
+    *decode_ms = m->decode_ms;
+    *correction = m->correction;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+wf_status wf_image_sched_start(wf_image_sched *s) {
+    if (s->started) return WF_EINVAL;
+    for (int i = 0; i < s->n_models; i++) calibrate(s, &s->models[i]);
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) return WF_EIO;
+    s->started = true;
+    return WF_OK;
+}
+
+void wf_image_sched_drain(wf_image_sched *s, int deadline_ms) {
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    s->draining = true;
+    uint64_t until = wf_clock_now_ns() + (uint64_t)(deadline_ms > 0 ? deadline_ms : 0) * 1000000ull;
+    while (s->unfinished > 0 && s->started) {
+        if (wf_clock_now_ns() >= until) atomic_store(&s->cancel_everything, true);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->idle, &s->lock, &ts);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void wf_image_sched_free(wf_image_sched *s) {
+    if (!s) return;
+    if (s->started) {
+        /* Cancel what is left and let the batches in flight come back before stopping. */
+        atomic_store(&s->cancel_everything, true);
+        pthread_mutex_lock(&s->lock);
+        s->stopping = true;
+        s->draining = true;
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+    }
+    /* A batch's done callback may still be returning from its push into the inbox (the thread
+     * saw the message and stopped): wait until every executor has returned from done. */
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].ex.ops->synchronize) s->models[i].ex.ops->synchronize(s->models[i].ex.ctx);
+    /* What the thread never took in: submits (never linked) and releases of finished requests
+     * (off the lists) own their requests. A request may appear twice and its messages live in
+     * it, so the distinct requests are gathered before any is freed. The rest are in the lists. */
+    size_t n = 0, n_free = 0;
+    wf_handoff_item *left = wf_handoff_take_all(&s->inbox);
+    for (wf_handoff_item *it = left; it; it = it->next) n++;
+    wf_image_request **doomed = n ? calloc(n, sizeof *doomed) : NULL;
+    for (wf_handoff_item *it = left; it && doomed; it = it->next) {
+        msg *mg = (msg *)it;
+        wf_image_request *r = NULL;
+        if (mg->kind == MSG_SUBMIT) r = container_of(mg, wf_image_request, submit_msg);
+        else if (mg->kind == MSG_RELEASE) r = container_of(mg, wf_image_request, release_msg);
+        if (!r || (mg->kind == MSG_RELEASE && !r->finished)) continue;
+        bool seen = false;
+        for (size_t k = 0; k < n_free; k++) seen |= doomed[k] == r;
+        if (!seen) doomed[n_free++] = r;
+    }
+    for (size_t k = 0; k < n_free; k++) free_request(doomed[k]);
+    free(doomed);
+    for (int i = 0; i < s->n_models; i++) {
+        model *m = &s->models[i];
+        for (wf_image_request *r = m->head, *next; r; r = next) {
+            next = r->next;
+            free_request(r);
+        }
+        free(m->tasks);
+        free(m->refs);
+    }
+    wf_handoff_free(&s->inbox);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->list_lock);
+    pthread_cond_destroy(&s->idle);
+    free(s);
+}
+
+void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out) {
+    pthread_mutex_lock(&s->lock);
+    *out = s->stats;
+    out->running = s->held;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapshot *, void *),
+                            void *user) {
+    uint64_t now = wf_clock_now_ns();
+    pthread_mutex_lock(&s->list_lock);
+    for (int i = 0; i < s->n_models; i++) {
+        for (const wf_image_request *r = s->models[i].head; r; r = r->next) {
+            wf_image_snapshot snap = {.model = i,
+                                      .n = r->spec.n,
+                                      .num_steps = r->spec.num_steps,
+                                      .steps_done = r->steps_done,
+                                      .images_done = r->images_done,
+                                      .age_ms = (double)(now - r->queued_ns) / 1e6,
+                                      .cancelled = r->cancelled};
+            snprintf(snap.id, sizeof snap.id, "%s", r->spec.id);
+            fn(&snap, user);
+        }
+    }
+    pthread_mutex_unlock(&s->list_lock);
+}

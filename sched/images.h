@@ -1,0 +1,172 @@
+/* The image scheduler: turns image requests into trajectory tasks (ENCODE -> DENOISE(steps
+ * a..b).. -> DECODE_IMAGE -> FINISH) and runs them on one executor per DiT model with
+ * step-level continuous batching.
+ *
+ *     wf_image_sched_options o; wf_image_sched_options_init(&o);   // chunk_steps, batching, ...
+ *     wf_image_sched *s;
+ *     wf_image_sched_new(&o, &s);
+ *     int m;
+ *     wf_image_sched_add_model(s, executor, &geometry, &m);      // e.g. engine/dit/dit_exec.h
+ *     wf_image_sched_start(s);
+ *     // loop thread, per HTTP request:
+ *     wf_image_spec spec = {.model = m, .n = 2, .class_label = 3, .num_steps = 20, ...};
+ *     wf_image_request *req; char why[160];
+ *     if (wf_image_sched_submit(s, &spec, &events, conn, &req, why, sizeof why) != WF_OK) 503/400;
+ *     // events (wf_image_event on the caller's wf_handoff): PROGRESS (when spec.progress),
+ *     // IMAGE (one per image: pixels valid until release), then exactly one FINISHED.
+ *     wf_image_sched_cancel(s, req);        // client gone: stops at its next step boundary
+ *     wf_image_sched_release(s, req);       // after FINISHED: frees the request
+ *     wf_image_sched_free(s);
+ *
+ * Batching: every plan gathers, for one model, the DENOISE chunks (chunk_steps steps each) of
+ * up to max_items images of all running requests, each at its own step, so requests of one
+ * model and resolution share every forward pass and a new request joins at the next step
+ * boundary; its ENCODE rides in the same batch (the executor runs ENCODE before DENOISE before
+ * DECODE_IMAGE), and an image whose last chunk runs also gets its DECODE_IMAGE there. Order:
+ * earliest deadline first, then priority (larger first), then arrival. With batching off, one
+ * request runs at a time (its n images together): the baseline the benchmark compares with.
+ * The noise of image i of a request is keyed by (seed, i) only, so a seed gives the same
+ * image alone or in any batch.
+ *
+ * Cancellation frees the request's latents (FINISH tasks) at the next plan, then sends
+ * FINISHED(cancelled). A failed task fails its request (FINISHED with the status and a
+ * message); a batch the executor fails fails every request in it.
+ *
+ * Thread-safety: submit, cancel, release, stats and foreach from any thread; events are pushed
+ * from the scheduler's thread; the consumer frees each with wf_image_event_free. The events
+ * queue should be unbounded (each request sends at most n x (steps + 1) + 1 events and the
+ * number of requests is bounded by queue_size); a closed queue cancels the request. */
+#ifndef WF_SCHED_IMAGES_H
+#define WF_SCHED_IMAGES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/base/handoff.h"
+#include "proto/request.h"
+#include "proto/task.h"
+
+#define WF_IMAGE_SCHED_MAX_MODELS 16
+#define WF_DEFAULT_IMAGE_CHUNK_STEPS 1
+
+typedef struct wf_image_sched_options {
+    int chunk_steps;  /* denoising steps per DENOISE task (default 1: join at every step) */
+    bool batching;    /* step-level batching across requests (default true) */
+    int queue_size;   /* requests held at once before WF_EFULL (default 1024) */
+} wf_image_sched_options;
+
+void wf_image_sched_options_init(wf_image_sched_options *o);
+
+/* What a model's executor produces and holds. */
+typedef struct wf_image_geometry {
+    int width, height, channels; /* of DECODE_IMAGE's 8-bit output */
+    int latent_channels, latent_height, latent_width;
+    int max_items;               /* images per forward */
+    int max_latents;             /* latents the executor holds at once */
+} wf_image_geometry;
+
+typedef struct wf_image_spec {
+    char id[WF_REQUEST_ID_MAX];
+    int model;              /* from wf_image_sched_add_model */
+    int n;                  /* images, >= 1 */
+    int32_t class_label;
+    int32_t negative_label; /* < 0: the null class */
+    float guidance_scale;   /* <= 1: none */
+    int sampler;            /* < 0: the model's own */
+    int num_steps;
+    uint64_t seed;
+    int priority;
+    uint64_t deadline_ns;   /* CLOCK_MONOTONIC; 0: none */
+    bool progress;          /* send PROGRESS events */
+} wf_image_spec;
+
+typedef struct wf_image_request wf_image_request;
+
+typedef enum wf_image_event_kind {
+    WF_IMAGE_EVENT_PROGRESS = 0, /* an image finished a DENOISE chunk */
+    WF_IMAGE_EVENT_IMAGE,        /* an image is decoded */
+    WF_IMAGE_EVENT_FINISHED,     /* the request ended (the last event) */
+} wf_image_event_kind;
+
+typedef struct wf_image_event {
+    wf_handoff_item link;        /* first: an event is a wf_handoff_item */
+    wf_image_request *request;
+    void *user;
+    wf_image_event_kind kind;
+    int index;                   /* PROGRESS, IMAGE: which image */
+    int step, n_steps;           /* PROGRESS: steps done of n_steps */
+    const uint8_t *pixels;       /* IMAGE: height x width x channels bytes, valid until release */
+    int width, height, channels;
+    wf_status status;            /* FINISHED: WF_OK, WF_ECANCELLED or the error */
+    char message[160];           /* FINISHED with an error */
+    uint64_t t_ns;
+    uint64_t queued_ns, started_ns, finished_ns; /* FINISHED: the request's times */
+    int steps_run;               /* FINISHED: denoising steps applied over its images */
+} wf_image_event;
+
+typedef struct wf_image_sched wf_image_sched;
+
+/* WF_EINVAL, WF_ENOMEM. */
+wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **out);
+/* Before start. The executor must support ENCODE, DENOISE, DECODE_IMAGE and FINISH and outlive
+ * the scheduler. WF_EINVAL, WF_EFULL (too many models), WF_ENOMEM. */
+wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
+                                   int *out_id);
+/* Calibrates each model's cost model with a few short batches through its executor (blocking:
+ * 1 and max_items images, 2 steps each, after a warm-up; one decode), then starts the thread. */
+wf_status wf_image_sched_start(wf_image_sched *s);
+/* WF_OK: *out is valid until release and events follow. WF_EINVAL (bad spec: why says which
+ * field), WF_EFULL (queue_size requests held), WF_EBUSY (draining), WF_ENOMEM, WF_EOVERLOAD: the
+ * request has a deadline the cost model predicts it cannot meet (*retry_after_s, may be NULL:
+ * the seconds the work already held needs). Prediction: a denoising step of a batch of b images
+ * takes (a + c b) x correction ms and a decode d x correction ms per image (a, c, d calibrated
+ * at start through the executor, correction refitted from every batch); while the held images and the new ones fit in one batch
+ * (max_items) they all advance together, else the work ahead drains max_items at a time. */
+wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
+                                void *user, wf_image_request **out, char *why, size_t whylen,
+                                double *retry_after_s);
+/* The cost model of a model: ms per denoising step of a batch of b images = (a + c b) x
+ * correction, plus decode_ms x correction per image for its DECODE_IMAGE (the VAE of a latent
+ * model). false before calibration. */
+bool wf_image_sched_cost(wf_image_sched *s, int model, double *a, double *c, double *decode_ms,
+                         double *correction);
+void wf_image_sched_cancel(wf_image_sched *s, wf_image_request *req);
+/* The request's images, n x height x width x channels bytes: image i is complete once its
+ * IMAGE event arrived; valid until release. */
+const uint8_t *wf_image_request_pixels(const wf_image_request *req);
+void wf_image_sched_release(wf_image_sched *s, wf_image_request *req);
+void wf_image_event_free(wf_image_event *ev);
+/* Stops admitting, lets requests finish until deadline_ms, cancels the rest; returns when none
+ * is left. */
+void wf_image_sched_drain(wf_image_sched *s, int deadline_ms);
+/* Stops the thread (drain first) and frees the scheduler. NULL is a no-op. */
+void wf_image_sched_free(wf_image_sched *s);
+
+typedef struct wf_image_sched_stats {
+    int running;                       /* requests held */
+    uint64_t submitted, finished, failed, cancelled, rejected;
+    uint64_t images, steps, batches;
+    double step_ms_avg;                /* forward rounds of recent batches (per DENOISE step) */
+    uint64_t step_ms_hist[12];         /* DENOISE chunk time per step: <=1,2,5,10,20,50,100,200,500,1000,2000,+inf ms */
+    uint64_t e2e_ms_hist[12];          /* request end to end, same bounds x 10 */
+    double queue_ms_sum, e2e_ms_sum, step_ms_sum;
+    uint64_t overloaded;               /* refused: deadline out of reach (in rejected too) */
+} wf_image_sched_stats;
+
+void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out);
+
+typedef struct wf_image_snapshot {
+    char id[WF_REQUEST_ID_MAX];
+    int model, n, num_steps;
+    int steps_done;     /* summed over its images */
+    int images_done;
+    double age_ms;
+    bool cancelled;
+} wf_image_snapshot;
+
+/* fn per held request, under the scheduler's lock: quick, no calls back. */
+void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapshot *, void *),
+                            void *user);
+
+#endif

@@ -1,0 +1,128 @@
+/* engine/dit/dit_exec.h: the DiT executor's tasks on the committed default DiT
+ * (deploy/models/weft-dit-digits): a whole trajectory through wf_executor_run, per-task errors
+ * (unknown latent, taken id, short pixel buffer, LLM tasks), full latent table, schedule checks. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/dit/dit_exec.h"
+
+#define MODEL WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits"
+
+static wf_dit_exec *open_exec(int max_latents) {
+    wf_dit_exec_options o;
+    wf_dit_exec_options_init(&o);
+    o.model_path = MODEL;
+    o.n_threads = 1;
+    o.max_items = 2;
+    o.max_latents = max_latents;
+    wf_dit_exec *x;
+    char err[400];
+    ck_assert_msg(wf_dit_exec_open(&o, &x, err, sizeof err) == WF_OK, "%s", err);
+    return x;
+}
+
+static wf_task dit_task(wf_task_kind kind, uint64_t latent, int a, int b) {
+    wf_task t = {.kind = kind};
+    if (kind == WF_TASK_FINISH) {
+        t.finish.artifact = (wf_artifact){.id = latent, .kind = WF_ARTIFACT_LATENT};
+        return t;
+    }
+    t.dit = (wf_task_dit){.class_label = 3, .negative_label = -1, .guidance_scale = 2.0f,
+                          .sampler = -1, .num_steps = 6, .step_begin = a, .step_end = b,
+                          .seed = 9, .noise_index = 0};
+    t.dit.latent = (wf_artifact){.id = latent, .kind = WF_ARTIFACT_LATENT};
+    return t;
+}
+
+static wf_status run(wf_dit_exec *x, wf_task *tasks, int n) {
+    wf_task_batch b = {.tasks = tasks, .n_tasks = n};
+    char msg[160];
+    return wf_executor_run(wf_dit_exec_executor(x), &b, msg, sizeof msg);
+}
+
+START_TEST(trajectory_and_task_errors) {
+    wf_dit_exec *x = open_exec(2);
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(x);
+    ck_assert_int_eq(in->image_width * in->image_height * in->image_channels, 64);
+    ck_assert(!in->latent_model);
+    ck_assert(wf_executor_supports(wf_dit_exec_executor(x), WF_TASK_DENOISE));
+    ck_assert(!wf_executor_supports(wf_dit_exec_executor(x), WF_TASK_PREFILL));
+    uint8_t px[64], px2[64];
+    /* ENCODE + DENOISE 0..6 + DECODE in one batch == ENCODE, DENOISE 0..2, 2..6, DECODE apart */
+    wf_task t[3] = {dit_task(WF_TASK_ENCODE, 1, 0, 0), dit_task(WF_TASK_DENOISE, 1, 0, 6),
+                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6)};
+    t[2].dit.pixels = px;
+    t[2].dit.pixels_cap = sizeof px;
+    ck_assert_int_eq(run(x, t, 3), WF_OK);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(t[i].status, WF_OK);
+    ck_assert_int_eq(t[1].dit.latent.latent.step, 6);
+    wf_task fin = dit_task(WF_TASK_FINISH, 1, 0, 0);
+    ck_assert_int_eq(run(x, &fin, 1), WF_OK);
+    wf_task s[4] = {dit_task(WF_TASK_ENCODE, 2, 0, 0), dit_task(WF_TASK_DENOISE, 2, 0, 2)};
+    ck_assert_int_eq(run(x, s, 2), WF_OK);
+    s[0] = dit_task(WF_TASK_DENOISE, 2, 2, 6);
+    s[1] = dit_task(WF_TASK_DECODE_IMAGE, 2, 6, 6);
+    s[1].dit.pixels = px2;
+    s[1].dit.pixels_cap = sizeof px2;
+    ck_assert_int_eq(run(x, s, 2), WF_OK);
+    ck_assert_int_eq(s[0].status, WF_OK);
+    ck_assert_int_eq(s[1].status, WF_OK);
+    ck_assert_int_eq(memcmp(px, px2, sizeof px), 0);
+    /* errors are per task */
+    wf_task e[6] = {dit_task(WF_TASK_DENOISE, 99, 0, 1),      /* unknown latent */
+                    dit_task(WF_TASK_ENCODE, 2, 0, 0),        /* id taken */
+                    dit_task(WF_TASK_DECODE_IMAGE, 2, 6, 6),  /* no pixel buffer */
+                    dit_task(WF_TASK_FINISH, 12345, 0, 0),    /* unknown: nothing to free */
+                    {.kind = WF_TASK_PREFILL},
+                    dit_task(WF_TASK_ENCODE, 3, 0, 0)};
+    ck_assert_int_eq(run(x, e, 6), WF_OK);
+    ck_assert_int_eq(e[0].status, WF_ENOTFOUND);
+    ck_assert_int_eq(e[1].status, WF_EINVAL);
+    ck_assert_int_eq(e[2].status, WF_EINVAL);
+    ck_assert_int_eq(e[3].status, WF_OK);
+    ck_assert_int_eq(e[4].status, WF_EUNSUPPORTED);
+    ck_assert_int_eq(e[5].status, WF_OK); /* the second of two slots */
+    wf_task full = dit_task(WF_TASK_ENCODE, 4, 0, 0);
+    ck_assert_int_eq(run(x, &full, 1), WF_OK);
+    ck_assert_int_eq(full.status, WF_EFULL);
+    wf_dit_exec_free(x);
+}
+END_TEST
+
+START_TEST(schedules_and_classes) {
+    wf_dit_exec *x = open_exec(4);
+    char err[200];
+    ck_assert_int_eq(wf_dit_exec_check_schedule(x, -1, 20, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_exec_check_schedule(x, -1, 999, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_exec_check_schedule(x, -1, 1000, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_exec_check_schedule(x, -1, 0, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_exec_check_schedule(x, 2 /* euler */, 50, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_exec_class_index(x, "9"), 9);
+    ck_assert_int_eq(wf_dit_exec_class_index(x, "10"), -1);
+    ck_assert_int_eq(wf_dit_exec_class_index(x, "-1"), -1);
+    ck_assert_int_eq(wf_dit_exec_class_index(x, ""), -1);
+    wf_dit_exec_free(x);
+    wf_dit_exec_options o;
+    wf_dit_exec_options_init(&o);
+    o.model_path = "/nonexistent/dit";
+    wf_dit_exec *bad;
+    ck_assert_int_ne(wf_dit_exec_open(&o, &bad, err, sizeof err), WF_OK);
+    ck_assert_ptr_null(bad);
+    ck_assert(strlen(err) > 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("engine/dit/dit_exec");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, trajectory_and_task_errors);
+    tcase_add_test(tc, schedules_and_classes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,305 @@
+/* sched/dit_policy.c and sched/dit_cost.c: decisions of the DiT placement policies on small
+ * hand-made situations (which group each job gets, and why), under GF-DiT's synthetic cost:
+ *   T(1024, P)  = 135.5 | 94.4 | 100.7 | 163.0 ms for P = 1 | 2 | 4 | 8
+ *   T(16384, P) = 2167.6 | 1211.0 | 710.9 | 508.6 ms
+ * and the cost model itself (formula, measured table, online correction, file errors). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "sched/dit_policy.h"
+
+static wf_dit_cost cost;
+static char err[256];
+
+static wf_dit_job job(int id, int tokens, double deadline_ms) {
+    wf_dit_job j;
+    memset(&j, 0, sizeof j);
+    j.id = id;
+    j.tokens = tokens;
+    j.steps = 50;
+    j.max_P = 8;
+    j.deadline_ms = deadline_ms;
+    j.latent_bytes = 64.0 * tokens;
+    return j;
+}
+
+static wf_dit_policy *policy(const char *spec, int n_ranks) {
+    wf_dit_policy *p;
+    ck_assert_msg(wf_dit_policy_new(spec, n_ranks, &cost, 5, &p, err, sizeof err) == WF_OK, "%s", err);
+    return p;
+}
+
+/* Runs one pick over jobs[0..n) with the given busy ranks; returns the task count. */
+static int pick(wf_dit_policy *p, int n_ranks, const bool *busy, wf_dit_job *jobs, int n, wf_dit_task *t) {
+    wf_dit_job *ready[16];
+    for (int i = 0; i < n; i++) ready[i] = &jobs[i];
+    wf_dit_view v = {.now_ms = 0, .n_ranks = n_ranks, .busy = busy, .ready = ready, .n_ready = n};
+    return wf_dit_policy_pick(p, &v, t, 16);
+}
+
+/* The task of job index i, or NULL. */
+static const wf_dit_task *task_of(const wf_dit_task *t, int k, int i) {
+    for (int a = 0; a < k; a++)
+        if (t[a].job == i) return &t[a];
+    return NULL;
+}
+
+static void setup(void) { wf_dit_cost_synthetic(&cost); }
+
+START_TEST(test_cost_synthetic_and_table) {
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&cost, 4096, 2), 0.1323 * 4096 / 1.82 + 20, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&cost, 16384, 8), 0.1323 * 16384 / 5.88 + 140, 1e-9);
+    ck_assert(!wf_dit_cost_allows(&cost, 3));
+    ck_assert(wf_dit_cost_step_ms(&cost, 1024, 3) < 0);
+    /* online correction: observed 2x slower at P = 2 moves only degree 2, toward 2x */
+    for (int i = 0; i < 200; i++) wf_dit_cost_observe(&cost, 1024, 2, 2 * (0.1323 * 1024 / 1.82 + 20));
+    ck_assert_double_eq_tol(cost.corr[2], 2.0, 1e-3);
+    ck_assert_double_eq_tol(cost.corr[1], 1.0, 1e-12);
+    /* measured table: linear between points, proportional outside */
+    wf_dit_cost m;
+    wf_dit_cost_measured(&m);
+    ck_assert(!wf_dit_cost_allows(&m, 1));
+    ck_assert_int_eq(wf_dit_cost_add_point(&m, 256, 1, 100), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&m, 1024, 1, 500), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&m, 256, 2, 60), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&m, 0, 2, 60), WF_EINVAL);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&m, 640, 1), 300, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&m, 2048, 1), 1000, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&m, 512, 2), 120, 1e-9);
+    ck_assert(!wf_dit_cost_allows(&m, 4));
+    ck_assert_double_eq_tol(wf_dit_cost_reshard_ms(&m, 0), 0, 1e-12);
+    ck_assert_double_eq_tol(wf_dit_cost_reshard_ms(&m, 2 * 1048576.0), 0.05 + 0.2, 1e-12);
+    /* the file form, and its errors */
+    char path[] = "/tmp/weft-dit-cost-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "# tokens P ms\n256 1 100\n256 2 60 # measured\n\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_OK);
+    ck_assert_int_eq(m.n_points, 2);
+    f = fopen(path, "w");
+    fprintf(f, "256 1 100\n256 two 60\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, ":2:"));
+    unlink(path);
+    ck_assert_int_eq(wf_dit_cost_load(&m, "/nonexistent/cost.txt", err, sizeof err), WF_ENOTFOUND);
+}
+END_TEST
+
+START_TEST(test_policy_names) {
+    wf_dit_policy *p;
+    ck_assert_int_eq(wf_dit_policy_new("static:3", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "static:3"));
+    ck_assert_int_eq(wf_dit_policy_new("static:8", 4, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_policy_new("fastest", 4, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "fastest"));
+    ck_assert_int_eq(wf_dit_policy_new("rssp:1024", 4, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_policy_new("elastic", 0, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_policy_new("elastic", 4, &cost, 0, &p, err, sizeof err), WF_EINVAL);
+}
+END_TEST
+
+/* Best fit: each job the smallest degree meeting its deadline, in deadline order. A (short,
+ * tight: P = 1 takes 6774 ms > 5000, P = 2 takes 4718) gets 2; B and C (lenient) one each. */
+START_TEST(test_elastic_smallest_degree) {
+    wf_dit_policy *p = policy("elastic", 4);
+    bool busy[4] = {0};
+    wf_dit_job jobs[3] = {job(0, 16384, 1e9), job(1, 1024, 5000), job(2, 1024, 20000)};
+    wf_dit_task t[16];
+    int k = pick(p, 4, busy, jobs, 3, t);
+    ck_assert_int_eq(k, 3);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 2);
+    ck_assert_int_eq(task_of(t, k, 2)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    for (int a = 0; a < k; a++) ck_assert_int_eq(t[a].steps, 5); /* a chunk, then reconsidered */
+    /* the groups are disjoint and cover the 4 ranks */
+    int seen[4] = {0};
+    for (int a = 0; a < k; a++)
+        for (int i = 0; i < t[a].n_ranks; i++) seen[t[a].ranks[i]]++;
+    for (int r = 0; r < 4; r++) ck_assert_int_eq(seen[r], 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* Leftovers go to the most urgent job, at the fastest degree: one short job alone on 8 ranks
+ * meets its deadline on 1, but 2 ranks are faster (94.4 ms vs 135.5; 4 and 8 are slower). */
+START_TEST(test_elastic_leftovers_to_most_urgent) {
+    wf_dit_policy *p = policy("elastic", 8);
+    bool busy[8] = {0};
+    wf_dit_job jobs[2] = {job(0, 1024, 1e5), job(1, 16384, 1e9)};
+    wf_dit_task t[16];
+    int k = pick(p, 8, busy, jobs, 1, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    /* with a long job too: both fit on one rank; leftovers (6) go first to the short one (more
+     * urgent: earlier deadline) up to its fastest degree 2, then the long one gets 5 ranks'
+     * worth: its fastest allowed degree within 1 + 5 = 6 is 4 */
+    k = pick(p, 8, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 2);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 4);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* Demotion: a long job ahead in deadline order holds the room a short job at risk needs (2
+ * ranks: 6774 ms on one > its 5000 ms deadline, 4718 on two); with far more work left, the
+ * long one waits a chunk. Without that much more work, no demotion: the short job starts on
+ * the one rank left rather than wait (and is reconsidered at its chunk's end). */
+START_TEST(test_elastic_demotes_long_job) {
+    wf_dit_policy *p = policy("elastic", 8);
+    bool busy[8] = {true, true, true, true, true, true, false, false};
+    wf_dit_job jobs[2] = {job(0, 16384, 4900), job(1, 1024, 5000)};
+    jobs[0].steps_done = 48; /* 2 steps left: 4335 ms on one rank, not 4x the short job's work */
+    wf_dit_task t[16];
+    int k = pick(p, 8, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    /* on 8 free ranks: the long job (13 steps left: 28179 ms on one rank, > 4x the short
+     * job's 6774) meets its 6700 ms deadline only on 8 ranks (6612 ms) and comes first in
+     * deadline order, so it takes all 8; the short job at risk (6750 ms: needs 2) demotes it,
+     * and the long one then gets the largest degree left over (4 of the 6) */
+    bool none[8] = {0};
+    jobs[0].steps_done = 37;
+    jobs[0].deadline_ms = 6700;
+    jobs[1].deadline_ms = 6750;
+    k = pick(p, 8, none, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 4);
+    /* without the short job, the long one gets its 8 */
+    k = pick(p, 8, none, jobs, 1, t);
+    ck_assert_int_eq(t[0].n_ranks, 8);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* Jobs that cannot meet their deadline on any degree get one rank each, after the others. */
+START_TEST(test_elastic_late_jobs_one_rank) {
+    wf_dit_policy *p = policy("elastic", 3);
+    bool busy[3] = {0};
+    wf_dit_job jobs[3] = {job(0, 1024, 10), job(1, 1024, 20), job(2, 1024, 1e9)};
+    wf_dit_task t[16];
+    int k = pick(p, 3, busy, jobs, 3, t);
+    ck_assert_int_eq(k, 3);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(task_of(t, k, i)->n_ranks, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* A late job waits behind feasible ones, but not for ever: once it is late by more than its
+ * single-rank time it takes a rank at its place in deadline order. */
+START_TEST(test_elastic_late_job_aging) {
+    wf_dit_policy *p = policy("elastic", 2);
+    bool busy[2] = {true, false};
+    wf_dit_job jobs[2] = {job(0, 1024, 1000), job(1, 1024, 1e9)};
+    wf_dit_job *ready[2] = {&jobs[0], &jobs[1]};
+    wf_dit_view v = {.now_ms = 2000, .n_ranks = 2, .busy = busy, .ready = ready, .n_ready = 2};
+    wf_dit_task t[4];
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 1); /* late by 1 s < 6.8 s: the feasible job goes first */
+    v.now_ms = 1000 + 50 * 135.5 + 100;
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 0);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* A job keeps the ranks it held when they are free (no reshard). */
+START_TEST(test_elastic_keeps_ranks) {
+    wf_dit_policy *p = policy("elastic", 8);
+    bool busy[8] = {0};
+    wf_dit_job jobs[1] = {job(0, 1024, 1e5)};
+    jobs[0].n_ranks = 2;
+    jobs[0].ranks[0] = 6;
+    jobs[0].ranks[1] = 5;
+    wf_dit_task t[16];
+    ck_assert_int_eq(pick(p, 8, busy, jobs, 1, t), 1);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].ranks[0], 6);
+    ck_assert_int_eq(t[0].ranks[1], 5);
+    /* one of them busy: the other is kept, the second is the lowest free */
+    busy[6] = true;
+    ck_assert_int_eq(pick(p, 8, busy, jobs, 1, t), 1);
+    ck_assert_int_eq(t[0].ranks[0], 5);
+    ck_assert_int_eq(t[0].ranks[1], 0);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* static:2 on 8 ranks: lanes {0,1} {2,3} {4,5} {6,7}; a busy rank blocks its lane; jobs take
+ * whole lanes in deadline order and run every step there. */
+START_TEST(test_static_lanes) {
+    wf_dit_policy *p = policy("static:2", 8);
+    bool busy[8] = {false, false, false, true, false, false, false, false};
+    wf_dit_job jobs[4] = {job(0, 1024, 300), job(1, 1024, 100), job(2, 16384, 200), job(3, 1024, 400)};
+    wf_dit_task t[16];
+    int k = pick(p, 8, busy, jobs, 4, t);
+    ck_assert_int_eq(k, 3);
+    ck_assert_int_eq(t[0].job, 1);
+    ck_assert_int_eq(t[0].ranks[0], 0);
+    ck_assert_int_eq(t[1].job, 2);
+    ck_assert_int_eq(t[1].ranks[0], 4);
+    ck_assert_int_eq(t[2].job, 0);
+    ck_assert_int_eq(t[2].ranks[0], 6);
+    for (int a = 0; a < k; a++) {
+        ck_assert_int_eq(t[a].n_ranks, 2);
+        ck_assert_int_eq(t[a].steps, 50);
+    }
+    /* a job whose model allows only P = 1 uses one rank of its lane */
+    jobs[1].max_P = 1;
+    k = pick(p, 8, busy, jobs, 2, t);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* rssp: the largest degree with parallel efficiency >= 0.7: S -> 2 (0.72), L -> 4 (0.76); or a
+ * table; backfill: a job that does not fit lets a smaller one behind it start. */
+START_TEST(test_rssp) {
+    wf_dit_policy *p = policy("rssp", 8);
+    wf_dit_job s = job(0, 1024, 0), l = job(1, 16384, 0);
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &s), 2);
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &l), 4);
+    bool busy[8] = {true, true, true, true, true, false, false, false};
+    wf_dit_job jobs[2] = {job(0, 16384, 100), job(1, 1024, 200)};
+    wf_dit_task t[16];
+    int k = pick(p, 8, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].job, 1);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].steps, 50);
+    wf_dit_policy_free(p);
+    p = policy("rssp:1=1,10000=8", 8);
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &s), 1);
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &l), 8);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("dit_policy");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_cost_synthetic_and_table);
+    tcase_add_test(tc, test_policy_names);
+    tcase_add_test(tc, test_elastic_smallest_degree);
+    tcase_add_test(tc, test_elastic_leftovers_to_most_urgent);
+    tcase_add_test(tc, test_elastic_demotes_long_job);
+    tcase_add_test(tc, test_elastic_late_jobs_one_rank);
+    tcase_add_test(tc, test_elastic_keeps_ranks);
+    tcase_add_test(tc, test_elastic_late_job_aging);
+    tcase_add_test(tc, test_static_lanes);
+    tcase_add_test(tc, test_rssp);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+WF_CHECK_MAIN(suite)

@@ -1,0 +1,268 @@
+/* The image scheduler (sched/images.h) on the real in-process DiT executor
+ * (engine/dit/dit_exec.h) with the committed default DiT (deploy/models/weft-dit-digits):
+ * batching invariance across mixed requests, chunk lengths and batching off, cancellation at a
+ * step boundary, admission errors, drain. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/dit/dit_exec.h"
+#include "proto/base/clock.h"
+#include "proto/base/handoff.h"
+#include "sched/images.h"
+
+#define MODEL WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits"
+
+typedef struct fixture {
+    wf_dit_exec *x;
+    wf_image_sched *s;
+    int model;
+    wf_handoff events;
+    size_t image_bytes;
+} fixture;
+
+static void open_fixture(fixture *f, int chunk, bool batching, int queue) {
+    memset(f, 0, sizeof *f);
+    char err[400];
+    wf_dit_exec_options xo;
+    wf_dit_exec_options_init(&xo);
+    xo.model_path = MODEL;
+    xo.n_threads = 2;
+    xo.max_items = 4;
+    xo.max_latents = 8;
+    ck_assert_msg(wf_dit_exec_open(&xo, &f->x, err, sizeof err) == WF_OK, "%s", err);
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(f->x);
+    ck_assert_int_eq(in->image_width, 8);
+    ck_assert_int_eq(in->image_channels, 1);
+    ck_assert_int_eq(in->n_class_names, 10);
+    ck_assert_int_eq(wf_dit_exec_class_index(f->x, "7"), 7);
+    ck_assert_int_eq(wf_dit_exec_class_index(f->x, "cat"), -1);
+    wf_image_sched_options o;
+    wf_image_sched_options_init(&o);
+    o.chunk_steps = chunk;
+    o.batching = batching;
+    o.queue_size = queue;
+    ck_assert_int_eq(wf_image_sched_new(&o, &f->s), WF_OK);
+    wf_image_geometry g = {.width = in->image_width, .height = in->image_height,
+                           .channels = in->image_channels, .latent_channels = in->latent_channels,
+                           .latent_height = in->latent_height, .latent_width = in->latent_width,
+                           .max_items = in->max_items, .max_latents = in->max_latents};
+    ck_assert_int_eq(wf_image_sched_add_model(f->s, wf_dit_exec_executor(f->x), &g, &f->model), WF_OK);
+    ck_assert_int_eq(wf_image_sched_start(f->s), WF_OK);
+    ck_assert_int_eq(wf_handoff_init(&f->events, 0, NULL, NULL), WF_OK);
+    f->image_bytes = (size_t)g.width * (size_t)g.height * (size_t)g.channels;
+}
+
+static void close_fixture(fixture *f) {
+    wf_image_sched_drain(f->s, 1000);
+    wf_image_sched_free(f->s);
+    wf_dit_exec_free(f->x);
+    wf_handoff_free(&f->events);
+}
+
+typedef struct outcome {
+    wf_status status;
+    int progress, images;
+    uint8_t pixels[10 * 64];
+    bool finished;
+} outcome;
+
+/* Consumes events until every request in reqs[0..n) finished; copies pixels; releases. */
+static void collect(fixture *f, wf_image_request **reqs, outcome *out, int n,
+                    int cancel_after_progress) {
+    int left = n;
+    while (left > 0) {
+        ck_assert(wf_handoff_wait(&f->events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f->events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            outcome *o = ev->user;
+            int i = (int)(o - out);
+            if (ev->kind == WF_IMAGE_EVENT_PROGRESS) {
+                o->progress++;
+                if (cancel_after_progress > 0 && o->progress == cancel_after_progress)
+                    wf_image_sched_cancel(f->s, reqs[i]);
+            } else if (ev->kind == WF_IMAGE_EVENT_IMAGE) {
+                memcpy(o->pixels + (size_t)ev->index * f->image_bytes, ev->pixels, f->image_bytes);
+                o->images++;
+            } else {
+                ck_assert(!o->finished);
+                o->finished = true;
+                o->status = ev->status;
+                wf_image_sched_release(f->s, reqs[i]);
+                left--;
+            }
+            wf_image_event_free(ev);
+        }
+    }
+}
+
+static wf_image_spec spec_of(int model, int k) {
+    wf_image_spec sp = {.model = model, .n = 1 + k % 2, .class_label = k % 10, .negative_label = -1,
+                        .guidance_scale = (float[]){2.0f, 1.0f, 3.0f}[k % 3],
+                        .sampler = k % 4 == 3 ? 0 /* DDPM */ : -1,
+                        .num_steps = (int[]){6, 10, 3, 8}[k % 4], .seed = 500 + (uint64_t)k,
+                        .progress = true};
+    snprintf(sp.id, sizeof sp.id, "req-%d", k);
+    return sp;
+}
+
+#define N_REQ 6
+
+static void run_set(int chunk, bool batching, bool together, outcome *out) {
+    fixture f;
+    open_fixture(&f, chunk, batching, 64);
+    wf_image_request *reqs[N_REQ];
+    memset(out, 0, sizeof(outcome) * N_REQ);
+    char why[160];
+    for (int k = 0; k < N_REQ; k++) {
+        wf_image_spec sp = spec_of(f.model, k);
+        ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[k], &reqs[k], why, sizeof why, NULL), WF_OK);
+        if (!together) collect(&f, &reqs[k], &out[k], 1, 0);
+    }
+    if (together) collect(&f, reqs, out, N_REQ, 0);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.finished, N_REQ);
+    ck_assert_uint_eq(st.failed, 0);
+    close_fixture(&f);
+    for (int k = 0; k < N_REQ; k++) {
+        wf_image_spec sp = spec_of(0, k);
+        ck_assert_int_eq(out[k].status, WF_OK);
+        ck_assert_int_eq(out[k].images, sp.n);
+    }
+}
+
+START_TEST(batching_invariance) {
+    static outcome alone[N_REQ], together[N_REQ], chunked[N_REQ], solo[N_REQ];
+    run_set(1, true, false, alone);
+    run_set(1, true, true, together);
+    run_set(3, true, true, chunked);
+    run_set(1, false, true, solo);
+    for (int k = 0; k < N_REQ; k++) {
+        wf_image_spec sp = spec_of(0, k);
+        size_t bytes = (size_t)sp.n * 64;
+        ck_assert_msg(memcmp(alone[k].pixels, together[k].pixels, bytes) == 0, "request %d batched", k);
+        ck_assert_msg(memcmp(alone[k].pixels, chunked[k].pixels, bytes) == 0, "request %d chunk 3", k);
+        ck_assert_msg(memcmp(alone[k].pixels, solo[k].pixels, bytes) == 0, "request %d batching off", k);
+        /* chunk 1: one progress event per step per image */
+        ck_assert_int_eq(together[k].progress, sp.n * sp.num_steps);
+    }
+    /* different seeds of one class give different images */
+    ck_assert(memcmp(alone[0].pixels, alone[2].pixels, 64) != 0);
+}
+END_TEST
+
+START_TEST(cancel_at_step_boundary) {
+    fixture f;
+    open_fixture(&f, 1, true, 64);
+    wf_image_spec sp = spec_of(f.model, 0);
+    sp.num_steps = 400;
+    sp.n = 3;
+    outcome out[1] = {0};
+    wf_image_request *req;
+    char why[160];
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, NULL), WF_OK);
+    collect(&f, &req, out, 1, 5);
+    ck_assert_int_eq(out[0].status, WF_ECANCELLED);
+    ck_assert_int_eq(out[0].images, 0);
+    ck_assert_int_lt(out[0].progress, sp.n * sp.num_steps);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.cancelled, 1);
+    /* its latents were freed: a request needing every slot still runs */
+    sp = spec_of(f.model, 1);
+    sp.n = 8;
+    sp.num_steps = 2;
+    memset(out, 0, sizeof out);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, NULL), WF_OK);
+    collect(&f, &req, out, 1, 0);
+    ck_assert_int_eq(out[0].status, WF_OK);
+    ck_assert_int_eq(out[0].images, 8);
+    close_fixture(&f);
+}
+END_TEST
+
+START_TEST(admission_errors) {
+    fixture f;
+    open_fixture(&f, 1, true, 2);
+    wf_image_request *r[3];
+    char why[160];
+    outcome out[3] = {0};
+    wf_image_spec sp = spec_of(f.model, 0);
+    sp.n = 9; /* above max_latents (8) */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
+    ck_assert_ptr_null(r[0]);
+    sp.n = 1;
+    sp.num_steps = 0;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
+    sp.num_steps = 300;
+    sp.model = 5;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_EINVAL);
+    sp.model = f.model;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &r[0], why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[1], &r[1], why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why, NULL), WF_EFULL);
+    ck_assert(strstr(why, "queued") != NULL);
+    wf_image_sched_cancel(f.s, r[0]);
+    wf_image_sched_cancel(f.s, r[1]);
+    collect(&f, r, out, 2, 0);
+    ck_assert_int_eq(out[0].status, WF_ECANCELLED);
+    /* drained: no more admissions */
+    wf_image_sched_drain(f.s, 100);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[2], &r[2], why, sizeof why, NULL), WF_EBUSY);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.rejected, 2);
+    close_fixture(&f);
+}
+END_TEST
+
+START_TEST(deadline_admission) {
+    fixture f;
+    open_fixture(&f, 1, true, 64);
+    double a, c, d, corr;
+    ck_assert(wf_image_sched_cost(f.s, f.model, &a, &c, &d, &corr));
+    ck_assert(a >= 0 && c >= 0 && a + c > 0 && d > 0 && corr == 1.0);
+    wf_image_spec sp = spec_of(f.model, 0);
+    sp.num_steps = 500;
+    sp.deadline_ns = wf_clock_now_ns() + 10000; /* 10 us for 500 steps: out of reach */
+    wf_image_request *req;
+    char why[160];
+    double retry = -1;
+    outcome out[1] = {0};
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, &retry), WF_EOVERLOAD);
+    ck_assert(strstr(why, "deadline") != NULL);
+    ck_assert(retry >= 0);
+    sp.num_steps = 4;
+    sp.deadline_ns = wf_clock_now_ns() + 600ull * 1000000000ull; /* 10 minutes: fine */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, &out[0], &req, why, sizeof why, &retry), WF_OK);
+    collect(&f, &req, out, 1, 0);
+    ck_assert_int_eq(out[0].status, WF_OK);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.overloaded, 1);
+    close_fixture(&f);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("sched/images");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, batching_invariance);
+    tcase_add_test(tc, cancel_at_step_boundary);
+    tcase_add_test(tc, admission_errors);
+    tcase_add_test(tc, deadline_admission);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
