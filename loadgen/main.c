@@ -444,9 +444,10 @@ static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, con
         warmed = true;
         qsort(lat, m, sizeof *lat, cmp_double);
         p->classes[c].t_single_ms = m % 2 ? lat[m / 2] : 0.5 * (lat[m / 2 - 1] + lat[m / 2]);
-        printf("calibrated T_single of class %s (%dx%d, %d steps): %.1f ms (median of %zu)\n",
-               p->classes[c].name, p->classes[c].width, p->classes[c].height, p->classes[c].steps,
-               p->classes[c].t_single_ms, m);
+        /* The spread shows a calibration disturbed by other load on the machine. */
+        printf("calibrated T_single of class %s (%dx%d, %d steps): %.1f ms (median of %zu, "
+               "%.1f-%.1f)\n", p->classes[c].name, p->classes[c].width, p->classes[c].height,
+               p->classes[c].steps, p->classes[c].t_single_ms, m, lat[0], lat[m - 1]);
     }
     return 0;
 }

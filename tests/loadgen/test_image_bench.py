@@ -117,7 +117,7 @@ def test_calibration_refusals_and_slow_requests(tmp_path):
     # calibration: one warm-up + one request per class the run uses (S, L; M has no weight),
     # alone, without deadlines
     assert "calibrated T_single of class S (8x8, 5 steps): " in p.stdout
-    assert "(median of 1)" in p.stdout
+    assert "(median of 1, " in p.stdout
     assert p.stdout.count("calibrated T_single") == 2
     assert all("slo" not in b for b in bodies[:3]) and all("slo" in b for b in bodies[3:])
     run = result(out)["runs"][0]
