@@ -77,7 +77,7 @@ void wf_loadgen_dist_compute(double *values, size_t n, wf_loadgen_dist *d) {
     memset(d, 0, sizeof *d);
     d->n = n;
     if (n == 0) {
-        d->mean = d->std = d->median = d->p90 = d->p99 = d->min = d->max = NAN;
+        d->mean = d->std = d->median = d->p90 = d->p95 = d->p99 = d->min = d->max = NAN;
         return;
     }
     qsort(values, n, sizeof *values, cmp_double);
@@ -89,6 +89,7 @@ void wf_loadgen_dist_compute(double *values, size_t n, wf_loadgen_dist *d) {
     d->std = sqrt(ss / (double)n); /* population std, as numpy.std */
     d->median = wf_loadgen_percentile(values, n, 50);
     d->p90 = wf_loadgen_percentile(values, n, 90);
+    d->p95 = wf_loadgen_percentile(values, n, 95);
     d->p99 = wf_loadgen_percentile(values, n, 99);
     d->min = values[0];
     d->max = values[n - 1];
@@ -105,17 +106,17 @@ void wf_loadgen_error_key(const wf_loadgen_record *r, char *buf, size_t len) {
     }
 }
 
-static void count_error(wf_loadgen_summary *s, const char *key) {
-    for (size_t i = 0; i < s->n_errors; i++) {
-        if (strcmp(s->errors[i].key, key) == 0) {
-            s->errors[i].count++;
+void wf_loadgen_error_count(wf_loadgen_error_kind *kinds, size_t *n_kinds, const char *key) {
+    for (size_t i = 0; i < *n_kinds; i++) {
+        if (strcmp(kinds[i].key, key) == 0) {
+            kinds[i].count++;
             return;
         }
     }
     /* More distinct kinds than slots is impossible in practice; fold them into the last. */
-    size_t i = s->n_errors < WF_LOADGEN_MAX_ERROR_KINDS ? s->n_errors++ : WF_LOADGEN_MAX_ERROR_KINDS - 1;
-    if (s->errors[i].count == 0) snprintf(s->errors[i].key, sizeof s->errors[i].key, "%s", key);
-    s->errors[i].count++;
+    size_t i = *n_kinds < WF_LOADGEN_MAX_ERROR_KINDS ? (*n_kinds)++ : WF_LOADGEN_MAX_ERROR_KINDS - 1;
+    if (kinds[i].count == 0) snprintf(kinds[i].key, sizeof kinds[i].key, "%s", key);
+    kinds[i].count++;
 }
 
 wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
@@ -161,7 +162,7 @@ wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
                 out->failed++;
             char key[24];
             wf_loadgen_error_key(r, key, sizeof key);
-            count_error(out, key);
+            wf_loadgen_error_count(out->errors, &out->n_errors, key);
             continue;
         }
         out->completed++;

@@ -67,12 +67,15 @@ typedef struct wf_loadgen_record {
     int32_t expected_input;   /* what the dataset asked for (estimate) */
     int32_t expected_output;  /* max_tokens sent */
     bool tokens_estimated;    /* the server sent no usage */
+    uint64_t t_arrival_ns;    /* scheduled arrival (open loop; else t_start_ns): deadlines count
+                               * from here */
+    uint32_t images;          /* image workload: valid images received */
     char error[160];          /* first error message, "" when ok */
 } wf_loadgen_record;
 
 typedef struct wf_loadgen_dist {
     size_t n;
-    double mean, std, median, p90, p99, min, max;
+    double mean, std, median, p90, p95, p99, min, max;
 } wf_loadgen_dist;
 
 typedef struct wf_loadgen_error_kind {
@@ -126,6 +129,8 @@ wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
                                const wf_loadgen_slo_class *classes, size_t n_classes,
                                double duration_s, wf_loadgen_summary *out);
 
+/* Counts one error of kind `key` in kinds[0..*n_kinds) (at most WF_LOADGEN_MAX_ERROR_KINDS). */
+void wf_loadgen_error_count(wf_loadgen_error_kind *kinds, size_t *n_kinds, const char *key);
 /* The error key of a failed record ("http_503", "timeout", ...) into buf. */
 void wf_loadgen_error_key(const wf_loadgen_record *r, char *buf, size_t len);
 

@@ -31,6 +31,10 @@ static void print_point(FILE *f, const wf_loadgen_point *p) {
     const wf_loadgen_summary *s = &p->sum;
     fprintf(f, "\n==================== %s ====================\n", p->label);
     fprintf(f, "%-40s %s\n", "Stopped by:", p->res.stop_reason ? p->res.stop_reason : "-");
+    if (p->image) {
+        wf_loadgen_image_print(f, &p->isum);
+        return;
+    }
     fprintf(f, "%-40s %llu\n", "Successful requests:", (unsigned long long)s->completed);
     fprintf(f, "%-40s %llu\n", "Refused requests (429/503):", (unsigned long long)s->refused);
     fprintf(f, "%-40s %llu\n", "Failed requests:", (unsigned long long)s->failed);
@@ -76,8 +80,26 @@ void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_load
             info->model ? info->model : "(server default)", info->dataset,
             info->stream ? "streaming" : "non-streaming", (unsigned long long)info->seed,
             info->fresh_prompts ? " (fresh prompts per load point)" : "");
+    if (info->profile) fprintf(f, "arrivals: %s\n", info->profile);
     for (size_t i = 0; i < n; i++) print_point(f, &pts[i]);
-    if (n > 1) {
+    if (n > 1 && pts[0].image) {
+        fprintf(f, "\n%-28s %9s %9s %9s %9s %9s %8s %7s %7s\n", "load point", "img/s", "mean_ms",
+                "p95_ms", "p99_ms", "norm", "SLO met", "refused", "failed");
+        for (size_t i = 0; i < n; i++) {
+            const wf_loadgen_image_summary *s = &pts[i].isum;
+            /* "-" where nothing completed (every request refused): not "nan" */
+            const double x[5] = {s->latency.mean, s->latency.p95, s->latency.p99,
+                                 s->normalized.mean, 100.0 * s->attainment};
+            char v[5][32];
+            for (int k = 0; k < 5; k++) {
+                if (isfinite(x[k])) snprintf(v[k], sizeof v[k], k == 3 ? "%.2f" : k == 4 ? "%.1f%%" : "%.1f", x[k]);
+                else snprintf(v[k], sizeof v[k], "-");
+            }
+            fprintf(f, "%-28s %9.3f %9s %9s %9s %9s %8s %7llu %7llu\n", pts[i].label,
+                    s->image_throughput, v[0], v[1], v[2], v[3], v[4],
+                    (unsigned long long)s->refused, (unsigned long long)s->failed);
+        }
+    } else if (n > 1) {
         fprintf(f, "\n%-20s %8s %10s %9s %9s %9s %9s %9s %7s %7s\n", "load point", "req/s", "out tok/s",
                 "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "refused", "failed");
         for (size_t i = 0; i < n; i++) {
@@ -126,6 +148,15 @@ static json_t *point_json(const wf_loadgen_point *p) {
         json_object_set_new(o, "max_concurrency", json_integer(p->max_concurrency));
     }
     json_object_set_new(o, "stop_reason", json_string(p->res.stop_reason ? p->res.stop_reason : ""));
+    if (p->image) {
+        /* An image point: the image metrics only (token metrics mean nothing here). */
+        if (p->scale > 0) json_object_set_new(o, "rate_scale", json_real(p->scale));
+        json_object_set_new(o, "connections", json_integer((json_int_t)p->res.connections));
+        json_t *im = wf_loadgen_image_summary_json(&p->isum);
+        json_object_update(o, im);
+        json_decref(im);
+        return o;
+    }
     json_object_set_new(o, "issued", json_integer((json_int_t)s->issued));
     json_object_set_new(o, "completed", json_integer((json_int_t)s->completed));
     json_object_set_new(o, "failed", json_integer((json_int_t)s->failed));
@@ -175,6 +206,8 @@ wf_status wf_loadgen_report_write_json(const char *path, const wf_loadgen_info *
     json_object_set_new(root, "tool", json_string("weft-bench"));
     json_object_set_new(root, "version", json_string(WEFT_VERSION));
     json_object_set_new(root, "label", json_string(info->label ? info->label : ""));
+    json_object_set_new(root, "workload", json_string(info->workload ? info->workload : "text"));
+    if (info->profile) json_object_set_new(root, "profile", json_string(info->profile));
     json_object_set_new(root, "target", json_string(info->target));
     json_object_set_new(root, "model", info->model ? json_string(info->model) : json_null());
     json_object_set_new(root, "dataset", json_string(info->dataset));
@@ -205,13 +238,16 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
     if (!f) return wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
     fputs("point,label,index,slo_class,outcome,http_status,streamed,start_s,ttft_ms,tpot_ms,"
           "e2e_ms,itl_mean_ms,chunks,input_tokens,output_tokens,requested_input,"
-          "requested_output,tokens_estimated,slo_met,error\n", f);
+          "requested_output,tokens_estimated,slo_met,error,arrival_s,images\n", f);
     for (size_t k = 0; k < n; k++) {
         const wf_loadgen_point *p = &pts[k];
         uint64_t t0 = UINT64_MAX;
         for (size_t i = 0; i < p->res.n; i++)
-            if (p->res.records[i].outcome != WF_LOADGEN_NOT_SENT && p->res.records[i].t_start_ns < t0)
-                t0 = p->res.records[i].t_start_ns;
+            if (p->res.records[i].outcome != WF_LOADGEN_NOT_SENT) {
+                const wf_loadgen_record *r = &p->res.records[i];
+                uint64_t t = r->t_arrival_ns && r->t_arrival_ns < r->t_start_ns ? r->t_arrival_ns : r->t_start_ns;
+                if (t < t0) t0 = t;
+            }
         for (size_t i = 0; i < p->res.n; i++) {
             const wf_loadgen_record *r = &p->res.records[i];
             if (r->outcome == WF_LOADGEN_NOT_SENT) continue;
@@ -220,8 +256,11 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
             const wf_loadgen_slo_class *c =
                 r->slo_class >= 0 && (size_t)r->slo_class < p->sum.n_classes
                     ? &p->sum.classes[r->slo_class].def : NULL;
-            fprintf(f, "%zu,%s,%u,%s,%s,%d,%d", k, p->label, r->index, c ? c->name : "", key,
-                    r->http_status, r->streamed ? 1 : 0);
+            const wf_loadgen_image_class *ic =
+                p->image && r->slo_class >= 0 && (size_t)r->slo_class < p->isum.n_classes
+                    ? &p->isum.classes[r->slo_class].def : NULL;
+            fprintf(f, "%zu,%s,%u,%s,%s,%d,%d", k, p->label, r->index,
+                    ic ? ic->name : c ? c->name : "", key, r->http_status, r->streamed ? 1 : 0);
             csv_num(f, (double)(r->t_start_ns - t0) / 1e9);
             csv_num(f, wf_loadgen_record_ttft_ms(r));
             csv_num(f, wf_loadgen_record_tpot_ms(r));
@@ -234,12 +273,15 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
             fprintf(f, ",%u,%lld,%lld,%d,%d,%d,%d,\"", r->n_chunks, (long long)r->input_tokens,
                     (long long)r->output_tokens, r->expected_input, r->expected_output,
                     r->tokens_estimated ? 1 : 0,
-                    p->sum.has_slo ? (wf_loadgen_record_meets(r, c) ? 1 : 0) : -1);
+                    p->image ? (wf_loadgen_image_record_met(r, ic) ? 1 : 0)
+                    : p->sum.has_slo ? (wf_loadgen_record_meets(r, c) ? 1 : 0) : -1);
             for (const char *e = r->error; *e; e++) {
                 if (*e == '"') fputc('"', f);
                 fputc(*e == '\n' || *e == '\r' ? ' ' : *e, f);
             }
-            fputs("\"\n", f);
+            fputs("\"", f);
+            csv_num(f, r->t_arrival_ns >= t0 ? (double)(r->t_arrival_ns - t0) / 1e9 : NAN);
+            fprintf(f, ",%u\n", r->images);
         }
     }
     if (fclose(f) != 0) return wf_status_errorf(err, errlen, WF_EIO, "cannot write %s", path);
@@ -264,13 +306,40 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* Writes the CDF of one metric of one point: "value fraction" lines. Returns the count. */
+/* Image points: latency / T_single of the record's class, NAN when unknown. */
+static double normalized_ms(const wf_loadgen_point *p, const wf_loadgen_record *r) {
+    if (r->slo_class < 0 || (size_t)r->slo_class >= p->isum.n_classes) return NAN;
+    double t = p->isum.classes[r->slo_class].def.t_single_ms;
+    return t > 0 ? wf_loadgen_record_e2e_ms(r) / t : NAN;
+}
+
+/* Image points, the third panel: "arrival_s latency_ms" of every completed request of class
+ * cls (-1: all). */
+static size_t write_timeline(FILE *f, const wf_loadgen_point *p, int cls) {
+    uint64_t t0 = UINT64_MAX;
+    for (size_t i = 0; i < p->res.n; i++)
+        if (p->res.records[i].outcome != WF_LOADGEN_NOT_SENT && p->res.records[i].t_arrival_ns < t0)
+            t0 = p->res.records[i].t_arrival_ns;
+    size_t m = 0;
+    for (size_t i = 0; i < p->res.n; i++) {
+        const wf_loadgen_record *r = &p->res.records[i];
+        double l = wf_loadgen_record_e2e_ms(r);
+        if (!isfinite(l) || (cls >= 0 && r->slo_class != cls)) continue;
+        fprintf(f, "%.4f %.4f\n", (double)(r->t_arrival_ns - t0) / 1e9, l);
+        m++;
+    }
+    return m;
+}
+
 static size_t write_cdf(FILE *f, const wf_loadgen_point *p, int metric) {
+    if (p->image && metric == 2) return write_timeline(f, p, -1);
     double *v = malloc((p->res.n ? p->res.n : 1) * sizeof *v);
     if (!v) return 0;
     size_t m = 0;
     for (size_t i = 0; i < p->res.n; i++) {
         const wf_loadgen_record *r = &p->res.records[i];
-        double x = metric == 0 ? wf_loadgen_record_ttft_ms(r)
+        double x = p->image ? (metric == 0 ? wf_loadgen_record_e2e_ms(r) : normalized_ms(p, r))
+                   : metric == 0 ? wf_loadgen_record_ttft_ms(r)
                    : metric == 1 ? wf_loadgen_record_tpot_ms(r)
                                  : wf_loadgen_record_e2e_ms(r);
         if (isfinite(x)) v[m++] = x;
@@ -295,8 +364,14 @@ static int run_gnuplot(const char *script) {
 
 wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts, size_t n,
                                  char *err, size_t errlen) {
-    static const char *const metric[] = {"ttft", "tpot", "e2e"};
-    static const char *const title[] = {"TTFT (ms)", "TPOT (ms)", "end-to-end latency (ms)"};
+    static const char *const text_metric[] = {"ttft", "tpot", "e2e"};
+    static const char *const text_title[] = {"TTFT (ms)", "TPOT (ms)", "end-to-end latency (ms)"};
+    static const char *const image_metric[] = {"latency", "normalized", "timeline"};
+    static const char *const image_title[] = {"image latency (ms)", "normalised latency (latency / T_single)",
+                                              "arrival time (s)"};
+    bool image = n > 0 && pts[0].image;
+    const char *const *metric = image ? image_metric : text_metric;
+    const char *const *title = image ? image_title : text_title;
     size_t plen = strlen(prefix) + 64;
     char *path = malloc(plen), *script = malloc(plen);
     if (!path || !script) {
@@ -313,9 +388,12 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
             st = wf_status_errorf(err, errlen, WF_EIO, "cannot write %s: %s", path, strerror(errno));
             goto out;
         }
-        for (size_t k = 0; k < n; k++) {
-            fprintf(f, "# %s\n", pts[k].label);
-            size_t c = write_cdf(f, &pts[k], m);
+        /* One point of an image run: its timeline one block per class (colours by class). */
+        bool by_class = image && n == 1 && m == 2;
+        size_t blocks = by_class ? pts[0].isum.n_classes : n;
+        for (size_t k = 0; k < blocks; k++) {
+            fprintf(f, "# %s\n", by_class ? pts[0].isum.classes[k].def.name : pts[k].label);
+            size_t c = by_class ? write_timeline(f, &pts[0], (int)k) : write_cdf(f, &pts[k], m);
             if (c == 0) fprintf(f, "NaN NaN\n");
             counts[m] += c;
             fprintf(f, "\n\n");
@@ -335,17 +413,34 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
                "set yrange [0:1]\n");
     for (int m = 0; m < 3; m++) {
         fprintf(g, "set title '%s'\nset xlabel '%s'\n", title[m], title[m]);
+        bool timeline = image && m == 2;
+        if (timeline)
+            fprintf(g, "set title 'latency by arrival time'\nset ylabel 'latency (ms)'\n"
+                       "set autoscale y\nset key top left\n");
         if (counts[m] == 0) {
             fprintf(g, "set label 1 'no data' at graph 0.4,0.5\nplot NaN notitle\nunset label 1\n");
             continue;
         }
         fprintf(g, "plot ");
+        if (timeline && n == 1) {
+            snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
+            for (size_t c = 0; c < pts[0].isum.n_classes; c++) {
+                gp_path(g, path);
+                fprintf(g, " index %zu using 1:2 with points pt 7 ps 0.5 title 'class %s'%s", c,
+                        pts[0].isum.classes[c].def.name,
+                        c + 1 < pts[0].isum.n_classes ? ", \\\n     " : "\n");
+            }
+            continue;
+        }
         for (size_t k = 0; k < n; k++) {
             snprintf(path, plen, "%s_%s_cdf.dat", prefix, metric[m]);
             gp_path(g, path);
-            fprintf(g, " index %zu using 1:2 with lines lw 2 title '%s (%llu refused, %llu failed)'%s", k,
-                    pts[k].label, (unsigned long long)pts[k].sum.refused,
-                    (unsigned long long)pts[k].sum.failed, k + 1 < n ? ", \\\n     " : "\n");
+            uint64_t refused = image ? pts[k].isum.refused : pts[k].sum.refused;
+            uint64_t failed = image ? pts[k].isum.failed : pts[k].sum.failed;
+            fprintf(g, " index %zu using 1:2 with %s title '%s (%llu refused, %llu failed)'%s", k,
+                    timeline ? "points pt 7 ps 0.5" : "lines lw 2", pts[k].label,
+                    (unsigned long long)refused, (unsigned long long)failed,
+                    k + 1 < n ? ", \\\n     " : "\n");
         }
     }
     fprintf(g, "unset multiplot\n");
@@ -358,25 +453,41 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
             goto out;
         }
         bool open = pts[0].mode == WF_LOADGEN_OPEN;
-        fprintf(f, "# %s req/s out_tok/s goodput\n", open ? "offered_rate" : "concurrency");
+        fprintf(f, "# %s req/s %s\n", open ? "offered_rate" : "concurrency",
+                image ? "images/s slo_attainment" : "out_tok/s goodput");
         for (size_t k = 0; k < n; k++) {
             double x = open ? pts[k].rate : pts[k].concurrency;
             if (!isfinite(x)) continue; /* an "inf" point has no place on the axis */
-            fprintf(f, "%g %g %g %g\n", x, pts[k].sum.request_throughput,
-                    pts[k].sum.output_throughput,
-                    pts[k].sum.has_slo ? pts[k].sum.goodput : NAN);
+            if (image)
+                fprintf(f, "%g %g %g %g\n", x, pts[k].isum.request_throughput,
+                        pts[k].isum.image_throughput, pts[k].isum.attainment);
+            else
+                fprintf(f, "%g %g %g %g\n", x, pts[k].sum.request_throughput,
+                        pts[k].sum.output_throughput,
+                        pts[k].sum.has_slo ? pts[k].sum.goodput : NAN);
         }
         fclose(f);
         fprintf(g, "set terminal pngcairo size 900,550 noenhanced font ',10'\nset output ");
         snprintf(path, plen, "%s_throughput.png", prefix);
         gp_path(g, path);
         fprintf(g, "\nset title 'throughput vs %s'\nset xlabel '%s'\nset ylabel 'requests/s'\n"
-                   "set y2label 'output tokens/s'\nset ytics nomirror\nset y2tics\n"
-                   "set autoscale y\nset yrange [0:*]\nset y2range [0:*]\nset key top left\n",
+                   "set y2label '%s'\nset ytics nomirror\nset y2tics\n"
+                   "set autoscale y\nset yrange [0:*]\nset y2range [0:%s]\nset key top left\n",
                 open ? "offered rate" : "concurrency",
-                open ? "offered rate (requests/s)" : "concurrent streams");
+                open ? "offered rate (requests/s)" : "concurrent streams",
+                image ? "SLO attainment" : "output tokens/s", image ? "1" : "*");
         snprintf(path, plen, "%s_throughput.dat", prefix);
         fprintf(g, "plot ");
+        if (image) {
+            gp_path(g, path);
+            fprintf(g, " using 1:2 with linespoints lw 2 title 'request throughput', ");
+            gp_path(g, path);
+            fprintf(g, " using 1:3 with linespoints lw 2 title 'images/s', ");
+            gp_path(g, path);
+            fprintf(g, " using 1:4 axes x1y2 with linespoints lw 2 title 'SLO attainment'%s\n",
+                    open ? ", x with lines dt 2 lc rgb 'gray' title 'offered rate'" : "");
+            goto plotted;
+        }
         gp_path(g, path);
         fprintf(g, " using 1:2 with linespoints lw 2 title 'request throughput', ");
         gp_path(g, path);
@@ -385,6 +496,7 @@ wf_status wf_loadgen_report_plot(const char *prefix, const wf_loadgen_point *pts
         fprintf(g, " using 1:3 axes x1y2 with linespoints lw 2 title 'output tokens/s'%s\n",
                 open ? ", x with lines dt 2 lc rgb 'gray' title 'offered rate'" : "");
     }
+plotted:
     fclose(g);
     int rc = run_gnuplot(script);
     if (rc == 127) st = wf_status_errorf(err, errlen, WF_EUNSUPPORTED, "gnuplot is not installed");
@@ -431,7 +543,9 @@ wf_status wf_loadgen_compare(FILE *f, const char *path_a, const char *path_b, ch
         "output_throughput", "total_token_throughput", "goodput", "mean_ttft_ms",
         "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
         "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
-        "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms"};
+        "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms", "images", "image_throughput",
+        "slo_attainment", "mean_latency_ms", "median_latency_ms", "p95_latency_ms",
+        "p99_latency_ms", "mean_normalized_latency", "p99_normalized_latency"};
     const char *la = json_string_value(json_object_get(a, "label"));
     const char *lb = json_string_value(json_object_get(b, "label"));
     if (!la || !*la) la = "A";

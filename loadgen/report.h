@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include "loadgen/image.h"
 #include "loadgen/metrics.h"
 #include "loadgen/runner.h"
 #include "proto/base/status.h"
@@ -28,6 +29,9 @@ typedef struct wf_loadgen_point {
     int max_concurrency;
     wf_loadgen_run_result res;
     wf_loadgen_summary sum;
+    bool image;                 /* an image workload point: isum is the report */
+    double scale;               /* image profile: the rate factor of this point (0 = none) */
+    wf_loadgen_image_summary isum;
 } wf_loadgen_point;
 
 /* What the run was, for the header of reports. Strings are borrowed. */
@@ -43,6 +47,8 @@ typedef struct wf_loadgen_info {
     const wf_loadgen_slo_class *classes;
     size_t n_classes;
     bool fresh_prompts;  /* each load point had its own requests (--fresh-prompts) */
+    const char *workload; /* "text" or "images" */
+    const char *profile;  /* image arrival profile description, or NULL */
 } wf_loadgen_info;
 
 void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_loadgen_point *pts,

@@ -232,6 +232,31 @@ static void error_message(json_t *root, char *buf, size_t len) {
     else snprintf(buf, len, "error object in response");
 }
 
+/* The image class of a record (its slo_class), or NULL. */
+static const wf_loadgen_image_class *image_class(const run *r, const wf_loadgen_record *rec) {
+    const wf_loadgen_image_opts *io = r->o->image;
+    if (!io || rec->slo_class < 0 || (size_t)rec->slo_class >= io->n_classes) return NULL;
+    return &io->classes[rec->slo_class];
+}
+
+/* One event of a streamed image reply: progress (the first one's time is kept) or images. */
+static void on_image_event(req *q, wf_loadgen_record *rec, const char *event, json_t *msg) {
+    const wf_loadgen_image_class *c = image_class(q->run, rec);
+    char m[160];
+    bool progress = false;
+    int got = -1;
+    if (event && strcmp(event, "error") == 0) error_message(msg, m, sizeof m);
+    else if (c) got = wf_loadgen_image_check_event(msg, c->width, c->height, &progress, m, sizeof m);
+    else snprintf(m, sizeof m, "no image class");
+    if (got < 0) {
+        q->stream_error = true;
+        set_error(rec, "stream: %s", m);
+        return;
+    }
+    if (rec->t_first_ns == 0) rec->t_first_ns = q->t_now;
+    rec->images += (uint32_t)got;
+}
+
 static void on_sse_event(void *ud, const char *event, const char *data, size_t len) {
     req *q = ud;
     wf_loadgen_record *rec = &q->run->res->records[q->idx];
@@ -241,6 +266,11 @@ static void on_sse_event(void *ud, const char *event, const char *data, size_t l
     if (!json_is_object(msg)) {
         q->stream_error = true;
         set_error(rec, "bad JSON in stream: %s", jerr.text);
+        json_decref(msg);
+        return;
+    }
+    if (q->run->o->image) {
+        on_image_event(q, rec, event, msg);
         json_decref(msg);
         return;
     }
@@ -310,6 +340,22 @@ static void finish_plain(req *q, wf_loadgen_record *rec) {
         json_decref(root);
         return;
     }
+    if (q->run->o->image) {
+        const wf_loadgen_image_class *c = image_class(q->run, rec);
+        char m[160] = "no image class";
+        int got = c ? wf_loadgen_image_check_reply(root, c->width, c->height, m, sizeof m) : -1;
+        json_decref(root);
+        if (got < 0 || got != q->run->o->image->n) {
+            rec->outcome = WF_LOADGEN_STREAM_ERROR;
+            if (got < 0) set_error(rec, "%s", m);
+            else set_error(rec, "reply has %d images, asked %d", got, q->run->o->image->n);
+            return;
+        }
+        rec->outcome = WF_LOADGEN_OK;
+        rec->images = (uint32_t)got;
+        rec->t_first_ns = rec->t_end_ns;
+        return;
+    }
     if (!json_is_object(root) || json_object_get(root, "error") ||
         !json_is_array(json_object_get(root, "choices"))) {
         rec->outcome = WF_LOADGEN_STREAM_ERROR;
@@ -351,6 +397,8 @@ static void req_free(req *q) {
 
 static void finish_req(req *q, wf_status st, const char *msg);
 
+static char *request_bytes(run *r, size_t idx, uint64_t now_ns, size_t *len);
+
 static void on_retry(uv_timer_t *t) {
     req *q = t->data;
     run *r = q->run;
@@ -361,6 +409,18 @@ static void on_retry(uv_timer_t *t) {
     q->status = 0;
     q->event_stream = q->stream_error = false;
     q->body_len = 0;
+    r->res->records[q->idx].images = 0;
+    r->res->records[q->idx].t_first_ns = 0;
+    if (r->o->image && r->o->slo_ext) { /* the deadline left is smaller now */
+        size_t len = 0;
+        char *bytes = request_bytes(r, q->idx, uv_hrtime(), &len);
+        if (bytes) {
+            free(q->bytes);
+            q->bytes = bytes;
+            q->call.data = bytes;
+            q->call.len = len;
+        }
+    }
     wf_loadgen_sse_free(&q->sse);
     wf_loadgen_sse_init(&q->sse, on_sse_event, q);
     q->next = r->head;
@@ -380,6 +440,13 @@ static bool maybe_retry(req *q, wf_status st) {
         return false;
     uint64_t now = uv_hrtime(), delay = (uint64_t)(q->call.retry_after_s * 1e9);
     if (now + delay >= q->deadline_ns || now + delay >= r->stop_ns) return false;
+    /* An image request whose SLO deadline will have passed by then has missed it: sent with
+     * weft's extension it would only be refused again, so the refusal stands. */
+    const wf_loadgen_record *rec = &r->res->records[q->idx];
+    const wf_loadgen_image_class *c = r->o->image && r->o->slo_ext ? image_class(r, rec) : NULL;
+    if (c && isfinite(wf_loadgen_image_deadline_ms(c)) &&
+        (double)(now + delay - rec->t_arrival_ns) / 1e6 >= wf_loadgen_image_deadline_ms(c))
+        return false;
     if (!q->retry_timer_on) {
         if (uv_timer_init(&r->loop, &q->retry_timer) != 0) return false;
         q->retry_timer_on = true;
@@ -408,6 +475,11 @@ static void finish_req(req *q, wf_status st, const char *msg) {
         if (q->event_stream) {
             if (q->stream_error) rec->outcome = WF_LOADGEN_STREAM_ERROR;
             else rec->outcome = WF_LOADGEN_OK;
+            if (r->o->image && rec->outcome == WF_LOADGEN_OK &&
+                rec->images != (uint32_t)r->o->image->n) {
+                rec->outcome = WF_LOADGEN_STREAM_ERROR;
+                set_error(rec, "stream ended with %u images, asked %d", rec->images, r->o->image->n);
+            }
             if (rec->tokens_estimated) rec->output_tokens = rec->n_chunks;
         } else {
             finish_plain(q, rec);
@@ -429,6 +501,31 @@ static void finish_req(req *q, wf_status st, const char *msg) {
     maybe_finish(r);
 }
 
+/* The request bytes of item idx sent at now_ns. An image request gets what is left of its
+ * deadline then: one held back by --max-concurrency or waiting out a Retry-After has already
+ * spent part of it. NULL on ENOMEM. */
+static char *request_bytes(run *r, size_t idx, uint64_t now_ns, size_t *len) {
+    const wf_loadgen_prompt *p = &r->ds->items[idx];
+    const wf_loadgen_record *rec = &r->res->records[idx];
+    char *body;
+    if (r->o->image) {
+        const wf_loadgen_image_class *c = image_class(r, rec);
+        double deadline = c ? wf_loadgen_image_deadline_ms(c) : NAN;
+        /* Sent late (a slow timer, a busy loop): the deadline is still sent, at its minimum,
+         * and the server may refuse at once; leaving it out would mean "no deadline". */
+        if (isfinite(deadline)) deadline -= (double)(now_ns - rec->t_arrival_ns) / 1e6;
+        if (isfinite(deadline) && deadline < 1) deadline = 1;
+        body = wf_loadgen_image_build_body(r->o->image, r->o->model, p,
+                                           isfinite(deadline) ? deadline : 0, r->o->slo_ext,
+                                           r->o->stream, r->o->extra_body);
+    } else {
+        body = wf_loadgen_build_body(r->o, p);
+    }
+    char *bytes = body ? build_request(r->o, "POST", r->o->target.path, body, len) : NULL;
+    free(body);
+    return bytes;
+}
+
 static void issue(run *r, size_t idx) {
     const wf_loadgen_prompt *p = &r->ds->items[idx];
     wf_loadgen_record *rec = &r->res->records[idx];
@@ -439,12 +536,12 @@ static void issue(run *r, size_t idx) {
     rec->input_tokens = p->input_tokens;
     rec->tokens_estimated = true;
     r->issued++;
-    req *q = calloc(1, sizeof *q);
-    char *body = q ? wf_loadgen_build_body(r->o, p) : NULL;
-    size_t len = 0;
-    if (q && body) q->bytes = build_request(r->o, "POST", r->o->target.path, body, &len);
-    free(body);
     rec->t_start_ns = uv_hrtime();
+    if (rec->t_arrival_ns == 0 || rec->t_arrival_ns > rec->t_start_ns)
+        rec->t_arrival_ns = rec->t_start_ns;
+    req *q = calloc(1, sizeof *q);
+    size_t len = 0;
+    if (q) q->bytes = request_bytes(r, idx, rec->t_start_ns, &len);
     if (!q || !q->bytes) {
         rec->outcome = WF_LOADGEN_TRANSPORT;
         rec->t_end_ns = rec->t_start_ns;
@@ -515,13 +612,18 @@ static void maybe_finish(run *r) {
 
 static void schedule_arrival(run *r);
 
+/* Request n_arrived arrives now (at next_arrival_s); the time of the one after it is drawn. */
+static void arrive(run *r) {
+    r->res->records[r->n_arrived].t_arrival_ns = r->t0 + (uint64_t)(r->next_arrival_s * 1e9);
+    r->n_arrived++;
+    if (!r->o->schedule) r->next_arrival_s += wf_loadgen_arrival_next_gap(&r->arr);
+    else if (r->n_arrived < r->o->num_requests) r->next_arrival_s = r->o->schedule[r->n_arrived];
+}
+
 static void on_arrival(uv_timer_t *t) {
     run *r = t->data;
     double now = now_s(r);
-    while (r->n_arrived < r->o->num_requests && r->next_arrival_s <= now) {
-        r->n_arrived++;
-        r->next_arrival_s += wf_loadgen_arrival_next_gap(&r->arr);
-    }
+    while (r->n_arrived < r->o->num_requests && r->next_arrival_s <= now) arrive(r);
     try_issue(r);
     schedule_arrival(r);
     maybe_finish(r);
@@ -672,13 +774,18 @@ wf_status wf_loadgen_run(const wf_loadgen_run_opts *o, const wf_loadgen_dataset 
     r->arrival_timer.data = r->tick.data = r->sigint.data = r;
     wf_loadgen_arrival_init(&r->arr, o->rate, o->burstiness, o->seed ^ 0x61727269766cULL);
     r->t0 = uv_hrtime();
+    res->t0_ns = r->t0;
     r->stop_ns = r->t0 + (uint64_t)(o->duration_s * 1e9);
     r->grace_ns = UINT64_MAX;
     uv_signal_start(&r->sigint, on_sigint, SIGINT);
     uv_timer_start(&r->tick, on_tick, TICK_MS, TICK_MS);
-    if (o->mode == WF_LOADGEN_OPEN) {
-        r->n_arrived = 1; /* the first request goes out at once, as in vLLM */
-        r->next_arrival_s = wf_loadgen_arrival_next_gap(&r->arr);
+    if (o->mode == WF_LOADGEN_OPEN && o->schedule) {
+        r->next_arrival_s = o->schedule[0]; /* a profile's clock starts with the run */
+        while (r->n_arrived < o->num_requests && r->next_arrival_s <= 0) arrive(r);
+        try_issue(r);
+        schedule_arrival(r);
+    } else if (o->mode == WF_LOADGEN_OPEN) {
+        arrive(r); /* the first request goes out at once, as in vLLM */
         try_issue(r);
         schedule_arrival(r);
     } else {

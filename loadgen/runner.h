@@ -10,7 +10,8 @@
  *     wf_loadgen_run_result_free(&res);
  *
  * Load shapes: CLOSED keeps `concurrency` requests in flight (each finished one starts the
- * next); OPEN issues requests at gamma/Poisson arrival times (arrival.h), optionally capped at
+ * next); OPEN issues requests at gamma/Poisson arrival times (arrival.h) or at the times of a
+ * given schedule (a piecewise-Poisson profile, profile.h), optionally capped at
  * max_concurrency in flight (extra arrivals wait, FIFO). Every run is bounded twice: it issues
  * at most num_requests requests, and none after duration_s; requests still in flight then get
  * grace_s to finish and are cancelled after that. Each request also has its own timeout_s.
@@ -24,6 +25,7 @@
 #include <sys/socket.h>
 
 #include "loadgen/dataset.h"
+#include "loadgen/image.h"
 #include "loadgen/metrics.h"
 #include "proto/base/status.h"
 
@@ -67,6 +69,12 @@ typedef struct wf_loadgen_run_opts {
     size_t max_conns;       /* connection pool size; 0 = as many as needed (<= 4096) */
     bool retry_after;       /* re-send a request refused (429/503) with Retry-After after that
                              * delay, while its timeout and the run's duration allow */
+    /* Image workload: POST image requests (image.h) instead of completions; each item's
+     * slo_class is its image class. The SLO extension sends each request's remaining deadline
+     * (alpha x T_single minus the time it waited to be sent). */
+    const wf_loadgen_image_opts *image;
+    const double *schedule; /* OPEN: arrival time of item i in seconds from the start
+                             * (ascending), instead of gamma gaps; NULL = gaps */
 } wf_loadgen_run_opts;
 
 typedef struct wf_loadgen_run_result {
@@ -74,6 +82,7 @@ typedef struct wf_loadgen_run_result {
     size_t n;
     size_t issued;
     double duration_s;          /* first issue to last completion */
+    uint64_t t0_ns;             /* the run's clock origin (uv_hrtime): a schedule's time 0 */
     const char *stop_reason;    /* "count", "duration", "interrupted" (static strings) */
     uint64_t connections;       /* TCP connections opened */
 } wf_loadgen_run_result;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# weft-bench's image workload against one weftd serving the default DiT: the same GF-DiT
+# profile and seed run twice in one go, with weft's deadlines (slo.deadline_ms + priority:
+# admission may refuse with 429) and without (--no-slo-ext, as a peer server sees it), then
+# `weft-bench compare`. T_single is calibrated once, by the first run, and reused by the
+# second so that both score against the same deadlines.
+#   [WEFTD=path/to/weftd] bench/imagebench/run.sh [BUILD_DIR] [PROFILE] [SECONDS] [LOAD]
+# e.g. bench/imagebench/run.sh build foreground_burst 60 0.8
+set -euo pipefail
+build=${1:-build}
+profile=${2:-foreground_burst}
+secs=${3:-60}
+load=${4:-0.8}
+dit=${WEFT_DIT:-/usr/local/share/weft/models/weft-dit-digits}
+out=${OUT:-/tmp/weft-imagebench}
+mkdir -p "$out"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"${WEFTD:-$build/bin/weftd}" --model "$dit" --port "$port" --threads "${THREADS:-2}" --log-level warn \
+  --metrics-open >"$out/weftd.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  sleep 0.5
+done
+common=(--workload images --port "$port" --profile "$profile" --profile-duration "$secs"
+        --target-load "$load" --seed "${SEED:-1}" --no-progress)
+"$build/bin/weft-bench" "${common[@]}" --label weftd-deadlines --json "$out/deadlines.json" \
+  --plot "$out/deadlines" | tee "$out/deadlines.txt"
+tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
+print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] if c["t_single_ms"]))' \
+  "$out/deadlines.json")
+"$build/bin/weft-bench" "${common[@]}" --no-slo-ext --t-single "$tsingle" --label weftd-no-deadlines \
+  --json "$out/no-deadlines.json" --plot "$out/no-deadlines" | tee "$out/no-deadlines.txt"
+"$build/bin/weft-bench" compare "$out/no-deadlines.json" "$out/deadlines.json"
