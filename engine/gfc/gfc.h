@@ -17,9 +17,17 @@
  * c[0] + c[1] + ... + c[n-1] over the group members' contributions in group order, so results
  * are bit-identical whatever the placement, timing or world ranks.
  *
- * Data moves as UCX tagged messages straight from and into the caller's buffers (UCX picks
- * eager copies for small ones and zero-copy rendezvous for large ones); sizes are bytes unless a
- * name says f32 (then floats). Buffers of one call must not overlap unless the function says so.
+ * Data moves straight from and into the caller's buffers. Between two members, a message
+ * smaller than the put threshold (wf_gfc_set_put_threshold; 64 KiB by default) is a UCX tagged
+ * message; a larger one is an RMA put into the receiver's buffer, which the receiver exposes
+ * (wf_world_mem_expose: registered once and cached) and describes to the writer in a small
+ * message; the writer flushes, then sends a done message. Receive buffers allocated with
+ * wf_world_mem_alloc are reachable through shared memory on one host, so those puts are one
+ * memcpy by the writer (the fastest path; see BENCHMARKS.md). Sizes are bytes unless a name
+ * says f32 (then floats). Buffers of one call must not overlap unless the function says so.
+ * Sizes that must agree between members (all-to-all-v counts) are checked: a disagreement is
+ * WF_EPROTO on the members that see it (or WF_ETIMEDOUT after the wait bound when one side
+ * moves a pair by put and the other by message), never a hang.
  *
  * Every call blocks until done or failed; each wait is bounded by the world's timeout. On error
  * the other members may be left waiting for this rank until their own time-outs; the world's
@@ -44,6 +52,10 @@ wf_status wf_gfc_group_init(wf_group *g, const int *ranks, int n);
 uint64_t wf_gfc_group_hash(const int *ranks, int n);
 /* The position of a world rank in the group, or -1 if it is not a member. */
 int wf_gfc_group_index(const wf_group *g, int world_rank);
+
+/* Messages of at least `bytes` (per pair of members) move as puts; SIZE_MAX: never. Every
+ * member of a group must use the same value. Per world; default 64 KiB. */
+void wf_gfc_set_put_threshold(wf_world *w, size_t bytes);
 
 wf_status wf_gfc_barrier(wf_world *w, const wf_group *g);
 /* buf[0..len) of member `root` (a group index) is copied to every member's buf. */
