@@ -45,7 +45,11 @@ int wf_gfc_group_index(const wf_group *g, int world_rank) {
     return -1;
 }
 
-void wf_gfc_set_put_threshold(wf_world *w, size_t bytes) { wf__world_set_put_threshold(w, bytes); }
+void wf_gfc_set_put_threshold(wf_world *w, size_t bytes) {
+    wf__world_set_put_threshold(w, bytes ? bytes : 1);
+}
+
+void wf_gfc_set_put_caller_memory(wf_world *w, int on) { wf__world_set_put_caller_memory(w, on); }
 
 /* A collective's context: this member's index and the tag every message of it carries. */
 typedef struct coll {
@@ -154,13 +158,18 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
         }
         n_out += is_put(x->scnt[j], thresh);
     }
-    wf_world_region *rin = NULL, *rout = NULL, mine;
+    wf_world_region *rin = NULL, *rout = NULL, mine = {0};
     if (n_in || n_out) {
         rin = malloc(sizeof *rin * (size_t)c->n * 2);
         if (!rin) return WF_ENOMEM;
         rout = rin + c->n;
     }
-    if (n_in) {
+    /* This member's large receives come by put only into memory worth it (see gfc.h); else it
+     * declines (a region with id 0) and they come as messages. The writer obeys either way,
+     * so members need not agree on this. */
+    int direct = n_in && (wf__world_put_caller_memory(w) ||
+                          wf__world_mem_owned(w, lo, (size_t)(hi - lo)));
+    if (direct) {
         wf_status st = wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine);
         if (st != WF_OK) {
             free(rin);
@@ -170,11 +179,13 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
     uint64_t done_in[WF_MAX_GROUP_RANKS], done_out[WF_MAX_GROUP_RANKS];
     wf_world_op ops[MAX_XOPS];
     int k = 0;
-    /* Part 1 (waited first): the regions of the pairs this member writes. */
+    uint8_t s_data = (uint8_t)(4 * step), s_region = (uint8_t)(4 * step + 1),
+            s_done = (uint8_t)(4 * step + 2);
+    /* Part 1 (waited first): the regions of the large pairs this member writes. */
     for (int i = 1; i < c->n; i++) {
         int to = (c->me + i) % c->n;
         if (is_put(x->scnt[to], thresh))
-            ops[k++] = op_recv(g, c, to, &rin[to], sizeof rin[to], (uint8_t)(4 * step + 1));
+            ops[k++] = op_recv(g, c, to, &rin[to], sizeof rin[to], s_region);
     }
     int k1 = k;
     /* Part 2: everything else that can start now. Receives first so that eager data lands
@@ -183,26 +194,24 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
     for (int i = 1; i < c->n; i++) {
         int from = (c->me - i + c->n) % c->n;
         if (x->rcnt[from] == NONE) continue;
-        if (is_put(x->rcnt[from], thresh)) {
-            ops[k++] = op_recv(g, c, from, &done_in[from], sizeof done_in[from],
-                               (uint8_t)(4 * step + 2));
-        } else {
-            ops[k++] = op_recv(g, c, from, x->rptr[from], x->rcnt[from], (uint8_t)(4 * step));
-        }
+        if (direct && is_put(x->rcnt[from], thresh))
+            ops[k++] = op_recv(g, c, from, &done_in[from], sizeof done_in[from], s_done);
+        else
+            ops[k++] = op_recv(g, c, from, x->rptr[from], x->rcnt[from], s_data);
     }
     for (int i = 1; i < c->n; i++) {
         int from = (c->me - i + c->n) % c->n;
         if (!is_put(x->rcnt[from], thresh)) continue;
-        rout[from] = mine;
+        rout[from] = mine; /* direct: the registration; else id 0, no key: "send it" */
         rout[from].addr = (uint64_t)(uintptr_t)x->rptr[from];
         rout[from].len = x->rcnt[from];
         ops[k++] = op_send(g, c, from, &rout[from], wf_world_region_wire_size(&rout[from]),
-                           (uint8_t)(4 * step + 1));
+                           s_region);
     }
     for (int i = 1; i < c->n; i++) {
         int to = (c->me + i) % c->n;
         if (x->scnt[to] != NONE && !is_put(x->scnt[to], thresh))
-            ops[k++] = op_send(g, c, to, x->sptr[to], x->scnt[to], (uint8_t)(4 * step));
+            ops[k++] = op_send(g, c, to, x->sptr[to], x->scnt[to], s_data);
     }
     int k2 = k;
     wf_status st = wf_world_post(w, ops, k);
@@ -214,24 +223,31 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
         st = wait_part(w, ops, k, 0, k1);
         if (st != WF_OK) goto out;
     }
-    /* Part 3: a put and a flush per region received, then the done messages. */
+    /* Part 3: for each region received, a put and a flush (then a done message), or the
+     * message the receiver asked for instead. */
     wf_status mismatch = WF_OK;
+    int puts = 0;
     for (int i = 0; i < k1; i++) {
         int to = wf_gfc_group_index(g, ops[i].peer);
         const wf_world_region *r = &rin[to];
-        int ok = wf_world_region_check(r, ops[i].received) == WF_OK && r->len == x->scnt[to];
-        done_out[to] = ok ? x->scnt[to] : DONE_MISMATCH;
-        if (!ok) {
+        if (wf_world_region_check(r, ops[i].received) != WF_OK || r->len != x->scnt[to])
             mismatch = WF_EPROTO;
+        done_out[to] = DONE_MISMATCH;
+        if (r->id == 0) { /* declined (or malformed): the data as a message; its size is
+                           * checked by the receiver */
+            ops[i].len = 0; /* marks "no done message" below */
             continue;
         }
+        if (mismatch != WF_OK) continue;
+        done_out[to] = x->scnt[to];
         ops[k++] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = ops[i].peer,
                                  .buf = (void *)(uintptr_t)x->sptr[to], .len = x->scnt[to],
                                  .region = r};
         ops[k++] = (wf_world_op){.kind = WF_WORLD_FLUSH, .peer = ops[i].peer};
+        puts = 1;
     }
     int k3 = k;
-    if (k3 > k2) {
+    if (puts) {
         st = wf_world_post(w, ops + k2, k3 - k2);
         if (st == WF_OK) st = wait_part(w, ops, k3, k2, k3 - k2);
         else wf_world_cancel(w, ops, k3);
@@ -239,7 +255,10 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
     }
     for (int i = 0; i < k1; i++) {
         int to = wf_gfc_group_index(g, ops[i].peer);
-        ops[k++] = op_send(g, c, to, &done_out[to], sizeof done_out[to], (uint8_t)(4 * step + 2));
+        if (ops[i].len == 0)
+            ops[k++] = op_send(g, c, to, x->sptr[to], x->scnt[to], s_data);
+        else
+            ops[k++] = op_send(g, c, to, &done_out[to], sizeof done_out[to], s_done);
     }
     if (k > k3) {
         st = wf_world_post(w, ops + k3, k - k3);
@@ -250,12 +269,12 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
     }
     st = wf_world_wait(w, ops + k1, k - k1);
     if (st != WF_OK) goto out;
-    /* Every message must have had exactly the size expected. */
+    /* Every message must have had exactly the size expected, every put the count expected. */
     for (int i = k1; i < k2; i++) {
         if (ops[i].kind != WF_WORLD_RECV) continue;
         int from = wf_gfc_group_index(g, ops[i].peer);
         if (ops[i].received != ops[i].len ||
-            (is_put(x->rcnt[from], thresh) && done_in[from] != x->rcnt[from]))
+            (ops[i].buf == &done_in[from] && done_in[from] != x->rcnt[from]))
             st = WF_EPROTO;
     }
     if (st == WF_OK) st = mismatch;

@@ -19,11 +19,13 @@
  *
  * Data moves straight from and into the caller's buffers. Between two members, a message
  * smaller than the put threshold (wf_gfc_set_put_threshold; 64 KiB by default) is a UCX tagged
- * message; a larger one is an RMA put into the receiver's buffer, which the receiver exposes
- * (wf_world_mem_expose: registered once and cached) and describes to the writer in a small
- * message; the writer flushes, then sends a done message. Receive buffers allocated with
- * wf_world_mem_alloc are reachable through shared memory on one host, so those puts are one
- * memcpy by the writer (the fastest path; see BENCHMARKS.md). Sizes are bytes unless a name
+ * message. For a larger one the receiver first tells the writer how to send it: either a region
+ * (wf_world_mem_expose: its buffer registered once and cached), into which the writer puts,
+ * flushes, then sends a done message; or "as a message". Receive buffers from
+ * wf_world_mem_alloc (and the scratch of reduce-scatter and all-reduce) always take puts: peers
+ * on the host map that memory, so a put is one memcpy by the writer, the fastest path (see
+ * BENCHMARKS.md); other buffers take them when wf_gfc_set_put_caller_memory says so. So:
+ * allocate large all-to-all receive buffers with wf_world_mem_alloc. Sizes are bytes unless a name
  * says f32 (then floats). Buffers of one call must not overlap unless the function says so.
  * Sizes that must agree between members (all-to-all-v counts) are checked: a disagreement is
  * WF_EPROTO on the members that see it (or WF_ETIMEDOUT after the wait bound when one side
@@ -53,9 +55,14 @@ uint64_t wf_gfc_group_hash(const int *ranks, int n);
 /* The position of a world rank in the group, or -1 if it is not a member. */
 int wf_gfc_group_index(const wf_group *g, int world_rank);
 
-/* Messages of at least `bytes` (per pair of members) move as puts; SIZE_MAX: never. Every
- * member of a group must use the same value. Per world; default 64 KiB. */
+/* Messages of at least `bytes` (per pair of members; >= 1) may move as puts; SIZE_MAX: never.
+ * Every member of a group must use the same value. Per world; default 64 KiB. */
 void wf_gfc_set_put_threshold(wf_world *w, size_t bytes);
+/* Whether this member's large receives into ordinary memory (not from wf_world_mem_alloc) come
+ * as puts too (1), or as messages (0, the default: on one host UCX reaches ordinary memory by
+ * CMA, a kernel copy no faster than its rendezvous messages, and the put costs two more small
+ * messages; see BENCHMARKS.md). A receiver's own choice: members need not agree. */
+void wf_gfc_set_put_caller_memory(wf_world *w, int on);
 
 wf_status wf_gfc_barrier(wf_world *w, const wf_group *g);
 /* buf[0..len) of member `root` (a group index) is copied to every member's buf. */

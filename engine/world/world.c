@@ -65,6 +65,8 @@ struct wf_world {
     size_t scratch_size;
     wf__mcache *mc;
     size_t put_threshold;
+    int put_caller_memory;
+    int scratch_owned;      /* scratch came from the registration cache (else posix_memalign) */
 };
 
 struct seq_slot {
@@ -92,7 +94,7 @@ int wf_world_error_rank(const wf_world *w) { return w->err_rank; }
 wf_world_config wf_world_config_default(void) {
     return (wf_world_config){.n_ranks = 1, .rank = 0, .host = "127.0.0.1", .port = 0,
                              .sym_size = 4u << 20, .timeout_ms = 10000,
-                             .join_timeout_ms = 30000};
+                             .join_timeout_ms = 30000, .local_fast_path = 1};
 }
 
 int wf_world_rank(const wf_world *w) { return w->rank; }
@@ -227,6 +229,12 @@ static wf_status get_ep(wf_world *w, int r, ucp_ep_h *out) {
             .err_mode = UCP_ERR_HANDLING_MODE_PEER,
             .err_handler = {.cb = ep_error_cb, .arg = w},
         };
+        /* A local peer: without peer-error mode UCX 1.13 may pick shared memory and CMA (with
+         * it, only TCP). Its failure is found by the /proc check (peer_process_gone). */
+        if (w->cfg.local_fast_path && p->e.node[0] && strcmp(p->e.node, w->self.node) == 0) {
+            prm.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            prm.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        }
         ucs_status_t st = ucp_ep_create(w->worker, &prm, &p->ep);
         if (st != UCS_OK) {
             p->ep = NULL;
@@ -694,7 +702,7 @@ size_t wf_world_region_wire_size(const wf_world_region *r) {
 
 wf_status wf_world_region_check(const wf_world_region *r, size_t bytes) {
     if (bytes < offsetof(wf_world_region, rkey) || r->rkey_len > WF_WORLD_RKEY_MAX ||
-        bytes != wf_world_region_wire_size(r) || (r->len && (r->id == 0 || r->rkey_len == 0)) ||
+        bytes != wf_world_region_wire_size(r) || (r->id == 0) != (r->rkey_len == 0) ||
         r->addr + r->len < r->addr)
         return WF_EPROTO;
     return WF_OK;
@@ -709,6 +717,11 @@ void wf_world_mem_free(wf_world *w, void *p) {
 }
 
 int wf__world_mem_cached(const wf_world *w) { return wf__mcache_cached(w->mc); }
+int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
+    return wf__mcache_owned(w->mc, buf, len);
+}
+int wf__world_put_caller_memory(const wf_world *w) { return w->put_caller_memory; }
+void wf__world_set_put_caller_memory(wf_world *w, int on) { w->put_caller_memory = on != 0; }
 size_t wf__world_put_threshold(const wf_world *w) { return w->put_threshold; }
 void wf__world_set_put_threshold(wf_world *w, size_t bytes) { w->put_threshold = bytes; }
 
@@ -743,13 +756,27 @@ int wf__world_next_seq(wf_world *w, uint64_t id, uint32_t *seq) {
     return 0;
 }
 
+static void free_scratch(wf_world *w) {
+    if (w->scratch_owned) wf__mcache_free(w->mc, w->scratch);
+    else free(w->scratch);
+    w->scratch = NULL;
+    w->scratch_size = 0;
+}
+
 void *wf__world_scratch(wf_world *w, size_t bytes) {
     if (bytes <= w->scratch_size) return w->scratch;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    free(w->scratch);
+    /* Registered, so that peers' puts land in it through shared memory; plain memory if UCX
+     * cannot allocate (the collectives then take messages into it). */
+    int owned = 1;
+    void *p = wf__mcache_alloc(w->mc, bytes);
+    if (!p) {
+        owned = 0;
+        if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    }
+    free_scratch(w);
     w->scratch = p;
     w->scratch_size = bytes;
+    w->scratch_owned = owned;
     return p;
 }
 
@@ -1261,7 +1288,7 @@ void wf_world_destroy(wf_world *w) {
     }
     free(w->peers);
     free(w->seqs);
-    free(w->scratch);
+    if (w->mc) free_scratch(w);
     wf__world_entry_free(&w->self);
     wf__mcache_destroy(w->mc);
     if (w->mem) ucp_mem_unmap(w->ctx, w->mem);

@@ -52,6 +52,12 @@ typedef struct wf_world_config {
     int port;               /* rank 0's bootstrap TCP port */
     size_t sym_size;        /* bytes of this rank's registered symmetric buffer */
     int timeout_ms;         /* bound of every wait on peers */
+    /* 1 (default): endpoints to peers on this host (same boot id) do without UCX's peer-error
+     * handling, so that UCX may use shared memory and CMA for them (UCX 1.13 offers peer-error
+     * handling only over TCP: with it every byte between two local ranks went over loopback
+     * TCP, see BENCHMARKS.md). Their failures are still found: the /proc liveness check, and
+     * the wait bound for a stuck one. 0: every endpoint with UCX's peer-error handling. */
+    int local_fast_path;
     int join_timeout_ms;    /* bound for the whole world to form (or a replacement to join) */
     /* Optional, rank 0: polled (every 100 ms) while waiting for joiners; nonzero gives up at
      * once (e.g. a worker process it started has already exited). */
@@ -59,7 +65,8 @@ typedef struct wf_world_config {
     void *join_abort_arg;
 } wf_world_config;
 
-/* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s. */
+/* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s, local fast
+ * path on. */
 wf_world_config wf_world_config_default(void);
 
 /* Forms the world (rank 0 waits for all n_ranks - 1 others; the others join) or, when cfg.rank
@@ -133,7 +140,8 @@ typedef enum wf_world_op_kind {
 #define WF_WORLD_RKEY_MAX 1024
 
 typedef struct wf_world_region {
-    uint64_t id;        /* the registration's id: unique in the owner's process, never 0 */
+    uint64_t id;        /* the registration's id, unique in the owner's process; 0: no
+                         * registration and no key (an empty region, or one not exposed) */
     uint64_t addr;      /* the owner's address of the region */
     uint64_t len;
     uint32_t rkey_len;  /* bytes of rkey used */
@@ -148,8 +156,8 @@ typedef struct wf_world_region {
 wf_status wf_world_mem_expose(wf_world *w, void *buf, size_t len, wf_world_region *out);
 /* Bytes of *r that a message must carry (the header and the used part of the key). */
 size_t wf_world_region_wire_size(const wf_world_region *r);
-/* Checks a region received in a message of `bytes` bytes (sizes, key length). WF_OK or
- * WF_EPROTO. */
+/* Checks a region received in a message of `bytes` bytes (sizes, key length; a key exactly
+ * when id is not 0). WF_OK or WF_EPROTO. */
 wf_status wf_world_region_check(const wf_world_region *r, size_t bytes);
 /* len bytes of registered memory (page aligned), or NULL (out of memory, or UCX cannot
  * allocate). Free with wf_world_mem_free before wf_world_destroy. */

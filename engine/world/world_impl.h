@@ -65,8 +65,9 @@ void wf__world_msg_free(wf__world_msg *m);
  * when the world epoch changes. Allocates only when a group is first seen. Returns 0 and sets
  * *seq, or -1 when out of memory. */
 int wf__world_next_seq(wf_world *w, uint64_t id, uint32_t *seq);
-/* A per-world scratch area of at least `bytes` (grown on demand, kept until destroy); NULL when
- * out of memory. Valid until the next call. */
+/* A per-world scratch area of at least `bytes` (grown on demand, kept until destroy; registered
+ * memory from wf_world_mem_alloc when UCX can allocate it, so peers put into it directly); NULL
+ * when out of memory. Valid until the next call. */
 void *wf__world_scratch(wf_world *w, size_t bytes);
 
 /* The registration cache of engine/world/world_mem.c (one per world). */
@@ -82,6 +83,7 @@ wf_status wf__mcache_expose(wf__mcache *c, void *buf, size_t len, wf_world_regio
 void *wf__mcache_alloc(wf__mcache *c, size_t len);
 /* Returns 1 if p was allocated by wf__mcache_alloc (and is now freed), else 0. */
 int wf__mcache_free(wf__mcache *c, void *p);
+int wf__mcache_owned(wf__mcache *c, const void *buf, size_t len);
 /* Whether this world keeps registrations of caller memory between calls. */
 int wf__world_mem_cached(const wf_world *w);
 
@@ -91,5 +93,10 @@ int wf__world_mem_cached(const wf_world *w);
  * buffer instead of tagged messages (SIZE_MAX: never). Every member must use the same. */
 size_t wf__world_put_threshold(const wf_world *w);
 void wf__world_set_put_threshold(wf_world *w, size_t bytes);
+/* Whether large receives into caller memory (not wf_world_mem_alloc's) are taken as puts. */
+int wf__world_put_caller_memory(const wf_world *w);
+void wf__world_set_put_caller_memory(wf_world *w, int on);
+/* Whether buf[0..len) lies in one block of wf_world_mem_alloc memory. */
+int wf__world_mem_owned(wf_world *w, const void *buf, size_t len);
 
 #endif

@@ -216,3 +216,12 @@ int wf__mcache_free(wf__mcache *c, void *p) {
     if (found) release(c, &gone);
     return found;
 }
+
+int wf__mcache_owned(wf__mcache *c, const void *buf, size_t len) {
+    uintptr_t a = (uintptr_t)buf;
+    for (int i = 0; i < c->n; i++) {
+        const mreg *r = &c->regs[i];
+        if (r->owned && r->base <= a && len <= r->len && a - r->base <= r->len - len) return 1;
+    }
+    return 0;
+}
