@@ -128,10 +128,18 @@ typedef struct xchg {
     size_t scnt[WF_MAX_GROUP_RANKS];
     uint8_t *rptr[WF_MAX_GROUP_RANKS];
     size_t rcnt[WF_MAX_GROUP_RANKS];
+    /* This member's own slice: copied while the transfers are in flight (it is as large as
+     * any other slice, so copying it first would delay every transfer by one memcpy). */
+    uint8_t *self_dst;
+    const uint8_t *self_src;
+    size_t self_len;
 } xchg;
 
 static void xchg_init(xchg *x, int n) {
     for (int i = 0; i < n; i++) x->scnt[i] = x->rcnt[i] = NONE, x->sptr[i] = x->rptr[i] = NULL;
+    x->self_dst = NULL;
+    x->self_src = NULL;
+    x->self_len = 0;
 }
 
 static int is_put(size_t cnt, size_t thresh) { return cnt != NONE && cnt >= thresh; }
@@ -219,6 +227,7 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
         wf_world_cancel(w, ops, k);
         goto out;
     }
+    if (x->self_len) memmove(x->self_dst, x->self_src, x->self_len);
     if (k1) {
         st = wait_part(w, ops, k, 0, k1);
         if (st != WF_OK) goto out;
@@ -308,6 +317,7 @@ wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
     if (st != WF_OK) return st;
     if (!send_counts || !send_displs || !recv_counts || !recv_displs) return WF_EINVAL;
     xchg x;
+    xchg_init(&x, c.n);
     for (int j = 0; j < c.n; j++) {
         if (send_counts[j] == NONE || recv_counts[j] == NONE) return WF_EINVAL;
         x.sptr[j] = (const uint8_t *)send + send_displs[j];
@@ -316,7 +326,10 @@ wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
         x.rcnt[j] = recv_counts[j];
     }
     if (send_counts[c.me] != recv_counts[c.me]) return WF_EINVAL;
-    if (send_counts[c.me]) memmove(x.rptr[c.me], x.sptr[c.me], send_counts[c.me]);
+    x.self_dst = x.rptr[c.me];
+    x.self_src = x.sptr[c.me];
+    x.self_len = send_counts[c.me];
+    x.scnt[c.me] = x.rcnt[c.me] = NONE;
     return exchange(w, g, &c, &x, 0);
 }
 
@@ -328,16 +341,25 @@ wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void
     return wf_gfc_alltoallv(w, g, send, counts, displs, recv, counts, displs);
 }
 
-/* Every member sends blocks[me] to all others and receives block i from member i (an
- * all-gather of unequal blocks at offsets off[i] of buf). */
+/* Every member sends its block to all others and receives block i from member i (an
+ * all-gather of unequal blocks at offsets off[i] of buf). The own block is `own` (copied into
+ * place meanwhile), or NULL when it is in place already. */
 static wf_status gather_blocks(wf_world *w, const wf_group *g, coll *c, uint8_t *buf,
-                               const size_t *off, const size_t *len, uint8_t step) {
+                               const size_t *off, const size_t *len, const uint8_t *own,
+                               uint8_t step) {
     xchg x;
+    xchg_init(&x, c->n);
     for (int j = 0; j < c->n; j++) {
-        x.sptr[j] = buf + off[c->me];
+        if (j == c->me) continue;
+        x.sptr[j] = own ? own : buf + off[c->me];
         x.scnt[j] = len[c->me];
         x.rptr[j] = buf + off[j];
         x.rcnt[j] = len[j];
+    }
+    if (own) {
+        x.self_dst = buf + off[c->me];
+        x.self_src = own;
+        x.self_len = len[c->me];
     }
     return exchange(w, g, c, &x, step);
 }
@@ -349,8 +371,7 @@ wf_status wf_gfc_allgather(wf_world *w, const wf_group *g, const void *send, voi
     if (len && (!send || !recv)) return WF_EINVAL;
     size_t off[WF_MAX_GROUP_RANKS], lens[WF_MAX_GROUP_RANKS];
     for (int i = 0; i < c.n; i++) off[i] = (size_t)i * len, lens[i] = len;
-    if (len) memmove((uint8_t *)recv + off[c.me], send, len);
-    return gather_blocks(w, g, &c, recv, off, lens, 0);
+    return gather_blocks(w, g, &c, recv, off, lens, send, 0);
 }
 
 /* Reduce-scatter core: member j owns floats [off[j], off[j] + len[j]) of the vector; every
@@ -362,13 +383,17 @@ static wf_status reduce_blocks(wf_world *w, const wf_group *g, coll *c, const fl
     float *slices = wf__world_scratch(w, (size_t)c->n * (mine ? mine : 1) * sizeof(float));
     if (!slices) return WF_ENOMEM;
     xchg x;
+    xchg_init(&x, c->n);
     for (int j = 0; j < c->n; j++) {
+        if (j == c->me) continue;
         x.sptr[j] = (const uint8_t *)(send + off[j]);
         x.scnt[j] = len[j] * sizeof(float);
         x.rptr[j] = (uint8_t *)(slices + (size_t)j * mine);
         x.rcnt[j] = mine * sizeof(float);
     }
-    if (mine) memcpy(slices + (size_t)c->me * mine, send + off[c->me], mine * sizeof(float));
+    x.self_dst = (uint8_t *)(slices + (size_t)c->me * mine);
+    x.self_src = (const uint8_t *)(send + off[c->me]);
+    x.self_len = mine * sizeof(float);
     wf_status st = exchange(w, g, c, &x, step);
     if (st != WF_OK) return st;
     /* The fixed order: slice 0, then + slice 1, ... whatever arrived first. */
@@ -411,7 +436,7 @@ wf_status wf_gfc_allreduce_f32(wf_world *w, const wf_group *g, const float *send
     }
     st = reduce_blocks(w, g, &c, send, off, len, recv + off[c.me], 0);
     if (st != WF_OK) return st;
-    return gather_blocks(w, g, &c, (uint8_t *)recv, boff, blen, 1);
+    return gather_blocks(w, g, &c, (uint8_t *)recv, boff, blen, NULL, 1);
 }
 
 static wf_status p2p(wf_world *w, const wf_group *g, int peer, uint32_t tag, void *buf,
