@@ -1213,6 +1213,7 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     w->err_rank = -1;
     w->sym_size = (cfg->sym_size + 63) & ~(size_t)63;
     w->put_threshold = WF__WORLD_PUT_THRESHOLD;
+    w->put_caller_memory = 1;
     wf_status st;
     w->peers = calloc((size_t)w->n, sizeof *w->peers);
     if (!w->peers) {
