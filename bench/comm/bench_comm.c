@@ -201,7 +201,8 @@ static int body_a2a(wf_world *w, int rank, void *arg) {
     int n = wf_world_size(w);
     wf_group g;
     full_group(w, &g);
-    static const size_t sizes[] = {4096, 65536, 262144, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
+    static const size_t sizes[] = {4096,      65536,     262144,   1u << 20,
+                                   4u << 20,  16u << 20, 64u << 20};
     size_t max = 64u << 20;
     for (int p = 0; p < P_N; p++) {
         uint8_t *a, *b;
@@ -253,7 +254,8 @@ static int body_a2a(wf_world *w, int rank, void *arg) {
     wf_world_stats st;
     wf_world_get_stats(w, &st);
     if (rank == 0)
-        printf("rank 0: %llu registrations, %llu cache hits, %llu invalidations, %llu keys unpacked\n",
+        printf("rank 0: %llu registrations, %llu cache hits, %llu invalidations, "
+               "%llu keys unpacked\n",
                (unsigned long long)st.mem_registrations, (unsigned long long)st.mem_cache_hits,
                (unsigned long long)st.mem_invalidations, (unsigned long long)st.rkeys_unpacked);
     return 0;

@@ -4,11 +4,12 @@
  * transfers beat ring pipelines here. */
 #include "engine/gfc/gfc.h"
 
-#include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/world/world_impl.h"
+#include "proto/base/log.h"
 
 #define MAX_OPS (2 * WF_MAX_GROUP_RANKS)
 
@@ -177,12 +178,13 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
      * so members need not agree on this. */
     int direct = n_in && (wf__world_put_caller_memory(w) ||
                           wf__world_mem_owned(w, lo, (size_t)(hi - lo)));
-    if (direct) {
-        wf_status st = wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine);
-        if (st != WF_OK) {
-            free(rin);
-            return st;
-        }
+    /* Memory UCX cannot register (a device pointer it does not know, a mapping it refuses)
+     * still arrives: as messages. */
+    if (direct && wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine) != WF_OK) {
+        WF_LOG_DEBUG("gfc", NULL, "rank %d: receiving by message: %s", wf_world_rank(w),
+                     wf_world_error(w));
+        direct = 0;
+        memset(&mine, 0, offsetof(wf_world_region, rkey));
     }
     uint64_t done_in[WF_MAX_GROUP_RANKS], done_out[WF_MAX_GROUP_RANKS];
     wf_world_op ops[MAX_XOPS];

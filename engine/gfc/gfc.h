@@ -24,10 +24,11 @@
  * flushes, then sends a done message; or "as a message". Receive buffers from
  * wf_world_mem_alloc (and the scratch of reduce-scatter and all-reduce) always take puts: peers
  * on the host map that memory, so a put is one memcpy by the writer, the fastest path (see
- * BENCHMARKS.md: about twice the bandwidth of ordinary memory, which UCX reaches on one host by
- * CMA, a kernel copy). Other buffers take puts too unless wf_gfc_set_put_caller_memory turns
- * that off. So: allocate large receive buffers with wf_world_mem_alloc. Sizes are bytes unless a name
- * says f32 (then floats). Buffers of one call must not overlap unless the function says so.
+ * BENCHMARKS.md: 2-4x the bandwidth of ordinary memory, which UCX reaches on one host by CMA,
+ * a kernel copy). Other buffers take puts too unless wf_gfc_set_put_caller_memory turns
+ * that off. So: allocate large receive buffers with wf_world_mem_alloc. Sizes are bytes
+ * unless a name says f32 (then floats). Buffers of one call must not overlap unless the
+ * function says so.
  * Sizes that must agree between members (all-to-all-v counts) are checked: a disagreement is
  * WF_EPROTO on the members that see it (or WF_ETIMEDOUT after the wait bound when one side
  * moves a pair by put and the other by message), never a hang.
@@ -60,9 +61,9 @@ int wf_gfc_group_index(const wf_group *g, int world_rank);
  * Every member of a group must use the same value. Per world; default 64 KiB. */
 void wf_gfc_set_put_threshold(wf_world *w, size_t bytes);
 /* Whether this member's large receives into ordinary memory (not from wf_world_mem_alloc) come
- * as puts too (1, the default; on one host UCX reaches such memory by CMA, 15-40% faster than
- * its rendezvous messages here, see BENCHMARKS.md) or as tagged messages (0). A receiver's own
- * choice: members need not agree. */
+ * as puts too (1, the default: puts are what registers and caches the receiver's buffer; on
+ * one host UCX reaches such memory by CMA, within noise of its rendezvous messages, see
+ * BENCHMARKS.md) or as tagged messages (0). A receiver's own choice: members need not agree. */
 void wf_gfc_set_put_caller_memory(wf_world *w, int on);
 
 wf_status wf_gfc_barrier(wf_world *w, const wf_group *g);

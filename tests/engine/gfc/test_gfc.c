@@ -319,7 +319,8 @@ static int body_straddle(wf_world *w, int rank, void *arg) {
     for (size_t si = 0; si < sizeof sz / sizeof sz[0]; si++) {
         for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++, t++) {
             item it = {.kind = kinds[ki], .size = sz[si], .n = 3, .root = t % 3};
-            if (it.kind == K_RS || it.kind == K_AR) it.size = sz[si] / 4 * (it.kind == K_AR ? 3 : 1);
+            if (it.kind == K_RS || it.kind == K_AR) /* floats; all-reduce: 3 blocks' worth */
+                it.size = sz[si] / 4 * (it.kind == K_AR ? 3 : 1);
             memcpy(it.ranks, ranks, sizeof ranks);
             uint64_t before = puts_now(w);
             if (run_item(w, &it, t) != 0) return 1;
@@ -433,8 +434,9 @@ static int body_overlap(wf_world *w, int rank, void *arg) {
         /* A receiver's own choice: ranks differ in it from one iteration to the next. */
         wf_gfc_set_put_caller_memory(w, (it + rank) % 2);
         for (int k = 0; k < 3; k++) {
-            item p = {.kind = (it + k) % 3 == 0 ? K_ALLTOALLV : (it + k) % 3 == 1 ? K_ALLTOALL : K_AR,
-                      .n = lens[k], .size = 65536 * (size_t)(1 + (it + k) % 4)};
+            static const int kinds[3] = {K_ALLTOALLV, K_ALLTOALL, K_AR};
+            item p = {.kind = kinds[(it + k) % 3], .n = lens[k],
+                      .size = 65536 * (size_t)(1 + (it + k) % 4)};
             memcpy(p.ranks, lists[k], sizeof(int) * (size_t)lens[k]);
             int member = 0;
             for (int i = 0; i < p.n; i++) member |= p.ranks[i] == rank;

@@ -269,7 +269,7 @@ END_TEST
 START_TEST(test_stopped_peer_then_replacement) { run_failure(1); }
 END_TEST
 
-/* ---- exposed regions --------------------------------------------------------------------------- */
+/* ---- exposed regions ----------------------------------------------------------------------- */
 /* Rank 1 exposes a malloc'd buffer and a wf_world_mem_alloc one and sends both regions to rank
  * 0, which puts into them, flushes, and says so; rank 1 then finds the bytes. Puts outside a
  * region fail with WF_ERANGE before anything is sent; malformed regions are rejected. */
