@@ -150,7 +150,9 @@ typedef struct wf_world_region {
 } wf_world_region;
 
 /* Registers buf[0..len) (or finds the cached registration that contains it) and describes it
- * in *out. The buffer must stay allocated while peers may write it. len 0 is allowed (an
+ * in *out. The buffer must stay allocated while peers may write it. Without UCX's memory events
+ * (UCX_MEM_EVENTS=no, TSan builds) nothing is cached: a registration of caller memory lasts
+ * until the next expose (enough for blocking collectives, which expose one buffer at a time). len 0 is allowed (an
  * empty region, id 0, nothing registered). Returns WF_OK, WF_EINVAL, WF_EIO (UCX refused the
  * registration; the message says why), WF_ENOMEM. */
 wf_status wf_world_mem_expose(wf_world *w, void *buf, size_t len, wf_world_region *out);

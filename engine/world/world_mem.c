@@ -40,7 +40,8 @@ struct wf__mcache {
  * call unmaps memory, which none does, but a self-deadlock there would be silent. */
 static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static wf__mcache *g_caches;
-static int g_events = -1; /* -1 not tried, 0 unavailable, 1 installed */
+static int g_events;      /* the handler is installed (set once, by install_handler) */
+static pthread_once_t g_events_once = PTHREAD_ONCE_INIT;
 static uint64_t g_next_id = 1;
 
 static void on_unmap(ucm_event_type_t type, ucm_event_t *ev, void *arg) {
@@ -55,14 +56,34 @@ static void on_unmap(ucm_event_type_t type, ucm_event_t *ev, void *arg) {
     pthread_mutex_unlock(&g_lock);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define WF_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WF_TSAN 1
+#endif
+#endif
+
+/* Once per process, kept for its life (other worlds may come). Not under g_lock: UCX holds its
+ * event lock while it calls on_unmap, which takes g_lock (TSan found the inversion). Not at all
+ * under TSan: glibc unmaps a finished thread's stack after TSan has dropped the thread's state,
+ * and an instrumented handler running there crashes; such builds register per collective. */
+static void install_handler(void) {
+#ifdef WF_TSAN
+    (void)on_unmap;
+    g_events = 0;
+#else
+    g_events = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, on_unmap, NULL) == UCS_OK;
+#endif
+}
+
 wf__mcache *wf__mcache_create(void *ucp_ctx) {
     wf__mcache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ctx = ucp_ctx;
+    pthread_once(&g_events_once, install_handler);
     pthread_mutex_lock(&g_lock);
-    if (g_events < 0) /* once per process; kept for its life (other worlds may come) */
-        g_events = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, on_unmap, NULL) == UCS_OK;
-    c->cached = g_events == 1;
+    c->cached = g_events;
     c->next = g_caches;
     g_caches = c;
     pthread_mutex_unlock(&g_lock);

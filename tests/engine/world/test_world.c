@@ -12,6 +12,7 @@
 #include "check_main.h"
 #include "engine/gfc/gfc.h"
 #include "engine/world/world.h"
+#include "engine/world/world_impl.h" /* wf__world_mem_cached */
 #include "engine/world/world_launch.h"
 #include "proto/base/clock.h"
 
@@ -285,9 +286,13 @@ static int body_regions(wf_world *w, int rank, void *arg) {
         WT_CHECK(wf_world_mem_expose(w, reg + 1000, LEN - 1000, &r[1]) == WF_OK, "%s",
                  wf_world_error(w));
         WT_CHECK(r[0].id != 0 && r[1].id != 0 && r[0].id != r[1].id, "ids");
-        wf_world_region again;
-        WT_CHECK(wf_world_mem_expose(w, plain + 5, 100, &again) == WF_OK && again.id == r[0].id,
-                 "a sub-range is served by the cached registration");
+        /* Without UCX's memory events (TSan builds) registrations last one expose only. */
+        if (wf__world_mem_cached(w)) {
+            wf_world_region again;
+            WT_CHECK(wf_world_mem_expose(w, plain + 5, 100, &again) == WF_OK &&
+                         again.id == r[0].id,
+                     "a sub-range is served by the cached registration");
+        }
         WT_CHECK(wf_world_region_check(&r[0], wf_world_region_wire_size(&r[0])) == WF_OK, "ok");
         WT_CHECK(wf_world_region_check(&r[0], wf_world_region_wire_size(&r[0]) - 1) == WF_EPROTO,
                  "truncated");
