@@ -6,8 +6,10 @@
  *              the conventional figure is a lower bound;
  *   coll:      latency and bus bandwidth of each collective by size (NCCL's bus-bandwidth
  *              factors), timed on rank 0 between barriers;
+ *   a2a:       all-to-all by path (tagged messages; puts into malloc'd buffers; puts into
+ *              wf_world_mem_alloc buffers): best and mean time, bus bandwidth of both;
  *   memcpy:    single-thread memcpy bandwidth at the same sizes, for scale.
- * Usage: weft-bench-comm formation N | coll N | memcpy */
+ * Usage: weft-bench-comm formation N | coll N | a2a N | memcpy */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +189,78 @@ static int body_coll(wf_world *w, int rank, void *arg) {
     return 0;
 }
 
+/* ---- all-to-all by path ------------------------------------------------------------------------
+ * The same all-to-all three ways in one run: tagged messages only (the path before puts; put
+ * threshold SIZE_MAX), puts into malloc'd receive buffers (registered and cached by gfc), and
+ * puts into buffers from wf_world_mem_alloc (reachable through shared memory). */
+enum { P_MSG, P_PUT_MALLOC, P_PUT_ALLOC, P_N };
+static const char *pname[P_N] = {"tagged messages", "puts, malloc'd buffers",
+                                 "puts, wf_world_mem_alloc buffers"};
+
+static int body_a2a(wf_world *w, int rank, void *arg) {
+    int n = wf_world_size(w);
+    wf_group g;
+    full_group(w, &g);
+    static const size_t sizes[] = {4096,      65536,     262144,   1u << 20,
+                                   4u << 20,  16u << 20, 64u << 20};
+    size_t max = 64u << 20;
+    for (int p = 0; p < P_N; p++) {
+        uint8_t *a, *b;
+        if (p == P_PUT_ALLOC) {
+            a = wf_world_mem_alloc(w, max);
+            b = wf_world_mem_alloc(w, max);
+        } else {
+            a = malloc(max);
+            b = malloc(max);
+        }
+        if (!a || !b) return 1;
+        memset(a, 1, max);
+        memset(b, 0, max);
+        wf_gfc_set_put_threshold(w, p == P_MSG ? SIZE_MAX : 65536);
+        wf_gfc_set_put_caller_memory(w, p == P_PUT_MALLOC);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            size_t S = sizes[si];
+            int iters = S <= 65536 ? 200 : S <= (1u << 20) ? 40 : S <= (16u << 20) ? 8 : 3;
+            double best = 1e30, sum = 0;
+            for (int rep = 0; rep < iters + 1; rep++) {
+                if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+                uint64_t t0 = wf_clock_now_ns();
+                if (wf_gfc_alltoall(w, &g, a, b, S / (size_t)n) != WF_OK) {
+                    fprintf(stderr, "alltoall: %s\n", wf_world_error(w));
+                    return 1;
+                }
+                if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+                double us = (double)(wf_clock_now_ns() - t0) / 1e3;
+                if (rep > 0) { /* rep 0 warms up (and registers) */
+                    sum += us;
+                    if (us < best) best = us;
+                }
+            }
+            double f = (double)(n - 1) / n;
+            if (rank == 0)
+                printf("| %s | %d | %zu KiB | %.1f us | %.1f us | %.2f GB/s | %.2f GB/s |\n",
+                       pname[p], n, S >> 10, best, sum / iters, f * (double)S / (best * 1e-6) / 1e9,
+                       f * (double)S / (sum / iters * 1e-6) / 1e9);
+            fflush(stdout);
+        }
+        if (p == P_PUT_ALLOC) {
+            wf_world_mem_free(w, a);
+            wf_world_mem_free(w, b);
+        } else {
+            free(a);
+            free(b);
+        }
+    }
+    wf_world_stats st;
+    wf_world_get_stats(w, &st);
+    if (rank == 0)
+        printf("rank 0: %llu registrations, %llu cache hits, %llu invalidations, "
+               "%llu keys unpacked\n",
+               (unsigned long long)st.mem_registrations, (unsigned long long)st.mem_cache_hits,
+               (unsigned long long)st.mem_invalidations, (unsigned long long)st.rkeys_unpacked);
+    return 0;
+}
+
 static void bench_memcpy(void) {
     static const size_t sizes[] = {4096, 65536, 1u << 20, 16u << 20, 64u << 20};
     uint8_t *a = malloc(64u << 20), *b = malloc(64u << 20);
@@ -215,13 +289,15 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: %s formation N | coll N | memcpy\n", argv[0]);
+        fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy\n", argv[0]);
         return 2;
     }
     int n = atoi(argv[2]);
     if (n < 2 || n > WT_MAX_PROCS) return 2;
     wt_env env = wt_env_default(n);
     env.sym_size = 1u << 20;
-    wt_rank_fn fn = strcmp(argv[1], "formation") == 0 ? body_formation : body_coll;
+    wt_rank_fn fn = strcmp(argv[1], "formation") == 0 ? body_formation
+                    : strcmp(argv[1], "a2a") == 0     ? body_a2a
+                                                      : body_coll;
     return wt_run(&env, fn, NULL, 1200) == 0 ? 0 : 1;
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Comm benchmarks in one run: weft's group formation and collectives, UCX's own ucx_perftest
-# (ucp_put_bw, ucp_am_bw between two processes on loopback, same UCX_TLS) and memcpy.
+# Comm benchmarks in one run: weft's group formation and collectives, all-to-all by path
+# (tagged messages, puts into malloc'd buffers, puts into wf_world_mem_alloc buffers), UCX's own
+# ucx_perftest (ucp_put_bw, ucp_am_bw between two processes on loopback, same UCX_TLS) and memcpy.
 #   bench/comm/run.sh [BUILD_DIR] [RANKS...]     (default: build, ranks 2 4 8)
+# BEFORE_BIN=path/to/an/older/weft-bench-comm also runs its collectives in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}; shift || true
@@ -25,3 +27,16 @@ echo; echo "## group formation: ranks | gfc p50 | gfc p99 | conventional p50 | p
 "$bin" formation 8 2>&1 | grep '^|'
 echo; echo "## collectives: name | ranks | bytes per rank | best time | bus bandwidth"
 for n in $ranks; do "$bin" coll "$n" 2>&1 | grep '^|'; done
+if [ -n "${BEFORE_BIN:-}" ]; then
+  echo; echo "## collectives, BEFORE_BIN=$BEFORE_BIN"
+  # An older binary may give up on a size (a wait bound): say so and go on.
+  for n in $ranks; do "$BEFORE_BIN" coll "$n" 2>&1 | grep -E '^\||: ' || echo "(BEFORE_BIN coll $n failed)"; done
+fi
+echo; echo "## all-to-all by path: path | ranks | bytes per rank | best | mean | bus bw (best) | bus bw (mean)"
+for n in $ranks; do "$bin" a2a "$n" 2>&1 | grep -E '^\||registrations'; done
+echo; echo "## bare ucp_put_nbx + flush between two processes (weft-bench-put-raw): buffer | error mode | size | best | mean | GB/s best | GB/s mean"
+for s in 1048576 16777216; do
+  for m in alloc malloc; do
+    for e in none peer; do "$build/bin/weft-bench-put-raw" $s $m $e 30 | grep -E '^\||lane\[0\]' || echo "(put-raw $s $m $e failed)"; done
+  done
+done

@@ -1,11 +1,15 @@
-/* Group-free collectives on the world's tagged messages. Every algorithm is direct (each pair of
- * members exchanges at most one message per step): the groups are small (<= 64) and UCX moves
- * large messages zero-copy, so fewer, larger messages beat ring pipelines here. */
+/* Group-free collectives on the world's tagged messages and puts. Every algorithm is direct
+ * (each pair of members exchanges at most one payload per step): the groups are small (<= 64)
+ * and large payloads move zero-copy (puts into the receiver's buffer), so fewer, larger
+ * transfers beat ring pipelines here. */
 #include "engine/gfc/gfc.h"
 
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/world/world_impl.h"
+#include "proto/base/log.h"
 
 #define MAX_OPS (2 * WF_MAX_GROUP_RANKS)
 
@@ -41,6 +45,12 @@ int wf_gfc_group_index(const wf_group *g, int world_rank) {
         if (g->ranks[i] == world_rank) return i;
     return -1;
 }
+
+void wf_gfc_set_put_threshold(wf_world *w, size_t bytes) {
+    wf__world_set_put_threshold(w, bytes ? bytes : 1);
+}
+
+void wf_gfc_set_put_caller_memory(wf_world *w, int on) { wf__world_set_put_caller_memory(w, on); }
 
 /* A collective's context: this member's index and the tag every message of it carries. */
 typedef struct coll {
@@ -101,20 +111,204 @@ wf_status wf_gfc_barrier(wf_world *w, const wf_group *g) {
     return WF_OK;
 }
 
+/* ---- the exchange every data-moving collective is made of ------------------------------------
+ * Each member sends sptr[j][0..scnt[j]) to every other member j and receives rcnt[j] bytes from
+ * j at rptr[j]; NONE means no message that way. A pair below the put threshold moves as one
+ * tagged message (UCX: eager copies, or rendezvous). A larger pair moves as an RMA put straight
+ * into the receiver's buffer: the receiver exposes the span of its receive buffers once (a
+ * cached registration), sends each writer its slice's region, the writer puts, flushes its
+ * endpoint (the data is then at the receiver) and sends a done message carrying the byte count.
+ * Tags: step 4s data, 4s+1 region, 4s+2 done; the group id and sequence number keep concurrent
+ * collectives apart as for every other message. */
+#define NONE SIZE_MAX
+#define MAX_XOPS (6 * WF_MAX_GROUP_RANKS)
+#define DONE_MISMATCH UINT64_MAX /* a done message saying: the sizes disagreed, nothing put */
+
+typedef struct xchg {
+    const uint8_t *sptr[WF_MAX_GROUP_RANKS];
+    size_t scnt[WF_MAX_GROUP_RANKS];
+    uint8_t *rptr[WF_MAX_GROUP_RANKS];
+    size_t rcnt[WF_MAX_GROUP_RANKS];
+    /* This member's own slice: copied while the transfers are in flight (it is as large as
+     * any other slice, so copying it first would delay every transfer by one memcpy). */
+    uint8_t *self_dst;
+    const uint8_t *self_src;
+    size_t self_len;
+} xchg;
+
+static void xchg_init(xchg *x, int n) {
+    for (int i = 0; i < n; i++) x->scnt[i] = x->rcnt[i] = NONE, x->sptr[i] = x->rptr[i] = NULL;
+    x->self_dst = NULL;
+    x->self_src = NULL;
+    x->self_len = 0;
+}
+
+static int is_put(size_t cnt, size_t thresh) { return cnt != NONE && cnt >= thresh; }
+
+/* Waits for all[first .. first + k); on failure cancels the other pending ops of the exchange
+ * too (their buffers are free again when it returns). */
+static wf_status wait_part(wf_world *w, wf_world_op *all, int n_all, int first, int k) {
+    wf_status st = wf_world_wait(w, all + first, k);
+    if (st != WF_OK) wf_world_cancel(w, all, n_all);
+    return st;
+}
+
+static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const xchg *x,
+                          uint8_t step) {
+    size_t thresh = wf__world_put_threshold(w);
+    int n_in = 0, n_out = 0;
+    uint8_t *lo = NULL, *hi = NULL;
+    for (int j = 0; j < c->n; j++) {
+        if (j == c->me) continue;
+        if (is_put(x->rcnt[j], thresh)) {
+            n_in++;
+            if (!lo || x->rptr[j] < lo) lo = x->rptr[j];
+            if (!hi || x->rptr[j] + x->rcnt[j] > hi) hi = x->rptr[j] + x->rcnt[j];
+        }
+        n_out += is_put(x->scnt[j], thresh);
+    }
+    wf_world_region *rin = NULL, *rout = NULL, mine = {0};
+    if (n_in || n_out) {
+        rin = malloc(sizeof *rin * (size_t)c->n * 2);
+        if (!rin) return WF_ENOMEM;
+        rout = rin + c->n;
+    }
+    /* This member's large receives come by put only into memory worth it (see gfc.h); else it
+     * declines (a region with id 0) and they come as messages. The writer obeys either way,
+     * so members need not agree on this. */
+    int direct = n_in && (wf__world_put_caller_memory(w) ||
+                          wf__world_mem_owned(w, lo, (size_t)(hi - lo)));
+    /* Memory UCX cannot register (a device pointer it does not know, a mapping it refuses)
+     * still arrives: as messages. */
+    if (direct && wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine) != WF_OK) {
+        WF_LOG_DEBUG("gfc", NULL, "rank %d: receiving by message: %s", wf_world_rank(w),
+                     wf_world_error(w));
+        direct = 0;
+        memset(&mine, 0, offsetof(wf_world_region, rkey));
+    }
+    uint64_t done_in[WF_MAX_GROUP_RANKS], done_out[WF_MAX_GROUP_RANKS];
+    wf_world_op ops[MAX_XOPS];
+    int k = 0;
+    uint8_t s_data = (uint8_t)(4 * step), s_region = (uint8_t)(4 * step + 1),
+            s_done = (uint8_t)(4 * step + 2);
+    /* Part 1 (waited first): the regions of the large pairs this member writes. */
+    for (int i = 1; i < c->n; i++) {
+        int to = (c->me + i) % c->n;
+        if (is_put(x->scnt[to], thresh))
+            ops[k++] = op_recv(g, c, to, &rin[to], sizeof rin[to], s_region);
+    }
+    int k1 = k;
+    /* Part 2: everything else that can start now. Receives first so that eager data lands
+     * straight in place; then sends, each member starting with its right neighbour so that no
+     * member is everyone's first target. */
+    for (int i = 1; i < c->n; i++) {
+        int from = (c->me - i + c->n) % c->n;
+        if (x->rcnt[from] == NONE) continue;
+        if (direct && is_put(x->rcnt[from], thresh))
+            ops[k++] = op_recv(g, c, from, &done_in[from], sizeof done_in[from], s_done);
+        else
+            ops[k++] = op_recv(g, c, from, x->rptr[from], x->rcnt[from], s_data);
+    }
+    for (int i = 1; i < c->n; i++) {
+        int from = (c->me - i + c->n) % c->n;
+        if (!is_put(x->rcnt[from], thresh)) continue;
+        rout[from] = mine; /* direct: the registration; else id 0, no key: "send it" */
+        rout[from].addr = (uint64_t)(uintptr_t)x->rptr[from];
+        rout[from].len = x->rcnt[from];
+        ops[k++] = op_send(g, c, from, &rout[from], wf_world_region_wire_size(&rout[from]),
+                           s_region);
+    }
+    for (int i = 1; i < c->n; i++) {
+        int to = (c->me + i) % c->n;
+        if (x->scnt[to] != NONE && !is_put(x->scnt[to], thresh))
+            ops[k++] = op_send(g, c, to, x->sptr[to], x->scnt[to], s_data);
+    }
+    int k2 = k;
+    wf_status st = wf_world_post(w, ops, k);
+    if (st != WF_OK) {
+        wf_world_cancel(w, ops, k);
+        goto out;
+    }
+    if (x->self_len) memmove(x->self_dst, x->self_src, x->self_len);
+    if (k1) {
+        st = wait_part(w, ops, k, 0, k1);
+        if (st != WF_OK) goto out;
+    }
+    /* Part 3: for each region received, a put and a flush (then a done message), or the
+     * message the receiver asked for instead. */
+    wf_status mismatch = WF_OK;
+    int puts = 0;
+    for (int i = 0; i < k1; i++) {
+        int to = wf_gfc_group_index(g, ops[i].peer);
+        const wf_world_region *r = &rin[to];
+        if (wf_world_region_check(r, ops[i].received) != WF_OK || r->len != x->scnt[to])
+            mismatch = WF_EPROTO;
+        done_out[to] = DONE_MISMATCH;
+        if (r->id == 0) { /* declined (or malformed): the data as a message; its size is
+                           * checked by the receiver */
+            ops[i].len = 0; /* marks "no done message" below */
+            continue;
+        }
+        if (mismatch != WF_OK) continue;
+        done_out[to] = x->scnt[to];
+        ops[k++] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = ops[i].peer,
+                                 .buf = (void *)(uintptr_t)x->sptr[to], .len = x->scnt[to],
+                                 .region = r};
+        ops[k++] = (wf_world_op){.kind = WF_WORLD_FLUSH, .peer = ops[i].peer};
+        puts = 1;
+    }
+    int k3 = k;
+    if (puts) {
+        st = wf_world_post(w, ops + k2, k3 - k2);
+        if (st == WF_OK) st = wait_part(w, ops, k3, k2, k3 - k2);
+        else wf_world_cancel(w, ops, k3);
+        if (st != WF_OK) goto out;
+    }
+    for (int i = 0; i < k1; i++) {
+        int to = wf_gfc_group_index(g, ops[i].peer);
+        if (ops[i].len == 0)
+            ops[k++] = op_send(g, c, to, x->sptr[to], x->scnt[to], s_data);
+        else
+            ops[k++] = op_send(g, c, to, &done_out[to], sizeof done_out[to], s_done);
+    }
+    if (k > k3) {
+        st = wf_world_post(w, ops + k3, k - k3);
+        if (st != WF_OK) {
+            wf_world_cancel(w, ops, k);
+            goto out;
+        }
+    }
+    st = wf_world_wait(w, ops + k1, k - k1);
+    if (st != WF_OK) goto out;
+    /* Every message must have had exactly the size expected, every put the count expected. */
+    for (int i = k1; i < k2; i++) {
+        if (ops[i].kind != WF_WORLD_RECV) continue;
+        int from = wf_gfc_group_index(g, ops[i].peer);
+        if (ops[i].received != ops[i].len ||
+            (ops[i].buf == &done_in[from] && done_in[from] != x->rcnt[from]))
+            st = WF_EPROTO;
+    }
+    if (st == WF_OK) st = mismatch;
+out:
+    free(rin);
+    return st;
+}
+
 wf_status wf_gfc_broadcast(wf_world *w, const wf_group *g, int root, void *buf, size_t len) {
     coll c;
     wf_status st = begin(w, g, &c);
     if (st != WF_OK) return st;
     if (root < 0 || root >= c.n || (len && !buf)) return WF_EINVAL;
     if (c.n == 1) return WF_OK;
-    wf_world_op ops[MAX_OPS];
-    int k = 0;
+    xchg x;
+    xchg_init(&x, c.n);
     if (c.me == root) {
-        for (int i = 1; i < c.n; i++) ops[k++] = op_send(g, &c, (root + i) % c.n, buf, len, 0);
+        for (int i = 0; i < c.n; i++) x.sptr[i] = buf, x.scnt[i] = len;
     } else {
-        ops[k++] = op_recv(g, &c, root, buf, len, 0);
+        x.rptr[root] = buf;
+        x.rcnt[root] = len;
     }
-    return run_exact(w, ops, k);
+    return exchange(w, g, &c, &x, 0);
 }
 
 wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
@@ -124,23 +318,21 @@ wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
     wf_status st = begin(w, g, &c);
     if (st != WF_OK) return st;
     if (!send_counts || !send_displs || !recv_counts || !recv_displs) return WF_EINVAL;
-    wf_world_op ops[MAX_OPS];
-    int k = 0;
-    /* Receives first so that eager data lands straight in place; then sends, each member
-     * starting with its right neighbour so that no member is everyone's first target. */
-    for (int i = 1; i < c.n; i++) {
-        int from = (c.me - i + c.n) % c.n;
-        ops[k++] = op_recv(g, &c, from, (uint8_t *)recv + recv_displs[from], recv_counts[from], 0);
-    }
-    for (int i = 1; i < c.n; i++) {
-        int to = (c.me + i) % c.n;
-        ops[k++] = op_send(g, &c, to, (const uint8_t *)send + send_displs[to], send_counts[to], 0);
+    xchg x;
+    xchg_init(&x, c.n);
+    for (int j = 0; j < c.n; j++) {
+        if (send_counts[j] == NONE || recv_counts[j] == NONE) return WF_EINVAL;
+        x.sptr[j] = (const uint8_t *)send + send_displs[j];
+        x.scnt[j] = send_counts[j];
+        x.rptr[j] = (uint8_t *)recv + recv_displs[j];
+        x.rcnt[j] = recv_counts[j];
     }
     if (send_counts[c.me] != recv_counts[c.me]) return WF_EINVAL;
-    if (send_counts[c.me])
-        memmove((uint8_t *)recv + recv_displs[c.me], (const uint8_t *)send + send_displs[c.me],
-                send_counts[c.me]);
-    return run_exact(w, ops, k);
+    x.self_dst = x.rptr[c.me];
+    x.self_src = x.sptr[c.me];
+    x.self_len = send_counts[c.me];
+    x.scnt[c.me] = x.rcnt[c.me] = NONE;
+    return exchange(w, g, &c, &x, 0);
 }
 
 wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void *recv,
@@ -151,30 +343,37 @@ wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void
     return wf_gfc_alltoallv(w, g, send, counts, displs, recv, counts, displs);
 }
 
-/* Every member sends blocks[me] to all others and receives block i from member i (an
- * all-gather of unequal blocks at offsets off[i] of buf). */
+/* Every member sends its block to all others and receives block i from member i (an
+ * all-gather of unequal blocks at offsets off[i] of buf). The own block is `own` (copied into
+ * place meanwhile), or NULL when it is in place already. */
 static wf_status gather_blocks(wf_world *w, const wf_group *g, coll *c, uint8_t *buf,
-                               const size_t *off, const size_t *len, uint8_t step) {
-    wf_world_op ops[MAX_OPS];
-    int k = 0;
-    for (int i = 1; i < c->n; i++) {
-        int from = (c->me - i + c->n) % c->n;
-        ops[k++] = op_recv(g, c, from, buf + off[from], len[from], step);
+                               const size_t *off, const size_t *len, const uint8_t *own,
+                               uint8_t step) {
+    xchg x;
+    xchg_init(&x, c->n);
+    for (int j = 0; j < c->n; j++) {
+        if (j == c->me) continue;
+        x.sptr[j] = own ? own : buf + off[c->me];
+        x.scnt[j] = len[c->me];
+        x.rptr[j] = buf + off[j];
+        x.rcnt[j] = len[j];
     }
-    for (int i = 1; i < c->n; i++)
-        ops[k++] = op_send(g, c, (c->me + i) % c->n, buf + off[c->me], len[c->me], step);
-    return run_exact(w, ops, k);
+    if (own) {
+        x.self_dst = buf + off[c->me];
+        x.self_src = own;
+        x.self_len = len[c->me];
+    }
+    return exchange(w, g, c, &x, step);
 }
-
 wf_status wf_gfc_allgather(wf_world *w, const wf_group *g, const void *send, void *recv,
                            size_t len) {
     coll c;
     wf_status st = begin(w, g, &c);
     if (st != WF_OK) return st;
+    if (len && (!send || !recv)) return WF_EINVAL;
     size_t off[WF_MAX_GROUP_RANKS], lens[WF_MAX_GROUP_RANKS];
     for (int i = 0; i < c.n; i++) off[i] = (size_t)i * len, lens[i] = len;
-    if (len) memmove((uint8_t *)recv + off[c.me], send, len);
-    return gather_blocks(w, g, &c, recv, off, lens, 0);
+    return gather_blocks(w, g, &c, recv, off, lens, send, 0);
 }
 
 /* Reduce-scatter core: member j owns floats [off[j], off[j] + len[j]) of the vector; every
@@ -185,18 +384,19 @@ static wf_status reduce_blocks(wf_world *w, const wf_group *g, coll *c, const fl
     size_t mine = len[c->me];
     float *slices = wf__world_scratch(w, (size_t)c->n * (mine ? mine : 1) * sizeof(float));
     if (!slices) return WF_ENOMEM;
-    wf_world_op ops[MAX_OPS];
-    int k = 0;
-    for (int i = 1; i < c->n; i++) {
-        int from = (c->me - i + c->n) % c->n;
-        ops[k++] = op_recv(g, c, from, slices + (size_t)from * mine, mine * sizeof(float), step);
+    xchg x;
+    xchg_init(&x, c->n);
+    for (int j = 0; j < c->n; j++) {
+        if (j == c->me) continue;
+        x.sptr[j] = (const uint8_t *)(send + off[j]);
+        x.scnt[j] = len[j] * sizeof(float);
+        x.rptr[j] = (uint8_t *)(slices + (size_t)j * mine);
+        x.rcnt[j] = mine * sizeof(float);
     }
-    for (int i = 1; i < c->n; i++) {
-        int to = (c->me + i) % c->n;
-        ops[k++] = op_send(g, c, to, send + off[to], len[to] * sizeof(float), step);
-    }
-    if (mine) memcpy(slices + (size_t)c->me * mine, send + off[c->me], mine * sizeof(float));
-    wf_status st = run_exact(w, ops, k);
+    x.self_dst = (uint8_t *)(slices + (size_t)c->me * mine);
+    x.self_src = (const uint8_t *)(send + off[c->me]);
+    x.self_len = mine * sizeof(float);
+    wf_status st = exchange(w, g, c, &x, step);
     if (st != WF_OK) return st;
     /* The fixed order: slice 0, then + slice 1, ... whatever arrived first. */
     if (mine) memcpy(out, slices, mine * sizeof(float));
@@ -226,8 +426,9 @@ wf_status wf_gfc_allreduce_f32(wf_world *w, const wf_group *g, const float *send
     if (count && (!send || !recv)) return WF_EINVAL;
     /* Reduce-scatter into the owner's block of recv, then all-gather the blocks. The order of
      * the sum does not depend on the blocking: each element is summed by one owner, in order. */
-    size_t off[WF_MAX_GROUP_RANKS], len[WF_MAX_GROUP_RANKS], boff[WF_MAX_GROUP_RANKS],
-        blen[WF_MAX_GROUP_RANKS];
+    /* Zeroed: gcc cannot see that the loop below fills them. */
+    size_t off[WF_MAX_GROUP_RANKS] = {0}, len[WF_MAX_GROUP_RANKS] = {0},
+           boff[WF_MAX_GROUP_RANKS], blen[WF_MAX_GROUP_RANKS];
     size_t per = (count + (size_t)c.n - 1) / (size_t)c.n;
     for (int i = 0; i < c.n; i++) {
         off[i] = (size_t)i * per < count ? (size_t)i * per : count;
@@ -237,7 +438,7 @@ wf_status wf_gfc_allreduce_f32(wf_world *w, const wf_group *g, const float *send
     }
     st = reduce_blocks(w, g, &c, send, off, len, recv + off[c.me], 0);
     if (st != WF_OK) return st;
-    return gather_blocks(w, g, &c, (uint8_t *)recv, boff, blen, 1);
+    return gather_blocks(w, g, &c, (uint8_t *)recv, boff, blen, NULL, 1);
 }
 
 static wf_status p2p(wf_world *w, const wf_group *g, int peer, uint32_t tag, void *buf,

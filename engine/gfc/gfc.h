@@ -17,9 +17,21 @@
  * c[0] + c[1] + ... + c[n-1] over the group members' contributions in group order, so results
  * are bit-identical whatever the placement, timing or world ranks.
  *
- * Data moves as UCX tagged messages straight from and into the caller's buffers (UCX picks
- * eager copies for small ones and zero-copy rendezvous for large ones); sizes are bytes unless a
- * name says f32 (then floats). Buffers of one call must not overlap unless the function says so.
+ * Data moves straight from and into the caller's buffers. Between two members, a message
+ * smaller than the put threshold (wf_gfc_set_put_threshold; 64 KiB by default) is a UCX tagged
+ * message. For a larger one the receiver first tells the writer how to send it: either a region
+ * (wf_world_mem_expose: its buffer registered once and cached), into which the writer puts,
+ * flushes, then sends a done message; or "as a message". Receive buffers from
+ * wf_world_mem_alloc (and the scratch of reduce-scatter and all-reduce) always take puts: peers
+ * on the host map that memory, so a put is one memcpy by the writer, the fastest path (see
+ * BENCHMARKS.md: 2-4x the bandwidth of ordinary memory, which UCX reaches on one host by CMA,
+ * a kernel copy). Other buffers take puts too unless wf_gfc_set_put_caller_memory turns
+ * that off. So: allocate large receive buffers with wf_world_mem_alloc. Sizes are bytes
+ * unless a name says f32 (then floats). Buffers of one call must not overlap unless the
+ * function says so.
+ * Sizes that must agree between members (all-to-all-v counts) are checked: a disagreement is
+ * WF_EPROTO on the members that see it (or WF_ETIMEDOUT after the wait bound when one side
+ * moves a pair by put and the other by message), never a hang.
  *
  * Every call blocks until done or failed; each wait is bounded by the world's timeout. On error
  * the other members may be left waiting for this rank until their own time-outs; the world's
@@ -44,6 +56,15 @@ wf_status wf_gfc_group_init(wf_group *g, const int *ranks, int n);
 uint64_t wf_gfc_group_hash(const int *ranks, int n);
 /* The position of a world rank in the group, or -1 if it is not a member. */
 int wf_gfc_group_index(const wf_group *g, int world_rank);
+
+/* Messages of at least `bytes` (per pair of members; >= 1) may move as puts; SIZE_MAX: never.
+ * Every member of a group must use the same value. Per world; default 64 KiB. */
+void wf_gfc_set_put_threshold(wf_world *w, size_t bytes);
+/* Whether this member's large receives into ordinary memory (not from wf_world_mem_alloc) come
+ * as puts too (1, the default: puts are what registers and caches the receiver's buffer; on
+ * one host UCX reaches such memory by CMA, within noise of its rendezvous messages, see
+ * BENCHMARKS.md) or as tagged messages (0). A receiver's own choice: members need not agree. */
+void wf_gfc_set_put_caller_memory(wf_world *w, int on);
 
 wf_status wf_gfc_barrier(wf_world *w, const wf_group *g);
 /* buf[0..len) of member `root` (a group index) is copied to every member's buf. */

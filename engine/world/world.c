@@ -27,10 +27,17 @@
 #define LIVENESS_PERIOD_NS 20000000ull /* how often a wait checks pending peers' processes */
 #define CLOSE_WAIT_NS 2000000000ull    /* bound of a graceful endpoint close */
 
+#define PEER_RKEYS 8 /* unpacked keys of a peer's exposed regions, replaced round robin */
+
 typedef struct peer {
     wf__world_entry e;
     ucp_ep_h ep;
     ucp_rkey_h rkey;
+    struct {
+        uint64_t id;
+        ucp_rkey_h rkey;
+    } rk[PEER_RKEYS];       /* bound to ep: destroyed whenever ep is closed */
+    int rk_next;
     wf_status failed;       /* WF_OK, or WF_EPEER once its endpoint or process failed */
 } peer;
 
@@ -56,6 +63,10 @@ struct wf_world {
     size_t seq_cap, seq_used;
     void *scratch;
     size_t scratch_size;
+    wf__mcache *mc;
+    size_t put_threshold;
+    int put_caller_memory;
+    int scratch_owned;      /* scratch came from the registration cache (else posix_memalign) */
 };
 
 struct seq_slot {
@@ -83,7 +94,7 @@ int wf_world_error_rank(const wf_world *w) { return w->err_rank; }
 wf_world_config wf_world_config_default(void) {
     return (wf_world_config){.n_ranks = 1, .rank = 0, .host = "127.0.0.1", .port = 0,
                              .sym_size = 4u << 20, .timeout_ms = 10000,
-                             .join_timeout_ms = 30000};
+                             .join_timeout_ms = 30000, .local_fast_path = 1};
 }
 
 int wf_world_rank(const wf_world *w) { return w->rank; }
@@ -179,10 +190,19 @@ static ucs_status_t wait_local(wf_world *w, void *req, uint64_t bound_ns) {
     return st == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : st;
 }
 
-static void close_peer_ep(wf_world *w, int r, int force) {
-    peer *p = &w->peers[r];
+static void drop_rkeys(peer *p) {
     if (p->rkey) ucp_rkey_destroy(p->rkey);
     p->rkey = NULL;
+    for (int i = 0; i < PEER_RKEYS; i++) {
+        if (p->rk[i].rkey) ucp_rkey_destroy(p->rk[i].rkey);
+        p->rk[i].rkey = NULL;
+        p->rk[i].id = 0;
+    }
+}
+
+static void close_peer_ep(wf_world *w, int r, int force) {
+    peer *p = &w->peers[r];
+    drop_rkeys(p);
     if (!p->ep) return;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
@@ -209,6 +229,12 @@ static wf_status get_ep(wf_world *w, int r, ucp_ep_h *out) {
             .err_mode = UCP_ERR_HANDLING_MODE_PEER,
             .err_handler = {.cb = ep_error_cb, .arg = w},
         };
+        /* A local peer: without peer-error mode UCX 1.13 may pick shared memory and CMA (with
+         * it, only TCP). Its failure is found by the /proc check (peer_process_gone). */
+        if (w->cfg.local_fast_path && p->e.node[0] && strcmp(p->e.node, w->self.node) == 0) {
+            prm.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            prm.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        }
         ucs_status_t st = ucp_ep_create(w->worker, &prm, &p->ep);
         if (st != UCS_OK) {
             p->ep = NULL;
@@ -230,6 +256,30 @@ static wf_status get_rkey(wf_world *w, int r, ucp_ep_h ep, ucp_rkey_h *out) {
         }
     }
     *out = p->rkey;
+    return WF_OK;
+}
+
+/* The unpacked key of a peer's exposed region: cached per region id (ids are never reused by
+ * the owner process, and a replaced peer's keys go with its endpoint). */
+static wf_status region_rkey(wf_world *w, int r, ucp_ep_h ep, const wf_world_region *reg,
+                             ucp_rkey_h *out) {
+    peer *p = &w->peers[r];
+    for (int i = 0; i < PEER_RKEYS; i++)
+        if (p->rk[i].rkey && p->rk[i].id == reg->id) {
+            *out = p->rk[i].rkey;
+            return WF_OK;
+        }
+    ucp_rkey_h rk;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep, reg->rkey, &rk);
+    if (st != UCS_OK)
+        return fail(w, WF_EIO, r, "region key of rank %d: %s", r, ucs_status_string(st));
+    w->stats.rkeys_unpacked++;
+    int i = p->rk_next;
+    p->rk_next = (i + 1) % PEER_RKEYS;
+    if (p->rk[i].rkey) ucp_rkey_destroy(p->rk[i].rkey);
+    p->rk[i].id = reg->id;
+    p->rk[i].rkey = rk;
+    *out = rk;
     return WF_OK;
 }
 
@@ -263,8 +313,11 @@ static wf_status op_failed(wf_world *w, wf_world_op *op, ucs_status_t us) {
                     op->peer, op->len);
     if (us == UCS_ERR_CANCELED) return WF_ECANCELLED;
     return fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
-                op->kind == WF_WORLD_RECV ? "receive from" : "send to", op->peer,
-                ucs_status_string(us));
+                op->kind == WF_WORLD_RECV    ? "receive from"
+                : op->kind == WF_WORLD_PUT   ? "put to"
+                : op->kind == WF_WORLD_FLUSH ? "flush to"
+                                             : "send to",
+                op->peer, ucs_status_string(us));
 }
 
 static wf_status post_one(wf_world *w, wf_world_op *op) {
@@ -305,17 +358,25 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
             w->stats.bytes_sent += op->len;
         } else if (op->kind == WF_WORLD_PUT) {
             peer *p = &w->peers[op->peer];
-            if (op->offset > p->e.sym_size || op->len > p->e.sym_size - op->offset)
+            const wf_world_region *reg = op->region;
+            uint64_t base = reg ? reg->addr : p->e.sym_addr, size = reg ? reg->len : p->e.sym_size;
+            if (op->offset > size || op->len > size - op->offset)
                 return op->status = fail(w, WF_ERANGE, op->peer,
                                          "put of %zu bytes at %zu beyond rank %d's %llu bytes",
-                                         op->len, op->offset, op->peer,
-                                         (unsigned long long)p->e.sym_size);
+                                         op->len, op->offset, op->peer, (unsigned long long)size);
+            if (op->len == 0) { /* nothing to write (an empty region has no key) */
+                op->status = WF_OK;
+                return WF_OK;
+            }
             ucp_rkey_h rkey = NULL;
-            st = get_rkey(w, op->peer, ep, &rkey);
+            st = reg ? region_rkey(w, op->peer, ep, reg, &rkey) : get_rkey(w, op->peer, ep, &rkey);
             if (st != WF_OK) return op->status = st;
-            req = ucp_put_nbx(ep, op->buf, op->len, p->e.sym_addr + op->offset, rkey, &prm);
+            req = ucp_put_nbx(ep, op->buf, op->len, base + op->offset, rkey, &prm);
             w->stats.puts++;
             w->stats.bytes_put += op->len;
+        } else if (op->kind == WF_WORLD_FLUSH) {
+            req = ucp_ep_flush_nbx(ep, &(ucp_request_param_t){.op_attr_mask = 0});
+            w->stats.flushes++;
         } else {
             return op->status = fail(w, WF_EINVAL, op->peer, "unknown operation kind %d",
                                      (int)op->kind);
@@ -384,6 +445,18 @@ static void cancel_pending(wf_world *w, wf_world_op *ops, int n) {
 
 static void handle_ctrl(wf_world *w);
 
+/* A peer that sent its last message and exited at once is gone, but the message may already be
+ * in this process (a shared-memory FIFO, a socket buffer) with nobody having progressed it
+ * yet: progress once more and look again before blaming it. Returns 1 if no pending op's
+ * peer is dead any more (the wait goes on). */
+static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *blame);
+static int drain_retry(wf_world *w, wf_world_op *ops, int n, int *blame) {
+    while (ucp_worker_progress(w->worker) > 0) {
+    }
+    for (int i = 0; i < n; i++) reap(w, &ops[i]);
+    return !check_peers(w, ops, n, 0, blame);
+}
+
 /* The rank a wait should blame: a pending peer known dead, else the first pending one. */
 static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *blame) {
     *blame = -1;
@@ -426,7 +499,7 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
             handle_ctrl(w);
         }
         int blame;
-        if (check_peers(w, ops, n, probe, &blame)) {
+        if (check_peers(w, ops, n, probe, &blame) && !drain_retry(w, ops, n, &blame)) {
             peer *p = &w->peers[blame];
             result = fail(w, WF_EPEER, blame, "rank %d (pid %u on %s) failed", blame, p->e.pid,
                           p->e.host);
@@ -467,6 +540,12 @@ int wf_world_test(wf_world *w, wf_world_op *ops, int n) {
         if (p->failed == WF_OK && probe && ops[i].peer != w->rank && peer_process_gone(w, &p->e))
             p->failed = WF_EPEER;
         if (p->failed == WF_OK) continue;
+        while (ucp_worker_progress(w->worker) > 0) { /* what it sent before exiting */
+        }
+        if (reap(w, &ops[i])) {
+            done++;
+            continue;
+        }
         cancel_pending(w, &ops[i], 1);
         ops[i].status = fail(w, WF_EPEER, ops[i].peer, "rank %d (pid %u on %s) failed", ops[i].peer,
                              p->e.pid, p->e.host);
@@ -475,7 +554,14 @@ int wf_world_test(wf_world *w, wf_world_op *ops, int n) {
     return done;
 }
 
-void wf_world_cancel(wf_world *w, wf_world_op *ops, int n) { cancel_pending(w, ops, n); }
+void wf_world_cancel(wf_world *w, wf_world_op *ops, int n) {
+    char keep[sizeof w->err];
+    int keep_rank = w->err_rank;
+    memcpy(keep, w->err, sizeof keep);
+    cancel_pending(w, ops, n);
+    memcpy(w->err, keep, sizeof keep); /* the error that made the caller cancel stays */
+    w->err_rank = keep_rank;
+}
 
 uint32_t wf_world_peer_pid(const wf_world *w, int rank) {
     return rank >= 0 && rank < w->n ? (rank == w->rank ? w->self.pid : w->peers[rank].e.pid) : 0;
@@ -550,7 +636,9 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
             peer *p = &w->peers[peer_rank];
             if (p->failed == WF_OK && peer_rank != w->rank && peer_process_gone(w, &p->e))
                 p->failed = WF_EPEER;
-            if (p->failed != WF_OK)
+            /* It may have written the flag just before it exited. */
+            if (p->failed != WF_OK && (ucp_worker_progress(w->worker),
+                                       __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value))
                 return fail(w, WF_EPEER, peer_rank, "rank %d (pid %u on %s) failed", peer_rank,
                             p->e.pid, p->e.host);
         }
@@ -620,6 +708,43 @@ wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch) {
     return WF_OK;
 }
 
+/* ---- exposed regions ------------------------------------------------------------------------ */
+wf_status wf_world_mem_expose(wf_world *w, void *buf, size_t len, wf_world_region *out) {
+    if (!w || !out) return WF_EINVAL;
+    wf_status st = wf__mcache_expose(w->mc, buf, len, out, &w->stats, w->err, sizeof w->err);
+    if (st != WF_OK) w->err_rank = w->rank;
+    return st;
+}
+
+size_t wf_world_region_wire_size(const wf_world_region *r) {
+    return offsetof(wf_world_region, rkey) + r->rkey_len;
+}
+
+wf_status wf_world_region_check(const wf_world_region *r, size_t bytes) {
+    if (bytes < offsetof(wf_world_region, rkey) || r->rkey_len > WF_WORLD_RKEY_MAX ||
+        bytes != wf_world_region_wire_size(r) || (r->id == 0) != (r->rkey_len == 0) ||
+        r->addr + r->len < r->addr)
+        return WF_EPROTO;
+    return WF_OK;
+}
+
+void *wf_world_mem_alloc(wf_world *w, size_t len) { return wf__mcache_alloc(w->mc, len); }
+
+void wf_world_mem_free(wf_world *w, void *p) {
+    if (p && !wf__mcache_free(w->mc, p))
+        WF_LOG_ERROR("world", NULL, "rank %d: wf_world_mem_free of memory it did not allocate",
+                     w->rank);
+}
+
+int wf__world_mem_cached(const wf_world *w) { return wf__mcache_cached(w->mc); }
+int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
+    return wf__mcache_owned(w->mc, buf, len);
+}
+int wf__world_put_caller_memory(const wf_world *w) { return w->put_caller_memory; }
+void wf__world_set_put_caller_memory(wf_world *w, int on) { w->put_caller_memory = on != 0; }
+size_t wf__world_put_threshold(const wf_world *w) { return w->put_threshold; }
+void wf__world_set_put_threshold(wf_world *w, size_t bytes) { w->put_threshold = bytes; }
+
 /* ---- per-group sequence numbers and scratch -------------------------------------------------- */
 static struct seq_slot *seq_find(struct seq_slot *t, size_t cap, uint64_t id) {
     size_t i = (size_t)(id ^ (id >> 29)) & (cap - 1);
@@ -651,13 +776,27 @@ int wf__world_next_seq(wf_world *w, uint64_t id, uint32_t *seq) {
     return 0;
 }
 
+static void free_scratch(wf_world *w) {
+    if (w->scratch_owned) wf__mcache_free(w->mc, w->scratch);
+    else free(w->scratch);
+    w->scratch = NULL;
+    w->scratch_size = 0;
+}
+
 void *wf__world_scratch(wf_world *w, size_t bytes) {
     if (bytes <= w->scratch_size) return w->scratch;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    free(w->scratch);
+    /* Registered, so that peers' puts land in it through shared memory; plain memory if UCX
+     * cannot allocate (the collectives then take messages into it). */
+    int owned = 1;
+    void *p = wf__mcache_alloc(w->mc, bytes);
+    if (!p) {
+        owned = 0;
+        if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    }
+    free_scratch(w);
     w->scratch = p;
     w->scratch_size = bytes;
+    w->scratch_owned = owned;
     return p;
 }
 
@@ -1024,6 +1163,8 @@ static wf_status setup_ucx(wf_world *w, char *err, size_t errlen) {
         return wf_status_errorf(err, errlen, WF_ENOMEM, "registering %zu bytes: %s", w->sym_size,
                                 ucs_status_string(st));
     }
+    w->mc = wf__mcache_create(w->ctx);
+    if (!w->mc) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
     if (ucp_mem_query(w->mem, &ma) != UCS_OK)
         return wf_status_errorf(err, errlen, WF_EIO, "UCX memory query failed");
@@ -1091,6 +1232,8 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     w->efd = -1;
     w->err_rank = -1;
     w->sym_size = (cfg->sym_size + 63) & ~(size_t)63;
+    w->put_threshold = WF__WORLD_PUT_THRESHOLD;
+    w->put_caller_memory = 1;
     wf_status st;
     w->peers = calloc((size_t)w->n, sizeof *w->peers);
     if (!w->peers) {
@@ -1134,8 +1277,7 @@ void wf_world_destroy(wf_world *w) {
             void **reqs = calloc((size_t)w->n, sizeof *reqs);
             for (int r = 0; r < w->n; r++) {
                 peer *p = &w->peers[r];
-                if (p->rkey) ucp_rkey_destroy(p->rkey);
-                p->rkey = NULL;
+                drop_rkeys(p);
                 if (!p->ep) continue;
                 ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                            .flags = p->failed != WF_OK || !reqs
@@ -1167,8 +1309,9 @@ void wf_world_destroy(wf_world *w) {
     }
     free(w->peers);
     free(w->seqs);
-    free(w->scratch);
+    if (w->mc) free_scratch(w);
     wf__world_entry_free(&w->self);
+    wf__mcache_destroy(w->mc);
     if (w->mem) ucp_mem_unmap(w->ctx, w->mem);
     if (w->worker) ucp_worker_destroy(w->worker);
     if (w->ctx) ucp_cleanup(w->ctx);

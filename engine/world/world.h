@@ -52,6 +52,12 @@ typedef struct wf_world_config {
     int port;               /* rank 0's bootstrap TCP port */
     size_t sym_size;        /* bytes of this rank's registered symmetric buffer */
     int timeout_ms;         /* bound of every wait on peers */
+    /* 1 (default): endpoints to peers on this host (same boot id) do without UCX's peer-error
+     * handling, so that UCX may use shared memory and CMA for them (UCX 1.13 offers peer-error
+     * handling only over TCP: with it every byte between two local ranks went over loopback
+     * TCP, see BENCHMARKS.md). Their failures are still found: the /proc liveness check, and
+     * the wait bound for a stuck one. 0: every endpoint with UCX's peer-error handling. */
+    int local_fast_path;
     int join_timeout_ms;    /* bound for the whole world to form (or a replacement to join) */
     /* Optional, rank 0: polled (every 100 ms) while waiting for joiners; nonzero gives up at
      * once (e.g. a worker process it started has already exited). */
@@ -59,7 +65,8 @@ typedef struct wf_world_config {
     void *join_abort_arg;
 } wf_world_config;
 
-/* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s. */
+/* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s, local fast
+ * path on. */
 wf_world_config wf_world_config_default(void);
 
 /* Forms the world (rank 0 waits for all n_ranks - 1 others; the others join) or, when cfg.rank
@@ -113,8 +120,52 @@ typedef struct wf_world_tag {
 typedef enum wf_world_op_kind {
     WF_WORLD_SEND = 0, /* tagged send of buf[0..len) to peer */
     WF_WORLD_RECV,     /* tagged receive from peer into buf (at most len bytes) */
-    WF_WORLD_PUT,      /* RMA write of buf[0..len) into peer's symmetric buffer at offset */
+    WF_WORLD_PUT,      /* RMA write of buf[0..len) into peer's symmetric buffer at offset, or
+                        * into op.region (a peer's exposed region) at offset */
+    WF_WORLD_FLUSH,    /* completes when every PUT posted so far to peer is complete at peer */
 } wf_world_op_kind;
+
+/* ---- exposed regions: puts straight into a peer's own buffers --------------------------------
+ * A rank exposes any buffer of its own (wf_world_mem_expose) and sends the region to the peers
+ * that will write it (as a message: wf_world_region_wire_size bytes of the struct); they PUT
+ * into it with op.region set. Registrations are cached per (pointer, size) and by containment,
+ * so exposing the same buffer again costs a lookup; memory unmapped from the process (munmap,
+ * free of a large block, sbrk shrink: UCX's memory events) drops the cached registrations it
+ * overlaps, so a buffer freed and allocated again at the same address is registered anew.
+ * Peers cache the unpacked remote keys per (rank, region id); ids are never reused.
+ * Memory from wf_world_mem_alloc is registered for the transports that map a peer's memory
+ * (shared memory on one host): puts into it are one memcpy by the writer. Other memory is
+ * reached by what UCX offers for it (CMA, RDMA, or its active-message emulation that needs the
+ * target to progress, as every wait here does). */
+#define WF_WORLD_RKEY_MAX 1024
+
+typedef struct wf_world_region {
+    uint64_t id;        /* the registration's id, unique in the owner's process; 0: no
+                         * registration and no key (an empty region, or one not exposed) */
+    uint64_t addr;      /* the owner's address of the region */
+    uint64_t len;
+    uint32_t rkey_len;  /* bytes of rkey used */
+    uint32_t reserved;
+    uint8_t rkey[WF_WORLD_RKEY_MAX]; /* the packed remote key of the registration */
+} wf_world_region;
+
+/* Registers buf[0..len) (or finds the cached registration that contains it) and describes it
+ * in *out. The buffer must stay allocated while peers may write it. Without UCX's memory events
+ * (UCX_MEM_EVENTS=no, TSan builds) nothing is cached: a registration of caller memory lasts
+ * until the next expose (enough for blocking collectives, which expose one buffer at a time). len 0 is allowed (an
+ * empty region, id 0, nothing registered). Returns WF_OK, WF_EINVAL, WF_EIO (UCX refused the
+ * registration; the message says why), WF_ENOMEM. */
+wf_status wf_world_mem_expose(wf_world *w, void *buf, size_t len, wf_world_region *out);
+/* Bytes of *r that a message must carry (the header and the used part of the key). */
+size_t wf_world_region_wire_size(const wf_world_region *r);
+/* Checks a region received in a message of `bytes` bytes (sizes, key length; a key exactly
+ * when id is not 0). WF_OK or WF_EPROTO. */
+wf_status wf_world_region_check(const wf_world_region *r, size_t bytes);
+/* len bytes of registered memory (page aligned), or NULL (out of memory, or UCX cannot
+ * allocate). Free with wf_world_mem_free before wf_world_destroy. */
+void *wf_world_mem_alloc(wf_world *w, size_t len);
+/* Frees memory from wf_world_mem_alloc; NULL is a no-op. */
+void wf_world_mem_free(wf_world *w, void *p);
 
 typedef struct wf_world_op {
     wf_world_op_kind kind;
@@ -122,7 +173,9 @@ typedef struct wf_world_op {
     wf_world_tag tag;       /* SEND / RECV */
     void *buf;              /* caller-owned; must stay valid until the op completes */
     size_t len;
-    size_t offset;          /* PUT: byte offset in the peer's symmetric buffer */
+    size_t offset;          /* PUT: byte offset in the peer's symmetric buffer (or region) */
+    const wf_world_region *region; /* PUT: NULL, or the peer's exposed region to write into;
+                                    * must stay valid until the op completes */
     /* outputs */
     size_t received;        /* RECV: bytes received */
     wf_status status;
@@ -190,6 +243,11 @@ typedef struct wf_world_stats {
     uint64_t sends, recvs, puts; /* operations posted through this layer */
     uint64_t bytes_sent, bytes_put;
     uint64_t endpoints_created;
+    uint64_t flushes;            /* FLUSH operations posted */
+    uint64_t mem_registrations;  /* buffers registered by wf_world_mem_expose (cache misses) */
+    uint64_t mem_cache_hits;     /* exposes served by a cached registration */
+    uint64_t mem_invalidations;  /* cached registrations dropped because memory was unmapped */
+    uint64_t rkeys_unpacked;     /* peers' region keys unpacked (their cache misses) */
 } wf_world_stats;
 
 void wf_world_get_stats(const wf_world *w, wf_world_stats *out);

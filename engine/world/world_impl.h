@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/world/world.h"
 #include "proto/base/status.h"
 
 #define WF__WORLD_MAX_BLOB 65536u        /* bound of a worker address or packed rkey */
@@ -60,13 +61,42 @@ wf_status wf__world_msg_decode(const uint8_t *p, size_t n, wf__world_msg *out);
 void wf__world_msg_free(wf__world_msg *m);
 
 /* Used by engine/gfc (same library). */
-typedef struct wf_world wf_world;
 /* The next collective sequence number of group `id` on this rank; every sequence restarts at 0
  * when the world epoch changes. Allocates only when a group is first seen. Returns 0 and sets
  * *seq, or -1 when out of memory. */
 int wf__world_next_seq(wf_world *w, uint64_t id, uint32_t *seq);
-/* A per-world scratch area of at least `bytes` (grown on demand, kept until destroy); NULL when
- * out of memory. Valid until the next call. */
+/* A per-world scratch area of at least `bytes` (grown on demand, kept until destroy; registered
+ * memory from wf_world_mem_alloc when UCX can allocate it, so peers put into it directly); NULL
+ * when out of memory. Valid until the next call. */
 void *wf__world_scratch(wf_world *w, size_t bytes);
+
+/* The registration cache of engine/world/world_mem.c (one per world). */
+typedef struct wf__mcache wf__mcache;
+/* ucp_ctx is the world's ucp_context_h. NULL when out of memory. Without UCX's memory events
+ * (UCX_MEM_EVENTS=no) registrations of caller memory are not kept: each lasts until the next
+ * expose, which is enough for blocking collectives that expose one buffer at a time. */
+wf__mcache *wf__mcache_create(void *ucp_ctx);
+void wf__mcache_destroy(wf__mcache *c);
+int wf__mcache_cached(const wf__mcache *c);
+wf_status wf__mcache_expose(wf__mcache *c, void *buf, size_t len, wf_world_region *out,
+                            wf_world_stats *stats, char *err, size_t errlen);
+void *wf__mcache_alloc(wf__mcache *c, size_t len);
+/* Returns 1 if p was allocated by wf__mcache_alloc (and is now freed), else 0. */
+int wf__mcache_free(wf__mcache *c, void *p);
+int wf__mcache_owned(wf__mcache *c, const void *buf, size_t len);
+/* Whether this world keeps registrations of caller memory between calls. */
+int wf__world_mem_cached(const wf_world *w);
+
+#define WF__WORLD_PUT_THRESHOLD (64u << 10) /* measured: BENCHMARKS.md, comm section */
+
+/* The size from which engine/gfc moves a pair's data with puts into the receiver's exposed
+ * buffer instead of tagged messages (SIZE_MAX: never). Every member must use the same. */
+size_t wf__world_put_threshold(const wf_world *w);
+void wf__world_set_put_threshold(wf_world *w, size_t bytes);
+/* Whether large receives into caller memory (not wf_world_mem_alloc's) are taken as puts. */
+int wf__world_put_caller_memory(const wf_world *w);
+void wf__world_set_put_caller_memory(wf_world *w, int on);
+/* Whether buf[0..len) lies in one block of wf_world_mem_alloc memory. */
+int wf__world_mem_owned(wf_world *w, const void *buf, size_t len);
 
 #endif

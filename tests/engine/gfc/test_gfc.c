@@ -1,15 +1,20 @@
 /* engine/gfc: every collective over worlds of 1..8 real processes, random subsets in random
  * orders, overlapping groups running at the same time, sizes 0 B..64 MiB, each result compared
  * with a reference computed locally (all-reduce and reduce-scatter bit for bit against the
- * fixed-order serial sum). Also: forming a group sends nothing.
+ * fixed-order serial sum). Also: forming a group sends nothing. The put path (pairs at or
+ * above the put threshold): sizes straddling it, the registration cache's reuse and its
+ * invalidation when a buffer is unmapped and mapped again, overlapping groups using it at the
+ * same time, 0-byte slices among large ones, mismatched sizes giving an error, not a hang.
  * weft-test: labels=net,slow timeout=400 */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "check_main.h"
 #include "engine/gfc/gfc.h"
 #include "engine/world/world.h"
+#include "engine/world/world_impl.h" /* wf__world_mem_cached */
 #include "engine/world/world_launch.h"
 
 enum { K_BARRIER, K_BCAST, K_ALLGATHER, K_ALLTOALL, K_ALLTOALLV, K_RS, K_AR, K_P2P, K_COUNT };
@@ -295,6 +300,229 @@ START_TEST(test_forming_group_sends_nothing) {
 }
 END_TEST
 
+/* ---- the put path --------------------------------------------------------------------------- */
+static uint64_t puts_now(wf_world *w) {
+    wf_world_stats st;
+    wf_world_get_stats(w, &st);
+    return st.puts;
+}
+
+/* Sizes on both sides of a 4 KiB threshold, every data-moving collective; an all-to-all pair
+ * moves by put exactly when it is at least the threshold. */
+static int body_straddle(wf_world *w, int rank, void *arg) {
+    wf_gfc_set_put_threshold(w, 4096);
+    wf_gfc_set_put_caller_memory(w, 1);
+    int ranks[3] = {2, 0, 1};
+    static const size_t sz[] = {4095, 4096, 4097, 70001};
+    static const int kinds[] = {K_ALLTOALL, K_ALLTOALLV, K_ALLGATHER, K_BCAST, K_RS, K_AR};
+    int t = 2000;
+    for (size_t si = 0; si < sizeof sz / sizeof sz[0]; si++) {
+        for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++, t++) {
+            item it = {.kind = kinds[ki], .size = sz[si], .n = 3, .root = t % 3};
+            if (it.kind == K_RS || it.kind == K_AR) /* floats; all-reduce: 3 blocks' worth */
+                it.size = sz[si] / 4 * (it.kind == K_AR ? 3 : 1);
+            memcpy(it.ranks, ranks, sizeof ranks);
+            uint64_t before = puts_now(w);
+            if (run_item(w, &it, t) != 0) return 1;
+            uint64_t puts = puts_now(w) - before;
+            if (it.kind == K_ALLTOALL)
+                WT_CHECK(puts == (sz[si] >= 4096 ? 2u : 0u), "size %zu: %llu puts", sz[si],
+                         (unsigned long long)puts);
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_put_threshold_straddle) {
+    wt_env env = wt_env_default(3);
+    ck_assert_int_eq(wt_run(&env, body_straddle, NULL, 120), 0);
+}
+END_TEST
+
+/* All-to-all of `per` bytes per pair between a and b (2 ranks), checked; 0 if right. */
+static int a2a_check(wf_world *w, const wf_group *g, uint8_t *a, uint8_t *b, size_t per, int t) {
+    int me = wf_gfc_group_index(g, wf_world_rank(w));
+    for (int k = 0; k < g->n_ranks; k++)
+        for (size_t i = 0; i < per; i++) a[(size_t)k * per + i] = gen_byte(t, me, k, i);
+    memset(b, 0, per * (size_t)g->n_ranks);
+    wf_status st = wf_gfc_alltoall(w, g, a, b, per);
+    WT_CHECK(st == WF_OK, "alltoall %d: %s", t, wf_world_error(w));
+    for (int k = 0; k < g->n_ranks; k++)
+        for (size_t i = 0; i < per; i++)
+            WT_CHECK(b[(size_t)k * per + i] == gen_byte(t, k, me, i), "call %d from %d byte %zu",
+                     t, k, i);
+    return 0;
+}
+
+/* Repeated calls reuse one registration (and the peer one unpacked key); a receive buffer
+ * unmapped and mapped again (same size, usually the same address) is registered anew. */
+static int body_reg_cache(wf_world *w, int rank, void *arg) {
+    wf_gfc_set_put_caller_memory(w, 1);
+    int ranks[2] = {0, 1};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, 2);
+    size_t per = 1u << 20, len = 2 * per;
+    uint8_t *a = malloc(len);
+    uint8_t *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    WT_CHECK(a && b != MAP_FAILED, "alloc");
+    wf_world_stats s0, s1;
+    wf_world_get_stats(w, &s0);
+    for (int t = 0; t < 4; t++)
+        if (a2a_check(w, &g, a, b, per, 3000 + t) != 0) return 1;
+    wf_world_get_stats(w, &s1);
+    int cached = wf__world_mem_cached(w);
+    if (cached) {
+        WT_CHECK(s1.mem_registrations - s0.mem_registrations == 1, "%llu registrations",
+                 (unsigned long long)(s1.mem_registrations - s0.mem_registrations));
+        WT_CHECK(s1.mem_cache_hits - s0.mem_cache_hits == 3, "%llu hits",
+                 (unsigned long long)(s1.mem_cache_hits - s0.mem_cache_hits));
+        WT_CHECK(s1.rkeys_unpacked - s0.rkeys_unpacked == 1, "%llu keys unpacked",
+                 (unsigned long long)(s1.rkeys_unpacked - s0.rkeys_unpacked));
+    } else {
+        fprintf(stderr, "rank %d: no UCX memory events: registrations are not cached\n", rank);
+    }
+    /* Unmap and map again: the cached registration must go (and with it the peer's key). */
+    uintptr_t old = (uintptr_t)b;
+    WT_CHECK(munmap(b, len) == 0, "munmap");
+    /* At the same address on purpose: the same (pointer, size) key with other pages. */
+    b = mmap((void *)old, len, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    WT_CHECK(b != MAP_FAILED, "mmap");
+    WT_CHECK((uintptr_t)b == old, "mapped again elsewhere (an old kernel ignores the flag)");
+    for (int t = 0; t < 2; t++)
+        if (a2a_check(w, &g, a, b, per, 3100 + t) != 0) return 1;
+    wf_world_stats s2;
+    wf_world_get_stats(w, &s2);
+    if (cached) {
+        WT_CHECK(s2.mem_invalidations - s1.mem_invalidations >= 1, "no invalidation");
+        WT_CHECK(s2.mem_registrations - s1.mem_registrations == 1, "%llu registrations",
+                 (unsigned long long)(s2.mem_registrations - s1.mem_registrations));
+        WT_CHECK(s2.rkeys_unpacked - s1.rkeys_unpacked == 1, "peer unpacked %llu keys",
+                 (unsigned long long)(s2.rkeys_unpacked - s1.rkeys_unpacked));
+    }
+    munmap(b, len);
+    /* malloc'd, freed and allocated again (glibc may reuse the address, mapped or not). */
+    for (int t = 0; t < 3; t++) {
+        uint8_t *m = malloc(len);
+        WT_CHECK(m != NULL, "malloc");
+        if (a2a_check(w, &g, a, m, per, 3200 + t) != 0) return 1;
+        free(m);
+    }
+    /* Registered memory from the world: the same checks through shared memory. */
+    uint8_t *ra = wf_world_mem_alloc(w, len), *rb = wf_world_mem_alloc(w, len);
+    WT_CHECK(ra && rb, "wf_world_mem_alloc");
+    for (int t = 0; t < 3; t++)
+        if (a2a_check(w, &g, ra, rb, per, 3300 + t) != 0) return 1;
+    wf_world_mem_free(w, ra);
+    wf_world_mem_free(w, rb);
+    free(a);
+    return wf_gfc_barrier(w, &g) == WF_OK ? 0 : 1;
+}
+
+START_TEST(test_put_registration_cache) {
+    wt_env env = wt_env_default(2);
+    ck_assert_int_eq(wt_run(&env, body_reg_cache, NULL, 120), 0);
+}
+END_TEST
+
+/* Groups sharing ranks, in different orders, run large collectives while the others are still
+ * in theirs: rank 3 starts B while 1 and 2 are in A. */
+static int body_overlap(wf_world *w, int rank, void *arg) {
+    static const int ga[3] = {0, 1, 2}, gb[3] = {3, 2, 1}, gc[2] = {1, 3};
+    const int *lists[3] = {ga, gb, gc};
+    int lens[3] = {3, 3, 2};
+    for (int it = 0; it < 12; it++) {
+        /* A receiver's own choice: ranks differ in it from one iteration to the next. */
+        wf_gfc_set_put_caller_memory(w, (it + rank) % 2);
+        for (int k = 0; k < 3; k++) {
+            static const int kinds[3] = {K_ALLTOALLV, K_ALLTOALL, K_AR};
+            item p = {.kind = kinds[(it + k) % 3], .n = lens[k],
+                      .size = 65536 * (size_t)(1 + (it + k) % 4)};
+            memcpy(p.ranks, lists[k], sizeof(int) * (size_t)lens[k]);
+            int member = 0;
+            for (int i = 0; i < p.n; i++) member |= p.ranks[i] == rank;
+            if (member && run_item(w, &p, 4000 + it * 3 + k) != 0) return 1;
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_put_overlapping_groups) {
+    wt_env env = wt_env_default(4);
+    ck_assert_int_eq(wt_run(&env, body_overlap, NULL, 200), 0);
+}
+END_TEST
+
+/* All-to-all-v with 0-byte slices among large and small ones (and a 0-byte self slice). */
+static int body_zero_slices(wf_world *w, int rank, void *arg) {
+    int ranks[3] = {0, 1, 2};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, 3);
+    /* cnt[src][dst] */
+    static const size_t cnt[3][3] = {{0, 200000, 0}, {0, 0, 7}, {150001, 0, 65536}};
+    int me = rank;
+    size_t sc[3], sd[3], rc[3], rd[3], stot = 0, rtot = 0;
+    for (int k = 0; k < 3; k++) {
+        sc[k] = cnt[me][k];
+        rc[k] = cnt[k][me];
+        sd[k] = stot;
+        stot += sc[k];
+        rd[k] = rtot;
+        rtot += rc[k];
+    }
+    for (int t = 0; t < 4; t++) {
+        wf_gfc_set_put_caller_memory(w, t % 2); /* puts, then messages after a decline */
+        uint8_t *a = malloc(stot + 1), *b = calloc(1, rtot + 1);
+        for (int k = 0; k < 3; k++)
+            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = gen_byte(5000 + t, me, k, i);
+        wf_status st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
+        WT_CHECK(st == WF_OK, "alltoallv: %s", wf_world_error(w));
+        for (int k = 0; k < 3; k++)
+            for (size_t i = 0; i < rc[k]; i++)
+                WT_CHECK(b[rd[k] + i] == gen_byte(5000 + t, k, me, i), "from %d byte %zu", k, i);
+        free(a);
+        free(b);
+    }
+    return 0;
+}
+
+START_TEST(test_put_alltoallv_zero_slices) {
+    wt_env env = wt_env_default(3);
+    ck_assert_int_eq(wt_run(&env, body_zero_slices, NULL, 120), 0);
+}
+END_TEST
+
+/* Rank 0 sends 100000 bytes to rank 1, which expects 90000 (both put-sized): both get
+ * WF_EPROTO at once (not a time-out), and the group then works again. */
+static int body_mismatch(wf_world *w, int rank, void *arg) {
+    wf_gfc_set_put_caller_memory(w, 1);
+    int ranks[2] = {0, 1};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, 2);
+    size_t sc[2] = {0, 0}, rc[2] = {0, 0}, d[2] = {0, 0};
+    if (rank == 0) sc[1] = 100000;
+    else rc[0] = 90000;
+    uint8_t *a = calloc(1, 100000), *b = calloc(1, 100000);
+    uint64_t t0 = wf_clock_now_ns();
+    wf_status st = wf_gfc_alltoallv(w, &g, a, sc, d, b, rc, d);
+    double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+    WT_CHECK(st == WF_EPROTO, "rank %d: %s: %s", rank, wf_status_name(st), wf_world_error(w));
+    WT_CHECK(ms < 10000, "rank %d: the error took %.0f ms", rank, ms);
+    free(a);
+    free(b);
+    uint8_t *x = malloc(2 * 100000), *y = malloc(2 * 100000);
+    int rc2 = a2a_check(w, &g, x, y, 100000, 6000);
+    free(x);
+    free(y);
+    return rc2;
+}
+
+START_TEST(test_put_size_mismatch) {
+    wt_env env = wt_env_default(2);
+    ck_assert_int_eq(wt_run(&env, body_mismatch, NULL, 120), 0);
+}
+END_TEST
+
 static Suite *gfc_suite(void) {
     Suite *s = suite_create("gfc");
     TCase *tc = tcase_create("gfc");
@@ -304,6 +532,11 @@ static Suite *gfc_suite(void) {
     tcase_add_test(tc, test_plan_5);
     tcase_add_test(tc, test_plan_8);
     tcase_add_test(tc, test_large_64mib);
+    tcase_add_test(tc, test_put_threshold_straddle);
+    tcase_add_test(tc, test_put_registration_cache);
+    tcase_add_test(tc, test_put_overlapping_groups);
+    tcase_add_test(tc, test_put_alltoallv_zero_slices);
+    tcase_add_test(tc, test_put_size_mismatch);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,15 +1,18 @@
-/* engine/world: formation over the TCP bootstrap, tagged messages, RMA puts with flags, join
+/* engine/world: formation over the TCP bootstrap, tagged messages, RMA puts with flags, puts
+ * into exposed regions (caller memory and wf_world_mem_alloc memory) with a flush, join
  * time-outs, a killed and a stopped peer named within the time-out, and a replacement rejoining.
  * Real processes over loopback.
  * weft-test: labels=net timeout=240 */
 #include <check.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
 #include "engine/gfc/gfc.h"
 #include "engine/world/world.h"
+#include "engine/world/world_impl.h" /* wf__world_mem_cached */
 #include "engine/world/world_launch.h"
 #include "proto/base/clock.h"
 
@@ -267,12 +270,107 @@ END_TEST
 START_TEST(test_stopped_peer_then_replacement) { run_failure(1); }
 END_TEST
 
+/* ---- exposed regions ----------------------------------------------------------------------- */
+/* Rank 1 exposes a malloc'd buffer and a wf_world_mem_alloc one and sends both regions to rank
+ * 0, which puts into them, flushes, and says so; rank 1 then finds the bytes. Puts outside a
+ * region fail with WF_ERANGE before anything is sent; malformed regions are rejected. */
+static int body_regions(wf_world *w, int rank, void *arg) {
+    enum { LEN = 300000 };
+    wf_world_tag tag = {.kind = WF_WORLD_TAG_USER, .group = 11};
+    if (rank == 1) {
+        uint8_t *plain = calloc(1, LEN), *reg = wf_world_mem_alloc(w, LEN);
+        WT_CHECK(plain && reg, "alloc");
+        memset(reg, 0, LEN);
+        wf_world_region r[2];
+        WT_CHECK(wf_world_mem_expose(w, plain, LEN, &r[0]) == WF_OK, "%s", wf_world_error(w));
+        WT_CHECK(wf_world_mem_expose(w, reg + 1000, LEN - 1000, &r[1]) == WF_OK, "%s",
+                 wf_world_error(w));
+        WT_CHECK(r[0].id != 0 && r[1].id != 0 && r[0].id != r[1].id, "ids");
+        /* Without UCX's memory events (TSan builds) registrations last one expose only. */
+        if (wf__world_mem_cached(w)) {
+            wf_world_region again;
+            WT_CHECK(wf_world_mem_expose(w, plain + 5, 100, &again) == WF_OK &&
+                         again.id == r[0].id,
+                     "a sub-range is served by the cached registration");
+        }
+        WT_CHECK(wf_world_region_check(&r[0], wf_world_region_wire_size(&r[0])) == WF_OK, "ok");
+        WT_CHECK(wf_world_region_check(&r[0], wf_world_region_wire_size(&r[0]) - 1) == WF_EPROTO,
+                 "truncated");
+        wf_world_region empty;
+        WT_CHECK(wf_world_mem_expose(w, NULL, 0, &empty) == WF_OK && empty.id == 0, "empty");
+        wf_world_op ops[3];
+        for (int i = 0; i < 2; i++) {
+            tag.step = (uint8_t)i;
+            ops[i] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0, .tag = tag, .buf = &r[i],
+                                   .len = wf_world_region_wire_size(&r[i])};
+        }
+        uint8_t done = 0;
+        tag.step = 2;
+        ops[2] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0, .tag = tag, .buf = &done,
+                               .len = 1};
+        WT_CHECK(wf_world_run(w, ops, 3) == WF_OK, "%s", wf_world_error(w));
+        for (size_t i = 0; i < LEN; i++)
+            WT_CHECK(plain[i] == (uint8_t)(i * 7), "plain byte %zu", i);
+        for (size_t i = 0; i < LEN - 1000; i++)
+            WT_CHECK(reg[1000 + i] == (uint8_t)(i * 13), "registered byte %zu", i);
+        WT_CHECK(reg[999] == 0, "nothing before the region");
+        wf_world_mem_free(w, reg);
+        free(plain);
+        return 0;
+    }
+    if (rank != 0) return 0;
+    wf_world_region r[2];
+    wf_world_op ops[4];
+    for (int i = 0; i < 2; i++) {
+        tag.step = (uint8_t)i;
+        ops[i] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 1, .tag = tag, .buf = &r[i],
+                               .len = sizeof r[i]};
+    }
+    WT_CHECK(wf_world_run(w, ops, 2) == WF_OK, "%s", wf_world_error(w));
+    for (int i = 0; i < 2; i++)
+        WT_CHECK(wf_world_region_check(&r[i], ops[i].received) == WF_OK, "region %d", i);
+    uint8_t *src = malloc(LEN);
+    WT_CHECK(src != NULL, "oom");
+    for (size_t i = 0; i < LEN; i++) src[i] = (uint8_t)(i * 7);
+    wf_world_op bad = {.kind = WF_WORLD_PUT, .peer = 1, .buf = src, .len = 10,
+                       .offset = LEN - 5, .region = &r[0]};
+    WT_CHECK(wf_world_run(w, &bad, 1) == WF_ERANGE, "a put beyond the region");
+    /* Two puts per region (halves), then a flush to the peer. */
+    ops[0] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = 1, .buf = src, .len = LEN / 2,
+                           .region = &r[0]};
+    ops[1] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = 1, .buf = src + LEN / 2,
+                           .len = LEN - LEN / 2, .offset = LEN / 2, .region = &r[0]};
+    WT_CHECK(wf_world_run(w, ops, 2) == WF_OK, "%s", wf_world_error(w));
+    for (size_t i = 0; i < LEN - 1000; i++) src[i] = (uint8_t)(i * 13);
+    ops[0] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = 1, .buf = src, .len = LEN - 1000,
+                           .region = &r[1]};
+    ops[1] = (wf_world_op){.kind = WF_WORLD_FLUSH, .peer = 1};
+    WT_CHECK(wf_world_run(w, ops, 2) == WF_OK, "%s", wf_world_error(w));
+    uint8_t done = 1;
+    tag.step = 2;
+    ops[0] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 1, .tag = tag, .buf = &done, .len = 1};
+    WT_CHECK(wf_world_run(w, ops, 1) == WF_OK, "%s", wf_world_error(w));
+    wf_world_stats st;
+    wf_world_get_stats(w, &st);
+    WT_CHECK(st.flushes >= 1 && st.rkeys_unpacked == 2, "%llu keys unpacked",
+             (unsigned long long)st.rkeys_unpacked);
+    free(src);
+    return 0;
+}
+
+START_TEST(test_put_into_exposed_regions) {
+    wt_env env = wt_env_default(3);
+    ck_assert_int_eq(wt_run(&env, body_regions, NULL, 60), 0);
+}
+END_TEST
+
 static Suite *world_suite(void) {
     Suite *s = suite_create("world");
     TCase *tc = tcase_create("world");
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_formation_p2p_rma);
+    tcase_add_test(tc, test_put_into_exposed_regions);
     tcase_add_test(tc, test_join_timeout_names_missing);
     tcase_add_test(tc, test_killed_peer_then_replacement);
     tcase_add_test(tc, test_stopped_peer_then_replacement);
