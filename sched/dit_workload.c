@@ -110,8 +110,10 @@ wf_status wf_dit_workload_trace(const wf_dit_sim_config *cfg, const char *path, 
     if (st == WF_OK) {
         for (size_t i = 0; i < m; i++) {
             const wf_loadgen_image_class *c = &p.classes[items[i].slo_class];
+            /* alpha from the trace only where it says T_single (else the reader's guess): the
+             * simulator's class alpha otherwise */
             out[i] = (wf_dit_sim_job){.arrival_ms = at[i] * 1000.0, .cls = map[items[i].slo_class],
-                                      .alpha = c->alpha};
+                                      .alpha = c->t_single_ms > 0 ? c->alpha : 0};
         }
         double offered = wf_dit_sim_offered_load(cfg, out, (int)m);
         if (load > 0 && !(offered > 0)) {

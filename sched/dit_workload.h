@@ -22,7 +22,9 @@
  * --servers = n_ranks.
  *
  * Traces (GF-DiT's workload JSON, as `weft-bench --trace-out` writes it): each request keeps its
- * arrival order, class (by name) and alpha (deadline - arrival over its T_single); with load > 0
+ * arrival order, class (by name) and its class's alpha as the trace gives it ((deadline -
+ * arrival) / profiled_optimal_latency_ms; the simulator's alpha when the trace has no T_single;
+ * the deadline itself is alpha x the simulator's T_single); with load > 0
  * every arrival time is multiplied by one factor so that the trace's offered load on the
  * simulated cluster (wf_dit_sim_offered_load) is `load` (*time_scale says which); with load 0 the
  * trace's clock is kept. */

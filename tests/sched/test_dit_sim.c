@@ -267,6 +267,23 @@ START_TEST(test_trace_replay) {
     fclose(f);
     ck_assert_int_eq(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err), WF_EFORMAT);
     ck_assert_ptr_nonnull(strstr(err, "request 0"));
+    /* without T_single in the trace, the simulator's alphas; a class it lacks is refused */
+    f = fopen(path, "w");
+    fputs("{\"requests\": [{\"request_class\": \"L\", \"arrival_ms\": 5, \"width\": 8, \"height\": 8, "
+          "\"num_steps\": 45}]}", f);
+    fclose(f);
+    ck_assert_msg(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(j[0].cls, 2);
+    ck_assert(j[0].alpha == 0);
+    ck_assert_double_eq_tol(j[0].arrival_ms, 5, 1e-9);
+    free(j);
+    f = fopen(path, "w");
+    fputs("{\"requests\": [{\"request_class\": \"XL\", \"arrival_ms\": 5, \"width\": 8, \"height\": 8, "
+          "\"num_steps\": 45}]}", f);
+    fclose(f);
+    ck_assert_int_eq(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, "'XL'"));
     unlink(path);
     ck_assert_int_eq(wf_dit_workload_trace(&cfg, "/nonexistent/trace.json", 0, &j, &n, NULL, err, sizeof err),
                      WF_ENOTFOUND);
