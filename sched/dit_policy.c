@@ -185,12 +185,6 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
                 need = P;
         if (!need) {
             late[i] = true;
-            /* late long enough: one rank now, at its place in deadline order, so that a burst
-             * of feasible newcomers cannot starve it for ever */
-            if (f > 0 && v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
-                deg[i] = 1;
-                f--;
-            }
             continue;
         }
         if (need > f) {
@@ -221,6 +215,18 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
      * is left (largest degree that fits, deadline order); then jobs that will be late anyway,
      * one rank each (the most efficient degree), shortest remaining work first (they have lost
      * their deadline: serving the short ones first minimises their latency); demoted jobs last */
+    /* late long enough: one rank before what feasible jobs would get beyond their best fit,
+     * in deadline order, so that a stream of partly fitting newcomers cannot starve it; never
+     * a rank a feasible job's best fit needs (that would turn one miss into more under a
+     * sustained overload, e.g. tridentserve's) */
+    for (int i = 0; i < n && f > 0; i++) {
+        const wf_dit_job *j = v->ready[idx[i]];
+        if (late[i] && !deg[i] && !demoted[i] &&
+            v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
+            deg[i] = 1;
+            f--;
+        }
+    }
     for (int i = 0; i < n && f > 0; i++)
         if (!deg[i] && !late[i] && !demoted[i]) {
             deg[i] = wf_dit_policy_degree_at_most(c, v->ready[idx[i]], f);

@@ -22,10 +22,13 @@
  *             still meets their deadline (remaining steps x T(tokens, P) plus the reshard);
  *             a job that cannot fit demotes jobs with far more work left (4x; they wait a
  *             chunk); jobs whose best fit is too large for what is left start on the largest
- *             degree that fits; jobs that cannot meet their deadline anyway get one rank each,
- *             shortest remaining work first (and at their deadline-order place once late by
- *             more than their single-rank time, so a stream of feasible newcomers cannot
- *             starve them); ranks left over go to the most urgent jobs, at the fastest degree.
+ *             degree that fits; jobs that cannot meet their deadline anyway get one rank each
+ *             from what the feasible jobs' best fits leave, shortest remaining work first
+ *             (those late by more than their single-rank time first, in deadline order, and
+ *             before feasible jobs get more than their best fit, so partly fitting newcomers
+ *             cannot starve them; never a rank a feasible best fit needs: under a sustained
+ *             overload that would turn one miss into several); ranks left over go to the most
+ *             urgent jobs, at the fastest degree.
  *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
  *             chunk's end.
  * Not thread-safe: one owner. */

@@ -7,22 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* weft's rendition of GF-DiT's profiles: rate is a fraction of the cluster's one-rank capacity
- * (1.0 keeps every rank busy at P = 1), mix is S/M/L. */
-static const wf_dit_sim_profile profiles[] = {
-    {"short", 1, {{120, 1.0, {0.6, 0.3, 0.1}}}},
-    {"tridentserve", 3, {{60, 0.6, {0.5, 0.3, 0.2}}, {60, 1.4, {0.3, 0.4, 0.3}}, {60, 0.6, {0.5, 0.3, 0.2}}}},
-    {"foreground_burst", 3, {{60, 0.8, {0.0, 0.3, 0.7}}, {30, 2.0, {0.9, 0.1, 0.0}}, {60, 0.8, {0.0, 0.3, 0.7}}}},
-};
-
-const wf_dit_sim_profile *wf_dit_sim_profile_find(const char *name) {
-    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++)
-        if (name && !strcmp(profiles[i].name, name)) return &profiles[i];
-    return NULL;
-}
-
-const char *wf_dit_sim_profile_names(void) { return "short, tridentserve, foreground_burst"; }
-
 void wf_dit_sim_config_init(wf_dit_sim_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->n_ranks = 8;
@@ -40,57 +24,15 @@ double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls) {
     return c->steps * wf_dit_cost_step_ms(&cfg->cost, c->tokens, 1);
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* uniform in (0, 1] */
-static double unit(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 1.0) / 9007199254740992.0; }
-
-wf_status wf_dit_sim_workload(const wf_dit_sim_config *cfg, const wf_dit_sim_profile *prof, double load,
-                              uint64_t seed, wf_dit_sim_job **out, int *n) {
-    *out = NULL;
-    *n = 0;
-    if (!prof || !(load > 0) || cfg->n_ranks < 1) return WF_EINVAL;
-    int cap = 256, cnt = 0;
-    wf_dit_sim_job *jobs = malloc(sizeof *jobs * (size_t)cap);
-    if (!jobs) return WF_ENOMEM;
-    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
-    double t0 = 0;
-    for (int ph = 0; ph < prof->n_phases; ph++) {
-        const wf_dit_sim_phase *p = &prof->phases[ph];
-        double mean_ms = 0;
-        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) mean_ms += p->mix[c] * wf_dit_sim_single_ms(cfg, c);
-        double rate_per_ms = load * p->rate * cfg->n_ranks / mean_ms, end = t0 + p->seconds * 1000.0;
-        for (double t = t0 - log(unit(&s)) / rate_per_ms; t < end; t -= log(unit(&s)) / rate_per_ms) {
-            double u = unit(&s), acc = 0;
-            int cls = WF_DIT_SIM_CLASSES - 1;
-            for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) {
-                acc += p->mix[c];
-                if (u <= acc && p->mix[c] > 0) {
-                    cls = c;
-                    break;
-                }
-            }
-            if (cnt == cap) {
-                cap *= 2;
-                wf_dit_sim_job *nj = realloc(jobs, sizeof *jobs * (size_t)cap);
-                if (!nj) {
-                    free(jobs);
-                    return WF_ENOMEM;
-                }
-                jobs = nj;
-            }
-            jobs[cnt++] = (wf_dit_sim_job){t, cls};
-        }
-        t0 = end;
+double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n) {
+    if (n < 2 || cfg->n_ranks < 1) return 0;
+    double work = 0, first = jobs[0].arrival_ms, last = jobs[0].arrival_ms;
+    for (int i = 0; i < n; i++) {
+        work += wf_dit_sim_single_ms(cfg, jobs[i].cls);
+        first = jobs[i].arrival_ms < first ? jobs[i].arrival_ms : first;
+        last = jobs[i].arrival_ms > last ? jobs[i].arrival_ms : last;
     }
-    *out = jobs;
-    *n = cnt;
-    return WF_OK;
+    return last > first ? work / (cfg->n_ranks * (last - first)) : 0;
 }
 
 /* ---- the run ------------------------------------------------------------------------------- */
@@ -199,6 +141,12 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
     memset(rep, 0, sizeof *rep);
     if (cfg->n_ranks < 1 || cfg->n_ranks > WF_DIT_MAX_RANKS || n < 0)
         return wf_status_errorf(err, errlen, WF_EINVAL, "dit sim: %d ranks (1..%d)", cfg->n_ranks, WF_DIT_MAX_RANKS);
+    for (int i = 0; i < n; i++)
+        if (specs[i].cls < 0 || specs[i].cls >= WF_DIT_SIM_CLASSES || !(specs[i].alpha >= 0) ||
+            (i && specs[i].arrival_ms < specs[i - 1].arrival_ms))
+            return wf_status_errorf(err, errlen, WF_EINVAL,
+                                    "dit sim: job %d: class %d (0..%d), alpha %g (>= 0), arrivals in order",
+                                    i, specs[i].cls, WF_DIT_SIM_CLASSES - 1, specs[i].alpha);
     wf_dit_policy *pol;
     wf_status st = wf_dit_policy_new(policy, cfg->n_ranks, &cfg->cost, cfg->chunk_steps, &pol, err, errlen);
     if (st != WF_OK) return st;
@@ -223,7 +171,8 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
         j->steps = c->steps;
         j->max_P = cfg->max_P;
         j->arrival_ms = specs[i].arrival_ms;
-        j->deadline_ms = j->arrival_ms + c->alpha * wf_dit_sim_single_ms(cfg, j->cls);
+        double alpha = specs[i].alpha > 0 ? specs[i].alpha : c->alpha;
+        j->deadline_ms = j->arrival_ms + alpha * wf_dit_sim_single_ms(cfg, j->cls);
         j->latent_bytes = cfg->latent_bytes_per_token * c->tokens;
     }
     int next = 0, done = 0;

@@ -1,13 +1,12 @@
 /* Internal: the DiT cluster simulator: the placement policies (sched/dit_policy.h) over 1..64
- * ranks on a virtual clock, task times from the cost model (sched/dit_cost.h), workloads after
- * GF-DiT's recipe: piecewise-Poisson arrivals whose phases each have a rate and a class mix,
- * classes S/M/L by sequence length, deadline = arrival + alpha(class) x T_single (the job's
- * time on one rank).
+ * ranks on a virtual clock, task times from the cost model (sched/dit_cost.h), jobs of classes
+ * S/M/L by sequence length, deadline = arrival + alpha x T_single (the job's time on one rank).
+ * The jobs come from GF-DiT's profiles or a weft-bench trace (sched/dit_workload.h).
  *
  *     wf_dit_sim_config cfg;
  *     wf_dit_sim_config_init(&cfg);                 // 8 ranks, synthetic cost, 1-step chunks
  *     wf_dit_sim_job *jobs; int n;
- *     wf_dit_sim_workload(&cfg, wf_dit_sim_profile_find("short"), 0.8, seed, &jobs, &n);
+ *     wf_dit_workload_profile(&cfg, "short", 0.8, seed, &jobs, &n, NULL, err, sizeof err);
  *     wf_dit_sim_report rep;
  *     wf_dit_sim_run(&cfg, "elastic", jobs, n, &rep, err, sizeof err);
  *     free(jobs);
@@ -34,22 +33,6 @@ typedef struct wf_dit_sim_class {
     double alpha;        /* deadline = arrival + alpha x T_single */
 } wf_dit_sim_class;
 
-typedef struct wf_dit_sim_phase {
-    double seconds;      /* phase length */
-    double rate;         /* arrival rate as a fraction of the cluster's one-rank capacity */
-    double mix[WF_DIT_SIM_CLASSES];
-} wf_dit_sim_phase;
-
-typedef struct wf_dit_sim_profile {
-    const char *name;
-    int n_phases;
-    wf_dit_sim_phase phases[4];
-} wf_dit_sim_profile;
-
-/* "short", "tridentserve", "foreground_burst"; NULL if unknown. */
-const wf_dit_sim_profile *wf_dit_sim_profile_find(const char *name);
-const char *wf_dit_sim_profile_names(void);
-
 typedef struct wf_dit_sim_config {
     int n_ranks, chunk_steps, max_P;
     wf_dit_cost cost;
@@ -60,6 +43,7 @@ typedef struct wf_dit_sim_config {
 typedef struct wf_dit_sim_job {
     double arrival_ms;
     int cls;
+    double alpha;        /* deadline factor; 0: the class's (a trace carries its own) */
 } wf_dit_sim_job;
 
 typedef struct wf_dit_sim_report {
@@ -76,11 +60,9 @@ typedef struct wf_dit_sim_report {
 void wf_dit_sim_config_init(wf_dit_sim_config *cfg);
 /* The job's time on one rank. */
 double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls);
-/* Arrivals of the profile's phases: Poisson of rate load x phase.rate x n_ranks / E[T_single]
- * (E over the phase's mix), each job's class drawn from the mix; from a splitmix64 stream of
- * seed. *out is malloc'ed. WF_EINVAL, WF_ENOMEM. */
-wf_status wf_dit_sim_workload(const wf_dit_sim_config *cfg, const wf_dit_sim_profile *prof, double load,
-                              uint64_t seed, wf_dit_sim_job **out, int *n);
+/* Sum of the jobs' T_single over n_ranks x the span of their arrivals: the offered load (1 =
+ * every rank busy at P = 1 on average); 0 when fewer than two distinct arrival times. */
+double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
 /* Runs jobs[0..n) (sorted by arrival) under policy spec. WF_EINVAL (bad policy or config),
  * WF_ENOMEM, WF_EPROTO (the policy left work waiting with every rank idle). */
 wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *jobs, int n,

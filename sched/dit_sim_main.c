@@ -2,19 +2,28 @@
  * policy on the same traces (one per seed), SLO attainment per class, latency, throughput,
  * utilisation and makespan; then elastic against the best static policy. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched/dit_sim.h"
+#include "sched/dit_workload.h"
 
 static void usage(FILE *f) {
+    char names[128] = "";
+    for (const char *const *b = wf_loadgen_profile_builtin_names(); *b; b++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *b);
     fprintf(f,
             "usage: weft-dit-sim [options]\n"
             "  --ranks N            ranks in the cluster, 1..64 (default 8)\n"
-            "  --profile NAME       %s (default short)\n"
-            "  --load X             arrival rate as a fraction of the one-rank capacity (default 0.8)\n"
-            "  --seeds N            traces, seeds 1..N (default 5)\n"
+            "  --profile NAME|PATH  GF-DiT's profile, built in (%s) or a .profile file\n"
+            "                       (loadgen/profiles/, weft-bench's format; default short)\n"
+            "  --trace PATH         replay a weft-bench --trace-out file (GF-DiT's workload JSON) instead\n"
+            "  --load X             offered load: every phase's rate scaled so that the work (sum of T_single)\n"
+            "                       is X x ranks x the loaded span (default 0.8; rates grow with --ranks).\n"
+            "                       With --trace: its clock rescaled to that load (default: kept as is)\n"
+            "  --seeds N            traces, seeds 1..N (default 5; one trace with --trace)\n"
             "  --policies LIST      comma-separated: %s\n"
             "                       (default static:1,static:2,static:4,static:8,rssp,elastic)\n"
             "  --chunk-steps N      steps per elastic task (default 1, as GF-DiT)\n"
@@ -25,7 +34,7 @@ static void usage(FILE *f) {
             "  --classes S,M,L      tokens of the three classes (default 1024,4096,16384)\n"
             "  --steps N            denoising steps per job (default 50)\n"
             "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n",
-            wf_dit_sim_profile_names(), wf_dit_policy_names());
+            names, wf_dit_policy_names());
 }
 
 typedef struct agg {
@@ -43,7 +52,8 @@ static int parse3(const char *s, double *v) {
 int main(int argc, char **argv) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
-    const char *profile = "short";
+    const char *profile = "short", *trace = NULL;
+    bool load_given = false;
     char policies[512] = "static:1,static:2,static:4,static:8,rssp,elastic";
     double load = 0.8;
     int seeds = 5;
@@ -54,6 +64,7 @@ int main(int argc, char **argv) {
                                           {"group-form-ms", required_argument, 0, 'g'}, {"cost-file", required_argument, 0, 'f'},
                                           {"classes", required_argument, 0, 'C'},   {"steps", required_argument, 0, 'S'},
                                           {"alpha", required_argument, 0, 'a'},     {"help", no_argument, 0, 'h'},
+                                          {"trace", required_argument, 0, 't'},
                                           {0, 0, 0, 0}};
     int opt;
     double v[3];
@@ -61,7 +72,14 @@ int main(int argc, char **argv) {
         switch (opt) {
         case 'r': cfg.n_ranks = atoi(optarg); break;
         case 'p': profile = optarg; break;
-        case 'l': load = atof(optarg); break;
+        case 'l': {
+            char *e;
+            load = strtod(optarg, &e);
+            if (e == optarg || *e) load = -1; /* refused below */
+            load_given = true;
+            break;
+        }
+        case 't': trace = optarg; break;
         case 's': seeds = atoi(optarg); break;
         case 'P': snprintf(policies, sizeof policies, "%s", optarg); break;
         case 'c': cfg.chunk_steps = atoi(optarg); break;
@@ -100,11 +118,6 @@ int main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    const wf_dit_sim_profile *prof = wf_dit_sim_profile_find(profile);
-    if (!prof) {
-        fprintf(stderr, "weft-dit-sim: unknown profile \"%s\" (known: %s)\n", profile, wf_dit_sim_profile_names());
-        return 2;
-    }
     if (cfg.n_ranks < 1 || cfg.n_ranks > WF_DIT_MAX_RANKS || !(load > 0) || seeds < 1 || cfg.chunk_steps < 1) {
         fprintf(stderr, "weft-dit-sim: --ranks 1..%d, --load > 0, --seeds >= 1, --chunk-steps >= 1\n", WF_DIT_MAX_RANKS);
         return 2;
@@ -121,15 +134,34 @@ int main(int argc, char **argv) {
         }
         wf_dit_policy_free(pol);
     }
-    printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s\n",
-           cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
-           cfg.cost.n_points ? "measured" : "synthetic");
+    if (trace) seeds = 1;
     for (int seed = 1; seed <= seeds; seed++) {
         wf_dit_sim_job *jobs;
         int n;
-        if (wf_dit_sim_workload(&cfg, prof, load, (uint64_t)seed, &jobs, &n) != WF_OK) {
-            fprintf(stderr, "weft-dit-sim: cannot build the workload\n");
-            return 1;
+        wf_loadgen_profile used;
+        double scale = 1;
+        wf_status st = trace ? wf_dit_workload_trace(&cfg, trace, load_given ? load : 0, &jobs, &n, &scale, err, sizeof err)
+                             : wf_dit_workload_profile(&cfg, profile, load, (uint64_t)seed, &jobs, &n, &used, err, sizeof err);
+        if (st != WF_OK) {
+            fprintf(stderr, "weft-dit-sim: %s\n", err);
+            return 2;
+        }
+        if (seed == 1 && trace) {
+            printf("# weft-dit-sim ranks=%d trace=%s jobs=%d time_scale=%.4g offered_load=%.3f chunk_steps=%d "
+                   "group_form_ms=%.0f cost=%s\n",
+                   cfg.n_ranks, trace, n, scale, wf_dit_sim_offered_load(&cfg, jobs, n), cfg.chunk_steps,
+                   cfg.cost.group_form_ms, cfg.cost.n_points ? "measured" : "synthetic");
+        } else if (seed == 1) {
+            printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s\n",
+                   cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
+                   cfg.cost.n_points ? "measured" : "synthetic");
+            for (size_t i = 0; i < used.n_phases; i++) {
+                const wf_loadgen_phase *ph = &used.phases[i];
+                printf("#   phase %-10s %6.0f-%-6.0f s %7.3f req/min", ph->name, ph->start_s, ph->end_s, ph->rate * 60);
+                for (size_t c = 0; c < used.n_classes; c++)
+                    if (ph->mix[c] > 0) printf(" %s=%.2f", used.classes[c].name, ph->mix[c]);
+                printf("\n");
+            }
         }
         for (int p = 0; p < n_pol; p++) {
             wf_dit_sim_report r;

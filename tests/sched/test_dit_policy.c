@@ -194,20 +194,44 @@ START_TEST(test_elastic_late_jobs_one_rank) {
 }
 END_TEST
 
-/* A late job waits behind feasible ones, but not for ever: once it is late by more than its
- * single-rank time it takes a rank at its place in deadline order. */
+/* A late job never takes a rank a feasible job's best fit needs (under a sustained overload,
+ * e.g. GF-DiT's tridentserve, that turned one miss into several); once late by more than its
+ * single-rank time it goes before what feasible jobs would get beyond their best fit and before
+ * the other late jobs (which go shortest first), so partly fitting newcomers cannot starve it. */
 START_TEST(test_elastic_late_job_aging) {
-    wf_dit_policy *p = policy("elastic", 2);
-    bool busy[2] = {true, false};
-    wf_dit_job jobs[2] = {job(0, 1024, 1000), job(1, 1024, 1e9)};
-    wf_dit_job *ready[2] = {&jobs[0], &jobs[1]};
-    wf_dit_view v = {.now_ms = 2000, .n_ranks = 2, .busy = busy, .ready = ready, .n_ready = 2};
+    wf_dit_policy *p = policy("elastic", 3);
+    bool busy[3] = {true, true, false};
+    double aged = 1000 + 50 * 135.5 + 100; /* job 0 is late by more than its 6.8 s alone */
+    wf_dit_job jobs[3] = {job(0, 1024, 1000), job(1, 1024, 1e9), job(2, 1024, aged - 10)};
+    wf_dit_job *ready[3] = {&jobs[0], &jobs[1], &jobs[2]};
+    wf_dit_view v = {.now_ms = 2000, .n_ranks = 3, .busy = busy, .ready = ready, .n_ready = 2};
     wf_dit_task t[4];
     ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
-    ck_assert_int_eq(t[0].job, 1); /* late by 1 s < 6.8 s: the feasible job goes first */
-    v.now_ms = 1000 + 50 * 135.5 + 100;
+    ck_assert_int_eq(t[0].job, 1); /* late by 1 s: the feasible job goes first */
+    v.now_ms = aged;
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 1); /* aged, but the feasible job's best fit needs the rank */
+    /* two free ranks: the feasible job gets its best fit (1), the aged job the other one rather
+     * than the feasible job its fastest degree (2) */
+    busy[1] = false;
+    wf_dit_task *a, *b;
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 2);
+    a = (wf_dit_task *)task_of(t, 2, 0), b = (wf_dit_task *)task_of(t, 2, 1);
+    ck_assert(a && b);
+    ck_assert_int_eq(a->n_ranks, 1);
+    ck_assert_int_eq(b->n_ranks, 1);
+    /* one free rank, two late jobs: the aged one before the not yet aged one, though the
+     * latter has less work left (late jobs go shortest first otherwise) */
+    busy[1] = true;
+    jobs[0].steps_done = 10;
+    jobs[2].steps_done = 40;
+    ready[1] = &jobs[2];
     ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
     ck_assert_int_eq(t[0].job, 0);
+    v.now_ms = aged - 5; /* neither aged: the shorter one first */
+    jobs[0].deadline_ms = 1100;
+    ck_assert_int_eq(wf_dit_policy_pick(p, &v, t, 4), 1);
+    ck_assert_int_eq(t[0].job, 1);
     wf_dit_policy_free(p);
 }
 END_TEST

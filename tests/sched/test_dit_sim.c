@@ -1,14 +1,21 @@
-/* sched/dit_sim.c: the DiT cluster simulator is deterministic per seed (same trace, same
- * report) and differs across seeds; a request alone takes exactly what the cost model says
- * (static:1: T_single; elastic: the fastest degree, chunk after chunk on the same ranks, plus
- * one group formation when communicators are charged); the workload follows its profile; bad
- * policies are refused. */
+/* sched/dit_sim.c, sched/dit_workload.c: the DiT cluster simulator is deterministic per seed
+ * (same trace, same report) and differs across seeds; a request alone takes exactly what the
+ * cost model says (static:1: T_single; elastic: the fastest degree, chunk after chunk on the
+ * same ranks, plus one group formation when communicators are charged); its workloads are
+ * GF-DiT's profiles as loadgen/profiles/NAME.profile define them (the same arrivals weft-bench
+ * samples, phase by phase, rates scaled to the load and the rank count) or a weft-bench trace
+ * replayed request for request; bad policies, profiles and jobs are refused. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
+#include "loadgen/dataset.h"
+#include "loadgen/image.h"
 #include "sched/dit_sim.h"
+#include "sched/dit_workload.h"
 
 static char err[256];
 
@@ -21,13 +28,12 @@ START_TEST(test_deterministic_per_seed) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
     cfg.n_ranks = 16;
-    const wf_dit_sim_profile *prof = wf_dit_sim_profile_find("tridentserve");
-    ck_assert_ptr_nonnull(prof);
+    /* short (10 min) rather than tridentserve (60 min): quick under the sanitizers */
     wf_dit_sim_job *a, *b, *c;
     int na, nb, nc;
-    ck_assert_int_eq(wf_dit_sim_workload(&cfg, prof, 1.2, 7, &a, &na), WF_OK);
-    ck_assert_int_eq(wf_dit_sim_workload(&cfg, prof, 1.2, 7, &b, &nb), WF_OK);
-    ck_assert_int_eq(wf_dit_sim_workload(&cfg, prof, 1.2, 8, &c, &nc), WF_OK);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 1.2, 7, &a, &na, NULL, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 1.2, 7, &b, &nb, NULL, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 1.2, 8, &c, &nc, NULL, err, sizeof err), WF_OK);
     ck_assert_int_gt(na, 50);
     ck_assert_int_eq(na, nb);
     ck_assert(!memcmp(a, b, sizeof *a * (size_t)na));
@@ -84,32 +90,203 @@ START_TEST(test_single_request_latency) {
 }
 END_TEST
 
+/* Which phase of p holds time t (seconds), or -1. */
+static int phase_of(const wf_loadgen_profile *p, double t) {
+    for (size_t i = 0; i < p->n_phases; i++)
+        if (t >= p->phases[i].start_s && t < p->phases[i].end_s) return (int)i;
+    return -1;
+}
+
 START_TEST(test_workload_profiles) {
+    /* every built-in profile, at 8 and 16 ranks: the phases are the file's (start, end, mix,
+     * rates in the file's proportions), the jobs are exactly weft-bench's samples for the seed,
+     * each in a phase with arrivals and of a class of that phase's mix, and the offered load is
+     * the one asked */
+    const char *names[] = {"short", "tridentserve", "foreground_burst"};
+    for (int k = 0; k < 3; k++) {
+        wf_loadgen_profile file;
+        ck_assert_int_eq(wf_loadgen_profile_load(names[k], &file, err, sizeof err), WF_OK);
+        int n8 = 0;
+        for (int ranks = 8; ranks <= 16; ranks += 8) {
+            wf_dit_sim_config cfg;
+            wf_dit_sim_config_init(&cfg);
+            cfg.n_ranks = ranks;
+            wf_loadgen_profile used;
+            wf_dit_sim_job *j;
+            int n;
+            ck_assert_msg(wf_dit_workload_profile(&cfg, names[k], 0.9, 5, &j, &n, &used, err, sizeof err) == WF_OK,
+                          "%s", err);
+            ck_assert_uint_eq(used.n_phases, file.n_phases);
+            double scale = 0;
+            for (size_t i = 0; i < file.n_phases; i++) {
+                const wf_loadgen_phase *f = &file.phases[i], *u = &used.phases[i];
+                ck_assert_str_eq(u->name, f->name);
+                ck_assert_double_eq(u->start_s, f->start_s);
+                ck_assert_double_eq(u->end_s, f->end_s);
+                for (size_t c = 0; c < file.n_classes; c++) ck_assert_double_eq(u->mix[c], f->mix[c]);
+                if (f->rate == 0) {
+                    ck_assert_double_eq(u->rate, 0);
+                    continue;
+                }
+                if (scale == 0) scale = u->rate / f->rate;
+                ck_assert_double_eq_tol(u->rate / f->rate, scale, 1e-9 * scale);
+            }
+            ck_assert(scale > 0);
+            /* the same arrivals as weft-bench's sampler gives for this profile and seed */
+            double *at = malloc(sizeof *at * (size_t)(n + 1));
+            int *cls = malloc(sizeof *cls * (size_t)(n + 1));
+            ck_assert_uint_eq(wf_loadgen_profile_sample(&used, 5, (size_t)n + 1, at, cls), (size_t)n);
+            int per_phase[WF_LOADGEN_MAX_PHASES] = {0};
+            for (int i = 0; i < n; i++) {
+                ck_assert_double_eq_tol(j[i].arrival_ms, at[i] * 1000, 1e-9);
+                ck_assert_str_eq(cfg.classes[j[i].cls].name, used.classes[cls[i]].name);
+                ck_assert(j[i].alpha == 0);
+                if (i) ck_assert(j[i].arrival_ms >= j[i - 1].arrival_ms);
+                int ph = phase_of(&file, at[i]);
+                ck_assert_int_ge(ph, 0);
+                ck_assert(file.phases[ph].rate > 0);
+                ck_assert(file.phases[ph].mix[cls[i]] > 0);
+                per_phase[ph]++;
+            }
+            /* each loaded phase holds its expected share (Poisson: within 5 sigma + 3) */
+            for (size_t i = 0; i < used.n_phases; i++) {
+                double e = used.phases[i].rate * (used.phases[i].end_s - used.phases[i].start_s);
+                ck_assert_msg(fabs(per_phase[i] - e) <= 5 * sqrt(e) + 3, "%s phase %zu: %d jobs, expected %.1f",
+                              names[k], i, per_phase[i], e);
+            }
+            /* expected offered load = 0.9 (the sampled one is close) */
+            /* used carries the simulator's T_single */
+            ck_assert_double_eq_tol(wf_loadgen_profile_offered_load(&used, ranks), 0.9, 1e-9);
+            ck_assert_double_eq_tol(wf_dit_sim_offered_load(&cfg, j, n), 0.9, 0.3);
+            if (ranks == 8) n8 = n;
+            else ck_assert(n > 1.5 * n8 && n < 2.5 * n8); /* rates grow with the rank count */
+            free(at);
+            free(cls);
+            free(j);
+        }
+    }
+    /* GF-DiT's short: four phases at 0.8, 1.5, 2.5 and 0 requests/min */
+    wf_loadgen_profile sh;
+    ck_assert_int_eq(wf_loadgen_profile_load("short", &sh, err, sizeof err), WF_OK);
+    ck_assert_uint_eq(sh.n_phases, 4);
+    ck_assert_double_eq_tol(sh.phases[0].rate * 60, 0.8, 1e-12);
+    ck_assert_double_eq_tol(sh.phases[1].rate * 60, 1.5, 1e-12);
+    ck_assert_double_eq_tol(sh.phases[2].rate * 60, 2.5, 1e-12);
+    ck_assert_double_eq(sh.phases[3].rate, 0);
+    /* a profile file by path; a class the simulator lacks and a bad load are refused */
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
-    /* foreground_burst: the middle 30 s are almost all S; the outer phases have none */
-    const wf_dit_sim_profile *fb = wf_dit_sim_profile_find("foreground_burst");
+    char path[] = "/tmp/weft_dit_sim_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("phase a 0 100 1/s S=1\nphase b 100 200 1/s L=1\n", f);
+    fclose(f);
     wf_dit_sim_job *j;
     int n;
-    ck_assert_int_eq(wf_dit_sim_workload(&cfg, fb, 1.0, 3, &j, &n), WF_OK);
-    int s_out = 0, s_in = 0, in = 0;
-    for (int i = 0; i < n; i++) {
-        bool burst = j[i].arrival_ms >= 60000 && j[i].arrival_ms < 90000;
-        in += burst;
-        if (j[i].cls == 0) burst ? s_in++ : s_out++;
-        if (i) ck_assert(j[i].arrival_ms >= j[i - 1].arrival_ms);
-        ck_assert(j[i].arrival_ms < 150000);
-    }
-    ck_assert_int_eq(s_out, 0);
-    ck_assert_int_gt(s_in, in / 2);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, path, 1.0, 1, &j, &n, NULL, err, sizeof err), WF_OK);
+    for (int i = 0; i < n; i++) ck_assert_int_eq(j[i].cls, j[i].arrival_ms < 100000 ? 0 : 2);
     free(j);
-    ck_assert_ptr_null(wf_dit_sim_profile_find("steady"));
-    ck_assert_int_eq(wf_dit_sim_workload(&cfg, fb, 0, 3, &j, &n), WF_EINVAL);
+    f = fopen(path, "w");
+    fputs("class XL 64x64 steps=50\nphase a 0 100 1/s XL=1\n", f);
+    fclose(f);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, path, 1.0, 1, &j, &n, NULL, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, "'XL'"));
+    unlink(path);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "steady", 1.0, 1, &j, &n, NULL, err, sizeof err), WF_ENOTFOUND);
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 0, 3, &j, &n, NULL, err, sizeof err), WF_EINVAL);
     wf_dit_sim_report r;
     wf_dit_sim_job one = {.arrival_ms = 0, .cls = 0};
     ck_assert_int_eq(wf_dit_sim_run(&cfg, "static:16", &one, 1, &r, err, sizeof err), WF_EINVAL);
+    wf_dit_sim_job bad = {.arrival_ms = 0, .cls = 3};
+    ck_assert_int_eq(wf_dit_sim_run(&cfg, "elastic", &bad, 1, &r, err, sizeof err), WF_EINVAL);
     cfg.n_ranks = 65;
     ck_assert_int_eq(wf_dit_sim_run(&cfg, "elastic", &one, 1, &r, err, sizeof err), WF_EINVAL);
+}
+END_TEST
+
+START_TEST(test_trace_replay) {
+    /* a trace as weft-bench --trace-out writes it (its classes: 8x8 at 5/15/45 steps, real
+     * T_single) replays request for request: order, class, alpha; the clock kept or rescaled */
+    wf_loadgen_profile p;
+    ck_assert_int_eq(wf_loadgen_profile_load("foreground_burst", &p, err, sizeof err), WF_OK);
+    double ts[3] = {40, 110, 300};
+    for (int c = 0; c < 3; c++) p.classes[c].t_single_ms = ts[c];
+    wf_loadgen_profile_scale_time(&p, 60.0 / wf_loadgen_profile_end_s(&p));
+    wf_loadgen_profile_scale_rate(&p, 0.8 / wf_loadgen_profile_offered_load(&p, 1));
+    enum { MAX = 4096 };
+    static double at[MAX];
+    static int cls[MAX];
+    static wf_loadgen_prompt items[MAX];
+    size_t m = wf_loadgen_profile_sample(&p, 11, MAX, at, cls);
+    ck_assert(m > 20 && m < MAX);
+    for (size_t i = 0; i < m; i++) items[i] = (wf_loadgen_prompt){.text_seed = i, .slo_class = cls[i]};
+    char path[] = "/tmp/weft_dit_trace_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(wf_loadgen_image_trace_write(path, &p, 1.0, 11, at, items, m, err, sizeof err), WF_OK);
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    wf_dit_sim_job *j, *k;
+    int n, nk;
+    double scale;
+    ck_assert_msg(wf_dit_workload_trace(&cfg, path, 0, &j, &n, &scale, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(n, (int)m);
+    ck_assert_double_eq(scale, 1);
+    for (int i = 0; i < n; i++) {
+        ck_assert_double_eq_tol(j[i].arrival_ms, at[i] * 1000, 1e-6);
+        ck_assert_str_eq(cfg.classes[j[i].cls].name, p.classes[cls[i]].name);
+        ck_assert_double_eq_tol(j[i].alpha, p.classes[cls[i]].alpha, 1e-9);
+    }
+    ck_assert_int_eq(wf_dit_workload_trace(&cfg, path, 0.7, &k, &nk, &scale, err, sizeof err), WF_OK);
+    ck_assert_int_eq(nk, n);
+    ck_assert(scale > 1); /* GF-DiT's S/M/L are far slower than weft-bench's 8x8 images */
+    ck_assert_double_eq_tol(wf_dit_sim_offered_load(&cfg, k, nk), 0.7, 1e-9);
+    for (int i = 0; i < n; i++) {
+        ck_assert_double_eq_tol(k[i].arrival_ms, j[i].arrival_ms * scale, 1e-6 * k[i].arrival_ms + 1e-9);
+        ck_assert_int_eq(k[i].cls, j[i].cls);
+    }
+    /* the replay runs, and a per-request alpha sets the deadline */
+    wf_dit_sim_report r1, r2;
+    run(&cfg, "elastic", k, nk, &r1);
+    run(&cfg, "elastic", k, nk, &r2);
+    ck_assert(!memcmp(&r1, &r2, sizeof r1));
+    ck_assert_int_eq(r1.n_jobs, n);
+    wf_dit_sim_job tight = {.arrival_ms = 0, .cls = 0, .alpha = 0.5};
+    run(&cfg, "static:1", &tight, 1, &r1);
+    ck_assert_int_eq(r1.n_missed, 1);
+    tight.alpha = 1.01;
+    run(&cfg, "static:1", &tight, 1, &r1);
+    ck_assert_int_eq(r1.n_missed, 0);
+    free(j);
+    free(k);
+    /* a broken trace names the problem */
+    FILE *f = fopen(path, "w");
+    fputs("{\"requests\": [{\"request_class\": \"S\", \"arrival_ms\": -1}]}", f);
+    fclose(f);
+    ck_assert_int_eq(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, "request 0"));
+    /* without T_single in the trace, the simulator's alphas; a class it lacks is refused */
+    f = fopen(path, "w");
+    fputs("{\"requests\": [{\"request_class\": \"L\", \"arrival_ms\": 5, \"width\": 8, \"height\": 8, "
+          "\"num_steps\": 45}]}", f);
+    fclose(f);
+    ck_assert_msg(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(j[0].cls, 2);
+    ck_assert(j[0].alpha == 0);
+    ck_assert_double_eq_tol(j[0].arrival_ms, 5, 1e-9);
+    free(j);
+    f = fopen(path, "w");
+    fputs("{\"requests\": [{\"request_class\": \"XL\", \"arrival_ms\": 5, \"width\": 8, \"height\": 8, "
+          "\"num_steps\": 45}]}", f);
+    fclose(f);
+    ck_assert_int_eq(wf_dit_workload_trace(&cfg, path, 0, &j, &n, NULL, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, "'XL'"));
+    unlink(path);
+    ck_assert_int_eq(wf_dit_workload_trace(&cfg, "/nonexistent/trace.json", 0, &j, &n, NULL, err, sizeof err),
+                     WF_ENOTFOUND);
 }
 END_TEST
 
@@ -119,6 +296,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_workload_profiles);
+    tcase_add_test(tc, test_trace_replay);
     suite_add_tcase(s, tc);
     return s;
 }
