@@ -54,6 +54,8 @@ typedef struct wf_config {
     double admission_factor;
     /* Worker processes (server/workers/): ranks of one world. */
     int workers;            /* 0: the in-process engine (default); N: N worker processes */
+    int prefill_workers;    /* prefill/decode disaggregation: workers = prefill + decode */
+    int decode_workers;
     char *worker_cores;     /* "LIST:LIST:..." CPUs per local worker; NULL: split evenly */
     char *role;             /* "server" (default) or "worker" */
     char *join;             /* worker role: the coordinator's HOST:PORT */

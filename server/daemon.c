@@ -24,6 +24,7 @@ struct wf_daemon {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
 #endif
+    bool pd;                  /* prefill and decode workers */
 };
 
 void wf_daemon_params_init(wf_daemon_params *p) {
@@ -45,7 +46,22 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->join_timeout_ms = 120000;
 }
 
+/* With prefill workers a prompt is prefilled in one piece (its KV ships in one transfer), so a
+ * batch must hold the longest prompt next to the running decodes. */
+static int pd_batch_tokens(const wf_daemon_params *p, const wf_model_info *info) {
+    if (p->n_prefill <= 0) return p->max_batch_tokens;
+    int n_ctx = p->ctx_size > 0 ? p->ctx_size : info->n_ctx_train;
+    if (n_ctx <= 0) n_ctx = WF_DEFAULT_N_CTX;
+    int need = n_ctx + p->max_running;
+    return p->max_batch_tokens > need ? p->max_batch_tokens : need;
+}
+
 #ifdef WEFT_HAVE_WORKERS
+static const char *p_role(const wf_daemon *d, const wf_worker_stats *st) {
+    if (st->prefill) return "prefill";
+    return d->pd ? "decode" : "worker";
+}
+
 static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     wf_daemon *d = ctx;
     wf_worker_stats st[WF_WORKERS_MAX];
@@ -64,6 +80,12 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->batches = st[i].batches;
         r->last_heard_ms = st[i].last_heard_ms;
         r->kv_blocks = st[i].kv_blocks;
+        r->kv_blocks_used = st[i].kv_blocks_used;
+        snprintf(r->role, sizeof r->role, "%s", p_role(d, &st[i]));
+        r->transfers = st[i].transfers;
+        r->transfers_failed = st[i].transfers_failed;
+        r->transfer_bytes = st[i].transfer_bytes;
+        r->transfer_ms = st[i].transfer_ms;
         r->restarts = st[i].restarts;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
@@ -77,6 +99,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wf_workers_params wp;
     wf_workers_params_init(&wp);
     wp.n_workers = p->n_workers;
+    wp.n_prefill = p->n_prefill;
     wp.n_spawn = p->local_workers;
     wp.worker_cores = p->worker_cores;
     wp.host = p->world_host;
@@ -85,7 +108,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.model_path = p->model_path;
     wp.kv = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
     wp.kv_memory_mb = p->kv_memory_mb;
-    wp.max_batch_tokens = p->max_batch_tokens;
+    wp.max_batch_tokens = pd_batch_tokens(p, wf_engine_info(d->engine));
     wp.max_running = p->max_running;
     wp.log_level = p->log_level;
     wp.heartbeat_ms = p->heartbeat_ms;
@@ -95,6 +118,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     if (st != WF_OK) return st;
     *kv_tokens = 0;
     for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        if (wf_workers_is_prefill(d->workers, i)) continue; /* its store is scratch only */
         int t = wf_workers_kv(d->workers, i)->n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
         if (*kv_tokens == 0 || t < *kv_tokens) *kv_tokens = t;
     }
@@ -104,6 +128,8 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
 static wf_status add_worker_groups(wf_daemon *d, char *err, size_t errlen) {
     int gid[WF_WORKERS_MAX];
     for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        gid[i] = -1;
+        if (wf_workers_is_prefill(d->workers, i)) continue;
         wf_status st = wf_sched_add_group(d->sched, wf_workers_kv(d->workers, i),
                                           wf_workers_executor(d->workers, i),
                                           wf_workers_rank(d->workers, i), &gid[i]);
@@ -126,11 +152,18 @@ static void model_name_from_path(const char *path, char *out, size_t cap) {
 }
 
 /* The scheduler's options from the daemon's parameters. */
-static void sched_options(const wf_daemon_params *p, int n_ctx, wf_sched_options *so) {
+static void sched_options(const wf_daemon_params *p, const wf_model_info *info, int n_ctx,
+                          wf_sched_options *so) {
     wf_sched_options_init(so);
     so->policy = p->policy;
     so->queue_size = p->queue_size;
-    so->max_batch_tokens = p->max_batch_tokens;
+    so->max_batch_tokens = pd_batch_tokens(p, info);
+    if (p->n_prefill > 0) {
+        /* Prompts are computed on prefill workers and shipped whole; cached blocks would sit
+         * on a decode worker, where no prompt is computed. */
+        so->whole_prefill = true;
+        so->prefix_cache = false;
+    }
     so->max_running = p->max_running;
     so->n_ctx = n_ctx;
     so->default_ttft_ms = p->default_ttft_ms;
@@ -167,6 +200,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 
     /* 2. Its KV store, which sizes the context; or the worker processes, which have theirs. */
     int kv_tokens = 0;
+    d->pd = p->n_prefill > 0;
     if (p->n_workers > 0) {
 #ifdef WEFT_HAVE_WORKERS
         st = open_workers(d, p, &kv_tokens, err, errlen);
@@ -195,7 +229,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     /* 3. The scheduler, with the in-process CPU executor as group 0 (rank 0), or one group
      * per worker (calibration then measures worker rank 1). */
     wf_sched_options so;
-    sched_options(p, n_ctx, &so);
+    sched_options(p, info, n_ctx, &so);
     if (d->kv_on)
         st = wf_sched_new(&so, &d->kv, wf_engine_executor(d->engine, &d->kv), &d->sched);
     else

@@ -67,6 +67,7 @@ static void *load_main(void *arg) {
     p.fixed_cost_model = d->cfg.fixed_cost_model != 0;
     p.admission_factor = d->cfg.admission_factor;
     p.n_workers = d->cfg.workers;
+    p.n_prefill = d->cfg.prefill_workers;
     p.local_workers = d->cfg.local_workers;
     p.worker_cores = d->cfg.worker_cores;
     if (d->cfg.world_host) p.world_host = d->cfg.world_host;

@@ -367,6 +367,12 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
         wf_jbuf_printf(b, ",\"batches\":%llu,\"kv_blocks\":%u,\"restarts\":%d,\"last_heard_ms\":",
                        (unsigned long long)r[i].batches, r[i].kv_blocks, r[i].restarts);
         wf_jbuf_num(b, r[i].last_heard_ms);
+        wf_jbuf_printf(b, ",\"role\":\"%s\",\"kv_blocks_used\":%u,\"transfers\":%llu,"
+                       "\"transfers_failed\":%llu,\"transfer_bytes\":%llu,\"transfer_ms\":",
+                       r[i].role[0] ? r[i].role : "worker", r[i].kv_blocks_used,
+                       (unsigned long long)r[i].transfers, (unsigned long long)r[i].transfers_failed,
+                       (unsigned long long)r[i].transfer_bytes);
+        wf_jbuf_num(b, r[i].transfer_ms);
         wf_jbuf_cstr(b, ",\"last_error\":");
         if (r[i].last_error[0]) wf_jbuf_str(b, r[i].last_error, strnlen(r[i].last_error, sizeof r[i].last_error));
         else wf_jbuf_cstr(b, "null");
