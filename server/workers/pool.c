@@ -83,6 +83,7 @@ struct wf_workers {
     bool stopping;
     wf_sched *sched;                 /* set by attach */
     uint64_t next_iteration;
+    unsigned prefill_rr;             /* round-robin start of pick_prefill (lock) */
     uint8_t *arena_mem;
     size_t arena_cap;
     char start_error[160];
@@ -170,8 +171,10 @@ static bool is_pd_prefill(const wf_task *t) {
 /* The live prefill worker with the fewest batches queued (NULL: none). Lock held. */
 static wk *pick_prefill(wf_workers *ws, const wk *avoid) {
     wk *best = NULL;
-    for (int i = 0; i < ws->n; i++) {
-        wk *k = &ws->w[i];
+    /* Ties go round: with one decode group every prefill worker is idle at each pick. */
+    int start = (int)(ws->prefill_rr++ % (unsigned)ws->n);
+    for (int j = 0; j < ws->n; j++) {
+        wk *k = &ws->w[(start + j) % ws->n];
         if (!k->prefill || k->state != WF_WORKER_LIVE || k == avoid) continue;
         if (k->n_pending + k->n_flight >= MAX_QUEUED) continue;
         if (!best || k->n_pending + k->n_flight < best->n_pending + best->n_flight) best = k;
