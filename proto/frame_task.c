@@ -96,6 +96,18 @@ wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, s
     wf__fw_group(&w, &batch->group, "batch.group");
     wf__fw_u32(&w, (uint32_t)batch->n_tasks);
     for (int i = 0; i < batch->n_tasks && w.st == WF_OK; i++) fw_task(&w, &batch->tasks[i]);
+    /* 1.1: the tasks' KV accuracy budgets, appended so that 1.0 peers skip them. */
+    wf__fw_u32(&w, (uint32_t)batch->n_tasks);
+    for (int i = 0; i < batch->n_tasks && w.st == WF_OK; i++) {
+        const wf_task *t = &batch->tasks[i];
+        float a = kind_is_llm(t->kind) ? t->llm.kv_accuracy : 0.0f;
+        if (!(a >= 0.0f && a <= 1.0f)) {
+            wf__fw_fail(&w, "task %llu: kv_accuracy %g outside [0, 1]", (unsigned long long)t->id, (double)a);
+            break;
+        }
+        wf__fw_f32(&w, a);
+        wf__fw_u32(&w, kind_is_llm(t->kind) ? t->llm.kv_codec : 0);
+    }
     return wf__fw_finish(&w, WF_FRAME_TASK_DISPATCH, len);
 }
 
@@ -172,6 +184,21 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
         for (uint32_t i = 0; tasks && i < n && r.st == WF_OK; i++) fr_task(&r, &tasks[i]);
         out->tasks = tasks;
         out->n_tasks = tasks ? (int)n : 0;
+    }
+    if (r.st == WF_OK && (f->hdr.major > 1 || f->hdr.minor >= 1)) {
+        uint32_t m = wf__fr_u32(&r, "n_kv_accuracy");
+        if (r.st == WF_OK && m != n)
+            wf__fr_fail(&r, WF_EPROTO, "%u kv_accuracy values for %u tasks", m, n);
+        for (uint32_t i = 0; i < m && r.st == WF_OK; i++) {
+            float a = wf__fr_f32(&r, "task.kv_accuracy");
+            uint32_t codec = wf__fr_u32(&r, "task.kv_codec");
+            if (r.st == WF_OK && !(a >= 0.0f && a <= 1.0f))
+                wf__fr_fail(&r, WF_ERANGE, "task %u: kv_accuracy %g outside [0, 1]", i, (double)a);
+            else if (r.st == WF_OK && kind_is_llm(out->tasks[i].kind)) {
+                out->tasks[i].llm.kv_accuracy = a;
+                out->tasks[i].llm.kv_codec = codec;
+            }
+        }
     }
     return wf__fr_end(&r);
 }

@@ -200,6 +200,8 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
         t->llm.kv.kind = WF_ARTIFACT_KV;
         t->llm.kv.placement.kind = WF_PLACEMENT_OWNER;
         t->llm.kv.placement.holders = c->batch.group;
+        t->llm.kv_accuracy = r->spec.kv_accuracy;
+        t->llm.kv_codec = r->spec.kv_codec;
     }
     c->task_req[k] = r;
     c->task_choice[k] = j;

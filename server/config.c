@@ -63,6 +63,9 @@ static const option_spec options[] = {
     {"workers", OPT_INT, FIELD(workers), 0, 64, "N", "serve with N worker processes, each one rank of the world with its own engine replica and KV (default 0: in-process engine)"},
     {"prefill-workers", OPT_INT, FIELD(prefill_workers), 0, 63, "N", "prefill/decode disaggregation: N worker processes prefill prompts and ship their KV over UCX to the decode workers (needs --decode-workers; replaces --workers)"},
     {"decode-workers", OPT_INT, FIELD(decode_workers), 0, 63, "M", "prefill/decode disaggregation: M worker processes decode (each one scheduler group; needs --prefill-workers)"},
+    {"kv-profiles", OPT_STRING, FIELD(kv_profiles), 0, 0, "FILE", "prefill/decode: the KV codec profile library (weft-kvprof's JSON, e.g. deploy/kv-profiles.json); without it KV always crosses raw"},
+    {"kv-codec", OPT_STRING, FIELD(kv_codec), 0, 0, "auto|off|NAME", "prefill/decode: auto (the controller compresses when the link is the bottleneck; default), off, or always the named profile"},
+    {"kv-accuracy", OPT_DOUBLE, FIELD(kv_accuracy), 0, 1, "X", "prefill/decode: the least greedy-token agreement a compressed transfer may cost (default 0.9)"},
     {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
     {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},
     {"join", OPT_STRING, FIELD(join), 0, 0, "HOST:PORT", "worker role: the coordinator's world bootstrap address"},
@@ -111,6 +114,7 @@ static void set_defaults(wf_config *cfg) {
     cfg->role = strdup("server");
     cfg->rank = -1;
     cfg->local_workers = -1;
+    cfg->kv_accuracy = 0.9;
     cfg->heartbeat_ms = 500;
     cfg->worker_timeout_ms = 30000;
     cfg->join_timeout_ms = 120000;

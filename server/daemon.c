@@ -12,6 +12,7 @@
 #include "sched/defaults.h"
 #include "server/engine_backend.h"
 #ifdef WEFT_HAVE_WORKERS
+#include "kv/kv_controller.h"
 #include "server/workers/pool.h"
 #endif
 
@@ -86,6 +87,9 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->transfers_failed = st[i].transfers_failed;
         r->transfer_bytes = st[i].transfer_bytes;
         r->transfer_ms = st[i].transfer_ms;
+        r->transfers_compressed = st[i].transfers_compressed;
+        memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
+        snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
@@ -114,6 +118,9 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.heartbeat_ms = p->heartbeat_ms;
     wp.timeout_ms = p->worker_timeout_ms;
     wp.join_timeout_ms = p->join_timeout_ms;
+    wp.kv_profiles = p->kv_profiles;
+    wp.kv_codec = p->kv_codec;
+    wp.kv_accuracy = p->kv_accuracy;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;
@@ -254,6 +261,26 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     wf_engine_adapter_init(&d->adapter, d->engine, d->sched, name, n_ctx);
 #ifdef WEFT_HAVE_WORKERS
     if (d->workers) wf_engine_adapter_set_ranks(&d->adapter, daemon_ranks, d);
+    if (d->workers && p->kv_profiles) {
+        /* The names requests may give as "kv_codec" (the workers load the same file). */
+        wf_kv_profile_lib lib;
+        if (wf_kv_profile_lib_load(p->kv_profiles, &lib, err, errlen) != WF_OK) {
+            char e[256];
+            snprintf(e, sizeof e, "%s", err);
+            snprintf(err, errlen, "--kv-profiles %s: %s", p->kv_profiles, e);
+            st = WF_EINVAL;
+            goto fail_start;
+        }
+        const char *names[64];
+        uint32_t ids[64];
+        int n = lib.n < 64 ? lib.n : 64;
+        for (int i = 0; i < n; i++) {
+            names[i] = lib.items[i].profile.name;
+            ids[i] = lib.items[i].profile.id;
+        }
+        wf_engine_adapter_set_kv_codecs(&d->adapter, names, ids, n);
+        wf_kv_profile_lib_free(&lib);
+    }
 #endif
     WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d%s",
                 d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx,

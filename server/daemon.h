@@ -50,6 +50,8 @@ typedef struct wf_daemon_params {
     const char *exe;          /* this binary, for the workers */
     const char *log_level;
     int heartbeat_ms, worker_timeout_ms, join_timeout_ms;
+    const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
+    double kv_accuracy;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;

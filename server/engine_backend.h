@@ -23,6 +23,11 @@ typedef struct wf_engine_adapter {
     char name[256];
     int (*ranks)(void *ranks_ctx, wf_server_rank *out, int cap); /* NULL: no workers */
     void *ranks_ctx;
+    struct {
+        char name[32];
+        uint32_t id;
+    } kv_codecs[64];            /* the KV profiles requests may name ("kv_codec") */
+    int n_kv_codecs;
 } wf_engine_adapter;
 
 /* name is copied; n_ctx is the context the scheduler serves. */
@@ -30,6 +35,10 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
                             const char *name, int n_ctx);
 
 /* Worker ranks for the front end (backend.ranks forwards to fn). */
+/* The KV profiles a request's "kv_codec" may name (copied; at most 64). */
+void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,
+                                     const uint32_t *ids, int n);
+
 void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
                                  int (*fn)(void *ranks_ctx, wf_server_rank *out, int cap),
                                  void *ranks_ctx);

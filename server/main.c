@@ -76,6 +76,9 @@ static void *load_main(void *arg) {
     p.heartbeat_ms = d->cfg.heartbeat_ms;
     p.worker_timeout_ms = d->cfg.worker_timeout_ms;
     p.join_timeout_ms = d->cfg.join_timeout_ms;
+    p.kv_profiles = d->cfg.kv_profiles;
+    p.kv_codec = d->cfg.kv_codec;
+    p.kv_accuracy = d->cfg.kv_accuracy;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -198,6 +201,9 @@ static int run_worker(const wf_config *cfg) {
     p.heartbeat_ms = cfg->heartbeat_ms;
     p.timeout_ms = cfg->worker_timeout_ms;
     p.join_timeout_ms = cfg->join_timeout_ms;
+    p.kv_profiles = cfg->kv_profiles;
+    if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
+    p.kv_accuracy = cfg->kv_accuracy;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

@@ -83,6 +83,9 @@ typedef struct wf_server_rank {
     char role[8];             /* "worker", "prefill" or "decode" */
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped by a prefill worker */
     double transfer_ms;
+    uint64_t transfers_compressed;
+    uint64_t codec_reasons[4]; /* the KV controller's decisions: compress, link_fast, no_profile, cooling */
+    char codec_last[64];
     int restarts;
     char last_error[160];
 } wf_server_rank;

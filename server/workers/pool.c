@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/world/world.h"
+#include "kv/kv_controller.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
 #include "proto/frame_artifact.h"
@@ -62,6 +63,9 @@ typedef struct wk {
     bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
     uint32_t kv_used;                /* its last heartbeat's count */
     uint64_t xfers, xfer_bytes, xfer_ns, xfer_failed;
+    uint64_t xfer_compressed;
+    uint64_t xfer_reason[WF_KV_REASON_COUNT];
+    char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {
         pid_t pid;
@@ -72,7 +76,7 @@ typedef struct wk {
 
 struct wf_workers {
     wf_workers_params p;
-    char *host, *exe, *model_path, *log_level, *worker_cores;
+    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec;
     wf_world *world;
     int n;
     wk w[WF_WORKERS_MAX];
@@ -324,7 +328,24 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                     "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
                     "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens", mbt,
                     "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms", hb,
-                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
+                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL, NULL, NULL, NULL, NULL,
+                    NULL, NULL};
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char acc[32];
+    if (ws->kv_profiles) {
+        argv[argc++] = "--kv-profiles";
+        argv[argc++] = ws->kv_profiles;
+    }
+    if (ws->kv_codec) {
+        argv[argc++] = "--kv-codec";
+        argv[argc++] = ws->kv_codec;
+    }
+    if (ws->p.kv_accuracy > 0) {
+        snprintf(acc, sizeof acc, "%.6g", ws->p.kv_accuracy);
+        argv[argc++] = "--kv-accuracy";
+        argv[argc++] = acc;
+    }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
     pid_t pid = fork();
@@ -489,6 +510,15 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         k->xfer_bytes += d.bytes;
         k->xfer_ns += d.elapsed_ns;
         k->xfer_failed += d.status != WF_OK;
+        /* The worker's controller says what it chose: "... codec=NAME reason=REASON". */
+        const char *c = strstr(d.message, "codec="), *r = strstr(d.message, "reason=");
+        if (c && r) {
+            int n = (int)strcspn(c + 6, " ");
+            k->xfer_compressed += strncmp(c + 6, "raw", 3) != 0;
+            for (int i = 0; i < WF_KV_REASON_COUNT; i++)
+                if (strcmp(r + 7, wf_kv_reason_name((wf_kv_reason)i)) == 0) k->xfer_reason[i]++;
+            snprintf(k->xfer_last, sizeof k->xfer_last, "%.*s (%s)", n, c + 6, r + 7);
+        }
         pthread_mutex_unlock(&ws->lock);
         return;
     }
@@ -821,6 +851,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     ws->exe = strdup(p->exe);
     ws->model_path = strdup(p->model_path);
     ws->log_level = strdup(p->log_level ? p->log_level : "info");
+    ws->kv_profiles = p->kv_profiles ? strdup(p->kv_profiles) : NULL;
+    ws->kv_codec = p->kv_codec ? strdup(p->kv_codec) : NULL;
     if (!ws->host || !ws->exe || !ws->model_path || !ws->log_level) {
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
         goto fail;
@@ -948,6 +980,9 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         o->transfer_bytes = k->xfer_bytes;
         o->transfer_ms = (double)k->xfer_ns / 1e6;
         o->transfers_failed = k->xfer_failed;
+        o->transfers_compressed = k->xfer_compressed;
+        memcpy(o->codec_reasons, k->xfer_reason, sizeof o->codec_reasons);
+        snprintf(o->codec_last, sizeof o->codec_last, "%s", k->xfer_last);
         o->restarts = k->restarts;
         snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
     }
@@ -995,6 +1030,8 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->exe);
     free(ws->model_path);
     free(ws->log_level);
+    free(ws->kv_profiles);
+    free(ws->kv_codec);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
 }

@@ -73,6 +73,9 @@ typedef struct wf_workers_params {
     int heartbeat_ms;         /* default 500 */
     int timeout_ms;           /* silent this long: down (default 30000; a long prefill is silent) */
     int join_timeout_ms;      /* for every worker to join and load (default 120000) */
+    const char *kv_profiles;  /* passed to started workers: KV codec library (NULL: raw) */
+    const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
+    double kv_accuracy;       /* 0: the workers' default */
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;
@@ -97,6 +100,9 @@ typedef struct wf_worker_stats {
     bool prefill;
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped (prefill workers) */
     double transfer_ms;
+    uint64_t transfers_compressed;            /* of transfers: through a codec profile */
+    uint64_t codec_reasons[4];                /* decisions per wf_kv_reason */
+    char codec_last[64];                      /* the last decision: "k4v4 (compress)" */
     int restarts;
     char last_error[160];
 } wf_worker_stats;

@@ -17,6 +17,7 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/kv_xfer.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -29,6 +30,8 @@ void wf_worker_params_init(wf_worker_params *p) {
     p->heartbeat_ms = 500;
     p->timeout_ms = 30000;
     p->join_timeout_ms = 30000;
+    p->kv_codec = "auto";
+    p->kv_accuracy = 0.9;
 }
 
 int wf_cpu_list_parse(const char *list, unsigned char mask[WF_CPUS_MAX / 8], char *err,
@@ -109,6 +112,9 @@ typedef struct worker {
     wf_world_op *pd_ops;
     size_t pd_ops_cap;
     uint64_t transfers, transfer_bytes;
+    uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
+    char last_codec[96];             /* the last decision, for TRANSFER_DONE */
+    wf_kv_xfer *xfer;                /* codec path (both directions) */
 } worker;
 
 /* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
@@ -205,6 +211,8 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
     }
     size_t k = 0;
     *bytes = 0;
+    wf_kv_decision raw_d = {.profile = -1};
+    bool raw_any = false;
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t) || t->status != WF_OK) continue;
@@ -214,6 +222,33 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
         }
         int peer = dst[i].placement.holders.ranks[0];
         *dst_rank = peer;
+        size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+        wf_kv_decision d;
+        wf_kv_xfer_decide(w->xfer, raw, t->llm.kv_accuracy > 0 ? t->llm.kv_accuracy : -1, t->llm.kv_codec, &d);
+        snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s",
+                 d.profile >= 0 ? "profile" : "raw", wf_kv_reason_name(d.reason));
+        if (d.profile >= 0) {
+            /* Compressed: one codec frame by tagged messages, decoded by the peer. */
+            size_t wire = 0;
+            char err[256];
+            int n_tokens = t->llm.pos + t->llm.n_tokens;
+            wf_status xs = wf_kv_xfer_send(w->xfer, w->world, &d, &w->kv, t->llm.kv.block_table,
+                                           t->llm.kv.n_blocks, n_tokens, peer, dst[i].block_table,
+                                           dst[i].n_blocks, &wire, err, sizeof err);
+            if (xs != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+                t->status = xs;
+            }
+            *bytes += wire;
+            w->compressed_raw += raw;
+            wf_kv_xfer_stats xst;
+            wf_kv_xfer_get_stats(w->xfer, &xst);
+            snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
+                     wf_kv_reason_name(d.reason));
+            continue;
+        }
+        raw_d = d;
+        raw_any = true;
         wf_kv_store far;
         if (wf_kv_store_layout(&far, &w->kv.geometry, wf_world_peer_sym_size(w->world, peer)) != WF_OK) {
             t->status = WF_EINVAL;
@@ -241,8 +276,12 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
     }
     wf_status st = WF_OK;
     if (k > 0) {
+        uint64_t tp = wf_clock_now_ns();
+        size_t put_bytes = 0;
+        for (size_t i = 0; i < k; i++) put_bytes += w->pd_ops[i].len;
         st = wf_world_run(w->world, w->pd_ops, (int)k);
         if (st == WF_OK) st = wf_world_flush(w->world);
+        if (st == WF_OK && raw_any) wf_kv_xfer_observe_raw(w->xfer, &raw_d, put_bytes, wf_clock_now_ns() - tp);
         if (st != WF_OK)
             WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),
                         wf_world_error(w->world));
@@ -323,7 +362,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         td.status = WF_OK;
         for (int i = 0; i < batch.n_tasks; i++)
             if (batch.tasks[i].status != WF_OK) td.status = batch.tasks[i].status;
-        snprintf(td.message, sizeof td.message, "to rank %d", dst_rank);
+        snprintf(td.message, sizeof td.message, "to rank %d %s", dst_rank, w->last_codec);
         /* The coordinator's link-bandwidth estimate; a lost report only costs a sample. */
         if (td.bytes > 0) WF_LINK_SEND(w->world, &w->link, wf_frame_encode_transfer_done, &td, err, sizeof err);
     }
@@ -360,6 +399,8 @@ static int serve(worker *w) {
             }
             last_sent = now;
         }
+        /* Compressed KV from prefill workers: decoded at once (the sender waits for the ACK). */
+        wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
         if (wf_world_test(w->world, &w->link.recv, 1) == 0) {
             if (now - last_heard > (uint64_t)p->timeout_ms * 1000000ull) {
                 WF_LOG_WARN("worker", NULL, "rank %d: nothing from rank 0 in %d ms: exiting",
@@ -453,6 +494,29 @@ int wf_worker_main(const wf_worker_params *p) {
         goto out;
     }
     w.kv_on = true;
+    {
+        wf_kv_profile_lib lib = {0};
+        if (p->kv_profiles && wf_kv_profile_lib_load(p->kv_profiles, &lib, err, sizeof err) != WF_OK) {
+            char m[600];
+            snprintf(m, sizeof m, "--kv-profiles %s: %s", p->kv_profiles, err);
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, m);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EINVAL, m);
+            goto out;
+        }
+        wf_kv_xfer_options xo;
+        wf_kv_xfer_options_init(&xo);
+        xo.force_profile = p->kv_codec;
+        xo.default_accuracy = p->kv_accuracy;
+        wf_status xs = wf_kv_xfer_new(&geo, p->max_batch_tokens, p->kv_profiles ? &lib : NULL, &xo,
+                                      &w.xfer, err, sizeof err);
+        wf_kv_profile_lib_free(&lib);
+        if (xs != WF_OK) {
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, xs, err);
+            goto out;
+        }
+        wf_kv_xfer_post(w.xfer, w.world);
+    }
     w.exec = wf_engine_executor(w.engine, &w.kv);
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
@@ -465,6 +529,7 @@ out:
     free(w.blk_used);
     free(w.pd_tables);
     free(w.pd_ops);
+    wf_kv_xfer_free(w.xfer, w.world);
     wf_engine_free(w.engine);
     if (w.kv_on) wf_kv_store_free(&w.kv);
     wf_world_destroy(w.world);

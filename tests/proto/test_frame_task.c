@@ -535,7 +535,8 @@ START_TEST(dispatch_rejects_bad_fields) {
     len = known_batch(WF_TASK_DECODE);
     patch_u32(153, 1);
     expect_decode(len, WF_ERANGE, "n_prompt");
-    ck_assert_uint_eq(payload_len(), 158);
+    /* 158 bytes of the task, then the 1.1 trailer: u32 n + (f32 kv_accuracy, u32 kv_codec) */
+    ck_assert_uint_eq(payload_len(), 170);
     /* DiT: num_steps at 75, step_begin at 79, step_end at 83 */
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(83, 11);
@@ -546,6 +547,40 @@ START_TEST(dispatch_rejects_bad_fields) {
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(75, (uint32_t)-1);
     expect_decode(len, WF_ERANGE, "num_steps");
+}
+END_TEST
+
+/* 1.1: the KV accuracy budget and codec choice of LLM tasks cross after the tasks; a 1.0 frame
+ * (no trailer) still decodes, with both 0; values outside [0, 1] are rejected. */
+START_TEST(dispatch_kv_trailer) {
+    size_t len = known_batch(WF_TASK_DECODE);
+    uint32_t plen = payload_len();
+    /* trailer: n at plen - 12, kv_accuracy at plen - 8, kv_codec at plen - 4 */
+    float acc = 0.75f;
+    uint32_t bits;
+    memcpy(&bits, &acc, 4);
+    patch_u32(plen - 8, bits);
+    patch_u32(plen - 4, 5);
+    wf_task_batch d;
+    char err[256] = "";
+    reseal(frame_buf, plen);
+    ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert(d.tasks[0].llm.kv_accuracy == 0.75f);
+    ck_assert_uint_eq(d.tasks[0].llm.kv_codec, 5);
+    acc = 1.5f;
+    memcpy(&bits, &acc, 4);
+    patch_u32(plen - 8, bits);
+    expect_decode(len, WF_ERANGE, "kv_accuracy");
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(plen - 12, 2);
+    expect_decode(len, WF_EPROTO, "kv_accuracy values");
+    /* the same frame as 1.0: without the trailer it decodes with zeros */
+    len = known_batch(WF_TASK_DECODE);
+    frame_buf[5] = 0;
+    expect_decode(len - 12, WF_OK, "");
+    wf_task_batch d0;
+    ck_assert_int_eq(decode_batch(len - 12, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
 }
 END_TEST
 
@@ -939,6 +974,7 @@ static Suite *frame_task_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, dispatch_roundtrip_random);
+    tcase_add_test(tc, dispatch_kv_trailer);
     tcase_add_test(tc, dispatch_truncated_everywhere);
     tcase_add_test(tc, dispatch_encode_needs_room);
     tcase_add_test(tc, dispatch_encode_refuses_invalid);
