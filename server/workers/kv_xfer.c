@@ -15,6 +15,12 @@
 #define HDR_MAX_BLOCKS 16384           /* 256k tokens of 16: far beyond any context */
 #define HDR_CAP (HDR_FIXED + 4u * HDR_MAX_BLOCKS)
 
+typedef struct xfer_ack {
+    int32_t status;                    /* wf_status of the decode */
+    uint32_t pad;
+    uint64_t decode_ns;                /* how long the decode took (the sender's B excludes it) */
+} xfer_ack;
+
 typedef struct peer_rx {
     wf_world_op op;                    /* the posted HEADER receive */
     uint8_t *hdr;                      /* HDR_CAP bytes */
@@ -204,7 +210,7 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     memcpy(x->buf + 4, &nb, 4);
     memcpy(x->buf + 8, &fl, 8);
     memcpy(x->buf + HDR_FIXED, dst, 4u * (size_t)n_dst);
-    int32_t ack = -1;
+    xfer_ack ack = {.status = -1};
     wf_world_op ops[3] = {
         {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(0), .buf = x->buf, .len = hdr_len},
         {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1), .buf = frame, .len = flen},
@@ -216,13 +222,15 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
         snprintf(err, errlen, "compressed KV to rank %d: %s", peer, wf_world_error(w));
         return st;
     }
-    if (ack != WF_OK) {
-        snprintf(err, errlen, "rank %d could not decode the KV frame: %s", peer, wf_status_str((wf_status)ack));
-        return (wf_status)ack;
+    if (ack.status != WF_OK) {
+        snprintf(err, errlen, "rank %d could not decode the KV frame: %s", peer,
+                 wf_status_str((wf_status)ack.status));
+        return (wf_status)ack.status;
     }
     *wire_bytes = hdr_len + flen;
-    /* The wire sample includes the peer's decode (it answers after it): a conservative B. */
-    wf_kv_controller_observe(x->ctl, d, *wire_bytes, t1 - t_enc, t1 - t0, t1);
+    /* The peer answers after decoding and says how long that took: the rest is the wire. */
+    uint64_t wire_ns = t1 - t_enc > ack.decode_ns ? t1 - t_enc - ack.decode_ns : 1;
+    wf_kv_controller_observe(x->ctl, d, *wire_bytes, wire_ns, t1 - t0, t1);
     x->st.compressed++;
     x->st.raw_bytes += wf_kv_codec_input_bytes(x->codec, n_tokens);
     x->st.wire_bytes += *wire_bytes;
@@ -246,6 +254,7 @@ wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w) {
 static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
     peer_rx *p = &x->rx[r];
     int32_t ack = WF_OK;
+    uint64_t t0 = 0;
     char err[256] = "";
     uint32_t magic, nb;
     uint64_t flen;
@@ -270,6 +279,7 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
         x->st.receive_errors++;
         return; /* the peer is gone or stuck: nobody waits for the ACK */
     }
+    t0 = wf_clock_now_ns();
     if (ack == WF_OK) {
         const int32_t *dst = (const int32_t *)(const void *)(p->hdr + HDR_FIXED);
         for (uint32_t i = 0; i < nb && ack == WF_OK; i++)
@@ -285,7 +295,8 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
     } else {
         x->st.received++;
     }
-    wf_world_op a = {.kind = WF_WORLD_SEND, .peer = r, .tag = tag(2), .buf = &ack, .len = sizeof ack};
+    xfer_ack reply = {.status = ack, .decode_ns = wf_clock_now_ns() - t0};
+    wf_world_op a = {.kind = WF_WORLD_SEND, .peer = r, .tag = tag(2), .buf = &reply, .len = sizeof reply};
     if (wf_world_run(w, &a, 1) != WF_OK)
         WF_LOG_WARN("worker", NULL, "KV ack to rank %d: %s", r, wf_world_error(w));
 }
