@@ -88,6 +88,7 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->transfer_bytes = st[i].transfer_bytes;
         r->transfer_ms = st[i].transfer_ms;
         r->transfers_compressed = st[i].transfers_compressed;
+        r->batches_in_flight = st[i].batches_in_flight;
         memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
         snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;

@@ -84,6 +84,7 @@ typedef struct wf_server_rank {
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped by a prefill worker */
     double transfer_ms;
     uint64_t transfers_compressed;
+    int batches_in_flight;
     uint64_t codec_reasons[4]; /* the KV controller's decisions: compress, link_fast, no_profile, cooling */
     char codec_last[64];
     int restarts;

@@ -58,7 +58,12 @@ def run(a):
         for mode in a.modes.split(","):
             for rep in range(a.reps):
                 before = admin(a.base)
-                ttft, jct, n = one(a.base, model, ids, mode, a.max_tokens)
+                try:
+                    ttft, jct, n = one(a.base, model, ids, mode, a.max_tokens)
+                except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
+                    print(json.dumps({"rate": a.rate, "prompt": L, "mode": mode, "error": str(e)}), flush=True)
+                    results.append({"rate": a.rate, "prompt": L, "mode": mode, "rep": rep, "error": str(e)})
+                    continue
                 after = admin(a.base)
                 xb = after["transfer_bytes"] - before["transfer_bytes"]
                 xms = after["transfer_ms"] - before["transfer_ms"]
@@ -78,16 +83,18 @@ def report(paths):
             rows += json.load(f)
     for rate in dict.fromkeys(r["rate"] for r in rows):
         rr = [r for r in rows if r["rate"] == rate]
-        raw = [r for r in rr if r["mode"] == "off" and r["transfer_ms"] > 0]
+        raw = [r for r in rr if r["mode"] == "off" and r.get("transfer_ms", 0) > 0]
         gbps = (sum(r["wire_bytes"] for r in raw) * 8 / 1e9) / (sum(r["transfer_ms"] for r in raw) / 1e3) if raw else 0
         print(f"\n### link {rate} (UCX achieved {gbps:.3f} Gbps on raw KV puts)\n")
         print("| prompt | mode | codec used | wire MB | KV transfer s | TTFT s | JCT s | transfer vs off |")
         print("|---|---|---|---|---|---|---|---|")
         for L in dict.fromkeys(r["prompt"] for r in rr):
-            off = [r for r in rr if r["prompt"] == L and r["mode"] == "off"]
+            off = [r for r in rr if r["prompt"] == L and r["mode"] == "off" and "error" not in r]
             off_ms = sum(r["transfer_ms"] for r in off) / len(off) if off else 0
             for mode in dict.fromkeys(r["mode"] for r in rr):
-                m = [r for r in rr if r["prompt"] == L and r["mode"] == mode]
+                m = [r for r in rr if r["prompt"] == L and r["mode"] == mode and "error" not in r]
+                for e in [r for r in rr if r["prompt"] == L and r["mode"] == mode and "error" in r]:
+                    print(f"| {L} | {mode} | error: {e['error'][:60]} | | | | | |")
                 if not m:
                     continue
                 avg = lambda k: sum(r[k] for r in m) / len(m)

@@ -142,6 +142,20 @@ static wf_status ensure_buf(wf_kv_xfer *x, size_t n) {
     return WF_OK;
 }
 
+int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes) {
+    double ms = (double)base_ms + (double)bytes / 1e3;
+    return ms > 2e9 ? 2000000000 : (int)ms;
+}
+
+/* Runs ops with the wait bound widened for bytes, then restores it. */
+static wf_status run_sized(wf_world *w, wf_world_op *ops, int n, size_t bytes) {
+    int base = wf_world_timeout_ms(w);
+    wf_world_set_timeout_ms(w, wf_kv_xfer_timeout_ms(base, bytes));
+    wf_status st = wf_world_run(w, ops, n);
+    wf_world_set_timeout_ms(w, base);
+    return st;
+}
+
 static wf_world_tag tag(uint8_t step) {
     return (wf_world_tag){.kind = WF_WORLD_TAG_USER, .seq = WF_KV_XFER_SEQ, .step = step};
 }
@@ -216,7 +230,7 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
         {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1), .buf = frame, .len = flen},
         {.kind = WF_WORLD_RECV, .peer = peer, .tag = tag(2), .buf = &ack, .len = sizeof ack},
     };
-    st = wf_world_run(w, ops, 3);
+    st = run_sized(w, ops, 3, hdr_len + flen);
     uint64_t t1 = wf_clock_now_ns();
     if (st != WF_OK) {
         snprintf(err, errlen, "compressed KV to rank %d: %s", peer, wf_world_error(w));
@@ -273,7 +287,7 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
     }
     wf_world_op fr = {.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1), .buf = x->buf,
                       .len = ack == WF_OK ? flen : x->cap};
-    wf_status st = wf_world_run(w, &fr, 1);
+    wf_status st = run_sized(w, &fr, 1, fr.len);
     if (st != WF_OK) {
         WF_LOG_WARN("worker", NULL, "KV frame from rank %d: %s", r, wf_world_error(w));
         x->st.receive_errors++;

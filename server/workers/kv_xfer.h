@@ -35,6 +35,11 @@
 #include "kv/kv_store.h"
 
 #define WF_KV_XFER_SEQ 0x4b56u /* "KV" */
+
+/* The wait bound of moving `bytes` to a peer: the world's bound (for a peer that is stuck) plus
+ * the time at 1 MB/s, the slowest link a transfer is allowed (a 184 MB prompt on 100 Mbit/s
+ * takes 15 s, beyond a fixed 10 s bound). Dead peers are still seen at once. */
+int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes);
 #define WF_KV_XFER_MAX_PEERS WF_WORLD_MAX_RANKS
 
 typedef struct wf_kv_xfer_options {

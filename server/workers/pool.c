@@ -198,6 +198,15 @@ static void pd_finish_part(pd_job *j) {
     wf_status st = j->dstatus;
     char msg[160];
     snprintf(msg, sizeof msg, "%s", j->dmsg);
+    /* KV that could not reach a decode worker that is now down: the batch is the group's
+     * loss (its requests move or fail naming the worker), not a prefill error. */
+    pthread_mutex_lock(&ws->lock);
+    bool dec_down = j->dec->state == WF_WORKER_DOWN;
+    if (dec_down && st == WF_OK) {
+        st = WF_ECLOSED;
+        snprintf(msg, sizeof msg, "worker rank %d is down: %.120s", j->dec->rank, j->dec->last_error);
+    }
+    pthread_mutex_unlock(&ws->lock);
     free(j);
     done(user, b, st, st == WF_OK ? NULL : msg);
 }
@@ -234,8 +243,18 @@ static wf_status pd_send_prefill(pd_job *j, wk *avoid) {
     return exec_dispatch(pre, &j->pb, pd_prefill_done, j);
 }
 
+static void worker_down(wf_workers *ws, wk *k, const char *why);
+
 static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const char *msg) {
     pd_job *j = user;
+    bool lost = false;
+    for (int i = 0; st == WF_OK && i < part->n_tasks; i++) lost |= part->tasks[i].status == WF_EPEER;
+    if (lost) {
+        /* The prefill worker's world saw the decode worker fail while it put the KV there:
+         * take it down now (its batches end, its group goes), so that these requests end as
+         * the group's loss, naming the worker, rather than as prefill errors. Comm thread. */
+        worker_down(j->ws, j->dec, "the KV transfer to it failed (peer failed)");
+    }
     if (st == WF_ECLOSED && j->attempts < 3) {
         /* The prefill worker went away mid-prefill: nothing of it reached the decode rank and
          * the samples were not drawn, so prefill the same prompts on another one. */
@@ -980,6 +999,7 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         o->transfer_bytes = k->xfer_bytes;
         o->transfer_ms = (double)k->xfer_ns / 1e6;
         o->transfers_failed = k->xfer_failed;
+        o->batches_in_flight = k->n_pending + k->n_flight;
         o->transfers_compressed = k->xfer_compressed;
         memcpy(o->codec_reasons, k->xfer_reason, sizeof o->codec_reasons);
         snprintf(o->codec_last, sizeof o->codec_last, "%s", k->xfer_last);

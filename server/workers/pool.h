@@ -101,6 +101,7 @@ typedef struct wf_worker_stats {
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped (prefill workers) */
     double transfer_ms;
     uint64_t transfers_compressed;            /* of transfers: through a codec profile */
+    int batches_in_flight;                    /* dispatched to it, not answered yet */
     uint64_t codec_reasons[4];                /* decisions per wf_kv_reason */
     char codec_last[64];                      /* the last decision: "k4v4 (compress)" */
     int restarts;

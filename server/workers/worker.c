@@ -279,8 +279,12 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
         uint64_t tp = wf_clock_now_ns();
         size_t put_bytes = 0;
         for (size_t i = 0; i < k; i++) put_bytes += w->pd_ops[i].len;
+        /* The wait bound grows with the bytes: a long prompt on a slow link is not a stuck peer. */
+        int base = wf_world_timeout_ms(w->world);
+        wf_world_set_timeout_ms(w->world, wf_kv_xfer_timeout_ms(base, put_bytes));
         st = wf_world_run(w->world, w->pd_ops, (int)k);
         if (st == WF_OK) st = wf_world_flush(w->world);
+        wf_world_set_timeout_ms(w->world, base);
         if (st == WF_OK && raw_any) wf_kv_xfer_observe_raw(w->xfer, &raw_d, put_bytes, wf_clock_now_ns() - tp);
         if (st != WF_OK)
             WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),

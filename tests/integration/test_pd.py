@@ -25,7 +25,9 @@ LONG = [504, 3575, 282, 4649, 314] * 160  # 800 tokens: a prefill that takes a w
 
 @pytest.fixture(scope="module")
 def pd():
-    d = Weftd("--prefill-workers", "2", "--decode-workers", "1", "--heartbeat-ms", "200")
+    # A long worker time-out: a busy host must not turn a long prefill into a "silent" worker.
+    d = Weftd("--prefill-workers", "2", "--decode-workers", "1", "--heartbeat-ms", "200",
+              "--worker-timeout-ms", "300000")
     yield d
     assert d.stop() == 0, d.logtext()
 
@@ -118,9 +120,15 @@ def test_prefill_worker_killed_mid_prefill(pd):
     results = {}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futs = [pool.submit(run_long, pd.base, i, results) for i in range(4)]
-        # Both prefill workers take prompts (least busy first); a batch of 800-token prompts
-        # takes the victim over a second on its one core, so it is mid-prefill.
-        time.sleep(0.3)
+        # Both prefill workers take prompts (least busy first); kill the victim while it holds
+        # a prefill batch (800-token prompts take it a while on its one core).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            w = [x for x in admin_workers(pd) if x["rank"] == victim["rank"]][0]
+            if w["batches_in_flight"] > 0:
+                break
+            time.sleep(0.01)
+        assert w["batches_in_flight"] > 0
         os.kill(victim["pid"], signal.SIGKILL)
         concurrent.futures.wait(futs, timeout=300)
     assert all(f.done() for f in futs)
