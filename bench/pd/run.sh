@@ -27,6 +27,8 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 1
+  # What is left in the two namespaces is this script's (e.g. a worker the coordinator started).
+  for ns in $NS_A $NS_B; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null || true; done
   ip netns del $NS_A 2>/dev/null || true
   ip netns del $NS_B 2>/dev/null || true
 }
