@@ -22,6 +22,7 @@ struct wf_kv_controller {
     int n;
     option *opt; /* n + 1: opt[0] is raw, opt[i + 1] profile i */
     double bw_gbps;
+    uint64_t bw_samples;  /* bandwidth samples seen (the first replaces the prior) */
     wf_kv_controller_stats st;
 };
 
@@ -164,7 +165,10 @@ void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size
     double model = d->model_ms;
     if (wire_ns > 0 && wire_bytes > 0) {
         double sample = (double)wire_bytes * 8.0 / (double)wire_ns; /* bits/ns = Gbps */
-        c->bw_gbps += c->o.bandwidth_alpha * (sample - c->bw_gbps);
+        /* B0 is a prior until the link is measured: the first sample replaces it (an EWMA
+         * from a 10 Gbps guess would take many transfers to learn a 100 Mbps link). */
+        if (c->bw_samples++ == 0) c->bw_gbps = sample;
+        else c->bw_gbps += c->o.bandwidth_alpha * (sample - c->bw_gbps);
         model = model_at(c, d->profile, d->bytes, sample);
     }
     double observed_ms = (double)total_ns / 1e6, expected_ms = model * op->residual;

@@ -5,7 +5,8 @@
  *     B < B* = (1 - 1/CR) · S.
  * Among the profiles that meet the request's accuracy budget (greedy-token agreement, measured
  * per model by weft-kvprof) and are not cooling down, it picks the smallest predicted time,
- * and flags a predicted SLO miss. It learns online: B is an EWMA of observed wire throughput;
+ * and flags a predicted SLO miss. It learns online: B is an EWMA of observed wire throughput
+ * (the first sample replaces the initial guess);
  * each option's prediction is scaled by an EWMA of observed/predicted time (the residual, with
  * the prediction redone at the bandwidth that transfer saw, so a link change moves B and not
  * the residuals); an option that misses its corrected prediction by miss_factor miss_limit

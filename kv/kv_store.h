@@ -43,12 +43,24 @@ typedef struct wf_kv_store {
     size_t row_elems;        /* n_kv_heads * head_dim */
     size_t block_bytes;      /* one block of one layer's K (or V) */
     unsigned char *k, *v;    /* base of [layer][block][token][row] */
+    int borrowed;            /* wf_kv_store_init_in: the memory is the caller's */
 } wf_kv_store;
 
 /* Allocates as many blocks as fit in budget_bytes (K and V of every layer counted).
  * WF_EINVAL for a bad geometry or a budget below one block, WF_ENOMEM if allocation fails. */
 wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *geometry,
                            size_t budget_bytes);
+/* Lays the store out in caller memory (e.g. a UCX-registered buffer that peers put into): as
+ * many blocks as fit in bytes, K slab at mem, V slab right after it. mem must be 64-byte aligned
+ * and outlive the store. Two processes calling it with the same geometry and byte count get the
+ * same layout, so one can address the other's blocks (wf_kv_store_offset). WF_EINVAL as init. */
+wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *geometry, void *mem,
+                              size_t bytes);
+/* The layout of a store of this geometry over `bytes` (n_blocks, block_bytes) without memory:
+ * k and v are NULL. Used to address a peer's blocks. */
+wf_status wf_kv_store_layout(wf_kv_store *store, const wf_kv_geometry *geometry, size_t bytes);
+/* Byte offset of (layer, block)'s K (v = 0) or V (v = 1) from the start of an _init_in store. */
+size_t wf_kv_store_offset(const wf_kv_store *store, int layer, int block, int v);
 void wf_kv_store_free(wf_kv_store *store);
 
 /* Bytes one block costs across all layers, K and V. */

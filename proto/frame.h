@@ -117,6 +117,10 @@
  *       (0 <= begin <= end <= num_steps), u64 seed, artifact latent, artifact image.
  *       (wf_task_dit.pixels is an in-process output and never crosses: decoded NULL / 0.)
  *     FINISH: artifact.
+ *   Since 1.1, after the tasks: u32 n (= n_tasks), n x (f32 kv_accuracy (0..1), u32 kv_codec
+ *   (0 auto, 0xffffffff off, else a KV profile id), u32 noise_index (DiT tasks: which image of
+ *   its request)); each field 0 for tasks of the other kinds. A 1.0 frame ends after the tasks
+ *   (kv_accuracy, kv_codec and noise_index are then 0).
  *   Task outputs (status, times, sample outputs) travel back in TASK_EVENT.
  * TASK_EVENT (17), rank -> coordinator: u64 iteration, u32 n_results (<= WF_FRAME_MAX_TASKS),
  *   per result: u64 task_id, u8 kind, i32 status, str<1024> message, u64 t_begin_ns,
@@ -146,7 +150,7 @@
 #define WF_FRAME_MAGIC "WFRM"
 #define WF_FRAME_HEADER_SIZE 24
 #define WF_FRAME_VERSION_MAJOR 1
-#define WF_FRAME_VERSION_MINOR 0
+#define WF_FRAME_VERSION_MINOR 1
 /* A version as one number, (major << 8) | minor, as HELLO/WELCOME/REJECT carry it. */
 #define WF_FRAME_VERSION ((uint16_t)((WF_FRAME_VERSION_MAJOR << 8) | WF_FRAME_VERSION_MINOR))
 /* The largest payload length field a frame can carry (u32). Receivers pass a smaller limit. */

@@ -78,7 +78,6 @@ static void fw_task(wf__fw *w, const wf_task *t) {
         wf__fw_i32(w, d->step_begin);
         wf__fw_i32(w, d->step_end);
         wf__fw_u64(w, d->seed);
-        wf__fw_u32(w, d->noise_index);
         wf__fw_artifact(w, &d->latent, "task.latent");
         wf__fw_artifact(w, &d->image, "task.image");
     } else {
@@ -97,6 +96,20 @@ wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, s
     wf__fw_group(&w, &batch->group, "batch.group");
     wf__fw_u32(&w, (uint32_t)batch->n_tasks);
     for (int i = 0; i < batch->n_tasks && w.st == WF_OK; i++) fw_task(&w, &batch->tasks[i]);
+    /* 1.1: per task, the KV accuracy budget and codec (LLM tasks) and the noise index (DiT
+     * tasks), appended after the tasks so that 1.0 peers skip them. */
+    wf__fw_u32(&w, (uint32_t)batch->n_tasks);
+    for (int i = 0; i < batch->n_tasks && w.st == WF_OK; i++) {
+        const wf_task *t = &batch->tasks[i];
+        float a = kind_is_llm(t->kind) ? t->llm.kv_accuracy : 0.0f;
+        if (!(a >= 0.0f && a <= 1.0f)) {
+            wf__fw_fail(&w, "task %llu: kv_accuracy %g outside [0, 1]", (unsigned long long)t->id, (double)a);
+            break;
+        }
+        wf__fw_f32(&w, a);
+        wf__fw_u32(&w, kind_is_llm(t->kind) ? t->llm.kv_codec : 0);
+        wf__fw_u32(&w, kind_is_dit(t->kind) ? t->dit.noise_index : 0);
+    }
     return wf__fw_finish(&w, WF_FRAME_TASK_DISPATCH, len);
 }
 
@@ -132,7 +145,7 @@ static void fr_dit(wf__fr *r, wf_task_dit *d) {
     d->step_begin = wf__fr_i32_range(r, 0, d->num_steps, "task.step_begin");
     d->step_end = wf__fr_i32_range(r, d->step_begin, d->num_steps, "task.step_end");
     d->seed = wf__fr_u64(r, "task.seed");
-    d->noise_index = wf__fr_u32(r, "task.noise_index");
+    d->noise_index = 0; /* 1.1 trailer */
     wf__fr_artifact(r, &d->latent, "task.latent");
     wf__fr_artifact(r, &d->image, "task.image");
     d->pixels = NULL;
@@ -174,6 +187,24 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
         for (uint32_t i = 0; tasks && i < n && r.st == WF_OK; i++) fr_task(&r, &tasks[i]);
         out->tasks = tasks;
         out->n_tasks = tasks ? (int)n : 0;
+    }
+    if (r.st == WF_OK && (f->hdr.major > 1 || f->hdr.minor >= 1)) {
+        uint32_t m = wf__fr_u32(&r, "n_kv_accuracy");
+        if (r.st == WF_OK && m != n)
+            wf__fr_fail(&r, WF_EPROTO, "%u kv_accuracy values for %u tasks", m, n);
+        for (uint32_t i = 0; i < m && r.st == WF_OK; i++) {
+            float a = wf__fr_f32(&r, "task.kv_accuracy");
+            uint32_t codec = wf__fr_u32(&r, "task.kv_codec");
+            uint32_t noise_index = wf__fr_u32(&r, "task.noise_index");
+            if (r.st == WF_OK && !(a >= 0.0f && a <= 1.0f))
+                wf__fr_fail(&r, WF_ERANGE, "task %u: kv_accuracy %g outside [0, 1]", i, (double)a);
+            else if (r.st == WF_OK && kind_is_llm(out->tasks[i].kind)) {
+                out->tasks[i].llm.kv_accuracy = a;
+                out->tasks[i].llm.kv_codec = codec;
+            } else if (r.st == WF_OK && kind_is_dit(out->tasks[i].kind)) {
+                out->tasks[i].dit.noise_index = noise_index;
+            }
+        }
     }
     return wf__fr_end(&r);
 }

@@ -71,5 +71,7 @@ wf_status wf_request_spec_validate(const wf_request_spec *spec, int n_vocab, cha
     if (spec->slo.ttft_ms < 0 || spec->slo.tpot_ms < 0 || !isfinite(spec->slo.ttft_ms) ||
         !isfinite(spec->slo.tpot_ms))
         REJECT("'slo' targets must be non-negative numbers of milliseconds");
+    if (!(spec->kv_accuracy >= 0.0f && spec->kv_accuracy <= 1.0f))
+        REJECT("'kv_accuracy' must be between 0 and 1, got %g", (double)spec->kv_accuracy);
     return WF_OK;
 }

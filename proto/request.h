@@ -62,7 +62,16 @@ typedef struct wf_request_spec {
     double share_weight;        /* the virtual model's weight under the "fair" policy (<= 0: 1) */
     uint64_t prefix_salt;       /* prefix-cache namespace (kv/paged.h): equal only for virtual
                                    models with the same adapters; 0 for the backbone */
+    float kv_accuracy;          /* extension: the least greedy-token agreement (0..1] a
+                                   compressed prefill -> decode KV transfer may cost; 0: the
+                                   deployment's --kv-accuracy */
+    char kv_codec_name[32];     /* extension "kv_codec": "" or "auto" (the controller), "off",
+                                   or a profile of the KV library; the server turns it into: */
+    uint32_t kv_codec;          /* WF_KV_CODEC_AUTO, WF_KV_CODEC_OFF or a profile id */
 } wf_request_spec;
+
+#define WF_KV_CODEC_AUTO 0u
+#define WF_KV_CODEC_OFF UINT32_MAX
 
 typedef enum wf_finish_reason {
     WF_FINISH_NONE = 0,

@@ -125,6 +125,8 @@ typedef struct wf_task_llm {
     wf_artifact kv;            /* the sequence's KV blocks, covering [0, pos + n_tokens) */
     wf_task_sample *samples;   /* NULL / 0: no token is drawn (a non-final prefill chunk) */
     int n_samples;
+    float kv_accuracy;         /* the request's budget for a compressed KV transfer (0: default) */
+    uint32_t kv_codec;         /* WF_KV_CODEC_AUTO, WF_KV_CODEC_OFF or a profile id to force */
 } wf_task_llm;
 
 /* ENCODE, DENOISE and DECODE_IMAGE of one image (one item of a request with n > 1). Noise comes

@@ -210,6 +210,8 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
         t->llm.kv.kind = WF_ARTIFACT_KV;
         t->llm.kv.placement.kind = WF_PLACEMENT_OWNER;
         t->llm.kv.placement.holders = c->batch.group;
+        t->llm.kv_accuracy = r->spec.kv_accuracy;
+        t->llm.kv_codec = r->spec.kv_codec;
     }
     c->task_req[k] = r;
     c->task_choice[k] = j;
@@ -242,7 +244,11 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
     int chunk = remaining < *budget ? remaining : *budget;
     int fit = (ch->kv.n_blocks + wf_kv_pool_available(c->cfg.pool)) * bs - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
-    if (c->plan_ms_left < INFINITY && chunk > 0) {
+    if (c->cfg.whole_prefill) {
+        /* It runs elsewhere (a prefill rank), so the TPOT budget of this group's decodes does
+         * not apply; it waits for a batch with room for all of it. */
+        if (chunk < remaining) return 0;
+    } else if (c->plan_ms_left < INFINITY && chunk > 0) {
         /* The TPOT budget, in predicted ms: a chunk deep into a long prompt costs more per
          * token (attention) than one at its start. The floor always runs. */
         int cap = wf_cost_model_prefill_fit(c->cfg.cost, c->plan_ms_left, ch->kv.n_tokens, chunk);

@@ -53,6 +53,7 @@ typedef struct wf_core_config {
     int max_batch_tokens;
     int max_running;          /* sequences in the running set */
     int n_ctx;
+    bool whole_prefill;       /* a prompt's prefill is one task or none (see wf_sched_options) */
     wf_kv_pool *pool;
     wf_kv_store *store;       /* NULL in the simulator: copy-on-write copies nothing */
     wf_group group;           /* the device group every task runs on */

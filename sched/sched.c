@@ -370,6 +370,7 @@ static void make_lane(wf_sched *s, sched_group *g) {
         .max_batch_tokens = s->opts.max_batch_tokens,
         .max_running = s->opts.max_running,
         .n_ctx = s->opts.n_ctx,
+        .whole_prefill = s->opts.whole_prefill,
         .pool = g->pool,
         .store = g->kv,
         .group = g->group,

@@ -109,6 +109,10 @@ typedef struct wf_sched_options {
     bool online_refit;          /* refit the cost model from measured iterations (default) */
     uint64_t seed;              /* sampler seeds of requests without one */
     int group_rank;             /* the executor's rank in the world (one CPU worker: 0) */
+    bool whole_prefill;         /* never split a prompt into chunks: a prefill runs whole or
+                                   waits (prefill/decode disaggregation, where a prompt's KV is
+                                   computed elsewhere and shipped in one piece; needs
+                                   max_batch_tokens >= n_ctx) */
 } wf_sched_options;
 
 void wf_sched_options_init(wf_sched_options *opts);

@@ -70,6 +70,11 @@ static const option_spec options[] = {
     {"fixed-cost-model", OPT_BOOL, FIELD(fixed_cost_model), 0, 1, NULL, "keep the cost model as given (no online refit; predictable admission)"},
     {"max-running", OPT_INT, FIELD(max_running), 1, 1 << 16, "N", "sequences decoding at once (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_RUNNING) ")"},
     {"workers", OPT_INT, FIELD(workers), 0, 64, "N", "serve with N worker processes, each one rank of the world with its own engine replica and KV (default 0: in-process engine)"},
+    {"prefill-workers", OPT_INT, FIELD(prefill_workers), 0, 63, "N", "prefill/decode disaggregation: N worker processes prefill prompts and ship their KV over UCX to the decode workers (needs --decode-workers; replaces --workers)"},
+    {"decode-workers", OPT_INT, FIELD(decode_workers), 0, 63, "M", "prefill/decode disaggregation: M worker processes decode (each one scheduler group; needs --prefill-workers)"},
+    {"kv-profiles", OPT_STRING, FIELD(kv_profiles), 0, 0, "FILE", "prefill/decode: the KV codec profile library (weft-kvprof's JSON, e.g. deploy/kv-profiles.json); without it KV always crosses raw"},
+    {"kv-codec", OPT_STRING, FIELD(kv_codec), 0, 0, "auto|off|NAME", "prefill/decode: auto (the controller compresses when the link is the bottleneck; default), off, or always the named profile"},
+    {"kv-accuracy", OPT_DOUBLE, FIELD(kv_accuracy), 0, 1, "X", "prefill/decode: the least greedy-token agreement a compressed transfer may cost (default 0.9)"},
     {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
     {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},
     {"join", OPT_STRING, FIELD(join), 0, 0, "HOST:PORT", "worker role: the coordinator's world bootstrap address"},
@@ -125,6 +130,7 @@ static void set_defaults(wf_config *cfg) {
     cfg->share_cores = 1;
     cfg->rank = -1;
     cfg->local_workers = -1;
+    cfg->kv_accuracy = 0.9;
     cfg->heartbeat_ms = 500;
     cfg->worker_timeout_ms = 30000;
     cfg->join_timeout_ms = 120000;
@@ -138,6 +144,16 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
     if (cfg->heartbeat_ms >= cfg->worker_timeout_ms)
         return fail(err, errlen, "--heartbeat-ms (%d) must be below --worker-timeout-ms (%d)",
                     cfg->heartbeat_ms, cfg->worker_timeout_ms);
+    if (cfg->prefill_workers > 0 || cfg->decode_workers > 0) {
+        if (cfg->prefill_workers < 1 || cfg->decode_workers < 1)
+            return fail(err, errlen, "--prefill-workers and --decode-workers go together (each at least 1)");
+        int n = cfg->prefill_workers + cfg->decode_workers;
+        if (cfg->workers != 0 && cfg->workers != n)
+            return fail(err, errlen, "--workers %d disagrees with --prefill-workers %d + --decode-workers %d",
+                        cfg->workers, cfg->prefill_workers, cfg->decode_workers);
+        if (n > 64) return fail(err, errlen, "--prefill-workers + --decode-workers must be at most 64");
+        cfg->workers = n;
+    }
     if (worker) {
         if (!cfg->join) return fail(err, errlen, "--role worker needs --join HOST:PORT (the coordinator's world address)");
         const char *colon = strrchr(cfg->join, ':');

@@ -74,7 +74,12 @@ typedef struct wf_config {
     double prefill_stretch; /* sched options' prefill_stretch (<= 1: off) */
     /* Worker processes (server/workers/): ranks of one world. */
     int workers;            /* 0: the in-process engine (default); N: N worker processes */
+    int prefill_workers;    /* prefill/decode disaggregation: workers = prefill + decode */
+    int decode_workers;
     char *worker_cores;     /* "LIST:LIST:..." CPUs per local worker; NULL: split evenly */
+    char *kv_profiles;      /* KV codec profile library for prefill -> decode transfers */
+    char *kv_codec;         /* "auto" (NULL), "off", or a profile name */
+    double kv_accuracy;     /* deployment default kv_accuracy (0..1) */
     char *role;             /* "server" (default) or "worker" */
     char *join;             /* worker role: the coordinator's HOST:PORT */
     char *world_host;       /* coordinator: bootstrap address to listen on */

@@ -14,6 +14,7 @@
 #include "sched/gate.h"
 #include "server/engine_backend.h"
 #ifdef WEFT_HAVE_WORKERS
+#include "kv/kv_controller.h"
 #include "server/workers/pool.h"
 #endif
 
@@ -35,6 +36,7 @@ struct wf_daemon {
     wf_gate *gate;
     wf_gated_executor *gated_llm;
     wf_gated_executor *gated_dits[WF_SERVER_MAX_IMAGE_MODELS];
+    bool pd;                  /* prefill and decode workers */
 };
 
 void wf_daemon_params_init(wf_daemon_params *p) {
@@ -151,7 +153,22 @@ static void close_dits(wf_daemon *d) {
     d->n_dits = 0;
 }
 
+/* With prefill workers a prompt is prefilled in one piece (its KV ships in one transfer), so a
+ * batch must hold the longest prompt next to the running decodes. */
+static int pd_batch_tokens(const wf_daemon_params *p, const wf_model_info *info) {
+    if (p->n_prefill <= 0) return p->max_batch_tokens;
+    int n_ctx = p->ctx_size > 0 ? p->ctx_size : info->n_ctx_train;
+    if (n_ctx <= 0) n_ctx = WF_DEFAULT_N_CTX;
+    int need = n_ctx + p->max_running;
+    return p->max_batch_tokens > need ? p->max_batch_tokens : need;
+}
+
 #ifdef WEFT_HAVE_WORKERS
+static const char *p_role(const wf_daemon *d, const wf_worker_stats *st) {
+    if (st->prefill) return "prefill";
+    return d->pd ? "decode" : "worker";
+}
+
 static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     wf_daemon *d = ctx;
     wf_worker_stats st[WF_WORKERS_MAX];
@@ -170,6 +187,16 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->batches = st[i].batches;
         r->last_heard_ms = st[i].last_heard_ms;
         r->kv_blocks = st[i].kv_blocks;
+        r->kv_blocks_used = st[i].kv_blocks_used;
+        snprintf(r->role, sizeof r->role, "%s", p_role(d, &st[i]));
+        r->transfers = st[i].transfers;
+        r->transfers_failed = st[i].transfers_failed;
+        r->transfer_bytes = st[i].transfer_bytes;
+        r->transfer_ms = st[i].transfer_ms;
+        r->transfers_compressed = st[i].transfers_compressed;
+        r->batches_in_flight = st[i].batches_in_flight;
+        memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
+        snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
@@ -183,6 +210,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wf_workers_params wp;
     wf_workers_params_init(&wp);
     wp.n_workers = p->n_workers;
+    wp.n_prefill = p->n_prefill;
     wp.n_spawn = p->local_workers;
     wp.worker_cores = p->worker_cores;
     wp.host = p->world_host;
@@ -191,16 +219,20 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.model_path = p->model_path;
     wp.kv = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
     wp.kv_memory_mb = p->kv_memory_mb;
-    wp.max_batch_tokens = p->max_batch_tokens;
+    wp.max_batch_tokens = pd_batch_tokens(p, wf_engine_info(d->engine));
     wp.max_running = p->max_running;
     wp.log_level = p->log_level;
     wp.heartbeat_ms = p->heartbeat_ms;
     wp.timeout_ms = p->worker_timeout_ms;
     wp.join_timeout_ms = p->join_timeout_ms;
+    wp.kv_profiles = p->kv_profiles;
+    wp.kv_codec = p->kv_codec;
+    wp.kv_accuracy = p->kv_accuracy;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;
     for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        if (wf_workers_is_prefill(d->workers, i)) continue; /* its store is scratch only */
         int t = wf_workers_kv(d->workers, i)->n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
         if (*kv_tokens == 0 || t < *kv_tokens) *kv_tokens = t;
     }
@@ -210,6 +242,8 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
 static wf_status add_worker_groups(wf_daemon *d, char *err, size_t errlen) {
     int gid[WF_WORKERS_MAX];
     for (int i = 0; i < wf_workers_count(d->workers); i++) {
+        gid[i] = -1;
+        if (wf_workers_is_prefill(d->workers, i)) continue;
         wf_status st = wf_sched_add_group(d->sched, wf_workers_kv(d->workers, i),
                                           wf_workers_executor(d->workers, i),
                                           wf_workers_rank(d->workers, i), &gid[i]);
@@ -232,11 +266,18 @@ static void model_name_from_path(const char *path, char *out, size_t cap) {
 }
 
 /* The scheduler's options from the daemon's parameters. */
-static void sched_options(const wf_daemon_params *p, int n_ctx, wf_sched_options *so) {
+static void sched_options(const wf_daemon_params *p, const wf_model_info *info, int n_ctx,
+                          wf_sched_options *so) {
     wf_sched_options_init(so);
     so->policy = p->policy;
     so->queue_size = p->queue_size;
-    so->max_batch_tokens = p->max_batch_tokens;
+    so->max_batch_tokens = pd_batch_tokens(p, info);
+    if (p->n_prefill > 0) {
+        /* Prompts are computed on prefill workers and shipped whole; cached blocks would sit
+         * on a decode worker, where no prompt is computed. */
+        so->whole_prefill = true;
+        so->prefix_cache = false;
+    }
     so->max_running = p->max_running;
     so->n_ctx = n_ctx;
     so->default_ttft_ms = p->default_ttft_ms;
@@ -274,6 +315,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 
     /* 2. Its KV store, which sizes the context; or the worker processes, which have theirs. */
     int kv_tokens = 0;
+    d->pd = p->n_prefill > 0;
     if (p->n_workers > 0) {
 #ifdef WEFT_HAVE_WORKERS
         st = open_workers(d, p, &kv_tokens, err, errlen);
@@ -302,7 +344,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     /* 3. The scheduler, with the in-process CPU executor as group 0 (rank 0), or one group
      * per worker (calibration then measures worker rank 1). */
     wf_sched_options so;
-    sched_options(p, n_ctx, &so);
+    sched_options(p, info, n_ctx, &so);
     wf_executor llm_ex = d->kv_on ? wf_engine_executor(d->engine, &d->kv) : (wf_executor){0};
     if (d->kv_on && p->n_dits > 0 && p->share_cores) {
         d->gate = wf_gate_new(2);
@@ -352,6 +394,26 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     wf_engine_adapter_init(&d->adapter, d->engine, d->sched, name, n_ctx);
 #ifdef WEFT_HAVE_WORKERS
     if (d->workers) wf_engine_adapter_set_ranks(&d->adapter, daemon_ranks, d);
+    if (d->workers && p->kv_profiles) {
+        /* The names requests may give as "kv_codec" (the workers load the same file). */
+        wf_kv_profile_lib lib;
+        if (wf_kv_profile_lib_load(p->kv_profiles, &lib, err, errlen) != WF_OK) {
+            char e[256];
+            snprintf(e, sizeof e, "%s", err);
+            snprintf(err, errlen, "--kv-profiles %s: %s", p->kv_profiles, e);
+            st = WF_EINVAL;
+            goto fail_start;
+        }
+        const char *names[64];
+        uint32_t ids[64];
+        int n = lib.n < 64 ? lib.n : 64;
+        for (int i = 0; i < n; i++) {
+            names[i] = lib.items[i].profile.name;
+            ids[i] = lib.items[i].profile.id;
+        }
+        wf_engine_adapter_set_kv_codecs(&d->adapter, names, ids, n);
+        wf_kv_profile_lib_free(&lib);
+    }
 #endif
     WF_LOG_INFO("server", NULL, "model %s (%s, %d layers, vocab %d), context %d, KV %d blocks of %d%s",
                 d->adapter.name, info->arch, info->n_layers, info->n_vocab, n_ctx,

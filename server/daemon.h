@@ -42,6 +42,8 @@ typedef struct wf_daemon_params {
     /* Worker processes: 0 runs the in-process CPU engine as group 0 (the default); N > 0
      * serves from N worker processes (server/workers/pool.h), one group each. */
     int n_workers;
+    int n_prefill;            /* of them, prefill workers (ranks 1..n_prefill); the others
+                                 decode; 0: no prefill/decode disaggregation */
     int local_workers;        /* -1: all started here */
     const char *worker_cores;
     const char *world_host;
@@ -60,6 +62,8 @@ typedef struct wf_daemon_params {
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */
     bool share_cores;
+    const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
+    double kv_accuracy;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;

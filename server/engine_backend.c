@@ -58,7 +58,25 @@ static int m_detok_flush(void *ctx, void *state, char *out, int cap) {
 
 static wf_status b_submit(void *ctx, const wf_request_spec *spec, wf_handoff *events, void *user,
                           wf_request **out, wf_sched_reject *why) {
-    return wf_sched_submit(((wf_engine_adapter *)ctx)->sched, spec, events, user, out, why);
+    wf_engine_adapter *a = ctx;
+    if (!spec->kv_codec_name[0] || strcmp(spec->kv_codec_name, "auto") == 0)
+        return wf_sched_submit(a->sched, spec, events, user, out, why);
+    /* "kv_codec": the names the deployment's KV profile library knows become their ids. */
+    wf_request_spec s = *spec;
+    s.kv_codec = WF_KV_CODEC_OFF;
+    if (strcmp(spec->kv_codec_name, "off") != 0) {
+        int i = 0;
+        while (i < a->n_kv_codecs && strcmp(a->kv_codecs[i].name, spec->kv_codec_name) != 0) i++;
+        if (i == a->n_kv_codecs) {
+            memset(why, 0, sizeof *why);
+            snprintf(why->message, sizeof why->message,
+                     "'kv_codec' \"%s\" is not a KV profile of this server (%s)", spec->kv_codec_name,
+                     a->n_kv_codecs ? "see --kv-profiles" : "it has none: use \"auto\" or \"off\"");
+            return WF_EINVAL;
+        }
+        s.kv_codec = a->kv_codecs[i].id;
+    }
+    return wf_sched_submit(a->sched, &s, events, user, out, why);
 }
 static void b_cancel(void *ctx, wf_request *r) { wf_sched_cancel(((wf_engine_adapter *)ctx)->sched, r); }
 static void b_release(void *ctx, wf_request *r) { wf_sched_release(((wf_engine_adapter *)ctx)->sched, r); }
@@ -144,6 +162,7 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
     memset(a, 0, sizeof *a);
     a->engine = engine;
     a->sched = sched;
+    a->n_kv_codecs = 0;
     snprintf(a->name, sizeof a->name, "%s", name);
     a->model = (wf_server_model){
         .id = a->name, .n_vocab = wf_engine_info(engine)->n_vocab, .n_ctx = n_ctx, .ctx = a,
@@ -168,4 +187,14 @@ void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
     a->ranks_ctx = ranks_ctx;
     a->backend.ranks = fn ? b_ranks : NULL;
     if (fn) a->backend.vmodel_load = NULL; /* worker engines hold no adapters */
+}
+
+void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,
+                                     const uint32_t *ids, int n) {
+    a->n_kv_codecs = 0;
+    for (int i = 0; i < n && i < (int)(sizeof a->kv_codecs / sizeof a->kv_codecs[0]); i++) {
+        snprintf(a->kv_codecs[i].name, sizeof a->kv_codecs[i].name, "%s", names[i]);
+        a->kv_codecs[i].id = ids[i];
+        a->n_kv_codecs = i + 1;
+    }
 }

@@ -32,6 +32,11 @@ typedef struct wf_engine_adapter {
         wf_lora *loras[WF_VMODEL_MAX_ADAPTERS];
     } *vms;
     int n_vms, cap_vms;
+    struct {
+        char name[32];
+        uint32_t id;
+    } kv_codecs[64];            /* the KV profiles requests may name ("kv_codec") */
+    int n_kv_codecs;
 } wf_engine_adapter;
 
 /* name is copied; n_ctx is the context the scheduler serves. */
@@ -42,6 +47,10 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
 void wf_engine_adapter_free(wf_engine_adapter *a);
 
 /* Worker ranks for the front end (backend.ranks forwards to fn). */
+/* The KV profiles a request's "kv_codec" may name (copied; at most 64). */
+void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,
+                                     const uint32_t *ids, int n);
+
 void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
                                  int (*fn)(void *ranks_ctx, wf_server_rank *out, int cap),
                                  void *ranks_ctx);

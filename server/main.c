@@ -68,6 +68,7 @@ static void *load_main(void *arg) {
     p.admission_factor = d->cfg.admission_factor;
     p.prefill_stretch = d->cfg.prefill_stretch;
     p.n_workers = d->cfg.workers;
+    p.n_prefill = d->cfg.prefill_workers;
     p.local_workers = d->cfg.local_workers;
     p.worker_cores = d->cfg.worker_cores;
     if (d->cfg.world_host) p.world_host = d->cfg.world_host;
@@ -83,6 +84,9 @@ static void *load_main(void *arg) {
     p.image_batching = d->cfg.image_batching != 0;
     p.image_max_batch = d->cfg.image_max_batch;
     p.share_cores = d->cfg.share_cores != 0;
+    p.kv_profiles = d->cfg.kv_profiles;
+    p.kv_codec = d->cfg.kv_codec;
+    p.kv_accuracy = d->cfg.kv_accuracy;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -233,6 +237,9 @@ static int run_worker(const wf_config *cfg) {
     p.heartbeat_ms = cfg->heartbeat_ms;
     p.timeout_ms = cfg->worker_timeout_ms;
     p.join_timeout_ms = cfg->join_timeout_ms;
+    p.kv_profiles = cfg->kv_profiles;
+    if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
+    p.kv_accuracy = cfg->kv_accuracy;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

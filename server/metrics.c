@@ -192,7 +192,20 @@ void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_st
     if (st) group_series(b, model, st);
 }
 
+static const char *const codec_reason_names[4] = {"compress", "link_fast", "no_profile", "cooling"};
+
 void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b) {
+    header(b, "weft:kv_codec_decisions_total", "counter",
+           "The prefill worker's KV controller decisions by reason (compress: a profile is predicted "
+           "faster; link_fast: B >= B* of every eligible profile; no_profile: none meets kv_accuracy; "
+           "cooling: the eligible ones are cooling down).");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++) {
+            char extra[96];
+            snprintf(extra, sizeof extra, ",rank=\"%d\",role=\"%s\",reason=\"%s\"", r[i].rank,
+                     r[i].role[0] ? r[i].role : "worker", codec_reason_names[k]);
+            sample_u(b, "weft:kv_codec_decisions_total", model, extra, r[i].codec_reasons[k]);
+        }
     const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -200,19 +213,29 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
         {"weft:worker_batches_total", "counter", "Batches the worker rank completed."},
         {"weft:worker_restarts_total", "counter", "Times the worker rank's process was replaced."},
         {"weft:worker_last_heartbeat_seconds", "gauge", "Seconds since the worker rank was last heard."},
+        {"weft:worker_kv_blocks_used", "gauge", "KV blocks the worker itself holds (a prefill worker's scratch blocks; 0 when idle)."},
+        {"weft:kv_transfers_total", "counter", "KV transfers the prefill worker shipped to decode workers."},
+        {"weft:kv_transfer_failures_total", "counter", "KV transfers that failed (the decode worker died or stalled)."},
+        {"weft:kv_transfer_bytes_total", "counter", "KV bytes the prefill worker put into decode workers' memory."},
+        {"weft:kv_transfer_seconds_total", "counter", "Time spent shipping KV (puts until complete at the target)."},
+        {"weft:kv_transfers_compressed_total", "counter", "KV transfers sent through a codec profile (the controller's choice or --kv-codec)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         header(b, fam[f].name, fam[f].type, fam[f].help);
         for (int i = 0; i < n; i++) {
             char extra[64];
-            snprintf(extra, sizeof extra, ",rank=\"%d\"", r[i].rank);
-            if (f == 3) {
+            snprintf(extra, sizeof extra, ",rank=\"%d\",role=\"%s\"", r[i].rank,
+                     r[i].role[0] ? r[i].role : "worker");
+            if (f == 3 || f == 8) {
                 wf_jbuf_printf(b, "%s{model_name=\"", fam[f].name);
                 label_value(b, model);
-                wf_jbuf_printf(b, "\"%s} %.3f\n", extra, r[i].last_heard_ms / 1e3);
+                wf_jbuf_printf(b, "\"%s} %.3f\n", extra,
+                               f == 3 ? r[i].last_heard_ms / 1e3 : r[i].transfer_ms / 1e3);
                 continue;
             }
-            uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts};
+            uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts, 0, r[i].kv_blocks_used,
+                            r[i].transfers, r[i].transfers_failed, r[i].transfer_bytes, 0,
+                            r[i].transfers_compressed};
             sample_u(b, fam[f].name, model, extra, v[f]);
         }
     }

@@ -91,6 +91,14 @@ typedef struct wf_server_rank {
     uint64_t batches;
     double last_heard_ms;
     uint32_t kv_blocks;
+    uint32_t kv_blocks_used;  /* its own count (a prefill worker's scratch blocks) */
+    char role[8];             /* "worker", "prefill" or "decode" */
+    uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped by a prefill worker */
+    double transfer_ms;
+    uint64_t transfers_compressed;
+    int batches_in_flight;
+    uint64_t codec_reasons[4]; /* the KV controller's decisions: compress, link_fast, no_profile, cooling */
+    char codec_last[64];
     int restarts;
     char last_error[160];
 } wf_server_rank;
@@ -98,7 +106,9 @@ typedef struct wf_server_rank {
 #define WF_SERVER_MAX_RANKS 64
 
 /* weft:worker_up, weft:worker_batches_total, weft:worker_restarts_total,
- * weft:worker_last_heartbeat_seconds, one sample per rank. */
+ * weft:worker_last_heartbeat_seconds, weft:worker_kv_blocks_used, weft:kv_transfers_total,
+ * weft:kv_transfer_failures_total, weft:kv_transfer_bytes_total, weft:kv_transfer_seconds_total,
+ * one sample per rank (labelled rank and role). */
 void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
 
 #endif

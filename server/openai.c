@@ -383,6 +383,16 @@ static wf_status decode_fields(json_t *root, wf_openai_request *r, wf_openai_err
         TRY(get_int(v, "min_tokens", 0, 1 << 24, &x, err));
         spec->min_tokens = (int)x;
     }
+    if (present(v = json_object_get(root, "kv_accuracy"))) {
+        TRY(get_number(v, "kv_accuracy", 0, 1, &d, err));
+        spec->kv_accuracy = (float)d;
+    }
+    if (present(v = json_object_get(root, "kv_codec"))) {
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            json_string_length(v) >= sizeof spec->kv_codec_name)
+            BAD("kv_codec", "'kv_codec' must be \"auto\", \"off\" or the name of a KV profile");
+        snprintf(spec->kv_codec_name, sizeof spec->kv_codec_name, "%s", json_string_value(v));
+    }
     if (present(v = json_object_get(root, "priority"))) {
         TRY(get_int(v, "priority", -1000000, 1000000, &x, err));
         spec->priority = (int)x;

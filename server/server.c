@@ -396,6 +396,19 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
         wf_jbuf_printf(b, ",\"batches\":%llu,\"kv_blocks\":%u,\"restarts\":%d,\"last_heard_ms\":",
                        (unsigned long long)r[i].batches, r[i].kv_blocks, r[i].restarts);
         wf_jbuf_num(b, r[i].last_heard_ms);
+        wf_jbuf_printf(b, ",\"role\":\"%s\",\"kv_blocks_used\":%u,\"transfers\":%llu,"
+                       "\"transfers_failed\":%llu,\"transfer_bytes\":%llu,\"transfer_ms\":",
+                       r[i].role[0] ? r[i].role : "worker", r[i].kv_blocks_used,
+                       (unsigned long long)r[i].transfers, (unsigned long long)r[i].transfers_failed,
+                       (unsigned long long)r[i].transfer_bytes);
+        wf_jbuf_num(b, r[i].transfer_ms);
+        wf_jbuf_printf(b, ",\"batches_in_flight\":%d", r[i].batches_in_flight);
+        wf_jbuf_printf(b, ",\"transfers_compressed\":%llu,\"codec_decisions\":{\"compress\":%llu,"
+                       "\"link_fast\":%llu,\"no_profile\":%llu,\"cooling\":%llu},\"codec_last\":",
+                       (unsigned long long)r[i].transfers_compressed,
+                       (unsigned long long)r[i].codec_reasons[0], (unsigned long long)r[i].codec_reasons[1],
+                       (unsigned long long)r[i].codec_reasons[2], (unsigned long long)r[i].codec_reasons[3]);
+        wf_jbuf_str(b, r[i].codec_last, strnlen(r[i].codec_last, sizeof r[i].codec_last));
         wf_jbuf_cstr(b, ",\"last_error\":");
         if (r[i].last_error[0]) wf_jbuf_str(b, r[i].last_error, strnlen(r[i].last_error, sizeof r[i].last_error));
         else wf_jbuf_cstr(b, "null");

@@ -567,6 +567,11 @@ uint32_t wf_world_peer_pid(const wf_world *w, int rank) {
     return rank >= 0 && rank < w->n ? (rank == w->rank ? w->self.pid : w->peers[rank].e.pid) : 0;
 }
 
+size_t wf_world_peer_sym_size(const wf_world *w, int rank) {
+    if (rank < 0 || rank >= w->n) return 0;
+    return rank == w->rank ? w->sym_size : (size_t)w->peers[rank].e.sym_size;
+}
+
 int wf_world_listen_fd(const wf_world *w) { return w->rank == 0 ? w->listen_fd : -1; }
 
 int wf_world_peer_failed(const wf_world *w, int rank) {

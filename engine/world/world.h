@@ -231,6 +231,10 @@ int wf_world_progress(wf_world *w);
 wf_status wf_world_admit(wf_world *w, int *rank_out);
 /* The process id rank reported when it joined (0 for an unknown rank). */
 uint32_t wf_world_peer_pid(const wf_world *w, int rank);
+/* The size of rank's registered symmetric buffer as it announced it (0 for an unknown rank). A
+ * peer that lays a known structure out in its buffer (a paged KV store) lets others address it
+ * from this size alone. */
+size_t wf_world_peer_sym_size(const wf_world *w, int rank);
 /* Rank 0: the bootstrap socket a replacement connects to (readable: call wf_world_admit, which
  * then only waits for the handshake); -1 elsewhere. For event loops that must not block. */
 int wf_world_listen_fd(const wf_world *w);

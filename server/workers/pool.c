@@ -16,14 +16,17 @@
 #include <unistd.h>
 
 #include "engine/world/world.h"
+#include "kv/kv_controller.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
+#include "proto/frame_artifact.h"
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
 #include "server/workers/world_link.h"
 
-#define MAX_QUEUED 4                 /* batches per worker: the scheduler keeps one in flight */
+#define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
+                                        group; a prefill worker serves every decode group */
 #define RESPAWN_FIRST_MS 500
 #define RESPAWN_MAX_MS 10000
 #define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
@@ -57,6 +60,12 @@ typedef struct wk {
     uint64_t batches;
     int restarts;
     char last_error[160];
+    bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
+    uint32_t kv_used;                /* its last heartbeat's count */
+    uint64_t xfers, xfer_bytes, xfer_ns, xfer_failed;
+    uint64_t xfer_compressed;
+    uint64_t xfer_reason[WF_KV_REASON_COUNT];
+    char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {
         pid_t pid;
@@ -67,7 +76,7 @@ typedef struct wk {
 
 struct wf_workers {
     wf_workers_params p;
-    char *host, *exe, *model_path, *log_level, *worker_cores;
+    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec;
     wf_world *world;
     int n;
     wk w[WF_WORKERS_MAX];
@@ -78,6 +87,7 @@ struct wf_workers {
     bool stopping;
     wf_sched *sched;                 /* set by attach */
     uint64_t next_iteration;
+    unsigned prefill_rr;             /* round-robin start of pick_prefill (lock) */
     uint8_t *arena_mem;
     size_t arena_cap;
     char start_error[160];
@@ -138,6 +148,184 @@ static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done
 
 static const wf_executor_ops remote_ops = {.name = "worker", .dispatch = exec_dispatch};
 
+/* ---- the prefill/decode executor (scheduler thread; completions on the comm thread) --------- */
+
+/* One batch of a decode worker's group: its final prompt chunks (PREFILL with samples) run on a
+ * prefill worker, which ships their KV into this decode worker's blocks before it answers;
+ * everything else (decodes, recomputes after preemption) runs on the decode worker. The batch
+ * completes when both parts did. */
+typedef struct pd_job {
+    wf_workers *ws;
+    wk *dec, *pre;
+    wf_task_batch *batch;
+    wf_executor_done_fn done;
+    void *user;
+    wf_task_batch pb, db;            /* the two parts */
+    int *pidx, *didx;                /* their tasks' indices in batch */
+    int left;                        /* parts still running (ws->lock) */
+    int attempts;                    /* prefill dispatches */
+    wf_status dstatus;
+    char dmsg[160];
+} pd_job;
+
+static bool is_pd_prefill(const wf_task *t) {
+    return t->kind == WF_TASK_PREFILL && t->llm.n_samples > 0;
+}
+
+/* The live prefill worker with the fewest batches queued (NULL: none). Lock held. */
+static wk *pick_prefill(wf_workers *ws, const wk *avoid) {
+    wk *best = NULL;
+    /* Ties go round: with one decode group every prefill worker is idle at each pick. */
+    int start = (int)(ws->prefill_rr++ % (unsigned)ws->n);
+    for (int j = 0; j < ws->n; j++) {
+        wk *k = &ws->w[(start + j) % ws->n];
+        if (!k->prefill || k->state != WF_WORKER_LIVE || k == avoid) continue;
+        if (k->n_pending + k->n_flight >= MAX_QUEUED) continue;
+        if (!best || k->n_pending + k->n_flight < best->n_pending + best->n_flight) best = k;
+    }
+    return best;
+}
+
+static void pd_finish_part(pd_job *j) {
+    wf_workers *ws = j->ws;
+    pthread_mutex_lock(&ws->lock);
+    bool last = --j->left == 0;
+    pthread_mutex_unlock(&ws->lock);
+    if (!last) return;
+    wf_task_batch *b = j->batch;
+    wf_executor_done_fn done = j->done;
+    void *user = j->user;
+    wf_status st = j->dstatus;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s", j->dmsg);
+    /* KV that could not reach a decode worker that is now down: the batch is the group's
+     * loss (its requests move or fail naming the worker), not a prefill error. */
+    pthread_mutex_lock(&ws->lock);
+    bool dec_down = j->dec->state == WF_WORKER_DOWN;
+    if (dec_down && st == WF_OK) {
+        st = WF_ECLOSED;
+        snprintf(msg, sizeof msg, "worker rank %d is down: %.120s", j->dec->rank, j->dec->last_error);
+    }
+    pthread_mutex_unlock(&ws->lock);
+    free(j);
+    done(user, b, st, st == WF_OK ? NULL : msg);
+}
+
+static void pd_copy_back(wf_task_batch *b, const wf_task_batch *part, const int *idx) {
+    for (int i = 0; i < part->n_tasks; i++) {
+        wf_task *t = &b->tasks[idx[i]];
+        t->status = part->tasks[i].status;
+        t->t_begin_ns = part->tasks[i].t_begin_ns;
+        t->t_end_ns = part->tasks[i].t_end_ns;
+    }
+}
+
+static void pd_decode_done(void *user, wf_task_batch *part, wf_status st, const char *msg) {
+    pd_job *j = user;
+    pd_copy_back(j->batch, part, j->didx);
+    j->dstatus = st;
+    snprintf(j->dmsg, sizeof j->dmsg, "%s", msg ? msg : "");
+    pd_finish_part(j);
+}
+
+static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const char *msg);
+
+/* Sends the prefill part to a prefill worker; WF_ECLOSED when none is live. */
+static wf_status pd_send_prefill(pd_job *j, wk *avoid) {
+    wf_workers *ws = j->ws;
+    pthread_mutex_lock(&ws->lock);
+    wk *pre = pick_prefill(ws, avoid);
+    pthread_mutex_unlock(&ws->lock);
+    if (!pre) return WF_ECLOSED;
+    j->pre = pre;
+    j->attempts++;
+    j->pb.group = (wf_group){.n_ranks = 1, .ranks = {pre->rank}};
+    return exec_dispatch(pre, &j->pb, pd_prefill_done, j);
+}
+
+static void worker_down(wf_workers *ws, wk *k, const char *why);
+
+static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const char *msg) {
+    pd_job *j = user;
+    bool lost = false;
+    for (int i = 0; st == WF_OK && i < part->n_tasks; i++) lost |= part->tasks[i].status == WF_EPEER;
+    if (lost) {
+        /* The prefill worker's world saw the decode worker fail while it put the KV there:
+         * take it down now (its batches end, its group goes), so that these requests end as
+         * the group's loss, naming the worker, rather than as prefill errors. Comm thread. */
+        worker_down(j->ws, j->dec, "the KV transfer to it failed (peer failed)");
+    }
+    if (st == WF_ECLOSED && j->attempts < 3) {
+        /* The prefill worker went away mid-prefill: nothing of it reached the decode rank and
+         * the samples were not drawn, so prefill the same prompts on another one. */
+        WF_LOG_WARN("workers", NULL, "prefill on rank %d failed (%s): re-prefilling on another",
+                    j->pre->rank, msg ? msg : wf_status_str(st));
+        if (pd_send_prefill(j, j->pre) == WF_OK) return;
+    }
+    if (st != WF_OK) {
+        /* Only these requests fail: the decode group is fine. */
+        for (int i = 0; i < part->n_tasks; i++)
+            if (part->tasks[i].status == WF_OK) part->tasks[i].status = st;
+        WF_LOG_WARN("workers", NULL, "prefill of %d prompt(s) for rank %d failed: %s", part->n_tasks,
+                    j->dec->rank, msg ? msg : wf_status_str(st));
+    }
+    pd_copy_back(j->batch, part, j->pidx);
+    pd_finish_part(j);
+}
+
+static wf_status pd_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done, void *user) {
+    wk *k = ctx;
+    wf_workers *ws = k->ws;
+    int n_p = 0;
+    for (int i = 0; i < batch->n_tasks; i++) n_p += is_pd_prefill(&batch->tasks[i]);
+    if (n_p == 0) return exec_dispatch(ctx, batch, done, user);
+    pthread_mutex_lock(&ws->lock);
+    bool down = k->state != WF_WORKER_LIVE || ws->stopping;
+    bool busy = k->n_pending + k->n_flight >= MAX_QUEUED;
+    pthread_mutex_unlock(&ws->lock);
+    if (down) return WF_ECLOSED;
+    if (busy) return WF_EBUSY;
+    int n = batch->n_tasks;
+    pd_job *j = calloc(1, sizeof *j + 2 * (size_t)n * (sizeof(wf_task) + sizeof(int)));
+    if (!j) return WF_ENOMEM;
+    wf_task *pt = (wf_task *)(j + 1), *dt = pt + n;
+    int *pidx = (int *)(dt + n);
+    *j = (pd_job){.ws = ws, .dec = k, .batch = batch, .done = done, .user = user,
+                  .pidx = pidx, .didx = pidx + n};
+    j->pb = (wf_task_batch){.tasks = pt, .iteration = batch->iteration};
+    j->db = (wf_task_batch){.tasks = dt, .group = batch->group, .iteration = batch->iteration};
+    for (int i = 0; i < n; i++) {
+        const wf_task *t = &batch->tasks[i];
+        if (is_pd_prefill(t)) {
+            /* The KV artifact is held by the decode rank: the prefill worker computes it on
+             * scratch blocks and puts them into these blocks of the decode rank's store. */
+            pt[j->pb.n_tasks] = *t;
+            pt[j->pb.n_tasks].llm.kv.placement =
+                (wf_placement){.kind = WF_PLACEMENT_OWNER, .holders = {.n_ranks = 1, .ranks = {k->rank}}};
+            j->pidx[j->pb.n_tasks++] = i;
+        } else {
+            dt[j->db.n_tasks] = *t;
+            j->didx[j->db.n_tasks++] = i;
+        }
+    }
+    j->left = j->db.n_tasks > 0 ? 2 : 1;
+    wf_status st = WF_OK;
+    if (j->db.n_tasks > 0 && (st = exec_dispatch(k, &j->db, pd_decode_done, j)) != WF_OK) {
+        free(j);
+        return st;
+    }
+    if (pd_send_prefill(j, NULL) != WF_OK) {
+        /* No prefill worker is live (a replacement is on its way): these prompts fail alone. */
+        for (int i = 0; i < j->pb.n_tasks; i++) pt[i].status = WF_ECLOSED;
+        WF_LOG_WARN("workers", NULL, "no prefill worker is live: %d prompt(s) fail", j->pb.n_tasks);
+        pd_copy_back(batch, &j->pb, j->pidx);
+        pd_finish_part(j);
+    }
+    return WF_OK;
+}
+
+static const wf_executor_ops pd_ops = {.name = "pd-worker", .dispatch = pd_dispatch};
+
 /* ---- worker lifecycle (comm thread, or open before the thread starts) ---------------------- */
 
 static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
@@ -159,7 +347,24 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                     "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
                     "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens", mbt,
                     "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms", hb,
-                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
+                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL, NULL, NULL, NULL, NULL,
+                    NULL, NULL};
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char acc[32];
+    if (ws->kv_profiles) {
+        argv[argc++] = "--kv-profiles";
+        argv[argc++] = ws->kv_profiles;
+    }
+    if (ws->kv_codec) {
+        argv[argc++] = "--kv-codec";
+        argv[argc++] = ws->kv_codec;
+    }
+    if (ws->p.kv_accuracy > 0) {
+        snprintf(acc, sizeof acc, "%.6g", ws->p.kv_accuracy);
+        argv[argc++] = "--kv-accuracy";
+        argv[argc++] = acc;
+    }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
     pid_t pid = fork();
@@ -234,7 +439,7 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     kv->k = kv->v = NULL;
     pthread_mutex_unlock(&ws->lock);
     int group = -1;
-    if (ws->sched) {
+    if (ws->sched && !k->prefill) {
         wf_status st = wf_sched_add_group(ws->sched, kv, wf_workers_executor(ws, k->index), k->rank,
                                           &group);
         if (st != WF_OK) {
@@ -270,6 +475,9 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
     case WF_FRAME_HEARTBEAT: {
         wf_frame_heartbeat hb;
         if (wf_frame_decode_heartbeat(f, &hb, err, sizeof err) != WF_OK) break;
+        pthread_mutex_lock(&ws->lock);
+        k->kv_used = hb.kv_blocks_used;
+        pthread_mutex_unlock(&ws->lock);
         if (k->state == WF_WORKER_JOINING) {
             if (hb.kv_blocks_total == 0) {
                 worker_down(ws, k, "it reports no KV memory");
@@ -311,6 +519,26 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         k->batches++;
         pthread_mutex_unlock(&ws->lock);
         q.done(q.user, q.batch, d.status, d.status == WF_OK ? NULL : d.message);
+        return;
+    }
+    case WF_FRAME_TRANSFER_DONE: {
+        wf_frame_transfer_done d;
+        if (wf_frame_decode_transfer_done(f, &d, err, sizeof err) != WF_OK) break;
+        pthread_mutex_lock(&ws->lock);
+        k->xfers++;
+        k->xfer_bytes += d.bytes;
+        k->xfer_ns += d.elapsed_ns;
+        k->xfer_failed += d.status != WF_OK;
+        /* The worker's controller says what it chose: "... codec=NAME reason=REASON". */
+        const char *c = strstr(d.message, "codec="), *r = strstr(d.message, "reason=");
+        if (c && r) {
+            int n = (int)strcspn(c + 6, " ");
+            k->xfer_compressed += strncmp(c + 6, "raw", 3) != 0;
+            for (int i = 0; i < WF_KV_REASON_COUNT; i++)
+                if (strcmp(r + 7, wf_kv_reason_name((wf_kv_reason)i)) == 0) k->xfer_reason[i]++;
+            snprintf(k->xfer_last, sizeof k->xfer_last, "%.*s (%s)", n, c + 6, r + 7);
+        }
+        pthread_mutex_unlock(&ws->lock);
         return;
     }
     case WF_FRAME_ERROR: {
@@ -589,6 +817,10 @@ static wf_status check_params(const wf_workers_params *p, char *err, size_t errl
     if (p->n_workers < 1 || p->n_workers > WF_WORKERS_MAX)
         return wf_status_errorf(err, errlen, WF_EINVAL, "--workers must be 1..%d (got %d)", WF_WORKERS_MAX,
                                 p->n_workers);
+    if (p->n_prefill < 0 || (p->n_prefill > 0 && p->n_prefill >= p->n_workers))
+        return wf_status_errorf(err, errlen, WF_EINVAL,
+                                "prefill workers (%d) need at least one decode worker besides them "
+                                "(%d workers in all)", p->n_prefill, p->n_workers);
     if (p->n_spawn > p->n_workers)
         return wf_status_errorf(err, errlen, WF_EINVAL, "more local workers (%d) than --workers (%d)",
                                 p->n_spawn, p->n_workers);
@@ -638,6 +870,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     ws->exe = strdup(p->exe);
     ws->model_path = strdup(p->model_path);
     ws->log_level = strdup(p->log_level ? p->log_level : "info");
+    ws->kv_profiles = p->kv_profiles ? strdup(p->kv_profiles) : NULL;
+    ws->kv_codec = p->kv_codec ? strdup(p->kv_codec) : NULL;
     if (!ws->host || !ws->exe || !ws->model_path || !ws->log_level) {
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
         goto fail;
@@ -656,6 +890,7 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         k->backoff_ms = RESPAWN_FIRST_MS;
         k->state = WF_WORKER_JOINING;
         k->spawned_here = i < n_spawn;
+        k->prefill = i < p->n_prefill;
         wf_link_init(&k->link, k->rank);
         if (k->spawned_here && (st = cores_of(p, n_spawn, i, k->cores, sizeof k->cores, err, errlen)) != WF_OK)
             goto fail;
@@ -718,8 +953,10 @@ int wf_workers_rank(const wf_workers *ws, int i) { return ws->w[i].rank; }
 wf_kv_store *wf_workers_kv(wf_workers *ws, int i) { return &ws->w[i].kv; }
 
 wf_executor wf_workers_executor(wf_workers *ws, int i) {
-    return (wf_executor){.ops = &remote_ops, .ctx = &ws->w[i]};
+    return (wf_executor){.ops = ws->p.n_prefill > 0 ? &pd_ops : &remote_ops, .ctx = &ws->w[i]};
 }
+
+bool wf_workers_is_prefill(const wf_workers *ws, int i) { return ws->w[i].prefill; }
 
 void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids) {
     pthread_mutex_lock(&ws->lock);
@@ -756,6 +993,16 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         o->last_heard_ms = k->pub.last_heard_ns && now > k->pub.last_heard_ns
                                ? (double)(now - k->pub.last_heard_ns) / 1e6 : 0;
         o->kv_blocks = (uint32_t)k->kv.n_blocks;
+        o->kv_blocks_used = k->kv_used;
+        o->prefill = k->prefill;
+        o->transfers = k->xfers;
+        o->transfer_bytes = k->xfer_bytes;
+        o->transfer_ms = (double)k->xfer_ns / 1e6;
+        o->transfers_failed = k->xfer_failed;
+        o->batches_in_flight = k->n_pending + k->n_flight;
+        o->transfers_compressed = k->xfer_compressed;
+        memcpy(o->codec_reasons, k->xfer_reason, sizeof o->codec_reasons);
+        snprintf(o->codec_last, sizeof o->codec_last, "%s", k->xfer_last);
         o->restarts = k->restarts;
         snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
     }
@@ -803,6 +1050,8 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->exe);
     free(ws->model_path);
     free(ws->log_level);
+    free(ws->kv_profiles);
+    free(ws->kv_codec);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
 }

@@ -18,6 +18,19 @@
  *     ...
  *     wf_workers_close(ws);              // SHUTDOWN to every worker, reaps the children
  *
+ * Prefill/decode disaggregation (n_prefill > 0): ranks 1..n_prefill are prefill workers and
+ * get no group; every decode worker is a group whose executor sends the batch's final prompt
+ * chunks (PREFILL tasks that draw the first token) to the least busy live prefill worker and
+ * the rest (decodes, recomputes) to the decode worker. The prefill worker computes the prompt's
+ * KV on scratch blocks of its own store and puts them over UCX (RMA, from its registered store
+ * into the decode worker's registered store: no copy) into the blocks the scheduler reserved
+ * on the decode worker, then answers; the decode worker continues there. The scheduler must
+ * plan whole prompts (wf_sched_options.whole_prefill) without the prefix cache (the cached
+ * blocks would be on the decode worker, not where the prompt is computed). A prefill worker
+ * lost mid-prefill: the prompts are prefilled again on another live one, or fail alone
+ * (WF_ECLOSED) when none is; a decode worker lost during the transfer: the puts fail, the
+ * prefill worker frees its scratch blocks and the group goes down as below.
+ *
  * Faults: a worker whose process exits, whose endpoint fails or that stays silent for
  * timeout_ms is taken down: its batch in flight completes with WF_ECLOSED and its group is
  * removed (the scheduler re-runs requests without a token elsewhere and fails the others with
@@ -43,6 +56,9 @@
 
 typedef struct wf_workers_params {
     int n_workers;            /* world ranks 1..n_workers */
+    int n_prefill;            /* prefill/decode disaggregation: ranks 1..n_prefill are prefill
+                                 workers, the rest decode workers; 0: every worker serves whole
+                                 requests */
     int n_spawn;              /* started here (ranks 1..n_spawn); the rest join; -1: all */
     const char *worker_cores; /* "LIST:LIST:..." one CPU list per started worker; NULL: split
                                  this process's CPUs evenly */
@@ -57,6 +73,9 @@ typedef struct wf_workers_params {
     int heartbeat_ms;         /* default 500 */
     int timeout_ms;           /* silent this long: down (default 30000; a long prefill is silent) */
     int join_timeout_ms;      /* for every worker to join and load (default 120000) */
+    const char *kv_profiles;  /* passed to started workers: KV codec library (NULL: raw) */
+    const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
+    double kv_accuracy;       /* 0: the workers' default */
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;
@@ -77,6 +96,14 @@ typedef struct wf_worker_stats {
     uint64_t batches, frames_in, frames_out;
     double last_heard_ms;     /* since the last frame from it */
     uint32_t kv_blocks;
+    uint32_t kv_blocks_used;  /* as its last heartbeat said (a prefill worker's scratch blocks) */
+    bool prefill;
+    uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped (prefill workers) */
+    double transfer_ms;
+    uint64_t transfers_compressed;            /* of transfers: through a codec profile */
+    int batches_in_flight;                    /* dispatched to it, not answered yet */
+    uint64_t codec_reasons[4];                /* decisions per wf_kv_reason */
+    char codec_last[64];                      /* the last decision: "k4v4 (compress)" */
     int restarts;
     char last_error[160];
 } wf_worker_stats;
@@ -90,6 +117,8 @@ int wf_workers_count(const wf_workers *ws);
 int wf_workers_rank(const wf_workers *ws, int i);
 wf_kv_store *wf_workers_kv(wf_workers *ws, int i);
 wf_executor wf_workers_executor(wf_workers *ws, int i);
+/* Whether worker i is a prefill worker (it gets no scheduler group: add none for it). */
+bool wf_workers_is_prefill(const wf_workers *ws, int i);
 /* Hands the scheduler and worker i's group ids (from wf_sched_add_group) to the pool. */
 void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids);
 /* Live and total workers. */

@@ -13,9 +13,11 @@
 #include "engine/world/world.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
+#include "proto/frame_artifact.h"
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/kv_xfer.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -28,6 +30,8 @@ void wf_worker_params_init(wf_worker_params *p) {
     p->heartbeat_ms = 500;
     p->timeout_ms = 30000;
     p->join_timeout_ms = 30000;
+    p->kv_codec = "auto";
+    p->kv_accuracy = 0.9;
 }
 
 int wf_cpu_list_parse(const char *list, unsigned char mask[WF_CPUS_MAX / 8], char *err,
@@ -99,10 +103,210 @@ typedef struct worker {
     int results_cap;
     uint64_t hb_seq;
     uint64_t batches;
+    /* Prefill for another rank (prefill/decode disaggregation): scratch blocks of this worker's
+     * own store, taken for one batch and given back before it is answered. */
+    unsigned char *blk_used;         /* one byte per block of kv */
+    int blocks_used;
+    int32_t *pd_tables;              /* scratch block tables of the batch's PD tasks */
+    size_t pd_tables_cap;
+    wf_world_op *pd_ops;
+    size_t pd_ops_cap;
+    uint64_t transfers, transfer_bytes;
+    uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
+    char last_codec[96];             /* the last decision, for TRANSFER_DONE */
+    wf_kv_xfer *xfer;                /* codec path (both directions) */
 } worker;
+
+/* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
+ * continue the sequence). It runs here on scratch blocks and its blocks are then put into the
+ * holder's registered KV memory. */
+static bool is_pd_task(const worker *w, const wf_task *t) {
+    return t->kind == WF_TASK_PREFILL && t->llm.kv.placement.kind == WF_PLACEMENT_OWNER &&
+           t->llm.kv.placement.holders.n_ranks == 1 &&
+           t->llm.kv.placement.holders.ranks[0] != wf_world_rank(w->world);
+}
+
+static void pd_release(worker *w, const int32_t *table, int n) {
+    for (int i = 0; i < n; i++)
+        if (table[i] >= 0 && w->blk_used[table[i]]) {
+            w->blk_used[table[i]] = 0;
+            w->blocks_used--;
+        }
+}
+
+/* Gives every PD task of the batch scratch blocks for [0, pos + n_tokens) (its block table is
+ * replaced; dst[i] keeps the holder's). A task that cannot be served fails alone. */
+static wf_status pd_prepare(worker *w, wf_task_batch *b, wf_artifact *dst) {
+    int bs = w->kv.geometry.block_size;
+    size_t need = 0;
+    for (int i = 0; i < b->n_tasks; i++)
+        if (is_pd_task(w, &b->tasks[i]))
+            need += (size_t)((b->tasks[i].llm.pos + b->tasks[i].llm.n_tokens + bs - 1) / bs);
+    if (need > w->pd_tables_cap) {
+        int32_t *p = realloc(w->pd_tables, need * sizeof *p);
+        if (!p) return WF_ENOMEM;
+        w->pd_tables = p;
+        w->pd_tables_cap = need;
+    }
+    size_t used = 0;
+    int next = 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        dst[i] = t->llm.kv;
+        if (!is_pd_task(w, t)) continue;
+        int n = (t->llm.pos + t->llm.n_tokens + bs - 1) / bs;
+        if (t->llm.pos != 0 || n > dst[i].n_blocks) {
+            /* The coordinator sends whole prompts: earlier positions' KV is not here. */
+            WF_LOG_WARN("worker", NULL, "rank %d: PD prefill of task %llu at pos %d (needs 0) or "
+                        "with %d of %d blocks", wf_world_rank(w->world), (unsigned long long)t->id,
+                        t->llm.pos, dst[i].n_blocks, n);
+            t->status = WF_EINVAL;
+            dst[i].id |= 1ull << 63; /* failed before the run (the engine resets statuses) */
+            t->llm.kv.n_blocks = 0;
+            t->llm.n_tokens = 0;
+            continue;
+        }
+        int32_t *tab = w->pd_tables + used;
+        int got = 0;
+        for (; got < n && next < w->kv.n_blocks; next++)
+            if (!w->blk_used[next]) {
+                w->blk_used[next] = 1;
+                w->blocks_used++;
+                tab[got++] = next;
+            }
+        if (got < n) {
+            pd_release(w, tab, got);
+            t->status = WF_EFULL;
+            dst[i].id |= 1ull << 62;
+            t->llm.kv.n_blocks = 0;
+            t->llm.n_tokens = 0;
+            continue;
+        }
+        used += (size_t)n;
+        t->llm.kv.block_table = tab;
+        t->llm.kv.n_blocks = n;
+    }
+    return WF_OK;
+}
+
+/* Puts the PD tasks' blocks into their holders' KV memory (runs of consecutive blocks on both
+ * sides go as one put per layer and K/V) straight from this worker's registered store, waits
+ * until they are complete at the target, then gives the scratch blocks back. A failed put fails
+ * its tasks (the decode rank died or is stuck). Fills *bytes and *ns. */
+static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_t *bytes,
+                    uint64_t *ns, int *dst_rank) {
+    uint64_t t0 = wf_clock_now_ns();
+    int L = w->kv.geometry.n_layers;
+    size_t n_ops = 0;
+    for (int i = 0; i < b->n_tasks; i++)
+        if (is_pd_task(w, &b->tasks[i]) && b->tasks[i].status == WF_OK)
+            n_ops += (size_t)b->tasks[i].llm.kv.n_blocks * 2u * (size_t)L;
+    if (n_ops > w->pd_ops_cap) {
+        wf_world_op *p = realloc(w->pd_ops, n_ops * sizeof *p);
+        if (!p) n_ops = 0; /* fails every task below */
+        else {
+            w->pd_ops = p;
+            w->pd_ops_cap = n_ops;
+        }
+    }
+    size_t k = 0;
+    *bytes = 0;
+    wf_kv_decision raw_d = {.profile = -1};
+    bool raw_any = false;
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        if (!is_pd_task(w, t) || t->status != WF_OK) continue;
+        if (n_ops == 0) {
+            t->status = WF_ENOMEM;
+            continue;
+        }
+        int peer = dst[i].placement.holders.ranks[0];
+        *dst_rank = peer;
+        size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+        wf_kv_decision d;
+        wf_kv_xfer_decide(w->xfer, raw, t->llm.kv_accuracy > 0 ? t->llm.kv_accuracy : -1, t->llm.kv_codec, &d);
+        snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s",
+                 d.profile >= 0 ? "profile" : "raw", wf_kv_reason_name(d.reason));
+        if (d.profile >= 0) {
+            /* Compressed: one codec frame by tagged messages, decoded by the peer. */
+            size_t wire = 0;
+            char err[256];
+            int n_tokens = t->llm.pos + t->llm.n_tokens;
+            wf_status xs = wf_kv_xfer_send(w->xfer, w->world, &d, &w->kv, t->llm.kv.block_table,
+                                           t->llm.kv.n_blocks, n_tokens, peer, dst[i].block_table,
+                                           dst[i].n_blocks, &wire, err, sizeof err);
+            if (xs != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+                t->status = xs;
+            }
+            *bytes += wire;
+            w->compressed_raw += raw;
+            wf_kv_xfer_stats xst;
+            wf_kv_xfer_get_stats(w->xfer, &xst);
+            snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
+                     wf_kv_reason_name(d.reason));
+            continue;
+        }
+        raw_d = d;
+        raw_any = true;
+        wf_kv_store far;
+        if (wf_kv_store_layout(&far, &w->kv.geometry, wf_world_peer_sym_size(w->world, peer)) != WF_OK) {
+            t->status = WF_EINVAL;
+            continue;
+        }
+        const int32_t *src = t->llm.kv.block_table, *dt = dst[i].block_table;
+        int n = t->llm.kv.n_blocks;
+        for (int j = 0; j < n;) {
+            int run = 1;
+            while (j + run < n && src[j + run] == src[j] + run && dt[j + run] == dt[j] + run) run++;
+            if (dt[j] < 0 || dt[j] + run > far.n_blocks) {
+                t->status = WF_EINVAL;
+                break;
+            }
+            for (int l = 0; l < L; l++)
+                for (int v = 0; v < 2; v++) {
+                    void *from = v ? wf_kv_store_v(&w->kv, l, src[j]) : wf_kv_store_k(&w->kv, l, src[j]);
+                    w->pd_ops[k++] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = peer, .buf = from,
+                                                   .len = (size_t)run * w->kv.block_bytes,
+                                                   .offset = wf_kv_store_offset(&far, l, dt[j], v)};
+                    *bytes += (size_t)run * w->kv.block_bytes;
+                }
+            j += run;
+        }
+    }
+    wf_status st = WF_OK;
+    if (k > 0) {
+        uint64_t tp = wf_clock_now_ns();
+        size_t put_bytes = 0;
+        for (size_t i = 0; i < k; i++) put_bytes += w->pd_ops[i].len;
+        /* The wait bound grows with the bytes: a long prompt on a slow link is not a stuck peer. */
+        int base = wf_world_timeout_ms(w->world);
+        wf_world_set_timeout_ms(w->world, wf_kv_xfer_timeout_ms(base, put_bytes));
+        st = wf_world_run(w->world, w->pd_ops, (int)k);
+        if (st == WF_OK) st = wf_world_flush(w->world);
+        wf_world_set_timeout_ms(w->world, base);
+        if (st == WF_OK && raw_any) wf_kv_xfer_observe_raw(w->xfer, &raw_d, put_bytes, wf_clock_now_ns() - tp);
+        if (st != WF_OK)
+            WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),
+                        wf_world_error(w->world));
+    }
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        if (!is_pd_task(w, t)) continue;
+        if (st != WF_OK && t->status == WF_OK) t->status = st;
+        pd_release(w, t->llm.kv.block_table, t->llm.kv.n_blocks);
+        t->llm.kv = dst[i]; /* the holder's blocks again */
+    }
+    if (st == WF_OK && k > 0) {
+        w->transfers++;
+        w->transfer_bytes += *bytes;
+    }
+    *ns = wf_clock_now_ns() - t0;
+}
 
 static wf_status send_heartbeat(worker *w) {
     wf_frame_heartbeat hb = {.seq = w->hb_seq++, .time_ns = wf_clock_now_ns(),
+                             .kv_blocks_used = (uint32_t)w->blocks_used,
                              .kv_blocks_total = (uint32_t)w->kv.n_blocks};
     char err[256];
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
@@ -135,7 +339,37 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
     }
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
+    bool pd = false;
+    for (int i = 0; i < batch.n_tasks && !pd; i++) pd = is_pd_task(w, &batch.tasks[i]);
+    wf_artifact *dst = NULL;
+    if (pd) {
+        if (!(dst = malloc((size_t)batch.n_tasks * sizeof *dst)) || pd_prepare(w, &batch, dst) != WF_OK) {
+            free(dst);
+            return WF_ENOMEM;
+        }
+    }
     done.status = wf_executor_run(w->exec, &batch, msg, sizeof msg);
+    if (pd) {
+        for (int i = 0; i < batch.n_tasks; i++)
+            if (dst[i].id >> 62) {
+                batch.tasks[i].status = dst[i].id >> 63 ? WF_EINVAL : WF_EFULL;
+                dst[i].id &= ~(3ull << 62);
+            }
+        wf_frame_transfer_done td = {.transfer_id = batch.iteration, .rank = wf_world_rank(w->world)};
+        int dst_rank = -1;
+        if (done.status != WF_OK) /* nothing to ship: only give the scratch blocks back */
+            for (int i = 0; i < batch.n_tasks; i++)
+                if (is_pd_task(w, &batch.tasks[i]) && batch.tasks[i].status == WF_OK)
+                    batch.tasks[i].status = done.status;
+        pd_ship(w, &batch, dst, &td.bytes, &td.elapsed_ns, &dst_rank);
+        free(dst);
+        td.status = WF_OK;
+        for (int i = 0; i < batch.n_tasks; i++)
+            if (batch.tasks[i].status != WF_OK) td.status = batch.tasks[i].status;
+        snprintf(td.message, sizeof td.message, "to rank %d %s", dst_rank, w->last_codec);
+        /* The coordinator's link-bandwidth estimate; a lost report only costs a sample. */
+        if (td.bytes > 0) WF_LINK_SEND(w->world, &w->link, wf_frame_encode_transfer_done, &td, err, sizeof err);
+    }
     if (done.status != WF_OK)
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), msg);
     w->batches++;
@@ -169,6 +403,8 @@ static int serve(worker *w) {
             }
             last_sent = now;
         }
+        /* Compressed KV from prefill workers: decoded at once (the sender waits for the ACK). */
+        wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
         if (wf_world_test(w->world, &w->link.recv, 1) == 0) {
             if (now - last_heard > (uint64_t)p->timeout_ms * 1000000ull) {
                 WF_LOG_WARN("worker", NULL, "rank %d: nothing from rank 0 in %d ms: exiting",
@@ -224,7 +460,9 @@ int wf_worker_main(const wf_worker_params *p) {
     wc.rank = p->rank;
     wc.host = p->host;
     wc.port = p->port;
-    wc.sym_size = 1u << 20;
+    /* The paged KV store lives in the registered buffer: a prefill rank puts a sequence's blocks
+     * straight into a decode rank's store, and addresses them from this size alone. */
+    wc.sym_size = (size_t)p->kv_memory_mb << 20;
     wc.join_timeout_ms = p->join_timeout_ms;
     char err[512];
     if (wf_world_create(&wc, &w.world, err, sizeof err) != WF_OK) {
@@ -252,13 +490,37 @@ int wf_worker_main(const wf_worker_params *p) {
         goto out;
     }
     wf_kv_geometry geo = wf_engine_kv_geometry(w.engine, WF_DEFAULT_KV_BLOCK_SIZE);
-    if (wf_kv_store_init(&w.kv, &geo, (size_t)p->kv_memory_mb << 20) != WF_OK) {
+    if (wf_kv_store_init_in(&w.kv, &geo, wf_world_sym(w.world), wf_world_sym_size(w.world)) != WF_OK ||
+        !(w.blk_used = calloc((size_t)w.kv.n_blocks, 1))) {
         snprintf(err, sizeof err, "KV cache of %ld MiB cannot be allocated", p->kv_memory_mb);
         WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
         wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_ENOMEM, err);
         goto out;
     }
     w.kv_on = true;
+    {
+        wf_kv_profile_lib lib = {0};
+        if (p->kv_profiles && wf_kv_profile_lib_load(p->kv_profiles, &lib, err, sizeof err) != WF_OK) {
+            char m[600];
+            snprintf(m, sizeof m, "--kv-profiles %s: %s", p->kv_profiles, err);
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, m);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EINVAL, m);
+            goto out;
+        }
+        wf_kv_xfer_options xo;
+        wf_kv_xfer_options_init(&xo);
+        xo.force_profile = p->kv_codec;
+        xo.default_accuracy = p->kv_accuracy;
+        wf_status xs = wf_kv_xfer_new(&geo, p->max_batch_tokens, p->kv_profiles ? &lib : NULL, &xo,
+                                      &w.xfer, err, sizeof err);
+        wf_kv_profile_lib_free(&lib);
+        if (xs != WF_OK) {
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, xs, err);
+            goto out;
+        }
+        wf_kv_xfer_post(w.xfer, w.world);
+    }
     w.exec = wf_engine_executor(w.engine, &w.kv);
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
@@ -268,6 +530,10 @@ out:
     wf_link_free(w.world, &w.link);
     free(w.arena_mem);
     free(w.results);
+    free(w.blk_used);
+    free(w.pd_tables);
+    free(w.pd_ops);
+    wf_kv_xfer_free(w.xfer, w.world);
     wf_engine_free(w.engine);
     if (w.kv_on) wf_kv_store_free(&w.kv);
     wf_world_destroy(w.world);

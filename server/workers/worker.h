@@ -34,6 +34,10 @@ typedef struct wf_worker_params {
     int heartbeat_ms;         /* idle heartbeat period */
     int timeout_ms;           /* rank 0 silent this long: exit */
     int join_timeout_ms;
+    /* KV compression of prefill -> decode transfers (server/workers/kv_xfer.h): */
+    const char *kv_profiles;  /* profile library (weft-kvprof's JSON); NULL: always raw */
+    const char *kv_codec;     /* "auto" (controller), "off", or a profile name */
+    double kv_accuracy;       /* deployment default accuracy budget (0..1) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

@@ -72,7 +72,7 @@ def test_health_and_ranks(workers):
     assert all(w["state"] == "live" and w["pid"] > 0 and w["kv_blocks"] > 0 for w in ws)
     assert ws[0]["pid"] != ws[1]["pid"] and workers.proc.pid not in (ws[0]["pid"], ws[1]["pid"])
     metrics = workers.status("/metrics")[1].decode()
-    assert 'weft:worker_up{model_name="%s",rank="1"} 1' % MODEL_ID in metrics
+    assert 'weft:worker_up{model_name="%s",rank="1",role="worker"} 1' % MODEL_ID in metrics
 
 
 def test_golden_outputs_equal_single_process(workers):

@@ -136,6 +136,7 @@ static void rand_task(trng *r, wf_task *t, int kind) {
         d->step_begin = trng_int(r, 0, d->num_steps);
         d->step_end = trng_int(r, d->step_begin, d->num_steps);
         d->seed = trng_u64(r);
+        d->noise_index = (uint32_t)trng_int(r, 0, 9);
         rand_artifact(r, &d->latent, WF_ARTIFACT_LATENT);
         rand_artifact(r, &d->image, trng_int(r, 0, 1) ? WF_ARTIFACT_IMAGE : WF_ARTIFACT_NONE);
         break;
@@ -258,6 +259,7 @@ static void cmp_task(const wf_task *a, const wf_task *b) {
         ck_assert_int_eq(a->dit.step_begin, b->dit.step_begin);
         ck_assert_int_eq(a->dit.step_end, b->dit.step_end);
         ck_assert_uint_eq(a->dit.seed, b->dit.seed);
+        ck_assert_uint_eq(a->dit.noise_index, b->dit.noise_index);
         cmp_artifact(&a->dit.latent, &b->dit.latent);
         cmp_artifact(&a->dit.image, &b->dit.image);
         ck_assert_ptr_null(b->dit.pixels);
@@ -535,7 +537,9 @@ START_TEST(dispatch_rejects_bad_fields) {
     len = known_batch(WF_TASK_DECODE);
     patch_u32(153, 1);
     expect_decode(len, WF_ERANGE, "n_prompt");
-    ck_assert_uint_eq(payload_len(), 158);
+    /* 158 bytes of the task, then the 1.1 trailer: u32 n + (f32 kv_accuracy, u32 kv_codec,
+     * u32 noise_index) */
+    ck_assert_uint_eq(payload_len(), 174);
     /* DiT: num_steps at 75, step_begin at 79, step_end at 83 */
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(83, 11);
@@ -546,6 +550,41 @@ START_TEST(dispatch_rejects_bad_fields) {
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(75, (uint32_t)-1);
     expect_decode(len, WF_ERANGE, "num_steps");
+}
+END_TEST
+
+/* 1.1: the KV accuracy budget and codec choice of LLM tasks cross after the tasks; a 1.0 frame
+ * (no trailer) still decodes, with both 0; values outside [0, 1] are rejected. */
+START_TEST(dispatch_kv_trailer) {
+    size_t len = known_batch(WF_TASK_DECODE);
+    uint32_t plen = payload_len();
+    /* trailer: n at plen - 16, kv_accuracy at plen - 12, kv_codec at plen - 8, noise_index at
+     * plen - 4 */
+    float acc = 0.75f;
+    uint32_t bits;
+    memcpy(&bits, &acc, 4);
+    patch_u32(plen - 12, bits);
+    patch_u32(plen - 8, 5);
+    wf_task_batch d;
+    char err[256] = "";
+    reseal(frame_buf, plen);
+    ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert(d.tasks[0].llm.kv_accuracy == 0.75f);
+    ck_assert_uint_eq(d.tasks[0].llm.kv_codec, 5);
+    acc = 1.5f;
+    memcpy(&bits, &acc, 4);
+    patch_u32(plen - 12, bits);
+    expect_decode(len, WF_ERANGE, "kv_accuracy");
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(plen - 16, 2);
+    expect_decode(len, WF_EPROTO, "kv_accuracy values");
+    /* the same frame as 1.0: without the trailer it decodes with zeros */
+    len = known_batch(WF_TASK_DECODE);
+    frame_buf[5] = 0;
+    expect_decode(len - 16, WF_OK, "");
+    wf_task_batch d0;
+    ck_assert_int_eq(decode_batch(len - 16, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
 }
 END_TEST
 
@@ -939,6 +978,7 @@ static Suite *frame_task_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, dispatch_roundtrip_random);
+    tcase_add_test(tc, dispatch_kv_trailer);
     tcase_add_test(tc, dispatch_truncated_everywhere);
     tcase_add_test(tc, dispatch_encode_needs_room);
     tcase_add_test(tc, dispatch_encode_refuses_invalid);

@@ -1,0 +1,93 @@
+/* Compressed KV transfers between worker processes (prefill -> decode), the codec half of
+ * prefill/decode disaggregation. Raw KV goes by RMA put straight into the decode worker's
+ * registered store (worker.c); when the prefill worker's controller (kv/kv_controller.h)
+ * predicts that a profile is faster over the link it measures, the blocks are encoded into one
+ * kv/codec.h frame and sent as tagged messages instead, and the decode worker decodes them into
+ * the blocks the scheduler reserved:
+ *
+ *     prefill rank                                  decode rank
+ *     HEADER (magic, dst blocks, frame length) ──▶  checks the blocks, sizes its buffer
+ *     FRAME  (the codec frame)                 ──▶  wf_kv_codec_decode into the blocks
+ *                                              ◀──  ACK (status): only then does the prefill
+ *                                                   worker answer its batch
+ *
+ *     // both sides, once the store exists:
+ *     wf_kv_xfer *x;
+ *     wf_kv_xfer_new(&store.geometry, max_tokens, lib_or_NULL, &opts, &x, err, sizeof err);
+ *     // decode side, in its loop:
+ *     wf_kv_xfer_post(x, world);              // a HEADER receive from every other worker
+ *     wf_kv_xfer_poll(x, world, &store);      // handles what arrived (decode + ACK)
+ *     // prefill side, per sequence:
+ *     wf_kv_decision d;
+ *     wf_kv_xfer_decide(x, raw_bytes, accuracy, &d);     // d.profile < 0: put raw
+ *     wf_kv_xfer_send(x, world, &d, &store, blocks, n, n_tokens, peer, dst_blocks, &st, ...);
+ *
+ * Tags: WF_WORLD_TAG_USER with seq WF_KV_XFER_SEQ and step 0 (header), 1 (frame), 2 (ack), so
+ * they never match the coordinator's frames (seq 0). Not thread-safe: the worker's thread. */
+#ifndef WF_SERVER_WORKERS_KV_XFER_H
+#define WF_SERVER_WORKERS_KV_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/world/world.h"
+#include "kv/kv_controller.h"
+#include "kv/kv_store.h"
+
+#define WF_KV_XFER_SEQ 0x4b56u /* "KV" */
+
+/* The wait bound of moving `bytes` to a peer: the world's bound (for a peer that is stuck) plus
+ * the time at 1 MB/s, the slowest link a transfer is allowed (a 184 MB prompt on 100 Mbit/s
+ * takes 15 s, beyond a fixed 10 s bound). Dead peers are still seen at once. */
+int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes);
+#define WF_KV_XFER_MAX_PEERS WF_WORLD_MAX_RANKS
+
+typedef struct wf_kv_xfer_options {
+    double default_accuracy;   /* kv_accuracy of requests that state none (0..1) */
+    const char *force_profile; /* a profile name: always that one; "off": never compress; NULL
+                                  or "auto": the controller decides */
+    double init_bandwidth_gbps;/* the controller's B before its first sample */
+} wf_kv_xfer_options;
+
+void wf_kv_xfer_options_init(wf_kv_xfer_options *o);
+
+typedef struct wf_kv_xfer wf_kv_xfer;
+
+/* lib may be NULL (no profiles: every transfer is raw). The library is copied. WF_EINVAL
+ * (force_profile not in the library; err names it), WF_ENOMEM, or the codec's status. */
+wf_status wf_kv_xfer_new(const wf_kv_geometry *geometry, int max_tokens, const wf_kv_profile_lib *lib,
+                         const wf_kv_xfer_options *o, wf_kv_xfer **out, char *err, size_t errlen);
+void wf_kv_xfer_free(wf_kv_xfer *x, wf_world *w);
+
+/* Decides one transfer of raw_bytes F16 KV (accuracy < 0: the default). codec: the request's
+ * choice (WF_KV_CODEC_AUTO: the controller, or --kv-codec when set; WF_KV_CODEC_OFF: raw; else
+ * that profile id; an id the library lacks: raw). */
+void wf_kv_xfer_decide(wf_kv_xfer *x, size_t raw_bytes, double accuracy, uint32_t codec,
+                       wf_kv_decision *d);
+/* Encodes positions [0, n_tokens) of blocks into a frame with d->profile, sends it to peer for
+ * its blocks dst[0..n_dst) and waits for the peer's ACK. Reports the outcome to the controller.
+ * *wire_bytes receives the frame's size. WF_OK, or why it failed (the peer's status, WF_EPEER,
+ * WF_ETIMEDOUT, the codec's). */
+wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, const wf_kv_store *store,
+                          const int32_t *blocks, int n_blocks, int n_tokens, int peer,
+                          const int32_t *dst, int n_dst, size_t *wire_bytes, char *err, size_t errlen);
+/* A raw transfer's outcome (RMA path), for the controller's bandwidth estimate. */
+void wf_kv_xfer_observe_raw(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes, uint64_t ns);
+
+/* Decode side: posts a HEADER receive from every other rank but 0 (idempotent). */
+wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w);
+/* Decode side: handles every HEADER that arrived (receives the frame, decodes it into store,
+ * answers ACK) and reposts. Returns the number handled. */
+int wf_kv_xfer_poll(wf_kv_xfer *x, wf_world *w, wf_kv_store *store);
+
+/* Counters: transfers compressed / raw, and per decision reason (wf_kv_reason). */
+typedef struct wf_kv_xfer_stats {
+    uint64_t compressed, raw, received, receive_errors;
+    uint64_t reasons[WF_KV_REASON_COUNT];
+    uint64_t raw_bytes, wire_bytes;
+    double bandwidth_gbps;     /* the controller's current B */
+    char last_profile[WF_KV_PROFILE_NAME_MAX];
+} wf_kv_xfer_stats;
+void wf_kv_xfer_get_stats(const wf_kv_xfer *x, wf_kv_xfer_stats *out);
+
+#endif

@@ -1,0 +1,189 @@
+# weft-test: labels=integration,net timeout=900
+"""weftd --prefill-workers N --decode-workers M: prompts are prefilled on prefill worker processes
+and their KV blocks are put over UCX into blocks the scheduler reserved on a decode worker, which
+decodes from there.
+
+Greedy outputs equal the single-process daemon's for the golden prompts (the codec is off: the
+KV arrives bit for bit). A prefill worker killed mid-prefill: its prompts are prefilled again on
+the other prefill worker and every request completes. The decode worker killed while prompts are
+being prefilled and shipped to it: every request ends with its tokens or a clear error, no KV
+block stays taken on either side, and once it is back new requests are served. Bad flags get
+clear errors. Every wait is bounded."""
+import concurrent.futures
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import MODEL_ID, Weftd
+from test_workers import admin_workers, complete, golden_cases, health, post, run_weftd
+
+LONG = [504, 3575, 282, 4649, 314] * 160  # 800 tokens: a prefill that takes a while on 1 core
+
+
+@pytest.fixture(scope="module")
+def pd():
+    # A long worker time-out: a busy host must not turn a long prefill into a "silent" worker.
+    d = Weftd("--prefill-workers", "2", "--decode-workers", "1", "--heartbeat-ms", "200",
+              "--worker-timeout-ms", "300000")
+    yield d
+    assert d.stop() == 0, d.logtext()
+
+
+def groups(d):
+    code, body = d.status("/admin/stats")
+    assert code == 200
+    return json.loads(body)["scheduler"]["groups"]
+
+
+def assert_no_blocks_held(d):
+    """Scratch blocks on the prefill workers (their heartbeats say) and the decode groups'
+    blocks in the scheduler all come back once nothing runs."""
+    deadline = time.monotonic() + 30
+    while True:
+        ws = admin_workers(d)
+        used = [w["kv_blocks_used"] for w in ws] + [g["kv_blocks_used"] for g in groups(d) if g["live"]]
+        if all(u == 0 for u in used):
+            return
+        assert time.monotonic() < deadline, (ws, groups(d))
+        time.sleep(0.2)
+
+
+def test_roles(pd):
+    code, h = health(pd)
+    assert code == 200 and h == {"status": "ok", "workers_live": 3, "workers_total": 3}
+    ws = admin_workers(pd)
+    assert [(w["rank"], w["role"]) for w in ws] == [(1, "prefill"), (2, "prefill"), (3, "decode")]
+    assert ws[0]["group"] == -1 and ws[1]["group"] == -1 and ws[2]["group"] >= 0
+    gs = groups(pd)
+    assert [g["rank"] for g in gs if g["live"]] == [3]
+    metrics = pd.status("/metrics")[1].decode()
+    assert 'weft:worker_up{model_name="%s",rank="1",role="prefill"} 1' % MODEL_ID in metrics
+    assert 'weft:worker_up{model_name="%s",rank="3",role="decode"} 1' % MODEL_ID in metrics
+    assert "weft:kv_transfer_bytes_total" in metrics
+
+
+def test_golden_outputs_equal_single_process(pd):
+    cases = golden_cases()
+    assert len(cases) >= 20
+    n = 24
+    before = sum(w["transfers"] for w in admin_workers(pd))
+    single = Weftd()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda c: complete(pd.base, c[0], n), cases))
+            want = list(pool.map(lambda c: complete(single.base, c[0], n), cases))
+    finally:
+        assert single.stop() == 0
+    assert got == want
+    for (text, used), (_, gen) in zip(got, cases):
+        ref = post(pd.base, "/detokenize", {"tokens": gen[:used]})["content"]
+        assert text == ref
+    ws = admin_workers(pd)
+    # Every prompt went through a transfer; both prefill workers served (least busy first).
+    assert sum(w["transfers"] for w in ws) > before
+    assert all(w["transfers"] > 0 and w["transfer_bytes"] > 0 for w in ws if w["role"] == "prefill")
+    assert all(w["transfers_failed"] == 0 for w in ws)
+    assert_no_blocks_held(pd)
+
+
+def run_long(base, i, results, max_tokens=8):
+    body = {"model": MODEL_ID, "prompt": LONG[:-1] + [300 + i], "max_tokens": max_tokens,
+            "temperature": 0, "ignore_eos": True}
+    try:
+        r = post(base, "/v1/completions", body, timeout=300)
+        results[i] = ("ok", r["usage"]["completion_tokens"], r["choices"][0]["text"])
+    except Exception as e:  # noqa: BLE001 - recorded and asserted on below
+        body = getattr(e, "read", lambda: b"")()
+        results[i] = ("error", repr(e), body.decode(errors="replace"))
+
+
+def wait_all_live(d, n):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        code, h = health(d)
+        if h == {"status": "ok", "workers_live": n, "workers_total": n}:
+            return
+        time.sleep(0.2)
+    raise AssertionError(health(d))
+
+
+def test_prefill_worker_killed_mid_prefill(pd):
+    ws = admin_workers(pd)
+    victim = ws[0]
+    assert victim["role"] == "prefill"
+    reference = {}
+    run_long(pd.base, 0, reference)
+    assert reference[0][0] == "ok", reference
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futs = [pool.submit(run_long, pd.base, i, results) for i in range(4)]
+        # Both prefill workers take prompts (least busy first); kill the victim while it holds
+        # a prefill batch (800-token prompts take it a while on its one core).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            w = [x for x in admin_workers(pd) if x["rank"] == victim["rank"]][0]
+            if w["batches_in_flight"] > 0:
+                break
+            time.sleep(0.01)
+        assert w["batches_in_flight"] > 0
+        os.kill(victim["pid"], signal.SIGKILL)
+        concurrent.futures.wait(futs, timeout=300)
+    assert all(f.done() for f in futs)
+    # Re-prefilled on the other prefill worker: every request completes, the same tokens.
+    for i in range(4):
+        assert results[i][0] == "ok", results[i]
+        assert results[i][1] == 8
+    assert results[0][2] == reference[0][2]
+    with open(pd.log.name, errors="replace") as f:
+        assert "re-prefilling on another" in f.read()  # it was killed mid-prefill
+    wait_all_live(pd, 3)
+    assert_no_blocks_held(pd)
+    back = [x for x in admin_workers(pd) if x["rank"] == victim["rank"]][0]
+    assert back["restarts"] == 1 and back["pid"] != victim["pid"]
+
+
+def test_decode_worker_killed_during_transfers(pd):
+    ws = admin_workers(pd)
+    victim = [w for w in ws if w["role"] == "decode"][0]
+    shipped = sum(w["transfers"] for w in ws)
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futs = [pool.submit(run_long, pd.base, i, results, 64) for i in range(4)]
+        deadline = time.monotonic() + 120
+        # Kill it once the first prompt's KV has arrived: the others are being prefilled and
+        # shipped to it, and that one is decoding there.
+        while time.monotonic() < deadline:
+            if sum(w["transfers"] for w in admin_workers(pd)) > shipped:
+                break
+            time.sleep(0.02)
+        os.kill(victim["pid"], signal.SIGKILL)
+        concurrent.futures.wait(futs, timeout=300)
+    assert all(f.done() for f in futs)
+    for i in range(4):
+        o = results[i]
+        if o[0] == "ok":
+            assert o[1] == 64, o
+        else:
+            # A clear error (503 while no decode worker is live, or the lost rank named).
+            assert "worker rank %d" % victim["rank"] in o[2] or "503" in o[1] or "no group" in o[2], (o, pd.logtext())
+    assert any(results[i][0] == "error" for i in range(4))
+    wait_all_live(pd, 3)
+    assert_no_blocks_held(pd)
+    # The replacement serves new requests.
+    text, used = complete(pd.base, [504, 3575, 282, 4649, 314], 6)
+    assert used == 6
+    assert_no_blocks_held(pd)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prefill-workers", "1"], "--prefill-workers and --decode-workers go together"),
+    (["--decode-workers", "2"], "--prefill-workers and --decode-workers go together"),
+    (["--prefill-workers", "1", "--decode-workers", "1", "--workers", "3"], "--workers 3 disagrees"),
+])
+def test_bad_pd_flags(args, message):
+    rc, out = run_weftd(*args)
+    assert rc != 0, out
+    assert message in out, out
