@@ -854,7 +854,8 @@ static void maybe_probe(wf_image_sched *s, model *m) {
     if (m->in_flight || m->head || m->latents_used >= m->g.max_latents) return;
     uint64_t now = wf_clock_now_ns();
     pthread_mutex_lock(&s->lock);
-    bool due = m->cost_ok && m->active_images == 0 && now - m->probed_ns >= PROBE_EVERY_NS &&
+    bool due = m->cost_ok && !s->draining && m->active_images == 0 &&
+               now - m->probed_ns >= PROBE_EVERY_NS &&
                (m->probe_wanted || now - m->measured_ns >= PROBE_STALE_NS);
     double one = m->cost_a + m->cost_c;
     pthread_mutex_unlock(&s->lock);
