@@ -737,10 +737,12 @@ static void *thread_main(void *arg) {
             model *m = &s->models[i];
             for (wf_image_request *r = m->head; cancel && r; r = r->next) r->cancelled = true;
             plan_model(s, m);
-            if (!cancel) maybe_probe(s, m);
             any_flight |= m->in_flight;
         }
         pthread_mutex_unlock(&s->list_lock);
+        /* Outside list_lock: a probe runs batches (ms), and foreach must not wait for it. The
+         * fields it reads are this thread's own. */
+        for (int i = 0; i < s->n_models && !cancel; i++) maybe_probe(s, &s->models[i]);
         pthread_mutex_lock(&s->lock);
         bool stop = s->stopping && !any_flight;
         pthread_mutex_unlock(&s->lock);
