@@ -33,7 +33,11 @@ done
 for b in "${busy[@]}"; do kill "$b"; done
 common=(--workload images --port "$port" --profile "$profile" --profile-duration "$secs"
         --target-load "$load" --seed "${SEED:-1}" --no-progress)
-"$build/bin/weft-bench" "${common[@]}" --label weftd-deadlines --json "$out/deadlines.json" \
+# T_SINGLE=S=ms,M=ms,L=ms pins the deadlines (both runs) instead of calibrating them here:
+# to compare two weftd builds against the same deadlines.
+pin=()
+[ -n "${T_SINGLE:-}" ] && pin=(--t-single "$T_SINGLE")
+"$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label weftd-deadlines --json "$out/deadlines.json" \
   --plot "$out/deadlines" | tee "$out/deadlines.txt"
 tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
 print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] if c["t_single_ms"]))' \
