@@ -54,6 +54,7 @@ struct wf_image_request {
     uint64_t queued_ns, started_ns;
     wf_image_event *finished_ev;
     wf_image_request *next; /* the model's list */
+    wf_image_request *held_next; /* the model's held list (s->lock): admission's view */
     bool planned;           /* plan_model's mark */
 };
 
@@ -89,6 +90,7 @@ typedef struct model {
     uint64_t measured_ns;    /* the last calibration, probe or batch that measured a step */
     uint64_t probed_ns;      /* the last probe */
     long remaining;      /* image-steps not yet run by unfinished requests */
+    wf_image_request *held; /* unfinished requests, under s->lock (submit links, finish unlinks) */
     int active_images;   /* images of unfinished requests */
 } model;
 
@@ -251,15 +253,40 @@ static double step_ms(const model *m, int images) {
     return (m->cost_a + m->cost_c * images) * m->correction;
 }
 
-/* Predicted ms until a new request of n images x steps finishes, and the ms the work already
- * held needs to drain (s->lock held). Step-level batching runs up to max_items images per
- * forward: while they fit, everyone advances at the batch's step time; beyond, the work ahead
- * is served max_items images at a time. */
-static double predict_ms(const model *m, int n, int steps, double *drain_ms) {
+/* Whether held request r is planned before a new request of spec: earliest deadline, then
+ * priority, then arrival (the new one arrives last), as the plan orders them. */
+static bool due_before(const wf_image_request *r, const wf_image_spec *spec) {
+    uint64_t dr = r->spec.deadline_ns ? r->spec.deadline_ns : UINT64_MAX;
+    uint64_t dn = spec->deadline_ns ? spec->deadline_ns : UINT64_MAX;
+    if (dr != dn) return dr < dn;
+    if (r->spec.priority != spec->priority) return r->spec.priority > spec->priority;
+    return true;
+}
+
+/* Predicted ms until a new request of spec finishes, and the ms the work ahead of it needs to
+ * drain (s->lock held). Step-level batching runs up to max_items images per forward: while all
+ * fit, everyone advances at the batch's step time. Beyond, the plan goes earliest deadline
+ * first, so only the work due before it is ahead, served max_items images at a time; unless
+ * its images would not get latents at once (the held images fill the executor's latents and
+ * keep them until they finish): then all held work is ahead. */
+static double predict_ms(const model *m, const wf_image_spec *spec, double *drain_ms) {
+    int n = spec->n, steps = spec->num_steps;
     double full = step_ms(m, m->g.max_items);
     double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
-    *drain_ms = (double)m->remaining / m->g.max_items * full;
+    long ahead = m->remaining;
+    int ahead_images = m->active_images;
+    if (m->active_images + n <= m->g.max_latents) {
+        ahead = 0;
+        ahead_images = 0;
+        for (const wf_image_request *r = m->held; r; r = r->held_next)
+            if (due_before(r, spec)) {
+                ahead += r->remaining;
+                ahead_images += r->spec.n;
+            }
+    }
+    *drain_ms = (double)ahead / m->g.max_items * full;
     if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n) + decode;
+    if (ahead_images + n <= m->g.max_items) return steps * full + decode;
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
     return *drain_ms + (double)steps * waves * full + decode;
 }
@@ -271,6 +298,14 @@ static double alone_floor_ms(const model *m, int n, int steps) {
     int per_wave = n < m->g.max_items ? n : m->g.max_items;
     double step = (m->cost_a + m->cost_c * per_wave) * m->min_correction;
     return (double)steps * waves * step + n * m->decode_ms * m->min_correction;
+}
+
+static void unlink_held(model *m, wf_image_request *r) {
+    for (wf_image_request **p = &m->held; *p; p = &(*p)->held_next)
+        if (*p == r) {
+            *p = r->held_next;
+            return;
+        }
 }
 
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
@@ -301,7 +336,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         snprintf(why, whylen, "%d image requests are already queued", s->held);
         st = WF_EFULL;
     } else if (spec->deadline_ns && m->cost_ok) {
-        double drain_ms, ms = predict_ms(m, spec->n, spec->num_steps, &drain_ms);
+        double drain_ms, ms = predict_ms(m, spec, &drain_ms);
         double best_ms = alone_floor_ms(m, spec->n, spec->num_steps);
         uint64_t now = wf_clock_now_ns();
         double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
@@ -374,7 +409,14 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     r->submit_msg.kind = MSG_SUBMIT;
     r->cancel_msg.kind = MSG_CANCEL;
     r->release_msg.kind = MSG_RELEASE;
+    pthread_mutex_lock(&s->lock);
+    r->held_next = m->held;
+    m->held = r;
+    pthread_mutex_unlock(&s->lock);
     if (wf_handoff_push(&s->inbox, &r->submit_msg.link) != WF_OK) {
+        pthread_mutex_lock(&s->lock);
+        unlink_held(m, r);
+        pthread_mutex_unlock(&s->lock);
         free(r->items);
         free(r->pixels);
         free(r->finished_ev);
@@ -450,6 +492,7 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     ev->finished_ns = ev->t_ns = wf_clock_now_ns();
     ev->steps_run = r->steps_done;
     pthread_mutex_lock(&s->lock);
+    unlink_held(m, r);
     s->unfinished--;
     m->remaining -= r->remaining;
     m->active_images -= r->spec.n;

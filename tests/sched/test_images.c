@@ -462,6 +462,45 @@ START_TEST(refusals_say_why_and_when) {
 }
 END_TEST
 
+/* Admission predicts in the plan's order: behind a full batch of work due later (no deadline),
+ * a request with a close deadline is admitted, since it overtakes that work at the next step
+ * boundary, and it does finish first. */
+START_TEST(admission_counts_only_work_due_earlier) {
+    fake_fixture f;
+    open_fake(&f, 2000, 2000);
+    char why[160];
+    double retry = -1;
+    wf_image_spec big = {.model = f.model, .n = 4, .negative_label = -1, .sampler = -1,
+                         .num_steps = 200, .seed = 2}; /* fills max_items, due whenever */
+    wf_image_request *held, *req;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &big, &f.events, NULL, &held, why, sizeof why, NULL),
+                     WF_OK);
+    wf_image_spec sp = {.model = f.model, .n = 1, .negative_label = -1, .sampler = -1,
+                        .num_steps = 10, .seed = 1};
+    sp.deadline_ns = wf_clock_now_ns() + 60ull * 1000000ull; /* ~20 ms of steps; the big: >= 400 ms */
+    ck_assert_msg(wf_image_sched_submit(f.s, &sp, &f.events, NULL, &req, why, sizeof why, &retry) ==
+                  WF_OK, "%s", why);
+    wf_image_request *order[2];
+    int n_done = 0;
+    while (n_done < 2) {
+        ck_assert(wf_handoff_wait(&f.events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f.events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                ck_assert_int_eq(ev->status, WF_OK);
+                order[n_done++] = ev->request;
+                wf_image_sched_release(f.s, ev->request);
+            }
+            wf_image_event_free(ev);
+        }
+    }
+    ck_assert_ptr_eq(order[0], req); /* overtook the held work */
+    ck_assert_ptr_eq(order[1], held);
+    close_fake(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("sched/images");
     TCase *tc = tcase_create("core");
@@ -472,6 +511,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, deadline_admission);
     tcase_add_test(tc, admission_recovers_from_slow_calibration);
     tcase_add_test(tc, refusals_say_why_and_when);
+    tcase_add_test(tc, admission_counts_only_work_due_earlier);
     suite_add_tcase(s, tc);
     return s;
 }
