@@ -128,7 +128,9 @@ wf_status wf_image_sched_start(wf_image_sched *s);
  *    d x correction ms per image (a, c, d calibrated at start, correction an exponential average
  *    of measured over calibrated over every batch that ran); while the held images and the new
  *    ones fit in one batch (max_items) they all advance together, else the work ahead drains
- *    max_items at a time.
+ *    max_items at a time, where "ahead" follows the plan's order (the held requests due before
+ *    it: earlier deadline, then higher priority, then earlier arrival), or is all held work
+ *    when its images would not get latents at once (max_latents).
  * A model holding no images admits whatever does not miss even alone: a stale prediction (e.g.
  * calibrated on a busy machine) must not refuse forever, and the batches it then runs correct
  * the model. */
