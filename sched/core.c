@@ -204,6 +204,10 @@ static wf_task *new_task(wf_core *c, wf_request *r, int j, wf_task_kind kind) {
     t->vmodel = r->spec.vmodel;
     t->group = c->batch.group;
     if (kind == WF_TASK_PREFILL || kind == WF_TASK_DECODE) {
+        /* When its next token is due (TTFT, then TPOT per token: the deadline the "slo" policy
+         * orders by), so that a core-sharing gate (sched/gate.h) weighs this batch against
+         * image batches by the requests' real deadlines. */
+        t->deadline_ns = wf__request_deadline_ns(r);
         /* The sequence's KV blocks, held whole by the group that runs it: a remote executor
          * sends the block table along (proto/frame_task.h). */
         t->llm.kv.id = ch->seq_id;

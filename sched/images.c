@@ -54,6 +54,7 @@ struct wf_image_request {
     uint64_t queued_ns, started_ns;
     wf_image_event *finished_ev;
     wf_image_request *next; /* the model's list */
+    wf_image_request *held_next; /* the model's held list (s->lock): admission's view */
     bool planned;           /* plan_model's mark */
 };
 
@@ -81,8 +82,15 @@ typedef struct model {
      * takes (a + c * b) * correction ms. Calibrated at start, corrected online. */
     double cost_a, cost_c, correction;
     double decode_ms;    /* one DECODE_IMAGE (the VAE for latent models) */
+    /* The smallest correction ever measured (calibration counts as 1): a floor on how fast a
+     * step can be, so that "misses even alone" is said only when it provably does. */
+    double min_correction;
     bool cost_ok;
+    bool probe_wanted;       /* a refusal said "even alone": re-measure once idle */
+    uint64_t measured_ns;    /* the last calibration, probe or batch that measured a step */
+    uint64_t probed_ns;      /* the last probe */
     long remaining;      /* image-steps not yet run by unfinished requests */
+    wf_image_request *held; /* unfinished requests, under s->lock (submit links, finish unlinks) */
     int active_images;   /* images of unfinished requests */
 } model;
 
@@ -107,6 +115,16 @@ struct wf_image_sched {
 /* The struct holding member m at p (intrusive links and preallocated messages). Through void *
  * because the member's own alignment already guarantees the struct's. */
 #define container_of(p, T, m) ((T *)(void *)((char *)(p) - offsetof(T, m)))
+
+/* Weight of one batch's measurement in the cost model's correction. */
+#define CORRECTION_ALPHA 0.2
+/* Timed repetitions of each calibration batch (the median counts). */
+#define CALIB_REPS 5
+/* The schedule length of calibration tasks: above the steps they run (2 + 2 x CALIB_REPS). */
+#define CALIB_STEPS 32
+/* Idle probes (maybe_probe): at most one a second, and one after 30 s without a measured step. */
+#define PROBE_EVERY_NS 1000000000ull
+#define PROBE_STALE_NS 30000000000ull
 
 static const double hist_bounds[11] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
 
@@ -235,17 +253,59 @@ static double step_ms(const model *m, int images) {
     return (m->cost_a + m->cost_c * images) * m->correction;
 }
 
-/* Predicted ms until a new request of n images x steps finishes, and the ms the work already
- * held needs to drain (s->lock held). Step-level batching runs up to max_items images per
- * forward: while they fit, everyone advances at the batch's step time; beyond, the work ahead
- * is served max_items images at a time. */
-static double predict_ms(const model *m, int n, int steps, double *drain_ms) {
+/* Whether held request r is planned before a new request of spec: earliest deadline, then
+ * priority, then arrival (the new one arrives last), as the plan orders them. */
+static bool due_before(const wf_image_request *r, const wf_image_spec *spec) {
+    uint64_t dr = r->spec.deadline_ns ? r->spec.deadline_ns : UINT64_MAX;
+    uint64_t dn = spec->deadline_ns ? spec->deadline_ns : UINT64_MAX;
+    if (dr != dn) return dr < dn;
+    if (r->spec.priority != spec->priority) return r->spec.priority > spec->priority;
+    return true;
+}
+
+/* Predicted ms until a new request of spec finishes, and the ms the work ahead of it needs to
+ * drain (s->lock held). Step-level batching runs up to max_items images per forward: while all
+ * fit, everyone advances at the batch's step time. Beyond, the plan goes earliest deadline
+ * first, so only the work due before it is ahead, served max_items images at a time; unless
+ * its images would not get latents at once (the held images fill the executor's latents and
+ * keep them until they finish): then all held work is ahead. */
+static double predict_ms(const model *m, const wf_image_spec *spec, double *drain_ms) {
+    int n = spec->n, steps = spec->num_steps;
     double full = step_ms(m, m->g.max_items);
     double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
-    *drain_ms = (double)m->remaining / m->g.max_items * full;
+    long ahead = m->remaining;
+    int ahead_images = m->active_images;
+    if (m->active_images + n <= m->g.max_latents) {
+        ahead = 0;
+        ahead_images = 0;
+        for (const wf_image_request *r = m->held; r; r = r->held_next)
+            if (due_before(r, spec)) {
+                ahead += r->remaining;
+                ahead_images += r->spec.n;
+            }
+    }
+    *drain_ms = (double)ahead / m->g.max_items * full;
     if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n) + decode;
+    if (ahead_images + n <= m->g.max_items) return steps * full + decode;
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
     return *drain_ms + (double)steps * waves * full + decode;
+}
+
+/* The least a request of n images x steps can take on an idle model: its images in waves of
+ * max_items at the fastest steps measured so far (s->lock held). */
+static double alone_floor_ms(const model *m, int n, int steps) {
+    int waves = (n + m->g.max_items - 1) / m->g.max_items;
+    int per_wave = n < m->g.max_items ? n : m->g.max_items;
+    double step = (m->cost_a + m->cost_c * per_wave) * m->min_correction;
+    return (double)steps * waves * step + n * m->decode_ms * m->min_correction;
+}
+
+static void unlink_held(model *m, wf_image_request *r) {
+    for (wf_image_request **p = &m->held; *p; p = &(*p)->held_next)
+        if (*p == r) {
+            *p = r->held_next;
+            return;
+        }
 }
 
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
@@ -276,12 +336,27 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         snprintf(why, whylen, "%d image requests are already queued", s->held);
         st = WF_EFULL;
     } else if (spec->deadline_ns && m->cost_ok) {
-        double drain_ms, ms = predict_ms(m, spec->n, spec->num_steps, &drain_ms);
+        double drain_ms, ms = predict_ms(m, spec, &drain_ms);
+        double best_ms = alone_floor_ms(m, spec->n, spec->num_steps);
         uint64_t now = wf_clock_now_ns();
-        if (now + (uint64_t)(ms * 1e6) > spec->deadline_ns) {
-            double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
-            snprintf(why, whylen, "the deadline cannot be met: %d image(s) x %d steps are predicted "
-                     "to take %.0f ms, %.0f ms are left", spec->n, spec->num_steps, ms, left);
+        double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
+        if (best_ms > left) {
+            /* Retrying cannot help: the client must ask for less or allow more time. */
+            snprintf(why, whylen, "the deadline cannot be met even alone on an idle model: %d "
+                     "image(s) x %d steps take at least %.0f ms, %.0f ms are left", spec->n,
+                     spec->num_steps, best_ms, left);
+            if (retry_after_s) *retry_after_s = drain_ms / 1000.0;
+            /* The floor may itself be stale (calibrated on a busy machine): have it re-measured
+             * as soon as the model is idle, so a refusal like this one cannot last. */
+            m->probe_wanted = true;
+            st = WF_EOVERLOAD;
+        } else if (ms > left && m->active_images > 0) {
+            /* Only the held work stands in the way: come back once it drained. An idle model
+             * always admits (the prediction may be stale, and only batches that run correct
+             * it: refusing on it alone could refuse forever). */
+            snprintf(why, whylen, "the deadline cannot be met behind the %d image(s) held: %d "
+                     "image(s) x %d steps are predicted to take %.0f ms, %.0f ms are left",
+                     m->active_images, spec->n, spec->num_steps, ms, left);
             if (retry_after_s) *retry_after_s = drain_ms / 1000.0;
             st = WF_EOVERLOAD;
         }
@@ -334,7 +409,14 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     r->submit_msg.kind = MSG_SUBMIT;
     r->cancel_msg.kind = MSG_CANCEL;
     r->release_msg.kind = MSG_RELEASE;
+    pthread_mutex_lock(&s->lock);
+    r->held_next = m->held;
+    m->held = r;
+    pthread_mutex_unlock(&s->lock);
     if (wf_handoff_push(&s->inbox, &r->submit_msg.link) != WF_OK) {
+        pthread_mutex_lock(&s->lock);
+        unlink_held(m, r);
+        pthread_mutex_unlock(&s->lock);
         free(r->items);
         free(r->pixels);
         free(r->finished_ev);
@@ -410,6 +492,7 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     ev->finished_ns = ev->t_ns = wf_clock_now_ns();
     ev->steps_run = r->steps_done;
     pthread_mutex_lock(&s->lock);
+    unlink_held(m, r);
     s->unfinished--;
     m->remaining -= r->remaining;
     m->active_images -= r->spec.n;
@@ -615,10 +698,18 @@ static void complete_model(wf_image_sched *s, model *m) {
         s->stats.step_ms_avg = s->stats.step_ms_avg == 0 ? ms : 0.9 * s->stats.step_ms_avg + 0.1 * ms;
         hist_add(s->stats.step_ms_hist, ms);
         s->stats.step_ms_sum += ms;
-        /* Online correction of the cost model: measured over predicted, smoothed. */
+        /* Online correction of the cost model from every batch that ran: measured over
+         * calibrated, smoothed so that stale estimates decay toward fresh measurements within
+         * a few dozen steps (a model calibrated on a busy machine recovers as soon as batches
+         * run, and the idle rule of submit makes sure some do). */
         if (m->cost_ok && m->batch_status == WF_OK) {
             double pred = step_ms(m, n_images) / m->correction;
-            if (pred > 0) m->correction = 0.9 * m->correction + 0.1 * (ms / pred);
+            if (pred > 0) {
+                double ratio = ms / pred;
+                m->correction = (1 - CORRECTION_ALPHA) * m->correction + CORRECTION_ALPHA * ratio;
+                if (ratio < m->min_correction) m->min_correction = ratio;
+                m->measured_ns = now;
+            }
         }
     }
     for (int i = 0; i < m->batch.n_tasks; i++)
@@ -671,6 +762,8 @@ static void handle_msg(wf_image_sched *s, msg *mg) {
     }
 }
 
+static void maybe_probe(wf_image_sched *s, model *m);
+
 static void *thread_main(void *arg) {
     wf_image_sched *s = arg;
     for (;;) {
@@ -690,6 +783,9 @@ static void *thread_main(void *arg) {
             any_flight |= m->in_flight;
         }
         pthread_mutex_unlock(&s->list_lock);
+        /* Outside list_lock: a probe runs batches (ms), and foreach must not wait for it. The
+         * fields it reads are this thread's own. */
+        for (int i = 0; i < s->n_models && !cancel; i++) maybe_probe(s, &s->models[i]);
         pthread_mutex_lock(&s->lock);
         bool stop = s->stopping && !any_flight;
         pthread_mutex_unlock(&s->lock);
@@ -699,10 +795,10 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-/* Runs `kind` tasks for images [0, n) (latent ids base + i), DENOISE over steps [a, b).
- * Returns the batch's wall time in ms, or < 0 on failure. */
-static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base, int a,
-                          int b, uint8_t *pixels, size_t pixels_cap) {
+/* Runs `kind` tasks for images [0, n) (latent ids base + i); DENOISE advances image i by one
+ * step from step[i]. Returns the batch's wall time in ms, or < 0 on failure. */
+static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base,
+                          int *step, uint8_t *pixels, size_t pixels_cap) {
     for (int i = 0; i < n; i++) {
         wf_task *t = &tasks[i];
         memset(t, 0, sizeof *t);
@@ -712,10 +808,12 @@ static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, ui
             t->finish.artifact = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
             continue;
         }
+        int a = step ? step[i] : 0, b = kind == WF_TASK_DENOISE ? a + 1 : a;
         t->dit = (wf_task_dit){.class_label = 0, .negative_label = -1, .guidance_scale = 4.0f,
-                               .sampler = -1, .num_steps = 20, .step_begin = a, .step_end = b,
-                               .seed = 1, .noise_index = (uint32_t)i};
+                               .sampler = -1, .num_steps = CALIB_STEPS, .step_begin = a,
+                               .step_end = b, .seed = 1, .noise_index = (uint32_t)i};
         t->dit.latent = (wf_artifact){.id = base + (uint64_t)i, .kind = WF_ARTIFACT_LATENT};
+        t->dit.latent.latent.step = a;
         if (kind == WF_TASK_DECODE_IMAGE) {
             t->dit.pixels = pixels;
             t->dit.pixels_cap = pixels_cap;
@@ -727,39 +825,104 @@ static double calib_batch(model *m, wf_task *tasks, int n, wf_task_kind kind, ui
     if (wf_executor_run(m->ex, &batch, message, sizeof message) != WF_OK) return -1;
     for (int i = 0; i < n; i++)
         if (tasks[i].status != WF_OK) return -1;
+    if (kind == WF_TASK_DENOISE)
+        for (int i = 0; i < n; i++) step[i]++;
     return (double)(wf_clock_now_ns() - t0) / 1e6;
 }
 
-/* The cost model of m from a warm-up and two measured batches (1 and max_items images). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of CALIB_REPS timed runs of one calibration batch (a single run is at the mercy
+ * of whatever else the machine does at start-up), or < 0 if one failed. */
+static double calib_median(model *m, wf_task *tasks, int n, wf_task_kind kind, uint64_t base,
+                           int *step, uint8_t *pixels, size_t cap, double *fastest) {
+    double t[CALIB_REPS];
+    for (int r = 0; r < CALIB_REPS; r++)
+        if ((t[r] = calib_batch(m, tasks, n, kind, base, step, pixels, cap)) < 0) return -1;
+    qsort(t, CALIB_REPS, sizeof t[0], cmp_double);
+    if (fastest) *fastest = t[0];
+    return t[CALIB_REPS / 2];
+}
+
+/* The cost model of m: after a warm-up (ENCODE, two steps, a decode), the medians of timed
+ * one-step batches of 1 and max_items images, and of a decode. */
 static void calibrate(wf_image_sched *s, model *m) {
     int big = m->g.max_items < m->g.max_latents ? m->g.max_items : m->g.max_latents;
     /* Latent ids far above the scheduler's (which count from 1). */
     uint64_t base = UINT64_MAX / 2;
     wf_task *tasks = m->tasks; /* not in use before the thread starts */
-    double t1 = -1, tn = -1;
+    double t1 = -1, tn = -1, td = -1, t1_min = -1;
     size_t bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
     uint8_t *px = malloc(bytes);
-    double td = -1;
-    if (px && calib_batch(m, tasks, big, WF_TASK_ENCODE, base, 0, 0, NULL, 0) >= 0 &&
-        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 0, 2, NULL, 0) >= 0) { /* warm-up */
-        t1 = calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, 2, 4, NULL, 0);
-        if (t1 >= 0 && big > 1) tn = calib_batch(m, tasks, big, WF_TASK_DENOISE, base, 4, 6, NULL, 0);
-        td = calib_batch(m, tasks, 1, WF_TASK_DECODE_IMAGE, base, 6, 6, px, bytes);
+    int *step = calloc((size_t)big, sizeof *step);
+    if (px && step && calib_batch(m, tasks, big, WF_TASK_ENCODE, base, step, NULL, 0) >= 0 &&
+        calib_batch(m, tasks, big, WF_TASK_DENOISE, base, step, NULL, 0) >= 0 &&
+        calib_batch(m, tasks, 1, WF_TASK_DENOISE, base, step, NULL, 0) >= 0 &&
+        calib_batch(m, tasks, 1, WF_TASK_DECODE_IMAGE, base, step, px, bytes) >= 0) { /* warm-up */
+        t1 = calib_median(m, tasks, 1, WF_TASK_DENOISE, base, step, NULL, 0, &t1_min);
+        if (t1 >= 0 && big > 1)
+            tn = calib_median(m, tasks, big, WF_TASK_DENOISE, base, step, NULL, 0, NULL);
+        if (t1 >= 0) td = calib_median(m, tasks, 1, WF_TASK_DECODE_IMAGE, base, step, px, bytes, NULL);
     }
-    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, 0, 0, NULL, 0);
+    (void)calib_batch(m, tasks, big, WF_TASK_FINISH, base, NULL, NULL, 0);
     free(px);
+    free(step);
     pthread_mutex_lock(&s->lock);
-    m->correction = 1.0;
+    m->correction = m->min_correction = 1.0;
     if (t1 >= 0) {
-        double one = t1 / 2, full = tn >= 0 ? tn / 2 : one;
+        double one = t1, full = tn >= 0 ? tn : one;
         m->cost_c = big > 1 && full > one ? (full - one) / (big - 1) : 0;
         m->cost_a = one - m->cost_c > 0 ? one - m->cost_c : 0;
         m->decode_ms = td > 0 ? td : 0;
+        if (t1 > 0 && t1_min > 0) m->min_correction = t1_min / t1;
+        m->measured_ns = wf_clock_now_ns();
         m->cost_ok = true;
         WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms), "
-                    "decode %.3f ms per image", m->cost_a, m->cost_c, big, full, m->decode_ms);
+                    "decode %.3f ms per image (medians of %d runs)", m->cost_a, m->cost_c, big,
+                    full, m->decode_ms, CALIB_REPS);
     } else {
         WF_LOG_WARN("images", NULL, "cost model calibration failed: deadlines are not enforced");
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Re-measures an idle model's one-image step (on the scheduler's thread, which alone
+ * dispatches to it, so nothing else runs on the executor meanwhile): when a refusal said "even
+ * alone" (the floor behind it may be stale) or no step was measured for PROBE_STALE_NS. At most
+ * one probe per PROBE_EVERY_NS; a probe is a warm-up step and the median of CALIB_REPS more,
+ * a few ms of one image. The fresh measurement replaces the correction and may lower the
+ * floor. */
+static void maybe_probe(wf_image_sched *s, model *m) {
+    if (m->in_flight || m->head || m->latents_used >= m->g.max_latents) return;
+    uint64_t now = wf_clock_now_ns();
+    pthread_mutex_lock(&s->lock);
+    bool due = m->cost_ok && !s->draining && m->active_images == 0 &&
+               now - m->probed_ns >= PROBE_EVERY_NS &&
+               (m->probe_wanted || now - m->measured_ns >= PROBE_STALE_NS);
+    double one = m->cost_a + m->cost_c;
+    pthread_mutex_unlock(&s->lock);
+    if (!due) return;
+    uint64_t base = UINT64_MAX / 2;
+    int step = 0;
+    double fastest = -1, t = -1;
+    if (calib_batch(m, m->tasks, 1, WF_TASK_ENCODE, base, &step, NULL, 0) >= 0 &&
+        calib_batch(m, m->tasks, 1, WF_TASK_DENOISE, base, &step, NULL, 0) >= 0)
+        t = calib_median(m, m->tasks, 1, WF_TASK_DENOISE, base, &step, NULL, 0, &fastest);
+    (void)calib_batch(m, m->tasks, 1, WF_TASK_FINISH, base, NULL, NULL, 0);
+    now = wf_clock_now_ns();
+    pthread_mutex_lock(&s->lock);
+    m->probed_ns = now;
+    m->probe_wanted = false;
+    if (t > 0 && one > 0) {
+        double old = m->correction;
+        m->correction = t / one;
+        if (fastest / one < m->min_correction) m->min_correction = fastest / one;
+        m->measured_ns = now;
+        WF_LOG_DEBUG("images", NULL, "idle probe: one-image step %.3f ms, correction %.3f -> %.3f",
+                     t, old, m->correction);
     }
     pthread_mutex_unlock(&s->lock);
 }

@@ -113,16 +113,27 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
  * the scheduler. WF_EINVAL, WF_EFULL (too many models), WF_ENOMEM. */
 wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
                                    int *out_id);
-/* Calibrates each model's cost model with a few short batches through its executor (blocking:
- * 1 and max_items images, 2 steps each, after a warm-up; one decode), then starts the thread. */
+/* Calibrates each model's cost model through its executor (blocking: after a warm-up, the
+ * medians of 5 timed one-step batches of 1 and of max_items images, and of 5 decodes), then
+ * starts the thread. */
 wf_status wf_image_sched_start(wf_image_sched *s);
 /* WF_OK: *out is valid until release and events follow. WF_EINVAL (bad spec: why says which
  * field), WF_EFULL (queue_size requests held), WF_EBUSY (draining), WF_ENOMEM, WF_EOVERLOAD: the
- * request has a deadline the cost model predicts it cannot meet (*retry_after_s, may be NULL:
- * the seconds the work already held needs). Prediction: a denoising step of a batch of b images
- * takes (a + c b) x correction ms and a decode d x correction ms per image (a, c, d calibrated
- * at start through the executor, correction refitted from every batch); while the held images and the new ones fit in one batch
- * (max_items) they all advance together, else the work ahead drains max_items at a time. */
+ * request has a deadline it cannot meet (*retry_after_s, may be NULL: the seconds the work
+ * already held needs), for one of two reasons, which why says:
+ *  - "even alone": its images in waves of max_items at the fastest step ever measured
+ *    (calibrated cost x the smallest correction seen) take longer than the time left;
+ *  - "behind the held images": other images are held and the prediction misses. Prediction: a
+ *    denoising step of a batch of b images takes (a + c b) x correction ms and a decode
+ *    d x correction ms per image (a, c, d calibrated at start, correction an exponential average
+ *    of measured over calibrated over every batch that ran); while the held images and the new
+ *    ones fit in one batch (max_items) they all advance together, else the work ahead drains
+ *    max_items at a time, where "ahead" follows the plan's order (the held requests due before
+ *    it: earlier deadline, then higher priority, then earlier arrival), or is all held work
+ *    when its images would not get latents at once (max_latents).
+ * A model holding no images admits whatever does not miss even alone: a stale prediction (e.g.
+ * calibrated on a busy machine) must not refuse forever, and the batches it then runs correct
+ * the model. */
 wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf_handoff *events,
                                 void *user, wf_image_request **out, char *why, size_t whylen,
                                 double *retry_after_s);

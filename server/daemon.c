@@ -348,10 +348,9 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     wf_executor llm_ex = d->kv_on ? wf_engine_executor(d->engine, &d->kv) : (wf_executor){0};
     if (d->kv_on && p->n_dits > 0 && p->share_cores) {
         d->gate = wf_gate_new(2);
-        /* Batches without a deadline (all LLM ones, images without slo.deadline_ms) count as
-         * due one TPOT target after they reach the gate, the same slack for both classes: among
-         * them the turn goes by arrival; an image batch with a deadline goes when it is more
-         * urgent. */
+        /* LLM batches carry their requests' next-token deadlines (sched/core.c); batches
+         * without one (images without slo.deadline_ms) count as due one TPOT target after they
+         * reach the gate, the same slack for both classes. */
         if (d->gate) {
             wf_gate_set_slack(d->gate, 0, p->default_tpot_ms);
             wf_gate_set_slack(d->gate, 1, p->default_tpot_ms);

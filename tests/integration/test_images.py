@@ -237,6 +237,7 @@ def test_unreachable_deadline_is_refused_at_once(weftd):
     assert int(headers["Retry-After"]) >= 1
     err = json.loads(data)["error"]
     assert err["param"] == "slo.deadline_ms" and "deadline" in err["message"]
+    assert "even alone" in err["message"]  # retrying cannot help, and it says so
     assert time.monotonic() - t0 < 30  # refused, not run
     # a reachable deadline is served
     code, _, data = post(weftd, "/v1/images/generations",

@@ -752,6 +752,40 @@ START_TEST(order_keys_agree_with_compare) {
 }
 END_TEST
 
+/* PREFILL and DECODE tasks carry their request's next-token deadline (queued + TTFT + TPOT x
+ * tokens so far): what a core-sharing gate orders LLM batches by against image batches. */
+START_TEST(tasks_carry_the_next_token_deadline) {
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, false);
+    int32_t p[6];
+    make_prompt(p, 6, 3);
+    wf_request *a = h_add(&h, p, 6, 4, 1, 0, 200, 0);
+    h.now += 5000000;
+    wf_request *b = h_add(&h, p, 6, 4, 1, 0, 80, 0);
+    for (int iter = 0; iter < 3; iter++) {
+        wf_task_batch *bt = wf_core_plan(&h.core, h.now);
+        ck_assert_int_gt(bt->n_tasks, 0);
+        for (int i = 0; i < bt->n_tasks; i++) {
+            const wf_task *t = &bt->tasks[i];
+            if (t->kind != WF_TASK_PREFILL && t->kind != WF_TASK_DECODE) continue;
+            wf_request *r = t->request_seq == a->choices[0].seq_id ? a : b;
+            uint64_t want = r->times.queued_ns +
+                            (uint64_t)((r->ttft_ms + r->tpot_ms * r->max_generated) * 1e6);
+            ck_assert_uint_eq(t->deadline_ns, want);
+            ck_assert_uint_eq(t->deadline_ns, wf__request_deadline_ns(r));
+        }
+        wf_status st = wf_executor_run(wf_fake_executor_get(&h.fx), bt, NULL, 0);
+        h.now += 1000000;
+        wf_core_complete(&h.core, st, NULL, h.now);
+    }
+    /* after tokens came out, the deadline moved on by TPOT per token */
+    ck_assert_int_gt(a->max_generated, 0);
+    ck_assert_uint_gt(wf__request_deadline_ns(a), a->times.queued_ns + 200000000ull);
+    h_run(&h);
+    h_free(&h);
+}
+END_TEST
+
 static Suite *core_suite(void) {
     Suite *s = suite_create("sched_core");
     TCase *tc = tcase_create("core");
@@ -774,6 +808,7 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, priority_preempts_the_lowest_priority);
     tcase_add_test(tc, priority_displaces_a_running_request);
     tcase_add_test(tc, random_workloads_keep_every_invariant);
+    tcase_add_test(tc, tasks_carry_the_next_token_deadline);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/dit/dit_exec.h"
 #include "proto/base/clock.h"
@@ -247,6 +248,259 @@ START_TEST(deadline_admission) {
 }
 END_TEST
 
+
+/* ---- admission recovery, on a fake executor whose speed the test sets ------------------ */
+
+/* Runs every batch synchronously in dispatch, sleeping forward_us per forward (per step of a
+ * batch's longest DENOISE chunk, whatever its images) and decode_us per DECODE_IMAGE: a calibration on a busy machine is a slow
+ * forward_us at start that drops afterwards. */
+typedef struct fake_exec {
+    _Atomic int forward_us, decode_us;
+    _Atomic int forwards;
+} fake_exec;
+
+static bool fake_supports(void *ctx, wf_task_kind kind) {
+    (void)ctx;
+    return kind == WF_TASK_ENCODE || kind == WF_TASK_DENOISE || kind == WF_TASK_DECODE_IMAGE ||
+           kind == WF_TASK_FINISH;
+}
+
+static void sleep_us(int us) {
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static wf_status fake_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
+    fake_exec *x = ctx;
+    int steps = 0, decodes = 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        t->status = WF_OK;
+        if (t->kind == WF_TASK_ENCODE) {
+            t->dit.latent.latent.step = 0;
+        } else if (t->kind == WF_TASK_DENOISE) {
+            if (t->dit.step_end - t->dit.step_begin > steps) steps = t->dit.step_end - t->dit.step_begin;
+            t->dit.latent.latent.step = t->dit.step_end;
+        } else if (t->kind == WF_TASK_DECODE_IMAGE) {
+            decodes++;
+            memset(t->dit.pixels, (int)(t->dit.class_label & 0xff), t->dit.pixels_cap);
+        }
+    }
+    for (int k = 0; k < steps; k++) {
+        x->forwards++;
+        sleep_us(x->forward_us);
+    }
+    sleep_us(decodes * x->decode_us);
+    done(user, b, WF_OK, NULL);
+    return WF_OK;
+}
+
+static const wf_executor_ops fake_ops = {.name = "fake", .supports = fake_supports,
+                                         .dispatch = fake_dispatch};
+
+typedef struct fake_fixture {
+    fake_exec x;
+    wf_image_sched *s;
+    int model;
+    wf_handoff events;
+} fake_fixture;
+
+static void open_fake(fake_fixture *f, int calib_forward_us, int run_forward_us) {
+    memset(f, 0, sizeof *f);
+    f->x.forward_us = calib_forward_us;
+    f->x.decode_us = 100;
+    wf_image_sched_options o;
+    wf_image_sched_options_init(&o);
+    ck_assert_int_eq(wf_image_sched_new(&o, &f->s), WF_OK);
+    wf_image_geometry g = {.width = 8, .height = 8, .channels = 1, .latent_channels = 4,
+                           .latent_height = 4, .latent_width = 4, .max_items = 4, .max_latents = 8};
+    wf_executor ex = {.ops = &fake_ops, .ctx = &f->x};
+    ck_assert_int_eq(wf_image_sched_add_model(f->s, ex, &g, &f->model), WF_OK);
+    ck_assert_int_eq(wf_image_sched_start(f->s), WF_OK);
+    f->x.forward_us = run_forward_us; /* the machine got quiet (or warm) after start-up */
+    ck_assert_int_eq(wf_handoff_init(&f->events, 0, NULL, NULL), WF_OK);
+}
+
+static void close_fake(fake_fixture *f) {
+    wf_image_sched_drain(f->s, 1000);
+    wf_image_sched_free(f->s);
+    wf_handoff_free(&f->events);
+}
+
+/* Waits for req's FINISHED (the only request in flight on f) and releases it. */
+static wf_status finish_one(fake_fixture *f, wf_image_request *req, int *images) {
+    *images = 0;
+    for (;;) {
+        ck_assert(wf_handoff_wait(&f->events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f->events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            ck_assert_ptr_eq(ev->request, req);
+            wf_image_event_kind kind = ev->kind;
+            wf_status st = ev->status;
+            if (kind == WF_IMAGE_EVENT_IMAGE) (*images)++;
+            wf_image_event_free(ev);
+            if (kind == WF_IMAGE_EVENT_FINISHED) {
+                ck_assert(next == NULL);
+                wf_image_sched_release(f->s, req);
+                return st;
+            }
+        }
+    }
+}
+
+static double predicted_step_ms(fake_fixture *f, int images) {
+    double a, c, d, corr;
+    ck_assert(wf_image_sched_cost(f->s, f->model, &a, &c, &d, &corr));
+    return (a + c * images) * corr;
+}
+
+/* The load-test bug: calibrated at 20 ms per step while a step then takes 1 ms, a deadline of
+ * 150 ms for 10 steps looked out of reach forever, and no batch ever ran to correct it. Now a
+ * refusal that says "even alone" has the idle model re-measured, an idle model admits what does
+ * not miss even alone, and every batch corrects the model: admission recovers at once. */
+START_TEST(admission_recovers_from_slow_calibration) {
+    fake_fixture f;
+    open_fake(&f, 20000, 1000);
+    ck_assert_msg(predicted_step_ms(&f, 1) > 15, "calibrated at %.2f ms", predicted_step_ms(&f, 1));
+    char why[160];
+    double retry = -1;
+    int admitted = 0, refused = 0;
+    for (int k = 0; k < 12; k++) {
+        wf_image_spec sp = {.model = f.model, .n = 1, .class_label = k, .negative_label = -1,
+                            .sampler = -1, .num_steps = 10, .seed = (uint64_t)k};
+        snprintf(sp.id, sizeof sp.id, "recover-%d", k);
+        sp.deadline_ns = wf_clock_now_ns() + 150ull * 1000000ull;
+        wf_image_request *req;
+        wf_status st = wf_image_sched_submit(f.s, &sp, &f.events, NULL, &req, why, sizeof why, &retry);
+        if (st == WF_EOVERLOAD && admitted == 0 && refused < 40) {
+            /* Only before the re-measurement, and the message names the stale floor. */
+            ck_assert_msg(strstr(why, "even alone") != NULL, "%s", why);
+            refused++;
+            k--;
+            sleep_us(50000);
+            continue;
+        }
+        ck_assert_msg(st == WF_OK, "request %d refused on an idle model: %s", k, why);
+        admitted++;
+        int images;
+        ck_assert_int_eq(finish_one(&f, req, &images), WF_OK); /* nothing accepted is lost */
+        ck_assert_int_eq(images, 1);
+    }
+    /* One refusal, then the idle probe (within the thread's 100 ms wake-up) fixed the floor. */
+    ck_assert_int_le(refused, 6);
+    /* The model learned the fast steps from the batches it ran. */
+    double now_ms = predicted_step_ms(&f, 1);
+    ck_assert_msg(now_ms < 6, "still predicts %.2f ms per step", now_ms);
+    /* Now busy: two requests together fit the deadline by the corrected model and are admitted
+     * while another runs. */
+    wf_image_request *reqs[3];
+    for (int k = 0; k < 3; k++) {
+        wf_image_spec sp = {.model = f.model, .n = 1, .class_label = k, .negative_label = -1,
+                            .sampler = -1, .num_steps = 10, .seed = 100 + (uint64_t)k,
+                            .deadline_ns = wf_clock_now_ns() + 2000ull * 1000000ull};
+        ck_assert_msg(wf_image_sched_submit(f.s, &sp, &f.events, NULL, &reqs[k], why, sizeof why,
+                                            &retry) == WF_OK, "busy request %d: %s", k, why);
+    }
+    int finished = 0;
+    while (finished < 3) {
+        ck_assert(wf_handoff_wait(&f.events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f.events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                ck_assert_int_eq(ev->status, WF_OK);
+                wf_image_sched_release(f.s, ev->request);
+                finished++;
+            }
+            wf_image_event_free(ev);
+        }
+    }
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.finished, (uint64_t)admitted + 3);
+    ck_assert_uint_eq(st.overloaded, (uint64_t)refused);
+    close_fake(&f);
+}
+END_TEST
+
+/* Refusals that stay: a request that misses even alone at the fastest step ever measured says
+ * so; one that only misses behind the held work gets a Retry-After of that work. */
+START_TEST(refusals_say_why_and_when) {
+    fake_fixture f;
+    open_fake(&f, 2000, 2000);
+    char why[160];
+    double retry = -1;
+    wf_image_request *req;
+    wf_image_spec sp = {.model = f.model, .n = 1, .negative_label = -1, .sampler = -1,
+                        .num_steps = 500, .seed = 1};
+    sp.deadline_ns = wf_clock_now_ns() + 50ull * 1000000ull; /* 500 steps of >= 2 ms in 50 ms */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, NULL, &req, why, sizeof why, &retry),
+                     WF_EOVERLOAD);
+    ck_assert_msg(strstr(why, "even alone") != NULL, "%s", why);
+    ck_assert(retry >= 0);
+    /* Fill the model with 8 images x 200 steps (>= 400 ms in waves of 4), then ask for a
+     * short deadline: refused, and told to come back after the held work. */
+    wf_image_spec big = {.model = f.model, .n = 8, .negative_label = -1, .sampler = -1,
+                         .num_steps = 200, .seed = 2};
+    wf_image_request *held;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &big, &f.events, NULL, &held, why, sizeof why, NULL),
+                     WF_OK);
+    sp.num_steps = 10;
+    sp.deadline_ns = wf_clock_now_ns() + 60ull * 1000000ull; /* alone: ~20 ms, fits */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, NULL, &req, why, sizeof why, &retry),
+                     WF_EOVERLOAD);
+    ck_assert_msg(strstr(why, "held") != NULL, "%s", why);
+    ck_assert_msg(retry > 0.1, "Retry-After %.3f s for >= 400 ms of held work", retry);
+    int images;
+    ck_assert_int_eq(finish_one(&f, held, &images), WF_OK);
+    ck_assert_int_eq(images, 8);
+    wf_image_sched_stats st;
+    wf_image_sched_get_stats(f.s, &st);
+    ck_assert_uint_eq(st.overloaded, 2);
+    close_fake(&f);
+}
+END_TEST
+
+/* Admission predicts in the plan's order: behind a full batch of work due later (no deadline),
+ * a request with a close deadline is admitted, since it overtakes that work at the next step
+ * boundary, and it does finish first. */
+START_TEST(admission_counts_only_work_due_earlier) {
+    fake_fixture f;
+    open_fake(&f, 2000, 2000);
+    char why[160];
+    double retry = -1;
+    wf_image_spec big = {.model = f.model, .n = 4, .negative_label = -1, .sampler = -1,
+                         .num_steps = 200, .seed = 2}; /* fills max_items, due whenever */
+    wf_image_request *held, *req;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &big, &f.events, NULL, &held, why, sizeof why, NULL),
+                     WF_OK);
+    wf_image_spec sp = {.model = f.model, .n = 1, .negative_label = -1, .sampler = -1,
+                        .num_steps = 10, .seed = 1};
+    sp.deadline_ns = wf_clock_now_ns() + 60ull * 1000000ull; /* ~20 ms of steps; the big: >= 400 ms */
+    ck_assert_msg(wf_image_sched_submit(f.s, &sp, &f.events, NULL, &req, why, sizeof why, &retry) ==
+                  WF_OK, "%s", why);
+    wf_image_request *order[2];
+    int n_done = 0;
+    while (n_done < 2) {
+        ck_assert(wf_handoff_wait(&f.events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f.events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                ck_assert_int_eq(ev->status, WF_OK);
+                order[n_done++] = ev->request;
+                wf_image_sched_release(f.s, ev->request);
+            }
+            wf_image_event_free(ev);
+        }
+    }
+    ck_assert_ptr_eq(order[0], req); /* overtook the held work */
+    ck_assert_ptr_eq(order[1], held);
+    close_fake(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("sched/images");
     TCase *tc = tcase_create("core");
@@ -255,6 +509,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, cancel_at_step_boundary);
     tcase_add_test(tc, admission_errors);
     tcase_add_test(tc, deadline_admission);
+    tcase_add_test(tc, admission_recovers_from_slow_calibration);
+    tcase_add_test(tc, refusals_say_why_and_when);
+    tcase_add_test(tc, admission_counts_only_work_due_earlier);
     suite_add_tcase(s, tc);
     return s;
 }
