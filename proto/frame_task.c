@@ -14,6 +14,11 @@
 #define RESULT_MIN (8u + 1u + 4u + 2u + 8u + 8u)
 #define RESULT_SAMPLE_MIN (8u + 1u + 4u + 4u + 1u)
 
+static uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
 static bool kind_is_llm(wf_task_kind k) { return k == WF_TASK_PREFILL || k == WF_TASK_DECODE; }
 static bool kind_is_dit(wf_task_kind k) {
     return k == WF_TASK_ENCODE || k == WF_TASK_DENOISE || k == WF_TASK_DECODE_IMAGE;
@@ -196,12 +201,21 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
             float a = wf__fr_f32(&r, "task.kv_accuracy");
             uint32_t codec = wf__fr_u32(&r, "task.kv_codec");
             uint32_t noise_index = wf__fr_u32(&r, "task.noise_index");
+            bool llm = r.st == WF_OK && kind_is_llm(out->tasks[i].kind);
+            bool dit = r.st == WF_OK && kind_is_dit(out->tasks[i].kind);
             if (r.st == WF_OK && !(a >= 0.0f && a <= 1.0f))
                 wf__fr_fail(&r, WF_ERANGE, "task %u: kv_accuracy %g outside [0, 1]", i, (double)a);
-            else if (r.st == WF_OK && kind_is_llm(out->tasks[i].kind)) {
+            /* Fields of another kind must be 0 (one encoding per batch: decode then encode
+             * gives the same bytes). */
+            else if (r.st == WF_OK && !llm && (f32_bits(a) != 0 || codec != 0))
+                wf__fr_fail(&r, WF_EPROTO, "task %u: kv_accuracy/kv_codec on a task that is not "
+                            "PREFILL or DECODE", i);
+            else if (r.st == WF_OK && !dit && noise_index != 0)
+                wf__fr_fail(&r, WF_EPROTO, "task %u: noise_index on a task that is not a DiT task", i);
+            else if (llm) {
                 out->tasks[i].llm.kv_accuracy = a;
                 out->tasks[i].llm.kv_codec = codec;
-            } else if (r.st == WF_OK && kind_is_dit(out->tasks[i].kind)) {
+            } else if (dit) {
                 out->tasks[i].dit.noise_index = noise_index;
             }
         }

@@ -585,6 +585,24 @@ START_TEST(dispatch_kv_trailer) {
     wf_task_batch d0;
     ck_assert_int_eq(decode_batch(len - 16, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
     ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
+    /* a field of another kind must be 0, so that decode-then-encode gives the same bytes (the
+     * frame fuzzer found a DiT task with a kv_codec): a noise index on a DECODE task, a codec
+     * on a DENOISE task, and a negative zero accuracy on a DENOISE task are refused */
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(plen - 4, 1);
+    expect_decode(len, WF_EPROTO, "noise_index");
+    len = known_batch(WF_TASK_DENOISE);
+    uint32_t dlen = payload_len();
+    patch_u32(dlen - 8, 5);
+    expect_decode(len, WF_EPROTO, "kv_codec");
+    len = known_batch(WF_TASK_DENOISE);
+    patch_u32(dlen - 12, 0x80000000u);
+    expect_decode(len, WF_EPROTO, "kv_accuracy");
+    len = known_batch(WF_TASK_DENOISE);
+    patch_u32(dlen - 4, 3);
+    reseal(frame_buf, dlen);
+    ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert_uint_eq(d.tasks[0].dit.noise_index, 3);
 }
 END_TEST
 
