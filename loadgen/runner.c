@@ -457,7 +457,10 @@ static bool maybe_retry(req *q, wf_status st) {
     else r->head = q->next;
     if (q->next) q->next->prev = q->prev;
     q->prev = q->next = NULL;
-    uv_timer_start(&q->retry_timer, on_retry, (delay + 999999) / 1000000, 0);
+    /* libuv counts in whole milliseconds of a cached loop time: refresh it and wait one
+     * millisecond more, so the request is never re-sent before its Retry-After has passed. */
+    uv_update_time(&r->loop);
+    uv_timer_start(&q->retry_timer, on_retry, (delay + 999999) / 1000000 + 1, 0);
     return true;
 }
 
