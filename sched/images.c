@@ -43,6 +43,7 @@ struct wf_image_request {
     void *user;
     uint64_t seq;
     uint8_t *pixels;
+    uint8_t *preview;  /* n images' latest previews (spec.preview_every > 0), else NULL */
     size_t image_bytes;
     item *items;
     bool cancelled, failed, finished, released;
@@ -61,6 +62,7 @@ struct wf_image_request {
 typedef struct task_ref {
     wf_image_request *req;
     int index;
+    bool preview; /* a DECODE_IMAGE into req->preview */
 } task_ref;
 
 typedef struct model {
@@ -92,6 +94,7 @@ typedef struct model {
     long remaining;      /* image-steps not yet run by unfinished requests */
     wf_image_request *held; /* unfinished requests, under s->lock (submit links, finish unlinks) */
     int active_images;   /* images of unfinished requests */
+    wf_image_sched_stats stats; /* this model's share of the scheduler's stats (s->lock) */
 } model;
 
 struct wf_image_sched {
@@ -235,6 +238,30 @@ static void emit_image(wf_image_request *r, int index, const wf_image_geometry *
     push_event(r, ev);
 }
 
+/* The event owns a copy: the next preview of the image overwrites r->preview while the
+ * consumer may still be encoding this one. */
+static void emit_preview(wf_image_request *r, int index, const wf_image_geometry *g) {
+    wf_image_event *ev = calloc(1, sizeof *ev + r->image_bytes);
+    if (!ev) {
+        fail_request(r, WF_ENOMEM, "out of memory for a preview event");
+        return;
+    }
+    ev->request = r;
+    ev->user = r->user;
+    ev->kind = WF_IMAGE_EVENT_PREVIEW;
+    ev->t_ns = wf_clock_now_ns();
+    ev->index = index;
+    ev->step = r->items[index].step;
+    ev->n_steps = r->spec.num_steps;
+    uint8_t *px = (uint8_t *)(ev + 1);
+    memcpy(px, r->preview + (size_t)index * r->image_bytes, r->image_bytes);
+    ev->pixels = px;
+    ev->width = g->width;
+    ev->height = g->height;
+    ev->channels = g->channels;
+    push_event(r, ev);
+}
+
 static void fail_request(wf_image_request *r, wf_status st, const char *fmt, ...) {
     if (r->failed || r->finished) return;
     r->failed = true;
@@ -317,8 +344,8 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         snprintf(why, whylen, "unknown image model");
         return WF_EINVAL;
     }
-    if (spec->n < 1 || spec->num_steps < 1) {
-        snprintf(why, whylen, "n and num_inference_steps must be at least 1");
+    if (spec->n < 1 || spec->num_steps < 1 || spec->preview_every < 0) {
+        snprintf(why, whylen, "n and num_inference_steps must be at least 1, preview_every at least 0");
         return WF_EINVAL;
     }
     model *m = &s->models[spec->model];
@@ -362,14 +389,18 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         }
     }
     if (st != WF_OK) {
-        s->stats.rejected++;
-        if (st == WF_EOVERLOAD) s->stats.overloaded++;
+        for (int k = 0; k < 2; k++) {
+            wf_image_sched_stats *x = k ? &m->stats : &s->stats;
+            x->rejected++;
+            if (st == WF_EOVERLOAD) x->overloaded++;
+        }
         pthread_mutex_unlock(&s->lock);
         return st;
     }
     s->held++;
     s->unfinished++;
     s->stats.submitted++;
+    m->stats.submitted++;
     model *mm = &s->models[spec->model];
     mm->remaining += (long)spec->n * spec->num_steps;
     mm->active_images += spec->n;
@@ -379,12 +410,14 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     if (r) {
         r->items = calloc((size_t)spec->n, sizeof *r->items);
         r->pixels = malloc(image_bytes * (size_t)spec->n);
+        if (spec->preview_every > 0) r->preview = malloc(image_bytes * (size_t)spec->n);
         r->finished_ev = new_event(r, WF_IMAGE_EVENT_FINISHED);
     }
-    if (!r || !r->items || !r->pixels || !r->finished_ev) {
+    if (!r || !r->items || !r->pixels || !r->finished_ev || (spec->preview_every > 0 && !r->preview)) {
         if (r) {
             free(r->items);
             free(r->pixels);
+            free(r->preview);
             free(r->finished_ev);
         }
         free(r);
@@ -394,6 +427,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         m->remaining -= (long)spec->n * spec->num_steps;
         m->active_images -= spec->n;
         s->stats.rejected++;
+        m->stats.rejected++;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->lock);
         snprintf(why, whylen, "out of memory for %d images", spec->n);
@@ -419,6 +453,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         pthread_mutex_unlock(&s->lock);
         free(r->items);
         free(r->pixels);
+        free(r->preview);
         free(r->finished_ev);
         free(r);
         pthread_mutex_lock(&s->lock);
@@ -457,6 +492,7 @@ const uint8_t *wf_image_request_pixels(const wf_image_request *req) { return req
 static void free_request(wf_image_request *r) {
     free(r->items);
     free(r->pixels);
+    free(r->preview);
     free(r->finished_ev);
     free(r);
 }
@@ -498,16 +534,19 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     m->active_images -= r->spec.n;
     r->remaining = 0;
     pthread_cond_broadcast(&s->idle);
-    if (ev->status == WF_OK) {
-        s->stats.finished++;
-        double e2e = (double)(ev->finished_ns - r->queued_ns) / 1e6;
-        hist_add(s->stats.e2e_ms_hist, e2e / 10);
-        s->stats.e2e_ms_sum += e2e;
-        if (r->started_ns) s->stats.queue_ms_sum += (double)(r->started_ns - r->queued_ns) / 1e6;
-    } else if (ev->status == WF_ECANCELLED) {
-        s->stats.cancelled++;
-    } else {
-        s->stats.failed++;
+    for (int k = 0; k < 2; k++) {
+        wf_image_sched_stats *x = k ? &m->stats : &s->stats;
+        if (ev->status == WF_OK) {
+            x->finished++;
+            double e2e = (double)(ev->finished_ns - r->queued_ns) / 1e6;
+            hist_add(x->e2e_ms_hist, e2e / 10);
+            x->e2e_ms_sum += e2e;
+            if (r->started_ns) x->queue_ms_sum += (double)(r->started_ns - r->queued_ns) / 1e6;
+        } else if (ev->status == WF_ECANCELLED) {
+            x->cancelled++;
+        } else {
+            x->failed++;
+        }
     }
     pthread_mutex_unlock(&s->lock);
     if (r->failed)
@@ -592,7 +631,18 @@ static void plan_request(wf_image_sched *s, model *m, wf_image_request *r, int *
             t->dit.step_begin = it->step;
             t->dit.step_end = end;
             (*denoise)++;
-            if (end == r->spec.num_steps) add_task(s, m, r, i, WF_TASK_DECODE_IMAGE);
+            int every = r->spec.preview_every;
+            if (end == r->spec.num_steps) {
+                add_task(s, m, r, i, WF_TASK_DECODE_IMAGE);
+            } else if (every > 0 && end / every > it->step / every) {
+                /* A preview: decodes the latent as this chunk leaves it (the executor runs
+                 * DECODE_IMAGE after DENOISE). */
+                wf_task *d = add_task(s, m, r, i, WF_TASK_DECODE_IMAGE);
+                if (d) {
+                    d->dit.pixels = r->preview + (size_t)i * r->image_bytes;
+                    m->refs[m->batch.n_tasks - 1].preview = true;
+                }
+            }
         }
         it->state = ITEM_BUSY;
     }
@@ -684,6 +734,8 @@ static void complete_model(wf_image_sched *s, model *m) {
             it->step = t->dit.latent.latent.step;
             it->state = ITEM_READY;
             if (!r->cancelled && !r->failed) emit_progress(r, idx);
+        } else if (t->kind == WF_TASK_DECODE_IMAGE && m->refs[i].preview) {
+            if (!r->cancelled && !r->failed) emit_preview(r, idx, &m->g);
         } else if (t->kind == WF_TASK_DECODE_IMAGE) {
             it->state = ITEM_DECODED;
             r->images_done++;
@@ -691,13 +743,24 @@ static void complete_model(wf_image_sched *s, model *m) {
         }
     }
     pthread_mutex_lock(&s->lock);
-    s->stats.batches++;
+    int decoded = 0;
+    for (int i = 0; i < m->batch.n_tasks; i++)
+        decoded += m->tasks[i].kind == WF_TASK_DECODE_IMAGE && !m->refs[i].preview &&
+                   m->tasks[i].status == WF_OK && m->batch_status == WF_OK;
+    for (int k = 0; k < 2; k++) {
+        wf_image_sched_stats *x = k ? &m->stats : &s->stats;
+        x->batches++;
+        x->images += (uint64_t)decoded;
+        if (max_chunk > 0) {
+            double ms = (double)(now - m->dispatched_ns) / 1e6 / max_chunk;
+            x->steps += (uint64_t)max_chunk;
+            x->step_ms_avg = x->step_ms_avg == 0 ? ms : 0.9 * x->step_ms_avg + 0.1 * ms;
+            hist_add(x->step_ms_hist, ms);
+            x->step_ms_sum += ms;
+        }
+    }
     if (max_chunk > 0) {
         double ms = (double)(now - m->dispatched_ns) / 1e6 / max_chunk;
-        s->stats.steps += (uint64_t)max_chunk;
-        s->stats.step_ms_avg = s->stats.step_ms_avg == 0 ? ms : 0.9 * s->stats.step_ms_avg + 0.1 * ms;
-        hist_add(s->stats.step_ms_hist, ms);
-        s->stats.step_ms_sum += ms;
         /* Online correction of the cost model from every batch that ran: measured over
          * calibrated, smoothed so that stale estimates decay toward fresh measurements within
          * a few dozen steps (a model calibrated on a busy machine recovers as soon as batches
@@ -712,10 +775,6 @@ static void complete_model(wf_image_sched *s, model *m) {
             }
         }
     }
-    for (int i = 0; i < m->batch.n_tasks; i++)
-        if (m->tasks[i].kind == WF_TASK_DECODE_IMAGE && m->tasks[i].status == WF_OK &&
-            m->batch_status == WF_OK)
-            s->stats.images++;
     pthread_mutex_unlock(&s->lock);
     m->batch.n_tasks = 0;
 }
@@ -1023,6 +1082,17 @@ void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out) {
     *out = s->stats;
     out->running = s->held;
     pthread_mutex_unlock(&s->lock);
+}
+
+bool wf_image_sched_get_model_stats(wf_image_sched *s, int model_id, wf_image_sched_stats *out) {
+    if (model_id < 0 || model_id >= s->n_models) return false;
+    const model *m = &s->models[model_id];
+    pthread_mutex_lock(&s->lock);
+    *out = m->stats;
+    out->running = 0;
+    for (const wf_image_request *r = m->held; r; r = r->held_next) out->running++;
+    pthread_mutex_unlock(&s->lock);
+    return true;
 }
 
 void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapshot *, void *),

@@ -13,7 +13,8 @@
  *     wf_image_request *req; char why[160];
  *     if (wf_image_sched_submit(s, &spec, &events, conn, &req, why, sizeof why) != WF_OK) 503/400;
  *     // events (wf_image_event on the caller's wf_handoff): PROGRESS (when spec.progress),
- *     // IMAGE (one per image: pixels valid until release), then exactly one FINISHED.
+ *     // PREVIEW (when spec.preview_every), IMAGE (one per image: pixels valid until release),
+ *     // then exactly one FINISHED.
  *     wf_image_sched_cancel(s, req);        // client gone: stops at its next step boundary
  *     wf_image_sched_release(s, req);       // after FINISHED: frees the request
  *     wf_image_sched_free(s);
@@ -79,6 +80,9 @@ typedef struct wf_image_spec {
     int priority;
     uint64_t deadline_ns;   /* CLOCK_MONOTONIC; 0: none */
     bool progress;          /* send PROGRESS events */
+    int preview_every;      /* > 0: a PREVIEW of each image whenever its step passes a multiple
+                             * of this (not at the last step): its current latent decoded (a
+                             * DECODE_IMAGE riding in the same batch), noisy early on */
 } wf_image_spec;
 
 typedef struct wf_image_request wf_image_request;
@@ -87,6 +91,7 @@ typedef enum wf_image_event_kind {
     WF_IMAGE_EVENT_PROGRESS = 0, /* an image finished a DENOISE chunk */
     WF_IMAGE_EVENT_IMAGE,        /* an image is decoded */
     WF_IMAGE_EVENT_FINISHED,     /* the request ended (the last event) */
+    WF_IMAGE_EVENT_PREVIEW,      /* spec.preview_every: an image's current latent decoded */
 } wf_image_event_kind;
 
 typedef struct wf_image_event {
@@ -95,8 +100,9 @@ typedef struct wf_image_event {
     void *user;
     wf_image_event_kind kind;
     int index;                   /* PROGRESS, IMAGE: which image */
-    int step, n_steps;           /* PROGRESS: steps done of n_steps */
-    const uint8_t *pixels;       /* IMAGE: height x width x channels bytes, valid until release */
+    int step, n_steps;           /* PROGRESS, PREVIEW: steps done of n_steps */
+    const uint8_t *pixels;       /* IMAGE: height x width x channels bytes, valid until release;
+                                  * PREVIEW: the event's own copy, valid until the event is freed */
     int width, height, channels;
     wf_status status;            /* FINISHED: WF_OK, WF_ECANCELLED or the error */
     char message[160];           /* FINISHED with an error */
@@ -166,6 +172,8 @@ typedef struct wf_image_sched_stats {
 } wf_image_sched_stats;
 
 void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out);
+/* The same counters for one model (running: its unfinished requests). false: no such model. */
+bool wf_image_sched_get_model_stats(wf_image_sched *s, int model, wf_image_sched_stats *out);
 
 typedef struct wf_image_snapshot {
     char id[WF_REQUEST_ID_MAX];

@@ -26,6 +26,8 @@ struct wf_img_gen {
     int64_t created;
     bool streaming;
     uint64_t deadline_ns;
+    int priority;              /* the SLO class its metrics count in */
+    int previews_sent[MAX_N]; /* per image: OpenAI's partial_image_index */
     char id[WF_REQUEST_ID_MAX];
 };
 
@@ -84,7 +86,7 @@ static void class_list(const wf_server_image_model *m, char *out, size_t cap) {
 static const char *const known_keys[] = {
     "model", "prompt", "n", "size", "response_format", "output_format", "user", "class_label",
     "num_inference_steps", "guidance_scale", "seed", "sampler", "negative_class_label", "slo",
-    "priority", "stream", "quality", "style", NULL};
+    "priority", "stream", "quality", "style", "preview_every", "partial_images", NULL};
 
 void wf__images_handle(wf_server *s, wf_http_request *req) {
     if (!s->ready) {
@@ -264,6 +266,28 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
         stream = json_is_true(v);
     }
 
+    /* Previews: weft's preview_every (steps), or OpenAI's partial_images (0..3) spread evenly. */
+    v = json_object_get(root, "preview_every");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MAX_STEPS)
+            BAD("preview_every", "'preview_every' must be an integer from 1 to %d (denoising steps "
+                                 "between previews)", MAX_STEPS);
+        if (!stream) BAD("preview_every", "'preview_every' needs \"stream\": true (previews are stream events)");
+        spec.preview_every = (int)json_integer_value(v);
+    }
+    v = json_object_get(root, "partial_images");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 3)
+            BAD("partial_images", "'partial_images' must be an integer from 0 to 3");
+        if (json_integer_value(v) > 0 && !stream)
+            BAD("partial_images", "'partial_images' needs \"stream\": true (previews are stream events)");
+        if (json_integer_value(v) > 0 && spec.preview_every)
+            BAD("partial_images", "give 'partial_images' or 'preview_every', not both");
+        int k = (int)json_integer_value(v);
+        if (k > 0) spec.preview_every = (spec.num_steps + k) / (k + 1); /* k previews before the end */
+        if (spec.preview_every < 1 && k > 0) spec.preview_every = 1;
+    }
+
     g = calloc(1, sizeof *g);
     if (!g) {
         wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
@@ -276,6 +300,7 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     g->num_steps = spec.num_steps;
     g->streaming = stream;
     g->deadline_ns = spec.deadline_ns;
+    g->priority = spec.priority;
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "img-%016" PRIx64, wf_clock_now_ns() ^ ((uint64_t)++s->next_id << 40));
     snprintf(spec.id, sizeof spec.id, "%s", g->id);
@@ -288,6 +313,8 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
         free(g);
         g = NULL;
         if (st == WF_EINVAL) BAD(NULL, "%s", why);
+        wf_image_class_metrics *mc = wf_metrics_image_class(&s->metrics, m->sched_model, spec.priority);
+        if (mc) mc->rejected++;
         if (st == WF_EOVERLOAD) {
             s->metrics.requests_rejected_overload++;
             wf__server_error(s, req, 429, "rate_limit_error", "slo.deadline_ms", "deadline_unreachable",
@@ -356,6 +383,22 @@ static void on_event(wf_server *s, wf_image_event *ev) {
         }
         return;
     }
+    if (ev->kind == WF_IMAGE_EVENT_PREVIEW) {
+        if (g->http && g->streaming) {
+            bool ok = true;
+            /* OpenAI's ImageGenPartialImageEvent, plus id, index and the step it shows */
+            wf_jbuf_printf(b, "{\"type\":\"image_generation.partial_image\",\"id\":\"%s\",\"index\":%d,"
+                              "\"partial_image_index\":%d,\"step\":%d,\"num_inference_steps\":%d,"
+                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"png\","
+                              "\"quality\":\"auto\",\"size\":\"%dx%d\",",
+                           g->id, ev->index, g->previews_sent[ev->index]++, ev->step, ev->n_steps,
+                           (long long)g->created, ev->width, ev->height);
+            write_b64_png(b, ev, &ok);
+            wf_jbuf_cstr(b, "}");
+            if (ok && !b->failed) sse(g, b);
+        }
+        return;
+    }
     if (ev->kind == WF_IMAGE_EVENT_IMAGE) {
         if (g->http && g->streaming) {
             bool ok = true;
@@ -372,20 +415,22 @@ static void on_event(wf_server *s, wf_image_event *ev) {
         return;
     }
     /* FINISHED: the whole response (non-streaming) from the pixels the request still holds. */
-    wf_metrics *mt = &s->metrics;
-    if (ev->status == WF_OK) {
-        mt->image_success++;
-        wf_histogram_observe(&mt->image_e2e, (double)(ev->finished_ns - ev->queued_ns) / 1e9);
-        if (ev->started_ns)
-            wf_histogram_observe(&mt->image_queue, (double)(ev->started_ns - ev->queued_ns) / 1e9);
-    } else if (ev->status == WF_ECANCELLED) {
-        mt->image_cancelled++;
-    } else {
-        mt->image_error++;
-    }
-    if (g->deadline_ns) {
-        mt->image_deadline_total++;
-        mt->image_deadline_met += ev->status == WF_OK && ev->finished_ns <= g->deadline_ns;
+    wf_image_class_metrics *mc = wf_metrics_image_class(&s->metrics, g->model->sched_model, g->priority);
+    if (mc) {
+        if (ev->status == WF_OK) {
+            mc->success++;
+            wf_histogram_observe(&mc->e2e, (double)(ev->finished_ns - ev->queued_ns) / 1e9);
+            if (ev->started_ns)
+                wf_histogram_observe(&mc->queue, (double)(ev->started_ns - ev->queued_ns) / 1e9);
+        } else if (ev->status == WF_ECANCELLED) {
+            mc->cancelled++;
+        } else {
+            mc->error++;
+        }
+        if (g->deadline_ns) {
+            mc->deadline_total++;
+            mc->deadline_met += ev->status == WF_OK && ev->finished_ns <= g->deadline_ns;
+        }
     }
     if (g->http) {
         if (ev->status != WF_OK) {

@@ -33,8 +33,26 @@ void wf_metrics_init(wf_metrics *m) {
     SET_BOUNDS(m->tpot, itl_bounds);
     SET_BOUNDS(m->prompt_len, len_bounds);
     SET_BOUNDS(m->gen_len, len_bounds);
-    SET_BOUNDS(m->image_e2e, latency_bounds);
-    SET_BOUNDS(m->image_queue, latency_bounds);
+    for (int i = 0; i < WF_METRICS_MAX_IMAGE_MODELS; i++)
+        for (int k = 0; k <= WF_SLO_CLASSES; k++) {
+            SET_BOUNDS(m->image[i][k].e2e, latency_bounds);
+            SET_BOUNDS(m->image[i][k].queue, latency_bounds);
+        }
+}
+
+wf_image_class_metrics *wf_metrics_image_class(wf_metrics *m, int model, int priority) {
+    if (model < 0 || model >= WF_METRICS_MAX_IMAGE_MODELS) return NULL;
+    wf_image_class_metrics *c = m->image[model];
+    for (int k = 0; k < WF_SLO_CLASSES; k++) {
+        if (c[k].used && c[k].priority == priority) return &c[k];
+        if (!c[k].used) {
+            c[k].used = true;
+            c[k].priority = priority;
+            return &c[k];
+        }
+    }
+    c[WF_SLO_CLASSES].used = true;
+    return &c[WF_SLO_CLASSES];
 }
 
 void wf_histogram_observe(wf_histogram *h, double v) {
@@ -92,24 +110,32 @@ static void gauge(wf_jbuf *b, const char *name, const char *help, const char *mo
     sample_d(b, name, model, v);
 }
 
-static void histogram(wf_jbuf *b, const char *name, const char *help, const char *model,
-                      const wf_histogram *h) {
-    header(b, name, "histogram", help);
+/* One histogram's samples; extra: more labels (",priority=\"1\"") or NULL. */
+static void histogram_samples(wf_jbuf *b, const char *name, const char *model, const char *extra,
+                              const wf_histogram *h) {
+    if (!extra) extra = "";
     uint64_t cum = 0;
     for (int i = 0; i < h->n_bounds; i++) {
         cum += h->buckets[i];
         wf_jbuf_printf(b, "%s_bucket{le=\"%g\",model_name=\"", name, h->bounds[i]);
         label_value(b, model);
-        wf_jbuf_printf(b, "\"} %llu\n", (unsigned long long)cum);
+        wf_jbuf_printf(b, "\"%s} %llu\n", extra, (unsigned long long)cum);
     }
     wf_jbuf_printf(b, "%s_bucket{le=\"+Inf\",model_name=\"", name);
     label_value(b, model);
-    wf_jbuf_printf(b, "\"} %llu\n", (unsigned long long)h->count);
+    wf_jbuf_printf(b, "\"%s} %llu\n", extra, (unsigned long long)h->count);
+    wf_jbuf_printf(b, "%s_sum{model_name=\"", name);
+    label_value(b, model);
+    wf_jbuf_printf(b, "\"%s} %.17g\n", extra, h->sum);
     char n[128];
-    snprintf(n, sizeof n, "%s_sum", name);
-    sample_d(b, n, model, h->sum);
     snprintf(n, sizeof n, "%s_count", name);
-    sample_u(b, n, model, NULL, h->count);
+    sample_u(b, n, model, extra, h->count);
+}
+
+static void histogram(wf_jbuf *b, const char *name, const char *help, const char *model,
+                      const wf_histogram *h) {
+    header(b, name, "histogram", help);
+    histogram_samples(b, name, model, NULL, h);
 }
 
 /* Per-group state: one series per group, labelled group and rank. */
@@ -322,36 +348,99 @@ static void render_slo(const wf_metrics *m, const char *model, wf_jbuf *b) {
     }
 }
 
-void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_image_sched_stats *st,
-                              wf_jbuf *b) {
+static void class_label(const wf_image_class_metrics *c, int k, char *out, size_t cap) {
+    if (k == WF_SLO_CLASSES) snprintf(out, cap, ",priority=\"other\"");
+    else snprintf(out, cap, ",priority=\"%d\"", c->priority);
+}
+
+/* Runs the statement (the variadic part) for each used class of every model: one family's
+ * samples. */
+#define FOR_CLASSES(m, names, n_models, extra, c, ...)                                           \
+    for (int mi_ = 0; mi_ < (n_models) && mi_ < WF_METRICS_MAX_IMAGE_MODELS; mi_++)              \
+        for (int k_ = 0; k_ <= WF_SLO_CLASSES; k_++) {                                          \
+            const wf_image_class_metrics *c = &(m)->image[mi_][k_];                             \
+            const char *model_ = (names)[mi_];                                                  \
+            if (!c->used) continue;                                                             \
+            class_label(c, k_, extra, sizeof extra);                                            \
+            __VA_ARGS__;                                                                        \
+        }
+
+void wf_metrics_render_images(const wf_metrics *m, const char *const *names,
+                              const wf_image_sched_stats *st, int n_models, wf_jbuf *b) {
+    char extra[64];
     const char *name = "weft:image_requests_total";
-    header(b, name, "counter", "Image requests ended, by outcome.");
-    sample_u(b, name, model, ",status=\"success\"", m->image_success);
-    sample_u(b, name, model, ",status=\"error\"", m->image_error);
-    sample_u(b, name, model, ",status=\"cancelled\"", m->image_cancelled);
-    counter(b, "weft:image_requests_rejected_total",
-            "Image requests refused at admission (queue full, draining, deadline out of reach).", model,
-            st->rejected);
-    counter(b, "weft:images_generated_total", "Images decoded.", model, st->images);
-    counter(b, "weft:image_denoise_steps_total", "Denoising steps run (batched steps count once).",
-            model, st->steps);
-    gauge(b, "weft:image_requests_running", "Image requests held by the image scheduler.", model,
-          st->running);
-    /* The scheduler's step histogram has fixed millisecond bounds (sched/images.h). */
-    wf_histogram step = {.bounds = NULL};
-    static const double step_bounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0};
-    SET_BOUNDS(step, step_bounds);
-    for (int i = 0; i < 12; i++) {
-        if (i < 11) step.buckets[i] = st->step_ms_hist[i];
-        step.count += st->step_ms_hist[i];
+    header(b, name, "counter", "Image requests ended, by outcome, per model and SLO class (priority).");
+    FOR_CLASSES(m, names, n_models, extra, c, {
+        static const char *const status[] = {"success", "error", "cancelled"};
+        const uint64_t v[] = {c->success, c->error, c->cancelled};
+        for (int i = 0; i < 3; i++) {
+            char lab[96];
+            snprintf(lab, sizeof lab, "%s,status=\"%s\"", extra, status[i]);
+            sample_u(b, name, model_, lab, v[i]);
+        }
+    });
+    name = "weft:image_requests_rejected_total";
+    header(b, name, "counter",
+           "Image requests refused by the image scheduler (queue full, draining, deadline out of reach).");
+    FOR_CLASSES(m, names, n_models, extra, c, sample_u(b, name, model_, extra, c->rejected));
+    name = "weft:image_e2e_request_latency_seconds";
+    header(b, name, "histogram", "Image request end-to-end latency (successful requests).");
+    FOR_CLASSES(m, names, n_models, extra, c, histogram_samples(b, name, model_, extra, &c->e2e));
+    name = "weft:image_queue_time_seconds";
+    header(b, name, "histogram", "Image request time before its first task ran (successful requests).");
+    FOR_CLASSES(m, names, n_models, extra, c, histogram_samples(b, name, model_, extra, &c->queue));
+    name = "weft:image_slo_requests_total";
+    header(b, name, "counter", "Image requests with slo.deadline_ms that ended.");
+    FOR_CLASSES(m, names, n_models, extra, c, sample_u(b, name, model_, extra, c->deadline_total));
+    name = "weft:image_slo_met_total";
+    header(b, name, "counter", "Image requests with slo.deadline_ms that finished within it.");
+    FOR_CLASSES(m, names, n_models, extra, c, sample_u(b, name, model_, extra, c->deadline_met));
+    name = "weft:image_slo_attainment";
+    header(b, name, "gauge",
+           "Image requests with slo.deadline_ms that finished within it (fraction; 1 when none).");
+    for (int i = 0; i < n_models && i < WF_METRICS_MAX_IMAGE_MODELS; i++) {
+        uint64_t total = 0, met = 0;
+        for (int k = 0; k <= WF_SLO_CLASSES; k++) {
+            total += m->image[i][k].deadline_total;
+            met += m->image[i][k].deadline_met;
+        }
+        wf_jbuf_printf(b, "%s{model_name=\"", name);
+        label_value(b, names[i]);
+        wf_jbuf_printf(b, "\",priority=\"all\"} %.6g\n", total ? (double)met / (double)total : 1.0);
     }
-    step.sum = st->step_ms_sum / 1000.0;
-    histogram(b, "weft:image_step_seconds", "Time of one denoising step of a batch.", model, &step);
-    histogram(b, "weft:image_e2e_request_latency_seconds", "Image request end-to-end latency.",
-              model, &m->image_e2e);
-    histogram(b, "weft:image_queue_time_seconds", "Image request time before its first task ran.",
-              model, &m->image_queue);
-    gauge(b, "weft:image_slo_attainment",
-          "Image requests with slo.deadline_ms that finished within it (fraction; 1 when none).", model,
-          m->image_deadline_total ? (double)m->image_deadline_met / (double)m->image_deadline_total : 1.0);
+    FOR_CLASSES(m, names, n_models, extra, c, {
+        wf_jbuf_printf(b, "%s{model_name=\"", name);
+        label_value(b, model_);
+        wf_jbuf_printf(b, "\"%s} %.6g\n", extra,
+                       c->deadline_total ? (double)c->deadline_met / (double)c->deadline_total : 1.0);
+    });
+    /* Per model: the scheduler's counters. */
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"weft:images_generated_total", "counter", "Images decoded."},
+        {"weft:image_denoise_steps_total", "counter", "Denoising steps run (batched steps count once)."},
+        {"weft:image_requests_running", "gauge", "Image requests held by the image scheduler."},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        header(b, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < n_models; i++) {
+            uint64_t v = f == 0 ? st[i].images : f == 1 ? st[i].steps : (uint64_t)st[i].running;
+            sample_u(b, fam[f].name, names[i], NULL, v);
+        }
+    }
+    /* The scheduler's step histogram has fixed millisecond bounds (sched/images.h). */
+    static const double step_bounds[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0};
+    name = "weft:image_step_seconds";
+    header(b, name, "histogram", "Time of one denoising step of a batch.");
+    for (int i = 0; i < n_models; i++) {
+        wf_histogram step = {.bounds = NULL};
+        SET_BOUNDS(step, step_bounds);
+        for (int k = 0; k < 12; k++) {
+            if (k < 11) step.buckets[k] = st[i].step_ms_hist[k];
+            step.count += st[i].step_ms_hist[k];
+        }
+        step.sum = st[i].step_ms_sum / 1000.0;
+        histogram_samples(b, name, names[i], NULL, &step);
+    }
 }

@@ -45,6 +45,18 @@ typedef struct wf_slo_class {
     } win[WF_SLO_WINDOW_S];
 } wf_slo_class;
 
+/* Image requests of one model and SLO class (the request's priority, as for text), observed at
+ * their end on the loop thread. */
+#define WF_METRICS_MAX_IMAGE_MODELS WF_IMAGE_SCHED_MAX_MODELS
+
+typedef struct wf_image_class_metrics {
+    bool used;
+    int priority;
+    uint64_t success, error, cancelled, rejected;
+    uint64_t deadline_total, deadline_met; /* requests with slo.deadline_ms */
+    wf_histogram e2e, queue;
+} wf_image_class_metrics;
+
 /* HTTP statuses counted by weft:http_requests_total{status=...} (others count as "other"). */
 #define WF_METRICS_N_STATUS 14
 
@@ -56,13 +68,17 @@ typedef struct wf_metrics {
     uint64_t requests_rejected_overload, requests_rejected_full;
     wf_slo_class slo_all;                  /* every finished sequence */
     wf_slo_class slo[WF_SLO_CLASSES];      /* by priority */
-    /* image requests (server/images.c), observed at their end */
-    wf_histogram image_e2e, image_queue;
-    uint64_t image_success, image_error, image_cancelled;
-    uint64_t image_deadline_total, image_deadline_met; /* requests with slo.deadline_ms */
+    /* image requests (server/images.c), per image model (its scheduler id) and priority; a
+     * priority past the first WF_SLO_CLASSES of a model counts in that model's "other" class
+     * (priority label "other"), so no request goes uncounted */
+    wf_image_class_metrics image[WF_METRICS_MAX_IMAGE_MODELS][WF_SLO_CLASSES + 1];
 } wf_metrics;
 
 void wf_metrics_init(wf_metrics *m);
+/* The class of an image request of scheduler model `model` (0..WF_METRICS_MAX_IMAGE_MODELS-1)
+ * and priority: claimed on first use; the model's "other" class once its WF_SLO_CLASSES are
+ * taken. NULL for a model id out of range. */
+wf_image_class_metrics *wf_metrics_image_class(wf_metrics *m, int model, int priority);
 void wf_metrics_count_status(wf_metrics *m, int status);
 /* One finished sequence (a failed one counts with both false). */
 void wf_metrics_observe_slo(wf_metrics *m, int priority, bool ttft_met, bool tpot_met, uint64_t now_ns);
@@ -72,12 +88,17 @@ void wf_slo_class_window(const wf_slo_class *c, uint64_t now_ns, uint32_t *finis
 void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_stats *stats,
                        wf_jbuf *out);
 
-/* The image series: weft:image_requests_total{status}, weft:image_requests_rejected_total,
- * weft:images_generated_total, weft:image_denoise_steps_total, weft:image_requests_running,
- * weft:image_step_seconds (per denoising step of a batch), weft:image_e2e_request_latency_seconds,
- * weft:image_queue_time_seconds, weft:image_slo_attainment (deadline requests that met it). */
-void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_image_sched_stats *st,
-                              wf_jbuf *b);
+/* The image series, each labelled model_name (the image model); per SLO class (label priority)
+ * too where a request has one: weft:image_requests_total{status}, weft:image_requests_rejected_total
+ * (refused by the scheduler: queue full, draining, deadline out of reach),
+ * weft:image_e2e_request_latency_seconds, weft:image_queue_time_seconds,
+ * weft:image_slo_requests_total and weft:image_slo_met_total (requests with slo.deadline_ms, and
+ * those that finished within it), weft:image_slo_attainment (met / total; 1 when none; also
+ * priority="all"); per model only: weft:images_generated_total, weft:image_denoise_steps_total,
+ * weft:image_requests_running, weft:image_step_seconds (per denoising step of a batch).
+ * names[i] and st[i] describe scheduler model i. */
+void wf_metrics_render_images(const wf_metrics *m, const char *const *names,
+                              const wf_image_sched_stats *st, int n_models, wf_jbuf *b);
 
 /* One worker rank (weftd --workers), for /health, /admin/stats and /metrics. */
 typedef struct wf_server_rank {

@@ -355,10 +355,23 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
     wf_jbuf b = {0};
     wf_metrics_render(&s->metrics, s->model_id, s->ready ? &st : NULL, &b);
     if (s->ready && s->images) {
-        wf_image_sched_stats ist;
-        wf_image_sched_get_stats(s->images, &ist);
-        wf_metrics_render_images(&s->metrics, s->n_image_models == 1 ? s->image_models[0].id : "images",
-                                 &ist, &b);
+        /* Indexed by scheduler model id, as the metrics are. */
+        wf_image_sched_stats ist[WF_METRICS_MAX_IMAGE_MODELS];
+        const char *names[WF_METRICS_MAX_IMAGE_MODELS] = {0};
+        int n = 0;
+        for (int i = 0; i < s->n_image_models; i++) {
+            int id = s->image_models[i].sched_model;
+            if (id < 0 || id >= WF_METRICS_MAX_IMAGE_MODELS) continue;
+            names[id] = s->image_models[i].id;
+            if (!wf_image_sched_get_model_stats(s->images, id, &ist[id])) memset(&ist[id], 0, sizeof ist[id]);
+            if (id + 1 > n) n = id + 1;
+        }
+        for (int i = 0; i < n; i++)
+            if (!names[i]) { /* a scheduler model no route names: never counted, but keep ids aligned */
+                names[i] = "unnamed";
+                memset(&ist[i], 0, sizeof ist[i]);
+            }
+        wf_metrics_render_images(&s->metrics, names, ist, n, &b);
     }
     if (s->ready && s->backend.ranks) {
         wf_server_rank r[WF_SERVER_MAX_RANKS];

@@ -152,6 +152,75 @@ def test_stream_progress_and_final_image(weftd):
     assert events[-1]["type"] == "image_generation.done"
 
 
+def stream_events(weftd, body):
+    c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
+    c.request("POST", "/v1/images/generations", body=json.dumps({**body, "stream": True}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    events = [json.loads(line[6:]) for line in r.read().decode().split("\n")
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    c.close()
+    return events
+
+
+def test_stream_previews(weftd):
+    """preview_every k: a partial_image event per image at steps k, 2k, ... (not the last), each a
+    decodable PNG of the asked size, after that step's progress event; the final images are the
+    ones a request without previews gets."""
+    events = stream_events(weftd, {"model": DIT_ID, "prompt": "3", "n": 2, "seed": 12,
+                                   "num_inference_steps": 7, "preview_every": 3})
+    prev = [e for e in events if e["type"] == "image_generation.partial_image"]
+    assert sorted((e["index"], e["step"]) for e in prev) == [(0, 3), (0, 6), (1, 3), (1, 6)]
+    for e in prev:
+        assert e["partial_image_index"] == e["step"] // 3 - 1 and e["num_inference_steps"] == 7
+        assert read_png(base64.b64decode(e["b64_json"])).shape == (8, 8, 1)
+        at = events.index(e)
+        assert any(p["type"] == "image_generation.progress" and p["index"] == e["index"] and p["step"] == e["step"]
+                   for p in events[:at])
+    # the step-6 preview is closer to the final image than the step-3 one (it sharpens)
+    final = {e["index"]: read_png(base64.b64decode(e["b64_json"])).astype(int)
+             for e in events if e["type"] == "image_generation.completed"}
+    for i in (0, 1):
+        d = {e["step"]: np.abs(read_png(base64.b64decode(e["b64_json"])).astype(int) - final[i]).sum()
+             for e in prev if e["index"] == i}
+        assert d[6] <= d[3], d
+    plain = generate(weftd, model=DIT_ID, prompt="3", n=2, seed=12, num_inference_steps=7)
+    done = sorted((e["index"], base64.b64decode(e["b64_json"])) for e in events
+                  if e["type"] == "image_generation.completed")
+    assert [p for _, p in done] == plain
+    # OpenAI's partial_images: that many previews per image
+    events = stream_events(weftd, {"model": DIT_ID, "prompt": "3", "num_inference_steps": 8, "partial_images": 3})
+    assert [e["step"] for e in events if e["type"] == "image_generation.partial_image"] == [2, 4, 6]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"preview_every": 2}, "preview_every"),
+    ({"preview_every": 0, "stream": True}, "preview_every"),
+    ({"preview_every": "2", "stream": True}, "preview_every"),
+    ({"partial_images": 4, "stream": True}, "partial_images"),
+    ({"partial_images": 1}, "partial_images"),
+    ({"partial_images": 1, "preview_every": 2, "stream": True}, "partial_images"),
+])
+def test_bad_preview_input(weftd, body, param):
+    code, _, data = post(weftd, "/v1/images/generations", {"model": DIT_ID, "prompt": "1", **body})
+    assert code == 400, data
+    assert json.loads(data)["error"]["param"] == param
+
+
+def test_openai_client_stream_partial_images(client):
+    """The official client parses the previews as ImageGenPartialImageEvent."""
+    stream = client.images.generate(model=DIT_ID, prompt="8", stream=True, partial_images=2,
+                                    extra_body={"seed": 5, "num_inference_steps": 6})
+    parts, done = [], []
+    for ev in stream:
+        if ev.type == "image_generation.partial_image":
+            parts.append((ev.partial_image_index, read_png(base64.b64decode(ev.b64_json)).shape))
+        elif ev.type == "image_generation.completed":
+            done.append(ev)
+    assert parts == [(0, (8, 8, 1)), (1, (8, 8, 1))] and len(done) == 1
+
+
 def test_disconnect_cancels_at_step_boundary(weftd):
     before = json.loads(weftd.status("/admin/stats")[1])["images"]
     c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
@@ -269,6 +338,62 @@ def test_metrics_and_admin_progress(weftd):
     assert len(running) == 1 and 0 < running[0]["progress"] < 1, st
     c.sock.close()
     c.close()
+
+
+def metric_samples(text, name):
+    """{frozenset(labels): value} of one series' samples."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        labels, value = line[len(name) + 1:].rsplit("} ", 1)
+        pairs = frozenset(tuple(p.split("=", 1)) for p in labels.replace('"', "").split(","))
+        out[pairs] = float(value)
+    return out
+
+
+def one(samples, **labels):
+    want = {(k, str(v)) for k, v in labels.items()}
+    got = [v for k, v in samples.items() if want <= k]
+    assert len(got) == 1, (labels, samples)
+    return got[0]
+
+
+def test_metrics_per_model_and_slo_class(weftd):
+    """Counters, histograms and attainment carry model_name and the SLO class (priority)."""
+    for _ in range(2):
+        generate(weftd, model=DIT_ID, prompt="1", num_inference_steps=3, priority=41,
+                 slo={"deadline_ms": 120000})
+    generate(weftd, model=DIT_ID, prompt="2", num_inference_steps=3, priority=42)
+    code, _, _ = post(weftd, "/v1/images/generations",
+                      {"model": DIT_ID, "prompt": "5", "n": 10, "num_inference_steps": 900,
+                       "priority": 43, "slo": {"deadline_ms": 1}})
+    assert code == 429
+    text = weftd.status("/metrics")[1].decode()
+    req = metric_samples(text, "weft:image_requests_total")
+    assert one(req, model_name=DIT_ID, priority=41, status="success") == 2
+    assert one(req, model_name=DIT_ID, priority=41, status="error") == 0
+    assert one(req, model_name=DIT_ID, priority=42, status="success") == 1
+    assert one(metric_samples(text, "weft:image_requests_rejected_total"), model_name=DIT_ID, priority=43) == 1
+    assert one(metric_samples(text, "weft:image_requests_rejected_total"), model_name=DIT_ID, priority=41) == 0
+    e2e = metric_samples(text, "weft:image_e2e_request_latency_seconds_count")
+    assert one(e2e, model_name=DIT_ID, priority=41) == 2 and one(e2e, model_name=DIT_ID, priority=42) == 1
+    inf = metric_samples(text, "weft:image_queue_time_seconds_bucket")
+    assert one(inf, model_name=DIT_ID, priority=41, le="+Inf") == 2
+    assert one(metric_samples(text, "weft:image_e2e_request_latency_seconds_sum"), model_name=DIT_ID, priority=41) > 0
+    assert one(metric_samples(text, "weft:image_slo_requests_total"), model_name=DIT_ID, priority=41) == 2
+    assert one(metric_samples(text, "weft:image_slo_met_total"), model_name=DIT_ID, priority=41) == 2
+    att = metric_samples(text, "weft:image_slo_attainment")
+    assert one(att, model_name=DIT_ID, priority=41) == 1.0
+    assert one(att, model_name=DIT_ID, priority=42) == 1.0  # no deadline: nothing missed
+    assert 0 <= one(att, model_name=DIT_ID, priority="all") <= 1
+    steps = metric_samples(text, "weft:image_step_seconds_count")
+    assert one(steps, model_name=DIT_ID) >= 9  # 3 requests x 3 steps, batched steps count once
+    assert one(metric_samples(text, "weft:images_generated_total"), model_name=DIT_ID) >= 3
+    # every sample of an image family names its model
+    for line in text.splitlines():
+        if line.startswith("weft:image"):
+            assert f'model_name="{DIT_ID}"' in line, line
 
 
 def test_responses_match_openapi(weftd):
