@@ -9,6 +9,7 @@
 
 #include "engine/dit/sampler.h"
 #include "proto/base/clock.h"
+#include "server/imgenc.h"
 #include "server/png.h"
 #include "server/server_impl.h"
 
@@ -28,6 +29,8 @@ struct wf_img_gen {
     uint64_t deadline_ns;
     int priority;              /* the SLO class its metrics count in */
     int previews_sent[MAX_N]; /* per image: OpenAI's partial_image_index */
+    wf_image_format format;   /* output_format */
+    int quality;              /* output_compression (JPEG, WebP) */
     char id[WF_REQUEST_ID_MAX];
 };
 
@@ -86,7 +89,8 @@ static void class_list(const wf_server_image_model *m, char *out, size_t cap) {
 static const char *const known_keys[] = {
     "model", "prompt", "n", "size", "response_format", "output_format", "user", "class_label",
     "num_inference_steps", "guidance_scale", "seed", "sampler", "negative_class_label", "slo",
-    "priority", "stream", "quality", "style", "preview_every", "partial_images", NULL};
+    "priority", "stream", "quality", "style", "preview_every", "partial_images",
+    "output_compression", NULL};
 
 void wf__images_handle(wf_server *s, wf_http_request *req) {
     if (!s->ready) {
@@ -169,9 +173,25 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
         if (strcmp(json_string_value(v), "b64_json") != 0)
             BAD("response_format", "'response_format' must be \"b64_json\"");
     }
+    wf_image_format format = WF_IMAGE_FORMAT_PNG;
     v = json_object_get(root, "output_format");
-    if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "png") != 0))
-        BAD("output_format", "'output_format' must be \"png\" (the only format weft encodes)");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v) || !wf_image_format_parse(json_string_value(v), &format))
+            BAD("output_format", "'output_format' must be \"png\", \"jpeg\" or \"webp\"");
+        char why[160];
+        if (!wf_image_format_supports(format, m->geometry.channels, why, sizeof why))
+            BAD("output_format", "'output_format' %s for %.200s: %s", wf_image_format_name(format), m->id, why);
+    }
+    int quality = 100; /* OpenAI's default output_compression */
+    v = json_object_get(root, "output_compression");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100)
+            BAD("output_compression", "'output_compression' must be an integer from 0 to 100");
+        if (format == WF_IMAGE_FORMAT_PNG)
+            BAD("output_compression", "'output_compression' applies to \"jpeg\" and \"webp\" only "
+                                      "(png is lossless)");
+        quality = (int)json_integer_value(v);
+    }
     v = json_object_get(root, "user");
     if (v && !json_is_null(v) && !json_is_string(v)) BAD("user", "'user' must be a string");
     v = json_object_get(root, "quality");
@@ -301,6 +321,8 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     g->streaming = stream;
     g->deadline_ns = spec.deadline_ns;
     g->priority = spec.priority;
+    g->format = format;
+    g->quality = quality;
     g->created = (int64_t)time(NULL);
     snprintf(g->id, sizeof g->id, "img-%016" PRIx64, wf_clock_now_ns() ^ ((uint64_t)++s->next_id << 40));
     snprintf(spec.id, sizeof spec.id, "%s", g->id);
@@ -340,19 +362,21 @@ out:
 
 /* ---- events ----------------------------------------------------------------------------- */
 
-/* "b64_json":"<base64 PNG>" */
-static void write_b64_png(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
-    wf_jbuf png = {0};
-    if (wf_png_encode(ev->pixels, ev->width, ev->height, ev->channels, &png) != WF_OK) *ok = false;
+/* "b64_json":"<base64 file in the request's output_format>" */
+static void write_b64_image(wf_jbuf *b, const wf_img_gen *g, const wf_image_event *ev, bool *ok) {
+    wf_jbuf file = {0};
+    if (wf_image_encode(g->format, ev->pixels, ev->width, ev->height, ev->channels, g->quality,
+                        &file) != WF_OK)
+        *ok = false;
     wf_jbuf_cstr(b, "\"b64_json\":\"");
-    wf_base64_append(b, png.data, png.len);
+    wf_base64_append(b, file.data, file.len);
     wf_jbuf_cstr(b, "\"");
-    wf_jbuf_free(&png);
+    wf_jbuf_free(&file);
 }
 
-static void write_image_json(wf_jbuf *b, const wf_image_event *ev, bool *ok) {
+static void write_image_json(wf_jbuf *b, const wf_img_gen *g, const wf_image_event *ev, bool *ok) {
     wf_jbuf_cstr(b, "{");
-    write_b64_png(b, ev, ok);
+    write_b64_image(b, g, ev, ok);
     wf_jbuf_cstr(b, ",\"revised_prompt\":null}");
 }
 
@@ -389,11 +413,11 @@ static void on_event(wf_server *s, wf_image_event *ev) {
             /* OpenAI's ImageGenPartialImageEvent, plus id, index and the step it shows */
             wf_jbuf_printf(b, "{\"type\":\"image_generation.partial_image\",\"id\":\"%s\",\"index\":%d,"
                               "\"partial_image_index\":%d,\"step\":%d,\"num_inference_steps\":%d,"
-                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"png\","
+                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"%s\","
                               "\"quality\":\"auto\",\"size\":\"%dx%d\",",
                            g->id, ev->index, g->previews_sent[ev->index]++, ev->step, ev->n_steps,
-                           (long long)g->created, ev->width, ev->height);
-            write_b64_png(b, ev, &ok);
+                           (long long)g->created, wf_image_format_name(g->format), ev->width, ev->height);
+            write_b64_image(b, g, ev, &ok);
             wf_jbuf_cstr(b, "}");
             if (ok && !b->failed) sse(g, b);
         }
@@ -404,10 +428,11 @@ static void on_event(wf_server *s, wf_image_event *ev) {
             bool ok = true;
             /* OpenAI's ImageGenCompletedEvent (one per image), plus id and index */
             wf_jbuf_printf(b, "{\"type\":\"image_generation.completed\",\"id\":\"%s\",\"index\":%d,"
-                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"png\","
+                              "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"%s\","
                               "\"quality\":\"auto\",\"size\":\"%dx%d\",",
-                           g->id, ev->index, (long long)g->created, ev->width, ev->height);
-            write_b64_png(b, ev, &ok);
+                           g->id, ev->index, (long long)g->created, wf_image_format_name(g->format),
+                           ev->width, ev->height);
+            write_b64_image(b, g, ev, &ok);
             wf_jbuf_cstr(b, ",\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
                             "\"input_tokens_details\":{\"image_tokens\":0,\"text_tokens\":0}}}");
             sse(g, b);
@@ -462,13 +487,14 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                 if (i) wf_jbuf_cstr(b, ",");
                 wf_image_event img = {.pixels = px + (size_t)i * bytes, .width = geo->width,
                                       .height = geo->height, .channels = geo->channels};
-                write_image_json(b, &img, &ok);
+                write_image_json(b, g, &img, &ok);
             }
             wf_jbuf_cstr(b, "]");
             write_usage(b, g, ev);
             wf_jbuf_cstr(b, "}");
             if (!ok || b->failed)
-                wf__server_error(s, g->http, 500, "server_error", NULL, NULL, 0, "PNG encoding failed");
+                wf__server_error(s, g->http, 500, "server_error", NULL, NULL, 0, "%s encoding failed",
+                                 wf_image_format_name(g->format));
             else
                 wf__server_respond(s, g->http, 200, "application/json", NULL, b->data, b->len);
         }

@@ -221,6 +221,55 @@ def test_openai_client_stream_partial_images(client):
     assert parts == [(0, (8, 8, 1)), (1, (8, 8, 1))] and len(done) == 1
 
 
+def decode_any(data):
+    """Pixels [H, W] (gray) of a JPEG or WebP file, decoded by Pillow (its own libjpeg/libwebp)."""
+    from PIL import Image
+    import io
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.format, np.asarray(img.convert("L"), dtype=np.int32)
+
+
+@pytest.mark.parametrize("fmt,magic,pil", [("jpeg", b"\xff\xd8", "JPEG"), ("webp", b"RIFF", "WEBP")])
+def test_output_format_jpeg_webp(weftd, fmt, magic, pil):
+    """The same image as the PNG, encoded as asked (lossy: close, not equal), in the plain
+    response and in the stream's completed and partial_image events."""
+    pytest.importorskip("PIL")
+    png = generate(weftd, model=DIT_ID, prompt="7", seed=21, num_inference_steps=6)[0]
+    want = read_png(png)[:, :, 0].astype(np.int32)
+    got = generate(weftd, model=DIT_ID, prompt="7", seed=21, num_inference_steps=6, output_format=fmt)[0]
+    assert got[:len(magic)] == magic
+    kind, px = decode_any(got)
+    assert kind == pil and px.shape == (8, 8)
+    assert np.abs(px - want).mean() < 12, (px, want)
+    # lower output_compression: still a valid file of the size
+    low = generate(weftd, model=DIT_ID, prompt="7", seed=21, num_inference_steps=6, output_format=fmt,
+                   output_compression=10)[0]
+    assert decode_any(low)[1].shape == (8, 8)
+    events = stream_events(weftd, {"model": DIT_ID, "prompt": "7", "seed": 21, "num_inference_steps": 6,
+                                   "output_format": fmt, "preview_every": 3})
+    for e in events:
+        if e["type"] in ("image_generation.completed", "image_generation.partial_image"):
+            assert e["output_format"] == fmt
+            assert decode_any(base64.b64decode(e["b64_json"]))[0] == pil
+    done = [e for e in events if e["type"] == "image_generation.completed"]
+    assert base64.b64decode(done[0]["b64_json"]) == got  # the same encoder, the same bytes
+
+
+@pytest.mark.parametrize("body,param,words", [
+    ({"output_format": "gif"}, "output_format", "webp"),
+    ({"output_format": 3}, "output_format", "png"),
+    ({"output_compression": 50}, "output_compression", "png is lossless"),
+    ({"output_format": "jpeg", "output_compression": 101}, "output_compression", "0 to 100"),
+    ({"output_format": "webp", "output_compression": "high"}, "output_compression", "integer"),
+])
+def test_bad_output_format(weftd, body, param, words):
+    code, _, data = post(weftd, "/v1/images/generations", {"model": DIT_ID, "prompt": "1", **body})
+    assert code == 400, data
+    err = json.loads(data)["error"]
+    assert err["param"] == param and words in err["message"], err
+
+
 def test_disconnect_cancels_at_step_boundary(weftd):
     before = json.loads(weftd.status("/admin/stats")[1])["images"]
     c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
@@ -263,7 +312,7 @@ BAD = [
     ({"prompt": "3", "num_inference_steps": 100000}, 400, "num_inference_steps"),
     ({"prompt": "3", "num_inference_steps": 1000}, 400, "num_inference_steps"),  # leading spacing: <= 999
     ({"prompt": "3", "response_format": "url"}, 400, "response_format"),
-    ({"prompt": "3", "output_format": "jpeg"}, 400, "output_format"),
+    ({"prompt": "3", "output_format": "tiff"}, 400, "output_format"),
     ({"prompt": "3", "guidance_scale": -1}, 400, "guidance_scale"),
     ({"prompt": "3", "seed": -4}, 400, "seed"),
     ({"prompt": "3", "sampler": "heun"}, 400, "sampler"),
