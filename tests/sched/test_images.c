@@ -65,6 +65,8 @@ static void close_fixture(fixture *f) {
 typedef struct outcome {
     wf_status status;
     int progress, images;
+    int previews, preview_step[32], preview_index[32];
+    uint8_t last_preview[64];
     uint8_t pixels[10 * 64];
     bool finished;
 } outcome;
@@ -84,6 +86,12 @@ static void collect(fixture *f, wf_image_request **reqs, outcome *out, int n,
                 o->progress++;
                 if (cancel_after_progress > 0 && o->progress == cancel_after_progress)
                     wf_image_sched_cancel(f->s, reqs[i]);
+            } else if (ev->kind == WF_IMAGE_EVENT_PREVIEW) {
+                ck_assert_int_lt(o->previews, 32);
+                ck_assert_int_eq(ev->width * ev->height * ev->channels, (int)f->image_bytes);
+                o->preview_step[o->previews] = ev->step;
+                o->preview_index[o->previews++] = ev->index;
+                memcpy(o->last_preview, ev->pixels, f->image_bytes);
             } else if (ev->kind == WF_IMAGE_EVENT_IMAGE) {
                 memcpy(o->pixels + (size_t)ev->index * f->image_bytes, ev->pixels, f->image_bytes);
                 o->images++;
@@ -182,6 +190,59 @@ START_TEST(cancel_at_step_boundary) {
     ck_assert_int_eq(out[0].status, WF_OK);
     ck_assert_int_eq(out[0].images, 8);
     close_fixture(&f);
+}
+END_TEST
+
+/* Previews every 2 steps of 7: chunk 1 shows steps 2, 4, 6 of each image; chunk 3 shows the
+ * chunk ends that passed a multiple (3 and 6); never the last step; the final images are those
+ * of a request without previews. Per-model stats match the scheduler's (one model). */
+static void run_previews(int chunk, int every, outcome *out) {
+    fixture f;
+    open_fixture(&f, chunk, true, 64);
+    memset(out, 0, sizeof *out);
+    wf_image_spec sp = spec_of(f.model, 0);
+    sp.n = 2;
+    sp.num_steps = 7;
+    sp.preview_every = every;
+    wf_image_request *req;
+    char why[160];
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &sp, &f.events, out, &req, why, sizeof why, NULL), WF_OK);
+    collect(&f, &req, out, 1, 0);
+    ck_assert_int_eq(out->status, WF_OK);
+    wf_image_sched_stats all, one;
+    wf_image_sched_get_stats(f.s, &all);
+    ck_assert(wf_image_sched_get_model_stats(f.s, f.model, &one));
+    ck_assert(!wf_image_sched_get_model_stats(f.s, f.model + 1, &one));
+    ck_assert(!wf_image_sched_get_model_stats(f.s, -1, &one));
+    ck_assert(wf_image_sched_get_model_stats(f.s, f.model, &one));
+    ck_assert_uint_eq(one.finished, all.finished);
+    ck_assert_uint_eq(one.images, 2); /* previews are not images */
+    ck_assert_uint_eq(one.steps, all.steps);
+    ck_assert_uint_eq(one.batches, all.batches);
+    close_fixture(&f);
+}
+
+START_TEST(previews_every_k_steps) {
+    static outcome plain, c1, c3;
+    run_previews(1, 0, &plain);
+    ck_assert_int_eq(plain.previews, 0);
+    run_previews(1, 2, &c1);
+    run_previews(3, 2, &c3);
+    ck_assert_int_eq(c1.previews, 6);
+    ck_assert_int_eq(c3.previews, 4);
+    int want1[] = {2, 4, 6}, want3[] = {3, 6};
+    for (int img = 0; img < 2; img++) {
+        int k1 = 0, k3 = 0;
+        for (int i = 0; i < c1.previews; i++)
+            if (c1.preview_index[i] == img) ck_assert_int_eq(c1.preview_step[i], want1[k1++]);
+        for (int i = 0; i < c3.previews; i++)
+            if (c3.preview_index[i] == img) ck_assert_int_eq(c3.preview_step[i], want3[k3++]);
+        ck_assert_int_eq(k1, 3);
+        ck_assert_int_eq(k3, 2);
+    }
+    ck_assert_int_eq(memcmp(plain.pixels, c1.pixels, 2 * 64), 0);
+    ck_assert_int_eq(memcmp(plain.pixels, c3.pixels, 2 * 64), 0);
+    ck_assert_int_eq(c1.images, 2);
 }
 END_TEST
 
@@ -507,6 +568,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, batching_invariance);
     tcase_add_test(tc, cancel_at_step_boundary);
+    tcase_add_test(tc, previews_every_k_steps);
     tcase_add_test(tc, admission_errors);
     tcase_add_test(tc, deadline_admission);
     tcase_add_test(tc, admission_recovers_from_slow_calibration);
