@@ -141,6 +141,7 @@ void wf_image_sched_options_init(wf_image_sched_options *o) {
     o->chunk_steps = WF_DEFAULT_IMAGE_CHUNK_STEPS;
     o->batching = true;
     o->queue_size = 1024;
+    o->fcfs = false;
 }
 
 wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **out) {
@@ -282,7 +283,8 @@ static double step_ms(const model *m, int images) {
 
 /* Whether held request r is planned before a new request of spec: earliest deadline, then
  * priority, then arrival (the new one arrives last), as the plan orders them. */
-static bool due_before(const wf_image_request *r, const wf_image_spec *spec) {
+static bool due_before(const wf_image_sched *s, const wf_image_request *r, const wf_image_spec *spec) {
+    if (s->o.fcfs) return true; /* every held request arrived earlier */
     uint64_t dr = r->spec.deadline_ns ? r->spec.deadline_ns : UINT64_MAX;
     uint64_t dn = spec->deadline_ns ? spec->deadline_ns : UINT64_MAX;
     if (dr != dn) return dr < dn;
@@ -296,7 +298,8 @@ static bool due_before(const wf_image_request *r, const wf_image_spec *spec) {
  * first, so only the work due before it is ahead, served max_items images at a time; unless
  * its images would not get latents at once (the held images fill the executor's latents and
  * keep them until they finish): then all held work is ahead. */
-static double predict_ms(const model *m, const wf_image_spec *spec, double *drain_ms) {
+static double predict_ms(const wf_image_sched *s, const model *m, const wf_image_spec *spec,
+                         double *drain_ms) {
     int n = spec->n, steps = spec->num_steps;
     double full = step_ms(m, m->g.max_items);
     double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
@@ -306,7 +309,7 @@ static double predict_ms(const model *m, const wf_image_spec *spec, double *drai
         ahead = 0;
         ahead_images = 0;
         for (const wf_image_request *r = m->held; r; r = r->held_next)
-            if (due_before(r, spec)) {
+            if (due_before(s, r, spec)) {
                 ahead += r->remaining;
                 ahead_images += r->spec.n;
             }
@@ -363,7 +366,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         snprintf(why, whylen, "%d image requests are already queued", s->held);
         st = WF_EFULL;
     } else if (spec->deadline_ns && m->cost_ok) {
-        double drain_ms, ms = predict_ms(m, spec, &drain_ms);
+        double drain_ms, ms = predict_ms(s, m, spec, &drain_ms);
         double best_ms = alone_floor_ms(m, spec->n, spec->num_steps);
         uint64_t now = wf_clock_now_ns();
         double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
@@ -561,8 +564,9 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     }
 }
 
-/* Deadline, then priority, then arrival. */
-static bool before(const wf_image_request *a, const wf_image_request *b) {
+/* Deadline, then priority, then arrival; with o.fcfs arrival only. */
+static bool before(const wf_image_sched *s, const wf_image_request *a, const wf_image_request *b) {
+    if (s->o.fcfs) return a->seq < b->seq;
     uint64_t da = a->spec.deadline_ns ? a->spec.deadline_ns : UINT64_MAX;
     uint64_t db = b->spec.deadline_ns ? b->spec.deadline_ns : UINT64_MAX;
     if (da != db) return da < db;
@@ -664,7 +668,7 @@ static void plan_model(wf_image_sched *s, model *m) {
     if (!s->o.batching && (!m->solo || m->solo->cancelled || m->solo->failed)) {
         m->solo = NULL;
         for (wf_image_request *r = m->head; r; r = r->next)
-            if (!r->cancelled && !r->failed && (!m->solo || before(r, m->solo))) m->solo = r;
+            if (!r->cancelled && !r->failed && (!m->solo || before(s, r, m->solo))) m->solo = r;
     }
     /* Requests in order: repeatedly the first one not planned yet. Lists are bounded by
      * queue_size and a plan runs once per batch. */
@@ -672,7 +676,7 @@ static void plan_model(wf_image_sched *s, model *m) {
     for (;;) {
         wf_image_request *best = NULL;
         for (wf_image_request *r = m->head; r; r = r->next)
-            if (!r->planned && (!best || before(r, best))) best = r;
+            if (!r->planned && (!best || before(s, r, best))) best = r;
         if (!best) break;
         best->planned = true;
         bool stop = best->cancelled || best->failed;

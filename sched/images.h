@@ -54,6 +54,8 @@
 typedef struct wf_image_sched_options {
     int chunk_steps;  /* denoising steps per DENOISE task (default 1: join at every step) */
     bool batching;    /* step-level batching across requests (default true) */
+    bool fcfs;        /* order by arrival only, ignoring deadlines and priorities (default false:
+                       * earliest deadline first): the baseline of the mixed-load benchmark */
     int queue_size;   /* requests held at once before WF_EFULL (default 1024) */
 } wf_image_sched_options;
 

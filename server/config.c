@@ -40,6 +40,7 @@ static const option_spec options[] = {
     {"image-chunk-steps", OPT_INT, FIELD(image_chunk_steps), 1, 1000, "N", "denoising steps per DENOISE task of an image request (default 1: requests join a batch at every step)"},
     {"image-batching", OPT_BOOL, FIELD(image_batching), 0, 1, NULL, "step-level batching of image requests of one model (default true; false runs one request at a time)"},
     {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, earliest deadline first, instead of running both thread pools at once (default true)"},
+    {"image-order", OPT_STRING, FIELD(image_order), 0, 0, "edf|fcfs", "order of image requests: edf (earliest deadline, then priority, then arrival; default) or fcfs (arrival only: the baseline of the mixed-load benchmark)"},
     {"image-max-batch", OPT_INT, FIELD(image_max_batch), 1, 256, "N", "images per DiT forward pass (default 8)"},
     {"host", OPT_STRING, FIELD(host), 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
     {"port", OPT_INT, FIELD(port), 0, 65535, "N", "TCP port (default 8080; 0 picks a free port)"},
@@ -490,6 +491,8 @@ int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t err
     }
     if (cfg->api_key_file && load_key_file(cfg, cfg->api_key_file, err, errlen) < 0) return -1;
     if (resolve_models(cfg, err, errlen) < 0) return -1;
+    if (cfg->image_order && strcmp(cfg->image_order, "edf") != 0 && strcmp(cfg->image_order, "fcfs") != 0)
+        return fail(err, errlen, "--image-order must be edf or fcfs, not '%.40s'", cfg->image_order);
     return check_roles(cfg, err, errlen);
 }
 

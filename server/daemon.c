@@ -77,6 +77,7 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
     wf_image_sched_options_init(&io);
     io.chunk_steps = p->image_chunk_steps > 0 ? p->image_chunk_steps : 1;
     io.batching = p->image_batching;
+    io.fcfs = p->image_fcfs;
     io.queue_size = p->queue_size;
     wf_status st = wf_image_sched_new(&io, &d->images);
     if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler: %s", wf_status_str(st));

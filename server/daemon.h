@@ -58,6 +58,7 @@ typedef struct wf_daemon_params {
     int n_dits;
     int image_chunk_steps;
     bool image_batching;
+    bool image_fcfs;         /* image requests by arrival only (default: EDF) */
     int image_max_batch;
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */

@@ -82,6 +82,7 @@ static void *load_main(void *arg) {
     p.n_dits = d->cfg.n_dits;
     p.image_chunk_steps = d->cfg.image_chunk_steps;
     p.image_batching = d->cfg.image_batching != 0;
+    p.image_fcfs = d->cfg.image_order && strcmp(d->cfg.image_order, "fcfs") == 0;
     p.image_max_batch = d->cfg.image_max_batch;
     p.share_cores = d->cfg.share_cores != 0;
     p.kv_profiles = d->cfg.kv_profiles;

@@ -23,6 +23,9 @@ typedef struct fixture {
     size_t image_bytes;
 } fixture;
 
+/* The order the next open_fixture's scheduler uses (the fcfs test sets it, then clears it). */
+static bool fixture_fcfs;
+
 static void open_fixture(fixture *f, int chunk, bool batching, int queue) {
     memset(f, 0, sizeof *f);
     char err[400];
@@ -44,6 +47,7 @@ static void open_fixture(fixture *f, int chunk, bool batching, int queue) {
     o.chunk_steps = chunk;
     o.batching = batching;
     o.queue_size = queue;
+    o.fcfs = fixture_fcfs;
     ck_assert_int_eq(wf_image_sched_new(&o, &f->s), WF_OK);
     wf_image_geometry g = {.width = in->image_width, .height = in->image_height,
                            .channels = in->image_channels, .latent_channels = in->latent_channels,
@@ -243,6 +247,52 @@ START_TEST(previews_every_k_steps) {
     ck_assert_int_eq(memcmp(plain.pixels, c1.pixels, 2 * 64), 0);
     ck_assert_int_eq(memcmp(plain.pixels, c3.pixels, 2 * 64), 0);
     ck_assert_int_eq(c1.images, 2);
+}
+END_TEST
+
+/* Which of A (first, no deadline, long) and B (second, a deadline, short) ends first: with
+ * both filling a batch (4 images each, max_items 4), EDF runs B ahead of A at the next step
+ * boundary, FCFS keeps A's slots until it ends. */
+static int first_finished(bool fcfs) {
+    fixture_fcfs = fcfs;
+    fixture f;
+    open_fixture(&f, 1, true, 64);
+    fixture_fcfs = false;
+    wf_image_spec a = spec_of(f.model, 0), b = spec_of(f.model, 1);
+    a.n = b.n = 4;
+    a.num_steps = 60;
+    b.num_steps = 4;
+    a.progress = b.progress = false;
+    b.deadline_ns = wf_clock_now_ns() + 60000000000ull;
+    outcome out[2];
+    memset(out, 0, sizeof out);
+    wf_image_request *reqs[2];
+    char why[160];
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &a, &f.events, &out[0], &reqs[0], why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &b, &f.events, &out[1], &reqs[1], why, sizeof why, NULL), WF_OK);
+    int first = -1;
+    for (int left = 2; left > 0;) {
+        ck_assert(wf_handoff_wait(&f.events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f.events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                int i = (int)((outcome *)ev->user - out);
+                ck_assert_int_eq(ev->status, WF_OK);
+                if (first < 0) first = i;
+                wf_image_sched_release(f.s, reqs[i]);
+                left--;
+            }
+            wf_image_event_free(ev);
+        }
+    }
+    close_fixture(&f);
+    return first;
+}
+
+START_TEST(fcfs_order_ignores_deadlines) {
+    ck_assert_int_eq(first_finished(false), 1);
+    ck_assert_int_eq(first_finished(true), 0);
 }
 END_TEST
 
@@ -569,6 +619,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, batching_invariance);
     tcase_add_test(tc, cancel_at_step_boundary);
     tcase_add_test(tc, previews_every_k_steps);
+    tcase_add_test(tc, fcfs_order_ignores_deadlines);
     tcase_add_test(tc, admission_errors);
     tcase_add_test(tc, deadline_admission);
     tcase_add_test(tc, admission_recovers_from_slow_calibration);

@@ -135,6 +135,15 @@ START_TEST(models_of_both_kinds) {
     ck_assert_str_eq(cfg.dit_names[0], "digits");
     ck_assert_int_eq(cfg.image_chunk_steps, 4);
     ck_assert_int_eq(cfg.image_batching, 0);
+    ck_assert_ptr_null(cfg.image_order); /* edf */
+    wf_config_free(&cfg);
+    char *argv_o[] = {"weftd", "--model", (char *)dit, "--image-order", "fcfs", NULL};
+    ck_assert_msg(parse(&cfg, argv_o, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.image_order, "fcfs");
+    wf_config_free(&cfg);
+    char *argv_bad[] = {"weftd", "--model", (char *)dit, "--image-order", "lifo", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_bad, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--image-order must be edf or fcfs"));
     wf_config_free(&cfg);
     /* a DiT alone: the default LLM is served beside it */
     char *argv2[] = {"weftd", "--model", (char *)dit, NULL};
