@@ -109,11 +109,16 @@ def main():
     ap.add_argument("--duration", type=float, default=20)
     ap.add_argument("--chat-clients", type=int, default=2)
     ap.add_argument("--image-rate", type=float, default=2)
+    ap.add_argument("--phases", default="chat,images,chat+images",
+                    help="comma list of chat, images, chat+images (bench/images/order.sh runs "
+                         "chat alone beside weft-bench's image workload)")
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
-    phase(a, u, True, False)
-    phase(a, u, False, True)
-    phase(a, u, True, True)
+    kinds = {"chat": (True, False), "images": (False, True), "chat+images": (True, True)}
+    for p in a.phases.split(","):
+        if p not in kinds:
+            ap.error(f"--phases: unknown phase {p!r} (chat, images, chat+images)")
+        phase(a, u, *kinds[p])
 
 
 if __name__ == "__main__":
