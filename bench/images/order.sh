@@ -4,12 +4,15 @@
 # (--image-order fcfs), in one run: per order one weftd serving the LLM and the DiT, closed-loop
 # chat streams (bench/images/mixed.py --phases chat) beside weft-bench's image workload (a
 # GF-DiT profile: classes S/M/L with deadline = arrival + alpha x T_single and priorities,
-# sent as slo.deadline_ms; refusals count as misses). T_single is measured once, on the first
-# weftd before any load, and pinned for both runs so both score against the same deadlines.
+# sent as slo.deadline_ms; refusals count as misses). T_single (each class alone) is measured
+# once, by the edf run's weft-bench while the chat streams run (the service time a lone image
+# request gets under this text load), and pinned for the fcfs run: both score against the
+# same deadlines. T_SINGLE=S=ms,M=ms,L=ms pins it for both.
 # Prints per order weft-bench's per-class report, the chat rate, and weftd's own
 # weft:image_slo_attainment per class; then a summary table.
 #   bench/images/order.sh [BUILD_DIR]   (DIT, LLM, PROFILE=foreground_burst, SECS=60, LOAD=1.0,
-#                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, OUT=/tmp/weft-order)
+#                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, CLASS_LABELS=10,
+#                                        OUT=/tmp/weft-order)
 set -euo pipefail
 build=${1:-build}
 dit=${DIT:-/usr/local/share/weft/models/weft-dit-digits}
@@ -32,23 +35,24 @@ for order in edf fcfs; do
     sleep 0.5
   done
   common=(--workload images --port "$port" --model "$(basename "$dit")" --profile "${PROFILE:-foreground_burst}"
-          --profile-duration "$secs" --target-load "${LOAD:-1.0}" --seed "${SEED:-1}" --no-progress)
-  if [ -z "$tsingle" ]; then
-    # Calibration only: a negligible load, T_single measured by weft-bench before it.
-    "$build/bin/weft-bench" "${common[@]}" --profile-duration 2 --target-load 0.01 \
-      --json "$out/calibrate.json" >/dev/null
-    tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
-print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] if c["t_single_ms"]))' \
-      "$out/calibrate.json")
-    echo "T_single (ms): $tsingle"
-  fi
+          --class-labels "${CLASS_LABELS:-10}" --profile-duration "$secs" --target-load "${LOAD:-1.0}"
+          --seed "${SEED:-1}" --no-progress)
   python3 "$here/mixed.py" --url "http://127.0.0.1:$port" --llm "$(basename "$llm" .gguf)" \
-    --dit "$(basename "$dit")" --duration "$((secs + 5))" --chat-clients "${CHAT_CLIENTS:-2}" \
+    --dit "$(basename "$dit")" --duration "$((secs + ${CHAT_EXTRA_S:-20}))" --chat-clients "${CHAT_CLIENTS:-2}" \
     --phases chat >"$out/chat-$order.json" &
   chat=$!
   echo "== image order $order (chat clients: ${CHAT_CLIENTS:-2})"
-  "$build/bin/weft-bench" "${common[@]}" --t-single "$tsingle" --label "$order" \
+  sleep 2 # the chat streams are running before T_single is measured
+  pin=()
+  [ -n "$tsingle" ] && pin=(--t-single "$tsingle")
+  "$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$order" \
     --json "$out/$order.json" | tee "$out/$order.txt"
+  if [ -z "$tsingle" ]; then
+    tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
+print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] if c["t_single_ms"]))' \
+      "$out/$order.json")
+    echo "T_single (ms, measured by the edf run under the chat load, pinned for fcfs): $tsingle"
+  fi
   wait $chat
   cat "$out/chat-$order.json"
   curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^weft:image_slo_(attainment|requests_total|met_total)' \
@@ -72,12 +76,12 @@ def get(order, name):
     return next(c for c in rows[order][0]["classes"] if c["name"] == name)
 for n in names:
     e, f = get("edf", n), get("fcfs", n)
-    p99 = lambda c: (c.get("latency_ms") or {}).get("p99")
+    p99 = lambda c: c.get("p99_latency_ms")
     fmt = lambda v: "-" if v is None else "%.2f" % (v / 1000)
-    print(f"| {n} | {e['attainment']:.3f} ({e['met']}/{e['issued']}) | {f['attainment']:.3f} ({f['met']}/{f['issued']}) "
+    print(f"| {n} | {e['slo_attainment']:.3f} ({e['slo_met']}/{e['issued']}) | {f['slo_attainment']:.3f} ({f['slo_met']}/{f['issued']}) "
           f"| {e['refused']} | {f['refused']} | {fmt(p99(e))} | {fmt(p99(f))} |")
 for order in ("edf", "fcfs"):
     r, chat = rows[order]
-    print(f"{order}: all classes {r['attainment']:.3f}; chat {chat['chat_tokens_s']} tokens/s, "
+    print(f"{order}: all classes {r['slo_attainment']:.3f}; chat {chat['chat_tokens_s']} tokens/s, "
           f"ITL p50 {chat['itl_p50_ms']} ms p99 {chat['itl_p99_ms']} ms")
 PY
