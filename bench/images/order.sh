@@ -5,11 +5,12 @@
 # chat streams (bench/images/mixed.py --phases chat) beside weft-bench's image workload (a
 # GF-DiT profile: classes S/M/L with deadline = arrival + alpha x T_single and priorities,
 # sent as slo.deadline_ms; refusals count as misses). T_single (each class alone) is measured
-# once, by the edf run's weft-bench while the chat streams run (the service time a lone image
-# request gets under this text load), and pinned for the fcfs run: both score against the
+# once, by the first run's weft-bench while the chat streams run (the service time a lone image
+# request gets under this text load), and pinned for the later runs: all score against the
 # same deadlines. T_SINGLE=S=ms,M=ms,L=ms pins it for both.
 # Prints per order weft-bench's per-class report, the chat rate, and weftd's own
 # weft:image_slo_attainment per class; then a summary table.
+# ORDERS="edf fcfs fcfs edf" alternates repetitions (each a fresh weftd) to show the noise.
 #   bench/images/order.sh [BUILD_DIR]   (DIT, LLM, PROFILE=foreground_burst, SECS=60, LOAD=1.0,
 #                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, CLASS_LABELS=10,
 #                                        OUT=/tmp/weft-order)
@@ -24,11 +25,16 @@ mkdir -p "$out"
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true' EXIT
 tsingle=${T_SINGLE:-}
-for order in edf fcfs; do
+run=0
+runs=()
+for order in ${ORDERS:-edf fcfs}; do
+  run=$((run + 1))
+  tag=$run-$order
+  runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$build/bin/weftd" --model "$llm" --model "$dit" --port "$port" --threads "${THREADS:-2}" \
     --image-order "$order" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
-    --log-level warn >"$out/weftd-$order.log" 2>&1 &
+    --log-level warn >"$out/weftd-$tag.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
@@ -39,49 +45,40 @@ for order in edf fcfs; do
           --seed "${SEED:-1}" --no-progress)
   python3 "$here/mixed.py" --url "http://127.0.0.1:$port" --llm "$(basename "$llm" .gguf)" \
     --dit "$(basename "$dit")" --duration "$((secs + ${CHAT_EXTRA_S:-20}))" --chat-clients "${CHAT_CLIENTS:-2}" \
-    --phases chat >"$out/chat-$order.json" &
+    --phases chat >"$out/chat-$tag.json" &
   chat=$!
-  echo "== image order $order (chat clients: ${CHAT_CLIENTS:-2})"
+  echo "== run $tag: image order $order (chat clients: ${CHAT_CLIENTS:-2})"
   sleep 2 # the chat streams are running before T_single is measured
   pin=()
   [ -n "$tsingle" ] && pin=(--t-single "$tsingle")
   "$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$order" \
-    --json "$out/$order.json" | tee "$out/$order.txt"
+    --json "$out/$tag.json" | tee "$out/$tag.txt"
   if [ -z "$tsingle" ]; then
     tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
 print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] if c["t_single_ms"]))' \
-      "$out/$order.json")
-    echo "T_single (ms, measured by the edf run under the chat load, pinned for fcfs): $tsingle"
+      "$out/$tag.json")
+    echo "T_single (ms, measured by the first run under the chat load, pinned for the others): $tsingle"
   fi
   wait $chat
-  cat "$out/chat-$order.json"
+  cat "$out/chat-$tag.json"
   curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^weft:image_slo_(attainment|requests_total|met_total)' \
-    | tee "$out/metrics-$order.txt"
+    | tee "$out/metrics-$tag.txt"
   kill -TERM $pid
   wait $pid || true
   pid=
 done
-python3 - "$out" <<'PY'
+python3 - "$out" "${runs[@]}" <<'PY'
 import json, sys
-out = sys.argv[1]
-rows = {}
-for order in ("edf", "fcfs"):
-    r = json.load(open(f"{out}/{order}.json"))["runs"][0]
-    chat = json.loads(open(f"{out}/chat-{order}.json").read().splitlines()[0])
-    rows[order] = (r, chat)
-print("| class | edf attainment | fcfs attainment | edf refused | fcfs refused | edf p99 s | fcfs p99 s |")
-print("|---|---|---|---|---|---|---|")
-names = [c["name"] for c in rows["edf"][0]["classes"]]
-def get(order, name):
-    return next(c for c in rows[order][0]["classes"] if c["name"] == name)
-for n in names:
-    e, f = get("edf", n), get("fcfs", n)
-    p99 = lambda c: c.get("p99_latency_ms")
+out, runs = sys.argv[1], sys.argv[2:]
+print("| run | class | SLO attainment (met/issued) | refused | p50 s | p99 s |")
+print("|---|---|---|---|---|---|")
+for tag in runs:
+    r = json.load(open(f"{out}/{tag}.json"))["runs"][0]
+    chat = json.loads(open(f"{out}/chat-{tag}.json").read().splitlines()[0])
     fmt = lambda v: "-" if v is None else "%.2f" % (v / 1000)
-    print(f"| {n} | {e['slo_attainment']:.3f} ({e['slo_met']}/{e['issued']}) | {f['slo_attainment']:.3f} ({f['slo_met']}/{f['issued']}) "
-          f"| {e['refused']} | {f['refused']} | {fmt(p99(e))} | {fmt(p99(f))} |")
-for order in ("edf", "fcfs"):
-    r, chat = rows[order]
-    print(f"{order}: all classes {r['slo_attainment']:.3f}; chat {chat['chat_tokens_s']} tokens/s, "
-          f"ITL p50 {chat['itl_p50_ms']} ms p99 {chat['itl_p99_ms']} ms")
+    for c in r["classes"] + [dict(r, name="all")]:
+        print(f"| {tag} | {c['name']} | {c['slo_attainment']:.3f} ({c['slo_met']}/{c['issued']}) | {c['refused']} "
+              f"| {fmt(c.get('median_latency_ms'))} | {fmt(c.get('p99_latency_ms'))} |")
+    print(f"| {tag} | chat | {chat['chat_tokens_s']} tokens/s, ITL p50 {chat['itl_p50_ms']} ms, "
+          f"p99 {chat['itl_p99_ms']} ms | | | |")
 PY
