@@ -9,6 +9,7 @@
 
 #include "engine/dit/sampler.h"
 #include "proto/base/clock.h"
+#include "proto/base/log.h"
 #include "server/imgenc.h"
 #include "server/png.h"
 #include "server/server_impl.h"
@@ -419,7 +420,10 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                            (long long)g->created, wf_image_format_name(g->format), ev->width, ev->height);
             write_b64_image(b, g, ev, &ok);
             wf_jbuf_cstr(b, "}");
+            /* A preview is advisory: one that fails to encode is skipped, and said so. */
             if (ok && !b->failed) sse(g, b);
+            else WF_LOG_WARN("images", g->id, "preview of image %d at step %d not sent: %s encoding failed",
+                             ev->index, ev->step, wf_image_format_name(g->format));
         }
         return;
     }
@@ -435,7 +439,20 @@ static void on_event(wf_server *s, wf_image_event *ev) {
             write_b64_image(b, g, ev, &ok);
             wf_jbuf_cstr(b, ",\"usage\":{\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
                             "\"input_tokens_details\":{\"image_tokens\":0,\"text_tokens\":0}}}");
-            sse(g, b);
+            if (ok && !b->failed) {
+                sse(g, b);
+            } else {
+                /* The stream ends with the error; the scheduler stops the rest and FINISHED
+                 * (cancelled) frees g. */
+                wf_jbuf_reset(b);
+                wf_jbuf_printf(b, "data: {\"error\":{\"message\":\"%s encoding of image %d failed\","
+                                  "\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+                               wf_image_format_name(g->format), ev->index);
+                sse(g, b);
+                wf_http_stream_end(g->http);
+                g->http = NULL;
+                wf_image_sched_cancel(s->images, g->req);
+            }
         }
         return;
     }

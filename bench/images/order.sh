@@ -13,6 +13,7 @@
 # ORDERS="edf fcfs fcfs edf" alternates repetitions (each a fresh weftd) to show the noise.
 #   bench/images/order.sh [BUILD_DIR]   (DIT, LLM, PROFILE=foreground_burst, SECS=60, LOAD=1.0,
 #                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, CLASS_LABELS=10,
+#                                        IMAGE_MAX_BATCH=8 (fewer: queueing, where order matters),
 #                                        OUT=/tmp/weft-order)
 set -euo pipefail
 build=${1:-build}
@@ -33,7 +34,7 @@ for order in ${ORDERS:-edf fcfs}; do
   runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$build/bin/weftd" --model "$llm" --model "$dit" --port "$port" --threads "${THREADS:-2}" \
-    --image-order "$order" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
+    --image-order "$order" --image-max-batch "${IMAGE_MAX_BATCH:-8}" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
     --log-level warn >"$out/weftd-$tag.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
