@@ -1108,6 +1108,7 @@ void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapsho
             wf_image_snapshot snap = {.model = i,
                                       .n = r->spec.n,
                                       .num_steps = r->spec.num_steps,
+                                      .priority = r->spec.priority,
                                       .steps_done = r->steps_done,
                                       .images_done = r->images_done,
                                       .age_ms = (double)(now - r->queued_ns) / 1e6,

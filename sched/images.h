@@ -180,6 +180,7 @@ bool wf_image_sched_get_model_stats(wf_image_sched *s, int model, wf_image_sched
 typedef struct wf_image_snapshot {
     char id[WF_REQUEST_ID_MAX];
     int model, n, num_steps;
+    int priority;       /* its SLO class */
     int steps_done;     /* summed over its images */
     int images_done;
     double age_ms;

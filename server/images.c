@@ -535,14 +535,25 @@ void wf__images_force_free(wf_server *s) {
     }
 }
 
+typedef struct admin_ctx {
+    wf_server *s;
+    wf_jbuf *b;
+} admin_ctx;
+
 static void admin_one(const wf_image_snapshot *snap, void *user) {
-    wf_jbuf *b = user;
+    admin_ctx *a = user;
+    wf_jbuf *b = a->b;
     if (b->len && b->data[b->len - 1] == '}') wf_jbuf_cstr(b, ",");
     wf_jbuf_cstr(b, "{\"id\":");
     wf_jbuf_str(b, snap->id, strlen(snap->id));
-    wf_jbuf_printf(b, ",\"n\":%d,\"num_inference_steps\":%d,\"steps_done\":%d,\"images_done\":%d,"
+    const char *model = "";
+    for (int i = 0; i < a->s->n_image_models; i++)
+        if (a->s->image_models[i].sched_model == snap->model) model = a->s->image_models[i].id;
+    wf_jbuf_cstr(b, ",\"model\":");
+    wf_jbuf_str(b, model, strlen(model));
+    wf_jbuf_printf(b, ",\"priority\":%d,\"n\":%d,\"num_inference_steps\":%d,\"steps_done\":%d,\"images_done\":%d,"
                       "\"progress\":%.4f,\"age_ms\":%.1f,\"cancelled\":%s}",
-                   snap->n, snap->num_steps, snap->steps_done, snap->images_done,
+                   snap->priority, snap->n, snap->num_steps, snap->steps_done, snap->images_done,
                    (double)snap->steps_done / ((double)snap->n * snap->num_steps), snap->age_ms,
                    snap->cancelled ? "true" : "false");
 }
@@ -558,6 +569,7 @@ void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
                    (unsigned long long)st.failed, (unsigned long long)st.cancelled,
                    (unsigned long long)st.rejected, (unsigned long long)st.images,
                    (unsigned long long)st.steps, (unsigned long long)st.batches, st.step_ms_avg);
-    wf_image_sched_foreach(s->images, admin_one, b);
+    admin_ctx a = {.s = s, .b = b};
+    wf_image_sched_foreach(s->images, admin_one, &a);
     wf_jbuf_cstr(b, "]}");
 }

@@ -385,6 +385,7 @@ def test_metrics_and_admin_progress(weftd):
     st = json.loads(weftd.status("/admin/stats")[1])["images"]
     running = [q for q in st["requests"] if q["num_inference_steps"] == 400]
     assert len(running) == 1 and 0 < running[0]["progress"] < 1, st
+    assert running[0]["model"] == DIT_ID and running[0]["priority"] == 0
     c.sock.close()
     c.close()
 
