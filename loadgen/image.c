@@ -138,9 +138,9 @@ static int cmp_trace(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static bool get_int(json_t *o, const char *k, int *out) {
+static bool get_int(json_t *o, const char *k, int hi, int *out) {
     json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 100000) return false;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > hi) return false;
     *out = (int)json_integer_value(v);
     return true;
 }
@@ -176,11 +176,15 @@ wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, d
         json_t *arr = json_object_get(r, "arrival_ms");
         wf_loadgen_image_class c = {0};
         if (!name || !*name || strlen(name) >= sizeof c.name || !json_is_number(arr) ||
-            json_number_value(arr) < 0 || !get_int(r, "width", &c.width) ||
-            !get_int(r, "height", &c.height) || !get_int(r, "num_steps", &c.steps)) {
+            json_number_value(arr) < 0 ||
+            !get_int(r, "width", WF_LOADGEN_MAX_IMAGE_DIM, &c.width) ||
+            !get_int(r, "height", WF_LOADGEN_MAX_IMAGE_DIM, &c.height) ||
+            !get_int(r, "num_steps", WF_LOADGEN_MAX_IMAGE_STEPS, &c.steps)) {
             st = wf_status_errorf(err, errlen, WF_EFORMAT,
-                                  "trace %s: request %zu needs request_class, arrival_ms >= 0, "
-                                  "width, height, num_steps", path, i);
+                                  "trace %s: request %zu needs request_class (1..%d characters), "
+                                  "arrival_ms >= 0, width and height (1..%d), num_steps (1..%d)",
+                                  path, i, (int)sizeof c.name - 1, WF_LOADGEN_MAX_IMAGE_DIM,
+                                  WF_LOADGEN_MAX_IMAGE_STEPS);
             goto out;
         }
         snprintf(c.name, sizeof c.name, "%s", name);
@@ -191,8 +195,23 @@ wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, d
             c.t_single_ms = json_number_value(t);
             if (json_is_number(d) && json_number_value(d) > json_number_value(arr))
                 c.alpha = (json_number_value(d) - json_number_value(arr)) / c.t_single_ms;
+            if (!isfinite(c.alpha) || !(c.alpha > 0)) {
+                st = wf_status_errorf(err, errlen, WF_EFORMAT,
+                                      "trace %s: request %zu: (deadline_ms - arrival_ms) / "
+                                      "profiled_optimal_latency_ms is not a finite number > 0",
+                                      path, i);
+                goto out;
+            }
         }
         json_t *pr = json_object_get(r, "priority");
+        if (pr && !json_is_null(pr) && (!json_is_integer(pr) || json_integer_value(pr) < -WF_LOADGEN_MAX_PRIORITY ||
+                   json_integer_value(pr) > WF_LOADGEN_MAX_PRIORITY)) {
+            st = wf_status_errorf(err, errlen, WF_EFORMAT,
+                                  "trace %s: request %zu: priority must be an integer in "
+                                  "[-%d, %d]", path, i, WF_LOADGEN_MAX_PRIORITY,
+                                  WF_LOADGEN_MAX_PRIORITY);
+            goto out;
+        }
         if (json_is_integer(pr)) {
             c.has_priority = true;
             c.priority = (int)json_integer_value(pr);

@@ -17,8 +17,8 @@ typedef struct wf_loadgen_builtin_profile {
 extern const wf_loadgen_builtin_profile wf_loadgen_builtin_profiles[];
 extern const char *const wf_loadgen_builtin_profile_names[];
 
-#define MAX_DIM 16384
-#define MAX_STEPS 100000
+#define MAX_DIM WF_LOADGEN_MAX_IMAGE_DIM
+#define MAX_STEPS WF_LOADGEN_MAX_IMAGE_STEPS
 
 void wf_loadgen_profile_default_classes(wf_loadgen_profile *p) {
     memset(p, 0, sizeof *p);
@@ -113,7 +113,7 @@ wf_status wf_loadgen_image_class_parse(const char *s, wf_loadgen_image_class *c,
         goto bad;
     if (n >= 4 && (parse_num(field[3], &c->alpha) || !(c->alpha > 0))) goto bad;
     if (n == 5) {
-        if (parse_int(field[4], -1000000, 1000000, &c->priority)) goto bad;
+        if (parse_int(field[4], -WF_LOADGEN_MAX_PRIORITY, WF_LOADGEN_MAX_PRIORITY, &c->priority)) goto bad;
         c->has_priority = true;
     }
     return WF_OK;
@@ -144,7 +144,10 @@ wf_status wf_loadgen_profile_parse_mix(const wf_loadgen_profile *p, const char *
         mix[c] = w;
         total += w;
     }
-    (void)total; /* an all-zero mix is a phase without arrivals: allowed */
+    /* an all-zero mix is a phase without arrivals: allowed; an infinite one is not */
+    if (!isfinite(total))
+        return wf_status_errorf(err, errlen, WF_EINVAL, "class mix '%.40s': the weights must sum "
+                                "to a finite number", s);
     return WF_OK;
 }
 
@@ -191,7 +194,7 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
             } else if (strncmp(tok[i], "alpha=", 6) == 0) {
                 if (parse_num(tok[i] + 6, &c.alpha) || !(c.alpha > 0)) goto bad_class;
             } else if (strncmp(tok[i], "priority=", 9) == 0) {
-                if (parse_int(tok[i] + 9, -1000000, 1000000, &c.priority)) goto bad_class;
+                if (parse_int(tok[i] + 9, -WF_LOADGEN_MAX_PRIORITY, WF_LOADGEN_MAX_PRIORITY, &c.priority)) goto bad_class;
                 c.has_priority = true;
             } else {
                 goto bad_class;
@@ -247,6 +250,16 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
             return wf_status_errorf(err, errlen, WF_EFORMAT,
                                     "%s:%d: phase %s has arrivals but no class weight", origin,
                                     lineno, ph.name);
+        /* An infinite sum of weights or of expected requests would turn every later ratio
+         * (class shares, offered load) into NaN. */
+        if (!isfinite(total))
+            return wf_status_errorf(err, errlen, WF_EFORMAT,
+                                    "%s:%d: phase %s: the class weights must sum to a finite "
+                                    "number", origin, lineno, ph.name);
+        if (!isfinite(ph.rate * (ph.end_s - ph.start_s)))
+            return wf_status_errorf(err, errlen, WF_EFORMAT,
+                                    "%s:%d: phase %s: rate x length is not a finite number of "
+                                    "requests", origin, lineno, ph.name);
         p->phases[p->n_phases++] = ph;
         return WF_OK;
     bad_mix:

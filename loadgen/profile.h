@@ -34,6 +34,10 @@
 
 #define WF_LOADGEN_MAX_IMAGE_CLASSES 8
 #define WF_LOADGEN_MAX_PHASES 64
+/* Bounds of a class: width and height in pixels, denoising steps, |priority|. */
+#define WF_LOADGEN_MAX_IMAGE_DIM 16384
+#define WF_LOADGEN_MAX_IMAGE_STEPS 100000
+#define WF_LOADGEN_MAX_PRIORITY 1000000
 
 typedef struct wf_loadgen_image_class {
     char name[16];

@@ -37,6 +37,10 @@ static wf_status add_adapter(wf_vmodel_spec *v, const char *path, size_t n, doub
     if (n == 0)
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': 'adapter' path is empty",
                                 v->id);
+    if (memchr(path, 0, n)) /* a JSON string may hold one; cutting the path there would load
+                              * another file than the one named */
+        return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': 'adapter' path contains a "
+                                "NUL character", v->id);
     if (!isfinite(scale) || fabs(scale) > 1e6)
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': adapter scale must be a "
                                 "finite number", v->id);
@@ -196,8 +200,9 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
             }
             v->weight = json_number_value(val);
         } else if (strcmp(key, "system") == 0) {
-            if (!json_is_string(val)) {
-                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'system' must be a string");
+            if (!json_is_string(val) || strlen(json_string_value(val)) != json_string_length(val)) {
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'system' must be a string "
+                                      "without NUL characters");
                 break;
             }
             free(v->system);

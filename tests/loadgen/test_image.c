@@ -391,6 +391,46 @@ START_TEST(test_trace_round_trip) {
 }
 END_TEST
 
+/* Bad traces get an error naming the request and the field (cases found by
+ * tests/fuzz/fuzz_trace.c: a width the classes refuse was reported as "more than 8 classes",
+ * an infinite alpha likewise, and a priority beyond int was cut silently). */
+START_TEST(test_trace_errors) {
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"requests\": [{\"request_class\": \"Q\", \"arrival_ms\": 0, \"width\": 20000, "
+         "\"height\": 8, \"num_steps\": 2}]}", "request 0 needs request_class"},
+        {"{\"requests\": [{\"request_class\": \"S\", \"arrival_ms\": 1, \"width\": 8, "
+         "\"height\": 8, \"num_steps\": 5, \"deadline_ms\": 1e300, "
+         "\"profiled_optimal_latency_ms\": 1e-300}]}", "request 0: (deadline_ms - arrival_ms)"},
+        {"{\"requests\": [{\"request_class\": \"S\", \"arrival_ms\": 1, \"width\": 8, "
+         "\"height\": 8, \"num_steps\": 5, \"priority\": 4294967396}]}",
+         "request 0: priority must be an integer"},
+        {"{\"requests\": [{\"request_class\": \"S\", \"arrival_ms\": 1, \"width\": 8, "
+         "\"height\": 8, \"num_steps\": 5, \"priority\": \"high\"}]}",
+         "request 0: priority must be an integer"},
+        {"{\"requests\": []}", "no \"requests\" array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "", path[] = "/tmp/wf_trace_XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, bad[i].json, strlen(bad[i].json)), (ssize_t)strlen(bad[i].json));
+        close(fd);
+        wf_loadgen_profile q;
+        wf_loadgen_profile_default_classes(&q);
+        double *a = NULL;
+        wf_loadgen_prompt *it = NULL;
+        size_t n = 0;
+        ck_assert_int_eq(wf_loadgen_image_trace_read(path, &q, &a, &it, &n, err, sizeof err),
+                         WF_EFORMAT);
+        unlink(path);
+        ck_assert_msg(strstr(err, bad[i].want), "case %zu: '%s' lacks '%s'", i, err, bad[i].want);
+        ck_assert(a == NULL && it == NULL && n == 0);
+    }
+}
+END_TEST
+
 static Suite *image_suite(void) {
     Suite *s = suite_create("loadgen_image");
     TCase *tc = tcase_create("core");
@@ -401,6 +441,7 @@ static Suite *image_suite(void) {
     tcase_add_test(tc, test_summary_math);
     tcase_add_test(tc, test_phase_math);
     tcase_add_test(tc, test_trace_round_trip);
+    tcase_add_test(tc, test_trace_errors);
     suite_add_tcase(s, tc);
     return s;
 }

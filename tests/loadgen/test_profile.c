@@ -88,6 +88,11 @@ START_TEST(test_parse_and_errors) {
         {"phase a 0 1 1 S=1\nclass T 8x8 steps=1\n", "t:2: class lines go before phases"},
         {"rate 5\n", "t:1: unknown directive 'rate'"},
         {"# nothing\n", "t: no phase lines"},
+        /* found by tests/fuzz/fuzz_profile.c: weights summing to infinity made the offered
+         * load NaN (inf / inf) */
+        {"phase a 0 1 1e9 S=1e308 M=1e308\n", "t:1: phase a: the class weights must sum to a "
+                                              "finite number"},
+        {"phase a 0 1e300 1e300 S=1\n", "t:1: phase a: rate x length is not a finite"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(wf_loadgen_profile_parse(bad[i].text, "t", &p, err, sizeof err), WF_EFORMAT);
@@ -121,6 +126,9 @@ START_TEST(test_class_flag_and_mix) {
     ck_assert_double_eq(mix[2], 1);
     ck_assert_int_eq(wf_loadgen_profile_parse_mix(&p, "X=1", mix, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "unknown class 'X'"));
+    ck_assert_int_eq(wf_loadgen_profile_parse_mix(&p, "S=1e308,M=1e308", mix, err, sizeof err),
+                     WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "must sum to a finite number"));
     /* --image-class replaces a default class by name, in place */
     ck_assert_int_eq(wf_loadgen_image_class_parse("M:16x16:9", &c, err, sizeof err), WF_OK);
     ck_assert_int_eq(wf_loadgen_profile_set_class(&p, &c), WF_OK);
