@@ -256,7 +256,7 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
             const wf_loadgen_slo_class *c =
                 r->slo_class >= 0 && (size_t)r->slo_class < p->sum.n_classes
                     ? &p->sum.classes[r->slo_class].def : NULL;
-            const wf_loadgen_image_class *ic =
+            const wf_workload_class *ic =
                 p->image && r->slo_class >= 0 && (size_t)r->slo_class < p->isum.n_classes
                     ? &p->isum.classes[r->slo_class].def : NULL;
             fprintf(f, "%zu,%s,%u,%s,%s,%d,%d", k, p->label, r->index,

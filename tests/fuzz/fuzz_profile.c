@@ -1,4 +1,4 @@
-/* libFuzzer target for weft-bench's image-workload profile reader (loadgen/profile.h) on any
+/* libFuzzer target for weft-bench's image-workload profile reader (sched/workload/workload.h) on any
  * text, and the --image-class and --mix parsers on the same text. A parsed profile must keep
  * the promises of its header (valid classes, phases in time order without overlap, finite
  * non-negative rates), and sampling it must give ascending arrivals inside its phases with
@@ -8,34 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen/profile.h"
+#include "sched/workload/workload.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_N 64
 
-static void check_profile(wf_loadgen_profile *p) {
-    if (p->n_classes < 1 || p->n_classes > WF_LOADGEN_MAX_IMAGE_CLASSES) abort();
-    if (p->n_phases < 1 || p->n_phases > WF_LOADGEN_MAX_PHASES) abort();
+static void check_profile(wf_workload_profile *p) {
+    if (p->n_classes < 1 || p->n_classes > WF_WORKLOAD_MAX_CLASSES) abort();
+    if (p->n_phases < 1 || p->n_phases > WF_WORKLOAD_MAX_PHASES) abort();
     for (size_t c = 0; c < p->n_classes; c++) {
-        const wf_loadgen_image_class *k = &p->classes[c];
+        const wf_workload_class *k = &p->classes[c];
         if (!k->name[0] || k->width < 1 || k->height < 1 || k->steps < 1 || !(k->alpha > 0) ||
             !isfinite(k->alpha))
             abort();
-        if (wf_loadgen_profile_class_index(p, k->name) != (int)c) abort(); /* names unique */
+        if (wf_workload_profile_class_index(p, k->name) != (int)c) abort(); /* names unique */
     }
     for (size_t i = 0; i < p->n_phases; i++) {
-        const wf_loadgen_phase *ph = &p->phases[i];
+        const wf_workload_phase *ph = &p->phases[i];
         if (!(ph->start_s >= 0) || !(ph->end_s > ph->start_s) || !(ph->rate >= 0) ||
             !isfinite(ph->rate))
             abort();
         if (i && ph->start_s < p->phases[i - 1].end_s) abort();
-        for (size_t c = 0; c < WF_LOADGEN_MAX_IMAGE_CLASSES; c++)
+        for (size_t c = 0; c < WF_WORKLOAD_MAX_CLASSES; c++)
             if (!(ph->mix[c] >= 0) || (c >= p->n_classes && ph->mix[c] != 0)) abort();
     }
     double arrival[MAX_N];
     int cls[MAX_N];
-    size_t n = wf_loadgen_profile_sample(p, 42, MAX_N, arrival, cls);
+    size_t n = wf_workload_profile_sample(p, 42, MAX_N, arrival, cls);
     if (n > MAX_N) abort();
     for (size_t j = 0; j < n; j++) {
         if (j && arrival[j] < arrival[j - 1]) abort();
@@ -47,9 +47,9 @@ static void check_profile(wf_loadgen_profile *p) {
         if (!in) abort();
     }
     for (size_t c = 0; c < p->n_classes; c++) p->classes[c].t_single_ms = 100.0 * (double)(c + 1);
-    double load = wf_loadgen_profile_offered_load(p, 2);
+    double load = wf_workload_profile_offered_load(p, 2);
     if (isnan(load) || load < 0) abort();
-    (void)wf_loadgen_profile_expected_requests(p);
+    (void)wf_workload_profile_expected_requests(p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -57,25 +57,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!text) return 0;
     if (size) memcpy(text, data, size);
     text[size] = 0;
-    wf_loadgen_profile p;
+    wf_workload_profile p;
     char err[256] = "";
-    if (wf_loadgen_profile_parse(text, "fuzz.profile", &p, err, sizeof err) == WF_OK)
+    if (wf_workload_profile_parse(text, "fuzz.profile", &p, err, sizeof err) == WF_OK)
         check_profile(&p);
     else if (!err[0])
         abort();
-    wf_loadgen_image_class c;
+    wf_workload_class c;
     err[0] = 0;
-    if (wf_loadgen_image_class_parse(text, &c, err, sizeof err) == WF_OK) {
-        wf_loadgen_profile_default_classes(&p);
-        if (wf_loadgen_profile_set_class(&p, &c) != WF_OK) abort(); /* a parsed class is valid */
+    if (wf_workload_class_parse(text, &c, err, sizeof err) == WF_OK) {
+        wf_workload_profile_default_classes(&p);
+        if (wf_workload_profile_set_class(&p, &c) != WF_OK) abort(); /* a parsed class is valid */
     } else if (!err[0]) {
         abort();
     }
-    double mix[WF_LOADGEN_MAX_IMAGE_CLASSES];
-    wf_loadgen_profile_default_classes(&p);
+    double mix[WF_WORKLOAD_MAX_CLASSES];
+    wf_workload_profile_default_classes(&p);
     err[0] = 0;
-    if (wf_loadgen_profile_parse_mix(&p, text, mix, err, sizeof err) == WF_OK) {
-        for (size_t k = 0; k < WF_LOADGEN_MAX_IMAGE_CLASSES; k++)
+    if (wf_workload_profile_parse_mix(&p, text, mix, err, sizeof err) == WF_OK) {
+        for (size_t k = 0; k < WF_WORKLOAD_MAX_CLASSES; k++)
             if (!(mix[k] >= 0) || !isfinite(mix[k])) abort();
     } else if (!err[0]) {
         abort();

@@ -1,5 +1,5 @@
-/* libFuzzer target for weft-bench's trace reader (--trace: GF-DiT's workload JSON, see
- * loadgen/image.h). The reader takes a path, so each input is written to a scratch file. A
+/* libFuzzer target for the trace reader of weft-bench's --trace and weft-dit-sim's --trace
+ * (GF-DiT's workload JSON, sched/workload/workload.h). The reader takes a path, so each input is written to a scratch file. A
  * read trace must give requests sorted by arrival, each of a valid class of the profile; a
  * failure must name the problem and leave nothing allocated. */
 #include <math.h>
@@ -9,8 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loadgen/image.h"
-#include "loadgen/profile.h"
+#include "sched/workload/workload.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,28 +28,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FILE *f = fopen(g_path, "wb");
     if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
     fclose(f);
-    wf_loadgen_profile p;
-    wf_loadgen_profile_default_classes(&p);
-    double *arrival = NULL;
-    wf_loadgen_prompt *items = NULL;
-    size_t n = 0;
+    wf_workload_profile p;
+    wf_workload_profile_default_classes(&p);
+    wf_workload_trace t;
     char err[256] = "";
-    if (wf_loadgen_image_trace_read(g_path, &p, &arrival, &items, &n, err, sizeof err) != WF_OK) {
-        if (!err[0] || arrival || items || n) abort();
+    if (wf_workload_trace_read(g_path, &p, &t, err, sizeof err) != WF_OK) {
+        if (!err[0] || t.arrival_s || t.class_idx || t.seed || t.n) abort();
         return 0;
     }
-    if (n == 0 || p.n_classes < 1 || p.n_classes > WF_LOADGEN_MAX_IMAGE_CLASSES) abort();
+    if (t.n == 0 || p.n_classes < 1 || p.n_classes > WF_WORKLOAD_MAX_CLASSES) abort();
     for (size_t c = 0; c < p.n_classes; c++) {
-        const wf_loadgen_image_class *k = &p.classes[c];
+        const wf_workload_class *k = &p.classes[c];
         if (k->width < 1 || k->height < 1 || k->steps < 1 || !(k->alpha > 0) ||
             !isfinite(k->alpha) || !(k->t_single_ms >= 0) || !isfinite(k->t_single_ms))
             abort();
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!(arrival[i] >= 0) || (i && arrival[i] < arrival[i - 1])) abort();
-        if (items[i].slo_class < 0 || (size_t)items[i].slo_class >= p.n_classes) abort();
+    for (size_t i = 0; i < t.n; i++) {
+        if (!(t.arrival_s[i] >= 0) || (i && t.arrival_s[i] < t.arrival_s[i - 1])) abort();
+        if (t.class_idx[i] < 0 || (size_t)t.class_idx[i] >= p.n_classes) abort();
+        if (t.seed[i] < -1 || t.seed[i] > 0x7FFFFFFF) abort();
     }
-    free(arrival);
-    free(items);
+    wf_workload_trace_free(&t);
     return 0;
 }

@@ -291,7 +291,7 @@ def test_trace_replay(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"requests": [{"request_class": "S", "arrival_ms": 5}]}')
     p = bench(1, "--trace", bad, check=False)
-    assert p.returncode == 2 and "request 0 needs request_class, arrival_ms" in p.stderr
+    assert p.returncode == 2 and "request 0 needs request_class (1..15 characters), arrival_ms >= 0" in p.stderr
 
 
 def test_bad_options():
