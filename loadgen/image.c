@@ -471,16 +471,10 @@ void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s) {
     }
 }
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
+/* The image report's distributions: latency percentiles with p95, no std (GF-DiT's table). */
 static void put_dist(json_t *o, const char *name, const wf_loadgen_dist *d) {
-    static const char *const stat[] = {"mean", "median", "p90", "p95", "p99", "min", "max"};
-    const double v[] = {d->mean, d->median, d->p90, d->p95, d->p99, d->min, d->max};
-    char k[64];
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        snprintf(k, sizeof k, "%s_%s", stat[i], name);
-        json_object_set_new(o, k, num(v[i]));
-    }
+    static const char *const stats[] = {"mean", "median", "p90", "p95", "p99", "min", "max", NULL};
+    wf_loadgen_json_put_dist(o, name, "", d, stats, false);
 }
 
 static void put_counts(json_t *o, uint64_t issued, uint64_t completed, uint64_t refused_n,
@@ -491,7 +485,7 @@ static void put_counts(json_t *o, uint64_t issued, uint64_t completed, uint64_t 
     json_object_set_new(o, "failed", json_integer((json_int_t)failed));
     json_object_set_new(o, "slo_met", json_integer((json_int_t)met));
     json_object_set_new(o, "images", json_integer((json_int_t)images));
-    json_object_set_new(o, "slo_attainment", num(attainment));
+    json_object_set_new(o, "slo_attainment", wf_loadgen_json_num(attainment));
 }
 
 json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
@@ -503,10 +497,7 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
     put_dist(o, "latency_ms", &s->latency);
     put_dist(o, "normalized_latency", &s->normalized);
     put_dist(o, "first_event_ms", &s->first_event);
-    json_t *errs = json_object();
-    for (size_t i = 0; i < s->n_errors; i++)
-        json_object_set_new(errs, s->errors[i].key, json_integer((json_int_t)s->errors[i].count));
-    json_object_set_new(o, "errors", errs);
+    json_object_set_new(o, "errors", wf_loadgen_json_errors(s->errors, s->n_errors));
     json_t *cls = json_array();
     for (size_t c = 0; c < s->n_classes; c++) {
         const wf_loadgen_image_class_stats *cs = &s->classes[c];
@@ -517,8 +508,8 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
         json_object_set_new(x, "size", json_string(size));
         json_object_set_new(x, "steps", json_integer(cs->def.steps));
         json_object_set_new(x, "alpha", json_real(cs->def.alpha));
-        json_object_set_new(x, "t_single_ms", num(cs->def.t_single_ms > 0 ? cs->def.t_single_ms : NAN));
-        json_object_set_new(x, "deadline_ms", num(wf_workload_class_deadline_ms(&cs->def)));
+        json_object_set_new(x, "t_single_ms", wf_loadgen_json_num(cs->def.t_single_ms > 0 ? cs->def.t_single_ms : NAN));
+        json_object_set_new(x, "deadline_ms", wf_loadgen_json_num(wf_workload_class_deadline_ms(&cs->def)));
         put_counts(x, cs->issued, cs->completed, cs->refused, cs->failed, cs->met, cs->images,
                    cs->attainment);
         put_dist(x, "latency_ms", &cs->latency);
@@ -539,7 +530,7 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
             json_object_set_new(x, "refused", json_integer((json_int_t)ps->refused));
             json_object_set_new(x, "failed", json_integer((json_int_t)ps->failed));
             json_object_set_new(x, "slo_met", json_integer((json_int_t)ps->met));
-            json_object_set_new(x, "slo_attainment", num(ps->attainment));
+            json_object_set_new(x, "slo_attainment", wf_loadgen_json_num(ps->attainment));
             put_dist(x, "latency_ms", &ps->latency);
             put_dist(x, "normalized_latency", &ps->normalized);
             json_array_append_new(ph, x);

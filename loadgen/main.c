@@ -136,6 +136,19 @@ static int parse_double(const char *s, double *out) {
     return 0;
 }
 
+/* A whole number in [lo, hi] (1e3 is one too). */
+static int parse_count(const char *s, double lo, double hi, double *out) {
+    return parse_double(s, out) || *out < lo || *out > hi || *out != floor(*out) ? -1 : 0;
+}
+
+/* Seconds in (0, WF_LOADGEN_MAX_DURATION_S], or [0, ...] with zero_ok. */
+static int parse_seconds(const char *s, bool zero_ok, double *out) {
+    return parse_double(s, out) || *out < 0 || (*out == 0 && !zero_ok) ||
+                   *out > WF_LOADGEN_MAX_DURATION_S
+               ? -1
+               : 0;
+}
+
 static int parse_slo_class(const char *s, wf_loadgen_slo_class *c) {
     memset(c, 0, sizeof *c);
     const char *p1 = strchr(s, ':');
@@ -346,13 +359,7 @@ static wf_status image_items(size_t n, uint64_t seed, const int *cls, const doub
         if (cls) {
             c = cls[i];
         } else if (total > 0) {
-            double r = wf_workload_rng_uniform(&rng) * total, acc = 0;
-            for (size_t k = 0; k < n_classes; k++) {
-                if (mix[k] <= 0) continue;
-                acc += mix[k];
-                c = (int)k;
-                if (r < acc) break;
-            }
+            c = wf_workload_rng_pick(&rng, mix, n_classes, total);
         }
         ds->items[i].slo_class = c;
         ds->items[i].text_seed = wf_workload_rng_next(&rng);
@@ -771,32 +778,24 @@ static int cmd_run(int argc, char **argv) {
             if (parse_double(optarg, &o.burstiness) || o.burstiness <= 0) return bad(name, optarg);
             break;
         case OPT_MAXCONC:
-            if (parse_double(optarg, &d) || d < 1 || d > WF_LOADGEN_MAX_CONNS || d != floor(d))
-                return bad(name, optarg);
+            if (parse_count(optarg, 1, WF_LOADGEN_MAX_CONNS, &d)) return bad(name, optarg);
             o.max_concurrency = (int)d;
             break;
         case OPT_NUM:
-            if (parse_double(optarg, &d) || d < 1 || d > WF_LOADGEN_MAX_REQUESTS || d != floor(d))
-                return bad(name, optarg);
+            if (parse_count(optarg, 1, WF_LOADGEN_MAX_REQUESTS, &d)) return bad(name, optarg);
             o.num_requests = (size_t)d;
             num_set = true;
             break;
         case OPT_DURATION:
-            if (parse_double(optarg, &o.duration_s) || o.duration_s <= 0 ||
-                o.duration_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &o.duration_s)) return bad(name, optarg);
             duration_set = true;
             break;
         case OPT_GRACE:
-            if (parse_double(optarg, &o.grace_s) || o.grace_s < 0 ||
-                o.grace_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, true, &o.grace_s)) return bad(name, optarg);
             break;
         case OPT_RETRY: o.retry_after = true; break;
         case OPT_TIMEOUT:
-            if (parse_double(optarg, &o.timeout_s) || o.timeout_s <= 0 ||
-                o.timeout_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &o.timeout_s)) return bad(name, optarg);
             break;
         case OPT_DATASET:
             if (strcmp(optarg, "synthetic") == 0 || strcmp(optarg, "random") == 0)
@@ -810,7 +809,7 @@ static int cmd_run(int argc, char **argv) {
         case OPT_OUTLEN: out_spec = optarg; text_only = "--output-len"; break;
         case OPT_MAXTOTAL:
             text_only = "--max-total-len";
-            if (parse_double(optarg, &d) || d < 8 || d > 1e7 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 8, 1e7, &d)) return bad(name, optarg);
             dopt.max_total_len = (int32_t)d;
             break;
         case OPT_SEED: {
@@ -863,9 +862,7 @@ static int cmd_run(int argc, char **argv) {
             break;
         case OPT_PROFILE: img.profile = optarg; break;
         case OPT_PROFDUR:
-            if (parse_double(optarg, &img.profile_duration) || img.profile_duration <= 0 ||
-                img.profile_duration > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &img.profile_duration)) return bad(name, optarg);
             break;
         case OPT_RSCALE:
             img.n_scales = parse_list(optarg, img.scales, MAX_POINTS, 0);
@@ -876,7 +873,7 @@ static int cmd_run(int argc, char **argv) {
             if (img.n_loads < 1) return bad(name, optarg);
             break;
         case OPT_SERVERS:
-            if (parse_double(optarg, &d) || d < 1 || d > 65536 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 65536, &d)) return bad(name, optarg);
             img.servers = (int)d;
             break;
         case OPT_ICLASS:
@@ -893,16 +890,16 @@ static int cmd_run(int argc, char **argv) {
         case OPT_IMIX: img.mix = optarg; break;
         case OPT_TSINGLE: img.t_single = optarg; break;
         case OPT_CALREPS:
-            if (parse_double(optarg, &d) || d < 1 || d > 64 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 64, &d)) return bad(name, optarg);
             img.reps = (int)d;
             break;
         case OPT_IMGN:
-            if (parse_double(optarg, &d) || d < 1 || d > 128 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 128, &d)) return bad(name, optarg);
             img.io.n = (int)d;
             break;
         case OPT_IPROMPT: img.io.prompt = optarg; break;
         case OPT_LABELS:
-            if (parse_double(optarg, &d) || d < 1 || d > 1000000 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 1000000, &d)) return bad(name, optarg);
             img.io.class_labels = (int)d;
             break;
         case OPT_GUIDANCE:

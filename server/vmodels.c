@@ -108,7 +108,8 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
             st = add_adapter(v, val, pl, scale, err, errlen);
         } else if (kl == 13 && memcmp(p, "max_in_flight", 13) == 0) {
             double q;
-            if (!parse_double(val, vl, &q) || q < 0 || q > 1e9 || q != (int)q)
+            /* !(q >= 0) refuses NaN before the cast, which would be undefined */
+            if (!parse_double(val, vl, &q) || !(q >= 0) || q > 1e9 || q != floor(q))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be "
                                       "a non-negative integer");
             else v->max_in_flight = (int)q;

@@ -407,19 +407,6 @@ double wf_workload_profile_offered_load(const wf_workload_profile *p, int server
     return work_s / ((double)servers * (last - first));
 }
 
-static int sample_class(const wf_workload_profile *p, const wf_workload_phase *ph, double total,
-                        wf_workload_rng *rng) {
-    double r = wf_workload_rng_uniform(rng) * total, acc = 0;
-    int last = 0;
-    for (size_t c = 0; c < p->n_classes; c++) {
-        if (ph->mix[c] <= 0) continue;
-        acc += ph->mix[c];
-        last = (int)c;
-        if (r < acc) return (int)c;
-    }
-    return last; /* rounding at the top end */
-}
-
 size_t wf_workload_profile_sample(const wf_workload_profile *p, uint64_t seed, size_t max_n,
                                  double *arrival_s, int *class_idx) {
     wf_workload_rng rng;
@@ -435,7 +422,7 @@ size_t wf_workload_profile_sample(const wf_workload_profile *p, uint64_t seed, s
             t += -log(1.0 - wf_workload_rng_uniform(&rng)) / ph->rate;
             if (t >= ph->end_s) break;
             arrival_s[n] = t;
-            class_idx[n] = sample_class(p, ph, total, &rng);
+            class_idx[n] = wf_workload_rng_pick(&rng, ph->mix, p->n_classes, total);
             n++;
         }
     }

@@ -73,3 +73,14 @@ double wf_workload_rng_gamma(wf_workload_rng *rng, double shape, double scale) {
     }
 }
 
+int wf_workload_rng_pick(wf_workload_rng *rng, const double *w, size_t n, double total) {
+    double r = wf_workload_rng_uniform(rng) * total, acc = 0;
+    int last = 0;
+    for (size_t c = 0; c < n; c++) {
+        if (w[c] <= 0) continue;
+        acc += w[c];
+        last = (int)c;
+        if (r < acc) return (int)c;
+    }
+    return last; /* rounding at the top end */
+}

@@ -59,6 +59,9 @@ int64_t wf_workload_rng_range(wf_workload_rng *rng, int64_t lo, int64_t hi);
 double wf_workload_rng_normal(wf_workload_rng *rng);
 /* Gamma(shape, scale) deviate, shape > 0 (Marsaglia-Tsang; boosted for shape < 1). */
 double wf_workload_rng_gamma(wf_workload_rng *rng, double shape, double scale);
+/* An index drawn from weights w[0..n) (total: their sum, > 0) with one uniform draw; entries
+ * <= 0 are never drawn. */
+int wf_workload_rng_pick(wf_workload_rng *rng, const double *w, size_t n, double total);
 
 /* ---- classes and profiles ---- */
 

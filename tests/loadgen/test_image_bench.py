@@ -7,7 +7,6 @@ generator (arrivals, classes, deadlines, checks, report), not a server. Timings 
 where the fake server guarantees them (a request it delays by 0.5 s cannot meet a 75 ms deadline).
 """
 import csv
-import json
 import os
 import shutil
 import subprocess
@@ -16,10 +15,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from bench_cli import BIN, have_binary, result  # noqa: E402,F401 (have_binary: autouse)
+from bench_cli import bench as run_bench  # noqa: E402
 from image_server import ImageServer  # noqa: E402
-
-BIN = os.path.join(os.environ.get("WEFT_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin")),
-                   "weft-bench")
 
 PROFILE = """# two loaded phases and a gap
 class S 16x8 steps=4 alpha=1.5 priority=100
@@ -30,23 +28,8 @@ phase b    2.0 3.0  1200/min L=1
 """
 
 
-def bench(port, *args, check=True, timeout=120):
-    cmd = [BIN, "--workload", "images", "--port", str(port), "--no-progress", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError("weft-bench failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr + p.stdout))
-    return p
-
-
-def result(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def have_binary():
-    if not os.path.exists(BIN):
-        pytest.fail("weft-bench not built at %s" % BIN)
+def bench(port, *args, **kw):
+    return run_bench(port, "--workload", "images", *args, **kw)
 
 
 def test_profile_arrivals_classes_and_deadlines(tmp_path):

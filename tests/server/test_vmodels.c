@@ -41,6 +41,9 @@ START_TEST(test_parse_errors) {
         {"id=a,adapter=/x,weight=abc", "'weight'"},
         {"id=a,adaptor=/x", "unknown key 'adaptor'"},
         {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
+        /* found by tests/fuzz/fuzz_vmodel.c: NaN reached an (int) cast (undefined) */
+        {"id=a,adapter=/x,max_in_flight=nan", "'max_in_flight'"},
+        {"id=a,adapter=/x,max_in_flight=-nan", "'max_in_flight'"},
         {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
         {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
         {"id=a b,adapter=/x", "'id'"},

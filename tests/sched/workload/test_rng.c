@@ -1,6 +1,7 @@
 /* Unit tests of sched/workload/rng.c, the workloads' seeded generator: the same seed gives the
  * same numbers (weft-bench and the simulators must see the same requests), uniform draws stay
- * in [0, 1), ranges in [lo, hi] hitting every value, and gamma deviates have the mean asked. */
+ * in [0, 1), ranges in [lo, hi] hitting every value, gamma deviates have the mean asked, and
+ * weighted picks follow their weights. */
 #include <check.h>
 #include <math.h>
 
@@ -51,11 +52,30 @@ START_TEST(test_gamma_mean) {
 }
 END_TEST
 
+START_TEST(test_pick) {
+    wf_workload_rng r;
+    wf_workload_rng_seed(&r, 9);
+    const double w[4] = {0, 1, -2, 3};
+    int seen[4] = {0};
+    for (int i = 0; i < 8000; i++) {
+        int k = wf_workload_rng_pick(&r, w, 4, 4.0);
+        ck_assert(k >= 0 && k < 4);
+        seen[k]++;
+    }
+    ck_assert_int_eq(seen[0], 0); /* weight 0 and negative weights are never drawn */
+    ck_assert_int_eq(seen[2], 0);
+    ck_assert_int_gt(seen[1], 1700); /* 2000 expected (sd ~39) */
+    ck_assert_int_lt(seen[1], 2300);
+    ck_assert_int_eq(seen[1] + seen[3], 8000);
+}
+END_TEST
+
 static Suite *rng_suite(void) {
     Suite *s = suite_create("workload_rng");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_seeded_and_bounded);
     tcase_add_test(tc, test_gamma_mean);
+    tcase_add_test(tc, test_pick);
     suite_add_tcase(s, tc);
     return s;
 }
