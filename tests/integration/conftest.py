@@ -100,6 +100,12 @@ def weftd():
 
 # ---- talking to a daemon -----------------------------------------------------------------------
 
+def http_get(port, path, timeout=10):
+    """GET 127.0.0.1:port/path: (status, text)."""
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
 def post(base, path, body, timeout=120):
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})

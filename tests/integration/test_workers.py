@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process, health,
-                      run_weftd)
+from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process, complete,
+                      health, run_weftd)
 
 
 @pytest.fixture(scope="module")

@@ -8,19 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from conftest import BIN_DIR, MODEL, Weftd, metric_sum  # noqa: E402  (the integration tests' helper)
+from conftest import BIN_DIR, MODEL, Weftd, http_get, metric_sum, post  # noqa: E402  (the integration tests' helper)
 
 BENCH = os.path.join(BIN_DIR, "weft-bench")
-
-
-def get(port, path, timeout=10):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-        return r.status, r.read().decode()
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +24,11 @@ def weftd():
     d = Weftd("--log-level", "warn")
     try:
         # A daemon that cannot serve a completion fails here, before the benchmark run.
-        body = json.dumps({"prompt": "Hello", "max_tokens": 2}).encode()
-        req = urllib.request.Request(d.base + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                ok = r.status == 200 and "choices" in json.loads(r.read())
+            ok, why = "choices" in post(d.base, "/v1/completions", {"prompt": "Hello", "max_tokens": 2}), \
+                "no choices in the response"
         except Exception as e:  # noqa: BLE001 - any failure means "cannot serve"
             ok, why = False, str(e)
-        else:
-            why = "no choices in the response"
         if not ok:
             pytest.fail("weftd cannot serve /v1/completions: %s" % why)
         yield d.port
@@ -49,14 +38,14 @@ def weftd():
 
 def test_counts_agree_with_weftd_metrics(weftd, tmp_path):
     port = weftd
-    before = get(port, "/metrics")[1]
+    before = http_get(port, "/metrics")[1]
     out = tmp_path / "r.json"
     p = subprocess.run([BENCH, "--port", str(port), "--no-progress", "--concurrency", "2",
                         "--num-requests", "6", "--input-len", "24", "--output-len", "8",
                         "--slo-class", "std:60000:10000:1", "--duration", "240", "--json", str(out)],
                        capture_output=True, text=True, timeout=500)
     assert p.returncode == 0, p.stderr + p.stdout
-    after = get(port, "/metrics")[1]
+    after = http_get(port, "/metrics")[1]
     run = json.load(open(out))["runs"][0]
     assert run["completed"] == 6 and run["failed"] == 0
     assert not run["tokens_estimated"], "weftd sent no usage in the stream"

@@ -10,12 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from conftest import BIN_DIR, Weftd, metric_sum  # noqa: E402  (the integration tests' helper)
+from conftest import BIN_DIR, Weftd, http_get, metric_sum  # noqa: E402  (the integration tests' helper)
 
 BENCH = os.path.join(BIN_DIR, "weft-bench")
 DIT = os.environ.get("WEFT_DIT", "/usr/local/share/weft/models/weft-dit-digits")
@@ -25,11 +24,6 @@ phase light 0 3 4/s S=1 M=1 L=1
 phase burst 3 5 12/s S=8 M=1 L=1
 phase drain 5 6 0
 """
-
-
-def get(port, path, timeout=10):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-        return r.status, r.read().decode()
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +36,7 @@ def weftd():
         pytest.skip("this weftd has no image serving (POST /v1/images/generations) yet")
     d = Weftd("--log-level", "warn", "--metrics-open", model=DIT, llm_flags=False)
     try:
-        models = json.loads(get(d.port, "/v1/models")[1])["data"]
+        models = json.loads(http_get(d.port, "/v1/models")[1])["data"]
         if not any(m.get("type") == "image" for m in models):
             pytest.fail("weftd loaded %s but lists no image model: %s" % (DIT, models))
         yield d.port
@@ -58,7 +52,7 @@ def bench(port, *args):
 
 
 def counters(port):
-    text = get(port, "/metrics")[1]
+    text = http_get(port, "/metrics")[1]
     return {
         "success": metric_sum(text, "weft:image_requests_total", 'status="success"') or 0,
         "rejected": metric_sum(text, "weft:image_requests_rejected_total") or 0,
