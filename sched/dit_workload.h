@@ -8,8 +8,8 @@
  *     // or the requests of a `weft-bench --trace-out` file, times rescaled to 80% load:
  *     wf_dit_workload_trace(&cfg, "trace.json", 0.8, &jobs, &n, NULL, err, sizeof err);
  *
- * Profiles are sched/workload/workload.h's: a built-in name (sched/workload/profiles/NAME.profile, compiled in)
- * or a file path, parsed and sampled by the very code weft-bench runs (same seed, same arrival
+ * Profiles are sched/workload/workload.h's: a built-in name (sched/workload/profiles/NAME.profile,
+ * compiled in) or a file path, parsed and sampled by the very code weft-bench runs (same seed, same arrival
  * times and classes). Their classes map to the simulator's by name (S, M, L); the simulator keeps
  * its own sizes and steps (cfg->classes: GF-DiT's synthetic S/M/L) and its alphas.
  *

@@ -112,7 +112,8 @@ wf_status wf_workload_class_parse(const char *s, wf_workload_class *c, char *err
         goto bad;
     if (n >= 4 && (parse_num(field[3], &c->alpha) || !(c->alpha > 0))) goto bad;
     if (n == 5) {
-        if (parse_int(field[4], -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY, &c->priority)) goto bad;
+        if (parse_int(field[4], -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY, &c->priority))
+            goto bad;
         c->has_priority = true;
     }
     return WF_OK;
@@ -193,7 +194,9 @@ static wf_status parse_line(char *line, wf_workload_profile *p, const char *orig
             } else if (strncmp(tok[i], "alpha=", 6) == 0) {
                 if (parse_num(tok[i] + 6, &c.alpha) || !(c.alpha > 0)) goto bad_class;
             } else if (strncmp(tok[i], "priority=", 9) == 0) {
-                if (parse_int(tok[i] + 9, -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY, &c.priority)) goto bad_class;
+                if (parse_int(tok[i] + 9, -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY,
+                              &c.priority))
+                    goto bad_class;
                 c.has_priority = true;
             } else {
                 goto bad_class;

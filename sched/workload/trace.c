@@ -156,8 +156,9 @@ wf_status wf_workload_trace_read(const char *path, wf_workload_profile *p, wf_wo
             }
         }
         json_t *pr = json_object_get(r, "priority");
-        if (pr && !json_is_null(pr) && (!json_is_integer(pr) || json_integer_value(pr) < -WF_WORKLOAD_MAX_PRIORITY ||
-                   json_integer_value(pr) > WF_WORKLOAD_MAX_PRIORITY)) {
+        if (pr && !json_is_null(pr) &&
+            (!json_is_integer(pr) || json_integer_value(pr) < -WF_WORKLOAD_MAX_PRIORITY ||
+             json_integer_value(pr) > WF_WORKLOAD_MAX_PRIORITY)) {
             st = wf_status_errorf(err, errlen, WF_EFORMAT,
                                   "trace %s: request %zu: priority must be an integer in "
                                   "[-%d, %d]", path, i, WF_WORKLOAD_MAX_PRIORITY,
