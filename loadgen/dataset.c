@@ -172,19 +172,19 @@ bad:
                 "bad length spec '%s': use N, LO:HI (1..%d) or @histogram-file", text, LEN_MAX);
 }
 
-int32_t wf_loadgen_len_spec_sample(const wf_loadgen_len_spec *spec, wf_loadgen_rng *rng) {
+int32_t wf_loadgen_len_spec_sample(const wf_loadgen_len_spec *spec, wf_workload_rng *rng) {
     switch (spec->kind) {
     case WF_LOADGEN_LEN_FIXED: return spec->lo;
-    case WF_LOADGEN_LEN_UNIFORM: return (int32_t)wf_loadgen_rng_range(rng, spec->lo, spec->hi);
+    case WF_LOADGEN_LEN_UNIFORM: return (int32_t)wf_workload_rng_range(rng, spec->lo, spec->hi);
     case WF_LOADGEN_LEN_HIST: {
-        double u = wf_loadgen_rng_uniform(rng) * spec->cum[spec->n_bins - 1];
+        double u = wf_workload_rng_uniform(rng) * spec->cum[spec->n_bins - 1];
         size_t lo = 0, hi = spec->n_bins - 1;
         while (lo < hi) { /* first bin whose cumulative weight exceeds u */
             size_t mid = (lo + hi) / 2;
             if (spec->cum[mid] > u) hi = mid;
             else lo = mid + 1;
         }
-        return (int32_t)wf_loadgen_rng_range(rng, spec->bin_lo[lo], spec->bin_hi[lo]);
+        return (int32_t)wf_workload_rng_range(rng, spec->bin_lo[lo], spec->bin_hi[lo]);
     }
     }
     return spec->lo;
@@ -357,13 +357,13 @@ out:
 /* ---- the request sequence ----------------------------------------------------------------- */
 
 static char *synthetic_prompt(int32_t tokens, uint64_t seed) {
-    wf_loadgen_rng rng;
-    wf_loadgen_rng_seed(&rng, seed);
+    wf_workload_rng rng;
+    wf_workload_rng_seed(&rng, seed);
     size_t cap = (size_t)tokens * 12 + 1, len = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
     for (int32_t i = 0; i < tokens; i++) {
-        const char *w = WORDS[wf_loadgen_rng_range(&rng, 0, N_WORDS - 1)];
+        const char *w = WORDS[wf_workload_rng_range(&rng, 0, N_WORDS - 1)];
         size_t wl = strlen(w);
         if (len + wl + 2 > cap) break; /* cannot happen: words are < 11 bytes */
         if (i) s[len++] = ' ';
@@ -379,12 +379,12 @@ char *wf_loadgen_prompt_text(const wf_loadgen_prompt *p) {
     return synthetic_prompt(p->input_tokens, p->text_seed);
 }
 
-static int pick_class(const wf_loadgen_slo_class *classes, size_t n, wf_loadgen_rng *rng) {
+static int pick_class(const wf_loadgen_slo_class *classes, size_t n, wf_workload_rng *rng) {
     if (n == 0) return -1;
     double total = 0;
     for (size_t i = 0; i < n; i++) total += classes[i].weight > 0 ? classes[i].weight : 0;
-    if (!(total > 0)) return (int)wf_loadgen_rng_range(rng, 0, (int64_t)n - 1);
-    double u = wf_loadgen_rng_uniform(rng) * total;
+    if (!(total > 0)) return (int)wf_workload_rng_range(rng, 0, (int64_t)n - 1);
+    double u = wf_workload_rng_uniform(rng) * total;
     for (size_t i = 0; i < n; i++) {
         double w = classes[i].weight > 0 ? classes[i].weight : 0;
         if (u < w) return (int)i;
@@ -407,11 +407,11 @@ wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_
     source src = {0};
     wf_status st = WF_OK;
     /* Separate streams so that, e.g., the class mix does not change when the lengths do. */
-    wf_loadgen_rng rng_len, rng_text, rng_class, rng_order;
-    wf_loadgen_rng_seed(&rng_len, o->seed ^ 0x6c656e67746873ULL);
-    wf_loadgen_rng_seed(&rng_text, o->seed ^ 0x74657874ULL);
-    wf_loadgen_rng_seed(&rng_class, o->seed ^ 0x636c617373ULL);
-    wf_loadgen_rng_seed(&rng_order, o->seed ^ 0x6f72646572ULL);
+    wf_workload_rng rng_len, rng_text, rng_class, rng_order;
+    wf_workload_rng_seed(&rng_len, o->seed ^ 0x6c656e67746873ULL);
+    wf_workload_rng_seed(&rng_text, o->seed ^ 0x74657874ULL);
+    wf_workload_rng_seed(&rng_class, o->seed ^ 0x636c617373ULL);
+    wf_workload_rng_seed(&rng_order, o->seed ^ 0x6f72646572ULL);
 
     if (o->kind == WF_LOADGEN_DATA_SHAREGPT || o->kind == WF_LOADGEN_DATA_PROMPTS) {
         if (!o->path) return wf_status_errorf(err, errlen, WF_EINVAL, "dataset file not given");
@@ -421,7 +421,7 @@ wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_
                  : load_prompts(o->path, &src, err, errlen);
         if (st != WF_OK) goto fail_load;
         for (size_t i = src.n; i > 1; i--) { /* seeded Fisher-Yates */
-            size_t j = (size_t)wf_loadgen_rng_range(&rng_order, 0, (int64_t)i - 1);
+            size_t j = (size_t)wf_workload_rng_range(&rng_order, 0, (int64_t)i - 1);
             char *t = src.text[i - 1];
             src.text[i - 1] = src.text[j];
             src.text[j] = t;
@@ -440,7 +440,7 @@ wf_status wf_loadgen_dataset_build(const wf_loadgen_dataset_opts *o, wf_loadgen_
         if (o->kind == WF_LOADGEN_DATA_SYNTHETIC) {
             p->input_tokens = wf_loadgen_len_spec_sample(&o->input_len, &rng_len);
             p->output_tokens = wf_loadgen_len_spec_sample(&o->output_len, &rng_len);
-            p->text_seed = wf_loadgen_rng_next(&rng_text);
+            p->text_seed = wf_workload_rng_next(&rng_text);
         } else {
             size_t k = i % src.n;
             p->text = src.text[k];

@@ -47,7 +47,7 @@ wf_status wf_loadgen_len_spec_parse(const char *text, wf_loadgen_len_spec *out, 
 /* Loads a histogram file (see above). WF_ENOTFOUND, WF_EFORMAT (with the line number). */
 wf_status wf_loadgen_hist_load(const char *path, wf_loadgen_len_spec *out, char *err,
                                size_t errlen);
-int32_t wf_loadgen_len_spec_sample(const wf_loadgen_len_spec *spec, wf_loadgen_rng *rng);
+int32_t wf_loadgen_len_spec_sample(const wf_loadgen_len_spec *spec, wf_workload_rng *rng);
 /* Mean length of the spec (for reports). */
 double wf_loadgen_len_spec_mean(const wf_loadgen_len_spec *spec);
 void wf_loadgen_len_spec_free(wf_loadgen_len_spec *spec);

@@ -11,7 +11,7 @@ char *wf_loadgen_image_build_body(const wf_loadgen_image_opts *io, const char *m
                                   const wf_loadgen_prompt *p, double deadline_ms, bool slo_ext,
                                   bool stream, const char *extra) {
     if (p->slo_class < 0 || (size_t)p->slo_class >= io->n_classes) return NULL;
-    const wf_loadgen_image_class *c = &io->classes[p->slo_class];
+    const wf_workload_class *c = &io->classes[p->slo_class];
     json_t *b = json_object();
     if (!b) return NULL;
     if (model) json_object_set_new(b, "model", json_string(model));
@@ -58,182 +58,57 @@ int64_t wf_loadgen_image_request_seed(const wf_loadgen_prompt *p) {
     return (int64_t)(p->text_seed >> 33); /* 31 bits: any server's seed type holds it */
 }
 
-/* ---- traces ------------------------------------------------------------------------------------ */
+/* ---- traces: the workload module's, with the items weft-bench sends ------------------------ */
 
-wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profile *p,
+wf_status wf_loadgen_image_trace_write(const char *path, const wf_workload_profile *p,
                                        double rate_scale, uint64_t seed, const double *arrival_s,
                                        const wf_loadgen_prompt *items, size_t n, char *err,
                                        size_t errlen) {
-    json_t *root = json_object(), *meta = json_object(), *reqs = json_array();
-    json_t *phases = json_array(), *classes = json_object(), *counts = json_object();
-    uint64_t per_class[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
-    for (size_t i = 0; i < n; i++) {
-        int c = items[i].slo_class;
-        if (c < 0 || (size_t)c >= p->n_classes) continue;
-        const wf_loadgen_image_class *k = &p->classes[c];
-        json_t *r = json_object();
-        char id[48];
-        snprintf(id, sizeof id, "%s_%06llu", k->name, (unsigned long long)per_class[c]++);
-        json_object_set_new(r, "request_id", json_string(id));
-        json_object_set_new(r, "request_class", json_string(k->name));
-        json_object_set_new(r, "arrival_ms", json_real(arrival_s[i] * 1000.0));
-        json_object_set_new(r, "width", json_integer(k->width));
-        json_object_set_new(r, "height", json_integer(k->height));
-        json_object_set_new(r, "num_steps", json_integer(k->steps));
-        if (k->has_priority) json_object_set_new(r, "priority", json_integer(k->priority));
-        double d = wf_loadgen_image_deadline_ms(k);
-        json_object_set_new(r, "deadline_ms", isfinite(d) ? json_real(arrival_s[i] * 1000.0 + d) : json_null());
-        json_object_set_new(r, "profiled_optimal_latency_ms",
-                            k->t_single_ms > 0 ? json_real(k->t_single_ms) : json_null());
-        json_object_set_new(r, "seed", json_integer(wf_loadgen_image_request_seed(&items[i])));
-        json_array_append_new(reqs, r);
+    int *cls = malloc((n ? n : 1) * sizeof *cls);
+    int64_t *seeds = malloc((n ? n : 1) * sizeof *seeds);
+    wf_status st = WF_ENOMEM;
+    if (cls && seeds) {
+        for (size_t i = 0; i < n; i++) {
+            cls[i] = items[i].slo_class;
+            seeds[i] = wf_loadgen_image_request_seed(&items[i]);
+        }
+        wf_workload_trace t = {.n = n, .arrival_s = (double *)arrival_s, .class_idx = cls,
+                               .seed = seeds};
+        st = wf_workload_trace_write(path, p, rate_scale, seed, &t, err, errlen);
+    } else {
+        wf_status_errorf(err, errlen, st, "trace %s: out of memory", path);
     }
-    for (size_t i = 0; i < p->n_phases; i++) {
-        const wf_loadgen_phase *ph = &p->phases[i];
-        json_t *x = json_object(), *mix = json_object();
-        json_object_set_new(x, "name", json_string(ph->name));
-        json_object_set_new(x, "start_s", json_real(ph->start_s));
-        json_object_set_new(x, "end_s", json_real(ph->end_s));
-        json_object_set_new(x, "arrival_rate_per_min", json_real(ph->rate * 60.0));
-        for (size_t c = 0; c < p->n_classes; c++)
-            json_object_set_new(mix, p->classes[c].name, json_real(ph->mix[c]));
-        json_object_set_new(x, "mix", mix);
-        json_array_append_new(phases, x);
-    }
-    for (size_t c = 0; c < p->n_classes; c++) {
-        const wf_loadgen_image_class *k = &p->classes[c];
-        json_t *x = json_object();
-        json_object_set_new(x, "width", json_integer(k->width));
-        json_object_set_new(x, "height", json_integer(k->height));
-        json_object_set_new(x, "num_steps", json_integer(k->steps));
-        json_object_set_new(x, "alpha", json_real(k->alpha));
-        json_object_set_new(x, "t_single_ms", k->t_single_ms > 0 ? json_real(k->t_single_ms) : json_null());
-        json_object_set_new(classes, k->name, x);
-        json_object_set_new(counts, k->name, json_integer((json_int_t)per_class[c]));
-    }
-    json_object_set_new(meta, "generator", json_string("weft-bench"));
-    json_object_set_new(meta, "profile", json_string(p->name));
-    json_object_set_new(meta, "rate_scale", json_real(rate_scale));
-    json_object_set_new(meta, "seed", json_integer((json_int_t)seed));
-    json_object_set_new(meta, "duration_s", json_real(wf_loadgen_profile_end_s(p)));
-    json_object_set_new(meta, "phases", phases);
-    json_object_set_new(meta, "classes", classes);
-    json_object_set_new(meta, "class_counts", counts);
-    json_object_set_new(root, "metadata", meta);
-    json_object_set_new(root, "requests", reqs);
-    int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(12));
-    json_decref(root);
-    if (rc != 0) return wf_status_errorf(err, errlen, WF_EIO, "cannot write trace %s", path);
-    return WF_OK;
+    free(cls);
+    free(seeds);
+    return st;
 }
 
-typedef struct trace_req {
-    double arrival_s;
-    int cls;
-    int64_t seed; /* -1: none given */
-} trace_req;
-
-static int cmp_trace(const void *a, const void *b) {
-    double x = ((const trace_req *)a)->arrival_s, y = ((const trace_req *)b)->arrival_s;
-    return (x > y) - (x < y);
-}
-
-static bool get_int(json_t *o, const char *k, int *out) {
-    json_t *v = json_object_get(o, k);
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 100000) return false;
-    *out = (int)json_integer_value(v);
-    return true;
-}
-
-wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, double **arrival_s,
+wf_status wf_loadgen_image_trace_read(const char *path, wf_workload_profile *p, double **arrival_s,
                                       wf_loadgen_prompt **items, size_t *n, char *err,
                                       size_t errlen) {
     *arrival_s = NULL;
     *items = NULL;
     *n = 0;
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root)
-        return wf_status_errorf(err, errlen, je.line < 0 ? WF_ENOTFOUND : WF_EFORMAT, "trace %s: %s",
-                                path, je.text);
-    json_t *reqs = json_object_get(root, "requests");
-    size_t m = json_array_size(reqs);
-    wf_status st = WF_OK;
-    trace_req *tr = NULL;
-    if (!json_is_array(reqs) || m == 0) {
-        st = wf_status_errorf(err, errlen, WF_EFORMAT, "trace %s: no \"requests\" array", path);
-        goto out;
+    wf_workload_trace t;
+    wf_status st = wf_workload_trace_read(path, p, &t, err, errlen);
+    if (st != WF_OK) return st;
+    wf_loadgen_prompt *it = calloc(t.n, sizeof *it);
+    if (!it) {
+        wf_workload_trace_free(&t);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "trace %s: out of memory", path);
     }
-    tr = calloc(m, sizeof *tr);
-    if (!tr) {
-        st = WF_ENOMEM;
-        goto out;
-    }
-    bool seen[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
-    for (size_t i = 0; i < m; i++) {
-        json_t *r = json_array_get(reqs, i);
-        const char *name = json_string_value(json_object_get(r, "request_class"));
-        json_t *arr = json_object_get(r, "arrival_ms");
-        wf_loadgen_image_class c = {0};
-        if (!name || !*name || strlen(name) >= sizeof c.name || !json_is_number(arr) ||
-            json_number_value(arr) < 0 || !get_int(r, "width", &c.width) ||
-            !get_int(r, "height", &c.height) || !get_int(r, "num_steps", &c.steps)) {
-            st = wf_status_errorf(err, errlen, WF_EFORMAT,
-                                  "trace %s: request %zu needs request_class, arrival_ms >= 0, "
-                                  "width, height, num_steps", path, i);
-            goto out;
-        }
-        snprintf(c.name, sizeof c.name, "%s", name);
-        c.alpha = 2.0;
-        json_t *t = json_object_get(r, "profiled_optimal_latency_ms");
-        json_t *d = json_object_get(r, "deadline_ms");
-        if (json_is_number(t) && json_number_value(t) > 0) {
-            c.t_single_ms = json_number_value(t);
-            if (json_is_number(d) && json_number_value(d) > json_number_value(arr))
-                c.alpha = (json_number_value(d) - json_number_value(arr)) / c.t_single_ms;
-        }
-        json_t *pr = json_object_get(r, "priority");
-        if (json_is_integer(pr)) {
-            c.has_priority = true;
-            c.priority = (int)json_integer_value(pr);
-        }
-        int k = wf_loadgen_profile_class_index(p, c.name);
-        if (k < 0 || !seen[k]) { /* the first request of a class defines it */
-            if (wf_loadgen_profile_set_class(p, &c) != WF_OK) {
-                st = wf_status_errorf(err, errlen, WF_EFORMAT, "trace %s: more than %d classes",
-                                      path, WF_LOADGEN_MAX_IMAGE_CLASSES);
-                goto out;
-            }
-            k = wf_loadgen_profile_class_index(p, c.name);
-            seen[k] = true;
-        }
-        tr[i].cls = k;
-        tr[i].arrival_s = json_number_value(arr) / 1000.0;
-        json_t *sd = json_object_get(r, "seed");
-        tr[i].seed = json_is_integer(sd) && json_integer_value(sd) >= 0 ? json_integer_value(sd) & 0x7FFFFFFF : -1;
-    }
-    qsort(tr, m, sizeof *tr, cmp_trace);
-    *arrival_s = malloc(m * sizeof **arrival_s);
-    *items = calloc(m, sizeof **items);
-    if (!*arrival_s || !*items) {
-        free(*arrival_s), free(*items);
-        *arrival_s = NULL, *items = NULL;
-        st = WF_ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < m; i++) {
-        (*arrival_s)[i] = tr[i].arrival_s;
-        (*items)[i].slo_class = tr[i].cls;
+    for (size_t i = 0; i < t.n; i++) {
+        it[i].slo_class = t.class_idx[i];
         /* The seed sent is the trace's (high bits); the low bits vary the class label. */
-        uint64_t seed = tr[i].seed >= 0 ? (uint64_t)tr[i].seed : (uint64_t)i * 2654435761u;
-        (*items)[i].text_seed = seed << 33 | ((uint64_t)i * 0x9E3779B1u & 0x1FFFFFFFFull);
+        uint64_t seed = t.seed[i] >= 0 ? (uint64_t)t.seed[i] : (uint64_t)i * 2654435761u;
+        it[i].text_seed = seed << 33 | ((uint64_t)i * 0x9E3779B1u & 0x1FFFFFFFFull);
     }
-    *n = m;
-    snprintf(p->name, sizeof p->name, "trace");
-out:
-    free(tr);
-    json_decref(root);
-    return st;
+    *arrival_s = t.arrival_s; /* handed over: the caller frees it */
+    *items = it;
+    *n = t.n;
+    free(t.class_idx);
+    free(t.seed);
+    return WF_OK;
 }
 
 /* ---- PNG checks ------------------------------------------------------------------------------- */
@@ -385,11 +260,11 @@ int wf_loadgen_image_check_event(json_t *msg, int width, int height, bool *progr
 
 /* ---- report math ------------------------------------------------------------------------------ */
 
-bool wf_loadgen_image_record_met(const wf_loadgen_record *r, const wf_loadgen_image_class *c) {
+bool wf_loadgen_image_record_met(const wf_loadgen_record *r, const wf_workload_class *c) {
     if (r->outcome != WF_LOADGEN_OK || !c || !(c->t_single_ms > 0)) return false;
     uint64_t arrival = r->t_arrival_ns ? r->t_arrival_ns : r->t_start_ns;
     if (r->t_end_ns < arrival) return false;
-    return (double)(r->t_end_ns - arrival) / 1e6 <= wf_loadgen_image_deadline_ms(c);
+    return (double)(r->t_end_ns - arrival) / 1e6 <= wf_workload_class_deadline_ms(c);
 }
 
 static bool refused(const wf_loadgen_record *r) {
@@ -397,10 +272,10 @@ static bool refused(const wf_loadgen_record *r) {
 }
 
 wf_status wf_loadgen_image_summarize(const wf_loadgen_record *recs, size_t n,
-                                     const wf_loadgen_image_class *classes, size_t n_classes,
+                                     const wf_workload_class *classes, size_t n_classes,
                                      double duration_s, wf_loadgen_image_summary *out) {
     memset(out, 0, sizeof *out);
-    if (n_classes > WF_LOADGEN_MAX_IMAGE_CLASSES) return WF_EINVAL;
+    if (n_classes > WF_WORKLOAD_MAX_CLASSES) return WF_EINVAL;
     out->duration_s = duration_s;
     out->n_classes = n_classes;
     for (size_t c = 0; c < n_classes; c++) out->classes[c].def = classes[c];
@@ -476,7 +351,7 @@ wf_status wf_loadgen_image_summarize(const wf_loadgen_record *recs, size_t n,
 }
 
 wf_status wf_loadgen_image_summarize_phases(const wf_loadgen_record *recs, size_t n,
-                                            uint64_t t0_ns, const wf_loadgen_profile *p,
+                                            uint64_t t0_ns, const wf_workload_profile *p,
                                             wf_loadgen_image_summary *s) {
     s->n_phases = p->n_phases;
     double *lat = malloc((n ? n : 1) * sizeof *lat), *norm = malloc((n ? n : 1) * sizeof *norm);
@@ -496,7 +371,7 @@ wf_status wf_loadgen_image_summarize_phases(const wf_loadgen_record *recs, size_
             if (r->outcome == WF_LOADGEN_NOT_SENT || r->t_arrival_ns < t0_ns) continue;
             double t = (double)(r->t_arrival_ns - t0_ns) / 1e9;
             if (t < ps->start_s || t >= ps->end_s) continue;
-            const wf_loadgen_image_class *c =
+            const wf_workload_class *c =
                 r->slo_class >= 0 && (size_t)r->slo_class < s->n_classes ? &s->classes[r->slo_class].def : NULL;
             ps->issued++;
             if (r->outcome != WF_LOADGEN_OK) {
@@ -568,7 +443,7 @@ void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s) {
         const wf_loadgen_image_class_stats *cs = &s->classes[c];
         print_row(f, cs->def.name, &cs->latency, &cs->normalized, cs->issued, cs->completed,
                   cs->refused, cs->failed, cs->attainment, cs->def.t_single_ms,
-                  wf_loadgen_image_deadline_ms(&cs->def));
+                  wf_workload_class_deadline_ms(&cs->def));
     }
     print_row(f, "all", &s->latency, &s->normalized, s->issued, s->completed, s->refused, s->failed,
               s->attainment, NAN, NAN);
@@ -596,16 +471,10 @@ void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s) {
     }
 }
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
+/* The image report's distributions: latency percentiles with p95, no std (GF-DiT's table). */
 static void put_dist(json_t *o, const char *name, const wf_loadgen_dist *d) {
-    static const char *const stat[] = {"mean", "median", "p90", "p95", "p99", "min", "max"};
-    const double v[] = {d->mean, d->median, d->p90, d->p95, d->p99, d->min, d->max};
-    char k[64];
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        snprintf(k, sizeof k, "%s_%s", stat[i], name);
-        json_object_set_new(o, k, num(v[i]));
-    }
+    static const char *const stats[] = {"mean", "median", "p90", "p95", "p99", "min", "max", NULL};
+    wf_loadgen_json_put_dist(o, name, "", d, stats, false);
 }
 
 static void put_counts(json_t *o, uint64_t issued, uint64_t completed, uint64_t refused_n,
@@ -616,7 +485,7 @@ static void put_counts(json_t *o, uint64_t issued, uint64_t completed, uint64_t 
     json_object_set_new(o, "failed", json_integer((json_int_t)failed));
     json_object_set_new(o, "slo_met", json_integer((json_int_t)met));
     json_object_set_new(o, "images", json_integer((json_int_t)images));
-    json_object_set_new(o, "slo_attainment", num(attainment));
+    json_object_set_new(o, "slo_attainment", wf_loadgen_json_num(attainment));
 }
 
 json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
@@ -628,10 +497,7 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
     put_dist(o, "latency_ms", &s->latency);
     put_dist(o, "normalized_latency", &s->normalized);
     put_dist(o, "first_event_ms", &s->first_event);
-    json_t *errs = json_object();
-    for (size_t i = 0; i < s->n_errors; i++)
-        json_object_set_new(errs, s->errors[i].key, json_integer((json_int_t)s->errors[i].count));
-    json_object_set_new(o, "errors", errs);
+    json_object_set_new(o, "errors", wf_loadgen_json_errors(s->errors, s->n_errors));
     json_t *cls = json_array();
     for (size_t c = 0; c < s->n_classes; c++) {
         const wf_loadgen_image_class_stats *cs = &s->classes[c];
@@ -642,8 +508,8 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
         json_object_set_new(x, "size", json_string(size));
         json_object_set_new(x, "steps", json_integer(cs->def.steps));
         json_object_set_new(x, "alpha", json_real(cs->def.alpha));
-        json_object_set_new(x, "t_single_ms", num(cs->def.t_single_ms > 0 ? cs->def.t_single_ms : NAN));
-        json_object_set_new(x, "deadline_ms", num(wf_loadgen_image_deadline_ms(&cs->def)));
+        json_object_set_new(x, "t_single_ms", wf_loadgen_json_num(cs->def.t_single_ms > 0 ? cs->def.t_single_ms : NAN));
+        json_object_set_new(x, "deadline_ms", wf_loadgen_json_num(wf_workload_class_deadline_ms(&cs->def)));
         put_counts(x, cs->issued, cs->completed, cs->refused, cs->failed, cs->met, cs->images,
                    cs->attainment);
         put_dist(x, "latency_ms", &cs->latency);
@@ -664,7 +530,7 @@ json_t *wf_loadgen_image_summary_json(const wf_loadgen_image_summary *s) {
             json_object_set_new(x, "refused", json_integer((json_int_t)ps->refused));
             json_object_set_new(x, "failed", json_integer((json_int_t)ps->failed));
             json_object_set_new(x, "slo_met", json_integer((json_int_t)ps->met));
-            json_object_set_new(x, "slo_attainment", num(ps->attainment));
+            json_object_set_new(x, "slo_attainment", wf_loadgen_json_num(ps->attainment));
             put_dist(x, "latency_ms", &ps->latency);
             put_dist(x, "normalized_latency", &ps->normalized);
             json_array_append_new(ph, x);

@@ -31,11 +31,11 @@
 
 #include "loadgen/dataset.h"
 #include "loadgen/metrics.h"
-#include "loadgen/profile.h"
+#include "sched/workload/workload.h"
 #include "proto/base/status.h"
 
 typedef struct wf_loadgen_image_opts {
-    const wf_loadgen_image_class *classes;
+    const wf_workload_class *classes;
     size_t n_classes;
     int n;               /* images per request (OpenAI's n) */
     const char *prompt;  /* NULL: the dataset's text, else "a photo" */
@@ -55,24 +55,20 @@ char *wf_loadgen_image_build_body(const wf_loadgen_image_opts *io, const char *m
 /* The "seed" sent for item p (from its own seed, so a --seed repeats a run exactly). */
 int64_t wf_loadgen_image_request_seed(const wf_loadgen_prompt *p);
 
-/* Writes the requests of one profile load point as a trace file in GF-DiT's workload JSON shape:
- * {"metadata": {profile, phases, classes, rate_scale, seed, ...}, "requests": [{request_id,
- * request_class, arrival_ms, width, height, num_steps, priority, deadline_ms (absolute, ms from
- * the start), profiled_optimal_latency_ms (T_single), seed}]}, so that a simulator replays the
- * very requests a real run sends. items[i].slo_class is request i's class. WF_EIO on a write
- * failure, with a message. */
-wf_status wf_loadgen_image_trace_write(const char *path, const wf_loadgen_profile *p,
+/* The requests of one profile load point as a trace file (wf_workload_trace_write: GF-DiT's
+ * workload JSON), each request's seed being the one sent (wf_loadgen_image_request_seed);
+ * items[i].slo_class is request i's class. WF_EIO on a write failure, with a message. */
+wf_status wf_loadgen_image_trace_write(const char *path, const wf_workload_profile *p,
                                        double rate_scale, uint64_t seed, const double *arrival_s,
                                        const wf_loadgen_prompt *items, size_t n, char *err,
                                        size_t errlen);
 
-/* Reads a trace in that shape (weft-bench's --trace-out, or GF-DiT's generated workloads) for
- * replay: classes come from the requests (request_class with width, height, num_steps; T_single
- * = profiled_optimal_latency_ms and alpha = (deadline_ms - arrival_ms) / T_single where given,
- * else alpha 2 and T_single unknown) and replace p's classes of the same name; requests are
- * sorted by arrival. *arrival_s and *items are malloc'ed (caller frees), *n set. WF_ENOTFOUND,
- * WF_EFORMAT naming the request and field, WF_ENOMEM. */
-wf_status wf_loadgen_image_trace_read(const char *path, wf_loadgen_profile *p, double **arrival_s,
+/* Reads a trace (wf_workload_trace_read: weft-bench's --trace-out, or GF-DiT's generated
+ * workloads) for replay, as the items weft-bench sends: slo_class is the request's class in p,
+ * and the seed sent is the trace's (or one derived from the request's index). *arrival_s and
+ * *items are malloc'ed (caller frees), *n set. WF_ENOTFOUND, WF_EFORMAT naming the request and
+ * field, WF_ENOMEM. */
+wf_status wf_loadgen_image_trace_read(const char *path, wf_workload_profile *p, double **arrival_s,
                                       wf_loadgen_prompt **items, size_t *n, char *err,
                                       size_t errlen);
 
@@ -97,10 +93,10 @@ int wf_loadgen_image_check_event(json_t *msg, int width, int height, bool *progr
                                  size_t errlen);
 
 /* True when r completed and finished within its class's deadline (c->t_single_ms > 0). */
-bool wf_loadgen_image_record_met(const wf_loadgen_record *r, const wf_loadgen_image_class *c);
+bool wf_loadgen_image_record_met(const wf_loadgen_record *r, const wf_workload_class *c);
 
 typedef struct wf_loadgen_image_class_stats {
-    wf_loadgen_image_class def;
+    wf_workload_class def;
     uint64_t issued, completed, refused, failed, met, images;
     double attainment;          /* met / issued; NAN when none issued */
     wf_loadgen_dist latency;    /* ms, completed requests */
@@ -124,21 +120,21 @@ typedef struct wf_loadgen_image_summary {
     size_t n_errors;
     wf_loadgen_error_kind errors[WF_LOADGEN_MAX_ERROR_KINDS];
     size_t n_classes;
-    wf_loadgen_image_class_stats classes[WF_LOADGEN_MAX_IMAGE_CLASSES];
+    wf_loadgen_image_class_stats classes[WF_WORKLOAD_MAX_CLASSES];
     size_t n_phases; /* a profile run: the same figures per phase (by arrival time) */
-    wf_loadgen_image_phase_stats phases[WF_LOADGEN_MAX_PHASES];
+    wf_loadgen_image_phase_stats phases[WF_WORKLOAD_MAX_PHASES];
 } wf_loadgen_image_summary;
 
 /* Summarizes n records (NOT_SENT skipped; r->slo_class is the image class). WF_OK, WF_EINVAL
  * (too many classes), WF_ENOMEM. */
 wf_status wf_loadgen_image_summarize(const wf_loadgen_record *recs, size_t n,
-                                     const wf_loadgen_image_class *classes, size_t n_classes,
+                                     const wf_workload_class *classes, size_t n_classes,
                                      double duration_s, wf_loadgen_image_summary *out);
 /* Adds per-phase figures to s (already summarized from the same records): each request
  * belongs to the phase of p in which it arrived, arrival times counting from t0_ns (the run's
  * clock origin). WF_OK or WF_ENOMEM. */
 wf_status wf_loadgen_image_summarize_phases(const wf_loadgen_record *recs, size_t n,
-                                            uint64_t t0_ns, const wf_loadgen_profile *p,
+                                            uint64_t t0_ns, const wf_workload_profile *p,
                                             wf_loadgen_image_summary *s);
 /* The text table of one load point. */
 void wf_loadgen_image_print(FILE *f, const wf_loadgen_image_summary *s);

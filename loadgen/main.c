@@ -13,7 +13,7 @@
 #include "loadgen/dataset.h"
 #include "loadgen/image.h"
 #include "loadgen/metrics.h"
-#include "loadgen/profile.h"
+#include "sched/workload/workload.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
 #include "weft_version.h"
@@ -134,6 +134,19 @@ static int parse_double(const char *s, double *out) {
     if (e == s || *e || errno || !isfinite(v)) return -1;
     *out = v;
     return 0;
+}
+
+/* A whole number in [lo, hi] (1e3 is one too). */
+static int parse_count(const char *s, double lo, double hi, double *out) {
+    return parse_double(s, out) || *out < lo || *out > hi || *out != floor(*out) ? -1 : 0;
+}
+
+/* Seconds in (0, WF_LOADGEN_MAX_DURATION_S], or [0, ...] with zero_ok. */
+static int parse_seconds(const char *s, bool zero_ok, double *out) {
+    return parse_double(s, out) || *out < 0 || (*out == 0 && !zero_ok) ||
+                   *out > WF_LOADGEN_MAX_DURATION_S
+               ? -1
+               : 0;
 }
 
 static int parse_slo_class(const char *s, wf_loadgen_slo_class *c) {
@@ -315,7 +328,7 @@ typedef struct image_cfg {
     double scales[MAX_POINTS], loads[MAX_POINTS];
     int n_scales, n_loads;
     int servers;
-    wf_loadgen_image_class classes[WF_LOADGEN_MAX_IMAGE_CLASSES]; /* --image-class */
+    wf_workload_class classes[WF_WORKLOAD_MAX_CLASSES]; /* --image-class */
     size_t n_classes;
     const char *mix, *t_single;
     int reps;
@@ -337,8 +350,8 @@ static wf_status image_items(size_t n, uint64_t seed, const int *cls, const doub
     ds->items = calloc(n ? n : 1, sizeof *ds->items);
     if (!ds->items) return WF_ENOMEM;
     ds->n = n;
-    wf_loadgen_rng rng;
-    wf_loadgen_rng_seed(&rng, seed ^ 0x696d616765ULL);
+    wf_workload_rng rng;
+    wf_workload_rng_seed(&rng, seed ^ 0x696d616765ULL);
     double total = 0;
     for (size_t c = 0; mix && c < n_classes; c++) total += mix[c];
     for (size_t i = 0; i < n; i++) {
@@ -346,22 +359,16 @@ static wf_status image_items(size_t n, uint64_t seed, const int *cls, const doub
         if (cls) {
             c = cls[i];
         } else if (total > 0) {
-            double r = wf_loadgen_rng_uniform(&rng) * total, acc = 0;
-            for (size_t k = 0; k < n_classes; k++) {
-                if (mix[k] <= 0) continue;
-                acc += mix[k];
-                c = (int)k;
-                if (r < acc) break;
-            }
+            c = wf_workload_rng_pick(&rng, mix, n_classes, total);
         }
         ds->items[i].slo_class = c;
-        ds->items[i].text_seed = wf_loadgen_rng_next(&rng);
+        ds->items[i].text_seed = wf_workload_rng_next(&rng);
     }
     return WF_OK;
 }
 
 /* --t-single S=120,M=300: fills the named classes' T_single. */
-static int parse_t_single(const char *s, wf_loadgen_profile *p) {
+static int parse_t_single(const char *s, wf_workload_profile *p) {
     char buf[512];
     if (strlen(s) >= sizeof buf) return -1;
     snprintf(buf, sizeof buf, "%s", s);
@@ -369,7 +376,7 @@ static int parse_t_single(const char *s, wf_loadgen_profile *p) {
         char *eq = strchr(t, '=');
         if (!eq) return -1;
         *eq = '\0';
-        int c = wf_loadgen_profile_class_index(p, t);
+        int c = wf_workload_profile_class_index(p, t);
         double v;
         if (c < 0 || parse_double(eq + 1, &v) || !(v > 0)) return -1;
         p->classes[c].t_single_ms = v;
@@ -384,7 +391,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* T_single of every class the run uses that has none yet: after one warm-up request, `reps`
  * requests of the class one at a time with nothing else in flight; the median latency. */
-static int calibrate(const wf_loadgen_run_opts *base, wf_loadgen_profile *p, const bool *used,
+static int calibrate(const wf_loadgen_run_opts *base, wf_workload_profile *p, const bool *used,
                      int reps) {
     char err[512];
     bool warmed = false;
@@ -461,9 +468,9 @@ typedef struct image_run {
 
 static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *ir) {
     char err[512];
-    wf_loadgen_profile prof;
+    wf_workload_profile prof;
     if (img->trace) {
-        wf_loadgen_profile_default_classes(&prof);
+        wf_workload_profile_default_classes(&prof);
         if (img->profile || ir->n_rates || ir->n_conc || img->n_loads || img->profile_duration > 0) {
             fprintf(stderr, "weft-bench: --trace sets the arrivals: --rate-scale K replays it K "
                             "times faster; --profile, --rate, --concurrency, --target-load and "
@@ -476,7 +483,7 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             return 2;
         }
     } else if (img->profile) {
-        if (wf_loadgen_profile_load(img->profile, &prof, err, sizeof err) != WF_OK) {
+        if (wf_workload_profile_load(img->profile, &prof, err, sizeof err) != WF_OK) {
             fprintf(stderr, "weft-bench: %s\n", err);
             return 2;
         }
@@ -486,7 +493,7 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             return 2;
         }
     } else {
-        wf_loadgen_profile_default_classes(&prof);
+        wf_workload_profile_default_classes(&prof);
         if (img->n_scales || img->n_loads || img->profile_duration > 0) {
             fprintf(stderr, "weft-bench: --rate-scale, --target-load and --profile-duration go "
                             "with --profile (--rate-scale also with --trace)\n");
@@ -512,20 +519,20 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         return 2;
     }
     for (size_t c = 0; img->width && c < prof.n_classes; c++) {
-        wf_loadgen_image_class *k = &prof.classes[c];
+        wf_workload_class *k = &prof.classes[c];
         /* A trace's T_single was measured at its own size: not this one's. */
         if (k->width != img->width || k->height != img->height) k->t_single_ms = 0;
         k->width = img->width;
         k->height = img->height;
     }
     for (size_t i = 0; i < img->n_classes; i++)
-        if (wf_loadgen_profile_set_class(&prof, &img->classes[i]) != WF_OK) {
-            fprintf(stderr, "weft-bench: at most %d image classes\n", WF_LOADGEN_MAX_IMAGE_CLASSES);
+        if (wf_workload_profile_set_class(&prof, &img->classes[i]) != WF_OK) {
+            fprintf(stderr, "weft-bench: at most %d image classes\n", WF_WORKLOAD_MAX_CLASSES);
             return 2;
         }
-    double mix[WF_LOADGEN_MAX_IMAGE_CLASSES];
-    for (size_t c = 0; c < WF_LOADGEN_MAX_IMAGE_CLASSES; c++) mix[c] = 1;
-    if (img->mix && wf_loadgen_profile_parse_mix(&prof, img->mix, mix, err, sizeof err) != WF_OK) {
+    double mix[WF_WORKLOAD_MAX_CLASSES];
+    for (size_t c = 0; c < WF_WORKLOAD_MAX_CLASSES; c++) mix[c] = 1;
+    if (img->mix && wf_workload_profile_parse_mix(&prof, img->mix, mix, err, sizeof err) != WF_OK) {
         fprintf(stderr, "weft-bench: --image-mix: %s\n", err);
         return 2;
     }
@@ -535,12 +542,12 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         return 2;
     }
     if (img->profile_duration > 0)
-        wf_loadgen_profile_scale_time(&prof, img->profile_duration / wf_loadgen_profile_end_s(&prof));
+        wf_workload_profile_scale_time(&prof, img->profile_duration / wf_workload_profile_end_s(&prof));
     img->io.classes = prof.classes;
     img->io.n_classes = prof.n_classes;
     o->image = &img->io;
     if (!img->stream_set) o->stream = false; /* OpenAI's image API answers in one body */
-    bool used[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
+    bool used[WF_WORKLOAD_MAX_CLASSES] = {0};
     for (size_t i = 0; i < img->tr_n; i++) used[img->tr_items[i].slo_class] = true;
     for (size_t c = 0; !img->trace && c < prof.n_classes; c++) {
         if (!img->profile) used[c] = mix[c] > 0;
@@ -597,10 +604,10 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
             po.num_requests = n;
             if (!ir->duration_set && arr) po.duration_s = arr[n - 1] + 1;
         } else if (img->profile) {
-            wf_loadgen_profile pp = prof;
+            wf_workload_profile pp = prof;
             double k = img->n_scales ? img->scales[i] : 1;
             if (img->n_loads) {
-                double cur = wf_loadgen_profile_offered_load(&pp, img->servers);
+                double cur = wf_workload_profile_offered_load(&pp, img->servers);
                 if (!(cur > 0)) {
                     fprintf(stderr, "weft-bench: profile %s offers no load to scale\n", pp.name);
                     rc = 2;
@@ -608,18 +615,18 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
                 }
                 k = img->loads[i] / cur;
             }
-            wf_loadgen_profile_scale_rate(&pp, k);
+            wf_workload_profile_scale_rate(&pp, k);
             pt->scale = k;
             if (img->n_loads) snprintf(pt->label, sizeof pt->label, "%.40s load=%g", pp.name, img->loads[i]);
             else snprintf(pt->label, sizeof pt->label, "%.40s x%g", pp.name, k);
             snprintf(prof_desc, sizeof prof_desc, "profile %s over %.0f s (%zu phases)", pp.name,
-                     wf_loadgen_profile_end_s(&pp), pp.n_phases);
+                     wf_workload_profile_end_s(&pp), pp.n_phases);
             size_t cap = ir->num_set ? o->num_requests : WF_LOADGEN_MAX_REQUESTS;
-            double expect = wf_loadgen_profile_expected_requests(&pp);
+            double expect = wf_workload_profile_expected_requests(&pp);
             size_t want = expect * 2 + 64 < (double)cap ? (size_t)(expect * 2 + 64) : cap;
             arr = malloc(want * sizeof *arr);
             cls = malloc(want * sizeof *cls);
-            size_t n = arr && cls ? wf_loadgen_profile_sample(&pp, o->seed, want, arr, cls) : 0;
+            size_t n = arr && cls ? wf_workload_profile_sample(&pp, o->seed, want, arr, cls) : 0;
             if (n == 0) {
                 fprintf(stderr, "weft-bench: %s: the profile yields no arrivals (raise the rates "
                         "with --rate-scale or --target-load)\n", pt->label);
@@ -628,12 +635,12 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
                 break;
             }
             pt->mode = po.mode = WF_LOADGEN_OPEN;
-            pt->rate = expect / wf_loadgen_profile_end_s(&pp);
+            pt->rate = expect / wf_workload_profile_end_s(&pp);
             pt->burstiness = 1;
             pt->max_concurrency = o->max_concurrency;
             po.schedule = arr;
             po.num_requests = n;
-            if (!ir->duration_set) po.duration_s = wf_loadgen_profile_end_s(&pp) + 1;
+            if (!ir->duration_set) po.duration_s = wf_workload_profile_end_s(&pp) + 1;
             if (image_items(n, o->seed, cls, NULL, prof.n_classes, &ds) != WF_OK) rc = 1;
             if (rc == 0 && img->trace_out) {
                 char path[1024];
@@ -680,7 +687,7 @@ static int cmd_images(wf_loadgen_run_opts *o, image_cfg *img, const image_run *i
         wf_loadgen_image_summarize(pt->res.records, pt->res.n, prof.classes, prof.n_classes,
                                    pt->res.duration_s, &pt->isum);
         if (img->profile && !img->trace) {
-            wf_loadgen_profile pp = prof; /* phase times are not scaled by rate */
+            wf_workload_profile pp = prof; /* phase times are not scaled by rate */
             wf_loadgen_image_summarize_phases(pt->res.records, pt->res.n, pt->res.t0_ns, &pp, &pt->isum);
         }
         done++;
@@ -771,32 +778,24 @@ static int cmd_run(int argc, char **argv) {
             if (parse_double(optarg, &o.burstiness) || o.burstiness <= 0) return bad(name, optarg);
             break;
         case OPT_MAXCONC:
-            if (parse_double(optarg, &d) || d < 1 || d > WF_LOADGEN_MAX_CONNS || d != floor(d))
-                return bad(name, optarg);
+            if (parse_count(optarg, 1, WF_LOADGEN_MAX_CONNS, &d)) return bad(name, optarg);
             o.max_concurrency = (int)d;
             break;
         case OPT_NUM:
-            if (parse_double(optarg, &d) || d < 1 || d > WF_LOADGEN_MAX_REQUESTS || d != floor(d))
-                return bad(name, optarg);
+            if (parse_count(optarg, 1, WF_LOADGEN_MAX_REQUESTS, &d)) return bad(name, optarg);
             o.num_requests = (size_t)d;
             num_set = true;
             break;
         case OPT_DURATION:
-            if (parse_double(optarg, &o.duration_s) || o.duration_s <= 0 ||
-                o.duration_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &o.duration_s)) return bad(name, optarg);
             duration_set = true;
             break;
         case OPT_GRACE:
-            if (parse_double(optarg, &o.grace_s) || o.grace_s < 0 ||
-                o.grace_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, true, &o.grace_s)) return bad(name, optarg);
             break;
         case OPT_RETRY: o.retry_after = true; break;
         case OPT_TIMEOUT:
-            if (parse_double(optarg, &o.timeout_s) || o.timeout_s <= 0 ||
-                o.timeout_s > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &o.timeout_s)) return bad(name, optarg);
             break;
         case OPT_DATASET:
             if (strcmp(optarg, "synthetic") == 0 || strcmp(optarg, "random") == 0)
@@ -810,7 +809,7 @@ static int cmd_run(int argc, char **argv) {
         case OPT_OUTLEN: out_spec = optarg; text_only = "--output-len"; break;
         case OPT_MAXTOTAL:
             text_only = "--max-total-len";
-            if (parse_double(optarg, &d) || d < 8 || d > 1e7 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 8, 1e7, &d)) return bad(name, optarg);
             dopt.max_total_len = (int32_t)d;
             break;
         case OPT_SEED: {
@@ -863,9 +862,7 @@ static int cmd_run(int argc, char **argv) {
             break;
         case OPT_PROFILE: img.profile = optarg; break;
         case OPT_PROFDUR:
-            if (parse_double(optarg, &img.profile_duration) || img.profile_duration <= 0 ||
-                img.profile_duration > WF_LOADGEN_MAX_DURATION_S)
-                return bad(name, optarg);
+            if (parse_seconds(optarg, false, &img.profile_duration)) return bad(name, optarg);
             break;
         case OPT_RSCALE:
             img.n_scales = parse_list(optarg, img.scales, MAX_POINTS, 0);
@@ -876,15 +873,15 @@ static int cmd_run(int argc, char **argv) {
             if (img.n_loads < 1) return bad(name, optarg);
             break;
         case OPT_SERVERS:
-            if (parse_double(optarg, &d) || d < 1 || d > 65536 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 65536, &d)) return bad(name, optarg);
             img.servers = (int)d;
             break;
         case OPT_ICLASS:
-            if (img.n_classes == WF_LOADGEN_MAX_IMAGE_CLASSES) {
-                fprintf(stderr, "weft-bench: at most %d image classes\n", WF_LOADGEN_MAX_IMAGE_CLASSES);
+            if (img.n_classes == WF_WORKLOAD_MAX_CLASSES) {
+                fprintf(stderr, "weft-bench: at most %d image classes\n", WF_WORKLOAD_MAX_CLASSES);
                 return 2;
             }
-            if (wf_loadgen_image_class_parse(optarg, &img.classes[img.n_classes], err, sizeof err) != WF_OK) {
+            if (wf_workload_class_parse(optarg, &img.classes[img.n_classes], err, sizeof err) != WF_OK) {
                 fprintf(stderr, "weft-bench: %s\n", err);
                 return 2;
             }
@@ -893,16 +890,16 @@ static int cmd_run(int argc, char **argv) {
         case OPT_IMIX: img.mix = optarg; break;
         case OPT_TSINGLE: img.t_single = optarg; break;
         case OPT_CALREPS:
-            if (parse_double(optarg, &d) || d < 1 || d > 64 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 64, &d)) return bad(name, optarg);
             img.reps = (int)d;
             break;
         case OPT_IMGN:
-            if (parse_double(optarg, &d) || d < 1 || d > 128 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 128, &d)) return bad(name, optarg);
             img.io.n = (int)d;
             break;
         case OPT_IPROMPT: img.io.prompt = optarg; break;
         case OPT_LABELS:
-            if (parse_double(optarg, &d) || d < 1 || d > 1000000 || d != floor(d)) return bad(name, optarg);
+            if (parse_count(optarg, 1, 1000000, &d)) return bad(name, optarg);
             img.io.class_labels = (int)d;
             break;
         case OPT_GUIDANCE:

@@ -204,3 +204,31 @@ wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
     }
     return WF_OK;
 }
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+json_t *wf_loadgen_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+void wf_loadgen_json_put_dist(json_t *o, const char *name, const char *suffix,
+                              const wf_loadgen_dist *d, const char *const *stats, bool with_n) {
+    static const char *const names[] = {"mean", "median", "std", "p90", "p95", "p99", "min", "max"};
+    const double v[] = {d->mean, d->median, d->std, d->p90, d->p95, d->p99, d->min, d->max};
+    char k[64];
+    for (const char *const *st = stats; *st; st++)
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            if (strcmp(*st, names[i]) != 0) continue;
+            snprintf(k, sizeof k, "%s_%s%s", names[i], name, suffix);
+            json_object_set_new(o, k, wf_loadgen_json_num(v[i]));
+        }
+    if (with_n) {
+        snprintf(k, sizeof k, "n_%s", name);
+        json_object_set_new(o, k, json_integer((json_int_t)d->n));
+    }
+}
+
+json_t *wf_loadgen_json_errors(const wf_loadgen_error_kind *kinds, size_t n_kinds) {
+    json_t *errs = json_object();
+    for (size_t i = 0; i < n_kinds; i++)
+        json_object_set_new(errs, kinds[i].key, json_integer((json_int_t)kinds[i].count));
+    return errs;
+}

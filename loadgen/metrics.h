@@ -18,10 +18,12 @@
  *    <= 0 is no constraint; an undefined TPOT meets any TPOT target, as in vLLM). Goodput = good
  *    requests / duration. Attainment of a class = good / issued in that class (failures miss).
  *  - Percentiles interpolate linearly between order statistics (numpy's default).
- * Pure arithmetic: no I/O, no clock; thread-compatible. */
+ * Pure arithmetic (and the JSON shapes of its results, shared by the text and image reports):
+ * no I/O, no clock; thread-compatible. */
 #ifndef WF_LOADGEN_METRICS_H
 #define WF_LOADGEN_METRICS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -133,5 +135,17 @@ wf_status wf_loadgen_summarize(const wf_loadgen_record *recs, size_t n,
 void wf_loadgen_error_count(wf_loadgen_error_kind *kinds, size_t *n_kinds, const char *key);
 /* The error key of a failed record ("http_503", "timeout", ...) into buf. */
 void wf_loadgen_error_key(const wf_loadgen_record *r, char *buf, size_t len);
+
+/* ---- JSON of the results (report.c and image.c) ---- */
+
+/* v as a JSON real, or null when it is not finite (NAN: no sample). */
+json_t *wf_loadgen_json_num(double v);
+/* Sets "<stat>_<name><suffix>" in o for every stat named in `stats` (NULL-terminated; of mean,
+ * median, std, p90, p95, p99, min, max), null where not finite, and "n_<name>" (the sample
+ * count) when with_n. */
+void wf_loadgen_json_put_dist(json_t *o, const char *name, const char *suffix,
+                              const wf_loadgen_dist *d, const char *const *stats, bool with_n);
+/* {"<key>": count, ...} of an error tally. */
+json_t *wf_loadgen_json_errors(const wf_loadgen_error_kind *kinds, size_t n_kinds);
 
 #endif

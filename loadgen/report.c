@@ -121,18 +121,10 @@ void wf_loadgen_report_print(FILE *f, const wf_loadgen_info *info, const wf_load
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
+/* The text report's distributions: ms, with the standard deviation and the sample count. */
 static void put_dist(json_t *o, const char *name, const wf_loadgen_dist *d) {
-    char k[48];
-    static const char *const stat[] = {"mean", "median", "std", "p90", "p99", "min", "max"};
-    const double v[] = {d->mean, d->median, d->std, d->p90, d->p99, d->min, d->max};
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        snprintf(k, sizeof k, "%s_%s_ms", stat[i], name);
-        json_object_set_new(o, k, num(v[i]));
-    }
-    snprintf(k, sizeof k, "n_%s", name);
-    json_object_set_new(o, k, json_integer((json_int_t)d->n));
+    static const char *const stats[] = {"mean", "median", "std", "p90", "p99", "min", "max", NULL};
+    wf_loadgen_json_put_dist(o, name, "_ms", d, stats, true);
 }
 
 static json_t *point_json(const wf_loadgen_point *p) {
@@ -176,10 +168,7 @@ static json_t *point_json(const wf_loadgen_point *p) {
     put_dist(o, "tpot", &s->tpot);
     put_dist(o, "itl", &s->itl);
     put_dist(o, "e2el", &s->e2e);
-    json_t *errs = json_object();
-    for (size_t i = 0; i < s->n_errors; i++)
-        json_object_set_new(errs, s->errors[i].key, json_integer((json_int_t)s->errors[i].count));
-    json_object_set_new(o, "errors", errs);
+    json_object_set_new(o, "errors", wf_loadgen_json_errors(s->errors, s->n_errors));
     json_t *cls = json_array();
     for (size_t c = 0; c < s->n_classes; c++) {
         const wf_loadgen_class_stats *cs = &s->classes[c];
@@ -256,7 +245,7 @@ wf_status wf_loadgen_report_write_csv(const char *path, const wf_loadgen_point *
             const wf_loadgen_slo_class *c =
                 r->slo_class >= 0 && (size_t)r->slo_class < p->sum.n_classes
                     ? &p->sum.classes[r->slo_class].def : NULL;
-            const wf_loadgen_image_class *ic =
+            const wf_workload_class *ic =
                 p->image && r->slo_class >= 0 && (size_t)r->slo_class < p->isum.n_classes
                     ? &p->isum.classes[r->slo_class].def : NULL;
             fprintf(f, "%zu,%s,%u,%s,%s,%d,%d", k, p->label, r->index,

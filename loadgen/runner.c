@@ -233,7 +233,7 @@ static void error_message(json_t *root, char *buf, size_t len) {
 }
 
 /* The image class of a record (its slo_class), or NULL. */
-static const wf_loadgen_image_class *image_class(const run *r, const wf_loadgen_record *rec) {
+static const wf_workload_class *image_class(const run *r, const wf_loadgen_record *rec) {
     const wf_loadgen_image_opts *io = r->o->image;
     if (!io || rec->slo_class < 0 || (size_t)rec->slo_class >= io->n_classes) return NULL;
     return &io->classes[rec->slo_class];
@@ -241,7 +241,7 @@ static const wf_loadgen_image_class *image_class(const run *r, const wf_loadgen_
 
 /* One event of a streamed image reply: progress (the first one's time is kept) or images. */
 static void on_image_event(req *q, wf_loadgen_record *rec, const char *event, json_t *msg) {
-    const wf_loadgen_image_class *c = image_class(q->run, rec);
+    const wf_workload_class *c = image_class(q->run, rec);
     char m[160];
     bool progress = false;
     int got = -1;
@@ -341,7 +341,7 @@ static void finish_plain(req *q, wf_loadgen_record *rec) {
         return;
     }
     if (q->run->o->image) {
-        const wf_loadgen_image_class *c = image_class(q->run, rec);
+        const wf_workload_class *c = image_class(q->run, rec);
         char m[160] = "no image class";
         int got = c ? wf_loadgen_image_check_reply(root, c->width, c->height, m, sizeof m) : -1;
         json_decref(root);
@@ -443,9 +443,9 @@ static bool maybe_retry(req *q, wf_status st) {
     /* An image request whose SLO deadline will have passed by then has missed it: sent with
      * weft's extension it would only be refused again, so the refusal stands. */
     const wf_loadgen_record *rec = &r->res->records[q->idx];
-    const wf_loadgen_image_class *c = r->o->image && r->o->slo_ext ? image_class(r, rec) : NULL;
-    if (c && isfinite(wf_loadgen_image_deadline_ms(c)) &&
-        (double)(now + delay - rec->t_arrival_ns) / 1e6 >= wf_loadgen_image_deadline_ms(c))
+    const wf_workload_class *c = r->o->image && r->o->slo_ext ? image_class(r, rec) : NULL;
+    if (c && isfinite(wf_workload_class_deadline_ms(c)) &&
+        (double)(now + delay - rec->t_arrival_ns) / 1e6 >= wf_workload_class_deadline_ms(c))
         return false;
     if (!q->retry_timer_on) {
         if (uv_timer_init(&r->loop, &q->retry_timer) != 0) return false;
@@ -512,8 +512,8 @@ static char *request_bytes(run *r, size_t idx, uint64_t now_ns, size_t *len) {
     const wf_loadgen_record *rec = &r->res->records[idx];
     char *body;
     if (r->o->image) {
-        const wf_loadgen_image_class *c = image_class(r, rec);
-        double deadline = c ? wf_loadgen_image_deadline_ms(c) : NAN;
+        const wf_workload_class *c = image_class(r, rec);
+        double deadline = c ? wf_workload_class_deadline_ms(c) : NAN;
         /* Sent late (a slow timer, a busy loop): the deadline is still sent, at its minimum,
          * and the server may refuse at once; leaving it out would mean "no deadline". */
         if (isfinite(deadline)) deadline -= (double)(now_ns - rec->t_arrival_ns) / 1e6;

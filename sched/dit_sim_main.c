@@ -12,13 +12,13 @@
 
 static void usage(FILE *f) {
     char names[128] = "";
-    for (const char *const *b = wf_loadgen_profile_builtin_names(); *b; b++)
+    for (const char *const *b = wf_workload_profile_builtin_names(); *b; b++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *b);
     fprintf(f,
             "usage: weft-dit-sim [options]\n"
             "  --ranks N            ranks in the cluster, 1..64 (default 8)\n"
             "  --profile NAME|PATH  GF-DiT's profile, built in (%s) or a .profile file\n"
-            "                       (loadgen/profiles/, weft-bench's format; default short)\n"
+            "                       (sched/workload/profiles/, weft-bench's format; default short)\n"
             "  --trace PATH         replay a weft-bench --trace-out file (GF-DiT's workload JSON) instead\n"
             "  --load X             offered load: every phase's rate scaled so that the work (sum of T_single)\n"
             "                       is X x ranks x the loaded span (default 0.8; rates grow with --ranks).\n"
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     for (int seed = 1; seed <= seeds; seed++) {
         wf_dit_sim_job *jobs;
         int n;
-        wf_loadgen_profile used;
+        wf_workload_profile used;
         double scale = 1;
         wf_status st = trace ? wf_dit_workload_trace(&cfg, trace, load_given ? load : 0, &jobs, &n, &scale, err, sizeof err)
                              : wf_dit_workload_profile(&cfg, profile, load, (uint64_t)seed, &jobs, &n, &used, err, sizeof err);
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
                    cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
                    cfg.cost.n_points ? "measured" : "synthetic");
             for (size_t i = 0; i < used.n_phases; i++) {
-                const wf_loadgen_phase *ph = &used.phases[i];
+                const wf_workload_phase *ph = &used.phases[i];
                 printf("#   phase %-10s %6.0f-%-6.0f s %7.3f req/min", ph->name, ph->start_s, ph->end_s, ph->rate * 60);
                 for (size_t c = 0; c < used.n_classes; c++)
                     if (ph->mix[c] > 0) printf(" %s=%.2f", used.classes[c].name, ph->mix[c]);

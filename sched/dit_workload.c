@@ -5,18 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen/dataset.h"
-#include "loadgen/image.h"
 
 /* The simulator's class of profile class c, or -1. */
-static int sim_class(const wf_dit_sim_config *cfg, const wf_loadgen_image_class *c) {
+static int sim_class(const wf_dit_sim_config *cfg, const wf_workload_class *c) {
     for (int k = 0; k < WF_DIT_SIM_CLASSES; k++)
         if (cfg->classes[k].name && !strcmp(cfg->classes[k].name, c->name)) return k;
     return -1;
 }
 
 /* map[c] = simulator class of every profile class; an unknown one is an error only if used. */
-static wf_status map_classes(const wf_dit_sim_config *cfg, const wf_loadgen_profile *p, const char *what,
+static wf_status map_classes(const wf_dit_sim_config *cfg, const wf_workload_profile *p, const char *what,
                              const bool *used, int *map, char *err, size_t errlen) {
     for (size_t c = 0; c < p->n_classes; c++) {
         map[c] = sim_class(cfg, &p->classes[c]);
@@ -29,32 +27,32 @@ static wf_status map_classes(const wf_dit_sim_config *cfg, const wf_loadgen_prof
 }
 
 wf_status wf_dit_workload_profile(const wf_dit_sim_config *cfg, const char *name_or_path, double load,
-                                  uint64_t seed, wf_dit_sim_job **jobs, int *n, wf_loadgen_profile *used,
+                                  uint64_t seed, wf_dit_sim_job **jobs, int *n, wf_workload_profile *used,
                                   char *err, size_t errlen) {
     *jobs = NULL;
     *n = 0;
     if (!(load > 0) || !isfinite(load) || cfg->n_ranks < 1)
         return wf_status_errorf(err, errlen, WF_EINVAL, "dit workload: load must be > 0 (got %g)", load);
-    wf_loadgen_profile p;
-    wf_status st = wf_loadgen_profile_load(name_or_path, &p, err, errlen);
+    wf_workload_profile p;
+    wf_status st = wf_workload_profile_load(name_or_path, &p, err, errlen);
     if (st != WF_OK) return st;
-    bool in_mix[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
+    bool in_mix[WF_WORKLOAD_MAX_CLASSES] = {0};
     for (size_t i = 0; i < p.n_phases; i++)
         for (size_t c = 0; c < p.n_classes; c++)
             if (p.phases[i].rate > 0 && p.phases[i].mix[c] > 0) in_mix[c] = true;
-    int map[WF_LOADGEN_MAX_IMAGE_CLASSES];
+    int map[WF_WORKLOAD_MAX_CLASSES];
     st = map_classes(cfg, &p, name_or_path, in_mix, map, err, errlen);
     if (st != WF_OK) return st;
     /* T_single of the simulated cluster, so that the offered load is the simulator's. */
     for (size_t c = 0; c < p.n_classes; c++)
         p.classes[c].t_single_ms = map[c] >= 0 ? wf_dit_sim_single_ms(cfg, map[c]) : 1;
-    double offered = wf_loadgen_profile_offered_load(&p, cfg->n_ranks);
+    double offered = wf_workload_profile_offered_load(&p, cfg->n_ranks);
     if (!(offered > 0))
         return wf_status_errorf(err, errlen, WF_EFORMAT, "profile %s: no phase has arrivals", name_or_path);
-    wf_loadgen_profile_scale_rate(&p, load / offered);
+    wf_workload_profile_scale_rate(&p, load / offered);
     if (used) *used = p;
     /* Room for well beyond the expected count; sampled again with more when it fills up. */
-    size_t cap = (size_t)(wf_loadgen_profile_expected_requests(&p) * 2) + 64, got;
+    size_t cap = (size_t)(wf_workload_profile_expected_requests(&p) * 2) + 64, got;
     double *at = NULL;
     int *cls = NULL;
     for (;;) {
@@ -71,7 +69,7 @@ wf_status wf_dit_workload_profile(const wf_dit_sim_config *cfg, const char *name
             return WF_ENOMEM;
         }
         cls = nc;
-        got = wf_loadgen_profile_sample(&p, seed, cap, at, cls);
+        got = wf_workload_profile_sample(&p, seed, cap, at, cls);
         if (got < cap) break;
         cap *= 2;
     }
@@ -94,25 +92,24 @@ wf_status wf_dit_workload_trace(const wf_dit_sim_config *cfg, const char *path, 
     if (time_scale) *time_scale = 1;
     if (!(load >= 0) || !isfinite(load))
         return wf_status_errorf(err, errlen, WF_EINVAL, "dit workload: load must be >= 0 (got %g)", load);
-    wf_loadgen_profile p;
-    wf_loadgen_profile_default_classes(&p);
-    double *at;
-    wf_loadgen_prompt *items;
-    size_t m;
-    wf_status st = wf_loadgen_image_trace_read(path, &p, &at, &items, &m, err, errlen);
+    wf_workload_profile p;
+    wf_workload_profile_default_classes(&p);
+    wf_workload_trace t;
+    wf_status st = wf_workload_trace_read(path, &p, &t, err, errlen);
     if (st != WF_OK) return st;
-    bool in_trace[WF_LOADGEN_MAX_IMAGE_CLASSES] = {0};
-    for (size_t i = 0; i < m; i++) in_trace[items[i].slo_class] = true;
-    int map[WF_LOADGEN_MAX_IMAGE_CLASSES];
+    size_t m = t.n;
+    bool in_trace[WF_WORKLOAD_MAX_CLASSES] = {0};
+    for (size_t i = 0; i < m; i++) in_trace[t.class_idx[i]] = true;
+    int map[WF_WORKLOAD_MAX_CLASSES];
     st = map_classes(cfg, &p, path, in_trace, map, err, errlen);
     wf_dit_sim_job *out = st == WF_OK ? malloc(m * sizeof *out) : NULL;
     if (st == WF_OK && !out) st = WF_ENOMEM;
     if (st == WF_OK) {
         for (size_t i = 0; i < m; i++) {
-            const wf_loadgen_image_class *c = &p.classes[items[i].slo_class];
+            const wf_workload_class *c = &p.classes[t.class_idx[i]];
             /* alpha from the trace only where it says T_single (else the reader's guess): the
              * simulator's class alpha otherwise */
-            out[i] = (wf_dit_sim_job){.arrival_ms = at[i] * 1000.0, .cls = map[items[i].slo_class],
+            out[i] = (wf_dit_sim_job){.arrival_ms = t.arrival_s[i] * 1000.0, .cls = map[t.class_idx[i]],
                                       .alpha = c->t_single_ms > 0 ? c->alpha : 0};
         }
         double offered = wf_dit_sim_offered_load(cfg, out, (int)m);
@@ -128,8 +125,7 @@ wf_status wf_dit_workload_trace(const wf_dit_sim_config *cfg, const char *path, 
             if (time_scale) *time_scale = k;
         }
     }
-    free(at);
-    free(items);
+    wf_workload_trace_free(&t);
     if (st != WF_OK) return st;
     *jobs = out;
     *n = (int)m;

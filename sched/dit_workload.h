@@ -2,14 +2,14 @@
  * set of files defines GF-DiT's profiles and a real run and the simulator see the same requests.
  *
  *     wf_dit_sim_job *jobs; int n;
- *     wf_loadgen_profile used;                       // the phases as scaled (optional)
+ *     wf_workload_profile used;                       // the phases as scaled (optional)
  *     if (wf_dit_workload_profile(&cfg, "short", 0.8, seed, &jobs, &n, &used, err, sizeof err))
  *         puts(err);
  *     // or the requests of a `weft-bench --trace-out` file, times rescaled to 80% load:
  *     wf_dit_workload_trace(&cfg, "trace.json", 0.8, &jobs, &n, NULL, err, sizeof err);
  *
- * Profiles are loadgen/profile.h's: a built-in name (loadgen/profiles/NAME.profile, compiled in)
- * or a file path, parsed and sampled by the very code weft-bench runs (same seed, same arrival
+ * Profiles are sched/workload/workload.h's: a built-in name (sched/workload/profiles/NAME.profile,
+ * compiled in) or a file path, parsed and sampled by the very code weft-bench runs (same seed, same arrival
  * times and classes). Their classes map to the simulator's by name (S, M, L); the simulator keeps
  * its own sizes and steps (cfg->classes: GF-DiT's synthetic S/M/L) and its alphas.
  *
@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "loadgen/profile.h"
+#include "sched/workload/workload.h"
 #include "proto/base/status.h"
 #include "sched/dit_sim.h"
 
@@ -42,7 +42,7 @@
  * NULL) gets the profile with the simulator's T_single and the scaled rates. WF_ENOTFOUND,
  * WF_EFORMAT (a bad file, a class the simulator lacks), WF_EINVAL (load), WF_ENOMEM. */
 wf_status wf_dit_workload_profile(const wf_dit_sim_config *cfg, const char *name_or_path, double load,
-                                  uint64_t seed, wf_dit_sim_job **jobs, int *n, wf_loadgen_profile *used,
+                                  uint64_t seed, wf_dit_sim_job **jobs, int *n, wf_workload_profile *used,
                                   char *err, size_t errlen);
 /* Reads trace `path` (see above). load 0 keeps its clock. *time_scale (if not NULL) gets the
  * factor applied to its times. WF_ENOTFOUND, WF_EFORMAT, WF_EINVAL, WF_ENOMEM. */

@@ -37,6 +37,10 @@ static wf_status add_adapter(wf_vmodel_spec *v, const char *path, size_t n, doub
     if (n == 0)
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': 'adapter' path is empty",
                                 v->id);
+    if (memchr(path, 0, n)) /* a JSON string may hold one; cutting the path there would load
+                              * another file than the one named */
+        return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': 'adapter' path contains a "
+                                "NUL character", v->id);
     if (!isfinite(scale) || fabs(scale) > 1e6)
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': adapter scale must be a "
                                 "finite number", v->id);
@@ -104,7 +108,8 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
             st = add_adapter(v, val, pl, scale, err, errlen);
         } else if (kl == 13 && memcmp(p, "max_in_flight", 13) == 0) {
             double q;
-            if (!parse_double(val, vl, &q) || q < 0 || q > 1e9 || q != (int)q)
+            /* !(q >= 0) refuses NaN before the cast, which would be undefined */
+            if (!parse_double(val, vl, &q) || !(q >= 0) || q > 1e9 || q != floor(q))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be "
                                       "a non-negative integer");
             else v->max_in_flight = (int)q;
@@ -196,8 +201,9 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
             }
             v->weight = json_number_value(val);
         } else if (strcmp(key, "system") == 0) {
-            if (!json_is_string(val)) {
-                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'system' must be a string");
+            if (!json_is_string(val) || strlen(json_string_value(val)) != json_string_length(val)) {
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'system' must be a string "
+                                      "without NUL characters");
                 break;
             }
             free(v->system);

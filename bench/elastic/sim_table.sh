@@ -1,6 +1,6 @@
 #!/bin/sh
 # Elastic EDF best-fit against the best static policy in the simulator (issue #15's simulated
-# benchmark): GF-DiT's profiles (loadgen/profiles), 8 and 16 ranks, several loads, 5 seeds each,
+# benchmark): GF-DiT's profiles (sched/workload/profiles), 8 and 16 ranks, several loads, 5 seeds each,
 # GF-DiT's synthetic cost model. Prints BENCHMARKS.md's table.
 #   bench/elastic/sim_table.sh [build-dir]   (RANKS="8 16" LOADS="0.6 0.8 1.0 1.2" SEEDS=5)
 set -eu

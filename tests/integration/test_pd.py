@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import MODEL_ID, Weftd
-from test_workers import admin_workers, complete, golden_cases, health, post, run_weftd
+from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process, complete,
+                      health, post, run_weftd)
 
 # The two kill tests fail under ThreadSanitizer only (2026-11-26: the re-prefill after a killed
 # prefill worker ends "prefill task failed: closed", and a decode worker's loss is reported as a
@@ -73,21 +73,8 @@ def test_roles(pd):
 
 
 def test_golden_outputs_equal_single_process(pd):
-    cases = golden_cases()
-    assert len(cases) >= 20
-    n = 24
     before = sum(w["transfers"] for w in admin_workers(pd))
-    single = Weftd()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            got = list(pool.map(lambda c: complete(pd.base, c[0], n), cases))
-            want = list(pool.map(lambda c: complete(single.base, c[0], n), cases))
-    finally:
-        assert single.stop() == 0
-    assert got == want
-    for (text, used), (_, gen) in zip(got, cases):
-        ref = post(pd.base, "/detokenize", {"tokens": gen[:used]})["content"]
-        assert text == ref
+    assert_golden_equal_single_process(pd)
     ws = admin_workers(pd)
     # Every prompt went through a transfer; both prefill workers served (least busy first).
     assert sum(w["transfers"] for w in ws) > before

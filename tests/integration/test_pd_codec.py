@@ -22,8 +22,7 @@ import urllib.error
 
 import pytest
 
-from conftest import MODEL_ID, Weftd
-from test_workers import admin_workers, golden_cases, post
+from conftest import MODEL_ID, Weftd, admin_workers, golden_cases, post
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..")
 PROFILES = os.path.join(SRC, "deploy", "kv-profiles.json")

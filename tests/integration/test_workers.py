@@ -9,52 +9,13 @@ import concurrent.futures
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 
 import pytest
 
-from conftest import BIN_DIR, MODEL, MODEL_ID, Weftd
-
-GOLDEN = os.path.join(os.path.dirname(__file__), "..", "engine", "data", "golden",
-                      "SmolLM2-135M-Instruct.Q4_1.txt")
-
-
-def golden_cases():
-    cases, prompt = [], None
-    with open(GOLDEN) as f:
-        for line in f:
-            if line.startswith("I "):
-                prompt = [int(t) for t in line.split()[1:]]
-            elif line.startswith("G ") and prompt is not None:
-                cases.append((prompt, [int(t) for t in line.split()[1:]]))
-                prompt = None
-    return cases
-
-
-def post(base, path, body, timeout=120):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def complete(base, ids, n):
-    r = post(base, "/v1/completions", {"model": MODEL_ID, "prompt": ids, "max_tokens": n,
-                                       "temperature": 0})
-    return r["choices"][0]["text"], r["usage"]["completion_tokens"]
-
-
-def admin_workers(d):
-    code, body = d.status("/admin/stats")
-    assert code == 200
-    return json.loads(body)["scheduler"]["workers"]
-
-
-def health(d):
-    code, body = d.status("/health")
-    return code, json.loads(body)
+from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process, complete,
+                      health, run_weftd)
 
 
 @pytest.fixture(scope="module")
@@ -76,21 +37,7 @@ def test_health_and_ranks(workers):
 
 
 def test_golden_outputs_equal_single_process(workers):
-    cases = golden_cases()
-    assert len(cases) >= 20
-    n = 24
-    single = Weftd()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            got = list(pool.map(lambda c: complete(workers.base, c[0], n), cases))
-            want = list(pool.map(lambda c: complete(single.base, c[0], n), cases))
-    finally:
-        assert single.stop() == 0
-    assert got == want
-    # And both are llama.cpp's tokens (the golden file), as far as they go.
-    for (text, used), (_, gen) in zip(got, cases):
-        ref = post(workers.base, "/detokenize", {"tokens": gen[:used]})["content"]
-        assert text == ref
+    assert_golden_equal_single_process(workers)
     # Both workers served (least-loaded routing across ranks).
     assert all(w["batches"] > 0 for w in admin_workers(workers))
 
@@ -202,12 +149,6 @@ def test_group_sigterm_drains_through_workers():
                 time.sleep(0.1)
     finally:
         d.stop()
-
-
-def run_weftd(*args, timeout=60):
-    p = subprocess.run([os.path.join(BIN_DIR, "weftd"), "--model", MODEL, "--port", "0", *args],
-                       capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,12 +11,12 @@ Run standalone:  python3 image_server.py --port 0   (prints the port).
 import argparse
 import base64
 import json
-import socket
 import struct
 import threading
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fake_http import FakeHandler, FakeServer
 
 
 def png(width, height, shade=128):
@@ -56,109 +56,73 @@ class ImageState:
             return self.arrivals
 
 
-def make_handler(st):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self):
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def log_message(self, *args):
-            pass
-
-        def send_json(self, status, obj, headers=(), count=True):
-            data = json.dumps(obj).encode()
-            if count:  # image requests only; counted before the reply, read at once by tests
-                with st.lock:
-                    st.status_counts[status] = st.status_counts.get(status, 0) + 1
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in headers:
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def error(self, status, msg, param=None, headers=()):
-            self.send_json(status, {"error": {"message": msg, "type": "invalid_request_error",
-                                              "param": param, "code": None}}, headers)
-
-        def do_GET(self):
-            if self.path == "/v1/models":
-                self.send_json(200, {"object": "list", "data": [{"id": "fake-dit", "object": "model"}]},
-                               count=False)
-            else:
-                self.error(404, "no route")
-
-        def do_POST(self):
-            n = int(self.headers.get("Content-Length", "0"))
-            raw = self.rfile.read(n)
-            if self.path != "/v1/images/generations":
-                return self.error(404, "no route")
-            try:
-                body = json.loads(raw)
-                w, h = (int(x) for x in body["size"].split("x"))
-                steps = int(body.get("num_inference_steps", 10))
-                count = int(body.get("n", 1))
-            except Exception as e:  # noqa: BLE001 - any bad field is a 400 here
-                return self.error(400, "bad request: %s" % e)
-            k = st.admit(body)
-            if st.refuse_every and k % st.refuse_every == 0:
-                return self.error(429, "deadline cannot be met", "slo",
-                                  [("Retry-After", st.retry_after)] if st.retry_after else [])
-            delay = st.base_s + steps * st.step_s
-            if st.slow_every and k % st.slow_every == 0:
-                delay += st.slow_s
-            ow, oh = (w + 1, h) if st.bad_size_every and k % st.bad_size_every == 0 else (w, h)
-            images = [{"b64_json": base64.b64encode(png(ow, oh, k)).decode(), "revised_prompt": None}
-                      for _ in range(count)]
-            if body.get("stream"):
-                return self.stream(steps, delay, images)
-            with st.device if st.serial else threading.Lock():
-                time.sleep(delay)
-            self.send_json(200, {"created": int(time.time()), "data": images,
-                                 "usage": {"total_tokens": 0}})
-
-        def stream(self, steps, delay, images):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-
-            def event(obj):
-                data = ("data: %s\n\n" % json.dumps(obj)).encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            with st.device if st.serial else threading.Lock():
-                for i in range(steps):
-                    time.sleep(delay / steps)
-                    event({"type": "image_generation.progress", "step": i + 1, "total_steps": steps})
+class Handler(FakeHandler):
+    def send_json(self, status, obj, headers=(), count=True):
+        st = self.state
+        if count:  # image requests only; counted before the reply, read at once by tests
             with st.lock:
-                st.status_counts[200] = st.status_counts.get(200, 0) + 1
-            event({"created": int(time.time()), "data": images})
-            self.wfile.write(b"0\r\n\r\n")
+                st.status_counts[status] = st.status_counts.get(status, 0) + 1
+        super().send_json(status, obj, headers)
 
-    return Handler
+    def error(self, status, msg, param=None, headers=()):
+        self.send_json(status, {"error": {"message": msg, "type": "invalid_request_error",
+                                          "param": param, "code": None}}, headers)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self.send_json(200, {"object": "list", "data": [{"id": "fake-dit", "object": "model"}]},
+                           count=False)
+        else:
+            self.error(404, "no route")
+
+    def do_POST(self):
+        st = self.state
+        raw = self.read_body()
+        if self.path != "/v1/images/generations":
+            return self.error(404, "no route")
+        try:
+            body = json.loads(raw)
+            w, h = (int(x) for x in body["size"].split("x"))
+            steps = int(body.get("num_inference_steps", 10))
+            count = int(body.get("n", 1))
+        except Exception as e:  # noqa: BLE001 - any bad field is a 400 here
+            return self.error(400, "bad request: %s" % e)
+        k = st.admit(body)
+        if st.refuse_every and k % st.refuse_every == 0:
+            return self.error(429, "deadline cannot be met", "slo",
+                              [("Retry-After", st.retry_after)] if st.retry_after else [])
+        delay = st.base_s + steps * st.step_s
+        if st.slow_every and k % st.slow_every == 0:
+            delay += st.slow_s
+        ow, oh = (w + 1, h) if st.bad_size_every and k % st.bad_size_every == 0 else (w, h)
+        images = [{"b64_json": base64.b64encode(png(ow, oh, k)).decode(), "revised_prompt": None}
+                  for _ in range(count)]
+        if body.get("stream"):
+            return self.stream(steps, delay, images)
+        with st.device if st.serial else threading.Lock():
+            time.sleep(delay)
+        self.send_json(200, {"created": int(time.time()), "data": images,
+                             "usage": {"total_tokens": 0}})
+
+    def stream(self, steps, delay, images):
+        st = self.state
+        self.start_sse()
+        with st.device if st.serial else threading.Lock():
+            for i in range(steps):
+                time.sleep(delay / steps)
+                self.sse_event({"type": "image_generation.progress", "step": i + 1,
+                                "total_steps": steps})
+        with st.lock:
+            st.status_counts[200] = st.status_counts.get(200, 0) + 1
+        self.sse_event({"created": int(time.time()), "data": images})
+        self.end_chunks()
 
 
-class ImageServer:
+class ImageServer(FakeServer):
     """Context manager: a fake image server on 127.0.0.1 on a free port."""
 
-    def __init__(self, **kw):
-        self.state = ImageState(**kw)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state))
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-
-    def __enter__(self):
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def __init__(self, port=0, **kw):
+        super().__init__(ImageState(**kw), Handler, port)
 
 
 if __name__ == "__main__":
@@ -167,7 +131,4 @@ if __name__ == "__main__":
     ap.add_argument("--step-s", type=float, default=0.001)
     ap.add_argument("--refuse-every", type=int, default=0)
     a = ap.parse_args()
-    srv = ImageServer(step_s=a.step_s, refuse_every=a.refuse_every)
-    srv.httpd.server_address  # noqa: B018
-    print(srv.port, flush=True)
-    srv.httpd.serve_forever()
+    ImageServer(a.port, step_s=a.step_s, refuse_every=a.refuse_every).serve_forever()

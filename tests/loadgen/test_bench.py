@@ -5,7 +5,6 @@ Timings are never asserted beyond lower bounds the mock guarantees (a shared, no
 counts, token totals, error tallies, bounds and file formats are asserted exactly.
 """
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -13,30 +12,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from bench_cli import BIN, bench, have_binary, result  # noqa: E402,F401 (have_binary: autouse)
 from mock_server import MockServer  # noqa: E402
 
-BIN = os.path.join(os.environ.get("WEFT_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin")),
-                   "weft-bench")
 DATA = os.path.join(os.path.dirname(__file__), "data")
-
-
-def bench(port, *args, check=True, timeout=120):
-    cmd = [BIN, "--port", str(port), "--no-progress", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise AssertionError("weft-bench failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr + p.stdout))
-    return p
-
-
-def result(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def have_binary():
-    if not os.path.exists(BIN):
-        pytest.fail("weft-bench not built at %s" % BIN)
 
 
 def test_closed_loop_completions(tmp_path):

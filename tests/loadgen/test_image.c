@@ -154,7 +154,7 @@ START_TEST(test_reply_and_events) {
 END_TEST
 
 START_TEST(test_request_body) {
-    wf_loadgen_image_class cls[2] = {
+    wf_workload_class cls[2] = {
         {.name = "S", .width = 32, .height = 16, .steps = 5, .alpha = 1.5, .has_priority = true,
          .priority = 100, .t_single_ms = 80},
         {.name = "L", .width = 64, .height = 64, .steps = 45, .alpha = 6},
@@ -228,7 +228,7 @@ static wf_loadgen_record rec(int cls, wf_loadgen_outcome out, int status, uint64
 }
 
 START_TEST(test_summary_math) {
-    wf_loadgen_image_class cls[2] = {
+    wf_workload_class cls[2] = {
         {.name = "S", .width = 8, .height = 8, .steps = 5, .alpha = 1.5, .t_single_ms = 100},
         {.name = "L", .width = 8, .height = 8, .steps = 45, .alpha = 6, .t_single_ms = 400},
     };
@@ -296,7 +296,7 @@ START_TEST(test_summary_math) {
     ck_assert(wf_loadgen_image_record_met(&c, &cls[0]));
     c.t_end_ns += 20 * MS;
     ck_assert(!wf_loadgen_image_record_met(&c, &cls[0]));
-    wf_loadgen_image_class unknown = cls[0];
+    wf_workload_class unknown = cls[0];
     unknown.t_single_ms = 0;
     ck_assert(!wf_loadgen_image_record_met(&r[0], &unknown));
     /* Nothing issued: attainment undefined, not 0 or 1. */
@@ -306,9 +306,9 @@ START_TEST(test_summary_math) {
 END_TEST
 
 START_TEST(test_phase_math) {
-    wf_loadgen_profile p;
+    wf_workload_profile p;
     char err[160];
-    ck_assert_int_eq(wf_loadgen_profile_parse("phase a 0 1 5/s S=1\nphase b 1 3 5/s L=1\n", "t", &p,
+    ck_assert_int_eq(wf_workload_profile_parse("phase a 0 1 5/s S=1\nphase b 1 3 5/s L=1\n", "t", &p,
                                               err, sizeof err), WF_OK);
     p.classes[0].t_single_ms = 100; /* S: deadline 150 ms */
     p.classes[2].t_single_ms = 400; /* L: deadline 2400 ms */
@@ -352,8 +352,8 @@ START_TEST(test_trace_round_trip) {
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    wf_loadgen_profile p;
-    ck_assert_int_eq(wf_loadgen_profile_parse("class S 16x8 steps=4 alpha=1.5 priority=7\n"
+    wf_workload_profile p;
+    ck_assert_int_eq(wf_workload_profile_parse("class S 16x8 steps=4 alpha=1.5 priority=7\n"
                                               "phase a 0 10 3/s S=1 L=1\n", "t", &p, err, sizeof err), WF_OK);
     p.classes[0].t_single_ms = 40;
     p.classes[2].t_single_ms = 300;
@@ -362,8 +362,8 @@ START_TEST(test_trace_round_trip) {
                                   {.slo_class = 0, .text_seed = 6ull << 33},
                                   {.slo_class = 2, .text_seed = 7ull << 33}};
     ck_assert_int_eq(wf_loadgen_image_trace_write(path, &p, 1.0, 3, arr, items, 3, err, sizeof err), WF_OK);
-    wf_loadgen_profile q;
-    wf_loadgen_profile_default_classes(&q);
+    wf_workload_profile q;
+    wf_workload_profile_default_classes(&q);
     double *a = NULL;
     wf_loadgen_prompt *it = NULL;
     size_t n = 0;
@@ -375,7 +375,7 @@ START_TEST(test_trace_round_trip) {
         ck_assert_int_eq(wf_loadgen_image_request_seed(&it[i]), wf_loadgen_image_request_seed(&items[i]));
         ck_assert_str_eq(q.classes[it[i].slo_class].name, p.classes[items[i].slo_class].name);
     }
-    int s = wf_loadgen_profile_class_index(&q, "S"), l = wf_loadgen_profile_class_index(&q, "L");
+    int s = wf_workload_profile_class_index(&q, "S"), l = wf_workload_profile_class_index(&q, "L");
     ck_assert_int_eq(q.classes[s].width, 16);
     ck_assert_int_eq(q.classes[s].height, 8);
     ck_assert_int_eq(q.classes[s].steps, 4);

@@ -71,14 +71,14 @@ START_TEST(test_arrival_deterministic_and_inf) {
         ck_assert(wf_loadgen_arrival_next_gap(&a) == wf_loadgen_arrival_next_gap(&b));
     wf_loadgen_arrival_init(&a, INFINITY, 1.0, 1);
     ck_assert(wf_loadgen_arrival_next_gap(&a) == 0.0);
-    wf_loadgen_rng r;
-    wf_loadgen_rng_seed(&r, 5);
+    wf_workload_rng r;
+    wf_workload_rng_seed(&r, 5);
     int seen[4] = {0};
     for (int i = 0; i < 4000; i++) {
-        int64_t v = wf_loadgen_rng_range(&r, 3, 6);
+        int64_t v = wf_workload_rng_range(&r, 3, 6);
         ck_assert(v >= 3 && v <= 6);
         seen[v - 3]++;
-        double u = wf_loadgen_rng_uniform(&r);
+        double u = wf_workload_rng_uniform(&r);
         ck_assert(u >= 0 && u < 1);
     }
     for (int i = 0; i < 4; i++) ck_assert_int_gt(seen[i], 800);
@@ -272,8 +272,8 @@ START_TEST(test_len_specs) {
     ck_assert_int_eq(s.lo, 128);
     ck_assert_int_eq(wf_loadgen_len_spec_parse("8:16", &s, err, sizeof err), WF_OK);
     ck_assert_int_eq(s.kind, WF_LOADGEN_LEN_UNIFORM);
-    wf_loadgen_rng rng;
-    wf_loadgen_rng_seed(&rng, 1);
+    wf_workload_rng rng;
+    wf_workload_rng_seed(&rng, 1);
     for (int i = 0; i < 1000; i++) {
         int32_t v = wf_loadgen_len_spec_sample(&s, &rng);
         ck_assert(v >= 8 && v <= 16);
@@ -295,8 +295,8 @@ START_TEST(test_histogram_file) {
     ck_assert_int_eq(s.n_bins, 3);
     EQ(s.cum[2], 4);
     EQ(wf_loadgen_len_spec_mean(&s), (16 * 1 + 47.5 * 2 + 128 * 1) / 4.0);
-    wf_loadgen_rng rng;
-    wf_loadgen_rng_seed(&rng, 3);
+    wf_workload_rng rng;
+    wf_workload_rng_seed(&rng, 3);
     int n16 = 0, nb = 0, n128 = 0;
     for (int i = 0; i < 20000; i++) {
         int32_t v = wf_loadgen_len_spec_sample(&s, &rng);

@@ -8,17 +8,15 @@ before POST /v1/images/generations); any other failure fails.
 """
 import json
 import os
-import re
-import socket
 import subprocess
-import time
-import urllib.request
+import sys
 
 import pytest
 
-BIN_DIR = os.environ.get("WEFT_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from conftest import BIN_DIR, Weftd, http_get, metric_sum  # noqa: E402  (the integration tests' helper)
+
 BENCH = os.path.join(BIN_DIR, "weft-bench")
-WEFTD = os.path.join(BIN_DIR, "weftd")
 DIT = os.environ.get("WEFT_DIT", "/usr/local/share/weft/models/weft-dit-digits")
 
 PROFILE = """# a light phase, a burst of short requests, a drain
@@ -28,63 +26,22 @@ phase drain 5 6 0
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(port, path, timeout=10):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-        return r.status, r.read().decode()
-
-
-def metric_sum(text, name, label=""):
-    """Sum of the samples of a Prometheus metric whose labels contain `label`."""
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        m = re.match(r"^%s(\{[^}]*\})?\s+([0-9.eE+-]+)$" % re.escape(name), line)
-        if m and label in (m.group(1) or ""):
-            total += float(m.group(2))
-            seen = True
-    return total if seen else None
-
-
 @pytest.fixture(scope="module")
 def weftd():
-    if not os.path.exists(WEFTD):
-        pytest.fail("weftd is not built at %s" % WEFTD)
     if not os.path.isdir(DIT):
         pytest.fail("default DiT missing: %s (run scripts/setup)" % DIT)
-    helptext = subprocess.run([WEFTD, "--help"], capture_output=True, text=True).stdout
+    helptext = subprocess.run([os.path.join(BIN_DIR, "weftd"), "--help"], capture_output=True,
+                              text=True).stdout
     if "--image-" not in helptext:  # the image serving options (--image-batching, ...)
         pytest.skip("this weftd has no image serving (POST /v1/images/generations) yet")
-    port = free_port()
-    proc = subprocess.Popen([WEFTD, "--model", DIT, "--port", str(port), "--threads", "2",
-                             "--log-level", "warn", "--metrics-open"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    d = Weftd("--log-level", "warn", "--metrics-open", model=DIT, llm_flags=False)
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                pytest.fail("weftd exited at start (%d): %s" % (proc.returncode, proc.stderr.read()[-500:]))
-            try:
-                if get(port, "/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("weftd did not become healthy within 300 s")
-        models = json.loads(get(port, "/v1/models")[1])["data"]
+        models = json.loads(http_get(d.port, "/v1/models")[1])["data"]
         if not any(m.get("type") == "image" for m in models):
             pytest.fail("weftd loaded %s but lists no image model: %s" % (DIT, models))
-        yield port
+        yield d.port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        d.stop()
 
 
 def bench(port, *args):
@@ -95,7 +52,7 @@ def bench(port, *args):
 
 
 def counters(port):
-    text = get(port, "/metrics")[1]
+    text = http_get(port, "/metrics")[1]
     return {
         "success": metric_sum(text, "weft:image_requests_total", 'status="success"') or 0,
         "rejected": metric_sum(text, "weft:image_requests_rejected_total") or 0,

@@ -2,7 +2,7 @@
  * (same trace, same report) and differs across seeds; a request alone takes exactly what the
  * cost model says (static:1: T_single; elastic: the fastest degree, chunk after chunk on the
  * same ranks, plus one group formation when communicators are charged); its workloads are
- * GF-DiT's profiles as loadgen/profiles/NAME.profile define them (the same arrivals weft-bench
+ * GF-DiT's profiles as sched/workload/profiles/NAME.profile define them (the same arrivals weft-bench
  * samples, phase by phase, rates scaled to the load and the rank count) or a weft-bench trace
  * replayed request for request; bad policies, profiles and jobs are refused. */
 #include <math.h>
@@ -12,8 +12,6 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "loadgen/dataset.h"
-#include "loadgen/image.h"
 #include "sched/dit_sim.h"
 #include "sched/dit_workload.h"
 
@@ -91,7 +89,7 @@ START_TEST(test_single_request_latency) {
 END_TEST
 
 /* Which phase of p holds time t (seconds), or -1. */
-static int phase_of(const wf_loadgen_profile *p, double t) {
+static int phase_of(const wf_workload_profile *p, double t) {
     for (size_t i = 0; i < p->n_phases; i++)
         if (t >= p->phases[i].start_s && t < p->phases[i].end_s) return (int)i;
     return -1;
@@ -104,14 +102,14 @@ START_TEST(test_workload_profiles) {
      * the one asked */
     const char *names[] = {"short", "tridentserve", "foreground_burst"};
     for (int k = 0; k < 3; k++) {
-        wf_loadgen_profile file;
-        ck_assert_int_eq(wf_loadgen_profile_load(names[k], &file, err, sizeof err), WF_OK);
+        wf_workload_profile file;
+        ck_assert_int_eq(wf_workload_profile_load(names[k], &file, err, sizeof err), WF_OK);
         int n8 = 0;
         for (int ranks = 8; ranks <= 16; ranks += 8) {
             wf_dit_sim_config cfg;
             wf_dit_sim_config_init(&cfg);
             cfg.n_ranks = ranks;
-            wf_loadgen_profile used;
+            wf_workload_profile used;
             wf_dit_sim_job *j;
             int n;
             ck_assert_msg(wf_dit_workload_profile(&cfg, names[k], 0.9, 5, &j, &n, &used, err, sizeof err) == WF_OK,
@@ -119,7 +117,7 @@ START_TEST(test_workload_profiles) {
             ck_assert_uint_eq(used.n_phases, file.n_phases);
             double scale = 0;
             for (size_t i = 0; i < file.n_phases; i++) {
-                const wf_loadgen_phase *f = &file.phases[i], *u = &used.phases[i];
+                const wf_workload_phase *f = &file.phases[i], *u = &used.phases[i];
                 ck_assert_str_eq(u->name, f->name);
                 ck_assert_double_eq(u->start_s, f->start_s);
                 ck_assert_double_eq(u->end_s, f->end_s);
@@ -135,8 +133,8 @@ START_TEST(test_workload_profiles) {
             /* the same arrivals as weft-bench's sampler gives for this profile and seed */
             double *at = malloc(sizeof *at * (size_t)(n + 1));
             int *cls = malloc(sizeof *cls * (size_t)(n + 1));
-            ck_assert_uint_eq(wf_loadgen_profile_sample(&used, 5, (size_t)n + 1, at, cls), (size_t)n);
-            int per_phase[WF_LOADGEN_MAX_PHASES] = {0};
+            ck_assert_uint_eq(wf_workload_profile_sample(&used, 5, (size_t)n + 1, at, cls), (size_t)n);
+            int per_phase[WF_WORKLOAD_MAX_PHASES] = {0};
             for (int i = 0; i < n; i++) {
                 ck_assert_double_eq_tol(j[i].arrival_ms, at[i] * 1000, 1e-9);
                 ck_assert_str_eq(cfg.classes[j[i].cls].name, used.classes[cls[i]].name);
@@ -156,7 +154,7 @@ START_TEST(test_workload_profiles) {
             }
             /* expected offered load = 0.9 (the sampled one is close) */
             /* used carries the simulator's T_single */
-            ck_assert_double_eq_tol(wf_loadgen_profile_offered_load(&used, ranks), 0.9, 1e-9);
+            ck_assert_double_eq_tol(wf_workload_profile_offered_load(&used, ranks), 0.9, 1e-9);
             ck_assert_double_eq_tol(wf_dit_sim_offered_load(&cfg, j, n), 0.9, 0.3);
             if (ranks == 8) n8 = n;
             else ck_assert(n > 1.5 * n8 && n < 2.5 * n8); /* rates grow with the rank count */
@@ -166,8 +164,8 @@ START_TEST(test_workload_profiles) {
         }
     }
     /* GF-DiT's short: four phases at 0.8, 1.5, 2.5 and 0 requests/min */
-    wf_loadgen_profile sh;
-    ck_assert_int_eq(wf_loadgen_profile_load("short", &sh, err, sizeof err), WF_OK);
+    wf_workload_profile sh;
+    ck_assert_int_eq(wf_workload_profile_load("short", &sh, err, sizeof err), WF_OK);
     ck_assert_uint_eq(sh.n_phases, 4);
     ck_assert_double_eq_tol(sh.phases[0].rate * 60, 0.8, 1e-12);
     ck_assert_double_eq_tol(sh.phases[1].rate * 60, 1.5, 1e-12);
@@ -208,24 +206,25 @@ END_TEST
 START_TEST(test_trace_replay) {
     /* a trace as weft-bench --trace-out writes it (its classes: 8x8 at 5/15/45 steps, real
      * T_single) replays request for request: order, class, alpha; the clock kept or rescaled */
-    wf_loadgen_profile p;
-    ck_assert_int_eq(wf_loadgen_profile_load("foreground_burst", &p, err, sizeof err), WF_OK);
+    wf_workload_profile p;
+    ck_assert_int_eq(wf_workload_profile_load("foreground_burst", &p, err, sizeof err), WF_OK);
     double ts[3] = {40, 110, 300};
     for (int c = 0; c < 3; c++) p.classes[c].t_single_ms = ts[c];
-    wf_loadgen_profile_scale_time(&p, 60.0 / wf_loadgen_profile_end_s(&p));
-    wf_loadgen_profile_scale_rate(&p, 0.8 / wf_loadgen_profile_offered_load(&p, 1));
+    wf_workload_profile_scale_time(&p, 60.0 / wf_workload_profile_end_s(&p));
+    wf_workload_profile_scale_rate(&p, 0.8 / wf_workload_profile_offered_load(&p, 1));
     enum { MAX = 4096 };
     static double at[MAX];
     static int cls[MAX];
-    static wf_loadgen_prompt items[MAX];
-    size_t m = wf_loadgen_profile_sample(&p, 11, MAX, at, cls);
+    static int64_t seeds[MAX];
+    size_t m = wf_workload_profile_sample(&p, 11, MAX, at, cls);
     ck_assert(m > 20 && m < MAX);
-    for (size_t i = 0; i < m; i++) items[i] = (wf_loadgen_prompt){.text_seed = i, .slo_class = cls[i]};
+    for (size_t i = 0; i < m; i++) seeds[i] = (int64_t)i;
     char path[] = "/tmp/weft_dit_trace_XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    ck_assert_int_eq(wf_loadgen_image_trace_write(path, &p, 1.0, 11, at, items, m, err, sizeof err), WF_OK);
+    wf_workload_trace tr = {.n = m, .arrival_s = at, .class_idx = cls, .seed = seeds};
+    ck_assert_int_eq(wf_workload_trace_write(path, &p, 1.0, 11, &tr, err, sizeof err), WF_OK);
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
     wf_dit_sim_job *j, *k;

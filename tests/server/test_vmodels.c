@@ -41,6 +41,9 @@ START_TEST(test_parse_errors) {
         {"id=a,adapter=/x,weight=abc", "'weight'"},
         {"id=a,adaptor=/x", "unknown key 'adaptor'"},
         {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
+        /* found by tests/fuzz/fuzz_vmodel.c: NaN reached an (int) cast (undefined) */
+        {"id=a,adapter=/x,max_in_flight=nan", "'max_in_flight'"},
+        {"id=a,adapter=/x,max_in_flight=-nan", "'max_in_flight'"},
         {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
         {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
         {"id=a b,adapter=/x", "'id'"},
@@ -84,12 +87,37 @@ START_TEST(test_json_and_salt) {
 }
 END_TEST
 
+/* Found by tests/fuzz/fuzz_vmodel.c: a NUL inside a JSON string cut the path (or the system
+ * prompt) there, so another file than the one named would have been loaded. */
+START_TEST(test_json_nul_refused) {
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"id\":\"a\",\"adapter\":\"/x\\u0000.gguf\"}", "'adapter' path contains a NUL"},
+        {"{\"id\":\"a\",\"adapters\":[{\"path\":\"/x\\u0000y\"}]}", "contains a NUL"},
+        {"{\"id\":\"a\",\"adapter\":\"/x\",\"system\":\"hi\\u0000there\"}",
+         "'system' must be a string without NUL"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        wf_vmodel_spec v;
+        char err[256] = "";
+        json_t *o = json_loads(bad[i].json, JSON_ALLOW_NUL, NULL);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_EINVAL);
+        ck_assert_msg(strstr(err, bad[i].want), "case %zu: '%s' lacks '%s'", i, err, bad[i].want);
+        ck_assert_int_eq(v.n_adapters, 0);
+        json_decref(o);
+    }
+}
+END_TEST
+
 static Suite *vmodels_suite(void) {
     Suite *s = suite_create("server_vmodels");
     TCase *tc = tcase_create("spec");
     tcase_add_test(tc, test_parse_flag);
     tcase_add_test(tc, test_parse_errors);
     tcase_add_test(tc, test_json_and_salt);
+    tcase_add_test(tc, test_json_nul_refused);
     suite_add_tcase(s, tc);
     return s;
 }

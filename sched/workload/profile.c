@@ -1,5 +1,5 @@
-/* Image request classes and piecewise-Poisson arrival profiles for weft-bench (see profile.h). */
-#include "loadgen/profile.h"
+/* Image request classes and piecewise-Poisson arrival profiles (see workload.h). */
+#include "sched/workload/workload.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -8,19 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen/arrival.h"
 
-/* The profile files of loadgen/profiles, compiled in by CMake (loadgen_profiles.c). */
-typedef struct wf_loadgen_builtin_profile {
+/* The profile files of sched/workload/profiles, compiled in by CMake (workload_profiles.c). */
+typedef struct wf_workload_builtin_profile {
     const char *name, *text;
-} wf_loadgen_builtin_profile;
-extern const wf_loadgen_builtin_profile wf_loadgen_builtin_profiles[];
-extern const char *const wf_loadgen_builtin_profile_names[];
+} wf_workload_builtin_profile;
+extern const wf_workload_builtin_profile wf_workload_builtin_profiles[];
+extern const char *const wf_workload_builtin_profile_names[];
 
-#define MAX_DIM 16384
-#define MAX_STEPS 100000
+#define MAX_DIM WF_WORKLOAD_MAX_DIM
+#define MAX_STEPS WF_WORKLOAD_MAX_STEPS
 
-void wf_loadgen_profile_default_classes(wf_loadgen_profile *p) {
+void wf_workload_profile_default_classes(wf_workload_profile *p) {
     memset(p, 0, sizeof *p);
     static const struct {
         const char *name;
@@ -28,7 +27,7 @@ void wf_loadgen_profile_default_classes(wf_loadgen_profile *p) {
         double alpha;
     } def[] = {{"S", 5, 100, 1.5}, {"M", 15, 50, 2.0}, {"L", 45, 0, 6.0}};
     for (size_t i = 0; i < 3; i++) {
-        wf_loadgen_image_class *c = &p->classes[i];
+        wf_workload_class *c = &p->classes[i];
         snprintf(c->name, sizeof c->name, "%s", def[i].name);
         c->width = c->height = 8;
         c->steps = def[i].steps;
@@ -39,23 +38,23 @@ void wf_loadgen_profile_default_classes(wf_loadgen_profile *p) {
     p->n_classes = 3;
 }
 
-int wf_loadgen_profile_class_index(const wf_loadgen_profile *p, const char *name) {
+int wf_workload_profile_class_index(const wf_workload_profile *p, const char *name) {
     for (size_t i = 0; i < p->n_classes; i++)
         if (strcmp(p->classes[i].name, name) == 0) return (int)i;
     return -1;
 }
 
-static bool class_valid(const wf_loadgen_image_class *c) {
+static bool class_valid(const wf_workload_class *c) {
     return c->name[0] && c->width >= 1 && c->width <= MAX_DIM && c->height >= 1 &&
            c->height <= MAX_DIM && c->steps >= 1 && c->steps <= MAX_STEPS && c->alpha > 0 &&
            isfinite(c->alpha) && c->t_single_ms >= 0 && isfinite(c->t_single_ms);
 }
 
-wf_status wf_loadgen_profile_set_class(wf_loadgen_profile *p, const wf_loadgen_image_class *c) {
+wf_status wf_workload_profile_set_class(wf_workload_profile *p, const wf_workload_class *c) {
     if (!class_valid(c)) return WF_EINVAL;
-    int i = wf_loadgen_profile_class_index(p, c->name);
+    int i = wf_workload_profile_class_index(p, c->name);
     if (i < 0) {
-        if (p->n_classes == WF_LOADGEN_MAX_IMAGE_CLASSES) return WF_EINVAL;
+        if (p->n_classes == WF_WORKLOAD_MAX_CLASSES) return WF_EINVAL;
         i = (int)p->n_classes++;
     }
     p->classes[i] = *c;
@@ -94,7 +93,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     return 0;
 }
 
-wf_status wf_loadgen_image_class_parse(const char *s, wf_loadgen_image_class *c, char *err,
+wf_status wf_workload_class_parse(const char *s, wf_workload_class *c, char *err,
                                        size_t errlen) {
     memset(c, 0, sizeof *c);
     char buf[128];
@@ -113,7 +112,8 @@ wf_status wf_loadgen_image_class_parse(const char *s, wf_loadgen_image_class *c,
         goto bad;
     if (n >= 4 && (parse_num(field[3], &c->alpha) || !(c->alpha > 0))) goto bad;
     if (n == 5) {
-        if (parse_int(field[4], -1000000, 1000000, &c->priority)) goto bad;
+        if (parse_int(field[4], -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY, &c->priority))
+            goto bad;
         c->has_priority = true;
     }
     return WF_OK;
@@ -123,9 +123,9 @@ bad:
                             "S:8x8:5:1.5", s);
 }
 
-wf_status wf_loadgen_profile_parse_mix(const wf_loadgen_profile *p, const char *s, double *mix,
+wf_status wf_workload_profile_parse_mix(const wf_workload_profile *p, const char *s, double *mix,
                                        char *err, size_t errlen) {
-    for (size_t i = 0; i < WF_LOADGEN_MAX_IMAGE_CLASSES; i++) mix[i] = 0;
+    for (size_t i = 0; i < WF_WORKLOAD_MAX_CLASSES; i++) mix[i] = 0;
     char buf[512];
     if (strlen(s) >= sizeof buf)
         return wf_status_errorf(err, errlen, WF_EINVAL, "class mix too long: '%.40s...'", s);
@@ -136,7 +136,7 @@ wf_status wf_loadgen_profile_parse_mix(const wf_loadgen_profile *p, const char *
         if (!eq)
             return wf_status_errorf(err, errlen, WF_EINVAL, "class mix entry '%s': use CLASS=WEIGHT", t);
         *eq = '\0';
-        int c = wf_loadgen_profile_class_index(p, t);
+        int c = wf_workload_profile_class_index(p, t);
         if (c < 0) return wf_status_errorf(err, errlen, WF_EINVAL, "class mix names unknown class '%s'", t);
         double w;
         if (parse_num(eq + 1, &w) || w < 0)
@@ -144,7 +144,10 @@ wf_status wf_loadgen_profile_parse_mix(const wf_loadgen_profile *p, const char *
         mix[c] = w;
         total += w;
     }
-    (void)total; /* an all-zero mix is a phase without arrivals: allowed */
+    /* an all-zero mix is a phase without arrivals: allowed; an infinite one is not */
+    if (!isfinite(total))
+        return wf_status_errorf(err, errlen, WF_EINVAL, "class mix '%.40s': the weights must sum "
+                                "to a finite number", s);
     return WF_OK;
 }
 
@@ -165,9 +168,9 @@ static int parse_rate(const char *s, double *rate) {
     return 0;
 }
 
-static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origin, int lineno,
+static wf_status parse_line(char *line, wf_workload_profile *p, const char *origin, int lineno,
                             char *err, size_t errlen) {
-    char *tok[4 + WF_LOADGEN_MAX_IMAGE_CLASSES + 4];
+    char *tok[4 + WF_WORKLOAD_MAX_CLASSES + 4];
     size_t n = 0;
     for (char *save = NULL, *t = strtok_r(line, " \t\r\n", &save); t;
          t = strtok_r(NULL, " \t\r\n", &save)) {
@@ -178,7 +181,7 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
     if (n == 0) return WF_OK;
     if (strcmp(tok[0], "class") == 0) {
         /* class NAME WxH steps=N [alpha=A] [priority=P] */
-        wf_loadgen_image_class c = {0};
+        wf_workload_class c = {0};
         if (n < 4 || strlen(tok[1]) >= sizeof c.name || parse_size(tok[2], &c.width, &c.height))
             goto bad_class;
         snprintf(c.name, sizeof c.name, "%s", tok[1]);
@@ -191,7 +194,9 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
             } else if (strncmp(tok[i], "alpha=", 6) == 0) {
                 if (parse_num(tok[i] + 6, &c.alpha) || !(c.alpha > 0)) goto bad_class;
             } else if (strncmp(tok[i], "priority=", 9) == 0) {
-                if (parse_int(tok[i] + 9, -1000000, 1000000, &c.priority)) goto bad_class;
+                if (parse_int(tok[i] + 9, -WF_WORKLOAD_MAX_PRIORITY, WF_WORKLOAD_MAX_PRIORITY,
+                              &c.priority))
+                    goto bad_class;
                 c.has_priority = true;
             } else {
                 goto bad_class;
@@ -201,9 +206,9 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
         if (p->n_phases)
             return wf_status_errorf(err, errlen, WF_EFORMAT, "%s:%d: class lines go before phases",
                                     origin, lineno);
-        if (wf_loadgen_profile_set_class(p, &c) != WF_OK)
+        if (wf_workload_profile_set_class(p, &c) != WF_OK)
             return wf_status_errorf(err, errlen, WF_EFORMAT, "%s:%d: more than %d classes", origin,
-                                    lineno, WF_LOADGEN_MAX_IMAGE_CLASSES);
+                                    lineno, WF_WORKLOAD_MAX_CLASSES);
         return WF_OK;
     bad_class:
         return wf_status_errorf(err, errlen, WF_EFORMAT,
@@ -212,10 +217,10 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
     }
     if (strcmp(tok[0], "phase") == 0) {
         /* phase NAME START END RATE [CLASS=WEIGHT ...] */
-        if (p->n_phases == WF_LOADGEN_MAX_PHASES)
+        if (p->n_phases == WF_WORKLOAD_MAX_PHASES)
             return wf_status_errorf(err, errlen, WF_EFORMAT, "%s:%d: more than %d phases", origin,
-                                    lineno, WF_LOADGEN_MAX_PHASES);
-        wf_loadgen_phase ph = {0};
+                                    lineno, WF_WORKLOAD_MAX_PHASES);
+        wf_workload_phase ph = {0};
         if (n < 5 || strlen(tok[1]) >= sizeof ph.name || parse_num(tok[2], &ph.start_s) ||
             parse_num(tok[3], &ph.end_s) || parse_rate(tok[4], &ph.rate))
             return wf_status_errorf(err, errlen, WF_EFORMAT,
@@ -235,7 +240,7 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
             double w;
             if (!eq) goto bad_mix;
             *eq = '\0';
-            int c = wf_loadgen_profile_class_index(p, tok[i]);
+            int c = wf_workload_profile_class_index(p, tok[i]);
             if (c < 0)
                 return wf_status_errorf(err, errlen, WF_EFORMAT, "%s:%d: unknown class '%s'", origin,
                                         lineno, tok[i]);
@@ -247,6 +252,16 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
             return wf_status_errorf(err, errlen, WF_EFORMAT,
                                     "%s:%d: phase %s has arrivals but no class weight", origin,
                                     lineno, ph.name);
+        /* An infinite sum of weights or of expected requests would turn every later ratio
+         * (class shares, offered load) into NaN. */
+        if (!isfinite(total))
+            return wf_status_errorf(err, errlen, WF_EFORMAT,
+                                    "%s:%d: phase %s: the class weights must sum to a finite "
+                                    "number", origin, lineno, ph.name);
+        if (!isfinite(ph.rate * (ph.end_s - ph.start_s)))
+            return wf_status_errorf(err, errlen, WF_EFORMAT,
+                                    "%s:%d: phase %s: rate x length is not a finite number of "
+                                    "requests", origin, lineno, ph.name);
         p->phases[p->n_phases++] = ph;
         return WF_OK;
     bad_mix:
@@ -257,9 +272,9 @@ static wf_status parse_line(char *line, wf_loadgen_profile *p, const char *origi
                             origin, lineno, tok[0]);
 }
 
-wf_status wf_loadgen_profile_parse(const char *text, const char *origin, wf_loadgen_profile *p,
+wf_status wf_workload_profile_parse(const char *text, const char *origin, wf_workload_profile *p,
                                    char *err, size_t errlen) {
-    wf_loadgen_profile_default_classes(p);
+    wf_workload_profile_default_classes(p);
     int lineno = 0;
     const char *s = text;
     while (*s) {
@@ -286,18 +301,18 @@ wf_status wf_loadgen_profile_parse(const char *text, const char *origin, wf_load
     return WF_OK;
 }
 
-const char *const *wf_loadgen_profile_builtin_names(void) { return wf_loadgen_builtin_profile_names; }
+const char *const *wf_workload_profile_builtin_names(void) { return wf_workload_builtin_profile_names; }
 
-wf_status wf_loadgen_profile_load(const char *name_or_path, wf_loadgen_profile *p, char *err,
+wf_status wf_workload_profile_load(const char *name_or_path, wf_workload_profile *p, char *err,
                                   size_t errlen) {
     if (!strchr(name_or_path, '/') && !strchr(name_or_path, '.'))
-        for (const wf_loadgen_builtin_profile *b = wf_loadgen_builtin_profiles; b->name; b++)
+        for (const wf_workload_builtin_profile *b = wf_workload_builtin_profiles; b->name; b++)
             if (strcmp(b->name, name_or_path) == 0)
-                return wf_loadgen_profile_parse(b->text, b->name, p, err, errlen);
+                return wf_workload_profile_parse(b->text, b->name, p, err, errlen);
     FILE *f = fopen(name_or_path, "rb");
     if (!f) {
         char names[256] = "";
-        for (const wf_loadgen_builtin_profile *b = wf_loadgen_builtin_profiles; b->name; b++) {
+        for (const wf_workload_builtin_profile *b = wf_workload_builtin_profiles; b->name; b++) {
             size_t l = strlen(names);
             snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", b->name);
         }
@@ -329,15 +344,15 @@ wf_status wf_loadgen_profile_load(const char *name_or_path, wf_loadgen_profile *
     }
     fclose(f);
     buf[len] = '\0';
-    wf_status st = wf_loadgen_profile_parse(buf, name_or_path, p, err, errlen);
+    wf_status st = wf_workload_profile_parse(buf, name_or_path, p, err, errlen);
     free(buf);
     return st;
 }
 
-void wf_loadgen_profile_set_poisson(wf_loadgen_profile *p, double rate, double duration_s,
+void wf_workload_profile_set_poisson(wf_workload_profile *p, double rate, double duration_s,
                                     const double *mix) {
     p->n_phases = 1;
-    wf_loadgen_phase *ph = &p->phases[0];
+    wf_workload_phase *ph = &p->phases[0];
     memset(ph, 0, sizeof *ph);
     snprintf(ph->name, sizeof ph->name, "poisson");
     ph->start_s = 0;
@@ -347,38 +362,38 @@ void wf_loadgen_profile_set_poisson(wf_loadgen_profile *p, double rate, double d
     snprintf(p->name, sizeof p->name, "poisson");
 }
 
-double wf_loadgen_profile_end_s(const wf_loadgen_profile *p) {
+double wf_workload_profile_end_s(const wf_workload_profile *p) {
     return p->n_phases ? p->phases[p->n_phases - 1].end_s : 0;
 }
 
-void wf_loadgen_profile_scale_time(wf_loadgen_profile *p, double k) {
+void wf_workload_profile_scale_time(wf_workload_profile *p, double k) {
     for (size_t i = 0; i < p->n_phases; i++) {
         p->phases[i].start_s *= k;
         p->phases[i].end_s *= k;
     }
 }
 
-void wf_loadgen_profile_scale_rate(wf_loadgen_profile *p, double k) {
+void wf_workload_profile_scale_rate(wf_workload_profile *p, double k) {
     for (size_t i = 0; i < p->n_phases; i++) p->phases[i].rate *= k;
 }
 
-static double mix_total(const wf_loadgen_profile *p, const wf_loadgen_phase *ph) {
+static double mix_total(const wf_workload_profile *p, const wf_workload_phase *ph) {
     double t = 0;
     for (size_t c = 0; c < p->n_classes; c++) t += ph->mix[c];
     return t;
 }
 
-double wf_loadgen_profile_expected_requests(const wf_loadgen_profile *p) {
+double wf_workload_profile_expected_requests(const wf_workload_profile *p) {
     double n = 0;
     for (size_t i = 0; i < p->n_phases; i++)
         n += p->phases[i].rate * (p->phases[i].end_s - p->phases[i].start_s);
     return n;
 }
 
-double wf_loadgen_profile_offered_load(const wf_loadgen_profile *p, int servers) {
+double wf_workload_profile_offered_load(const wf_workload_profile *p, int servers) {
     double work_s = 0, first = INFINITY, last = 0;
     for (size_t i = 0; i < p->n_phases; i++) {
-        const wf_loadgen_phase *ph = &p->phases[i];
+        const wf_workload_phase *ph = &p->phases[i];
         double total = mix_total(p, ph);
         if (!(ph->rate > 0) || !(total > 0)) continue;
         /* A drain at the end adds no arrivals, so it does not stretch the window. */
@@ -395,41 +410,28 @@ double wf_loadgen_profile_offered_load(const wf_loadgen_profile *p, int servers)
     return work_s / ((double)servers * (last - first));
 }
 
-static int sample_class(const wf_loadgen_profile *p, const wf_loadgen_phase *ph, double total,
-                        wf_loadgen_rng *rng) {
-    double r = wf_loadgen_rng_uniform(rng) * total, acc = 0;
-    int last = 0;
-    for (size_t c = 0; c < p->n_classes; c++) {
-        if (ph->mix[c] <= 0) continue;
-        acc += ph->mix[c];
-        last = (int)c;
-        if (r < acc) return (int)c;
-    }
-    return last; /* rounding at the top end */
-}
-
-size_t wf_loadgen_profile_sample(const wf_loadgen_profile *p, uint64_t seed, size_t max_n,
+size_t wf_workload_profile_sample(const wf_workload_profile *p, uint64_t seed, size_t max_n,
                                  double *arrival_s, int *class_idx) {
-    wf_loadgen_rng rng;
-    wf_loadgen_rng_seed(&rng, seed);
+    wf_workload_rng rng;
+    wf_workload_rng_seed(&rng, seed);
     size_t n = 0;
     for (size_t i = 0; i < p->n_phases && n < max_n; i++) {
-        const wf_loadgen_phase *ph = &p->phases[i];
+        const wf_workload_phase *ph = &p->phases[i];
         double total = mix_total(p, ph);
         if (!(ph->rate > 0) || !(total > 0)) continue;
         double t = ph->start_s;
         while (n < max_n) {
             /* Exponential gap; 1 - U is in (0, 1], so the log is finite. */
-            t += -log(1.0 - wf_loadgen_rng_uniform(&rng)) / ph->rate;
+            t += -log(1.0 - wf_workload_rng_uniform(&rng)) / ph->rate;
             if (t >= ph->end_s) break;
             arrival_s[n] = t;
-            class_idx[n] = sample_class(p, ph, total, &rng);
+            class_idx[n] = wf_workload_rng_pick(&rng, ph->mix, p->n_classes, total);
             n++;
         }
     }
     return n;
 }
 
-double wf_loadgen_image_deadline_ms(const wf_loadgen_image_class *c) {
+double wf_workload_class_deadline_ms(const wf_workload_class *c) {
     return c->t_single_ms > 0 ? c->alpha * c->t_single_ms : NAN;
 }
