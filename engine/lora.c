@@ -3,12 +3,15 @@
  * and widens the data, so both formats give the same errors for the same mistakes. */
 #include "engine/lora.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/cpu/quant.h"
 #include "engine/dit/safetensors.h"
@@ -212,12 +215,56 @@ static wf_status gguf_parse_name(const wf_model *m, const char *name, int *layer
     return WF_OK;
 }
 
-static wf_status load_gguf(const wf_model *m, const char *path, wf_lora *l, char *err,
-                           size_t errlen) {
+/* A pipe or a device cannot be mapped: read it whole (bash's <(curl ...) as an adapter path). */
+static wf_status read_stream(const char *path, char **data, size_t *size, char *err,
+                             size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return wf_status_errorf(err, errlen, WF_EIO, "lora: %s: %s", path, strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    wf_status st = buf ? WF_OK : WF_ENOMEM;
+    while (st == WF_OK) {
+        if (n == cap) {
+            char *p = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                st = WF_ENOMEM;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) st = wf_status_errorf(err, errlen, WF_EIO, "lora: %s: %s", path, strerror(errno));
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (st == WF_ENOMEM) wf_errorf(err, errlen, "lora: %s: out of memory", path);
+    if (st != WF_OK) {
+        free(buf);
+        return st;
+    }
+    *data = buf;
+    *size = n;
+    return WF_OK;
+}
+
+static wf_status load_gguf(const wf_model *m, const char *path, bool stream, wf_lora *l,
+                           char *err, size_t errlen) {
     wf_gguf *g;
     char e2[200];
-    wf_status st = wf_gguf_open(path, &g, e2, sizeof e2);
-    if (st != WF_OK) return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, e2);
+    char *mem = NULL; /* a stream's bytes, alive until wf_gguf_close */
+    size_t mem_size = 0;
+    wf_status st;
+    if (stream && (st = read_stream(path, &mem, &mem_size, err, errlen)) != WF_OK) return st;
+    st = stream ? wf_gguf_open_memory(mem, mem_size, &g, e2, sizeof e2)
+                : wf_gguf_open(path, &g, e2, sizeof e2);
+    if (st != WF_OK) {
+        free(mem);
+        return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, e2);
+    }
     char got[64];
     if (!gguf_str_is(g, "general.type", "adapter", got, sizeof got)) {
         st = wf_status_errorf(err, errlen, WF_EFORMAT,
@@ -272,6 +319,7 @@ static wf_status load_gguf(const wf_model *m, const char *path, wf_lora *l, char
     snprintf(l->format, sizeof l->format, "gguf");
 done:
     wf_gguf_close(g);
+    free(mem);
     return st;
 }
 
@@ -505,7 +553,7 @@ wf_status wf_lora_load(const wf_model *m, const char *path, wf_lora **out, char 
         else snprintf(dir, sizeof dir, ".");
         st = load_peft(m, dir, path, l, err, errlen);
     } else {
-        st = load_gguf(m, path, l, err, errlen);
+        st = load_gguf(m, path, S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode), l, err, errlen);
     }
     if (st == WF_OK && l->n_mats == 0)
         st = wf_status_errorf(err, errlen, WF_EFORMAT, "lora: %s: the adapter has no tensors",

@@ -18,7 +18,7 @@ typedef struct wf_server_vm {
     wf_vmodel_spec spec;
     uint32_t num;               /* the id its tasks carry (proto/task.h vmodel) */
     uint64_t salt;              /* prefix-cache namespace */
-    size_t bytes;               /* adapter memory */
+    size_t bytes;               /* memory of its adapters (files it shares included) */
     int inflight;               /* generations using it */
     bool draining;              /* DELETEd: removed when inflight reaches 0 */
     uint64_t requests;
@@ -69,7 +69,9 @@ struct wf_server {
     wf_server_vm *vms;
     int n_vms, cap_vms;
     uint32_t next_vm_num;
-    size_t adapter_bytes;
+    size_t adapter_bytes;       /* held by the backend, each shared file once */
+    struct wf_vm_load *vm_loads; /* POST /admin/models loads under way (work threads) */
+    int n_vm_loads;
 };
 
 /* Sends an OpenAI error envelope (and counts it). retry_after_s > 0 adds Retry-After. */
@@ -94,6 +96,8 @@ bool wf__vm_write_model(wf_server *s, wf_jbuf *b, const char *id);
 void wf__vm_write_admin(wf_server *s, wf_jbuf *b);   /* ",\"vmodels\":[...]" */
 void wf__vm_h_post(wf_server *s, wf_http_request *req);
 void wf__vm_h_delete(wf_server *s, wf_http_request *req);
+/* Loads under way (their ids are taken; shutdown and free wait for them). */
+int wf__vm_loads_pending(const wf_server *s);
 
 /* generate.c */
 void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind);

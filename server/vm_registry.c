@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <uv.h>
+
 #include "proto/base/log.h"
 #include "server/server_impl.h"
 
@@ -40,10 +42,10 @@ wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out)
 }
 
 static void drop(wf_server *s, wf_server_vm *v) {
-    if (s->backend.vmodel_unload) s->backend.vmodel_unload(s->backend.ctx, v->num);
-    s->adapter_bytes -= v->bytes;
-    WF_LOG_INFO("server", NULL, "virtual model %s removed (%zu KiB of adapters freed)", v->spec.id,
-                v->bytes >> 10);
+    size_t freed = s->backend.vmodel_unload ? s->backend.vmodel_unload(s->backend.ctx, v->num) : 0;
+    s->adapter_bytes -= freed < s->adapter_bytes ? freed : s->adapter_bytes;
+    WF_LOG_INFO("server", NULL, "virtual model %s removed (%zu KiB of adapters freed, %zu KiB "
+                "still shared)", v->spec.id, freed >> 10, (v->bytes - freed) >> 10);
     wf_vmodel_spec_free(&v->spec);
     *v = s->vms[--s->n_vms];
 }
@@ -57,22 +59,44 @@ void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generatio
     if (v->draining && v->inflight == 0) drop(s, v);
 }
 
-wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
-                               char *err, size_t errlen) {
-    int dummy;
-    if (!http_status) http_status = &dummy;
+/* One virtual model being added: its spec (owned), the number it gets, the load's outcome.
+ * POST /admin/models runs the load on a libuv work thread, start-up inline. */
+typedef struct wf_vm_load {
+    uv_work_t work;
+    wf_server *s;
+    wf_http_request *req;       /* NULL: added at start, or the client left */
+    wf_vmodel_spec spec;
+    uint32_t num;
+    size_t budget, bytes, added;
+    wf_status st;
+    char err[600];
+    struct wf_vm_load *next;
+} wf_vm_load;
+
+int wf__vm_loads_pending(const wf_server *s) { return s->n_vm_loads; }
+
+static bool loading(wf_server *s, const char *id) {
+    for (wf_vm_load *l = s->vm_loads; l; l = l->next)
+        if (strcmp(l->spec.id, id) == 0) return true;
+    return false;
+}
+
+/* Loop thread, before the load: the checks that need the registry, and the number. */
+static wf_status add_begin(wf_server *s, wf_vm_load *l, int *http_status, char *err,
+                           size_t errlen) {
     *http_status = 400;
     if (!s->ready || !s->backend.vmodel_load)
         return wf_status_errorf(err, errlen, WF_EUNSUPPORTED,
                                 "this server cannot host virtual models (no adapter support in "
                                 "its backend, e.g. with --workers)");
-    if (strcmp(spec->id, s->model_id) == 0 || find_any(s, spec->id)) {
+    if (strcmp(l->spec.id, s->model_id) == 0 || find_any(s, l->spec.id) || loading(s, l->spec.id)) {
         *http_status = 409;
-        return wf_status_errorf(err, errlen, WF_EINVAL, "a model named '%s' already exists",
-                                spec->id);
+        return wf_status_errorf(err, errlen, WF_EINVAL, "a model named '%s' already exists%s",
+                                l->spec.id, loading(s, l->spec.id) ? " (being added)" : "");
     }
-    if (s->n_vms == s->cap_vms) {
+    if (s->n_vms + s->n_vm_loads >= s->cap_vms) {
         int cap = s->cap_vms ? 2 * s->cap_vms : 8;
+        while (cap <= s->n_vms + s->n_vm_loads) cap *= 2;
         void *p = realloc(s->vms, (size_t)cap * sizeof *s->vms);
         if (!p) {
             *http_status = 503;
@@ -81,49 +105,76 @@ wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *ht
         s->vms = p;
         s->cap_vms = cap;
     }
-    uint32_t num = ++s->next_vm_num;
-    size_t bytes = 0;
-    size_t left = SIZE_MAX; /* unlimited */
-    if (s->opts.adapter_budget_bytes)
-        left = s->opts.adapter_budget_bytes > s->adapter_bytes
-                   ? s->opts.adapter_budget_bytes - s->adapter_bytes : 0;
-    wf_status st = s->backend.vmodel_load(s->backend.ctx, num, spec, left, &bytes, err, errlen);
-    if (st != WF_OK) {
-        *http_status = st == WF_EFULL ? 507 : st == WF_ENOMEM ? 503 : 400;
-        return st;
-    }
-    wf_server_vm *v = &s->vms[s->n_vms];
+    l->s = s;
+    l->num = ++s->next_vm_num;
+    l->budget = s->opts.adapter_budget_bytes ? s->opts.adapter_budget_bytes : SIZE_MAX;
+    return WF_OK;
+}
+
+/* Any thread: reads the adapter files (the slow part). */
+static void add_load(wf_vm_load *l) {
+    wf_server *s = l->s;
+    l->st = s->backend.vmodel_load(s->backend.ctx, l->num, &l->spec, l->budget, &l->bytes,
+                                   &l->added, l->err, sizeof l->err);
+}
+
+static int load_status(wf_status st) { return st == WF_EFULL ? 507 : st == WF_ENOMEM ? 503 : 400; }
+
+/* Loop thread, after a successful load: lists it (the spec moves into the registry). */
+static void add_commit(wf_server *s, wf_vm_load *l) {
+    wf_server_vm *v = &s->vms[s->n_vms++]; /* room reserved by add_begin */
     memset(v, 0, sizeof *v);
-    /* a deep copy of the spec: the caller keeps its own */
-    snprintf(v->spec.id, sizeof v->spec.id, "%s", spec->id);
-    v->spec.weight = spec->weight;
-    v->spec.max_in_flight = spec->max_in_flight;
-    v->spec.ttft_ms = spec->ttft_ms;
-    v->spec.tpot_ms = spec->tpot_ms;
+    v->spec = l->spec;
+    memset(&l->spec, 0, sizeof l->spec);
+    snprintf(l->spec.id, sizeof l->spec.id, "%s", v->spec.id);
+    v->num = l->num;
+    v->salt = wf_vmodel_spec_salt(&v->spec);
+    v->bytes = l->bytes;
+    v->created = (int64_t)time(NULL);
+    s->adapter_bytes += l->added;
+    WF_LOG_INFO("server", NULL, "virtual model %s: %d adapter(s), %zu KiB (%zu KiB new), "
+                "weight %g", v->spec.id, v->spec.n_adapters, l->bytes >> 10, l->added >> 10,
+                v->spec.weight);
+}
+
+static wf_status spec_copy(wf_vmodel_spec *dst, const wf_vmodel_spec *src) {
+    *dst = *src;
+    for (int i = 0; i < WF_VMODEL_MAX_ADAPTERS; i++) dst->paths[i] = NULL;
+    dst->system = NULL;
     bool oom = false;
-    for (int i = 0; i < spec->n_adapters; i++) {
-        v->spec.paths[i] = strdup(spec->paths[i]);
-        v->spec.scales[i] = spec->scales[i];
-        v->spec.n_adapters = i + 1;
-        oom = oom || !v->spec.paths[i];
-    }
-    if (spec->system) oom = oom || !(v->spec.system = strdup(spec->system));
+    for (int i = 0; i < src->n_adapters; i++) oom = oom || !(dst->paths[i] = strdup(src->paths[i]));
+    if (src->system) oom = oom || !(dst->system = strdup(src->system));
     if (oom) {
-        s->backend.vmodel_unload(s->backend.ctx, num);
-        wf_vmodel_spec_free(&v->spec);
+        wf_vmodel_spec_free(dst);
+        return WF_ENOMEM;
+    }
+    return WF_OK;
+}
+
+wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
+                               char *err, size_t errlen) {
+    int dummy;
+    if (!http_status) http_status = &dummy;
+    wf_vm_load l;
+    memset(&l, 0, sizeof l);
+    if (spec_copy(&l.spec, spec) != WF_OK) {
         *http_status = 503;
         return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
-    v->num = num;
-    v->salt = wf_vmodel_spec_salt(spec);
-    v->bytes = bytes;
-    v->created = (int64_t)time(NULL);
-    s->adapter_bytes += bytes;
-    s->n_vms++;
-    WF_LOG_INFO("server", NULL, "virtual model %s: %d adapter(s), %zu KiB, weight %g", spec->id,
-                spec->n_adapters, bytes >> 10, spec->weight);
-    *http_status = 200;
-    return WF_OK;
+    wf_status st = add_begin(s, &l, http_status, err, errlen);
+    if (st == WF_OK) {
+        add_load(&l);
+        st = l.st;
+        if (st != WF_OK) {
+            *http_status = load_status(st);
+            wf_errorf(err, errlen, "%s", l.err);
+        } else {
+            add_commit(s, &l);
+            *http_status = 200;
+        }
+    }
+    wf_vmodel_spec_free(&l.spec);
+    return st;
 }
 
 wf_status wf_server_vmodel_remove(wf_server *s, const char *id) {
@@ -225,7 +276,48 @@ void wf__vm_write_metrics(wf_server *s, wf_jbuf *b) {
     }
 }
 
-/* POST /admin/models: the JSON form of wf_vmodel_spec. */
+static void post_error(wf_server *s, wf_http_request *req, int code, const char *msg) {
+    wf__server_error(s, req, code, code == 507 ? "insufficient_storage" : code >= 500
+                     ? "server_error" : "invalid_request_error", code == 400 ? "adapters" :
+                     NULL, NULL, 0, "%s", msg);
+}
+
+static void post_aborted(wf_http_request *req, void *user) {
+    (void)req;
+    ((wf_vm_load *)user)->req = NULL; /* still added: the request was accepted */
+}
+
+static void post_work(uv_work_t *w) { add_load(w->data); }
+
+static void post_after(uv_work_t *w, int status) {
+    (void)status; /* UV_ECANCELED cannot happen: nothing cancels it */
+    wf_vm_load *l = w->data;
+    wf_server *s = l->s;
+    wf_vm_load **pp = &s->vm_loads;
+    while (*pp != l) pp = &(*pp)->next;
+    *pp = l->next;
+    s->n_vm_loads--;
+    if (l->st == WF_OK) add_commit(s, l);
+    else WF_LOG_WARN("server", NULL, "POST /admin/models: %s", l->err);
+    if (l->req) {
+        wf_http_request_set_abort(l->req, NULL, NULL);
+        if (l->st != WF_OK) {
+            post_error(s, l->req, load_status(l->st), l->err);
+        } else {
+            wf_jbuf b = {0};
+            wf__vm_write_model(s, &b, l->spec.id);
+            if (b.failed)
+                wf__server_error(s, l->req, 503, "server_error", NULL, NULL, 1, "out of memory");
+            else wf__server_respond(s, l->req, 201, "application/json", NULL, b.data, b.len);
+            wf_jbuf_free(&b);
+        }
+    }
+    wf_vmodel_spec_free(&l->spec);
+    free(l);
+}
+
+/* POST /admin/models: the JSON form of wf_vmodel_spec. The adapters load on a libuv work
+ * thread, so the loop keeps serving; the answer comes when the load is done. */
 void wf__vm_h_post(wf_server *s, wf_http_request *req) {
     size_t len;
     const char *body = wf_http_request_body(req, &len);
@@ -236,29 +328,54 @@ void wf__vm_h_post(wf_server *s, wf_http_request *req) {
                          "the body is not valid JSON: %s", je.text);
         return;
     }
-    wf_vmodel_spec v;
-    char err[512];
-    wf_status st = wf_vmodel_spec_from_json(o, &v, err, sizeof err);
+    wf_vm_load *l = calloc(1, sizeof *l);
+    if (!l) {
+        json_decref(o);
+        wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
+        return;
+    }
+    char err[sizeof l->err];
+    wf_status st = wf_vmodel_spec_from_json(o, &l->spec, err, sizeof err);
     json_decref(o);
     if (st != WF_OK) {
+        free(l);
         wf__server_error(s, req, 400, "invalid_request_error", NULL, NULL, 0, "%s", err);
         return;
     }
     int code;
-    st = wf_server_vmodel_add(s, &v, &code, err, sizeof err);
-    if (st != WF_OK) {
-        wf__server_error(s, req, code, code == 507 ? "insufficient_storage" : code >= 500
-                         ? "server_error" : "invalid_request_error", code == 400 ? "adapters" :
-                         NULL, NULL, 0, "%s", err);
-        wf_vmodel_spec_free(&v);
-        return;
+    st = add_begin(s, l, &code, err, sizeof err);
+    if (st == WF_OK && !s->loop) { /* a socket-less test server: load inline */
+        add_load(l);
+        if ((st = l->st) == WF_OK) add_commit(s, l);
+        else {
+            code = load_status(st);
+            snprintf(err, sizeof err, "%s", l->err);
+        }
+        if (st == WF_OK) {
+            wf_jbuf b = {0};
+            wf__vm_write_model(s, &b, l->spec.id);
+            wf__server_respond(s, req, 201, "application/json", NULL, b.data, b.len);
+            wf_jbuf_free(&b);
+        }
+    } else if (st == WF_OK) {
+        l->req = req;
+        l->work.data = l;
+        l->next = s->vm_loads;
+        s->vm_loads = l;
+        s->n_vm_loads++;
+        if (uv_queue_work(s->loop, &l->work, post_work, post_after) == 0) {
+            wf_http_request_set_abort(req, post_aborted, l);
+            return;
+        }
+        s->vm_loads = l->next;
+        s->n_vm_loads--;
+        st = WF_EIO;
+        code = 503;
+        snprintf(err, sizeof err, "cannot start the adapter load (uv_queue_work failed)");
     }
-    wf_jbuf b = {0};
-    wf__vm_write_model(s, &b, v.id);
-    wf_vmodel_spec_free(&v);
-    if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
-    else wf__server_respond(s, req, 201, "application/json", NULL, b.data, b.len);
-    wf_jbuf_free(&b);
+    if (st != WF_OK) post_error(s, req, code, err);
+    wf_vmodel_spec_free(&l->spec);
+    free(l);
 }
 
 /* DELETE /admin/models/{id}: no new requests from now; removed when the last one ends. */

@@ -2,7 +2,8 @@
 """Virtual models on one backbone, through a real weftd socket and the official `openai` client:
 --vmodel flags, GET /v1/models (parent/root), greedy output equal to llama.cpp's with the same
 adapter (tests/engine/data/lora fixtures), the prefix cache kept apart per adapter, POST/DELETE
-/admin/models under load (the removed one drains and then 404s, the other is undisturbed), the
+/admin/models under load (the removed one drains and then 404s, the other is undisturbed),
+adapter loads off the event loop, one adapter file shared by the virtual models naming it, the
 adapter memory budget (507) and bad adapter files (400 naming the file)."""
 import json
 import os
@@ -161,11 +162,95 @@ def test_quota_429_for_that_model_only(weftd, client):
     assert q["rejected_quota_total"] == 1 and q["max_in_flight"] == 1
 
 
+def stats_of(weftd, vm):
+    code, stats = call(weftd, "GET", "/admin/stats")
+    assert code == 200
+    return stats, ([v for v in stats["vmodels"] if v["id"] == vm] or [None])[0]
+
+
+def test_admin_add_loads_off_the_event_loop(weftd, client, tmpdir):
+    """POST /admin/models reads the adapter on a work thread: while the load is stuck on a pipe
+    nobody writes to yet, a chat request is served start to end and the POST stays unanswered;
+    the same id meanwhile gets 409; once the bytes arrive the POST answers 201."""
+    fifo = os.path.join(str(tmpdir), "piped.gguf")
+    os.mkfifo(fifo)
+    result = {}
+
+    def post():
+        result["r"] = call(weftd, "POST", "/admin/models", {"id": "piped", "adapter": fifo})
+
+    t = threading.Thread(target=post)
+    t.start()
+    # opening the write end returns only once the server's loader opened the read end: from
+    # here on the load is under way and blocked until we write
+    w = open(fifo, "wb")
+    try:
+        r = client.chat.completions.create(model="peft-half", max_tokens=4, temperature=0,
+                                           messages=[{"role": "user", "content": "Hi"}])
+        assert r.model == "peft-half" and r.usage.completion_tokens >= 1
+        assert "r" not in result and t.is_alive()     # the load is still waiting on the pipe
+        assert "piped" not in [m.id for m in client.models.list().data]
+        code, body = call(weftd, "POST", "/admin/models", {"id": "piped", "adapter": GGUF})
+        assert code == 409 and "being added" in body["error"]["message"], body
+        with open(GGUF, "rb") as f:
+            w.write(f.read())
+    finally:
+        w.close()
+    t.join(120)
+    code, body = result["r"]
+    assert code == 201, body
+    assert body["id"] == "piped" and body["adapter_bytes"] > 0
+    # a pipe is read once: the same bytes as the file give the same greedy tokens
+    a = client.completions.create(model="piped", prompt="SELECT", max_tokens=6, temperature=0)
+    b = client.completions.create(model="sql", prompt="SELECT", max_tokens=6, temperature=0)
+    assert a.choices[0].text == b.choices[0].text
+    _, piped = stats_of(weftd, "piped")
+    assert piped["adapter_bytes"] == body["adapter_bytes"]
+    code, _ = call(weftd, "DELETE", "/admin/models/piped")
+    assert code == 200
+
+
+def test_shared_adapter_file_is_loaded_once(weftd, client):
+    """Two virtual models naming the same file (spelled differently) share one copy: the held
+    memory does not grow; removing one keeps the adapter for the other."""
+    before, sql = stats_of(weftd, "sql")
+    other_spelling = os.path.join(LORA, "..", "lora", os.path.basename(GGUF))
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "sql-twin", "adapters": [{"path": other_spelling, "scale": 1.0}]})
+    assert code == 201, body
+    after, twin = stats_of(weftd, "sql-twin")
+    assert after["adapter_bytes"] == before["adapter_bytes"]
+    assert twin["adapter_bytes"] == sql["adapter_bytes"] > 0
+    want = client.completions.create(model="sql", prompt="SELECT name", max_tokens=6,
+                                     temperature=0).choices[0].text
+    got = client.completions.create(model="sql-twin", prompt="SELECT name", max_tokens=6,
+                                    temperature=0).choices[0].text
+    assert got == want
+    code, _ = call(weftd, "DELETE", "/admin/models/sql-twin")
+    assert code == 200
+    gone, _ = stats_of(weftd, "sql")
+    assert gone["adapter_bytes"] == before["adapter_bytes"]      # still held for "sql"
+    assert client.completions.create(model="sql", prompt="SELECT name", max_tokens=6,
+                                     temperature=0).choices[0].text == want
+
+
 def test_admin_add_errors(weftd, tmpdir):
-    # the budget (4 MiB) holds the three adapters loaded so far, not a fourth
-    code, body = call(weftd, "POST", "/admin/models", {"id": "third", "adapter": GGUF})
+    # the budget (4 MiB) holds the two adapter files loaded so far (quota1 shares peft-half's)
+    # and one more copy, not two
+    copies = []
+    for k in range(2):
+        copies.append(os.path.join(str(tmpdir), f"copy{k}.gguf"))
+        shutil.copyfile(GGUF, copies[-1])
+    code, body = call(weftd, "POST", "/admin/models", {"id": "third", "adapter": copies[0]})
+    assert code == 201, body
+    code, body = call(weftd, "POST", "/admin/models", {"id": "fourth", "adapter": copies[1]})
     assert code == 507, body
     assert "budget" in body["error"]["message"]
+    # a file already held costs nothing more: accepted with the budget full
+    code, body = call(weftd, "POST", "/admin/models", {"id": "fourth", "adapter": copies[0]})
+    assert code == 201, body
+    for vm in ("third", "fourth"):
+        assert call(weftd, "DELETE", "/admin/models/" + vm)[0] == 200
     code, body = call(weftd, "POST", "/admin/models", {"id": "sql", "adapter": GGUF})
     assert code == 409, body
     bad = os.path.join(str(tmpdir), "trunc.gguf")
