@@ -534,6 +534,19 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
                  "The model '%.200s' does not exist (this server serves '%.200s'%s)", o->model,
                  s->model.id, s->n_vms ? " and its virtual models: GET /v1/models" : "");
         g->vm = vm->num;
+        /* its default sampling parameters, for the fields the request leaves unset: decoded
+         * again from the merged body so every check applies to the result */
+        char *merged;
+        size_t mlen;
+        if (wf_vmodel_spec_apply_defaults(&vm->spec, body, len, &merged, &mlen) != WF_OK)
+            FAIL(503, "server_error", NULL, NULL, "out of memory");
+        if (merged) {
+            wf_openai_request_free(&g->oai);
+            memset(&g->oai, 0, sizeof g->oai);
+            wf_status dst = wf_openai_decode(kind, merged, mlen, &g->oai, &e);
+            free(merged);
+            if (dst != WF_OK) FAIL(e.status, e.type, e.param, NULL, "%s", e.message);
+        }
         /* the virtual model's SLO class, for requests that state none */
         if (!(o->spec.slo.ttft_ms > 0) && vm->spec.ttft_ms > 0) o->spec.slo.ttft_ms = vm->spec.ttft_ms;
         if (!(o->spec.slo.tpot_ms > 0) && vm->spec.tpot_ms > 0) o->spec.slo.tpot_ms = vm->spec.tpot_ms;

@@ -137,27 +137,13 @@ static void add_commit(wf_server *s, wf_vm_load *l) {
                 v->spec.weight);
 }
 
-static wf_status spec_copy(wf_vmodel_spec *dst, const wf_vmodel_spec *src) {
-    *dst = *src;
-    for (int i = 0; i < WF_VMODEL_MAX_ADAPTERS; i++) dst->paths[i] = NULL;
-    dst->system = NULL;
-    bool oom = false;
-    for (int i = 0; i < src->n_adapters; i++) oom = oom || !(dst->paths[i] = strdup(src->paths[i]));
-    if (src->system) oom = oom || !(dst->system = strdup(src->system));
-    if (oom) {
-        wf_vmodel_spec_free(dst);
-        return WF_ENOMEM;
-    }
-    return WF_OK;
-}
-
 wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
                                char *err, size_t errlen) {
     int dummy;
     if (!http_status) http_status = &dummy;
     wf_vm_load l;
     memset(&l, 0, sizeof l);
-    if (spec_copy(&l.spec, spec) != WF_OK) {
+    if (wf_vmodel_spec_copy(&l.spec, spec) != WF_OK) {
         *http_status = 503;
         return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
@@ -209,7 +195,11 @@ static void write_one(wf_server *s, wf_jbuf *b, const wf_server_vm *v) {
         wf_jbuf_str(b, v->spec.paths[i], strlen(v->spec.paths[i]));
         wf_jbuf_printf(b, ",\"scale\":%g}", (double)v->spec.scales[i]);
     }
-    wf_jbuf_printf(b, "],\"adapter_bytes\":%zu}", v->bytes);
+    wf_jbuf_printf(b, "],\"adapter_bytes\":%zu,\"defaults\":", v->bytes);
+    char *d = v->spec.defaults ? json_dumps(v->spec.defaults, JSON_COMPACT) : NULL;
+    wf_jbuf_cstr(b, d ? d : "{}");
+    free(d);
+    wf_jbuf_cstr(b, "}");
 }
 
 void wf__vm_write_models(wf_server *s, wf_jbuf *b) {

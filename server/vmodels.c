@@ -9,11 +9,115 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/openai.h"
+
 void wf_vmodel_spec_free(wf_vmodel_spec *v) {
     if (!v) return;
     for (int i = 0; i < v->n_adapters; i++) free(v->paths[i]);
     free(v->system);
+    json_decref(v->defaults);
     memset(v, 0, sizeof *v);
+}
+
+wf_status wf_vmodel_spec_copy(wf_vmodel_spec *dst, const wf_vmodel_spec *src) {
+    *dst = *src;
+    for (int i = 0; i < WF_VMODEL_MAX_ADAPTERS; i++) dst->paths[i] = NULL;
+    dst->system = NULL;
+    dst->defaults = NULL;
+    bool oom = false;
+    for (int i = 0; i < src->n_adapters; i++) oom = oom || !(dst->paths[i] = strdup(src->paths[i]));
+    if (src->system) oom = oom || !(dst->system = strdup(src->system));
+    if (src->defaults) oom = oom || !(dst->defaults = json_deep_copy(src->defaults));
+    if (oom) {
+        wf_vmodel_spec_free(dst);
+        return WF_ENOMEM;
+    }
+    return WF_OK;
+}
+
+/* The sampling fields a virtual model may default (the API's names). */
+static const char *const k_defaults[] = {"temperature", "top_p", "top_k", "min_p", "max_tokens",
+                                         "presence_penalty", "frequency_penalty",
+                                         "repetition_penalty", "seed", "stop"};
+#define N_DEFAULTS (sizeof k_defaults / sizeof k_defaults[0])
+#define DEFAULT_KEYS "temperature, top_p, top_k, min_p, max_tokens, presence_penalty, " \
+                     "frequency_penalty, repetition_penalty, seed, stop"
+
+static bool is_default_key(const char *k, size_t n) {
+    for (size_t i = 0; i < N_DEFAULTS; i++)
+        if (strlen(k_defaults[i]) == n && memcmp(k_defaults[i], k, n) == 0) return true;
+    return false;
+}
+
+/* The defaults must be what the API accepts in a request: checked by its own decoder. */
+static wf_status check_defaults(wf_vmodel_spec *v, char *err, size_t errlen) {
+    if (!v->defaults) return WF_OK;
+    json_t *probe = json_deep_copy(v->defaults);
+    if (!probe || json_object_set_new(probe, "prompt", json_string("x")) != 0) {
+        json_decref(probe);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
+    char *text = json_dumps(probe, JSON_COMPACT);
+    json_decref(probe);
+    if (!text) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    wf_openai_request r;
+    wf_openai_error e;
+    wf_status st = wf_openai_decode(WF_OPENAI_COMPLETION, text, strlen(text), &r, &e);
+    free(text);
+    if (st == WF_OK) {
+        wf_openai_request_free(&r);
+        return WF_OK;
+    }
+    if (st == WF_ENOMEM) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': default %s", v->id, e.message);
+}
+
+static wf_status set_default(wf_vmodel_spec *v, const char *key, json_t *val, char *err,
+                             size_t errlen) {
+    if (!val) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    if (!v->defaults && !(v->defaults = json_object())) {
+        json_decref(val);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
+    if (json_object_set_new(v->defaults, key, val) != 0)
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    return WF_OK;
+}
+
+wf_status wf_vmodel_spec_apply_defaults(const wf_vmodel_spec *v, const char *body, size_t len,
+                                        char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    if (!v->defaults || json_object_size(v->defaults) == 0) return WF_OK;
+    json_t *root = json_loadb(body ? body : "", len, 0, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return WF_OK;
+    }
+    bool added = false;
+    const char *key;
+    json_t *val;
+    json_object_foreach(v->defaults, key, val) {
+        json_t *own = json_object_get(root, key);
+        if (own && !json_is_null(own)) continue;
+        if (strcmp(key, "max_tokens") == 0 &&
+            (own = json_object_get(root, "max_completion_tokens")) && !json_is_null(own))
+            continue;
+        if (json_object_set(root, key, val) != 0) {
+            json_decref(root);
+            return WF_ENOMEM;
+        }
+        added = true;
+    }
+    if (added) {
+        if (!(*out = json_dumps(root, JSON_COMPACT))) {
+            json_decref(root);
+            return WF_ENOMEM;
+        }
+        *out_len = strlen(*out);
+    }
+    json_decref(root);
+    return WF_OK;
 }
 
 static wf_status set_id(wf_vmodel_spec *v, const char *s, size_t n, char *err, size_t errlen) {
@@ -55,7 +159,7 @@ static wf_status check_done(wf_vmodel_spec *v, char *err, size_t errlen) {
     if (!(v->weight > 0.0) || !isfinite(v->weight) || v->weight > 1e6)
         return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel '%s': 'weight' must be in (0, "
                                 "1e6]", v->id);
-    return WF_OK;
+    return check_defaults(v, err, errlen);
 }
 
 static bool parse_double(const char *s, size_t n, double *out) {
@@ -117,10 +221,30 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
             if (!parse_double(val, vl, &v->weight))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'weight' must be a "
                                       "number");
+        } else if (kl == 4 && memcmp(p, "stop", 4) == 0) {
+            json_t *stop = v->defaults ? json_object_get(v->defaults, "stop") : NULL;
+            if (!stop) {
+                st = set_default(v, "stop", json_array(), err, errlen);
+                stop = st == WF_OK ? json_object_get(v->defaults, "stop") : NULL;
+            }
+            if (stop && json_array_append_new(stop, json_stringn(val, vl)) != 0)
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'stop' must be UTF-8 text");
+        } else if (is_default_key(p, kl)) {
+            double x;
+            char key[32];
+            snprintf(key, sizeof key, "%.*s", (int)kl, p);
+            bool integer = strcmp(key, "max_tokens") == 0 || strcmp(key, "top_k") == 0 ||
+                           strcmp(key, "seed") == 0;
+            if (!parse_double(val, vl, &x) || (integer && (x != (double)(long long)x)))
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%s' must be %s", key,
+                                      integer ? "an integer" : "a number");
+            else
+                st = set_default(v, key, integer ? json_integer((long long)x) : json_real(x), err,
+                                 errlen);
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL,
                                   "vmodel: unknown key '%.*s' (id, adapter, weight, "
-                                  "max_in_flight, ttft_ms, tpot_ms, system)",
+                                  "max_in_flight, ttft_ms, tpot_ms, " DEFAULT_KEYS ", system)",
                                   (int)(kl < 40 ? kl : 40), p);
         }
         p = comma ? comma + 1 : val + vl;
@@ -205,10 +329,28 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
                 st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
                 break;
             }
+        } else if (strcmp(key, "defaults") == 0) {
+            if (!json_is_object(val)) {
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'defaults' must be an "
+                                      "object of sampling parameters (" DEFAULT_KEYS ")");
+                break;
+            }
+            const char *dk;
+            json_t *dv;
+            json_object_foreach(val, dk, dv) {
+                if (!is_default_key(dk, strlen(dk))) {
+                    st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'defaults.%.40s' is not "
+                                          "a sampling parameter a virtual model may default ("
+                                          DEFAULT_KEYS ")", dk);
+                    break;
+                }
+                if (json_is_null(dv)) continue;
+                if ((st = set_default(v, dk, json_deep_copy(dv), err, errlen)) != WF_OK) break;
+            }
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: unknown field '%.40s' (id, "
                                   "adapter, adapters, weight, max_in_flight, ttft_ms, tpot_ms, "
-                                  "system)", key);
+                                  "system, defaults)", key);
         }
         if (st != WF_OK) break;
     }

@@ -234,6 +234,44 @@ def test_shared_adapter_file_is_loaded_once(weftd, client):
                                      temperature=0).choices[0].text == want
 
 
+def test_vmodel_default_sampling_parameters(weftd, client):
+    """A virtual model's defaults (POST "defaults") fill the fields a request leaves unset; a
+    request's own values win; they are listed and checked as a request's fields are."""
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "terse", "adapter": PEFT,
+                       "defaults": {"max_tokens": 5, "temperature": 0, "seed": 3}})
+    assert code == 201, body
+    assert body["defaults"] == {"max_tokens": 5, "temperature": 0, "seed": 3}
+    prompt = "Tell me a story about a cat."
+    r = client.completions.create(model="terse", prompt=prompt, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 5                       # the default max_tokens
+    again = client.completions.create(model="terse", prompt=prompt, temperature=0, max_tokens=5,
+                                      extra_body={"ignore_eos": True})
+    assert again.choices[0].text == r.choices[0].text           # the default temperature 0
+    own = client.completions.create(model="terse", prompt=prompt, max_tokens=3,
+                                    extra_body={"ignore_eos": True})
+    assert own.usage.completion_tokens == 3                     # the request's value wins
+    chat = client.chat.completions.create(model="terse", messages=[{"role": "user", "content": "Hi"}])
+    assert chat.usage.completion_tokens <= 5
+    # a default stop sequence: the text ends before it
+    text = r.choices[0].text
+    assert len(text) >= 6, text
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "terse-stop", "adapter": PEFT,
+                       "defaults": {"max_tokens": 5, "temperature": 0, "stop": [stop]}})
+    assert code == 201, body
+    st = client.completions.create(model="terse-stop", prompt=prompt,
+                                   extra_body={"ignore_eos": True})
+    assert st.choices[0].finish_reason == "stop"
+    assert st.choices[0].text == text[:text.index(stop)]
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "hot", "adapter": PEFT, "defaults": {"temperature": 9}})
+    assert code == 400 and "temperature" in body["error"]["message"], body
+    for vm in ("terse", "terse-stop"):
+        assert call(weftd, "DELETE", "/admin/models/" + vm)[0] == 200
+
+
 def test_admin_add_errors(weftd, tmpdir):
     # the budget (4 MiB) holds the two adapter files loaded so far (quota1 shares peft-half's)
     # and one more copy, not two
