@@ -85,7 +85,7 @@ static void gen_free(wf_gen *g) {
     if (g->vm) {
         int gen_tokens = 0;
         for (int i = 0; i < g->n_choices; i++) gen_tokens += g->choices[i].tokens;
-        wf__vm_release(s, g->vm, g->prompt_tokens, gen_tokens);
+        wf__vm_release(s, g->vm, g->first_token_ns != 0, g->prompt_tokens, gen_tokens);
     }
     free(g->choices);
     free(g->subs);
@@ -327,6 +327,7 @@ static void on_token(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const wf
         c->first_ns = t;
         if (!g->first_token_ns) {
             g->first_token_ns = t;
+            if (g->vm) wf__vm_started(s, g->vm);
             wf_histogram_observe(&s->metrics.ttft, (double)(t - g->arrival_ns) / 1e9);
         }
     } else {
@@ -520,12 +521,12 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
              "'%.200s' is an image model; use /v1/images/generations", o->model);
     const wf_server_vm *vm = NULL;
     if (o->model && strcmp(o->model, s->model.id) != 0) {
-        wf_status vst = wf__vm_acquire(s, o->model, &vm);
+        char why[400];
+        wf_status vst = wf__vm_acquire(s, o->model, &vm, why, sizeof why);
         if (vst == WF_EFULL) {
             s->metrics.requests_rejected_overload++;
-            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1,
-                             "virtual model '%.200s' has %d requests in flight, its quota "
-                             "(max_in_flight); retry later", o->model, vm->spec.max_in_flight);
+            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1, "%s",
+                             why);
             gen_free(g);
             return;
         }
@@ -650,6 +651,7 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         spec.vmodel = vm ? vm->num : 0;
         spec.prefix_salt = vm ? vm->salt : 0;
         spec.share_weight = vm ? vm->spec.weight : 1.0;
+        spec.vm_max_running = vm ? vm->spec.max_running : 0;
         int left = s->model.n_ctx - spec.n_prompt;
         if (!o->max_tokens_set) spec.max_tokens = kind == WF_OPENAI_CHAT ? left : (left < 16 ? left : 16);
         snprintf(spec.id, sizeof spec.id, "%s", g->id);

@@ -20,9 +20,10 @@ typedef struct wf_server_vm {
     uint64_t salt;              /* prefix-cache namespace */
     size_t bytes;               /* memory of its adapters (files it shares included) */
     int inflight;               /* generations using it */
+    int running;                /* ... of them that started generating */
     bool draining;              /* DELETEd: removed when inflight reaches 0 */
     uint64_t requests;
-    uint64_t rejected_quota;    /* 429s from max_in_flight */
+    uint64_t rejected_quota;    /* 429s from max_in_flight or max_queued */
     uint64_t prompt_tokens, generation_tokens; /* of its ended requests */
     int64_t created;
 } wf_server_vm;
@@ -85,10 +86,14 @@ void wf__server_respond(wf_server *s, wf_http_request *req, int status, const ch
 void wf__server_count_stream(wf_server *s);
 
 /* vm_registry.c. acquire: the live virtual model `id` with one more in-flight user in *out:
- * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight quota is reached);
- * release gives it back (a drained one is removed at its last release). */
-wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out);
-void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens);
+ * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight or max_queued quota
+ * is reached: why says which); started: that user produced its first token; release gives it
+ * back (a drained one is removed at its last release). */
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out, char *why,
+                         size_t whylen);
+void wf__vm_started(wf_server *s, uint32_t num);
+void wf__vm_release(wf_server *s, uint32_t num, bool started, int prompt_tokens,
+                    int generation_tokens);
 void wf__vm_write_metrics(wf_server *s, wf_jbuf *b); /* Prometheus lines, label vmodel */
 void wf__vm_free_all(wf_server *s);
 void wf__vm_write_models(wf_server *s, wf_jbuf *b);  /* ",{...}" per live virtual model */

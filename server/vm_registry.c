@@ -26,13 +26,30 @@ static wf_server_vm *find_num(wf_server *s, uint32_t num) {
     return NULL;
 }
 
-wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out) {
+/* Its requests waiting: those beyond its max_running seats (the scheduler runs no more), or
+ * without max_running those that have not started generating. */
+static int queued(const wf_server_vm *v) {
+    int q = v->inflight - (v->spec.max_running > 0 ? v->spec.max_running : v->running);
+    return q > 0 ? q : 0;
+}
+
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out, char *why,
+                         size_t whylen) {
     *out = NULL;
     wf_server_vm *v = find_any(s, id);
     if (!v || v->draining) return WF_ENOTFOUND;
     if (v->spec.max_in_flight > 0 && v->inflight >= v->spec.max_in_flight) {
         v->rejected_quota++;
         *out = v;
+        snprintf(why, whylen, "virtual model '%s' has %d requests in flight, its quota "
+                 "(max_in_flight); retry later", v->spec.id, v->inflight);
+        return WF_EFULL;
+    }
+    if (v->spec.max_queued > 0 && queued(v) >= v->spec.max_queued) {
+        v->rejected_quota++;
+        *out = v;
+        snprintf(why, whylen, "virtual model '%s' has %d requests queued, its quota "
+                 "(max_queued); retry later", v->spec.id, queued(v));
         return WF_EFULL;
     }
     v->inflight++;
@@ -50,9 +67,16 @@ static void drop(wf_server *s, wf_server_vm *v) {
     *v = s->vms[--s->n_vms];
 }
 
-void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens) {
+void wf__vm_started(wf_server *s, uint32_t num) {
+    wf_server_vm *v = find_num(s, num);
+    if (v) v->running++;
+}
+
+void wf__vm_release(wf_server *s, uint32_t num, bool started, int prompt_tokens,
+                    int generation_tokens) {
     wf_server_vm *v = find_num(s, num);
     if (!v) return;
+    if (started && v->running > 0) v->running--;
     v->prompt_tokens += (uint64_t)(prompt_tokens > 0 ? prompt_tokens : 0);
     v->generation_tokens += (uint64_t)(generation_tokens > 0 ? generation_tokens : 0);
     if (v->inflight > 0) v->inflight--;
@@ -186,8 +210,10 @@ static void write_one(wf_server *s, wf_jbuf *b, const wf_server_vm *v) {
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
     wf_jbuf_cstr(b, ",\"parent\":");
     wf_jbuf_str(b, s->model_id, strlen(s->model_id));
-    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"slo\":{\"ttft_ms\":%g,"
+    wf_jbuf_printf(b, ",\"weight\":%g,\"max_in_flight\":%d,\"max_running\":%d,"
+                   "\"max_queued\":%d,\"slo\":{\"ttft_ms\":%g,"
                    "\"tpot_ms\":%g},\"adapters\":[", v->spec.weight, v->spec.max_in_flight,
+                   v->spec.max_running, v->spec.max_queued,
                    v->spec.ttft_ms > 0 ? v->spec.ttft_ms : s->opts.default_ttft_ms,
                    v->spec.tpot_ms > 0 ? v->spec.tpot_ms : s->opts.default_tpot_ms);
     for (int i = 0; i < v->spec.n_adapters; i++) {
@@ -224,10 +250,12 @@ void wf__vm_write_admin(wf_server *s, wf_jbuf *b) {
         const wf_server_vm *v = &s->vms[i];
         wf_jbuf_cstr(b, i ? ",{\"id\":" : "{\"id\":");
         wf_jbuf_str(b, v->spec.id, strlen(v->spec.id));
-        wf_jbuf_printf(b, ",\"weight\":%g,\"in_flight\":%d,\"max_in_flight\":%d,"
+        wf_jbuf_printf(b, ",\"weight\":%g,\"in_flight\":%d,\"running\":%d,\"queued\":%d,"
+                       "\"max_in_flight\":%d,\"max_running\":%d,\"max_queued\":%d,"
                        "\"requests_total\":%" PRIu64 ",\"rejected_quota_total\":%" PRIu64
                        ",\"draining\":%s,\"adapter_bytes\":%zu}", v->spec.weight, v->inflight,
-                       v->spec.max_in_flight, v->requests, v->rejected_quota,
+                       v->inflight - queued(v), queued(v), v->spec.max_in_flight,
+                       v->spec.max_running, v->spec.max_queued, v->requests, v->rejected_quota,
                        v->draining ? "true" : "false", v->bytes);
     }
     wf_jbuf_cstr(b, "]");
@@ -238,7 +266,7 @@ void wf__vm_write_metrics(wf_server *s, wf_jbuf *b) {
     static const struct { const char *name, *type, *help; } m[] = {
         {"vmodel_requests_total", "counter", "Requests accepted per virtual model"},
         {"vmodel_requests_in_flight", "gauge", "Requests running or queued per virtual model"},
-        {"vmodel_rejected_quota_total", "counter", "Requests refused (429) by the virtual model's max_in_flight"},
+        {"vmodel_rejected_quota_total", "counter", "Requests refused (429) by the virtual model's max_in_flight or max_queued"},
         {"vmodel_prompt_tokens_total", "counter", "Prompt tokens of ended requests per virtual model"},
         {"vmodel_generation_tokens_total", "counter", "Generated tokens of ended requests per virtual model"},
         {"vmodel_adapter_bytes", "gauge", "Adapter memory per virtual model"},

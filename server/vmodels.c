@@ -206,12 +206,15 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
                 pl = (size_t)(colon - val);
             else scale = 1.0;
             st = add_adapter(v, val, pl, scale, err, errlen);
-        } else if (kl == 13 && memcmp(p, "max_in_flight", 13) == 0) {
+        } else if ((kl == 13 && memcmp(p, "max_in_flight", 13) == 0) ||
+                   (kl == 11 && memcmp(p, "max_running", 11) == 0) ||
+                   (kl == 10 && memcmp(p, "max_queued", 10) == 0)) {
             double q;
+            int *dst = kl == 13 ? &v->max_in_flight : kl == 11 ? &v->max_running : &v->max_queued;
             if (!parse_double(val, vl, &q) || q < 0 || q > 1e9 || q != (int)q)
-                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be "
-                                      "a non-negative integer");
-            else v->max_in_flight = (int)q;
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%.*s' must be "
+                                      "a non-negative integer", (int)kl, p);
+            else *dst = (int)q;
         } else if (kl == 7 && (memcmp(p, "ttft_ms", 7) == 0 || memcmp(p, "tpot_ms", 7) == 0)) {
             double *dst = p[1] == 't' ? &v->ttft_ms : &v->tpot_ms;
             if (!parse_double(val, vl, dst) || !(*dst > 0) || *dst > 1e9)
@@ -244,7 +247,7 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL,
                                   "vmodel: unknown key '%.*s' (id, adapter, weight, "
-                                  "max_in_flight, ttft_ms, tpot_ms, " DEFAULT_KEYS ", system)",
+                                  "max_in_flight, max_running, max_queued, ttft_ms, tpot_ms, " DEFAULT_KEYS ", system)",
                                   (int)(kl < 40 ? kl : 40), p);
         }
         p = comma ? comma + 1 : val + vl;
@@ -296,14 +299,17 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
                                  scale ? json_number_value(scale) : 1.0, err, errlen);
                 if (st != WF_OK) break;
             }
-        } else if (strcmp(key, "max_in_flight") == 0) {
+        } else if (strcmp(key, "max_in_flight") == 0 || strcmp(key, "max_running") == 0 ||
+                   strcmp(key, "max_queued") == 0) {
             if (!json_is_integer(val) || json_integer_value(val) < 0 ||
                 json_integer_value(val) > 1000000000) {
-                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: 'max_in_flight' must be a "
-                                      "non-negative integer");
+                st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%s' must be a "
+                                      "non-negative integer", key);
                 break;
             }
-            v->max_in_flight = (int)json_integer_value(val);
+            int *dst = key[4] == 'i' ? &v->max_in_flight : key[4] == 'r' ? &v->max_running
+                                                                        : &v->max_queued;
+            *dst = (int)json_integer_value(val);
         } else if (strcmp(key, "ttft_ms") == 0 || strcmp(key, "tpot_ms") == 0) {
             double x = json_is_number(val) ? json_number_value(val) : -1;
             if (!(x > 0) || x > 1e9) {
@@ -349,8 +355,8 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
             }
         } else {
             st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: unknown field '%.40s' (id, "
-                                  "adapter, adapters, weight, max_in_flight, ttft_ms, tpot_ms, "
-                                  "system, defaults)", key);
+                                  "adapter, adapters, weight, max_in_flight, max_running, max_queued, "
+                                  "ttft_ms, tpot_ms, system, defaults)", key);
         }
         if (st != WF_OK) break;
     }

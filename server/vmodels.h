@@ -13,7 +13,12 @@
  * Flag grammar: comma-separated key=value pairs: id (required; not the backbone's name),
  * adapter=PATH[:SCALE] (1..WF_VMODEL_MAX_ADAPTERS, in order; SCALE default 1), weight (> 0,
  * default 1: the fair-sharing weight), max_in_flight (requests running or queued at once; more
- * get 429 with Retry-After, for this virtual model only; default 0: no quota), ttft_ms and
+ * get 429 with Retry-After, for this virtual model only; default 0: no quota), max_running (at
+ * most this many of its requests run at once: the scheduler keeps the others waiting while
+ * other models' requests go ahead; 0: no limit), max_queued (at most this many of its requests
+ * wait: those beyond its max_running seats, or without max_running those that have not
+ * started generating; one more gets 429 with Retry-After, for this virtual model only; 0: no
+ * quota), ttft_ms and
  * tpot_ms (its SLO class: the targets of its requests that state no "slo"; 0: the server's
  * defaults), default sampling parameters temperature, top_p, top_k, min_p, max_tokens,
  * presence_penalty, frequency_penalty, repetition_penalty, seed and stop=TEXT (repeatable, up
@@ -21,7 +26,7 @@
  * API checks a request's), system=TEXT (must come last: the text runs to the end,
  * commas included; prepended as a system message to chat requests that carry none).
  * JSON form (config file "vmodels" entries and POST /admin/models): {"id": ..., "adapters":
- * [{"path": ..., "scale": ...}] or "adapter": "PATH", "weight": ..., "max_in_flight": ...,
+ * [{"path": ..., "scale": ...}] or "adapter": "PATH", "weight": ..., "max_in_flight": ..., "max_running": ..., "max_queued": ...,
  * "ttft_ms": ..., "tpot_ms": ..., "system": ..., "defaults": {"temperature": ..., "stop":
  * [...], ...}}.
  * Errors name the key: WF_EINVAL. Thread-safety: specs are plain values. */
@@ -44,6 +49,7 @@ typedef struct wf_vmodel_spec {
     float scales[WF_VMODEL_MAX_ADAPTERS];
     double weight;
     int max_in_flight;                   /* 0: no quota */
+    int max_running, max_queued;         /* 0: no limit */
     double ttft_ms, tpot_ms;             /* SLO class; 0: the server's defaults */
     char *system;                        /* owned; NULL: none */
     json_t *defaults;                    /* owned object of sampling fields; NULL: none */

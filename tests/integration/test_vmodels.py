@@ -272,6 +272,69 @@ def test_vmodel_default_sampling_parameters(weftd, client):
         assert call(weftd, "DELETE", "/admin/models/" + vm)[0] == 200
 
 
+def test_running_and_queued_quotas(weftd, client):
+    """max_running=1: the scheduler runs one of its requests at a time (never two generating in
+    one /admin/stats snapshot; the second waits while the first generates); max_queued=1: a
+    third request while one runs and one waits gets 429 naming the quota, for this virtual
+    model only."""
+    code, body = call(weftd, "POST", "/admin/models",
+                      {"id": "q2", "adapter": PEFT, "max_running": 1, "max_queued": 1})
+    assert code == 201, body
+    assert body["max_running"] == 1 and body["max_queued"] == 1
+    started, out = threading.Event(), {}
+
+    def first():
+        s = client.completions.create(model="q2", prompt="Tell me a long story.", max_tokens=100,
+                                      temperature=0, stream=True, extra_body={"ignore_eos": True})
+        n = 0
+        for chunk in s:
+            if chunk.choices and chunk.choices[0].text:
+                n += 1
+                started.set()
+        out["first"] = n
+
+    def second():
+        r = client.completions.create(model="q2", prompt="Hi", max_tokens=4, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        out["second"] = r.usage.completion_tokens
+
+    ta = threading.Thread(target=first)
+    ta.start()
+    assert started.wait(120)
+    tb = threading.Thread(target=second)
+    tb.start()
+    saw_queued = False
+    for _ in range(3000):  # until the server holds both (condition, not a timing assertion)
+        stats, q2 = stats_of(weftd, "q2")
+        if q2["in_flight"] == 2:
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("the second request never reached the server")
+    # the first runs 100 tokens, so it still runs and the second still waits here
+    with pytest.raises(openai.RateLimitError) as e:
+        client.completions.create(model="q2", prompt="hi", max_tokens=2)
+    assert "max_queued" in e.value.message and "q2" in e.value.message
+    assert e.value.response.headers.get("retry-after") == "1"
+    # another virtual model is not limited by q2's quotas
+    assert client.completions.create(model="sql", prompt="hi", max_tokens=2).model == "sql"
+    while ta.is_alive() or tb.is_alive():
+        stats, q2 = stats_of(weftd, "q2")
+        gens = [g for g in stats["requests"] if g["model"] == "q2"]
+        states = {g["stream"]: g["state"] for g in gens}
+        assert [g["state"] for g in gens].count("generating") <= 1, gens
+        if states.get(True) == "generating" and states.get(False) == "waiting":
+            saw_queued = True
+        threading.Event().wait(0.01)
+    ta.join()
+    tb.join()
+    assert out == {"first": 100, "second": 4}, out
+    assert saw_queued
+    _, q2 = stats_of(weftd, "q2")
+    assert q2["rejected_quota_total"] == 1 and q2["in_flight"] == 0
+    assert call(weftd, "DELETE", "/admin/models/q2")[0] == 200
+
+
 def test_admin_add_errors(weftd, tmpdir):
     # the budget (4 MiB) holds the two adapter files loaded so far (quota1 shares peft-half's)
     # and one more copy, not two

@@ -29,7 +29,25 @@ START_TEST(test_parse_flag) {
                                           sizeof err), WF_OK);
     ck_assert_str_eq(v.paths[0], "/x:y/z");
     ck_assert(v.ttft_ms == 250 && v.tpot_ms == 40);
+    ck_assert_int_eq(v.max_running + v.max_queued + v.max_in_flight, 0);
     wf_vmodel_spec_free(&v);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,max_running=2,max_queued=5,"
+                                          "max_in_flight=9", &v, err, sizeof err), WF_OK);
+    ck_assert_int_eq(v.max_running, 2);
+    ck_assert_int_eq(v.max_queued, 5);
+    ck_assert_int_eq(v.max_in_flight, 9);
+    wf_vmodel_spec_free(&v);
+    json_t *o = json_loads("{\"id\":\"a\",\"adapter\":\"/x\",\"max_running\":3,"
+                           "\"max_queued\":4}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_OK);
+    json_decref(o);
+    ck_assert_int_eq(v.max_running, 3);
+    ck_assert_int_eq(v.max_queued, 4);
+    wf_vmodel_spec_free(&v);
+    o = json_loads("{\"id\":\"a\",\"adapter\":\"/x\",\"max_queued\":-1}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "'max_queued'"), "%s", err);
+    json_decref(o);
 }
 END_TEST
 
@@ -43,6 +61,8 @@ START_TEST(test_parse_errors) {
         {"id=a,adapter=/x,weight=abc", "'weight'"},
         {"id=a,adaptor=/x", "unknown key 'adaptor'"},
         {"id=a,adapter=/x,max_in_flight=1.5", "'max_in_flight'"},
+        {"id=a,adapter=/x,max_running=-1", "'max_running'"},
+        {"id=a,adapter=/x,max_queued=x", "'max_queued'"},
         {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
         {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
         {"id=a b,adapter=/x", "'id'"},
