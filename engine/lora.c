@@ -69,31 +69,24 @@ typedef struct src_tensor {
     const void *data;
 } src_tensor;
 
-static void widen(const src_tensor *s, float *dst) {
-    size_t n = (size_t)(s->rows * s->cols);
-    if (s->kind == 0) {
-        memcpy(dst, s->data, n * sizeof(float));
-        return;
-    }
-    const unsigned char *p = s->data;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        dst[i] = s->kind == 1 ? wf_fp16_to_fp32(h) : wf_bf16_to_fp32(h);
-    }
+static wf_ggml_type src_type(const src_tensor *s) {
+    return s->kind == 0 ? WF_GGML_TYPE_F32 : s->kind == 1 ? WF_GGML_TYPE_F16 : WF_GGML_TYPE_BF16;
 }
 
+static size_t src_elem_size(const src_tensor *s) { return s->kind == 0 ? 4 : 2; }
+
 /* The rows-of-B permutation llama.cpp's converter applies to a llama model's Q and K (HF's
- * rotate-half layout to interleaved pairs): GGUF row h*hd + 2i + j is HF row h*hd + j*hd/2 + i. */
-static void permute_rows(float *b, int n_out, int rank, int n_head, float *tmp) {
+ * rotate-half layout to interleaved pairs): GGUF row h*hd + 2i + j is HF row h*hd + j*hd/2 + i.
+ * Rows of row_bytes each, moved whole (any element type). */
+static void permute_rows(unsigned char *b, int n_out, size_t row_bytes, int n_head,
+                         unsigned char *tmp) {
     int hd = n_out / n_head;
-    memcpy(tmp, b, sizeof(float) * (size_t)n_out * (size_t)rank);
+    memcpy(tmp, b, row_bytes * (size_t)n_out);
     for (int h = 0; h < n_head; h++)
         for (int i = 0; i < hd / 2; i++)
             for (int j = 0; j < 2; j++)
-                memcpy(b + ((size_t)h * hd + 2 * i + j) * rank,
-                       tmp + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * rank,
-                       sizeof(float) * (size_t)rank);
+                memcpy(b + ((size_t)h * hd + 2 * i + j) * row_bytes,
+                       tmp + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * row_bytes, row_bytes);
 }
 
 /* Validates one A/B pair against W and stores it widened to f32. */
@@ -127,26 +120,30 @@ static wf_status set_pair(const wf_model *m, wf_lora *l, int layer, wf_lora_targ
                                 "lora: '%s': rank %lld is above the largest weft takes (%d)",
                                 a->name, (long long)a->rows, WF_LORA_MAX_RANK);
     int rank = (int)a->rows, n_in = (int)w->ne0, n_out = (int)w->ne1;
-    float *fa = malloc(sizeof(float) * (size_t)rank * (size_t)n_in);
-    float *fb = malloc(sizeof(float) * (size_t)n_out * (size_t)rank);
-    float *tmp = permute_qk ? malloc(sizeof(float) * (size_t)n_out * (size_t)rank) : NULL;
-    if (!fa || !fb || (permute_qk && !tmp)) {
-        free(fa);
-        free(fb);
+    /* kept in the file's type: an F16 adapter must round as llama.cpp's F16 matmul does */
+    size_t a_bytes = src_elem_size(a) * (size_t)rank * (size_t)n_in;
+    size_t b_row = src_elem_size(b) * (size_t)rank, b_bytes = b_row * (size_t)n_out;
+    unsigned char *da = malloc(a_bytes), *db = malloc(b_bytes);
+    unsigned char *tmp = permute_qk ? malloc(b_bytes) : NULL;
+    if (!da || !db || (permute_qk && !tmp)) {
+        free(da);
+        free(db);
         free(tmp);
         return wf_status_errorf(err, errlen, WF_ENOMEM, "lora: out of memory");
     }
-    widen(a, fa);
-    widen(b, fb);
+    memcpy(da, a->data, a_bytes);
+    memcpy(db, b->data, b_bytes);
     if (permute_qk)
-        permute_rows(fb, n_out, rank, t == WF_LORA_WQ ? m->hp.n_head : m->hp.n_head_kv, tmp);
+        permute_rows(db, n_out, b_row, t == WF_LORA_WQ ? m->hp.n_head : m->hp.n_head_kv, tmp);
     free(tmp);
-    mt->a = fa;
-    mt->b = fb;
+    mt->a = da;
+    mt->b = db;
+    mt->a_type = src_type(a);
+    mt->b_type = src_type(b);
     mt->rank = rank;
     l->n_mats++;
     if (rank > l->max_rank) l->max_rank = rank;
-    l->bytes += sizeof(float) * (size_t)rank * (size_t)(n_in + n_out);
+    l->bytes += a_bytes + b_bytes;
     return WF_OK;
 }
 
