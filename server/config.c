@@ -169,9 +169,6 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
-    if (cfg->workers > 0 && cfg->n_vmodels > 0)
-        return fail(err, errlen, "--vmodel needs the in-process engine: worker processes hold no "
-                    "adapters (drop --workers)");
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)
@@ -223,16 +220,7 @@ static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen) {
 static int add_vmodel(wf_config *cfg, const char *text, char *err, size_t errlen) {
     wf_vmodel_spec v;
     char e2[400];
-    wf_status st;
-    if (text[0] == '{') {
-        json_error_t je;
-        json_t *o = json_loads(text, 0, &je);
-        st = o ? wf_vmodel_spec_from_json(o, &v, e2, sizeof e2) : WF_EINVAL;
-        if (!o) snprintf(e2, sizeof e2, "not JSON: %s", je.text);
-        json_decref(o);
-    } else {
-        st = wf_vmodel_spec_parse(text, &v, e2, sizeof e2);
-    }
+    wf_status st = wf_vmodel_spec_from_text(text, &v, e2, sizeof e2);
     if (st != WF_OK) return fail(err, errlen, "--vmodel: %s", e2);
     wf_vmodel_spec_free(&v);
     char **list = realloc(cfg->vmodels, (cfg->n_vmodels + 1) * sizeof *list);

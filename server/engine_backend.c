@@ -292,7 +292,9 @@ void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
     a->ranks = fn;
     a->ranks_ctx = ranks_ctx;
     a->backend.ranks = fn ? b_ranks : NULL;
-    if (fn) a->backend.vmodel_load = NULL; /* worker engines hold no adapters */
+    /* the workers load the start-up --vmodel declarations themselves; the coordinator's load
+     * still checks the files at start (a bad adapter is a start-up error) */
+    a->backend.vmodels_static = fn != NULL;
 }
 
 void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,

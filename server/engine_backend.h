@@ -10,7 +10,9 @@
  * (backend.vmodel_load) belong to the adapter: wf_engine_adapter_free. One adapter file named by
  * several virtual models is loaded once and shared (refcounted by its resolved path, device,
  * inode, size and modification time; pipes are never shared). With worker processes
- * (set_ranks) virtual models are refused: the workers' engines hold no adapters. Thread-safety:
+ * (set_ranks) the virtual models declared at start are loaded by every worker as well (the
+ * pool passes the --vmodel flags on) and adding or removing one at run time is refused
+ * (backend.vmodels_static). Thread-safety:
  * as the server uses them (the loop thread), except backend.vmodel_load, which the server runs
  * on a libuv work thread: the adapter state is guarded by `mu`. */
 #ifndef WF_SERVER_ENGINE_BACKEND_H

@@ -83,6 +83,9 @@ typedef struct wf_server_backend {
     wf_status (*vmodel_load)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
                              size_t *bytes, size_t *added, char *err, size_t errlen);
     size_t (*vmodel_unload)(void *ctx, uint32_t num);
+    /* Worker processes hold the adapters of the virtual models declared at start (--vmodel,
+     * passed to them): POST/DELETE /admin/models are refused (400) instead. */
+    bool vmodels_static;
 } wf_server_backend;
 
 /* An image model (a DiT) served on /v1/images/generations by the image scheduler. */

@@ -69,7 +69,6 @@ struct wf_server {
     /* virtual models */
     wf_server_vm *vms;
     int n_vms, cap_vms;
-    uint32_t next_vm_num;
     size_t adapter_bytes;       /* held by the backend, each shared file once */
     struct wf_vm_load *vm_loads; /* POST /admin/models loads under way (work threads) */
     int n_vm_loads;

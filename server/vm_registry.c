@@ -130,7 +130,15 @@ static wf_status add_begin(wf_server *s, wf_vm_load *l, int *http_status, char *
         s->cap_vms = cap;
     }
     l->s = s;
-    l->num = ++s->next_vm_num;
+    /* derived from the spec (workers bind the same number); a clash with a live or draining
+     * one (a re-added id still draining, in-process only) takes the next free number */
+    uint32_t num = wf_vmodel_spec_num(&l->spec);
+    for (bool taken = true; taken;) {
+        taken = find_num(s, num) != NULL;
+        for (wf_vm_load *o = s->vm_loads; o && !taken; o = o->next) taken = o->num == num;
+        if (taken && ++num == 0) num = 1;
+    }
+    l->num = num;
     l->budget = s->opts.adapter_budget_bytes ? s->opts.adapter_budget_bytes : SIZE_MAX;
     return WF_OK;
 }
@@ -334,9 +342,19 @@ static void post_after(uv_work_t *w, int status) {
     free(l);
 }
 
+static bool refuse_static(wf_server *s, wf_http_request *req) {
+    if (!s->ready || !s->backend.vmodels_static) return false;
+    wf__server_error(s, req, 400, "invalid_request_error", NULL, NULL, 0,
+                     "with worker processes (--workers) virtual models are declared at start "
+                     "(--vmodel, which the workers load too); adding or removing one at run "
+                     "time is not supported");
+    return true;
+}
+
 /* POST /admin/models: the JSON form of wf_vmodel_spec. The adapters load on a libuv work
  * thread, so the loop keeps serving; the answer comes when the load is done. */
 void wf__vm_h_post(wf_server *s, wf_http_request *req) {
+    if (refuse_static(s, req)) return;
     size_t len;
     const char *body = wf_http_request_body(req, &len);
     json_error_t je;
@@ -399,6 +417,7 @@ void wf__vm_h_post(wf_server *s, wf_http_request *req) {
 /* DELETE /admin/models/{id}: no new requests from now; removed when the last one ends. */
 void wf__vm_h_delete(wf_server *s, wf_http_request *req) {
     const char *id = wf_http_request_path(req) + strlen("/admin/models/");
+    if (refuse_static(s, req)) return;
     wf_server_vm *v = find_any(s, id);
     int inflight = v ? v->inflight : 0;
     if (wf_server_vmodel_remove(s, id) != WF_OK) {

@@ -365,6 +365,27 @@ wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *v, char *err
     return st;
 }
 
+wf_status wf_vmodel_spec_from_text(const char *text, wf_vmodel_spec *v, char *err,
+                                   size_t errlen) {
+    if (!text || text[0] != '{') return wf_vmodel_spec_parse(text, v, err, errlen);
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    if (!o) {
+        memset(v, 0, sizeof *v);
+        return wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: invalid JSON: %s", je.text);
+    }
+    wf_status st = wf_vmodel_spec_from_json(o, v, err, errlen);
+    json_decref(o);
+    return st;
+}
+
+uint32_t wf_vmodel_spec_num(const wf_vmodel_spec *v) {
+    uint64_t h = wf_vmodel_spec_salt(v);
+    for (const char *c = v->id; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    uint32_t n = (uint32_t)(h ^ (h >> 32));
+    return n ? n : 1;
+}
+
 uint64_t wf_vmodel_spec_salt(const wf_vmodel_spec *v) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over path bytes, a separator, scale bits */
     for (int i = 0; i < v->n_adapters; i++) {

@@ -58,6 +58,10 @@ typedef struct wf_vmodel_spec {
 wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *out, char *err, size_t errlen);
 wf_status wf_vmodel_spec_from_json(const json_t *o, wf_vmodel_spec *out, char *err,
                                    size_t errlen);
+/* Either form, as the --vmodel flag and the config file give it: a JSON object when text
+ * starts with '{', else the flag grammar. */
+wf_status wf_vmodel_spec_from_text(const char *text, wf_vmodel_spec *out, char *err,
+                                   size_t errlen);
 void wf_vmodel_spec_free(wf_vmodel_spec *v);
 /* A deep copy (WF_ENOMEM leaves *dst empty). */
 wf_status wf_vmodel_spec_copy(wf_vmodel_spec *dst, const wf_vmodel_spec *src);
@@ -73,5 +77,11 @@ wf_status wf_vmodel_spec_apply_defaults(const wf_vmodel_spec *v, const char *bod
  * models with the same adapters share cached prompt blocks, others never do. Never 0 (0 is
  * the bare backbone). */
 uint64_t wf_vmodel_spec_salt(const wf_vmodel_spec *v);
+
+/* The number its tasks carry, derived from its id and adapters (never 0): processes that
+ * declare the same virtual model (a coordinator and its workers) agree on it without talking,
+ * and a worker declaring it differently has no binding for it (its tasks fail, clearly)
+ * instead of running other adapters. */
+uint32_t wf_vmodel_spec_num(const wf_vmodel_spec *v);
 
 #endif
