@@ -181,9 +181,19 @@ def test_admin_add_loads_off_the_event_loop(weftd, client, tmpdir):
 
     t = threading.Thread(target=post)
     t.start()
-    # opening the write end returns only once the server's loader opened the read end: from
-    # here on the load is under way and blocked until we write
-    w = open(fifo, "wb")
+    # the write end opens only once the server's loader opened the read end: from then on the
+    # load is under way and blocked until we write
+    for _ in range(12000):
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:  # ENXIO: no reader yet
+            assert t.is_alive(), result
+            threading.Event().wait(0.01)
+    else:
+        pytest.fail("the server never opened the adapter pipe")
+    os.set_blocking(fd, True)
+    w = os.fdopen(fd, "wb")
     try:
         r = client.chat.completions.create(model="peft-half", max_tokens=4, temperature=0,
                                            messages=[{"role": "user", "content": "Hi"}])
