@@ -315,6 +315,23 @@ static void post_aborted(wf_http_request *req, void *user) {
 
 static void post_work(uv_work_t *w) { add_load(w->data); }
 
+/* A load ended: lists the virtual model if it succeeded, and answers req (NULL: nobody to
+ * answer) with 201 and the model, or the load's error. */
+static void post_finish(wf_server *s, wf_http_request *req, wf_vm_load *l) {
+    if (l->st == WF_OK) add_commit(s, l);
+    else WF_LOG_WARN("server", NULL, "POST /admin/models: %s", l->err);
+    if (!req) return;
+    if (l->st != WF_OK) {
+        post_error(s, req, load_status(l->st), l->err);
+        return;
+    }
+    wf_jbuf b = {0};
+    wf__vm_write_model(s, &b, l->spec.id);
+    if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");
+    else wf__server_respond(s, req, 201, "application/json", NULL, b.data, b.len);
+    wf_jbuf_free(&b);
+}
+
 static void post_after(uv_work_t *w, int status) {
     (void)status; /* UV_ECANCELED cannot happen: nothing cancels it */
     wf_vm_load *l = w->data;
@@ -323,21 +340,8 @@ static void post_after(uv_work_t *w, int status) {
     while (*pp != l) pp = &(*pp)->next;
     *pp = l->next;
     s->n_vm_loads--;
-    if (l->st == WF_OK) add_commit(s, l);
-    else WF_LOG_WARN("server", NULL, "POST /admin/models: %s", l->err);
-    if (l->req) {
-        wf_http_request_set_abort(l->req, NULL, NULL);
-        if (l->st != WF_OK) {
-            post_error(s, l->req, load_status(l->st), l->err);
-        } else {
-            wf_jbuf b = {0};
-            wf__vm_write_model(s, &b, l->spec.id);
-            if (b.failed)
-                wf__server_error(s, l->req, 503, "server_error", NULL, NULL, 1, "out of memory");
-            else wf__server_respond(s, l->req, 201, "application/json", NULL, b.data, b.len);
-            wf_jbuf_free(&b);
-        }
-    }
+    if (l->req) wf_http_request_set_abort(l->req, NULL, NULL);
+    post_finish(s, l->req, l);
     wf_vmodel_spec_free(&l->spec);
     free(l);
 }
@@ -382,17 +386,7 @@ void wf__vm_h_post(wf_server *s, wf_http_request *req) {
     st = add_begin(s, l, &code, err, sizeof err);
     if (st == WF_OK && !s->loop) { /* a socket-less test server: load inline */
         add_load(l);
-        if ((st = l->st) == WF_OK) add_commit(s, l);
-        else {
-            code = load_status(st);
-            snprintf(err, sizeof err, "%s", l->err);
-        }
-        if (st == WF_OK) {
-            wf_jbuf b = {0};
-            wf__vm_write_model(s, &b, l->spec.id);
-            wf__server_respond(s, req, 201, "application/json", NULL, b.data, b.len);
-            wf_jbuf_free(&b);
-        }
+        post_finish(s, req, l);
     } else if (st == WF_OK) {
         l->req = req;
         l->work.data = l;
