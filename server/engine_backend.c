@@ -210,12 +210,14 @@ static wf_status b_vmodel_load(void *ctx, uint32_t num, const wf_vmodel_spec *sp
     }
     pthread_mutex_lock(&a->mu);
     /* only new files count against the budget: a shared one costs nothing more */
-    if (st == WF_OK && add > 0 && a->held_bytes > budget)
+    if (st == WF_OK && add > 0 && a->held_bytes > budget) {
+        size_t others = a->held_bytes - add; /* a concurrent load may have taken the rest */
         st = wf_status_errorf(err, errlen, WF_EFULL,
                               "adapter memory budget full: virtual model '%s' needs %.1f MiB "
                               "more, %.1f MiB are left (--adapter-memory-mb)", spec->id,
                               (double)add / 1048576.0,
-                              (double)(budget - (a->held_bytes - add)) / 1048576.0);
+                              (double)(others < budget ? budget - others : 0) / 1048576.0);
+    }
     if (st == WF_OK && a->n_vms == a->cap_vms) {
         int cap = a->cap_vms ? 2 * a->cap_vms : 8;
         void *p = realloc(a->vms, (size_t)cap * sizeof *a->vms);
