@@ -127,6 +127,7 @@ static size_t file_unref_locked(wf_engine_adapter *a, struct wf_engine_adapter_f
     a->held_bytes -= bytes;
     wf_lora_free(f->lora);
     free(f->key);
+    free(f->path);
     free(f);
     return bytes;
 }
@@ -164,13 +165,19 @@ static wf_status file_acquire(wf_engine_adapter *a, const char *path,
         return WF_OK;
     }
     f = calloc(1, sizeof *f);
+    char *shown = f ? realpath(path, NULL) : NULL; /* NULL for a pipe gone by now: as given */
+    if (f && !shown && !(shown = strdup(path))) {
+        free(f);
+        f = NULL;
+    }
     if (!f) {
         pthread_mutex_unlock(&a->mu);
         wf_lora_free(l);
         free(key);
         return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     }
-    *f = (struct wf_engine_adapter_file){.key = key, .lora = l, .refs = 1, .next = a->files};
+    *f = (struct wf_engine_adapter_file){.key = key, .path = shown, .lora = l, .refs = 1,
+                                         .next = a->files};
     a->files = f;
     a->held_bytes += l->bytes;
     *added += l->bytes;
@@ -256,6 +263,15 @@ static size_t b_vmodel_unload(void *ctx, uint32_t num) {
     return vm_release_files(a, &v);
 }
 
+static void b_adapter_files(void *ctx, void (*fn)(const char *, size_t, int, void *),
+                            void *user) {
+    wf_engine_adapter *a = ctx;
+    pthread_mutex_lock(&a->mu);
+    for (struct wf_engine_adapter_file *f = a->files; f; f = f->next)
+        fn(f->path, f->lora->bytes, f->refs, user);
+    pthread_mutex_unlock(&a->mu);
+}
+
 void wf_engine_adapter_free(wf_engine_adapter *a) {
     while (a->n_vms > 0) b_vmodel_unload(a, a->vms[a->n_vms - 1].num);
     free(a->vms);
@@ -280,7 +296,8 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
     a->backend = (wf_server_backend){
         .ctx = a, .submit = b_submit, .cancel = b_cancel, .release = b_release,
         .event_free = b_event_free, .stats = b_stats, .foreach_request = b_foreach,
-        .drain = b_drain, .vmodel_load = b_vmodel_load, .vmodel_unload = b_vmodel_unload};
+        .drain = b_drain, .vmodel_load = b_vmodel_load, .vmodel_unload = b_vmodel_unload,
+        .adapter_files = b_adapter_files};
 }
 
 static int b_ranks(void *ctx, wf_server_rank *out, int cap) {

@@ -37,6 +37,7 @@ typedef struct wf_engine_adapter {
     pthread_mutex_t mu;
     struct wf_engine_adapter_file {
         char *key;              /* NULL: never shared (a pipe) */
+        char *path;             /* resolved when it could be (what /admin/stats shows) */
         wf_lora *lora;
         int refs;               /* virtual models (or loads under way) using it */
         struct wf_engine_adapter_file *next;

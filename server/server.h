@@ -83,6 +83,10 @@ typedef struct wf_server_backend {
     wf_status (*vmodel_load)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
                              size_t *bytes, size_t *added, char *err, size_t errlen);
     size_t (*vmodel_unload)(void *ctx, uint32_t num);
+    /* Optional: calls fn once per adapter file held (its path, bytes, and how many virtual
+     * models share it), each file once. */
+    void (*adapter_files)(void *ctx, void (*fn)(const char *path, size_t bytes, int users,
+                                                void *user), void *user);
     /* Worker processes hold the adapters of the virtual models declared at start (--vmodel,
      * passed to them): POST/DELETE /admin/models are refused (400) instead. */
     bool vmodels_static;

@@ -251,7 +251,19 @@ bool wf__vm_write_model(wf_server *s, wf_jbuf *b, const char *id) {
     return true;
 }
 
+static void write_file(const char *path, size_t bytes, int users, void *user) {
+    wf_jbuf *b = user;
+    if (b->len && b->data[b->len - 1] == '}') wf_jbuf_cstr(b, ",");
+    wf_jbuf_cstr(b, "{\"path\":");
+    wf_jbuf_str(b, path, strlen(path));
+    wf_jbuf_printf(b, ",\"bytes\":%zu,\"vmodels\":%d}", bytes, users);
+}
+
 void wf__vm_write_admin(wf_server *s, wf_jbuf *b) {
+    /* each adapter file once, with how many virtual models share it */
+    wf_jbuf_cstr(b, ",\"adapter_files\":[");
+    if (s->ready && s->backend.adapter_files) s->backend.adapter_files(s->backend.ctx, write_file, b);
+    wf_jbuf_cstr(b, "]");
     wf_jbuf_printf(b, ",\"adapter_bytes\":%zu,\"adapter_budget_bytes\":%zu,\"vmodels\":[",
                    s->adapter_bytes, s->opts.adapter_budget_bytes);
     for (int i = 0; i < s->n_vms; i++) {

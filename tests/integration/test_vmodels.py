@@ -231,6 +231,11 @@ def test_shared_adapter_file_is_loaded_once(weftd, client):
     after, twin = stats_of(weftd, "sql-twin")
     assert after["adapter_bytes"] == before["adapter_bytes"]
     assert twin["adapter_bytes"] == sql["adapter_bytes"] > 0
+    # each file once, with the virtual models sharing it
+    files = after["adapter_files"]
+    assert sum(f["bytes"] for f in files) == after["adapter_bytes"]
+    gguf = [f for f in files if f["path"] == os.path.realpath(GGUF)]
+    assert len(gguf) == 1 and gguf[0]["vmodels"] == 2, files
     want = client.completions.create(model="sql", prompt="SELECT name", max_tokens=6,
                                      temperature=0).choices[0].text
     got = client.completions.create(model="sql-twin", prompt="SELECT name", max_tokens=6,
