@@ -142,6 +142,12 @@ wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens,
             mm = max_sz(mm, wf_matmul_scratch_size(ws[i]->type, (int)ws[i]->ne0, max_tokens));
     }
     mm = max_sz(mm, wf_matmul_scratch_size(m->output.type, (int)m->output.ne0, max_seqs));
+    /* adapters' F16/BF16 A (n_in up to LD) and B (k = rank) convert the activations first */
+    for (int i = 0; i < 2; i++) {
+        wf_ggml_type lt = i ? WF_GGML_TYPE_BF16 : WF_GGML_TYPE_F16;
+        mm = max_sz(mm, wf_matmul_scratch_size(lt, (int)LD, max_tokens));
+        mm = max_sz(mm, wf_matmul_scratch_size(lt, WF_LORA_MAX_RANK, max_tokens));
+    }
     if (!(f->mm_scratch = alloc64(mm, b))) goto nomem;
     /* attention: per thread scores/probabilities/accumulators + two row-pointer arrays */
     f->attn_stride = wf_attn_scratch_bytes(f->max_ctx, hp->head_dim) +
@@ -527,9 +533,9 @@ static void add_lora(wf_forward *f, wf_lora_target target, const float *x, int n
                     f->lscale[nr] = sc;
                 }
             }
-            wf_matmul(f->pool, mt->a, WF_GGML_TYPE_F32, mt->rank, n_in, f->lx, nr, f->lmid,
+            wf_matmul(f->pool, mt->a, mt->a_type, mt->rank, n_in, f->lx, nr, f->lmid,
                       f->mm_scratch);
-            wf_matmul(f->pool, mt->b, WF_GGML_TYPE_F32, n_out, mt->rank, f->lmid, nr, f->lout,
+            wf_matmul(f->pool, mt->b, mt->b_type, n_out, mt->rank, f->lmid, nr, f->lout,
                       f->mm_scratch);
             for (int r = 0; r < nr; r++) {
                 float *yr = y + (size_t)f->lrow[r] * n_out;

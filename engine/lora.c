@@ -3,12 +3,15 @@
  * and widens the data, so both formats give the same errors for the same mistakes. */
 #include "engine/lora.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/cpu/quant.h"
 #include "engine/dit/safetensors.h"
@@ -66,31 +69,24 @@ typedef struct src_tensor {
     const void *data;
 } src_tensor;
 
-static void widen(const src_tensor *s, float *dst) {
-    size_t n = (size_t)(s->rows * s->cols);
-    if (s->kind == 0) {
-        memcpy(dst, s->data, n * sizeof(float));
-        return;
-    }
-    const unsigned char *p = s->data;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        dst[i] = s->kind == 1 ? wf_fp16_to_fp32(h) : wf_bf16_to_fp32(h);
-    }
+static wf_ggml_type src_type(const src_tensor *s) {
+    return s->kind == 0 ? WF_GGML_TYPE_F32 : s->kind == 1 ? WF_GGML_TYPE_F16 : WF_GGML_TYPE_BF16;
 }
 
+static size_t src_elem_size(const src_tensor *s) { return s->kind == 0 ? 4 : 2; }
+
 /* The rows-of-B permutation llama.cpp's converter applies to a llama model's Q and K (HF's
- * rotate-half layout to interleaved pairs): GGUF row h*hd + 2i + j is HF row h*hd + j*hd/2 + i. */
-static void permute_rows(float *b, int n_out, int rank, int n_head, float *tmp) {
+ * rotate-half layout to interleaved pairs): GGUF row h*hd + 2i + j is HF row h*hd + j*hd/2 + i.
+ * Rows of row_bytes each, moved whole (any element type). */
+static void permute_rows(unsigned char *b, int n_out, size_t row_bytes, int n_head,
+                         unsigned char *tmp) {
     int hd = n_out / n_head;
-    memcpy(tmp, b, sizeof(float) * (size_t)n_out * (size_t)rank);
+    memcpy(tmp, b, row_bytes * (size_t)n_out);
     for (int h = 0; h < n_head; h++)
         for (int i = 0; i < hd / 2; i++)
             for (int j = 0; j < 2; j++)
-                memcpy(b + ((size_t)h * hd + 2 * i + j) * rank,
-                       tmp + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * rank,
-                       sizeof(float) * (size_t)rank);
+                memcpy(b + ((size_t)h * hd + 2 * i + j) * row_bytes,
+                       tmp + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * row_bytes, row_bytes);
 }
 
 /* Validates one A/B pair against W and stores it widened to f32. */
@@ -124,26 +120,30 @@ static wf_status set_pair(const wf_model *m, wf_lora *l, int layer, wf_lora_targ
                                 "lora: '%s': rank %lld is above the largest weft takes (%d)",
                                 a->name, (long long)a->rows, WF_LORA_MAX_RANK);
     int rank = (int)a->rows, n_in = (int)w->ne0, n_out = (int)w->ne1;
-    float *fa = malloc(sizeof(float) * (size_t)rank * (size_t)n_in);
-    float *fb = malloc(sizeof(float) * (size_t)n_out * (size_t)rank);
-    float *tmp = permute_qk ? malloc(sizeof(float) * (size_t)n_out * (size_t)rank) : NULL;
-    if (!fa || !fb || (permute_qk && !tmp)) {
-        free(fa);
-        free(fb);
+    /* kept in the file's type: an F16 adapter must round as llama.cpp's F16 matmul does */
+    size_t a_bytes = src_elem_size(a) * (size_t)rank * (size_t)n_in;
+    size_t b_row = src_elem_size(b) * (size_t)rank, b_bytes = b_row * (size_t)n_out;
+    unsigned char *da = malloc(a_bytes), *db = malloc(b_bytes);
+    unsigned char *tmp = permute_qk ? malloc(b_bytes) : NULL;
+    if (!da || !db || (permute_qk && !tmp)) {
+        free(da);
+        free(db);
         free(tmp);
         return wf_status_errorf(err, errlen, WF_ENOMEM, "lora: out of memory");
     }
-    widen(a, fa);
-    widen(b, fb);
+    memcpy(da, a->data, a_bytes);
+    memcpy(db, b->data, b_bytes);
     if (permute_qk)
-        permute_rows(fb, n_out, rank, t == WF_LORA_WQ ? m->hp.n_head : m->hp.n_head_kv, tmp);
+        permute_rows(db, n_out, b_row, t == WF_LORA_WQ ? m->hp.n_head : m->hp.n_head_kv, tmp);
     free(tmp);
-    mt->a = fa;
-    mt->b = fb;
+    mt->a = da;
+    mt->b = db;
+    mt->a_type = src_type(a);
+    mt->b_type = src_type(b);
     mt->rank = rank;
     l->n_mats++;
     if (rank > l->max_rank) l->max_rank = rank;
-    l->bytes += sizeof(float) * (size_t)rank * (size_t)(n_in + n_out);
+    l->bytes += a_bytes + b_bytes;
     return WF_OK;
 }
 
@@ -212,12 +212,56 @@ static wf_status gguf_parse_name(const wf_model *m, const char *name, int *layer
     return WF_OK;
 }
 
-static wf_status load_gguf(const wf_model *m, const char *path, wf_lora *l, char *err,
-                           size_t errlen) {
+/* A pipe or a device cannot be mapped: read it whole (bash's <(curl ...) as an adapter path). */
+static wf_status read_stream(const char *path, char **data, size_t *size, char *err,
+                             size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return wf_status_errorf(err, errlen, WF_EIO, "lora: %s: %s", path, strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    wf_status st = buf ? WF_OK : WF_ENOMEM;
+    while (st == WF_OK) {
+        if (n == cap) {
+            char *p = cap < ((size_t)1 << 34) ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                st = WF_ENOMEM;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) st = wf_status_errorf(err, errlen, WF_EIO, "lora: %s: %s", path, strerror(errno));
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (st == WF_ENOMEM) wf_errorf(err, errlen, "lora: %s: out of memory", path);
+    if (st != WF_OK) {
+        free(buf);
+        return st;
+    }
+    *data = buf;
+    *size = n;
+    return WF_OK;
+}
+
+static wf_status load_gguf(const wf_model *m, const char *path, bool stream, wf_lora *l,
+                           char *err, size_t errlen) {
     wf_gguf *g;
     char e2[200];
-    wf_status st = wf_gguf_open(path, &g, e2, sizeof e2);
-    if (st != WF_OK) return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, e2);
+    char *mem = NULL; /* a stream's bytes, alive until wf_gguf_close */
+    size_t mem_size = 0;
+    wf_status st;
+    if (stream && (st = read_stream(path, &mem, &mem_size, err, errlen)) != WF_OK) return st;
+    st = stream ? wf_gguf_open_memory(mem, mem_size, &g, e2, sizeof e2)
+                : wf_gguf_open(path, &g, e2, sizeof e2);
+    if (st != WF_OK) {
+        free(mem);
+        return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, e2);
+    }
     char got[64];
     if (!gguf_str_is(g, "general.type", "adapter", got, sizeof got)) {
         st = wf_status_errorf(err, errlen, WF_EFORMAT,
@@ -272,6 +316,7 @@ static wf_status load_gguf(const wf_model *m, const char *path, wf_lora *l, char
     snprintf(l->format, sizeof l->format, "gguf");
 done:
     wf_gguf_close(g);
+    free(mem);
     return st;
 }
 
@@ -505,7 +550,7 @@ wf_status wf_lora_load(const wf_model *m, const char *path, wf_lora **out, char 
         else snprintf(dir, sizeof dir, ".");
         st = load_peft(m, dir, path, l, err, errlen);
     } else {
-        st = load_gguf(m, path, l, err, errlen);
+        st = load_gguf(m, path, S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode), l, err, errlen);
     }
     if (st == WF_OK && l->n_mats == 0)
         st = wf_status_errorf(err, errlen, WF_EFORMAT, "lora: %s: the adapter has no tensors",

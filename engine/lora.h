@@ -24,7 +24,9 @@
  *    permuted as llama.cpp's converter permutes the backbone's Q/K rows (interleaved RoPE).
  * Scale of one pair: user_scale * alpha / rank when alpha != 0, else user_scale (llama.cpp's
  * rule; PEFT's lora_alpha / r is the same, use_rslora's lora_alpha / sqrt(r) is folded into
- * alpha). A/B of type F32, F16 or BF16 are widened to f32 at load.
+ * alpha). A/B of type F32, F16 or BF16 are kept in their type: the forward pass multiplies
+ * by them as ggml does by such weights (the activations rounded to F16/BF16 first for F16/BF16
+ * tensors), so greedy tokens equal llama.cpp's with the same file.
  * Errors (err names the tensor or key): WF_ENOTFOUND / WF_EIO (files), WF_EFORMAT (not an
  * adapter, truncated or corrupt file, shape mismatch with the backbone, rank 0, A without B,
  * a bad adapter_config.json), WF_EUNSUPPORTED (another architecture, a target weft does not
@@ -55,8 +57,9 @@ typedef enum wf_lora_target {
 
 /* The low-rank update of one weight W (n_out x n_in): W + scale * B A. */
 typedef struct wf_lora_mat {
-    const float *a; /* rank rows of n_in floats; NULL: this weight is not adapted */
-    const float *b; /* n_out rows of rank floats */
+    const void *a;  /* rank rows of n_in elements of a_type; NULL: this weight is not adapted */
+    const void *b;  /* n_out rows of rank elements of b_type */
+    wf_ggml_type a_type, b_type; /* F32, F16 or BF16, as in the file */
     int rank;
 } wf_lora_mat;
 
@@ -66,7 +69,7 @@ typedef struct wf_lora {
     int max_rank;
     int n_mats;       /* adapted weights */
     float alpha;      /* 0: none */
-    size_t bytes;     /* f32 A and B held */
+    size_t bytes;     /* A and B held */
     wf_lora_mat *mats; /* [n_layer * WF_LORA_N_TARGETS] */
 } wf_lora;
 

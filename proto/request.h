@@ -60,6 +60,9 @@ typedef struct wf_request_spec {
     int priority;               /* larger is more urgent; 0 default (priority policy) */
     uint32_t vmodel;            /* virtual model id carried by its tasks (0: the backbone) */
     double share_weight;        /* the virtual model's weight under the "fair" policy (<= 0: 1) */
+    int vm_max_running;         /* at most this many requests of its virtual model run at once
+                                   (per device group); the others wait without holding up other
+                                   models' requests. 0: no limit */
     uint64_t prefix_salt;       /* prefix-cache namespace (kv/paged.h): equal only for virtual
                                    models with the same adapters; 0 for the backbone */
     float kv_accuracy;          /* extension: the least greedy-token agreement (0..1] a

@@ -423,6 +423,16 @@ static void apply_stall_cap(wf_core *c, double decode_ms, uint64_t now) {
     c->plan_prefill_floor = bs;
 }
 
+/* True when r's virtual model already runs its max_running requests here (its own quota:
+ * r waits, and requests of other models behind it are still admitted). */
+static bool vmodel_seats_full(const wf_core *c, const wf_request *r) {
+    if (r->spec.vm_max_running <= 0) return false;
+    int n = 0;
+    for (int i = 0; i < c->n_running; i++)
+        n += c->running[i]->spec.vmodel == r->spec.vmodel;
+    return n >= r->spec.vm_max_running;
+}
+
 /* Before planning: the most urgent waiting request may push out running requests it
  * displaces (policy), until it has a seat and blocks for its prompt. */
 static void displace_for_waiting(wf_core *c, uint64_t now) {
@@ -430,6 +440,7 @@ static void displace_for_waiting(wf_core *c, uint64_t now) {
     if (c->n_waiting == 0 || c->n_running == 0) return;
     sort_requests(pol, c->waiting, c->n_waiting);
     wf_request *w = c->waiting[0];
+    if (vmodel_seats_full(c, w)) return; /* it could not run anyway */
     if (w->n_preemptions > 0 && w->preempted_iteration == c->iteration) return;
     int need = blocks_to_admit(c, w) + wf_kv_pool_n_blocks(c->cfg.pool) / 100;
     while (c->n_running > 0 && (c->running_seqs + w->n_active > c->cfg.max_running ||
@@ -552,7 +563,8 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     /* 3. Admit waiting requests in policy order while budget, max_running and blocks allow. */
     for (int k = 0; k < c->n_waiting && budget > 0 && c->batch.n_tasks < c->max_tasks;) {
         wf_request *r = c->waiting[k];
-        if (r->preempted_iteration == c->iteration && r->n_preemptions > 0) {
+        if ((r->preempted_iteration == c->iteration && r->n_preemptions > 0) ||
+            vmodel_seats_full(c, r)) {
             k++;
             continue;
         }

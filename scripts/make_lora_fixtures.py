@@ -3,8 +3,9 @@
 
 For each backbone (the default model SmolLM2 and tiny models from scripts/make_tiny_models.py)
 this writes, into tests/engine/data/lora/:
-  <name>.gguf        llama.cpp's GGUF LoRA (general.type adapter, adapter.lora.alpha, F32
-                     <weight>.lora_a [n_in, r] / .lora_b [r, n_out]), written with the gguf package
+  <name>.gguf        llama.cpp's GGUF LoRA (general.type adapter, adapter.lora.alpha, F32 or
+                     (the *-f16 ones) F16 <weight>.lora_a [n_in, r] / .lora_b [r, n_out]),
+                     written with the gguf package
   <name>.peft/       PEFT's adapter_config.json + adapter_model.safetensors holding the SAME
                      numbers in Hugging Face layout (lora_A [r, in], lora_B [out, r]; for llama,
                      q/k rows of B un-permuted, as the HF checkpoint would hold them)
@@ -41,12 +42,18 @@ GGUF_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_pro
 PARENT = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
           "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 
-# name, backbone, rank, alpha, layers (None: all), modules, user scales to record
+# name, backbone, rank, alpha, layers (None: all), modules, user scales to record, and the
+# tensor type of A and B in both files (F16: llama.cpp multiplies them as F16 weights, so the
+# activations are rounded to F16 first; weft must do the same to give its tokens)
 ADAPTERS = [
     ("tiny-llama", os.path.join(TINY, "llama-q8_0.gguf"), 8, 16.0, None, list(GGUF_NAMES),
-     [1.0, 0.75]),
-    ("tiny-qwen2", os.path.join(TINY, "qwen2-q8_0.gguf"), 4, 8.0, None, list(GGUF_NAMES), [1.0]),
-    ("smollm2", DEFAULT_MODEL, 8, 16.0, [0, 9, 18, 29], list(GGUF_NAMES), [1.0]),
+     [1.0, 0.75], np.float32),
+    ("tiny-qwen2", os.path.join(TINY, "qwen2-q8_0.gguf"), 4, 8.0, None, list(GGUF_NAMES), [1.0],
+     np.float32),
+    ("smollm2", DEFAULT_MODEL, 8, 16.0, [0, 9, 18, 29], list(GGUF_NAMES), [1.0], np.float32),
+    ("tiny-llama-f16", os.path.join(TINY, "llama-q8_0.gguf"), 8, 16.0, None, list(GGUF_NAMES),
+     [1.0, 0.75], np.float16),
+    ("smollm2-f16", DEFAULT_MODEL, 8, 16.0, [0, 9, 18, 29], list(GGUF_NAMES), [1.0], np.float16),
 ]
 
 
@@ -72,8 +79,9 @@ def hf_permute(w, n_head):
 def write_safetensors(path, tensors):
     header, blobs, off = {}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        a = np.ascontiguousarray(tensors[name])
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}[a.dtype]
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
         off += a.nbytes
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -82,7 +90,7 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def make_adapter(name, backbone, rank, alpha, layers, modules, seed, out):
+def make_adapter(name, backbone, rank, alpha, layers, modules, seed, out, dtype=np.float32):
     arch, n_layer, n_head, n_head_kv, shapes = backbone_info(backbone)
     rng = np.random.default_rng(seed)
     layers = range(n_layer) if layers is None else layers
@@ -94,8 +102,8 @@ def make_adapter(name, backbone, rank, alpha, layers, modules, seed, out):
     for il in layers:
         for mod in modules:
             n_in, n_out = shapes["blk.%d.%s.weight" % (il, GGUF_NAMES[mod])]
-            a = (rng.standard_normal((rank, n_in)) / np.sqrt(n_in)).astype(np.float32)
-            b = (rng.standard_normal((n_out, rank)) * 0.08).astype(np.float32)
+            a = (rng.standard_normal((rank, n_in)) / np.sqrt(n_in)).astype(np.float32).astype(dtype)
+            b = (rng.standard_normal((n_out, rank)) * 0.08).astype(np.float32).astype(dtype)
             key = "base_model.model.model.layers.%d.%s.%s" % (il, PARENT[mod], mod)
             peft[key + ".lora_A.weight"] = a
             peft[key + ".lora_B.weight"] = b
@@ -157,10 +165,10 @@ def main():
                     help="write the adapter files, not llama.cpp's tokens")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for i, (name, backbone, rank, alpha, layers, modules, scales) in enumerate(ADAPTERS):
+    for i, (name, backbone, rank, alpha, layers, modules, scales, dtype) in enumerate(ADAPTERS):
         if args.only and args.only != name:
             continue
-        make_adapter(name, backbone, rank, alpha, layers, modules, 7000 + i, args.out)
+        make_adapter(name, backbone, rank, alpha, layers, modules, 7000 + i, args.out, dtype)
         if args.adapters_only:
             continue
         from make_golden_fixtures import PROMPTS

@@ -86,7 +86,7 @@ static const option_spec options[] = {
     {"local-workers", OPT_INT, FIELD(local_workers), -1, 64, "N", "with --workers: how many to start on this host; the rest join with --role worker (default: all)"},
     {"heartbeat-ms", OPT_INT, FIELD(heartbeat_ms), 10, 60000, "MS", "heartbeat period between coordinator and workers (default 500)"},
     {"worker-timeout-ms", OPT_INT, FIELD(worker_timeout_ms), 100, INT_MAX, "MS", "a worker (or coordinator) silent this long is taken down (default 30000)"},
-    {"vmodel", OPT_VMODELS, FIELD(vmodels), 0, 0, "id=NAME,adapter=PATH[:SCALE],weight=W,system=TEXT", "a virtual model on the backbone: LoRA adapters (GGUF or PEFT folder, repeatable, in order), fair-share weight, system prompt (last: runs to the end); repeatable; config file: a list of strings or objects {id, adapters:[{path, scale}], weight, system}"},
+    {"vmodel", OPT_VMODELS, FIELD(vmodels), 0, 0, "id=NAME,adapter=PATH[:SCALE],weight=W,...,system=TEXT", "a virtual model on the backbone: LoRA adapters (GGUF or PEFT folder, repeatable, in order), fair-share weight, quotas (max_in_flight, max_running, max_queued), SLO class (ttft_ms, tpot_ms), default sampling parameters (temperature, top_p, top_k, min_p, max_tokens, presence_penalty, frequency_penalty, repetition_penalty, seed, stop), system prompt (last: runs to the end); repeatable; config file: a list of strings or objects {id, adapters:[{path, scale}], weight, max_running, max_queued, defaults:{...}, system}"},
     {"adapter-memory-mb", OPT_LONG, FIELD(adapter_memory_mb), 0, 1L << 30, "MB", "memory budget for virtual models' adapters; adding one beyond it fails with 507 (default 0: unlimited)"},
     {"join-timeout-ms", OPT_INT, FIELD(join_timeout_ms), 100, INT_MAX, "MS", "bound for workers to join and load their model (default 120000)"},
 };
@@ -170,9 +170,6 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
-    if (cfg->workers > 0 && cfg->n_vmodels > 0)
-        return fail(err, errlen, "--vmodel needs the in-process engine: worker processes hold no "
-                    "adapters (drop --workers)");
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)
@@ -224,16 +221,7 @@ static int add_key(wf_config *cfg, const char *key, char *err, size_t errlen) {
 static int add_vmodel(wf_config *cfg, const char *text, char *err, size_t errlen) {
     wf_vmodel_spec v;
     char e2[400];
-    wf_status st;
-    if (text[0] == '{') {
-        json_error_t je;
-        json_t *o = json_loads(text, 0, &je);
-        st = o ? wf_vmodel_spec_from_json(o, &v, e2, sizeof e2) : WF_EINVAL;
-        if (!o) snprintf(e2, sizeof e2, "not JSON: %s", je.text);
-        json_decref(o);
-    } else {
-        st = wf_vmodel_spec_parse(text, &v, e2, sizeof e2);
-    }
+    wf_status st = wf_vmodel_spec_from_text(text, &v, e2, sizeof e2);
     if (st != WF_OK) return fail(err, errlen, "--vmodel: %s", e2);
     wf_vmodel_spec_free(&v);
     char **list = realloc(cfg->vmodels, (cfg->n_vmodels + 1) * sizeof *list);

@@ -229,6 +229,8 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.kv_profiles = p->kv_profiles;
     wp.kv_codec = p->kv_codec;
     wp.kv_accuracy = p->kv_accuracy;
+    wp.vmodels = p->vmodels;
+    wp.n_vmodels = p->n_vmodels;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;

@@ -65,6 +65,8 @@ typedef struct wf_daemon_params {
     bool share_cores;
     const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
     double kv_accuracy;
+    char *const *vmodels;     /* --vmodel declarations, passed on to started workers */
+    int n_vmodels;
 } wf_daemon_params;
 
 typedef struct wf_daemon wf_daemon;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/engine.h"
 
@@ -91,63 +92,184 @@ static void b_drain(void *ctx, int deadline_ms) { wf_sched_drain(((wf_engine_ada
 
 /* ---- virtual models ---- */
 
-static void vm_free_loras(struct wf_engine_adapter_vm *v) {
-    for (int i = 0; i < v->n; i++) wf_lora_free(v->loras[i]);
+/* The sharing key of an adapter path: its resolved path with the identity of what it names
+ * (a file replaced on disk is a new adapter). NULL for what cannot be read twice (pipes,
+ * devices) or cannot be resolved: never shared. */
+static char *file_key(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))) return NULL;
+    char *real = realpath(path, NULL);
+    if (!real) return NULL;
+    size_t n = strlen(real) + 96;
+    char *key = malloc(n);
+    if (key)
+        snprintf(key, n, "%s|%llu:%llu:%lld:%lld.%09ld", real, (unsigned long long)sb.st_dev,
+                 (unsigned long long)sb.st_ino, (long long)sb.st_size,
+                 (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+    free(real);
+    return key;
+}
+
+static struct wf_engine_adapter_file *file_find_locked(wf_engine_adapter *a, const char *key) {
+    if (!key) return NULL;
+    for (struct wf_engine_adapter_file *f = a->files; f; f = f->next)
+        if (f->key && strcmp(f->key, key) == 0) return f;
+    return NULL;
+}
+
+/* Drops one reference (a->mu held); returns the bytes freed (0 while others use it). */
+static size_t file_unref_locked(wf_engine_adapter *a, struct wf_engine_adapter_file *f) {
+    if (--f->refs > 0) return 0;
+    struct wf_engine_adapter_file **pp = &a->files;
+    while (*pp != f) pp = &(*pp)->next;
+    *pp = f->next;
+    size_t bytes = f->lora->bytes;
+    a->held_bytes -= bytes;
+    wf_lora_free(f->lora);
+    free(f->key);
+    free(f->path);
+    free(f);
+    return bytes;
+}
+
+/* One reference to the adapter at path, loading it unless a virtual model holds it already.
+ * Loads run without the lock (they read files; others go on meanwhile); *added gets the bytes
+ * newly held. */
+static wf_status file_acquire(wf_engine_adapter *a, const char *path,
+                              struct wf_engine_adapter_file **out, size_t *added, char *err,
+                              size_t errlen) {
+    char *key = file_key(path);
+    pthread_mutex_lock(&a->mu);
+    struct wf_engine_adapter_file *f = file_find_locked(a, key);
+    if (f) f->refs++;
+    pthread_mutex_unlock(&a->mu);
+    if (f) {
+        free(key);
+        *out = f;
+        return WF_OK;
+    }
+    wf_lora *l;
+    wf_status st = wf_engine_lora_load(a->engine, path, &l, err, errlen);
+    if (st != WF_OK) {
+        free(key);
+        return st;
+    }
+    pthread_mutex_lock(&a->mu);
+    f = file_find_locked(a, key); /* another load of the same file finished first */
+    if (f) {
+        f->refs++;
+        pthread_mutex_unlock(&a->mu);
+        wf_lora_free(l);
+        free(key);
+        *out = f;
+        return WF_OK;
+    }
+    f = calloc(1, sizeof *f);
+    char *shown = f ? realpath(path, NULL) : NULL; /* NULL for a pipe gone by now: as given */
+    if (f && !shown && !(shown = strdup(path))) {
+        free(f);
+        f = NULL;
+    }
+    if (!f) {
+        pthread_mutex_unlock(&a->mu);
+        wf_lora_free(l);
+        free(key);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
+    *f = (struct wf_engine_adapter_file){.key = key, .path = shown, .lora = l, .refs = 1,
+                                         .next = a->files};
+    a->files = f;
+    a->held_bytes += l->bytes;
+    *added += l->bytes;
+    pthread_mutex_unlock(&a->mu);
+    *out = f;
+    return WF_OK;
+}
+
+static size_t vm_release_files(wf_engine_adapter *a, struct wf_engine_adapter_vm *v) {
+    size_t freed = 0;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < v->n; i++) freed += file_unref_locked(a, v->files[i]);
+    pthread_mutex_unlock(&a->mu);
     v->n = 0;
+    return freed;
 }
 
 static wf_status b_vmodel_load(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
-                               size_t *bytes, char *err, size_t errlen) {
+                               size_t *bytes, size_t *added, char *err, size_t errlen) {
     wf_engine_adapter *a = ctx;
-    *bytes = 0;
-    if (a->n_vms == a->cap_vms) {
-        int cap = a->cap_vms ? 2 * a->cap_vms : 8;
-        void *p = realloc(a->vms, (size_t)cap * sizeof *a->vms);
-        if (!p) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
-        a->vms = p;
-        a->cap_vms = cap;
-    }
+    *bytes = *added = 0;
     struct wf_engine_adapter_vm v = {.num = num};
     wf_lora_use uses[WF_VMODEL_MAX_ADAPTERS];
     wf_status st = WF_OK;
-    size_t total = 0;
+    size_t total = 0, add = 0;
     for (int i = 0; i < spec->n_adapters && st == WF_OK; i++) {
         char e2[400];
-        st = wf_engine_lora_load(a->engine, spec->paths[i], &v.loras[i], e2, sizeof e2);
+        st = file_acquire(a, spec->paths[i], &v.files[i], &add, e2, sizeof e2);
         if (st != WF_OK) {
             wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", spec->id, spec->paths[i],
                       e2);
             break;
         }
         v.n = i + 1;
-        total += v.loras[i]->bytes;
-        uses[i] = (wf_lora_use){v.loras[i], spec->scales[i]};
+        total += v.files[i]->lora->bytes;
+        uses[i] = (wf_lora_use){v.files[i]->lora, spec->scales[i]};
     }
-    if (st == WF_OK && total > budget)
+    pthread_mutex_lock(&a->mu);
+    /* only new files count against the budget: a shared one costs nothing more */
+    if (st == WF_OK && add > 0 && a->held_bytes > budget) {
+        size_t others = a->held_bytes - add; /* a concurrent load may have taken the rest */
         st = wf_status_errorf(err, errlen, WF_EFULL,
-                              "adapter memory budget full: virtual model '%s' needs %.1f MiB, "
-                              "%.1f MiB are left (--adapter-memory-mb)", spec->id,
-                              (double)total / 1048576.0, (double)budget / 1048576.0);
+                              "adapter memory budget full: virtual model '%s' needs %.1f MiB "
+                              "more, %.1f MiB are left (--adapter-memory-mb)", spec->id,
+                              (double)add / 1048576.0,
+                              (double)(others < budget ? budget - others : 0) / 1048576.0);
+    }
+    if (st == WF_OK && a->n_vms == a->cap_vms) {
+        int cap = a->cap_vms ? 2 * a->cap_vms : 8;
+        void *p = realloc(a->vms, (size_t)cap * sizeof *a->vms);
+        if (!p) st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        else {
+            a->vms = p;
+            a->cap_vms = cap;
+        }
+    }
     if (st == WF_OK) st = wf_engine_vmodel_bind(a->engine, num, uses, v.n, err, errlen);
+    if (st == WF_OK) a->vms[a->n_vms++] = v;
+    pthread_mutex_unlock(&a->mu);
     if (st != WF_OK) {
-        vm_free_loras(&v);
+        vm_release_files(a, &v);
         return st;
     }
-    a->vms[a->n_vms++] = v;
     *bytes = total;
+    *added = add;
     return WF_OK;
 }
 
-static void b_vmodel_unload(void *ctx, uint32_t num) {
+static size_t b_vmodel_unload(void *ctx, uint32_t num) {
     wf_engine_adapter *a = ctx;
+    pthread_mutex_lock(&a->mu);
+    struct wf_engine_adapter_vm v = {0};
     for (int i = 0; i < a->n_vms; i++) {
         if (a->vms[i].num != num) continue;
-        /* unbind waits for a running batch: nothing reads the adapters after it */
-        wf_engine_vmodel_unbind(a->engine, num);
-        vm_free_loras(&a->vms[i]);
+        v = a->vms[i];
         a->vms[i] = a->vms[--a->n_vms];
-        return;
+        break;
     }
+    pthread_mutex_unlock(&a->mu);
+    if (v.num != num) return 0;
+    /* unbind waits for a running batch: nothing reads the adapters after it */
+    wf_engine_vmodel_unbind(a->engine, num);
+    return vm_release_files(a, &v);
+}
+
+static void b_adapter_files(void *ctx, void (*fn)(const char *, size_t, int, void *),
+                            void *user) {
+    wf_engine_adapter *a = ctx;
+    pthread_mutex_lock(&a->mu);
+    for (struct wf_engine_adapter_file *f = a->files; f; f = f->next)
+        fn(f->path, f->lora->bytes, f->refs, user);
+    pthread_mutex_unlock(&a->mu);
 }
 
 void wf_engine_adapter_free(wf_engine_adapter *a) {
@@ -155,11 +277,13 @@ void wf_engine_adapter_free(wf_engine_adapter *a) {
     free(a->vms);
     a->vms = NULL;
     a->cap_vms = 0;
+    pthread_mutex_destroy(&a->mu);
 }
 
 void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *sched,
                             const char *name, int n_ctx) {
     memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->mu, NULL);
     a->engine = engine;
     a->sched = sched;
     a->n_kv_codecs = 0;
@@ -172,7 +296,8 @@ void wf_engine_adapter_init(wf_engine_adapter *a, wf_engine *engine, wf_sched *s
     a->backend = (wf_server_backend){
         .ctx = a, .submit = b_submit, .cancel = b_cancel, .release = b_release,
         .event_free = b_event_free, .stats = b_stats, .foreach_request = b_foreach,
-        .drain = b_drain, .vmodel_load = b_vmodel_load, .vmodel_unload = b_vmodel_unload};
+        .drain = b_drain, .vmodel_load = b_vmodel_load, .vmodel_unload = b_vmodel_unload,
+        .adapter_files = b_adapter_files};
 }
 
 static int b_ranks(void *ctx, wf_server_rank *out, int cap) {
@@ -186,7 +311,9 @@ void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
     a->ranks = fn;
     a->ranks_ctx = ranks_ctx;
     a->backend.ranks = fn ? b_ranks : NULL;
-    if (fn) a->backend.vmodel_load = NULL; /* worker engines hold no adapters */
+    /* the workers load the start-up --vmodel declarations themselves; the coordinator's load
+     * still checks the files at start (a bad adapter is a start-up error) */
+    a->backend.vmodels_static = fn != NULL;
 }
 
 void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,

@@ -7,11 +7,18 @@
  *
  * The tables point at *a (their ctx): it must stay valid (and unmoved) as long as the server
  * uses them. No ownership: engine and scheduler belong to the caller. Virtual models' adapters
- * (backend.vmodel_load) belong to the adapter: wf_engine_adapter_free. With worker processes
- * (set_ranks) virtual models are refused: the workers' engines hold no adapters. Thread-safety: as the
- * server uses them (the loop thread). */
+ * (backend.vmodel_load) belong to the adapter: wf_engine_adapter_free. One adapter file named by
+ * several virtual models is loaded once and shared (refcounted by its resolved path, device,
+ * inode, size and modification time; pipes are never shared). With worker processes
+ * (set_ranks) the virtual models declared at start are loaded by every worker as well (the
+ * pool passes the --vmodel flags on) and adding or removing one at run time is refused
+ * (backend.vmodels_static). Thread-safety:
+ * as the server uses them (the loop thread), except backend.vmodel_load, which the server runs
+ * on a libuv work thread: the adapter state is guarded by `mu`. */
 #ifndef WF_SERVER_ENGINE_BACKEND_H
 #define WF_SERVER_ENGINE_BACKEND_H
+
+#include <pthread.h>
 
 #include "engine/engine.h"
 #include "sched/sched.h"
@@ -25,11 +32,21 @@ typedef struct wf_engine_adapter {
     char name[256];
     int (*ranks)(void *ranks_ctx, wf_server_rank *out, int cap); /* NULL: no workers */
     void *ranks_ctx;
-    /* virtual models' adapters, by the number their tasks carry (engine bindings) */
+    /* virtual models' adapters, by the number their tasks carry (engine bindings); the loaded
+     * files, each once, shared by the virtual models that name them. Guarded by mu. */
+    pthread_mutex_t mu;
+    struct wf_engine_adapter_file {
+        char *key;              /* NULL: never shared (a pipe) */
+        char *path;             /* resolved when it could be (what /admin/stats shows) */
+        wf_lora *lora;
+        int refs;               /* virtual models (or loads under way) using it */
+        struct wf_engine_adapter_file *next;
+    } *files;
+    size_t held_bytes;          /* of files, each counted once */
     struct wf_engine_adapter_vm {
         uint32_t num;
         int n;
-        wf_lora *loras[WF_VMODEL_MAX_ADAPTERS];
+        struct wf_engine_adapter_file *files[WF_VMODEL_MAX_ADAPTERS];
     } *vms;
     int n_vms, cap_vms;
     struct {

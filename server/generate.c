@@ -85,7 +85,7 @@ static void gen_free(wf_gen *g) {
     if (g->vm) {
         int gen_tokens = 0;
         for (int i = 0; i < g->n_choices; i++) gen_tokens += g->choices[i].tokens;
-        wf__vm_release(s, g->vm, g->prompt_tokens, gen_tokens);
+        wf__vm_release(s, g->vm, g->first_token_ns != 0, g->prompt_tokens, gen_tokens);
     }
     free(g->choices);
     free(g->subs);
@@ -327,6 +327,7 @@ static void on_token(wf_gen *g, gen_sub *sub, int index, gen_choice *c, const wf
         c->first_ns = t;
         if (!g->first_token_ns) {
             g->first_token_ns = t;
+            if (g->vm) wf__vm_started(s, g->vm);
             wf_histogram_observe(&s->metrics.ttft, (double)(t - g->arrival_ns) / 1e9);
         }
     } else {
@@ -520,12 +521,12 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
              "'%.200s' is an image model; use /v1/images/generations", o->model);
     const wf_server_vm *vm = NULL;
     if (o->model && strcmp(o->model, s->model.id) != 0) {
-        wf_status vst = wf__vm_acquire(s, o->model, &vm);
+        char why[400];
+        wf_status vst = wf__vm_acquire(s, o->model, &vm, why, sizeof why);
         if (vst == WF_EFULL) {
             s->metrics.requests_rejected_overload++;
-            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1,
-                             "virtual model '%.200s' has %d requests in flight, its quota "
-                             "(max_in_flight); retry later", o->model, vm->spec.max_in_flight);
+            wf__server_error(s, req, 429, "rate_limit_error", "model", "quota_exceeded", 1, "%s",
+                             why);
             gen_free(g);
             return;
         }
@@ -534,6 +535,19 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
                  "The model '%.200s' does not exist (this server serves '%.200s'%s)", o->model,
                  s->model.id, s->n_vms ? " and its virtual models: GET /v1/models" : "");
         g->vm = vm->num;
+        /* its default sampling parameters, for the fields the request leaves unset: decoded
+         * again from the merged body so every check applies to the result */
+        char *merged;
+        size_t mlen;
+        if (wf_vmodel_spec_apply_defaults(&vm->spec, body, len, &merged, &mlen) != WF_OK)
+            FAIL(503, "server_error", NULL, NULL, "out of memory");
+        if (merged) {
+            wf_openai_request_free(&g->oai);
+            memset(&g->oai, 0, sizeof g->oai);
+            wf_status dst = wf_openai_decode(kind, merged, mlen, &g->oai, &e);
+            free(merged);
+            if (dst != WF_OK) FAIL(e.status, e.type, e.param, NULL, "%s", e.message);
+        }
         /* the virtual model's SLO class, for requests that state none */
         if (!(o->spec.slo.ttft_ms > 0) && vm->spec.ttft_ms > 0) o->spec.slo.ttft_ms = vm->spec.ttft_ms;
         if (!(o->spec.slo.tpot_ms > 0) && vm->spec.tpot_ms > 0) o->spec.slo.tpot_ms = vm->spec.tpot_ms;
@@ -637,6 +651,7 @@ void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind) {
         spec.vmodel = vm ? vm->num : 0;
         spec.prefix_salt = vm ? vm->salt : 0;
         spec.share_weight = vm ? vm->spec.weight : 1.0;
+        spec.vm_max_running = vm ? vm->spec.max_running : 0;
         int left = s->model.n_ctx - spec.n_prompt;
         if (!o->max_tokens_set) spec.max_tokens = kind == WF_OPENAI_CHAT ? left : (left < 16 ? left : 16);
         snprintf(spec.id, sizeof spec.id, "%s", g->id);

@@ -88,6 +88,8 @@ static void *load_main(void *arg) {
     p.kv_profiles = d->cfg.kv_profiles;
     p.kv_codec = d->cfg.kv_codec;
     p.kv_accuracy = d->cfg.kv_accuracy;
+    p.vmodels = d->cfg.vmodels;
+    p.n_vmodels = (int)d->cfg.n_vmodels;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
     uv_async_send(&d->loaded);
     return NULL;
@@ -136,14 +138,7 @@ static void on_loaded(uv_async_t *a) {
         wf_vmodel_spec v;
         char err[600];
         const char *txt = d->cfg.vmodels[i];
-        wf_status st;
-        if (txt[0] == '{') {
-            json_t *o = json_loads(txt, 0, NULL);
-            st = wf_vmodel_spec_from_json(o, &v, err, sizeof err);
-            json_decref(o);
-        } else {
-            st = wf_vmodel_spec_parse(txt, &v, err, sizeof err);
-        }
+        wf_status st = wf_vmodel_spec_from_text(txt, &v, err, sizeof err);
         if (st == WF_OK) {
             st = wf_server_vmodel_add(d->server, &v, NULL, err, sizeof err);
             wf_vmodel_spec_free(&v);
@@ -241,6 +236,8 @@ static int run_worker(const wf_config *cfg) {
     p.kv_profiles = cfg->kv_profiles;
     if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
     p.kv_accuracy = cfg->kv_accuracy;
+    p.vmodels = cfg->vmodels;
+    p.n_vmodels = (int)cfg->n_vmodels;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

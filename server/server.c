@@ -749,6 +749,7 @@ wf_http_server *wf_server_http(wf_server *s) { return s->http; }
 static void check_done(wf_server *s) {
     if (!s->done || !s->drained) return;
     if (s->n_gens > 0 || wf_http_server_active_requests(s->http) > 0) return;
+    if (wf__vm_loads_pending(s) > 0) return; /* an adapter load's work thread still runs */
     void (*done)(void *) = s->done;
     s->done = NULL;
     if (s->done_timer_on) uv_timer_stop(&s->done_timer);
@@ -823,6 +824,8 @@ void wf_server_free(wf_server *s) {
         pthread_join(s->drain_thread, NULL);
         s->drain_thread_on = false;
     }
+    /* adapter loads on work threads finish first: their completion touches the registry */
+    while (s->loop && wf__vm_loads_pending(s) > 0) uv_run(s->loop, UV_RUN_ONCE);
     if (s->http) wf_http_server_free(s->http); /* aborts requests: generations get cancelled */
     s->http = NULL;
     /* Generations still waiting for FINISHED events: the backend is going away too, so

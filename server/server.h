@@ -73,12 +73,23 @@ typedef struct wf_server_backend {
     /* Optional (NULL: no worker processes): fills up to cap ranks, returns how many exist. */
     int (*ranks)(void *ctx, wf_server_rank *out, int cap);
     /* Optional (NULL: no virtual models). Loads spec's adapters and binds them to num (the id
-     * its requests' tasks carry); *bytes gets their memory. WF_EFULL (nothing bound) when they
-     * need more than budget bytes (SIZE_MAX: unlimited). Adapter errors as engine/lora.h's, err
-     * naming the file. unload unbinds num (waiting for a batch that runs) and frees. */
+     * its requests' tasks carry); *bytes gets the memory of its adapters, *added the part newly
+     * held (an adapter file another virtual model holds is shared, not loaded again). WF_EFULL
+     * (nothing bound) when new adapters would take the memory held above budget (the total;
+     * SIZE_MAX: unlimited). Adapter errors as engine/lora.h's, err naming the file. The server
+     * calls it on a libuv work thread: it must be safe against concurrent loads and unloads of
+     * other nums. unload (loop thread) unbinds num (waiting for a batch that runs), frees the
+     * adapters no other virtual model uses and returns their bytes. */
     wf_status (*vmodel_load)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, size_t budget,
-                             size_t *bytes, char *err, size_t errlen);
-    void (*vmodel_unload)(void *ctx, uint32_t num);
+                             size_t *bytes, size_t *added, char *err, size_t errlen);
+    size_t (*vmodel_unload)(void *ctx, uint32_t num);
+    /* Optional: calls fn once per adapter file held (its path, bytes, and how many virtual
+     * models share it), each file once. */
+    void (*adapter_files)(void *ctx, void (*fn)(const char *path, size_t bytes, int users,
+                                                void *user), void *user);
+    /* Worker processes hold the adapters of the virtual models declared at start (--vmodel,
+     * passed to them): POST/DELETE /admin/models are refused (400) instead. */
+    bool vmodels_static;
 } wf_server_backend;
 
 /* An image model (a DiT) served on /v1/images/generations by the image scheduler. */
@@ -151,10 +162,12 @@ void wf_server_shutdown(wf_server *s, void (*done)(void *user), void *user);
 void wf_server_free(wf_server *s);
 
 /* Virtual models (after wf_server_set_ready; loop thread). add loads and binds the adapters
- * (blocking the loop for the load) and lists the model; on failure *http_status (may be NULL)
- * is the status to answer: 409 (name taken), 507 (adapter budget full), 400 (bad adapter, err
- * names the file), 503. remove: new requests get 404 at once, in-flight ones finish, then the
- * adapters are freed. WF_ENOTFOUND for an unknown id. */
+ * (blocking the caller for the load: start-up's --vmodel; POST /admin/models loads on a libuv
+ * work thread instead and answers when done) and lists the model; on failure *http_status (may
+ * be NULL) is the status to answer: 409 (name taken, or being added), 507 (adapter budget
+ * full), 400 (bad adapter, err names the file), 503. remove: new requests get 404 at once,
+ * in-flight ones finish, then the adapters no other virtual model shares are freed.
+ * WF_ENOTFOUND for an unknown id. */
 wf_status wf_server_vmodel_add(wf_server *s, const wf_vmodel_spec *spec, int *http_status,
                                char *err, size_t errlen);
 wf_status wf_server_vmodel_remove(wf_server *s, const char *id);

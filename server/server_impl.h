@@ -18,11 +18,12 @@ typedef struct wf_server_vm {
     wf_vmodel_spec spec;
     uint32_t num;               /* the id its tasks carry (proto/task.h vmodel) */
     uint64_t salt;              /* prefix-cache namespace */
-    size_t bytes;               /* adapter memory */
+    size_t bytes;               /* memory of its adapters (files it shares included) */
     int inflight;               /* generations using it */
+    int running;                /* ... of them that started generating */
     bool draining;              /* DELETEd: removed when inflight reaches 0 */
     uint64_t requests;
-    uint64_t rejected_quota;    /* 429s from max_in_flight */
+    uint64_t rejected_quota;    /* 429s from max_in_flight or max_queued */
     uint64_t prompt_tokens, generation_tokens; /* of its ended requests */
     int64_t created;
 } wf_server_vm;
@@ -68,8 +69,9 @@ struct wf_server {
     /* virtual models */
     wf_server_vm *vms;
     int n_vms, cap_vms;
-    uint32_t next_vm_num;
-    size_t adapter_bytes;
+    size_t adapter_bytes;       /* held by the backend, each shared file once */
+    struct wf_vm_load *vm_loads; /* POST /admin/models loads under way (work threads) */
+    int n_vm_loads;
 };
 
 /* Sends an OpenAI error envelope (and counts it). retry_after_s > 0 adds Retry-After. */
@@ -83,10 +85,14 @@ void wf__server_respond(wf_server *s, wf_http_request *req, int status, const ch
 void wf__server_count_stream(wf_server *s);
 
 /* vm_registry.c. acquire: the live virtual model `id` with one more in-flight user in *out:
- * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight quota is reached);
- * release gives it back (a drained one is removed at its last release). */
-wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out);
-void wf__vm_release(wf_server *s, uint32_t num, int prompt_tokens, int generation_tokens);
+ * WF_OK, WF_ENOTFOUND (no such live model) or WF_EFULL (its max_in_flight or max_queued quota
+ * is reached: why says which); started: that user produced its first token; release gives it
+ * back (a drained one is removed at its last release). */
+wf_status wf__vm_acquire(wf_server *s, const char *id, const wf_server_vm **out, char *why,
+                         size_t whylen);
+void wf__vm_started(wf_server *s, uint32_t num);
+void wf__vm_release(wf_server *s, uint32_t num, bool started, int prompt_tokens,
+                    int generation_tokens);
 void wf__vm_write_metrics(wf_server *s, wf_jbuf *b); /* Prometheus lines, label vmodel */
 void wf__vm_free_all(wf_server *s);
 void wf__vm_write_models(wf_server *s, wf_jbuf *b);  /* ",{...}" per live virtual model */
@@ -94,6 +100,8 @@ bool wf__vm_write_model(wf_server *s, wf_jbuf *b, const char *id);
 void wf__vm_write_admin(wf_server *s, wf_jbuf *b);   /* ",\"vmodels\":[...]" */
 void wf__vm_h_post(wf_server *s, wf_http_request *req);
 void wf__vm_h_delete(wf_server *s, wf_http_request *req);
+/* Loads under way (their ids are taken; shutdown and free wait for them). */
+int wf__vm_loads_pending(const wf_server *s);
 
 /* generate.c */
 void wf__gen_handle(wf_server *s, wf_http_request *req, wf_openai_kind kind);

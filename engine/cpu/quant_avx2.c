@@ -55,10 +55,15 @@ static void f16_vec_dot(int n, float *s, const void *vx, const void *vy) {
             __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(y + i + 8 * j)));
             acc[j] = _mm256_fmadd_ps(a, b, acc[j]);
         }
-    float sum = wf_hsum_ps8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
-                                          _mm256_add_ps(acc[2], acc[3])));
-    for (; i < n; i++) sum += _cvtsh_ss(x[i]) * _cvtsh_ss(y[i]);
-    *s = sum;
+    /* ggml's GGML_F32Cx8_REDUCE: (acc0 + acc2) + (acc1 + acc3), the two 128-bit halves, two
+     * hadds; the leftovers add in double (ggml_float), so F16 LoRA products round as
+     * llama.cpp's do */
+    __m256 r = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+    __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+    __m128 t1 = _mm_hadd_ps(t0, t0);
+    double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    for (; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+    *s = (float)sum;
 }
 
 static inline __m256 bf16x8_to_ps(const uint16_t *p) {

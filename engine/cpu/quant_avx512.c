@@ -128,9 +128,11 @@ static void f16_vec_dot(int n, float *s, const void *vx, const void *vy) {
             __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(y + i + 16 * j)));
             acc[j] = _mm512_fmadd_ps(a, b, acc[j]);
         }
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
-    for (; i < n; i++) sum += _cvtsh_ss(x[i]) * _cvtsh_ss(y[i]);
-    *s = sum;
+    /* ggml's GGML_F32Cx16_REDUCE, (acc0 + acc2) + (acc1 + acc3), and its leftovers in double
+     * (ggml_float): F16 LoRA products then round as llama.cpp's do */
+    double sum = (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+    for (; i < n; i++) sum += (double)(_cvtsh_ss(x[i]) * _cvtsh_ss(y[i]));
+    *s = (float)sum;
 }
 
 void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {

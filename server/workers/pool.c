@@ -343,14 +343,21 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
      * started in rank order, but only the coordinator's table says who is who. */
     char join[300];
     snprintf(join, sizeof join, "%s:%s", ws->host, port);
-    char *argv[] = {ws->exe, "--role", "worker", "--join", join,
-                    "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
-                    "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens", mbt,
-                    "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms", hb,
-                    "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL, NULL, NULL, NULL, NULL,
-                    NULL, NULL};
+    const char *base[] = {ws->exe, "--role", "worker", "--join", join,
+                          "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
+                          "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens",
+                          mbt, "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms",
+                          hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
     int argc = 0;
-    while (argv[argc]) argc++;
+    while (base[argc]) argc++;
+    /* the base, 6 optional KV arguments, 2 per virtual model, the NULL */
+    char **argv = calloc((size_t)argc + 7 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
+    if (!argv) return WF_ENOMEM;
+    memcpy(argv, base, (size_t)argc * sizeof *argv);
+    for (int i = 0; i < ws->p.n_vmodels; i++) {
+        argv[argc++] = "--vmodel";
+        argv[argc++] = ws->p.vmodels[i];
+    }
     char acc[32];
     if (ws->kv_profiles) {
         argv[argc++] = "--kv-profiles";
@@ -368,12 +375,13 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
     pid_t pid = fork();
-    if (pid < 0) return WF_EIO;
     if (pid == 0) {
         execv(ws->exe, argv);
         fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
         _exit(127);
     }
+    free(argv);
+    if (pid < 0) return WF_EIO;
     k->pid = pid;
     WF_LOG_INFO("workers", NULL, "started worker %s%d (pid %d) on CPUs %s",
                 replacement ? "rank " : "#", replacement ? k->rank : k->index + 1, (int)pid, k->cores);

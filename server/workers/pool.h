@@ -76,6 +76,9 @@ typedef struct wf_workers_params {
     const char *kv_profiles;  /* passed to started workers: KV codec library (NULL: raw) */
     const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
     double kv_accuracy;       /* 0: the workers' default */
+    char *const *vmodels;     /* --vmodel declarations every started worker loads (valid while
+                               * the pool lives: replacements get them too) */
+    int n_vmodels;
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;

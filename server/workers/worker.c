@@ -17,6 +17,7 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/vmodels.h"
 #include "server/workers/kv_xfer.h"
 #include "server/workers/world_link.h"
 
@@ -114,6 +115,8 @@ typedef struct worker {
     uint64_t transfers, transfer_bytes;
     uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
     char last_codec[96];             /* the last decision, for TRANSFER_DONE */
+    wf_lora **loras;                 /* virtual models' adapters (freed after the engine) */
+    int n_loras;
     wf_kv_xfer *xfer;                /* codec path (both directions) */
 } worker;
 
@@ -443,6 +446,39 @@ static int serve(worker *w) {
     }
 }
 
+/* The coordinator's --vmodel declarations: each one's adapters loaded into this engine and
+ * bound to the number the coordinator's tasks carry for it. */
+static wf_status bind_vmodels(worker *w, char *err, size_t errlen) {
+    const wf_worker_params *p = w->p;
+    if (p->n_vmodels <= 0) return WF_OK;
+    if (!(w->loras = calloc((size_t)p->n_vmodels * WF_VMODEL_MAX_ADAPTERS, sizeof *w->loras)))
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    for (int i = 0; i < p->n_vmodels; i++) {
+        wf_vmodel_spec v;
+        char e2[400];
+        wf_status st = wf_vmodel_spec_from_text(p->vmodels[i], &v, e2, sizeof e2);
+        if (st != WF_OK) return wf_status_errorf(err, errlen, st, "--vmodel: %s", e2);
+        wf_lora_use uses[WF_VMODEL_MAX_ADAPTERS];
+        for (int k = 0; k < v.n_adapters && st == WF_OK; k++) {
+            st = wf_engine_lora_load(w->engine, v.paths[k], &w->loras[w->n_loras], e2, sizeof e2);
+            if (st != WF_OK) {
+                wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", v.id, v.paths[k], e2);
+                break;
+            }
+            uses[k] = (wf_lora_use){w->loras[w->n_loras++], v.scales[k]};
+        }
+        if (st == WF_OK)
+            st = wf_engine_vmodel_bind(w->engine, wf_vmodel_spec_num(&v), uses, v.n_adapters, err,
+                                       errlen);
+        if (st == WF_OK)
+            WF_LOG_INFO("worker", NULL, "virtual model %s: %d adapter(s) bound", v.id,
+                        v.n_adapters);
+        wf_vmodel_spec_free(&v);
+        if (st != WF_OK) return st;
+    }
+    return WF_OK;
+}
+
 int wf_worker_main(const wf_worker_params *p) {
     worker w = {.p = p};
     int rc = 1;
@@ -521,6 +557,11 @@ int wf_worker_main(const wf_worker_params *p) {
         }
         wf_kv_xfer_post(w.xfer, w.world);
     }
+    if (bind_vmodels(&w, err, sizeof err) != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+        wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EINVAL, err);
+        goto out;
+    }
     w.exec = wf_engine_executor(w.engine, &w.kv);
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
@@ -535,6 +576,8 @@ out:
     free(w.pd_ops);
     wf_kv_xfer_free(w.xfer, w.world);
     wf_engine_free(w.engine);
+    for (int i = 0; i < w.n_loras; i++) wf_lora_free(w.loras[i]);
+    free(w.loras);
     if (w.kv_on) wf_kv_store_free(&w.kv);
     wf_world_destroy(w.world);
     return rc;

@@ -11,7 +11,8 @@
  * Protocol (proto/ frames, tag WF_WORLD_TAG_USER, all with rank 0): once the engine is loaded
  * the worker sends HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
  * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
- * heartbeat_ms while idle. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
+ * heartbeat_ms while idle. Virtual models' adapters (p.vmodels) are loaded before that first
+ * heartbeat. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
  * tasks' outputs) and BATCH_DONE. SHUTDOWN ends the process. Rank 0 failing, or silent for
  * timeout_ms, ends it too (a worker never outlives its coordinator). */
 #ifndef WF_SERVER_WORKERS_WORKER_H
@@ -38,6 +39,10 @@ typedef struct wf_worker_params {
     const char *kv_profiles;  /* profile library (weft-kvprof's JSON); NULL: always raw */
     const char *kv_codec;     /* "auto" (controller), "off", or a profile name */
     double kv_accuracy;       /* deployment default accuracy budget (0..1) */
+    /* virtual models (server/vmodels.h text forms): their adapters are loaded and bound to the
+     * number wf_vmodel_spec_num gives, the coordinator's; a bad one is a start-up failure */
+    char *const *vmodels;
+    int n_vmodels;
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

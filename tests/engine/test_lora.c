@@ -52,8 +52,8 @@ static wf_status try_load(const wf_model *m, const char *path, char *err, size_t
 /* The GGUF file and the PEFT folder hold the same adapter (llama: the PEFT copy in Hugging
  * Face's Q/K row order): once loaded they must be the same numbers, bit for bit. */
 START_TEST(test_formats_agree) {
-    const char *names[] = {"tiny-llama", "tiny-qwen2"};
-    const char *models[] = {TINY "llama-q8_0.gguf", TINY "qwen2-q8_0.gguf"};
+    const char *names[] = {"tiny-llama", "tiny-qwen2", "tiny-llama-f16"};
+    const char *models[] = {TINY "llama-q8_0.gguf", TINY "qwen2-q8_0.gguf", TINY "llama-q8_0.gguf"};
     int n = _i;
     wf_model *m = load_model(models[n]);
     char path[1024], err[256];
@@ -81,10 +81,13 @@ START_TEST(test_formats_agree) {
                                : t == WF_LORA_WO ? &m->layers[l].wo
                                : t == WF_LORA_W_GATE ? &m->layers[l].w_gate
                                : t == WF_LORA_W_UP ? &m->layers[l].w_up : &m->layers[l].w_down;
+            ck_assert_int_eq(a->a_type, b->a_type);
+            ck_assert_int_eq(a->b_type, b->b_type);
+            size_t es = a->a_type == WF_GGML_TYPE_F32 ? 4 : 2;
             size_t na = (size_t)a->rank * (size_t)w->ne0, nb = (size_t)a->rank * (size_t)w->ne1;
-            ck_assert_msg(memcmp(a->a, b->a, na * 4) == 0, "layer %d %s: A differs", l,
+            ck_assert_msg(memcmp(a->a, b->a, na * es) == 0, "layer %d %s: A differs", l,
                           wf_lora_target_name((wf_lora_target)t));
-            ck_assert_msg(memcmp(a->b, b->b, nb * 4) == 0, "layer %d %s: B differs", l,
+            ck_assert_msg(memcmp(a->b, b->b, nb * es) == 0, "layer %d %s: B differs", l,
                           wf_lora_target_name((wf_lora_target)t));
         }
     wf_lora_free(g);
@@ -354,6 +357,18 @@ START_TEST(test_golden_tiny) {
 }
 END_TEST
 
+/* F16 adapters (A and B stored as F16 in both files): llama.cpp multiplies them as F16
+ * weights, rounding the activations to F16 first; weft's tokens must still be its tokens. */
+START_TEST(test_golden_f16) {
+    if (sanitized() && _i >= 2) return; /* the default model under sanitizers: too slow */
+    const char *name = _i < 2 ? "tiny-llama-f16" : "smollm2-f16";
+    char adapter[512], fixture[512];
+    snprintf(adapter, sizeof adapter, DATA "%s.%s", name, _i % 2 ? "peft" : "gguf");
+    snprintf(fixture, sizeof fixture, DATA "%s.txt", name);
+    check_fixture(_i < 2 ? TINY "llama-q8_0.gguf" : model_path(), adapter, fixture);
+}
+END_TEST
+
 START_TEST(test_golden_default_model) {
     if (sanitized() && _i == 1) return;
     char adapter[512];
@@ -456,13 +471,14 @@ END_TEST
 static Suite *lora_suite(void) {
     Suite *s = suite_create("engine_lora");
     TCase *tl = tcase_create("load");
-    tcase_add_loop_test(tl, test_formats_agree, 0, 2);
+    tcase_add_loop_test(tl, test_formats_agree, 0, 3);
     tcase_add_test(tl, test_bad_adapters);
     suite_add_tcase(s, tl);
     TCase *tg = tcase_create("golden");
     tcase_set_timeout(tg, 240);
     tcase_add_loop_test(tg, test_golden_tiny, 0, 4);
     tcase_add_loop_test(tg, test_golden_default_model, 0, 2);
+    tcase_add_loop_test(tg, test_golden_f16, 0, 4);
     tcase_add_loop_test(tg, test_batch_invariance, 0, 2);
     suite_add_tcase(s, tg);
     return s;

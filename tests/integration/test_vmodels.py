@@ -3,7 +3,8 @@
 --vmodel flags, GET /v1/models (parent/root), greedy output equal to llama.cpp's with the same
 adapter (tests/engine/data/lora fixtures), the prefix cache kept apart per adapter, POST/DELETE
 /admin/models under load (the removed one drains and then 404s, the other is undisturbed), the
-adapter memory budget (507) and bad adapter files (400 naming the file)."""
+adapter memory budget (507; a file already held costs nothing more) and bad adapter files (400
+naming the file). Run-time additions: test_vmodels_admin.py; --workers: test_vmodels_workers.py."""
 import json
 import os
 import shutil
@@ -161,11 +162,29 @@ def test_quota_429_for_that_model_only(weftd, client):
     assert q["rejected_quota_total"] == 1 and q["max_in_flight"] == 1
 
 
+def stats_of(weftd, vm):
+    code, stats = call(weftd, "GET", "/admin/stats")
+    assert code == 200
+    return stats, ([v for v in stats["vmodels"] if v["id"] == vm] or [None])[0]
+
+
 def test_admin_add_errors(weftd, tmpdir):
-    # the budget (4 MiB) holds the three adapters loaded so far, not a fourth
-    code, body = call(weftd, "POST", "/admin/models", {"id": "third", "adapter": GGUF})
+    # the budget (4 MiB) holds the two adapter files loaded so far (quota1 shares peft-half's)
+    # and one more copy, not two
+    copies = []
+    for k in range(2):
+        copies.append(os.path.join(str(tmpdir), f"copy{k}.gguf"))
+        shutil.copyfile(GGUF, copies[-1])
+    code, body = call(weftd, "POST", "/admin/models", {"id": "third", "adapter": copies[0]})
+    assert code == 201, body
+    code, body = call(weftd, "POST", "/admin/models", {"id": "fourth", "adapter": copies[1]})
     assert code == 507, body
     assert "budget" in body["error"]["message"]
+    # a file already held costs nothing more: accepted with the budget full
+    code, body = call(weftd, "POST", "/admin/models", {"id": "fourth", "adapter": copies[0]})
+    assert code == 201, body
+    for vm in ("third", "fourth"):
+        assert call(weftd, "DELETE", "/admin/models/" + vm)[0] == 200
     code, body = call(weftd, "POST", "/admin/models", {"id": "sql", "adapter": GGUF})
     assert code == 409, body
     bad = os.path.join(str(tmpdir), "trunc.gguf")

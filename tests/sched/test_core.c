@@ -36,6 +36,9 @@ typedef struct harness {
     rec recs[MAXREQ];
     int n_reqs;
     uint64_t start_rng[MAXREQ][MAXCH];
+    uint32_t next_vmodel;       /* h_add gives the next request this virtual model */
+    int next_vm_max_running;    /* ... and this per-virtual-model seat quota */
+    int max_vm1_tasks;          /* most tasks of virtual model 1 in one batch */
 } harness;
 
 static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
@@ -84,6 +87,9 @@ static void on_batch(void *user, const wf_task_batch *b) {
     ck_assert_int_eq(b->group.n_ranks, 1);
     ck_assert_int_eq(b->group.ranks[0], 0);
     if (pre && dec) h->mixed_batches++;
+    int vm1 = 0;
+    for (int i = 0; i < b->n_tasks; i++) vm1 += b->tasks[i].vmodel == 1;
+    if (vm1 > h->max_vm1_tasks) h->max_vm1_tasks = vm1;
     int prefill_tokens = tokens - dec;
     if (dec && prefill_tokens > h->max_prefill_with_decode)
         h->max_prefill_with_decode = prefill_tokens;
@@ -125,6 +131,8 @@ static wf_request *h_add(harness *h, const int32_t *prompt, int n_prompt, int ma
     spec.n = n;
     spec.sampling.temperature = temperature;
     spec.priority = priority;
+    spec.vmodel = h->next_vmodel;
+    spec.vm_max_running = h->next_vm_max_running;
     snprintf(spec.id, sizeof spec.id, "req-%d", h->n_reqs);
     wf_request *r;
     ck_assert_int_eq(wf__request_new(&spec, 256, h->store.geometry.block_size,
@@ -512,6 +520,33 @@ START_TEST(priority_preempts_the_lowest_priority) {
 }
 END_TEST
 
+START_TEST(vmodel_max_running_caps_only_that_model) {
+    /* Virtual model 1 may run one request at a time: its three requests run one after another,
+     * while virtual model 2's request, queued behind them, starts at once. */
+    harness h;
+    h_init(&h, "fcfs", 64, 4, 64, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[4][8];
+    for (int i = 0; i < 4; i++) make_prompt(p[i], 8, i + 1);
+    h.next_vmodel = 1;
+    h.next_vm_max_running = 1;
+    for (int i = 0; i < 3; i++) h_add(&h, p[i], 8, 6, 1, 0, 1e6, 0);
+    h.next_vmodel = 2;
+    h.next_vm_max_running = 0;
+    h_add(&h, p[3], 8, 6, 1, 0, 1e6, 0);
+    h_step(&h);
+    ck_assert_int_eq(h.core.n_running, 2); /* one of model 1, model 2's */
+    ck_assert_int_eq(h.recs[3].first_token_iter, h.core.iteration);
+    h_run(&h);
+    ck_assert_int_eq(h.max_vm1_tasks, 1);
+    /* model 1's requests ran in arrival order, one after another */
+    ck_assert_uint_lt(h.recs[0].token_iters[5], h.recs[1].first_token_iter);
+    ck_assert_uint_lt(h.recs[1].token_iters[5], h.recs[2].first_token_iter);
+    for (int i = 0; i < 4; i++) check_request(&h, i, p[i], 8, 6, 0);
+    h_free(&h);
+}
+END_TEST
+
 START_TEST(priority_displaces_a_running_request) {
     /* One seat. The low-priority request is decoding when an urgent one arrives: it is
      * preempted at the next iteration, the urgent one runs to the end, then it resumes with
@@ -807,6 +842,7 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, request_too_big_for_cache_fails_cleanly);
     tcase_add_test(tc, priority_preempts_the_lowest_priority);
     tcase_add_test(tc, priority_displaces_a_running_request);
+    tcase_add_test(tc, vmodel_max_running_caps_only_that_model);
     tcase_add_test(tc, random_workloads_keep_every_invariant);
     tcase_add_test(tc, tasks_carry_the_next_token_deadline);
     suite_add_tcase(s, tc);

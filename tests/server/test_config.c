@@ -193,9 +193,14 @@ START_TEST(vmodels_from_flags_and_file) {
     ck_assert_int_ne(parse(&cfg, bad, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "adaptr"), "%s", err);
     wf_config_free(&cfg);
+    /* with worker processes too (they load the declarations themselves) */
     char *workers[] = {"weftd", "--workers", "2", "--vmodel", "id=c,adapter=/z", NULL};
-    ck_assert_int_ne(parse(&cfg, workers, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "--vmodel"), "%s", err);
+    ck_assert_msg(parse(&cfg, workers, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg.n_vmodels, 1);
+    wf_config_free(&cfg);
+    char *json_bad[] = {"weftd", "--vmodel", "{\"id\": 1}", NULL};
+    ck_assert_int_ne(parse(&cfg, json_bad, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "'id'"), "%s", err);
     wf_config_free(&cfg);
     unlink(file);
 }

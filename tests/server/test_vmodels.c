@@ -1,7 +1,9 @@
-/* Virtual-model declarations: the --vmodel grammar, its JSON form, errors naming the key, and
- * the prefix-cache salt (equal for equal adapter lists only). */
+/* Virtual-model declarations: the --vmodel grammar, its JSON form, errors naming the key, the
+ * prefix-cache salt (equal for equal adapter lists only), and default sampling parameters
+ * (checked as a request's; a request's own values win). */
 #include <check.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -27,7 +29,25 @@ START_TEST(test_parse_flag) {
                                           sizeof err), WF_OK);
     ck_assert_str_eq(v.paths[0], "/x:y/z");
     ck_assert(v.ttft_ms == 250 && v.tpot_ms == 40);
+    ck_assert_int_eq(v.max_running + v.max_queued + v.max_in_flight, 0);
     wf_vmodel_spec_free(&v);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,max_running=2,max_queued=5,"
+                                          "max_in_flight=9", &v, err, sizeof err), WF_OK);
+    ck_assert_int_eq(v.max_running, 2);
+    ck_assert_int_eq(v.max_queued, 5);
+    ck_assert_int_eq(v.max_in_flight, 9);
+    wf_vmodel_spec_free(&v);
+    json_t *o = json_loads("{\"id\":\"a\",\"adapter\":\"/x\",\"max_running\":3,"
+                           "\"max_queued\":4}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_OK);
+    json_decref(o);
+    ck_assert_int_eq(v.max_running, 3);
+    ck_assert_int_eq(v.max_queued, 4);
+    wf_vmodel_spec_free(&v);
+    o = json_loads("{\"id\":\"a\",\"adapter\":\"/x\",\"max_queued\":-1}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "'max_queued'"), "%s", err);
+    json_decref(o);
 }
 END_TEST
 
@@ -44,6 +64,8 @@ START_TEST(test_parse_errors) {
         /* found by tests/fuzz/fuzz_vmodel.c: NaN reached an (int) cast (undefined) */
         {"id=a,adapter=/x,max_in_flight=nan", "'max_in_flight'"},
         {"id=a,adapter=/x,max_in_flight=-nan", "'max_in_flight'"},
+        {"id=a,adapter=/x,max_running=-1", "'max_running'"},
+        {"id=a,adapter=/x,max_queued=x", "'max_queued'"},
         {"id=a,adapter=/x,ttft_ms=0", "'ttft_ms'"},
         {"id=a,adapter=/x,tpot_ms=x", "'tpot_ms'"},
         {"id=a b,adapter=/x", "'id'"},
@@ -111,6 +133,78 @@ START_TEST(test_json_nul_refused) {
 }
 END_TEST
 
+START_TEST(test_defaults) {
+    wf_vmodel_spec v, w;
+    char err[512];
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=d,adapter=/x,temperature=0.3,top_k=5,max_tokens=7,"
+                                          "stop=END,stop=;;,seed=42", &v, err, sizeof err), WF_OK);
+    json_t *d = v.defaults;
+    ck_assert_ptr_nonnull(d);
+    ck_assert(json_real_value(json_object_get(d, "temperature")) == 0.3);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "top_k")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "max_tokens")), 7);
+    ck_assert_int_eq(json_integer_value(json_object_get(d, "seed")), 42);
+    ck_assert_int_eq(json_array_size(json_object_get(d, "stop")), 2);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(d, "stop"), 1)), ";;");
+    /* the request's own values win; absent or null fields take the defaults */
+    const char *body = "{\"prompt\":\"hi\",\"temperature\":1.5,\"top_k\":null}";
+    char *out;
+    size_t n;
+    ck_assert_int_eq(wf_vmodel_spec_apply_defaults(&v, body, strlen(body), &out, &n), WF_OK);
+    ck_assert_ptr_nonnull(out);
+    json_t *m = json_loadb(out, n, 0, NULL);
+    ck_assert(json_real_value(json_object_get(m, "temperature")) == 1.5);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "top_k")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "max_tokens")), 7);
+    ck_assert_int_eq(json_array_size(json_object_get(m, "stop")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "prompt")), "hi");
+    json_decref(m);
+    free(out);
+    /* max_completion_tokens is the request's max_tokens */
+    body = "{\"messages\":[],\"max_completion_tokens\":3,\"temperature\":0,\"top_k\":1,"
+           "\"stop\":[],\"seed\":1}";
+    ck_assert_int_eq(wf_vmodel_spec_apply_defaults(&v, body, strlen(body), &out, &n), WF_OK);
+    ck_assert_ptr_null(out); /* everything set: nothing added */
+    /* not an object: left to the decoder's error */
+    ck_assert_int_eq(wf_vmodel_spec_apply_defaults(&v, "[1]", 3, &out, &n), WF_OK);
+    ck_assert_ptr_null(out);
+    /* a deep copy keeps them */
+    ck_assert_int_eq(wf_vmodel_spec_copy(&w, &v), WF_OK);
+    wf_vmodel_spec_free(&v);
+    ck_assert_int_eq(json_integer_value(json_object_get(w.defaults, "top_k")), 5);
+    wf_vmodel_spec_free(&w);
+
+    /* JSON form, and the API's range checks applied to the defaults */
+    json_t *o = json_loads("{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"top_p\":0.9,"
+                           "\"stop\":[\"a,b\"],\"frequency_penalty\":0.5}}", 0, NULL);
+    ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_OK);
+    json_decref(o);
+    ck_assert(json_real_value(json_object_get(v.defaults, "top_p")) == 0.9);
+    wf_vmodel_spec_free(&v);
+    const struct { const char *text, *want; } bad[] = {
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"temperature\":3}}", "temperature"},
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"top_p\":\"x\"}}", "top_p"},
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"n\":2}}", "'defaults.n'"},
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":[1]}", "'defaults' must be"},
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"stop\":[1]}}", "stop"},
+        {"{\"id\":\"j\",\"adapter\":\"/x\",\"defaults\":{\"max_tokens\":0}}", "max_tokens"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o = json_loads(bad[i].text, 0, NULL);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(wf_vmodel_spec_from_json(o, &v, err, sizeof err), WF_EINVAL);
+        ck_assert_msg(strstr(err, bad[i].want), "%s -> %s", bad[i].text, err);
+        json_decref(o);
+    }
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,top_k=1.5", &v, err, sizeof err),
+                     WF_EINVAL);
+    ck_assert_msg(strstr(err, "'top_k' must be an integer"), "%s", err);
+    ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,min_p=2", &v, err, sizeof err),
+                     WF_EINVAL);
+    ck_assert_msg(strstr(err, "vmodel 'a': default") && strstr(err, "min_p"), "%s", err);
+}
+END_TEST
+
 static Suite *vmodels_suite(void) {
     Suite *s = suite_create("server_vmodels");
     TCase *tc = tcase_create("spec");
@@ -118,6 +212,7 @@ static Suite *vmodels_suite(void) {
     tcase_add_test(tc, test_parse_errors);
     tcase_add_test(tc, test_json_and_salt);
     tcase_add_test(tc, test_json_nul_refused);
+    tcase_add_test(tc, test_defaults);
     suite_add_tcase(s, tc);
     return s;
 }
