@@ -104,7 +104,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const wf_weight *w = weight_of(m, layer, t);
             if (mt->rank < 1 || mt->rank > WF_LORA_MAX_RANK || mt->rank > l->max_rank) abort();
             size_t na = (size_t)mt->rank * (size_t)w->ne0, nb = (size_t)mt->rank * (size_t)w->ne1;
-            sink += mt->a[0] + mt->a[na - 1] + mt->b[0] + mt->b[nb - 1];
+            /* A and B hold their file's element type: touch their first and last bytes */
+            size_t ea = mt->a_type == WF_GGML_TYPE_F32 ? 4 : 2, eb = mt->b_type == WF_GGML_TYPE_F32 ? 4 : 2;
+            const unsigned char *a = mt->a, *b = mt->b;
+            sink += a[0] + a[na * ea - 1] + b[0] + b[nb * eb - 1];
             sink += wf_lora_scale(l, mt, 1.0f);
             n++;
         }
