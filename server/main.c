@@ -240,6 +240,11 @@ static int run_worker(const wf_config *cfg) {
     p.kv_profiles = cfg->kv_profiles;
     if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
     p.kv_accuracy = cfg->kv_accuracy;
+    if (cfg->n_dits > 1) {
+        WF_LOG_ERROR("worker", NULL, "a worker runs one DiT model (got %d)", cfg->n_dits);
+        return 1;
+    }
+    p.dit_path = cfg->n_dits == 1 ? cfg->dit_models[0] : NULL;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/dit/dit_exec.h"
 #include "engine/engine.h"
 #include "engine/world/world.h"
 #include "proto/base/clock.h"
@@ -18,6 +19,7 @@
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
 #include "server/workers/kv_xfer.h"
+#include "server/workers/pool.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -115,6 +117,8 @@ typedef struct worker {
     uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
     char last_codec[96];             /* the last decision, for TRANSFER_DONE */
     wf_kv_xfer *xfer;                /* codec path (both directions) */
+    wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
+    float *dit_scratch;              /* receives a latent that has no slot (then fails) */
 } worker;
 
 /* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
@@ -312,6 +316,74 @@ static wf_status send_heartbeat(worker *w) {
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
 
+/* A batch of DENOISE chunks: its latents arrive right after the frame (one tagged message per
+ * task), run in slots of the DiT executor, and go back right after BATCH_DONE; the slots are
+ * freed again, so a latent lives here only for its chunk (the coordinator holds it between
+ * chunks and may send the next one to any rank). Every latent is received even when the batch
+ * cannot run, so the coordinator's sends never wait for nothing. */
+static wf_status run_dit(worker *w, wf_task_batch *b) {
+    char err[WF_FRAME_TASK_MESSAGE_MAX] = "", msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    wf_frame_batch_done done = {.iteration = b->iteration, .status = WF_OK};
+    int rank = wf_world_rank(w->world), n = b->n_tasks;
+    wf_world_op ops[256];
+    float *lat[256];
+    size_t bytes = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0;
+    if (!w->dit) {
+        done.status = WF_EUNSUPPORTED;
+        snprintf(msg, sizeof msg, "no DiT model on this worker");
+    } else if (n > 255) {
+        done.status = WF_EINVAL;
+        snprintf(msg, sizeof msg, "%d DENOISE tasks in one batch (at most 255)", n);
+    } else {
+        for (int j = 0; j < n; j++) {
+            wf_task *t = &b->tasks[j];
+            lat[j] = t->kind == WF_TASK_DENOISE ? wf_dit_exec_latent(w->dit, t->dit.latent.id, true) : NULL;
+            if (!lat[j] && done.status == WF_OK) {
+                done.status = t->kind == WF_TASK_DENOISE ? WF_EFULL : WF_EINVAL;
+                snprintf(msg, sizeof msg, "task %d: %s", j,
+                         t->kind == WF_TASK_DENOISE ? "no free latent slot" : "not a DENOISE task");
+            }
+            ops[j] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
+                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                   .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes};
+        }
+        wf_status st = wf_world_run(w->world, ops, n);
+        if (st != WF_OK) return st; /* rank 0 is gone or stuck */
+        for (int j = 0; j < n && done.status == WF_OK; j++)
+            if (ops[j].received != bytes) {
+                done.status = WF_EPROTO;
+                snprintf(msg, sizeof msg, "latent %d: %zu bytes, expected %zu", j, ops[j].received, bytes);
+            }
+        if (done.status == WF_OK) done.status = wf_executor_run(wf_dit_exec_executor(w->dit), b, msg, sizeof msg);
+    }
+    w->batches++;
+    wf_status st = WF_OK;
+    if (done.status != WF_OK) {
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", rank, msg);
+    } else {
+        if (n > w->results_cap) {
+            free(w->results);
+            w->results_cap = 0;
+            if (!(w->results = malloc((size_t)n * sizeof *w->results))) return WF_ENOMEM;
+            w->results_cap = n;
+        }
+        wf_frame_task_event ev;
+        wf_frame_task_event_from_batch(b, w->results, NULL, &ev);
+        st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_task_event, &ev, err, sizeof err);
+    }
+    if (st == WF_OK) st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+    if (st == WF_OK && done.status == WF_OK) {
+        for (int j = 0; j < n; j++)
+            ops[j] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
+                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                   .buf = lat[j], .len = bytes};
+        st = wf_world_run(w->world, ops, n);
+    }
+    for (int j = 0; w->dit && j < n && j < 256; j++)
+        if (b->tasks[j].kind == WF_TASK_DENOISE) wf_dit_exec_latent_drop(w->dit, b->tasks[j].dit.latent.id);
+    return st;
+}
+
 /* Runs one TASK_DISPATCH and answers it. A frame that does not decode is answered with a
  * failed BATCH_DONE when its iteration can be read, so the coordinator never waits for it. */
 static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
@@ -337,6 +409,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
         return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
     }
+    if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) return run_dit(w, &batch);
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
     bool pd = false;
@@ -522,6 +595,20 @@ int wf_worker_main(const wf_worker_params *p) {
         wf_kv_xfer_post(w.xfer, w.world);
     }
     w.exec = wf_engine_executor(w.engine, &w.kv);
+    if (p->dit_path) {
+        wf_dit_exec_options xo;
+        wf_dit_exec_options_init(&xo);
+        xo.model_path = p->dit_path;
+        xo.n_threads = n_threads;
+        char xerr[400];
+        if (wf_dit_exec_open(&xo, &w.dit, xerr, sizeof xerr) != WF_OK ||
+            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats(w.dit) * sizeof(float)))) {
+            snprintf(err, sizeof err, "DiT %s: %s", p->dit_path, w.dit ? "out of memory" : xerr);
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
+            goto out;
+        }
+    }
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
                 w.kv.n_blocks);
@@ -534,6 +621,8 @@ out:
     free(w.pd_tables);
     free(w.pd_ops);
     wf_kv_xfer_free(w.xfer, w.world);
+    wf_dit_exec_free(w.dit);
+    free(w.dit_scratch);
     wf_engine_free(w.engine);
     if (w.kv_on) wf_kv_store_free(&w.kv);
     wf_world_destroy(w.world);

@@ -38,6 +38,9 @@ typedef struct wf_worker_params {
     const char *kv_profiles;  /* profile library (weft-kvprof's JSON); NULL: always raw */
     const char *kv_codec;     /* "auto" (controller), "off", or a profile name */
     double kv_accuracy;       /* deployment default accuracy budget (0..1) */
+    const char *dit_path;     /* a DiT whose DENOISE chunks this worker runs (NULL: none); the
+                                 latents cross with the TASK_DISPATCH as tagged messages
+                                 (server/workers/pool.h: wf_workers_dispatch_latents) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

@@ -1,0 +1,58 @@
+/* DiT serving on worker ranks (`weftd --workers N` with a DiT): an executor for the image
+ * scheduler (sched/images.h) that runs each batch's ENCODE, DECODE_IMAGE and FINISH tasks on the
+ * coordinator's in-process DiT executor and its DENOISE chunks on the worker ranks.
+ *
+ *     wf_dit_router *r;
+ *     if (wf_dit_router_new(local_dit, workers, &r) != WF_OK) ...;
+ *     wf_image_sched_add_model(images, wf_dit_router_executor(r), &geometry, &model);
+ *     ...
+ *     wf_dit_router_stats st; wf_dit_router_get_stats(r, &st);     // chunks per rank
+ *     wf_dit_router_free(r);                                        // after the image scheduler
+ *
+ * Latents are artifacts whose home is the coordinator's latent table (the in-process
+ * executor's): a DENOISE chunk sends its latent to the rank that runs it with the TASK_DISPATCH
+ * and gets the result back with the BATCH_DONE (server/workers/pool.h:
+ * wf_workers_dispatch_latents), and the home copy is only overwritten by a chunk that
+ * succeeded. So every chunk may run on another rank, and a chunk lost with its worker (killed,
+ * stuck) runs again from its last latent on a live rank (at most WF_DIT_ROUTER_ATTEMPTS times);
+ * with no live worker left the batch fails with an error naming the ranks. The noise is a pure
+ * function of (seed, image, step, element), so the images are bit-identical to the in-process
+ * path whatever rank runs which chunk.
+ *
+ * Placement (one rank per chunk): the batch's DENOISE tasks are split in contiguous blocks over
+ * the live workers, so the ranks work on one batch in parallel (data parallelism at every chunk
+ * boundary; the image scheduler keeps one batch in flight per model).
+ *
+ * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
+ * thread. The local executor and the pool must outlive the router. */
+#ifndef WF_SERVER_WORKERS_DIT_ROUTER_H
+#define WF_SERVER_WORKERS_DIT_ROUTER_H
+
+#include <stdint.h>
+
+#include "engine/dit/dit_exec.h"
+#include "proto/task.h"
+#include "server/workers/pool.h"
+
+#define WF_DIT_ROUTER_ATTEMPTS 3
+
+typedef struct wf_dit_router wf_dit_router;
+
+/* WF_EINVAL (no pool or no local executor), WF_ENOMEM, WF_EIO (thread). */
+wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, wf_dit_router **out);
+wf_executor wf_dit_router_executor(wf_dit_router *r);
+/* NULL is a no-op. Runs what is queued first. */
+void wf_dit_router_free(wf_dit_router *r);
+
+typedef struct wf_dit_router_stats {
+    uint64_t batches;                      /* batches with DENOISE tasks */
+    uint64_t chunks;                       /* DENOISE tasks run (each on one rank) */
+    uint64_t rank_chunks[WF_WORKERS_MAX];  /* per worker index */
+    uint64_t retried;                      /* chunks run again after their worker was lost */
+    uint64_t failed;                       /* chunks that failed (no live worker, errors) */
+    int last_ranks;                        /* worker ranks the last batch's chunks ran on */
+} wf_dit_router_stats;
+
+void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
+
+#endif
