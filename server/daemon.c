@@ -107,8 +107,10 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         if (d->workers) {
             /* The workers loaded this DiT too (wf_workers_params.dit_path): its DENOISE
              * chunks run there, ENCODE and DECODE_IMAGE here, where the latents live. */
-            if ((st = wf_dit_router_new(d->dits[i], d->workers, &d->dit_router)) != WF_OK)
-                return wf_status_errorf(err, errlen, st, "DiT worker router: %s", wf_status_str(st));
+            char rerr[300];
+            if ((st = wf_dit_router_new(d->dits[i], d->workers, p->dit_policy, io.chunk_steps,
+                                        &d->dit_router, rerr, sizeof rerr)) != WF_OK)
+                return wf_status_errorf(err, errlen, st, "--dit-policy: %s", rerr);
             ex = wf_dit_router_executor(d->dit_router);
         }
 #endif

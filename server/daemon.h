@@ -58,6 +58,7 @@ typedef struct wf_daemon_params {
     int n_dits;
     int image_chunk_steps;
     bool image_batching;
+    const char *dit_policy;   /* --dit-policy with --workers (sched/dit_policy.h); NULL: default */
     int image_max_batch;
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */

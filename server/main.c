@@ -81,6 +81,7 @@ static void *load_main(void *arg) {
     p.dit_names = (const char *const *)d->cfg.dit_names;
     p.n_dits = d->cfg.n_dits;
     p.image_chunk_steps = d->cfg.image_chunk_steps;
+    p.dit_policy = d->cfg.dit_policy;
     p.image_batching = d->cfg.image_batching != 0;
     p.image_max_batch = d->cfg.image_max_batch;
     p.share_cores = d->cfg.share_cores != 0;

@@ -351,6 +351,16 @@ void wf_metrics_render_images(const wf_metrics *m, const char *model, const wf_i
               model, &m->image_e2e);
     histogram(b, "weft:image_queue_time_seconds", "Image request time before its first task ran.",
               model, &m->image_queue);
+    gauge(b, "weft:image_group_size",
+          "Ranks of the group that ran the last DENOISE chunk (--workers: chosen by --dit-policy at every chunk boundary; 1 in-process).",
+          model, st->last_group_size);
+    name = "weft:image_chunks_by_group_size_total";
+    header(b, name, "counter", "DENOISE chunks run, by the size of their group of ranks.");
+    for (int P = 1; P <= WF_IMAGE_MAX_GROUP; P++) {
+        char lab[48];
+        snprintf(lab, sizeof lab, ",group_size=\"%d\"", P);
+        if (st->chunks_by_group[P]) sample_u(b, name, model, lab, st->chunks_by_group[P]);
+    }
     gauge(b, "weft:image_slo_attainment",
           "Image requests with slo.deadline_ms that finished within it (fraction; 1 when none).", model,
           m->image_deadline_total ? (double)m->image_deadline_met / (double)m->image_deadline_total : 1.0);

@@ -158,6 +158,11 @@ void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id) {
 }
 
 size_t wf_dit_exec_latent_floats(const wf_dit_exec *x) { return x->latent_size; }
+wf_dit *wf_dit_exec_model(wf_dit_exec *x) { return x->model; }
+wf_threadpool *wf_dit_exec_pool(wf_dit_exec *x) { return x->pool; }
+void wf_dit_exec_sampler_config(const wf_dit_exec *x, int sampler, wf_dit_sampler_config *cfg) {
+    schedule_config(x, sampler, cfg);
+}
 
 static wf_dit_noise_key task_key(const wf_task *t) {
     return (wf_dit_noise_key){.seed = t->dit.seed, .request = t->dit.noise_index};

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "engine/dit/dit_step.h"
 #include "proto/base/status.h"
 #include "proto/task.h"
 
@@ -93,5 +94,12 @@ wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_st
 float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create);
 void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id);
 size_t wf_dit_exec_latent_floats(const wf_dit_exec *x);
+
+/* What a multi-rank stepper over the same model needs (engine/elastic/dit_sp.h on a worker
+ * rank): the model, the thread pool and the sampler config of `sampler` (< 0: the model's).
+ * Use them only while no batch of this executor runs (they share the model's buffers). */
+wf_dit *wf_dit_exec_model(wf_dit_exec *x);
+wf_threadpool *wf_dit_exec_pool(wf_dit_exec *x);
+void wf_dit_exec_sampler_config(const wf_dit_exec *x, int sampler, wf_dit_sampler_config *cfg);
 
 #endif

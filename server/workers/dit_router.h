@@ -19,9 +19,15 @@
  * function of (seed, image, step, element), so the images are bit-identical to the in-process
  * path whatever rank runs which chunk.
  *
- * Placement (one rank per chunk): the batch's DENOISE tasks are split in contiguous blocks over
- * the live workers, so the ranks work on one batch in parallel (data parallelism at every chunk
- * boundary; the image scheduler keeps one batch in flight per model).
+ * Placement: at every chunk boundary (each batch: the image scheduler keeps one in flight per
+ * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job
+ * (tokens, steps done and left, deadline) and the live workers as free ranks, and picks jobs
+ * and their groups; the picked chunks run at once, one wave, then the policy picks again for
+ * the rest of the batch. Single-rank picks on the same rank share a forward pass; a group of P
+ * > 1 ranks runs its chunk with sequence parallelism (engine/elastic/dit_sp.h, Ulysses): every
+ * member gets the whole latent and the coordinator takes back each member's rows. The cost
+ * model the policy predicts with is measured here at start (one-step chunks per degree) and
+ * corrected by every single-chunk group that runs.
  *
  * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
  * thread. The local executor and the pool must outlive the router. */
@@ -38,19 +44,27 @@
 
 typedef struct wf_dit_router wf_dit_router;
 
-/* WF_EINVAL (no pool or no local executor), WF_ENOMEM, WF_EIO (thread). */
-wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, wf_dit_router **out);
+/* Calibrates the cost model through the workers (blocking: a few one-step chunks per degree)
+ * and makes the policy: policy is a --dit-policy spec (sched/dit_policy.h: "static:K", "rssp",
+ * "elastic"; NULL: elastic with 2 workers or more, else static:1); chunk_steps the image
+ * scheduler's. WF_EINVAL (a bad spec: err names it), WF_ENOMEM, WF_EIO (thread). */
+wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *policy, int chunk_steps,
+                            wf_dit_router **out, char *err, size_t errlen);
 wf_executor wf_dit_router_executor(wf_dit_router *r);
 /* NULL is a no-op. Runs what is queued first. */
 void wf_dit_router_free(wf_dit_router *r);
 
+#define WF_DIT_ROUTER_MAX_P 8                  /* chunks_by_p counts degrees above it here */
+
 typedef struct wf_dit_router_stats {
+    char policy[64];
     uint64_t batches;                      /* batches with DENOISE tasks */
-    uint64_t chunks;                       /* DENOISE tasks run (each on one rank) */
-    uint64_t rank_chunks[WF_WORKERS_MAX];  /* per worker index */
+    uint64_t chunks;                       /* DENOISE tasks */
+    uint64_t chunks_by_p[WF_DIT_ROUTER_MAX_P + 1]; /* run on a group of P ranks */
+    uint64_t rank_chunks[WF_WORKERS_MAX];  /* per worker index (a group's chunk on each member) */
     uint64_t retried;                      /* chunks run again after their worker was lost */
-    uint64_t failed;                       /* chunks that failed (no live worker, errors) */
-    int last_ranks;                        /* worker ranks the last batch's chunks ran on */
+    uint64_t failed;                       /* chunks of batches that failed */
+    int last_p;                            /* the group size of the last chunk */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/dit/dit_exec.h"
+#include "engine/elastic/dit_sp.h"
 #include "engine/engine.h"
 #include "engine/world/world.h"
 #include "proto/base/clock.h"
@@ -119,7 +120,83 @@ typedef struct worker {
     wf_kv_xfer *xfer;                /* codec path (both directions) */
     wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
     float *dit_scratch;              /* receives a latent that has no slot (then fails) */
+    struct {                         /* multi-rank steppers per (sampler, step count), LRU */
+        int sampler, n_steps;
+        uint64_t used;
+        wf_dit_sp *sp;
+    } sps[8];
+    uint64_t sp_clock;
 } worker;
+
+#define SP_MAX_ITEMS 8
+
+/* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
+ * one is replaced). NULL with msg on error. */
+static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t cap) {
+    int victim = 0;
+    for (int i = 0; i < 8; i++) {
+        if (w->sps[i].sp && w->sps[i].sampler == sampler && w->sps[i].n_steps == n_steps) {
+            w->sps[i].used = ++w->sp_clock;
+            return w->sps[i].sp;
+        }
+        if (!w->sps[i].sp || w->sps[i].used < w->sps[victim].used) victim = i;
+        if (!w->sps[i].sp) break;
+    }
+    wf_dit_sp_free(w->sps[victim].sp);
+    w->sps[victim].sp = NULL;
+    wf_dit_sampler_config cfg;
+    wf_dit_exec_sampler_config(w->dit, sampler, &cfg);
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
+    wf_dit_sp *sp = NULL;
+    if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, SP_MAX_ITEMS, in->latent_height,
+                      in->latent_width, w->world, &sp, msg, cap) != WF_OK)
+        return NULL;
+    w->sps[victim].sp = sp;
+    w->sps[victim].sampler = sampler;
+    w->sps[victim].n_steps = n_steps;
+    w->sps[victim].used = ++w->sp_clock;
+    return sp;
+}
+
+/* DENOISE chunks over the batch's group of ranks (sequence parallelism, engine/elastic/dit_sp.h):
+ * every member runs the same items on its rows of the latents; the tasks share one sampler and
+ * step count (the coordinator's router groups them so). */
+static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *msg, size_t cap) {
+    int n = b->n_tasks;
+    if (n > SP_MAX_ITEMS) {
+        snprintf(msg, cap, "%d tasks in one multi-rank batch (at most %d)", n, SP_MAX_ITEMS);
+        return WF_EINVAL;
+    }
+    wf_dit_item items[SP_MAX_ITEMS];
+    const wf_task *t0 = &b->tasks[0];
+    for (int j = 0; j < n; j++) {
+        const wf_task *t = &b->tasks[j];
+        if (t->dit.sampler != t0->dit.sampler || t->dit.num_steps != t0->dit.num_steps) {
+            snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler or step count");
+            return WF_EINVAL;
+        }
+        items[j] = (wf_dit_item){.latent = lat[j], .label = t->dit.class_label,
+                                 .uncond_label = t->dit.negative_label,
+                                 .guidance = t->dit.guidance_scale,
+                                 .key = {.seed = t->dit.seed, .request = t->dit.noise_index},
+                                 .step = t->dit.step_begin, .step_end = t->dit.step_end};
+    }
+    wf_dit_sp *sp = get_sp(w, t0->dit.sampler, t0->dit.num_steps, msg, cap);
+    if (!sp) return WF_EINVAL;
+    wf_dit_placement pl = wf_dit_placement_make(WF_DIT_SP_ULYSSES, b->group.ranks, b->group.n_ranks);
+    uint64_t t_begin = wf_clock_now_ns();
+    wf_status st = wf_dit_sp_run(sp, wf_dit_exec_pool(w->dit), &pl, n, items, msg, cap);
+    uint64_t t_end = wf_clock_now_ns();
+    for (int j = 0; j < n; j++) {
+        wf_task *t = &b->tasks[j];
+        t->status = st;
+        t->t_begin_ns = t_begin;
+        t->t_end_ns = t_end;
+        t->dit.latent.kind = WF_ARTIFACT_LATENT;
+        t->dit.latent.latent.step = items[j].step;
+    }
+    return st;
+}
 
 /* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
  * continue the sequence). It runs here on scratch blocks and its blocks are then put into the
@@ -354,7 +431,10 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
                 done.status = WF_EPROTO;
                 snprintf(msg, sizeof msg, "latent %d: %zu bytes, expected %zu", j, ops[j].received, bytes);
             }
-        if (done.status == WF_OK) done.status = wf_executor_run(wf_dit_exec_executor(w->dit), b, msg, sizeof msg);
+        if (done.status == WF_OK && b->group.n_ranks > 1)
+            done.status = run_sp(w, b, lat, msg, sizeof msg);
+        else if (done.status == WF_OK)
+            done.status = wf_executor_run(wf_dit_exec_executor(w->dit), b, msg, sizeof msg);
     }
     w->batches++;
     wf_status st = WF_OK;
@@ -621,6 +701,7 @@ out:
     free(w.pd_tables);
     free(w.pd_ops);
     wf_kv_xfer_free(w.xfer, w.world);
+    for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);
     wf_dit_exec_free(w.dit);
     free(w.dit_scratch);
     wf_engine_free(w.engine);
