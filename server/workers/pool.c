@@ -409,13 +409,35 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
     }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
+    /* Workers that run DiT chunks over groups of workers exchange rows of latents between
+     * themselves, and UCX 1.13's CMA transport (process_vm_readv of the peer's memory)
+     * aborts the process when that peer dies during a transfer, instead of failing the
+     * operation: a killed member would take the survivor down with it. Unless the operator
+     * chose UCX_TLS, such workers run without CMA (shared memory copies instead). The
+     * environment is built here: between fork and exec only async-signal-safe calls. */
+    extern char **environ;
+    char **envp = environ, **own = NULL;
+    if (ws->dit_path && !getenv("UCX_TLS")) {
+        size_t n_env = 0;
+        while (environ[n_env]) n_env++;
+        if ((own = malloc((n_env + 2) * sizeof *own))) {
+            memcpy(own, environ, n_env * sizeof *own);
+            own[n_env] = "UCX_TLS=^cma";
+            own[n_env + 1] = NULL;
+            envp = own;
+        }
+    }
     pid_t pid = fork();
-    if (pid < 0) return WF_EIO;
+    if (pid < 0) {
+        free(own);
+        return WF_EIO;
+    }
     if (pid == 0) {
-        execv(ws->exe, argv);
+        execve(ws->exe, argv, envp);
         fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
         _exit(127);
     }
+    free(own);
     k->pid = pid;
     WF_LOG_INFO("workers", NULL, "started worker %s%d (pid %d) on CPUs %s",
                 replacement ? "rank " : "#", replacement ? k->rank : k->index + 1, (int)pid, k->cores);

@@ -140,11 +140,13 @@ bool wf_workers_live(wf_workers *ws, int i);
 wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
                                       float *const *latents, size_t latent_bytes,
                                       wf_executor_done_fn done, void *user);
-/* The tag of task j's latent in the batch of wire iteration `it` (both directions). Group-free
- * collectives use other group ids (hashes of rank lists); rank 0 never joins their groups. */
+/* The tag of task j's latent in the batch of wire iteration `it` (both directions): a USER tag
+ * (no epoch in it, like the frames it travels with: a replacement admitted between the frame
+ * and its latents must not make them miss each other) whose group field, 0 for frames
+ * (server/workers/world_link.h), tells the two apart. */
 #define WF_WORKERS_LATENT_GROUP 0xD17Eull
 #define WF_WORKERS_LATENT_TAG(it, j) \
-    ((wf_world_tag){.kind = WF_WORLD_TAG_P2P, .group = WF_WORKERS_LATENT_GROUP, \
+    ((wf_world_tag){.kind = WF_WORLD_TAG_USER, .group = WF_WORKERS_LATENT_GROUP, \
                     .seq = (uint32_t)(it), .step = (uint8_t)(j)})
 /* Test hook and operator action: the process of worker i gets SIGKILL (started here only). */
 wf_status wf_workers_kill(wf_workers *ws, int i);
