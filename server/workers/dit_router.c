@@ -418,7 +418,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* The measured cost model: for every degree P the model and the workers allow (1, 2, 4, ...),
- * the median of 3 timed one-step chunks of one image on ranks 1..P (after a warm-up), through
+ * the median of 7 timed one-step chunks of one image on ranks 1..P (after a warm-up), through
  * the same path as requests (latents out and back). */
 static void calibrate(wf_dit_router *r) {
     wf_dit_cost_measured(&r->cost);
@@ -432,9 +432,9 @@ static void calibrate(wf_dit_router *r) {
     wf_task_batch b = {.tasks = &t, .n_tasks = 1};
     char msg[160];
     for (int P = 1; P <= r->max_P; P *= 2) {
-        double ms[4];
+        double ms[8];
         int ok = 0;
-        for (int rep = 0; rep < 4; rep++) {
+        for (int rep = 0; rep < 8; rep++) {
             r->wave[0] = 0;
             r->groups[0] = (wgroup){.n_ranks = P, .n = 1, .first = 0};
             for (int m = 0; m < P; m++) r->groups[0].ranks[m] = m;
@@ -443,14 +443,14 @@ static void calibrate(wf_dit_router *r) {
             if (run_wave(r, &b, 1, msg, sizeof msg) != WF_OK || t.status != WF_OK) break;
             if (rep > 0) ms[ok++] = (double)(wf_clock_now_ns() - t0) / 1e6;
         }
-        if (ok < 3) {
+        if (ok < 7) {
             WF_LOG_WARN("dit", NULL, "calibrating %d rank(s): %s: degree not used", P, msg);
             continue;
         }
-        qsort(ms, 3, sizeof ms[0], cmp_double);
-        wf_dit_cost_add_point(&r->cost, r->tokens, P, ms[1]);
-        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 3)", P,
-                    ms[1], r->tokens);
+        qsort(ms, 7, sizeof ms[0], cmp_double);
+        wf_dit_cost_add_point(&r->cost, r->tokens, P, ms[3]);
+        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 7)", P,
+                    ms[3], r->tokens);
     }
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
