@@ -32,7 +32,7 @@ start static:1
 "$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --num-requests 1 --rate 1 \
     >"$tmp/cal.txt" 2>&1
 grep '^calibrated' "$tmp/cal.txt"
-TS=$(awk '/^calibrated T_single of class/ {c=$5; v=$(NF-7); printf "%s%s=%s", sep, c, v; sep=","}' "$tmp/cal.txt")
+TS=$(awk '/^calibrated T_single of class/ {c=$5; v=$9; printf "%s%s=%s", sep, c, v; sep=","}' "$tmp/cal.txt")
 step1=$(sed -n 's/.*DiT step on 1 worker rank(s): \([0-9.]*\) ms.*/\1/p' "$tmp/weftd.log")
 stop
 echo "T_single: $TS"
