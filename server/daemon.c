@@ -190,6 +190,8 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     wf_daemon *d = ctx;
     wf_worker_stats st[WF_WORKERS_MAX];
     int n = wf_workers_stats(d->workers, st, WF_WORKERS_MAX);
+    wf_dit_router_stats ds = {0};
+    if (d->dit_router) wf_dit_router_get_stats(d->dit_router, &ds);
     static const char *const names[] = {"joining", "live", "down"};
     for (int i = 0; i < n && i < cap; i++) {
         wf_server_rank *r = &out[i];
@@ -215,6 +217,7 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
         snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
+        r->dit_chunks = i < WF_WORKERS_MAX ? ds.rank_chunks[i] : 0;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
     return n;

@@ -235,14 +235,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, wave_ms / steps);
         }
         pthread_mutex_lock(&r->lock);
-        if (gst == WF_OK) {
-            int P = gr->n_ranks < WF_DIT_ROUTER_MAX_P ? gr->n_ranks : WF_DIT_ROUTER_MAX_P;
-            r->stats.chunks_by_p[P] += (uint64_t)gr->n;
-            r->stats.last_p = gr->n_ranks;
-            for (int m = 0; m < gr->n_ranks; m++) r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
-        } else if (lost) {
-            r->stats.retried += (uint64_t)gr->n;
-        }
+        for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
         pthread_mutex_unlock(&r->lock);
     }
     (void)used;
@@ -363,18 +356,9 @@ static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) 
     /* FINISH first (frees slots), then ENCODE, as the in-process executor orders them. */
     wf_status st = run_local(r, b, 1u << WF_TASK_FINISH | 1u << WF_TASK_ENCODE, msg, cap);
     if (st != WF_OK) return st;
-    int chunks = 0;
     for (int i = 0; i < b->n_tasks; i++)
-        if (b->tasks[i].kind == WF_TASK_DENOISE) {
-            b->tasks[i].status = WF_IN_PROGRESS; /* until a wave gives it a result */
-            chunks++;
-        }
+        if (b->tasks[i].kind == WF_TASK_DENOISE) b->tasks[i].status = WF_IN_PROGRESS; /* until a wave gives it a result */
     st = run_denoise(r, b, msg, cap);
-    pthread_mutex_lock(&r->lock);
-    if (chunks > 0) r->stats.batches++;
-    r->stats.chunks += (uint64_t)chunks;
-    if (st != WF_OK) r->stats.failed += (uint64_t)chunks;
-    pthread_mutex_unlock(&r->lock);
     if (st != WF_OK) return st;
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
 }

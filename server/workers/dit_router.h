@@ -54,17 +54,10 @@ wf_executor wf_dit_router_executor(wf_dit_router *r);
 /* NULL is a no-op. Runs what is queued first. */
 void wf_dit_router_free(wf_dit_router *r);
 
-#define WF_DIT_ROUTER_MAX_P 8                  /* chunks_by_p counts degrees above it here */
-
 typedef struct wf_dit_router_stats {
-    char policy[64];
-    uint64_t batches;                      /* batches with DENOISE tasks */
-    uint64_t chunks;                       /* DENOISE tasks */
-    uint64_t chunks_by_p[WF_DIT_ROUTER_MAX_P + 1]; /* run on a group of P ranks */
-    uint64_t rank_chunks[WF_WORKERS_MAX];  /* per worker index (a group's chunk on each member) */
-    uint64_t retried;                      /* chunks run again after their worker was lost */
-    uint64_t failed;                       /* chunks of batches that failed */
-    int last_p;                            /* the group size of the last chunk */
+    char policy[64];                       /* the --dit-policy in force */
+    uint64_t rank_chunks[WF_WORKERS_MAX];  /* DENOISE chunks per worker index (a group's chunk
+                                              counts on each member) */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);

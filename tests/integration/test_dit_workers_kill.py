@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import Weftd
-from test_dit_workers import DIT, DIT_ID, LONG, REQUESTS, admin, generate, post
+from test_dit_workers import DIT, DIT_ID, LONG, REQUESTS, WORKER_ARGS, admin, generate, post
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
 
@@ -29,12 +29,12 @@ def reference():
 
 def test_worker_killed_during_multi_rank_steps(reference):
     # static:2: every chunk runs on both ranks, so the kill lands in a multi-rank step.
-    d = Weftd("--model", DIT, "--workers", "2", "--heartbeat-ms", "200", "--dit-policy", "static:2")
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2")
     try:
         victim = admin(d)["scheduler"]["workers"][0]
         results = []
-        with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            futs = [pool.submit(post, d, dict(model=DIT_ID, **LONG)) for _ in range(6)]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futs = [pool.submit(post, d, dict(model=DIT_ID, **LONG)) for _ in range(4)]
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not any(
                     r["steps_done"] > 0 for r in admin(d)["images"]["requests"]):
