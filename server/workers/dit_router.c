@@ -28,6 +28,7 @@ typedef struct part {
     int member;        /* its place in the group */
     wf_status status;
     char msg[160];
+    uint64_t done_ns;  /* when its completion arrived */
 } part;
 
 /* A group of a wave: ranks (worker indices) and the batch tasks it runs. */
@@ -67,6 +68,7 @@ static void part_done(void *user, wf_task_batch *b, wf_status st, const char *ms
     wf_dit_router *r = p->r;
     pthread_mutex_lock(&r->lock);
     p->status = st;
+    p->done_ns = wf_clock_now_ns();
     snprintf(p->msg, sizeof p->msg, "%s", msg ? msg : wf_status_str(st));
     if (--r->left == 0) pthread_cond_signal(&r->cond);
     pthread_mutex_unlock(&r->lock);
@@ -171,7 +173,6 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     pthread_mutex_lock(&r->lock);
     while (r->left > 0) pthread_cond_wait(&r->cond, &r->lock);
     pthread_mutex_unlock(&r->lock);
-    double wave_ms = (double)(wf_clock_now_ns() - t0) / 1e6;
     /* A group succeeded when all its members did. */
     wf_status fatal = WF_OK;
     for (int g = 0; g < n_groups; g++) {
@@ -198,7 +199,9 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             int i = r->wave[gr->first + j];
             wf_task *t = &b->tasks[i];
             if (gst != WF_OK) {
-                if (lost) r->tries[i]++; /* still in progress: its home latent is untouched */ else if (fatal == WF_OK) {
+                if (lost) {
+                    r->tries[i]++; /* still in progress: its home latent is untouched */
+                } else if (fatal == WF_OK) {
                     fatal = gst;
                     snprintf(msg, cap, "%s", gmsg);
                 }
@@ -230,9 +233,13 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             }
         }
         if (gst == WF_OK && gr->n == 1) {
+            /* The group's own time (dispatch to its last member's answer), as calibrated. */
             const wf_task *t = &b->tasks[r->wave[gr->first]];
             int steps = t->dit.step_end - t->dit.step_begin;
-            if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, wave_ms / steps);
+            uint64_t end = t0;
+            for (int m = 0; m < gr->n_ranks; m++)
+                if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
+            if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, (double)(end - t0) / 1e6 / steps);
         }
         pthread_mutex_lock(&r->lock);
         for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
@@ -270,7 +277,9 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     int k = wf_dit_policy_pick(r->policy, &v, r->picks, n);
     int g = 0, at = 0;
     if (k > 0) {
-        /* Single-rank picks on the same rank share a forward; a multi-rank group runs one. */
+        /* One group per pick (a policy gives each picked job its own free ranks, one job per
+         * group, as GF-DiT's do); should one give several single-rank picks the same rank,
+         * they share its forward. A multi-rank group runs one job. */
         for (int i = 0; i < k; i++) {
             const wf_dit_task *pk = &r->picks[i];
             int found = -1;

@@ -23,11 +23,14 @@
  * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job
  * (tokens, steps done and left, deadline) and the live workers as free ranks, and picks jobs
  * and their groups; the picked chunks run at once, one wave, then the policy picks again for
- * the rest of the batch. Single-rank picks on the same rank share a forward pass; a group of P
- * > 1 ranks runs its chunk with sequence parallelism (engine/elastic/dit_sp.h, Ulysses): every
- * member gets the whole latent and the coordinator takes back each member's rows. The cost
- * model the policy predicts with is measured here at start (one-step chunks per degree) and
- * corrected by every single-chunk group that runs.
+ * the rest of the batch. Each picked job gets its own group, as GF-DiT's policies assume, so
+ * images that share a forward in-process run one per group here (the price of placing each
+ * image by its deadline); with no pick at all the chunks are spread over the live workers in
+ * blocks that share a forward. A group of P > 1 ranks runs its chunk with sequence parallelism
+ * (engine/elastic/dit_sp.h, Ulysses): every member gets the whole latent and the coordinator
+ * takes back each member's rows. The cost model the policy predicts with is measured here at
+ * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
+ * time from dispatch to its last member's answer).
  *
  * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
  * thread. The local executor and the pool must outlive the router. */
