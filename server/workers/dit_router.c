@@ -24,8 +24,6 @@ typedef struct part {
     wf_task *tasks;
     float **lat;
     int cap;
-    int group;         /* index into the wave's groups */
-    int member;        /* its place in the group */
     wf_status status;
     char msg[160];
     uint64_t done_ns;  /* when its completion arrived */
@@ -131,8 +129,6 @@ static wf_status run_local(wf_dit_router *r, wf_task_batch *b, unsigned kinds, c
  * contributes its rows. Tasks of a lost worker stay WF_IN_PROGRESS with one more try. Returns != WF_OK when the batch fails as a whole (msg). */
 static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char *msg, size_t cap) {
     size_t bytes = r->lat_floats * sizeof(float);
-    part *used[WF_WORKERS_MAX];
-    int n_used = 0;
     pthread_mutex_lock(&r->lock);
     r->left = 0;
     pthread_mutex_unlock(&r->lock);
@@ -144,13 +140,15 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
         grp.id = wf_gfc_group_hash(grp.ranks, grp.n_ranks);
         for (int m = 0; m < gr->n_ranks; m++) {
             part *p = &r->parts[gr->ranks[m]];
-            if (part_reserve(p, gr->n, r->lat_floats) != WF_OK) {
-                snprintf(msg, cap, "DiT router: out of memory");
-                return WF_ENOMEM; /* nothing was dispatched in this group; earlier ones are */
-            }
             p->r = r;
-            p->group = g;
-            p->member = m;
+            pthread_mutex_lock(&r->lock);
+            r->left++;
+            pthread_mutex_unlock(&r->lock);
+            if (part_reserve(p, gr->n, r->lat_floats) != WF_OK) {
+                /* Fails the batch, after the parts already dispatched have answered. */
+                part_done(p, NULL, WF_ENOMEM, "DiT router: out of memory");
+                continue;
+            }
             p->status = WF_OK;
             p->msg[0] = '\0';
             p->b = (wf_task_batch){.tasks = p->tasks, .n_tasks = gr->n, .iteration = b->iteration,
@@ -161,10 +159,6 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 t->group = grp;
                 memcpy(p->lat[j], wf_dit_exec_latent(r->local, t->dit.latent.id, false), bytes);
             }
-            used[n_used++] = p;
-            pthread_mutex_lock(&r->lock);
-            r->left++;
-            pthread_mutex_unlock(&r->lock);
             wf_status st = wf_workers_dispatch_latents(r->ws, gr->ranks[m], &p->b, p->lat, bytes,
                                                        part_done, p);
             if (st != WF_OK) part_done(p, &p->b, st, "dispatch refused");
@@ -245,8 +239,6 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
         for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
         pthread_mutex_unlock(&r->lock);
     }
-    (void)used;
-    (void)n_used;
     return fatal;
 }
 
