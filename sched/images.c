@@ -51,6 +51,7 @@ struct wf_image_request {
     char message[160];
     int in_flight;     /* tasks dispatched, not completed */
     int steps_done, images_done;
+    int group_size;    /* ranks of its last DENOISE chunk */
     long remaining;     /* image-steps still counted in the model's remaining */
     uint64_t queued_ns, started_ns;
     wf_image_event *finished_ev;
@@ -731,6 +732,12 @@ static void complete_model(wf_image_sched *s, model *m) {
             if (done > max_chunk) max_chunk = done;
             r->steps_done += done;
             n_images++;
+            int P = t->group.n_ranks < 1 ? 1 : t->group.n_ranks;
+            r->group_size = P;
+            pthread_mutex_lock(&s->lock);
+            s->stats.chunks_by_group[P < WF_IMAGE_MAX_GROUP ? P : WF_IMAGE_MAX_GROUP]++;
+            s->stats.last_group_size = P;
+            pthread_mutex_unlock(&s->lock);
             pthread_mutex_lock(&s->lock);
             r->remaining -= done;
             m->remaining -= done;
@@ -1110,6 +1117,7 @@ void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapsho
                                       .num_steps = r->spec.num_steps,
                                       .priority = r->spec.priority,
                                       .steps_done = r->steps_done,
+                                      .group_size = r->group_size,
                                       .images_done = r->images_done,
                                       .age_ms = (double)(now - r->queued_ns) / 1e6,
                                       .cancelled = r->cancelled};

@@ -50,6 +50,7 @@
 
 #define WF_IMAGE_SCHED_MAX_MODELS 16
 #define WF_DEFAULT_IMAGE_CHUNK_STEPS 1
+#define WF_IMAGE_MAX_GROUP 8
 
 typedef struct wf_image_sched_options {
     int chunk_steps;  /* denoising steps per DENOISE task (default 1: join at every step) */
@@ -171,6 +172,11 @@ typedef struct wf_image_sched_stats {
     uint64_t e2e_ms_hist[12];          /* request end to end, same bounds x 10 */
     double queue_ms_sum, e2e_ms_sum, step_ms_sum;
     uint64_t overloaded;               /* refused: deadline out of reach (in rejected too) */
+    /* DENOISE chunks by the size of the group that ran them (the task's group as the executor
+     * reports it; an in-process executor counts as 1): index P, the last index also counts
+     * larger groups. last_group_size: of the last chunk (0 before any). */
+    uint64_t chunks_by_group[WF_IMAGE_MAX_GROUP + 1];
+    int last_group_size;
 } wf_image_sched_stats;
 
 void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out);
@@ -185,6 +191,7 @@ typedef struct wf_image_snapshot {
     int images_done;
     double age_ms;
     bool cancelled;
+    int group_size;     /* ranks of its last DENOISE chunk (0 before any) */
 } wf_image_snapshot;
 
 /* fn per held request, under the scheduler's lock: quick, no calls back. */

@@ -37,6 +37,7 @@ typedef struct option_spec {
 static const option_spec options[] = {
     {"model", OPT_LIST, FIELD(models), 0, 0, "PATH", "an LLM (GGUF file) or a DiT (diffusers folder or .safetensors file), detected; repeatable: one LLM plus DiTs (default: the bundled SmolLM2-135M-Instruct and weft-dit-digits)"},
     {"model-name", OPT_LIST, FIELD(model_names), 0, 0, "NAME", "model id served by the API for the --model in the same position (default: file or folder name)"},
+    {"dit-policy", OPT_STRING, FIELD(dit_policy), 0, 0, "SPEC", "with --workers and a DiT: who runs each DENOISE chunk, decided at every chunk boundary: static:K (fixed lanes of K ranks), rssp (a degree per resolution), elastic (EDF best-fit: the smallest group that meets the deadline; default with 2 workers or more, else static:1)"},
     {"image-chunk-steps", OPT_INT, FIELD(image_chunk_steps), 1, 1000, "N", "denoising steps per DENOISE task of an image request (default 1: requests join a batch at every step)"},
     {"image-batching", OPT_BOOL, FIELD(image_batching), 0, 1, NULL, "step-level batching of image requests of one model (default true; false runs one request at a time)"},
     {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, earliest deadline first, instead of running both thread pools at once (default true)"},
@@ -170,6 +171,12 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
+    if (cfg->dit_policy && cfg->workers == 0)
+        return fail(err, errlen, "--dit-policy needs --workers N (the ranks its groups are made of)");
+    if (cfg->dit_policy && strcmp(cfg->dit_policy, "elastic") != 0 && strcmp(cfg->dit_policy, "rssp") != 0 &&
+        strncmp(cfg->dit_policy, "rssp:", 5) != 0 && strncmp(cfg->dit_policy, "static:", 7) != 0)
+        return fail(err, errlen, "--dit-policy '%s': expected static:K, rssp, rssp:TOKENS=P,.. or elastic",
+                    cfg->dit_policy);
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)

@@ -39,6 +39,7 @@ typedef struct wf_config {
     char *dit_names[WF_CONFIG_MAX_DITS];  /* NULL: the folder/file name */
     int n_dits;
     int image_chunk_steps;  /* denoising steps per DENOISE task */
+    char *dit_policy;       /* --dit-policy (with --workers) */
     int image_batching;     /* 1: step-level batching across image requests */
     int image_max_batch;    /* images per DiT forward */
     char *image_order;      /* "edf" (default, NULL) or "fcfs": the image scheduler's order */

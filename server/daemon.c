@@ -15,6 +15,7 @@
 #include "server/engine_backend.h"
 #ifdef WEFT_HAVE_WORKERS
 #include "kv/kv_controller.h"
+#include "server/workers/dit_router.h"
 #include "server/workers/pool.h"
 #endif
 
@@ -26,6 +27,7 @@ struct wf_daemon {
     wf_engine_adapter adapter;
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
+    wf_dit_router *dit_router;  /* the DiT's DENOISE chunks on the workers */
 #endif
     wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
     char dit_names[WF_SERVER_MAX_IMAGE_MODELS][256];
@@ -102,6 +104,17 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                .max_items = in->max_items,
                                .max_latents = in->max_latents};
         wf_executor ex = wf_dit_exec_executor(d->dits[i]);
+#ifdef WEFT_HAVE_WORKERS
+        if (d->workers) {
+            /* The workers loaded this DiT too (wf_workers_params.dit_path): its DENOISE
+             * chunks run there, ENCODE and DECODE_IMAGE here, where the latents live. */
+            char rerr[300];
+            if ((st = wf_dit_router_new(d->dits[i], d->workers, p->dit_policy, io.chunk_steps,
+                                        &d->dit_router, rerr, sizeof rerr)) != WF_OK)
+                return wf_status_errorf(err, errlen, st, "--dit-policy: %s", rerr);
+            ex = wf_dit_router_executor(d->dit_router);
+        }
+#endif
         if (d->gate) {
             st = wf_gated_executor_new(ex, d->gate, 1, &d->gated_dits[i]);
             if (st != WF_OK) return wf_status_errorf(err, errlen, st, "DiT executor gate: %s", wf_status_str(st));
@@ -149,6 +162,10 @@ static void close_dits(wf_daemon *d) {
     for (int i = 0; i < d->n_dits; i++) {
         wf_gated_executor_free(d->gated_dits[i]);
         d->gated_dits[i] = NULL;
+#ifdef WEFT_HAVE_WORKERS
+        wf_dit_router_free(d->dit_router); /* before the executor it runs ENCODEs on */
+        d->dit_router = NULL;
+#endif
         wf_dit_exec_free(d->dits[i]);
     }
     d->n_dits = 0;
@@ -174,6 +191,8 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     wf_daemon *d = ctx;
     wf_worker_stats st[WF_WORKERS_MAX];
     int n = wf_workers_stats(d->workers, st, WF_WORKERS_MAX);
+    wf_dit_router_stats ds = {0};
+    if (d->dit_router) wf_dit_router_get_stats(d->dit_router, &ds);
     static const char *const names[] = {"joining", "live", "down"};
     for (int i = 0; i < n && i < cap; i++) {
         wf_server_rank *r = &out[i];
@@ -199,6 +218,7 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
         snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
+        r->dit_chunks = i < WF_WORKERS_MAX ? ds.rank_chunks[i] : 0;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
     return n;
@@ -231,6 +251,11 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.kv_accuracy = p->kv_accuracy;
     wp.vmodels = p->vmodels;
     wp.n_vmodels = p->n_vmodels;
+    if (p->n_dits > 1)
+        return wf_status_errorf(err, errlen, WF_EUNSUPPORTED,
+                                "--workers serves one DiT model (got %d): drop --workers or all but one DiT",
+                                p->n_dits);
+    wp.dit_path = p->n_dits == 1 ? p->dit_paths[0] : NULL;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;

@@ -59,6 +59,7 @@ typedef struct wf_daemon_params {
     int image_chunk_steps;
     bool image_batching;
     bool image_fcfs;         /* image requests by arrival only (default: EDF) */
+    const char *dit_policy;   /* --dit-policy with --workers (sched/dit_policy.h); NULL: default */
     int image_max_batch;
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */

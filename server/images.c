@@ -552,10 +552,10 @@ static void admin_one(const wf_image_snapshot *snap, void *user) {
     wf_jbuf_cstr(b, ",\"model\":");
     wf_jbuf_str(b, model, strlen(model));
     wf_jbuf_printf(b, ",\"priority\":%d,\"n\":%d,\"num_inference_steps\":%d,\"steps_done\":%d,\"images_done\":%d,"
-                      "\"progress\":%.4f,\"age_ms\":%.1f,\"cancelled\":%s}",
+                      "\"progress\":%.4f,\"age_ms\":%.1f,\"cancelled\":%s,\"group_size\":%d}",
                    snap->priority, snap->n, snap->num_steps, snap->steps_done, snap->images_done,
                    (double)snap->steps_done / ((double)snap->n * snap->num_steps), snap->age_ms,
-                   snap->cancelled ? "true" : "false");
+                   snap->cancelled ? "true" : "false", snap->group_size);
 }
 
 void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
@@ -564,11 +564,19 @@ void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
     wf_image_sched_get_stats(s->images, &st);
     wf_jbuf_printf(b, ",\"images\":{\"running\":%d,\"submitted\":%llu,\"finished\":%llu,"
                       "\"failed\":%llu,\"cancelled\":%llu,\"rejected\":%llu,\"images\":%llu,"
-                      "\"steps\":%llu,\"batches\":%llu,\"step_ms_avg\":%.3f,\"requests\":[",
+                      "\"steps\":%llu,\"batches\":%llu,\"step_ms_avg\":%.3f",
                    st.running, (unsigned long long)st.submitted, (unsigned long long)st.finished,
                    (unsigned long long)st.failed, (unsigned long long)st.cancelled,
                    (unsigned long long)st.rejected, (unsigned long long)st.images,
                    (unsigned long long)st.steps, (unsigned long long)st.batches, st.step_ms_avg);
+    /* the group each DENOISE chunk ran on (--workers: chosen by --dit-policy per chunk) */
+    wf_jbuf_printf(b, ",\"last_group_size\":%d,\"chunks_by_group_size\":{", st.last_group_size);
+    for (int P = 1, first = 1; P <= WF_IMAGE_MAX_GROUP; P++)
+        if (st.chunks_by_group[P]) {
+            wf_jbuf_printf(b, "%s\"%d\":%llu", first ? "" : ",", P, (unsigned long long)st.chunks_by_group[P]);
+            first = 0;
+        }
+    wf_jbuf_cstr(b, "},\"requests\":[");
     admin_ctx a = {.s = s, .b = b};
     wf_image_sched_foreach(s->images, admin_one, &a);
     wf_jbuf_cstr(b, "]}");

@@ -81,6 +81,7 @@ static void *load_main(void *arg) {
     p.dit_names = (const char *const *)d->cfg.dit_names;
     p.n_dits = d->cfg.n_dits;
     p.image_chunk_steps = d->cfg.image_chunk_steps;
+    p.dit_policy = d->cfg.dit_policy;
     p.image_batching = d->cfg.image_batching != 0;
     p.image_fcfs = d->cfg.image_order && strcmp(d->cfg.image_order, "fcfs") == 0;
     p.image_max_batch = d->cfg.image_max_batch;
@@ -238,6 +239,11 @@ static int run_worker(const wf_config *cfg) {
     p.kv_accuracy = cfg->kv_accuracy;
     p.vmodels = cfg->vmodels;
     p.n_vmodels = (int)cfg->n_vmodels;
+    if (cfg->n_dits > 1) {
+        WF_LOG_ERROR("worker", NULL, "a worker runs one DiT model (got %d)", cfg->n_dits);
+        return 1;
+    }
+    p.dit_path = cfg->n_dits == 1 ? cfg->dit_models[0] : NULL;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

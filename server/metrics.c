@@ -245,6 +245,7 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
         {"weft:kv_transfer_bytes_total", "counter", "KV bytes the prefill worker put into decode workers' memory."},
         {"weft:kv_transfer_seconds_total", "counter", "Time spent shipping KV (puts until complete at the target)."},
         {"weft:kv_transfers_compressed_total", "counter", "KV transfers sent through a codec profile (the controller's choice or --kv-codec)."},
+        {"weft:worker_dit_chunks_total", "counter", "DiT DENOISE chunks the worker rank ran (a multi-rank chunk counts on each member)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -261,7 +262,7 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             }
             uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts, 0, r[i].kv_blocks_used,
                             r[i].transfers, r[i].transfers_failed, r[i].transfer_bytes, 0,
-                            r[i].transfers_compressed};
+                            r[i].transfers_compressed, r[i].dit_chunks};
             sample_u(b, fam[f].name, model, extra, v[f]);
         }
     }
@@ -443,4 +444,17 @@ void wf_metrics_render_images(const wf_metrics *m, const char *const *names,
         step.sum = st[i].step_ms_sum / 1000.0;
         histogram_samples(b, name, names[i], NULL, &step);
     }
+    /* Per model: the group of ranks each DENOISE chunk ran on (--workers: --dit-policy). */
+    name = "weft:image_group_size";
+    header(b, name, "gauge",
+           "Ranks of the group that ran the last DENOISE chunk (--workers: chosen by --dit-policy at every chunk boundary; 1 in-process).");
+    for (int i = 0; i < n_models; i++) sample_u(b, name, names[i], NULL, (uint64_t)st[i].last_group_size);
+    name = "weft:image_chunks_by_group_size_total";
+    header(b, name, "counter", "DENOISE chunks run, by the size of their group of ranks.");
+    for (int i = 0; i < n_models; i++)
+        for (int P = 1; P <= WF_IMAGE_MAX_GROUP; P++) {
+            char lab[48];
+            snprintf(lab, sizeof lab, ",group_size=\"%d\"", P);
+            if (st[i].chunks_by_group[P]) sample_u(b, name, names[i], lab, st[i].chunks_by_group[P]);
+        }
 }

@@ -140,6 +140,30 @@ static latent_slot *find_slot(wf_dit_exec *x, uint64_t id) {
     return NULL;
 }
 
+float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create) {
+    latent_slot *slot = find_slot(x, id);
+    if (slot) return slot->data;
+    if (!create || id == 0) return NULL;
+    for (int i = 0; i < x->info.max_latents; i++)
+        if (x->slots[i].id == 0) {
+            x->slots[i].id = id;
+            return x->slots[i].data;
+        }
+    return NULL;
+}
+
+void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id) {
+    latent_slot *slot = find_slot(x, id);
+    if (slot) slot->id = 0;
+}
+
+size_t wf_dit_exec_latent_floats(const wf_dit_exec *x) { return x->latent_size; }
+wf_dit *wf_dit_exec_model(wf_dit_exec *x) { return x->model; }
+wf_threadpool *wf_dit_exec_pool(wf_dit_exec *x) { return x->pool; }
+void wf_dit_exec_sampler_config(const wf_dit_exec *x, int sampler, wf_dit_sampler_config *cfg) {
+    schedule_config(x, sampler, cfg);
+}
+
 static wf_dit_noise_key task_key(const wf_task *t) {
     return (wf_dit_noise_key){.seed = t->dit.seed, .request = t->dit.noise_index};
 }

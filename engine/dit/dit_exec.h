@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "engine/dit/dit_step.h"
 #include "proto/base/status.h"
 #include "proto/task.h"
 
@@ -83,5 +84,22 @@ wf_executor wf_dit_exec_executor(wf_dit_exec *x);
  * Any thread; builds and frees a schedule (microseconds). */
 wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_steps, char *err,
                                      size_t errlen);
+
+/* Latents as artifacts that cross processes (server/workers/dit_router.h): the table entry of
+ * latent `id` (latent_channels x latent_height x latent_width floats, wf_dit_exec_latent_floats
+ * of them). create: take a free slot for an id not held yet (a latent arriving from another
+ * rank); NULL when the id is not held (create false), or no slot is free, or id is 0. drop frees
+ * the slot (no-op for an unknown id). Only while no batch of this executor runs (the caller
+ * orders them: e.g. a worker between its blocking runs, a router between its phases). */
+float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create);
+void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id);
+size_t wf_dit_exec_latent_floats(const wf_dit_exec *x);
+
+/* What a multi-rank stepper over the same model needs (engine/elastic/dit_sp.h on a worker
+ * rank): the model, the thread pool and the sampler config of `sampler` (< 0: the model's).
+ * Use them only while no batch of this executor runs (they share the model's buffers). */
+wf_dit *wf_dit_exec_model(wf_dit_exec *x);
+wf_threadpool *wf_dit_exec_pool(wf_dit_exec *x);
+void wf_dit_exec_sampler_config(const wf_dit_exec *x, int sampler, wf_dit_sampler_config *cfg);
 
 #endif

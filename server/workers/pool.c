@@ -37,6 +37,8 @@ typedef struct queued {
     wf_task_batch wire;              /* the same tasks under the wire iteration */
     wf_executor_done_fn done;
     void *user;
+    float *const *lat;               /* DiT: task j's latent goes out and comes back here */
+    size_t lat_bytes;
 } queued;
 
 typedef struct wk {
@@ -76,7 +78,7 @@ typedef struct wk {
 
 struct wf_workers {
     wf_workers_params p;
-    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec;
+    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec, *dit_path;
     wf_world *world;
     int n;
     wk w[WF_WORKERS_MAX];
@@ -133,16 +135,52 @@ static void wake_thread(wf_workers *ws) {
 
 /* ---- the executor (scheduler thread) ------------------------------------------------------- */
 
-static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done, void *user) {
-    wk *k = ctx;
+static wf_status queue_batch(wk *k, const queued *q) {
     wf_workers *ws = k->ws;
     pthread_mutex_lock(&ws->lock);
     wf_status st = WF_OK;
     if (k->state == WF_WORKER_DOWN || ws->stopping) st = WF_ECLOSED;
     else if (k->n_pending + k->n_flight >= MAX_QUEUED) st = WF_EBUSY;
-    else k->pending[k->n_pending++] = (queued){.batch = batch, .done = done, .user = user};
+    else k->pending[k->n_pending++] = *q;
     pthread_mutex_unlock(&ws->lock);
     if (st == WF_OK) wake_thread(ws);
+    return st;
+}
+
+static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_fn done, void *user) {
+    return queue_batch(ctx, &(queued){.batch = batch, .done = done, .user = user});
+}
+
+wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
+                                      float *const *latents, size_t latent_bytes,
+                                      wf_executor_done_fn done, void *user) {
+    if (i < 0 || i >= ws->n || !ws->dit_path || batch->n_tasks > 255 || latent_bytes == 0)
+        return WF_EINVAL;
+    for (int j = 0; j < batch->n_tasks; j++)
+        if (batch->tasks[j].kind != WF_TASK_DENOISE) return WF_EINVAL;
+    return queue_batch(&ws->w[i], &(queued){.batch = batch, .done = done, .user = user,
+                                            .lat = latents, .lat_bytes = latent_bytes});
+}
+
+bool wf_workers_live(wf_workers *ws, int i) {
+    pthread_mutex_lock(&ws->lock);
+    bool live = i >= 0 && i < ws->n && ws->w[i].state == WF_WORKER_LIVE && !ws->stopping;
+    pthread_mutex_unlock(&ws->lock);
+    return live;
+}
+
+/* The latents of a DiT batch, one tagged message each, to (send) or from (receive) the worker.
+ * Comm thread. */
+static wf_status move_latents(wf_workers *ws, wk *k, const queued *q, bool send) {
+    int n = q->wire.n_tasks;
+    wf_world_op ops[256];
+    for (int j = 0; j < n; j++)
+        ops[j] = (wf_world_op){.kind = send ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = k->rank,
+                               .tag = WF_WORKERS_LATENT_TAG(q->wire.iteration, j),
+                               .buf = q->lat[j], .len = q->lat_bytes};
+    wf_status st = wf_world_run(ws->world, ops, n);
+    for (int j = 0; st == WF_OK && !send && j < n; j++)
+        if (ops[j].received != q->lat_bytes) st = WF_EPROTO;
     return st;
 }
 
@@ -350,8 +388,8 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
     int argc = 0;
     while (base[argc]) argc++;
-    /* the base, 6 optional KV arguments, 2 per virtual model, the NULL */
-    char **argv = calloc((size_t)argc + 7 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
+    /* the base, 6 optional KV arguments, 2 for a DiT, 2 per virtual model, the NULL */
+    char **argv = calloc((size_t)argc + 9 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
     if (!argv) return WF_ENOMEM;
     memcpy(argv, base, (size_t)argc * sizeof *argv);
     for (int i = 0; i < ws->p.n_vmodels; i++) {
@@ -372,16 +410,43 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         argv[argc++] = "--kv-accuracy";
         argv[argc++] = acc;
     }
+    if (ws->dit_path) { /* a second --model: the worker sorts LLM and DiT as weftd does */
+        argv[argc++] = "--model";
+        argv[argc++] = ws->dit_path;
+    }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
+    /* Workers that run DiT chunks over groups of workers exchange rows of latents between
+     * themselves, and UCX 1.13's CMA transport (process_vm_readv of the peer's memory)
+     * aborts the process when that peer dies during a transfer, instead of failing the
+     * operation: a killed member would take the survivor down with it. Unless the operator
+     * chose UCX_TLS, such workers run without CMA (shared memory copies instead). The
+     * environment is built here: between fork and exec only async-signal-safe calls. */
+    extern char **environ;
+    char **envp = environ, **own = NULL;
+    if (ws->dit_path && !getenv("UCX_TLS")) {
+        size_t n_env = 0;
+        while (environ[n_env]) n_env++;
+        if ((own = malloc((n_env + 2) * sizeof *own))) {
+            memcpy(own, environ, n_env * sizeof *own);
+            own[n_env] = "UCX_TLS=^cma";
+            own[n_env + 1] = NULL;
+            envp = own;
+        }
+    }
     pid_t pid = fork();
+    if (pid < 0) {
+        free(own);
+        free(argv);
+        return WF_EIO;
+    }
     if (pid == 0) {
-        execv(ws->exe, argv);
+        execve(ws->exe, argv, envp);
         fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
         _exit(127);
     }
     free(argv);
-    if (pid < 0) return WF_EIO;
+    free(own);
     k->pid = pid;
     WF_LOG_INFO("workers", NULL, "started worker %s%d (pid %d) on CPUs %s",
                 replacement ? "rank " : "#", replacement ? k->rank : k->index + 1, (int)pid, k->cores);
@@ -526,6 +591,16 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         k->n_flight--;
         k->batches++;
         pthread_mutex_unlock(&ws->lock);
+        if (q.lat && d.status == WF_OK) {
+            /* The worker sends the results right after BATCH_DONE (it blocks until we take
+             * them, so both sides progress here). */
+            wf_status ls = move_latents(ws, k, &q, false);
+            if (ls != WF_OK) {
+                d.status = ls;
+                snprintf(d.message, sizeof d.message, "latents from worker rank %d: %s", k->rank,
+                         ls == WF_EPROTO ? "wrong size" : wf_world_error(ws->world));
+            }
+        }
         q.done(q.user, q.batch, d.status, d.status == WF_OK ? NULL : d.message);
         return;
     }
@@ -596,6 +671,11 @@ static void send_pending(wf_workers *ws, wk *k) {
             pthread_mutex_unlock(&ws->lock);
             q.done(q.user, q.batch, st, err);
         } else if (st != WF_OK) {
+            worker_down(ws, k, err);
+            return;
+        }
+        if (q.lat && (st = move_latents(ws, k, &q, true)) != WF_OK) {
+            snprintf(err, sizeof err, "sending latents: %s", wf_world_error(ws->world));
             worker_down(ws, k, err);
             return;
         }
@@ -880,7 +960,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     ws->log_level = strdup(p->log_level ? p->log_level : "info");
     ws->kv_profiles = p->kv_profiles ? strdup(p->kv_profiles) : NULL;
     ws->kv_codec = p->kv_codec ? strdup(p->kv_codec) : NULL;
-    if (!ws->host || !ws->exe || !ws->model_path || !ws->log_level) {
+    ws->dit_path = p->dit_path ? strdup(p->dit_path) : NULL;
+    if ((p->dit_path && !ws->dit_path) || !ws->host || !ws->exe || !ws->model_path || !ws->log_level) {
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
         goto fail;
     }
@@ -1060,6 +1141,7 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->log_level);
     free(ws->kv_profiles);
     free(ws->kv_codec);
+    free(ws->dit_path);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
 }

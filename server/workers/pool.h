@@ -48,6 +48,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "engine/world/world.h"
 #include "kv/kv_store.h"
 #include "proto/task.h"
 #include "sched/sched.h"
@@ -79,6 +80,8 @@ typedef struct wf_workers_params {
     char *const *vmodels;     /* --vmodel declarations every started worker loads (valid while
                                * the pool lives: replacements get them too) */
     int n_vmodels;
+    const char *dit_path;     /* a DiT the workers also load (their DENOISE chunks: see
+                                 wf_workers_dispatch_latents); NULL: none */
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;
@@ -128,6 +131,26 @@ void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids);
 void wf_workers_health(wf_workers *ws, int *live, int *total);
 /* Fills up to cap entries; returns the number of workers. */
 int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap);
+/* Whether worker i is live (serving). Any thread. */
+bool wf_workers_live(wf_workers *ws, int i);
+/* DiT chunks on worker i (server/workers/dit_router.h): like its executor's dispatch, for a
+ * batch of DENOISE tasks only, whose latents cross with it. latents[j] (latent_bytes each) is
+ * task j's latent: sent to the worker after the TASK_DISPATCH frame (tagged messages, the tag
+ * WF_WORKERS_LATENT_TAG(iteration, j)), and overwritten with the worker's result when the batch
+ * completes with WF_OK (received on the comm thread before done is called). On any other status
+ * latents[j] may hold partial bytes. The array and the buffers must stay valid until done.
+ * WF_EINVAL (a task is not DENOISE, or more than 255 tasks), else as the executor's dispatch. */
+wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
+                                      float *const *latents, size_t latent_bytes,
+                                      wf_executor_done_fn done, void *user);
+/* The tag of task j's latent in the batch of wire iteration `it` (both directions): a USER tag
+ * (no epoch in it, like the frames it travels with: a replacement admitted between the frame
+ * and its latents must not make them miss each other) whose group field, 0 for frames
+ * (server/workers/world_link.h), tells the two apart. */
+#define WF_WORKERS_LATENT_GROUP 0xD17Eull
+#define WF_WORKERS_LATENT_TAG(it, j) \
+    ((wf_world_tag){.kind = WF_WORLD_TAG_USER, .group = WF_WORKERS_LATENT_GROUP, \
+                    .seq = (uint32_t)(it), .step = (uint8_t)(j)})
 /* Test hook and operator action: the process of worker i gets SIGKILL (started here only). */
 wf_status wf_workers_kill(wf_workers *ws, int i);
 void wf_workers_close(wf_workers *ws);

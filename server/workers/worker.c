@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/dit/dit_exec.h"
+#include "engine/elastic/dit_sp.h"
 #include "engine/engine.h"
 #include "engine/world/world.h"
 #include "proto/base/clock.h"
@@ -19,6 +21,7 @@
 #include "sched/defaults.h"
 #include "server/vmodels.h"
 #include "server/workers/kv_xfer.h"
+#include "server/workers/pool.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -118,7 +121,85 @@ typedef struct worker {
     wf_lora **loras;                 /* virtual models' adapters (freed after the engine) */
     int n_loras;
     wf_kv_xfer *xfer;                /* codec path (both directions) */
+    wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
+    float *dit_scratch;              /* receives a latent that has no slot (then fails) */
+    struct {                         /* multi-rank steppers per (sampler, step count), LRU */
+        int sampler, n_steps;
+        uint64_t used;
+        wf_dit_sp *sp;
+    } sps[8];
+    uint64_t sp_clock;
 } worker;
+
+#define SP_MAX_ITEMS 8
+
+/* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
+ * one is replaced). NULL with msg on error. */
+static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t cap) {
+    int victim = 0;
+    for (int i = 0; i < 8; i++) {
+        if (w->sps[i].sp && w->sps[i].sampler == sampler && w->sps[i].n_steps == n_steps) {
+            w->sps[i].used = ++w->sp_clock;
+            return w->sps[i].sp;
+        }
+        if (!w->sps[i].sp || w->sps[i].used < w->sps[victim].used) victim = i;
+        if (!w->sps[i].sp) break;
+    }
+    wf_dit_sp_free(w->sps[victim].sp);
+    w->sps[victim].sp = NULL;
+    wf_dit_sampler_config cfg;
+    wf_dit_exec_sampler_config(w->dit, sampler, &cfg);
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
+    wf_dit_sp *sp = NULL;
+    if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, SP_MAX_ITEMS, in->latent_height,
+                      in->latent_width, w->world, &sp, msg, cap) != WF_OK)
+        return NULL;
+    w->sps[victim].sp = sp;
+    w->sps[victim].sampler = sampler;
+    w->sps[victim].n_steps = n_steps;
+    w->sps[victim].used = ++w->sp_clock;
+    return sp;
+}
+
+/* DENOISE chunks over the batch's group of ranks (sequence parallelism, engine/elastic/dit_sp.h):
+ * every member runs the same items on its rows of the latents; the tasks share one sampler and
+ * step count (the coordinator's router groups them so). */
+static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *msg, size_t cap) {
+    int n = b->n_tasks;
+    if (n > SP_MAX_ITEMS) {
+        snprintf(msg, cap, "%d tasks in one multi-rank batch (at most %d)", n, SP_MAX_ITEMS);
+        return WF_EINVAL;
+    }
+    wf_dit_item items[SP_MAX_ITEMS];
+    const wf_task *t0 = &b->tasks[0];
+    for (int j = 0; j < n; j++) {
+        const wf_task *t = &b->tasks[j];
+        if (t->dit.sampler != t0->dit.sampler || t->dit.num_steps != t0->dit.num_steps) {
+            snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler or step count");
+            return WF_EINVAL;
+        }
+        items[j] = (wf_dit_item){.latent = lat[j], .label = t->dit.class_label,
+                                 .uncond_label = t->dit.negative_label,
+                                 .guidance = t->dit.guidance_scale,
+                                 .key = {.seed = t->dit.seed, .request = t->dit.noise_index},
+                                 .step = t->dit.step_begin, .step_end = t->dit.step_end};
+    }
+    wf_dit_sp *sp = get_sp(w, t0->dit.sampler, t0->dit.num_steps, msg, cap);
+    if (!sp) return WF_EINVAL;
+    wf_dit_placement pl = wf_dit_placement_make(WF_DIT_SP_ULYSSES, b->group.ranks, b->group.n_ranks);
+    uint64_t t_begin = wf_clock_now_ns();
+    wf_status st = wf_dit_sp_run(sp, wf_dit_exec_pool(w->dit), &pl, n, items, msg, cap);
+    uint64_t t_end = wf_clock_now_ns();
+    for (int j = 0; j < n; j++) {
+        wf_task *t = &b->tasks[j];
+        t->status = st;
+        t->t_begin_ns = t_begin;
+        t->t_end_ns = t_end;
+        t->dit.latent.kind = WF_ARTIFACT_LATENT;
+        t->dit.latent.latent.step = items[j].step;
+    }
+    return st;
+}
 
 /* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
  * continue the sequence). It runs here on scratch blocks and its blocks are then put into the
@@ -315,6 +396,77 @@ static wf_status send_heartbeat(worker *w) {
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
 
+/* A batch of DENOISE chunks: its latents arrive right after the frame (one tagged message per
+ * task), run in slots of the DiT executor, and go back right after BATCH_DONE; the slots are
+ * freed again, so a latent lives here only for its chunk (the coordinator holds it between
+ * chunks and may send the next one to any rank). Every latent is received even when the batch
+ * cannot run, so the coordinator's sends never wait for nothing. */
+static wf_status run_dit(worker *w, wf_task_batch *b) {
+    char err[WF_FRAME_TASK_MESSAGE_MAX] = "", msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    wf_frame_batch_done done = {.iteration = b->iteration, .status = WF_OK};
+    int rank = wf_world_rank(w->world), n = b->n_tasks;
+    wf_world_op ops[256];
+    float *lat[256];
+    size_t bytes = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0;
+    if (!w->dit) {
+        done.status = WF_EUNSUPPORTED;
+        snprintf(msg, sizeof msg, "no DiT model on this worker");
+    } else if (n > 255) {
+        done.status = WF_EINVAL;
+        snprintf(msg, sizeof msg, "%d DENOISE tasks in one batch (at most 255)", n);
+    } else {
+        for (int j = 0; j < n; j++) {
+            wf_task *t = &b->tasks[j];
+            lat[j] = t->kind == WF_TASK_DENOISE ? wf_dit_exec_latent(w->dit, t->dit.latent.id, true) : NULL;
+            if (!lat[j] && done.status == WF_OK) {
+                done.status = t->kind == WF_TASK_DENOISE ? WF_EFULL : WF_EINVAL;
+                snprintf(msg, sizeof msg, "task %d: %s", j,
+                         t->kind == WF_TASK_DENOISE ? "no free latent slot" : "not a DENOISE task");
+            }
+            ops[j] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
+                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                   .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes};
+        }
+        wf_status st = wf_world_run(w->world, ops, n);
+        if (st != WF_OK) return st; /* rank 0 is gone or stuck */
+        for (int j = 0; j < n && done.status == WF_OK; j++)
+            if (ops[j].received != bytes) {
+                done.status = WF_EPROTO;
+                snprintf(msg, sizeof msg, "latent %d: %zu bytes, expected %zu", j, ops[j].received, bytes);
+            }
+        if (done.status == WF_OK && b->group.n_ranks > 1)
+            done.status = run_sp(w, b, lat, msg, sizeof msg);
+        else if (done.status == WF_OK)
+            done.status = wf_executor_run(wf_dit_exec_executor(w->dit), b, msg, sizeof msg);
+    }
+    w->batches++;
+    wf_status st = WF_OK;
+    if (done.status != WF_OK) {
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", rank, msg);
+    } else {
+        if (n > w->results_cap) {
+            free(w->results);
+            w->results_cap = 0;
+            if (!(w->results = malloc((size_t)n * sizeof *w->results))) return WF_ENOMEM;
+            w->results_cap = n;
+        }
+        wf_frame_task_event ev;
+        wf_frame_task_event_from_batch(b, w->results, NULL, &ev);
+        st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_task_event, &ev, err, sizeof err);
+    }
+    if (st == WF_OK) st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+    if (st == WF_OK && done.status == WF_OK) {
+        for (int j = 0; j < n; j++)
+            ops[j] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
+                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                   .buf = lat[j], .len = bytes};
+        st = wf_world_run(w->world, ops, n);
+    }
+    for (int j = 0; w->dit && j < n && j < 256; j++)
+        if (b->tasks[j].kind == WF_TASK_DENOISE) wf_dit_exec_latent_drop(w->dit, b->tasks[j].dit.latent.id);
+    return st;
+}
+
 /* Runs one TASK_DISPATCH and answers it. A frame that does not decode is answered with a
  * failed BATCH_DONE when its iteration can be read, so the coordinator never waits for it. */
 static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
@@ -340,6 +492,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
         return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
     }
+    if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) return run_dit(w, &batch);
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
     bool pd = false;
@@ -563,6 +716,20 @@ int wf_worker_main(const wf_worker_params *p) {
         goto out;
     }
     w.exec = wf_engine_executor(w.engine, &w.kv);
+    if (p->dit_path) {
+        wf_dit_exec_options xo;
+        wf_dit_exec_options_init(&xo);
+        xo.model_path = p->dit_path;
+        xo.n_threads = n_threads;
+        char xerr[400];
+        if (wf_dit_exec_open(&xo, &w.dit, xerr, sizeof xerr) != WF_OK ||
+            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats(w.dit) * sizeof(float)))) {
+            snprintf(err, sizeof err, "DiT %s: %s", p->dit_path, w.dit ? "out of memory" : xerr);
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
+            goto out;
+        }
+    }
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
                 w.kv.n_blocks);
@@ -575,6 +742,9 @@ out:
     free(w.pd_tables);
     free(w.pd_ops);
     wf_kv_xfer_free(w.xfer, w.world);
+    for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);
+    wf_dit_exec_free(w.dit);
+    free(w.dit_scratch);
     wf_engine_free(w.engine);
     for (int i = 0; i < w.n_loras; i++) wf_lora_free(w.loras[i]);
     free(w.loras);

@@ -43,6 +43,9 @@ typedef struct wf_worker_params {
      * number wf_vmodel_spec_num gives, the coordinator's; a bad one is a start-up failure */
     char *const *vmodels;
     int n_vmodels;
+    const char *dit_path;     /* a DiT whose DENOISE chunks this worker runs (NULL: none); the
+                                 latents cross with the TASK_DISPATCH as tagged messages
+                                 (server/workers/pool.h: wf_workers_dispatch_latents) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

@@ -113,12 +113,60 @@ START_TEST(schedules_and_classes) {
 }
 END_TEST
 
+/* A latent that moves between executors (a worker rank's and the coordinator's tables, as
+ * server/workers/dit_router.h moves it): steps 0..3 on one, 3..6 on the other, the same image. */
+START_TEST(latents_cross_executors) {
+    wf_dit_exec *home = open_exec(2), *far = open_exec(1);
+    size_t n = wf_dit_exec_latent_floats(home);
+    ck_assert_uint_eq(n, wf_dit_exec_latent_floats(far));
+    ck_assert_ptr_null(wf_dit_exec_latent(home, 5, false)); /* not held */
+    ck_assert_ptr_null(wf_dit_exec_latent(home, 0, true));  /* 0 is no id */
+    uint8_t ref[64], got[64];
+    wf_task t[3] = {dit_task(WF_TASK_ENCODE, 1, 0, 0), dit_task(WF_TASK_DENOISE, 1, 0, 6),
+                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6)};
+    t[2].dit.pixels = ref;
+    t[2].dit.pixels_cap = sizeof ref;
+    ck_assert_int_eq(run(home, t, 3), WF_OK);
+    wf_dit_exec_latent_drop(home, 1);
+    ck_assert_ptr_null(wf_dit_exec_latent(home, 1, false));
+    wf_task e = dit_task(WF_TASK_ENCODE, 5, 0, 0);
+    ck_assert_int_eq(run(home, &e, 1), WF_OK);
+    float *h = wf_dit_exec_latent(home, 5, false);
+    ck_assert_ptr_nonnull(h);
+    float *f = wf_dit_exec_latent(far, 5, true);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_eq(wf_dit_exec_latent(far, 5, true), f);   /* held: the same slot */
+    ck_assert_ptr_null(wf_dit_exec_latent(far, 6, true));    /* its one slot is taken */
+    memcpy(f, h, n * sizeof(float));
+    wf_task d = dit_task(WF_TASK_DENOISE, 5, 0, 3);
+    ck_assert_int_eq(run(far, &d, 1), WF_OK);
+    ck_assert_int_eq(d.status, WF_OK);
+    memcpy(h, f, n * sizeof(float));
+    wf_dit_exec_latent_drop(far, 5);
+    ck_assert_ptr_null(wf_dit_exec_latent(far, 5, false));
+    wf_task r[2] = {dit_task(WF_TASK_DENOISE, 5, 3, 6), dit_task(WF_TASK_DECODE_IMAGE, 5, 6, 6)};
+    r[1].dit.pixels = got;
+    r[1].dit.pixels_cap = sizeof got;
+    ck_assert_int_eq(run(home, r, 2), WF_OK);
+    ck_assert_int_eq(r[1].status, WF_OK);
+    ck_assert_int_eq(memcmp(ref, got, sizeof ref), 0);
+    wf_dit_sampler_config cfg;
+    wf_dit_exec_sampler_config(home, -1, &cfg);
+    ck_assert_int_eq((int)cfg.kind, wf_dit_exec_get_info(home)->default_sampler);
+    ck_assert_ptr_nonnull(wf_dit_exec_model(home));
+    ck_assert_ptr_nonnull(wf_dit_exec_pool(home));
+    wf_dit_exec_free(home);
+    wf_dit_exec_free(far);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("engine/dit/dit_exec");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, trajectory_and_task_errors);
     tcase_add_test(tc, schedules_and_classes);
+    tcase_add_test(tc, latents_cross_executors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

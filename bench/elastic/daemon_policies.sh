@@ -1,0 +1,56 @@
+#!/bin/sh
+# The real 2-rank run: weftd --workers 2 serving the default DiT under each --dit-policy, the same
+# mixed S/L image workload (weft-bench --workload images, S and L differ by steps) against each,
+# in one run; then the cost model's single-request prediction against the daemon's latency.
+#   bench/elastic/daemon_policies.sh [build-dir]   (RATE=20 N=300 POLICIES="static:1 static:2 elastic")
+set -eu
+BUILD=${1:-build}
+RATE=${RATE:-20}
+N=${N:-300}
+POLICIES=${POLICIES:-"static:1 static:2 elastic"}
+DIT=${WEFT_DIT_MODEL:-/usr/local/share/weft/models/weft-dit-digits}
+PORT=${PORT:-18740}
+CLASSES="--image-class S:8x8:5:1.5 --image-class L:8x8:45:6 --image-mix S=1,L=1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+start() { # policy -> weftd pid in $pid, log in $tmp/weftd.log
+    "$BUILD/bin/weftd" --model "$DIT" --workers 2 --dit-policy "$1" --threads 1 --port "$PORT" \
+        >"$tmp/weftd.log" 2>&1 &
+    pid=$!
+    i=0
+    until curl -s "http://127.0.0.1:$PORT/health" | grep -q '"ok"'; do
+        i=$((i + 1)); [ $i -lt 300 ] || { cat "$tmp/weftd.log"; exit 1; }; sleep 0.2
+    done
+}
+stop() { kill "$pid"; wait "$pid" || true; }
+
+uptime
+# T_single per class, measured once (static:1, requests alone) and given to every policy, so
+# that all of them are held to the same deadlines.
+start static:1
+"$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --num-requests 1 --rate 1 \
+    >"$tmp/cal.txt" 2>&1
+grep '^calibrated' "$tmp/cal.txt"
+TS=$(awk '/^calibrated T_single of class/ {c=$5; v=$9; printf "%s%s=%s", sep, c, v; sep=","}' "$tmp/cal.txt")
+step1=$(sed -n 's/.*DiT step on 1 worker rank(s): \([0-9.]*\) ms.*/\1/p' "$tmp/weftd.log")
+stop
+echo "T_single: $TS"
+
+for p in $POLICIES; do
+    start "$p"
+    grep '\[dit\]' "$tmp/weftd.log" | sed 's/^.*\[dit\] /  /'
+    "$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --t-single "$TS" \
+        --rate "$RATE" --num-requests "$N" --label "$p" --json "$tmp/$p.json" >"$tmp/$p.txt" 2>&1
+    groups=$(curl -s "http://127.0.0.1:$PORT/admin/stats" |
+             python3 -c 'import json,sys; print(json.load(sys.stdin)["images"]["chunks_by_group_size"])')
+    echo "== $p: chunks by group size $groups"
+    grep -E '^(SLO attainment|Image throughput|class|S |L |all )' "$tmp/$p.txt"
+    stop
+done
+uptime
+
+# The cost model's single-request latency (the simulator predicts a lone job as steps x T(tokens,
+# 1)) against the daemon's measured T_single of the L class (45 steps, alone on one rank).
+TL=$(echo "$TS" | tr ',' '\n' | sed -n 's/^L=//p')
+awk -v s="$step1" -v t="$TL" 'BEGIN { p = 45 * s; printf "single L request: cost model %.1f ms (45 x %.3f), daemon %.1f ms, ratio %.2f\n", p, s, t, t / p }'

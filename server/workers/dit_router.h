@@ -1,0 +1,68 @@
+/* DiT serving on worker ranks (`weftd --workers N` with a DiT): an executor for the image
+ * scheduler (sched/images.h) that runs each batch's ENCODE, DECODE_IMAGE and FINISH tasks on the
+ * coordinator's in-process DiT executor and its DENOISE chunks on the worker ranks.
+ *
+ *     wf_dit_router *r;
+ *     if (wf_dit_router_new(local_dit, workers, &r) != WF_OK) ...;
+ *     wf_image_sched_add_model(images, wf_dit_router_executor(r), &geometry, &model);
+ *     ...
+ *     wf_dit_router_stats st; wf_dit_router_get_stats(r, &st);     // chunks per rank
+ *     wf_dit_router_free(r);                                        // after the image scheduler
+ *
+ * Latents are artifacts whose home is the coordinator's latent table (the in-process
+ * executor's): a DENOISE chunk sends its latent to the rank that runs it with the TASK_DISPATCH
+ * and gets the result back with the BATCH_DONE (server/workers/pool.h:
+ * wf_workers_dispatch_latents), and the home copy is only overwritten by a chunk that
+ * succeeded. So every chunk may run on another rank, and a chunk lost with its worker (killed,
+ * stuck) runs again from its last latent on a live rank (at most WF_DIT_ROUTER_ATTEMPTS times);
+ * with no live worker left the batch fails with an error naming the ranks. The noise is a pure
+ * function of (seed, image, step, element), so the images are bit-identical to the in-process
+ * path whatever rank runs which chunk.
+ *
+ * Placement: at every chunk boundary (each batch: the image scheduler keeps one in flight per
+ * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job
+ * (tokens, steps done and left, deadline) and the live workers as free ranks, and picks jobs
+ * and their groups; the picked chunks run at once, one wave, then the policy picks again for
+ * the rest of the batch. Each picked job gets its own group, as GF-DiT's policies assume, so
+ * images that share a forward in-process run one per group here (the price of placing each
+ * image by its deadline); with no pick at all the chunks are spread over the live workers in
+ * blocks that share a forward. A group of P > 1 ranks runs its chunk with sequence parallelism
+ * (engine/elastic/dit_sp.h, Ulysses): every member gets the whole latent and the coordinator
+ * takes back each member's rows. The cost model the policy predicts with is measured here at
+ * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
+ * time from dispatch to its last member's answer).
+ *
+ * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
+ * thread. The local executor and the pool must outlive the router. */
+#ifndef WF_SERVER_WORKERS_DIT_ROUTER_H
+#define WF_SERVER_WORKERS_DIT_ROUTER_H
+
+#include <stdint.h>
+
+#include "engine/dit/dit_exec.h"
+#include "proto/task.h"
+#include "server/workers/pool.h"
+
+#define WF_DIT_ROUTER_ATTEMPTS 3
+
+typedef struct wf_dit_router wf_dit_router;
+
+/* Calibrates the cost model through the workers (blocking: a few one-step chunks per degree)
+ * and makes the policy: policy is a --dit-policy spec (sched/dit_policy.h: "static:K", "rssp",
+ * "elastic"; NULL: elastic with 2 workers or more, else static:1); chunk_steps the image
+ * scheduler's. WF_EINVAL (a bad spec: err names it), WF_ENOMEM, WF_EIO (thread). */
+wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *policy, int chunk_steps,
+                            wf_dit_router **out, char *err, size_t errlen);
+wf_executor wf_dit_router_executor(wf_dit_router *r);
+/* NULL is a no-op. Runs what is queued first. */
+void wf_dit_router_free(wf_dit_router *r);
+
+typedef struct wf_dit_router_stats {
+    char policy[64];                       /* the --dit-policy in force */
+    uint64_t rank_chunks[WF_WORKERS_MAX];  /* DENOISE chunks per worker index (a group's chunk
+                                              counts on each member) */
+} wf_dit_router_stats;
+
+void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
+
+#endif

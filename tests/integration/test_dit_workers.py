@@ -1,0 +1,104 @@
+"""weftd --workers 2 with the default DiT: DENOISE chunks on real worker processes (ranks of
+one UCX world), placed at every chunk boundary by --dit-policy; multi-rank chunks run with
+sequence parallelism (engine/elastic/dit_sp.h) over real UCX. The same seed gives the same PNG
+bytes in-process and under static:1, static:2 and elastic (a worker killed during multi-rank
+steps: test_dit_workers_kill.py)."""
+import base64
+import concurrent.futures
+import http.client
+import json
+import os
+
+import pytest
+
+from conftest import Weftd
+
+DIT = os.environ.get("WEFT_DIT_MODEL", "/usr/local/share/weft/models/weft-dit-digits")
+DIT_ID = os.path.basename(DIT.rstrip("/"))
+pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
+
+# Small step counts keep every run quick under the sanitizers; guidance on and off, n > 1.
+# (A two-rank step is a dozen all-to-alls between two processes: on a loaded machine each one
+# waits for both to be scheduled, so the multi-rank runs stay short.)
+REQUESTS = [
+    dict(prompt="3", n=2, seed=7, num_inference_steps=4),
+    dict(prompt="5", n=1, seed=9, num_inference_steps=3, guidance_scale=3),
+    dict(prompt="8", n=1, seed=11, num_inference_steps=3, guidance_scale=1),
+]
+LONG = dict(prompt="3", n=1, seed=7, num_inference_steps=16)  # for the kill test
+# Worker daemons: the image scheduler calibrates with batches of --image-max-batch images.
+WORKER_ARGS = ("--workers", "2", "--heartbeat-ms", "200", "--image-max-batch", "2")
+
+
+def post(d, body, timeout=120):
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=timeout)
+    c.request("POST", "/v1/images/generations", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def generate(d, req):
+    code, data = post(d, dict(model=DIT_ID, **req))
+    assert code == 200, data
+    return [base64.b64decode(x["b64_json"]) for x in json.loads(data)["data"]]
+
+
+def admin(d):
+    code, body = d.status("/admin/stats")
+    assert code == 200
+    return json.loads(body)
+
+
+def run_all(d):
+    # Concurrently, so that chunks of several requests share the ranks.
+    with concurrent.futures.ThreadPoolExecutor(len(REQUESTS)) as pool:
+        return list(pool.map(lambda r: generate(d, r), REQUESTS))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    d = Weftd("--model", DIT)
+    try:
+        yield [generate(d, r) for r in REQUESTS]
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("policy,sizes", [("static:1", {"1"}), ("static:2", {"2"}), ("elastic", None)])
+def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", policy)
+    try:
+        assert run_all(d) == reference
+        im = admin(d)["images"]
+        chunks = im["chunks_by_group_size"]
+        total = sum(r["n"] * r["num_inference_steps"] for r in REQUESTS)
+        assert sum(chunks.values()) == total, chunks
+        if sizes is not None:
+            assert set(chunks) == sizes, chunks
+        assert im["last_group_size"] in (1, 2)
+        # The chunks ran on the worker processes (a two-rank chunk counts on both).
+        ranks = [w["dit_chunks"] for w in admin(d)["scheduler"]["workers"]]
+        # (at least: the image scheduler's start-up calibration runs chunks too)
+        assert sum(ranks) >= sum(int(p) * n for p, n in chunks.items()), (ranks, chunks)
+        if policy != "elastic":
+            assert all(n > 0 for n in ranks), ranks
+        metrics = d.status("/metrics")[1].decode()
+        assert "weft:image_group_size{" in metrics
+        assert "weft:image_chunks_by_group_size_total{" in metrics
+        assert "weft:worker_dit_chunks_total{" in metrics
+    finally:
+        assert d.stop() == 0
+
+
+def test_bad_dit_policy_is_refused_at_start():
+    import subprocess
+    from conftest import BIN_DIR
+    exe = os.path.join(BIN_DIR, "weftd")
+    r = subprocess.run([exe, "--model", DIT, "--dit-policy", "elastic"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--dit-policy needs --workers" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--model", DIT, "--workers", "2", "--dit-policy", "fastest"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--dit-policy 'fastest'" in r.stderr, r.stderr

@@ -1,0 +1,71 @@
+"""weftd --workers 2 --dit-policy static:2 (every DENOISE chunk on both worker ranks, sequence
+parallel over UCX): a worker SIGKILLed while chunks run on both ranks. Every request ends with its
+images, bit-identical to the in-process daemon's (chunks lost with the worker run again from
+their last latent on the live rank), or with a clear error; the daemon keeps serving images and
+the restarted worker takes multi-rank chunks again."""
+import base64
+import concurrent.futures
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import Weftd
+from test_dit_workers import DIT, DIT_ID, LONG, REQUESTS, WORKER_ARGS, admin, generate, post
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    d = Weftd("--model", DIT)
+    try:
+        yield {"short": generate(d, REQUESTS[1]), "long": generate(d, LONG)}
+    finally:
+        assert d.stop() == 0
+
+
+def test_worker_killed_during_multi_rank_steps(reference):
+    # static:2: every chunk runs on both ranks, so the kill lands in a multi-rank step.
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2")
+    try:
+        victim = admin(d)["scheduler"]["workers"][0]
+        results = []
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futs = [pool.submit(post, d, dict(model=DIT_ID, **LONG)) for _ in range(4)]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(
+                    r["steps_done"] > 0 for r in admin(d)["images"]["requests"]):
+                time.sleep(0.02)
+            os.kill(victim["pid"], signal.SIGKILL)
+            results = [f.result(timeout=180) for f in futs]
+        ok = 0
+        for code, data in results:
+            if code == 200:
+                # Chunks lost with the worker ran again from their last latent on the other
+                # rank: the images are the ones the in-process daemon makes for the seed.
+                ok += 1
+                assert [base64.b64decode(x["b64_json"]) for x in json.loads(data)["data"]] == reference["long"]
+            else:
+                # A clear error in OpenAI's envelope.
+                err = json.loads(data)["error"]
+                assert err["message"], data
+        assert ok >= 1, [(c, b[:300]) for c, b in results]
+        # The daemon keeps serving images (on the live rank while the other restarts).
+        assert generate(d, REQUESTS[1]) == reference["short"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ws = admin(d)["scheduler"]["workers"]
+            back = [w for w in ws if w["rank"] == victim["rank"]][0]
+            if back["state"] == "live":
+                break
+            time.sleep(0.2)
+        assert back["state"] == "live" and back["pid"] != victim["pid"]
+        # Both ranks again: multi-rank chunks, same bytes.
+        before = admin(d)["images"]["chunks_by_group_size"].get("2", 0)
+        assert generate(d, REQUESTS[1]) == reference["short"]
+        assert admin(d)["images"]["chunks_by_group_size"].get("2", 0) > before
+    finally:
+        assert d.stop() == 0
