@@ -735,10 +735,11 @@ static void complete_model(wf_image_sched *s, model *m) {
             int P = t->group.n_ranks < 1 ? 1 : t->group.n_ranks;
             r->group_size = P;
             pthread_mutex_lock(&s->lock);
-            s->stats.chunks_by_group[P < WF_IMAGE_MAX_GROUP ? P : WF_IMAGE_MAX_GROUP]++;
-            s->stats.last_group_size = P;
-            pthread_mutex_unlock(&s->lock);
-            pthread_mutex_lock(&s->lock);
+            for (wf_image_sched_stats *stats = &s->stats;; stats = &m->stats) { /* all, then this model's */
+                stats->chunks_by_group[P < WF_IMAGE_MAX_GROUP ? P : WF_IMAGE_MAX_GROUP]++;
+                stats->last_group_size = P;
+                if (stats == &m->stats) break;
+            }
             r->remaining -= done;
             m->remaining -= done;
             pthread_mutex_unlock(&s->lock);
