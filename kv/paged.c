@@ -477,12 +477,31 @@ int wf_kv_seq_fit_tokens(const wf_kv_pool *p, const wf_kv_seq *seq) {
     return fit > seq->n_tokens ? fit : seq->n_tokens;
 }
 
+int wf_kv_pool_available_min(const wf_kv_pool *p) {
+    int a = wf_kv_pool_available(p);
+    if (p->swa && wf_kv_pool_available(p->swa) < a) a = wf_kv_pool_available(p->swa);
+    return a;
+}
+
+/* Local blocks a sequence holds at most: the window before the next position plus it. */
+static int swa_window_blocks(const wf_kv_pool *p) {
+    return (p->window + p->block_size - 1) / p->block_size + 1;
+}
+
+bool wf_kv_pool_can_hold(const wf_kv_pool *p, int n_tokens) {
+    int need = (n_tokens + p->block_size - 1) / p->block_size;
+    if (need > p->n_blocks) return false;
+    if (!p->swa) return true;
+    int win = swa_window_blocks(p);
+    return (need < win ? need : win) <= p->swa->n_blocks;
+}
+
 bool wf_kv_pool_can_start(const wf_kv_pool *p, int n_tokens, int slack) {
     int bs = p->block_size;
     int need = (n_tokens + bs - 1) / bs;
     if (need + slack > wf_kv_pool_available(p)) return false;
     if (!p->swa) return true;
-    int win = (p->window + bs - 1) / bs + 1;
+    int win = swa_window_blocks(p);
     return (need < win ? need : win) + slack <= wf_kv_pool_available(p->swa);
 }
 
@@ -540,8 +559,19 @@ void wf_kv_seq_commit(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens, int 
 }
 
 wf_status wf_kv_seq_fork(wf_kv_pool *p, const wf_kv_seq *src, wf_kv_seq *dst) {
-    int n = (src->n_tokens + p->block_size - 1) / p->block_size;
+    return wf_kv_seq_fork_prefix(p, src, src->n_tokens, dst);
+}
+
+wf_status wf_kv_seq_fork_prefix(wf_kv_pool *p, const wf_kv_seq *src, int n_tokens,
+                                wf_kv_seq *dst) {
+    if (n_tokens < 0 || n_tokens > src->n_tokens ||
+        (n_tokens != src->n_tokens && n_tokens % p->block_size != 0))
+        return WF_EINVAL;
+    int n = (n_tokens + p->block_size - 1) / p->block_size;
     if (n > dst->max_blocks) return WF_ERANGE;
+    /* src released local blocks that a shorter prefix's window still reads */
+    if (p->swa && swa_first_block(p, n_tokens) < src->swa_lo && swa_first_block(p, n_tokens) < n)
+        return WF_ERANGE;
     wf_kv_seq_release(p, dst);
     for (int i = 0; i < n; i++) {
         wf_kv_pool_ref(p, src->blocks[i]);
@@ -553,14 +583,16 @@ wf_status wf_kv_seq_fork(wf_kv_pool *p, const wf_kv_seq *src, wf_kv_seq *dst) {
     }
     dst->n_blocks = n;
     dst->swa_lo = p->swa ? (src->swa_lo < n ? src->swa_lo : n) : 0;
-    dst->n_tokens = src->n_tokens;
+    dst->n_tokens = n_tokens;
     dst->n_hashed = src->n_hashed < n ? src->n_hashed : n;
     dst->last_hash = src->last_hash;
     dst->salt = src->salt;
-    if (dst->n_hashed != src->n_hashed) { /* unreachable: hashed blocks are full, hence < n */
+    if (dst->n_hashed != src->n_hashed) { /* a shorter prefix: its chain hash is recomputed
+                                             by the next commit (publishing is idempotent) */
         dst->n_hashed = 0;
         dst->last_hash = dst->salt;
     }
+    swa_slide(p, dst);
     return WF_OK;
 }
 

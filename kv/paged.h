@@ -91,10 +91,19 @@ int wf_kv_pool_n_blocks(const wf_kv_pool *pool);
 /* Blocks an allocation can obtain right now (free + evictable cached); global blocks of a
  * split pool. */
 int wf_kv_pool_available(const wf_kv_pool *pool);
+/* Blocks an allocation of both kinds can obtain right now: the smaller of the two pools'
+ * available counts (wf_kv_pool_available when not split). */
+int wf_kv_pool_available_min(const wf_kv_pool *pool);
+/* Whether a sequence of n_tokens could ever run alone in this pool (global blocks for all of
+ * it, local blocks for one window). */
+bool wf_kv_pool_can_hold(const wf_kv_pool *pool, int n_tokens);
 /* Whether a new sequence of n_tokens (a prompt, prefilled chunk by chunk) can start now with
  * `slack` blocks of each kind to spare: global blocks for all of it, local blocks for its
  * first window (they are recycled as it advances). */
 bool wf_kv_pool_can_start(const wf_kv_pool *pool, int n_tokens, int slack);
+/* The local table a task of seq carries (wf_artifact's swa_block_table): NULL when the pool
+ * is not split. */
+static inline const int32_t *wf_kv_seq_swa_table(const wf_kv_pool *pool, const wf_kv_seq *seq);
 void wf_kv_pool_get_usage(const wf_kv_pool *pool, wf_kv_pool_usage *out);
 
 /* Low-level block operations (the sequence functions below are built on them). */
@@ -151,6 +160,10 @@ wf_status wf_kv_seq_reserve(wf_kv_pool *pool, wf_kv_seq *seq, int n_total, wf_kv
 void wf_kv_seq_commit(wf_kv_pool *pool, wf_kv_seq *seq, const int32_t *tokens, int n_total);
 /* dst (empty) shares every block of src (one more reference each). WF_ERANGE if too small. */
 wf_status wf_kv_seq_fork(wf_kv_pool *pool, const wf_kv_seq *src, wf_kv_seq *dst);
+/* The same for the first n_tokens positions of src only (a multiple of the block size, or
+ * src->n_tokens): dst holds them, as if it had written them. */
+wf_status wf_kv_seq_fork_prefix(wf_kv_pool *pool, const wf_kv_seq *src, int n_tokens,
+                                wf_kv_seq *dst);
 /* Drops every block reference; the sequence is empty again (reusable). */
 void wf_kv_seq_release(wf_kv_pool *pool, wf_kv_seq *seq);
 
@@ -158,5 +171,9 @@ void wf_kv_seq_release(wf_kv_pool *pool, wf_kv_seq *seq);
  * split), or with swa, of the sliding-window layers. */
 void wf_kv_store_copy_block(wf_kv_store *store, int32_t dst, int32_t src);
 void wf_kv_store_copy_swa_block(wf_kv_store *store, int32_t dst, int32_t src);
+
+static inline const int32_t *wf_kv_seq_swa_table(const wf_kv_pool *pool, const wf_kv_seq *seq) {
+    return wf_kv_pool_window(pool) > 0 ? seq->swa_blocks : NULL;
+}
 
 #endif

@@ -41,6 +41,7 @@ typedef struct wf_config {
     int image_chunk_steps;  /* denoising steps per DENOISE task */
     int image_batching;     /* 1: step-level batching across image requests */
     int image_max_batch;    /* images per DiT forward */
+    int kv_window_release;  /* 1: sliding-window layers keep only their window's KV blocks */
     int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
     char *host;
     int port;
