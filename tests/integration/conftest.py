@@ -29,11 +29,11 @@ def free_port():
 
 
 class Weftd:
-    def __init__(self, *extra, ready_timeout=300, env=None):
+    def __init__(self, *extra, ready_timeout=300, env=None, model=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="weftd-", suffix=".log", delete=False)
-        args = [os.path.join(BIN_DIR, "weftd"), "--model", MODEL, "--host", "127.0.0.1",
+        args = [os.path.join(BIN_DIR, "weftd"), "--model", model or MODEL, "--host", "127.0.0.1",
                 "--port", str(self.port), "--cost-model", COST, "--fixed-cost-model", "--default-ttft-ms", "600000",
                 "--kv-memory-mb", "256", "--threads", "2", *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
