@@ -502,7 +502,8 @@ bool wf_kv_pool_can_start(const wf_kv_pool *p, int n_tokens, int slack) {
     if (need + slack > wf_kv_pool_available(p)) return false;
     if (!p->swa) return true;
     int win = swa_window_blocks(p);
-    return (need < win ? need : win) + slack <= wf_kv_pool_available(p->swa);
+    int swa_slack = (int)((int64_t)slack * p->swa->n_blocks / p->n_blocks); /* same share */
+    return (need < win ? need : win) + swa_slack <= wf_kv_pool_available(p->swa);
 }
 
 /* Copy-on-write of the block at n_tokens (if shared), then blocks up to `want`. */

@@ -98,8 +98,8 @@ int wf_kv_pool_available_min(const wf_kv_pool *pool);
  * it, local blocks for one window). */
 bool wf_kv_pool_can_hold(const wf_kv_pool *pool, int n_tokens);
 /* Whether a new sequence of n_tokens (a prompt, prefilled chunk by chunk) can start now with
- * `slack` blocks of each kind to spare: global blocks for all of it, local blocks for its
- * first window (they are recycled as it advances). */
+ * `slack` global blocks to spare (and the same share of the local pool): global blocks for all
+ * of it, local blocks for its first window (they are recycled as it advances). */
 bool wf_kv_pool_can_start(const wf_kv_pool *pool, int n_tokens, int slack);
 /* The local table a task of seq carries (wf_artifact's swa_block_table): NULL when the pool
  * is not split. */
