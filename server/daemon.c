@@ -329,25 +329,17 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
                                  ? wf_engine_kv_geometry_swa(d->engine, WF_DEFAULT_KV_BLOCK_SIZE)
                                  : wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
         /* Local layers' blocks: every running sequence's window (plus the block being
-         * written and a partial one) and one batch of prompt chunks, but at most half the
-         * budget: the rest holds global layers' blocks, i.e. the context. (Gemma 3: 15 of 18
-         * layers are local, so half the budget for the 3 global ones is 3x the context an
-         * unsplit store holds.) */
+         * written and a partial one) and one batch of prompt chunks, so that sequences
+         * shorter than the window are never bound by them below --max-running; the store
+         * caps them at what the unsplit layout holds, so a split is never worse for any
+         * length, and the rest of the budget holds global layers' blocks: the context of
+         * long sequences. */
         int bs = WF_DEFAULT_KV_BLOCK_SIZE;
         long swa_blocks = 0;
         if (geo.swa_layers) {
-            size_t budget = (size_t)p->kv_memory_mb << 20;
-            size_t per_layer = wf_kv_geometry_block_bytes(&geo) / (size_t)geo.n_layers;
-            long half = (long)(budget / 2 / (per_layer * (size_t)__builtin_popcountll(geo.swa_layers)));
             swa_blocks = (long)p->max_running * ((geo.swa_window + bs - 1) / bs + 2) +
                          (p->max_batch_tokens + bs - 1) / bs;
-            if (swa_blocks > half) swa_blocks = half;
             if (swa_blocks > INT32_MAX) swa_blocks = INT32_MAX;
-            if (swa_blocks < (geo.swa_window + bs - 1) / bs + 2) {
-                /* Not even one window fits in half so small a budget: keep one table. */
-                geo.swa_layers = 0;
-                geo.swa_window = 0;
-            }
         }
         st = geo.swa_layers
                  ? wf_kv_store_init_swa(&d->kv, &geo, (size_t)p->kv_memory_mb << 20, (int)swa_blocks)
