@@ -41,7 +41,6 @@ typedef struct wf_config {
     int image_chunk_steps;  /* denoising steps per DENOISE task */
     int image_batching;     /* 1: step-level batching across image requests */
     int image_max_batch;    /* images per DiT forward */
-    int kv_window_release;  /* 1: sliding-window layers keep only their window's KV blocks */
     int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
     char *host;
     int port;
@@ -60,6 +59,7 @@ typedef struct wf_config {
     int queue_size;       /* bound of the request queue to the scheduler */
     char *policy;         /* scheduler policy: fcfs, priority, slo */
     long kv_memory_mb;    /* KV-cache budget */
+    int kv_window_release; /* 1: sliding-window layers keep only their window's KV blocks */
     int max_batch_tokens; /* token budget per iteration */
     double default_ttft_ms;
     double default_tpot_ms;
