@@ -186,10 +186,19 @@ wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size) {
                             .dtype = WF_KV_DTYPE_F16};
 }
 
+wf_kv_geometry wf_engine_kv_geometry_swa(const wf_engine *e, int block_size) {
+    wf_kv_geometry g = wf_engine_kv_geometry(e, block_size);
+    g.swa_layers = wf_forward_swa_layers(e->model);
+    g.swa_window = g.swa_layers ? e->model->hp.n_swa : 0;
+    return g;
+}
+
 static bool kv_matches(const wf_engine *e, const wf_kv_store *kv) {
     const wf_kv_geometry *g = &kv->geometry;
     return g->dtype == WF_KV_DTYPE_F16 && g->n_layers == e->model->hp.n_layer &&
-           g->n_kv_heads == e->model->hp.n_head_kv && g->head_dim == e->model->hp.head_dim;
+           g->n_kv_heads == e->model->hp.n_head_kv && g->head_dim == e->model->hp.head_dim &&
+           (!g->swa_layers || (g->swa_layers == wf_forward_swa_layers(e->model) &&
+                               g->swa_window == e->model->hp.n_swa));
 }
 
 wf_status wf_engine_lora_load(wf_engine *e, const char *path, wf_lora **out, char *err,
@@ -272,6 +281,7 @@ static int prepare_and_run_locked(wf_engine *e, wf_kv_store *kv, wf_task *tasks,
                         .pos = t->llm.pos,
                         .block_table = t->llm.kv.block_table,
                         .n_blocks = t->llm.kv.n_blocks,
+                        .swa_block_table = t->llm.kv.swa_block_table,
                         .want_logits = all_logits || (t->llm.samples && t->llm.n_samples > 0),
                         .loras = vb ? vb->uses : NULL,
                         .n_loras = vb ? vb->n : 0};

@@ -82,10 +82,14 @@ const char *wf_engine_chat_template(const wf_engine *e); /* raw jinja text or NU
 
 /* The KV layout this model needs: n_layers, n_kv_heads, head_dim, F16 (as llama.cpp). */
 wf_kv_geometry wf_engine_kv_geometry(const wf_engine *e, int block_size);
+/* The same with the sliding-window layers marked (swa_layers, swa_window), for a store split by
+ * layer kind (kv/kv_store.h: local layers keep only their window's blocks); equal to the above
+ * for a model without such layers. Tasks on a split store carry llm.kv.swa_block_table. */
+wf_kv_geometry wf_engine_kv_geometry_swa(const wf_engine *e, int block_size);
 
 /* The executor (proto/task.h) that runs task batches of this engine against `kv`: one batched
  * forward pass over all tasks' tokens, then sampling for tasks with samples. `kv` must have
- * the geometry of wf_engine_kv_geometry (any block size) and outlive the executor. The
+ * the geometry of wf_engine_kv_geometry or _swa (any block size) and outlive the executor. The
  * executor's context belongs to the engine (freed by wf_engine_free); each call returns a new
  * executor over the engine's single forward state, so drive at most one at a time.
  * Batch statuses (through done): WF_EINVAL (batch larger than max_batch_tokens/max_seqs, or a

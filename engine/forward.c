@@ -42,6 +42,7 @@ struct wf_forward {
     const wf_fwd_seq *seqs;
     int n_tok;
     int layer;
+    bool split_swa;      /* this layer's K/V live in the store's sliding-window region */
 };
 
 static void *alloc64(size_t n, size_t *total) {
@@ -201,6 +202,20 @@ const float *wf_forward_logits(const wf_forward *f, int i) {
     return f->logits + (size_t)i * (size_t)f->m->hp.n_vocab;
 }
 
+uint64_t wf_forward_swa_layers(const wf_model *m) {
+    if (m->hp.n_swa <= 0 || m->hp.n_layer > 64) return 0;
+    uint64_t mask = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].swa) mask |= UINT64_C(1) << l;
+    return mask;
+}
+
+/* First block a local layer reads for a query at position q: keys > q - n_swa. */
+static int swa_first_block(const wf_forward *f, const wf_kv_store *kv, int q) {
+    int first = q - f->m->hp.n_swa + 1;
+    return first > 0 ? first / kv->geometry.block_size : 0;
+}
+
 wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const wf_fwd_seq *s,
                                char *err, size_t errlen) {
     const wf_model_hparams *hp = &f->m->hp;
@@ -241,6 +256,20 @@ wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const
         if (s->block_table[i] < 0 || s->block_table[i] >= kv->n_blocks) {
             wf_errorf(err, errlen, "block id %d outside the KV store (%d blocks)",
                     s->block_table[i], kv->n_blocks);
+            return WF_EINVAL;
+        }
+    }
+    if (!kv->geometry.swa_layers) return WF_OK;
+    if (!s->swa_block_table) {
+        wf_errorf(err, errlen, "the KV store keeps sliding-window layers apart but the task "
+                               "has no table for them");
+        return WF_EINVAL;
+    }
+    for (int i = swa_first_block(f, kv, s->pos); i < need; i++) {
+        if (s->swa_block_table[i] < 0 || s->swa_block_table[i] >= kv->n_swa_blocks) {
+            wf_errorf(err, errlen, "sliding-window block id %d (position block %d) outside the "
+                                   "KV store (%d blocks)", s->swa_block_table[i], i,
+                      kv->n_swa_blocks);
             return WF_EINVAL;
         }
     }
@@ -358,7 +387,7 @@ static void job_rope_store(wf_forward *f, int ith, int nth) {
         }
         const wf_fwd_seq *s = &f->seqs[f->tok_seq[t]];
         int pos = f->tok_pos[t];
-        int blk = s->block_table[pos / bs];
+        int blk = (f->split_swa ? s->swa_block_table : s->block_table)[pos / bs];
         size_t off = (size_t)(pos % bs) * kv->row_elems;
         uint16_t *kd = (uint16_t *)wf_kv_store_k(kv, f->layer, blk) + off;
         uint16_t *vd = (uint16_t *)wf_kv_store_v(kv, f->layer, blk) + off;
@@ -405,6 +434,7 @@ static void job_attn(wf_forward *f, int ith, int nth) {
     const int bs = kv->geometry.block_size;
     const float scale = hp->attn_q_scale != 0.0f ? 1.0f : 1.0f / sqrtf((float)hd);
     const bool swa = f->m->layers[f->layer].swa;
+    const bool split = f->split_swa;
     unsigned char *mem = f->attn_mem + f->attn_stride * (size_t)ith;
     wf_attn_scratch sc;
     wf_attn_scratch_init(&sc, mem, f->max_ctx, hd);
@@ -427,8 +457,9 @@ static void job_attn(wf_forward *f, int ith, int nth) {
         int first = swa && n_pos > hp->n_swa ? n_pos - hp->n_swa : 0;
         size_t off = (size_t)g * (size_t)hd;
         for (int p = 0; p < first; p++) krows[p] = vrows[p] = f->zero_row;
+        const int32_t *table = split ? s->swa_block_table : s->block_table;
         for (int p = first; p < n_pos; p++) {
-            int blk = s->block_table[p / bs];
+            int blk = table[p / bs];
             size_t o = (size_t)(p % bs) * kv->row_elems + off;
             krows[p] = (const uint16_t *)wf_kv_store_k(kv, f->layer, blk) + o;
             vrows[p] = (const uint16_t *)wf_kv_store_v(kv, f->layer, blk) + o;
@@ -578,7 +609,9 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
     const wf_model_hparams *hp = &m->hp;
     if (n_seqs < 1 || n_seqs > f->max_seqs) return WF_EINVAL;
     if (kv->geometry.dtype != WF_KV_DTYPE_F16 || kv->geometry.n_layers != hp->n_layer ||
-        kv->geometry.n_kv_heads != hp->n_head_kv || kv->geometry.head_dim != hp->head_dim)
+        kv->geometry.n_kv_heads != hp->n_head_kv || kv->geometry.head_dim != hp->head_dim ||
+        (kv->geometry.swa_layers && (kv->geometry.swa_layers != wf_forward_swa_layers(m) ||
+                                     kv->geometry.swa_window != hp->n_swa)))
         return WF_EINVAL;
     int T = 0, n_want = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -610,6 +643,7 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
     for (int l = 0; l < hp->n_layer; l++) {
         const wf_layer_weights *L = &m->layers[l];
         f->layer = l;
+        f->split_swa = wf_kv_store_layer_is_swa(kv, l);
         run_job(f, JOB_NORM_ATTN, f->x, L->attn_norm.data, f->xn);
         matmul_shared_input(f, f->xn, T, 3, (const wf_weight *const[]){&L->wq, &L->wk, &L->wv},
                             (float *const[]){f->q, f->k, f->v});

@@ -35,6 +35,10 @@ typedef struct wf_fwd_seq {
     int pos;                    /* position of tokens[0] */
     const int32_t *block_table; /* covers positions [0, pos + n_tokens) */
     int n_blocks;
+    /* A store split by layer kind (kv/kv_store.h): the sliding-window layers' table, indexed
+     * like block_table; only the entries from the window of pos on are read (earlier ones
+     * may be -1: released). NULL with an unsplit store. */
+    const int32_t *swa_block_table;
     bool want_logits;           /* logits of the last token */
     /* LoRA adapters of this sequence's virtual model (engine/lora.h), applied in order on top
      * of the shared base matmuls; NULL/0: the bare backbone. Adapters must be of this model
@@ -65,6 +69,10 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
 
 /* Logits [n_vocab] of the i-th sequence (in order) that had want_logits in the last run. */
 const float *wf_forward_logits(const wf_forward *f, int i);
+
+/* The model's sliding-window layers as a kv/kv_store.h swa_layers mask (bit l: layer l), or 0
+ * when it has none or more than 64 layers (then its KV store stays unsplit). */
+uint64_t wf_forward_swa_layers(const wf_model *m);
 
 /* Bytes reserved for activations and scratch (for reports). */
 size_t wf_forward_memory_bytes(const wf_forward *f);

@@ -11,8 +11,15 @@ size_t wf_kv_geometry_block_bytes(const wf_kv_geometry *g) {
            (size_t)g->head_dim * elem;
 }
 
+static wf_status layout(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes);
+
 wf_status wf_kv_store_layout(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes) {
     memset(store, 0, sizeof *store);
+    if (g->swa_layers) return WF_EINVAL; /* peers address unsplit stores only */
+    return layout(store, g, budget_bytes);
+}
+
+static wf_status layout(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes) {
     if (g->n_layers <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 || g->block_size <= 0 ||
         (g->dtype != WF_KV_DTYPE_F16 && g->dtype != WF_KV_DTYPE_F32))
         return WF_EINVAL;
@@ -28,9 +35,16 @@ wf_status wf_kv_store_layout(wf_kv_store *store, const wf_kv_geometry *g, size_t
     return WF_OK;
 }
 
+static size_t slab_bytes(const wf_kv_store *s) {
+    int n_swa = __builtin_popcountll(s->geometry.swa_layers);
+    return s->block_bytes * ((size_t)(s->geometry.n_layers - n_swa) * (size_t)s->n_blocks +
+                             (size_t)n_swa * (size_t)s->n_swa_blocks);
+}
+
+size_t wf_kv_store_bytes(const wf_kv_store *s) { return 2 * slab_bytes(s); }
+
 size_t wf_kv_store_offset(const wf_kv_store *s, int layer, int block, int v) {
-    size_t slab = s->block_bytes * (size_t)s->geometry.n_layers * (size_t)s->n_blocks;
-    return (v ? slab : 0) + ((size_t)layer * (size_t)s->n_blocks + (size_t)block) * s->block_bytes;
+    return (v ? slab_bytes(s) : 0) + wf_kv_store_slab_off(s, layer, block);
 }
 
 wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *g, void *mem, size_t bytes) {
@@ -40,18 +54,15 @@ wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *g, void 
         memset(store, 0, sizeof *store);
         return WF_EINVAL;
     }
-    size_t slab = store->block_bytes * (size_t)g->n_layers * (size_t)store->n_blocks;
+    size_t slab = slab_bytes(store);
     store->k = mem;
     store->v = (unsigned char *)mem + slab;
     store->borrowed = 1;
     return WF_OK;
 }
 
-wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes) {
-    wf_status st = wf_kv_store_layout(store, g, budget_bytes);
-    if (st != WF_OK) return st;
-    size_t n_blocks = (size_t)store->n_blocks;
-    size_t slab = store->block_bytes * (size_t)g->n_layers * n_blocks;
+static wf_status alloc_slabs(wf_kv_store *store) {
+    size_t slab = slab_bytes(store);
     /* 64-byte alignment so AVX-512 loads of a row never split a cache line needlessly. */
     store->k = aligned_alloc(64, (slab + 63) & ~(size_t)63);
     store->v = aligned_alloc(64, (slab + 63) & ~(size_t)63);
@@ -60,6 +71,43 @@ wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *g, size_t b
         return WF_ENOMEM;
     }
     return WF_OK;
+}
+
+wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes,
+                               int swa_blocks) {
+    memset(store, 0, sizeof *store);
+    if (!g->swa_layers) {
+        wf_status st = layout(store, g, budget_bytes);
+        return st == WF_OK ? alloc_slabs(store) : st;
+    }
+    int n_swa = __builtin_popcountll(g->swa_layers);
+    if (g->n_layers <= 0 || (g->n_layers < 64 && (g->swa_layers >> g->n_layers) != 0) ||
+        n_swa >= g->n_layers || g->swa_window <= 0 || swa_blocks <= 0)
+        return WF_EINVAL;
+    /* The unsplit layout of this budget: its block count caps the local blocks. */
+    wf_kv_geometry flat = *g;
+    flat.swa_layers = 0;
+    wf_status st = layout(store, &flat, budget_bytes);
+    if (st != WF_OK) return st;
+    int cap = store->n_blocks;
+    if (swa_blocks > cap) swa_blocks = cap;
+    size_t per_layer_block = 2 * store->block_bytes;
+    size_t swa_bytes = per_layer_block * (size_t)n_swa * (size_t)swa_blocks;
+    size_t global = (budget_bytes - swa_bytes) / (per_layer_block * (size_t)(g->n_layers - n_swa));
+    if (global == 0) {
+        memset(store, 0, sizeof *store);
+        return WF_EINVAL;
+    }
+    if (global > INT32_MAX) global = INT32_MAX;
+    store->geometry = *g;
+    store->n_blocks = (int)global;
+    store->n_swa_blocks = swa_blocks;
+    store->swa_base = store->block_bytes * (size_t)(g->n_layers - n_swa) * global;
+    return alloc_slabs(store);
+}
+
+wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes) {
+    return wf_kv_store_init_swa(store, g, budget_bytes, INT32_MAX);
 }
 
 void wf_kv_store_free(wf_kv_store *store) {

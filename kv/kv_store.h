@@ -14,6 +14,15 @@
  *     uint16_t *k = wf_kv_store_k(&store, layer, block);             // one block's keys
  *     wf_kv_store_free(&store);
  *
+ * Sliding-window layers (geometry.swa_layers != 0: Gemma 3's local layers) get their own blocks:
+ * the store holds n_blocks blocks of the other (global) layers and n_swa_blocks blocks of the
+ * local layers, each kind addressed by its own block table (kv/paged.h keeps a local table
+ * whose blocks behind the window go back to the pool), so memory for local layers follows the
+ * window rather than the context. wf_kv_store_k/v take the model's layer index either way.
+ *
+ *     g.swa_layers = mask_of_local_layers; g.swa_window = 512;
+ *     wf_kv_store_init_swa(&store, &g, budget, 600);   // 600 local blocks, the rest global
+ *
  * Not thread-safe by itself: the scheduler guarantees no two writers touch one block. */
 #ifndef WF_KV_KV_STORE_H
 #define WF_KV_KV_STORE_H
@@ -34,11 +43,17 @@ typedef struct wf_kv_geometry {
     int head_dim;
     int block_size; /* tokens per block */
     wf_kv_dtype dtype;
+    /* Layers (bit l: layer l, l < 64) that attend to the last swa_window positions only and
+     * keep their own blocks; 0: every layer shares one block table (the layout above). */
+    uint64_t swa_layers;
+    int swa_window;
 } wf_kv_geometry;
 
 typedef struct wf_kv_store {
     wf_kv_geometry geometry;
-    int n_blocks;
+    int n_blocks;            /* blocks of the global layers (all layers when not split) */
+    int n_swa_blocks;        /* blocks of the sliding-window layers (0 when not split) */
+    size_t swa_base;         /* byte offset of the sliding-window region in each slab */
     size_t elem_bytes;       /* 2 for F16, 4 for F32 */
     size_t row_elems;        /* n_kv_heads * head_dim */
     size_t block_bytes;      /* one block of one layer's K (or V) */
@@ -50,7 +65,20 @@ typedef struct wf_kv_store {
  * WF_EINVAL for a bad geometry or a budget below one block, WF_ENOMEM if allocation fails. */
 wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *geometry,
                            size_t budget_bytes);
-/* Lays the store out in caller memory (e.g. a UCX-registered buffer that peers put into): as
+/* A store split by layer kind (geometry.swa_layers != 0): swa_blocks blocks of the local
+ * layers (capped at what an unsplit store of this budget would give them, so a split never
+ * holds fewer local blocks than the shared layout), the rest of the budget to global blocks.
+ * wf_kv_store_init with swa_layers set splits at that cap. WF_EINVAL for a bad mask (a layer
+ * >= 64 or >= n_layers, every layer local) or a budget below one block of each kind. */
+wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *geometry,
+                               size_t budget_bytes, int swa_blocks);
+/* Whether layer l keeps its blocks in the sliding-window region. */
+static inline int wf_kv_store_layer_is_swa(const wf_kv_store *s, int layer) {
+    return layer < 64 && (int)((s->geometry.swa_layers >> layer) & 1u);
+}
+/* Total bytes of K and V memory (both kinds). */
+size_t wf_kv_store_bytes(const wf_kv_store *store);
+/* Lays the store out in caller memory, not split (geometry.swa_layers must be 0) (e.g. a UCX-registered buffer that peers put into): as
  * many blocks as fit in bytes, K slab at mem, V slab right after it. mem must be 64-byte aligned
  * and outlive the store. Two processes calling it with the same geometry and byte count get the
  * same layout, so one can address the other's blocks (wf_kv_store_offset). WF_EINVAL as init. */
@@ -66,11 +94,23 @@ void wf_kv_store_free(wf_kv_store *store);
 /* Bytes one block costs across all layers, K and V. */
 size_t wf_kv_geometry_block_bytes(const wf_kv_geometry *geometry);
 
+/* Byte offset of (layer, block) inside the K (or V) slab. A local layer's block indexes the
+ * sliding-window region; a global layer's the global one (layers of each kind in order). */
+static inline size_t wf_kv_store_slab_off(const wf_kv_store *s, int layer, int block) {
+    uint64_t m = s->geometry.swa_layers;
+    if (!m) return ((size_t)layer * (size_t)s->n_blocks + (size_t)block) * s->block_bytes;
+    uint64_t below = layer >= 64 ? m : m & ((UINT64_C(1) << layer) - 1);
+    int n_swa_below = __builtin_popcountll(below);
+    if (wf_kv_store_layer_is_swa(s, layer))
+        return s->swa_base +
+               ((size_t)n_swa_below * (size_t)s->n_swa_blocks + (size_t)block) * s->block_bytes;
+    return ((size_t)(layer - n_swa_below) * (size_t)s->n_blocks + (size_t)block) * s->block_bytes;
+}
 static inline void *wf_kv_store_k(const wf_kv_store *s, int layer, int block) {
-    return s->k + ((size_t)layer * (size_t)s->n_blocks + (size_t)block) * s->block_bytes;
+    return s->k + wf_kv_store_slab_off(s, layer, block);
 }
 static inline void *wf_kv_store_v(const wf_kv_store *s, int layer, int block) {
-    return s->v + ((size_t)layer * (size_t)s->n_blocks + (size_t)block) * s->block_bytes;
+    return s->v + wf_kv_store_slab_off(s, layer, block);
 }
 
 #endif

@@ -29,6 +29,9 @@ struct wf_kv_pool {
     uint64_t bucket_mask;
     int32_t *tokens;            /* [block][block_size]: the tokens of published blocks */
     uint64_t prefix_queries, prefix_hits, evictions, cow_copies;
+    wf_kv_pool *swa;            /* the local layers' blocks (split pools), or NULL */
+    int window;                 /* positions a local layer attends to */
+    uint64_t swa_released;
 };
 
 wf_status wf_kv_pool_new(int n_blocks, int block_size, bool prefix_cache, wf_kv_pool **out) {
@@ -65,8 +68,28 @@ fail_alloc:
     return WF_ENOMEM;
 }
 
+wf_status wf_kv_pool_new_swa(int n_blocks, int n_swa_blocks, int block_size, int window,
+                             bool prefix_cache, wf_kv_pool **out) {
+    *out = NULL;
+    if (window <= 0 || n_swa_blocks <= 0) return WF_EINVAL;
+    wf_kv_pool *p;
+    wf_status st = wf_kv_pool_new(n_blocks, block_size, prefix_cache, &p);
+    if (st != WF_OK) return st;
+    st = wf_kv_pool_new(n_swa_blocks, block_size, prefix_cache, &p->swa);
+    if (st != WF_OK) {
+        wf_kv_pool_free(p);
+        return st;
+    }
+    p->window = window;
+    *out = p;
+    return WF_OK;
+}
+
+int wf_kv_pool_window(const wf_kv_pool *p) { return p->window; }
+
 void wf_kv_pool_free(wf_kv_pool *p) {
     if (!p) return;
+    wf_kv_pool_free(p->swa);
     free(p->meta);
     free(p->free_stack);
     free(p->buckets);
@@ -78,6 +101,9 @@ int wf_kv_pool_block_size(const wf_kv_pool *p) { return p->block_size; }
 int wf_kv_pool_n_blocks(const wf_kv_pool *p) { return p->n_blocks; }
 int wf_kv_pool_available(const wf_kv_pool *p) { return p->n_free + p->n_cached; }
 int wf_kv_pool_refcount(const wf_kv_pool *p, int32_t block) { return p->meta[block].ref; }
+int wf_kv_pool_swa_refcount(const wf_kv_pool *p, int32_t block) {
+    return p->swa->meta[block].ref;
+}
 
 void wf_kv_pool_get_usage(const wf_kv_pool *p, wf_kv_pool_usage *out) {
     out->n_blocks = p->n_blocks;
@@ -86,8 +112,13 @@ void wf_kv_pool_get_usage(const wf_kv_pool *p, wf_kv_pool_usage *out) {
     out->free = p->n_free;
     out->prefix_queries = p->prefix_queries;
     out->prefix_hits = p->prefix_hits;
-    out->evictions = p->evictions;
-    out->cow_copies = p->cow_copies;
+    out->evictions = p->evictions + (p->swa ? p->swa->evictions : 0);
+    out->cow_copies = p->cow_copies + (p->swa ? p->swa->cow_copies : 0);
+    out->swa_n_blocks = p->swa ? p->swa->n_blocks : 0;
+    out->swa_used = p->swa ? p->swa->n_used : 0;
+    out->swa_cached = p->swa ? p->swa->n_cached : 0;
+    out->swa_free = p->swa ? p->swa->n_free : 0;
+    out->swa_released = p->swa_released;
 }
 
 static void lru_remove(wf_kv_pool *p, int32_t b) {
@@ -211,7 +242,20 @@ bool wf_kv_pool_publish(wf_kv_pool *p, int32_t b, uint64_t hash, uint64_t parent
     return true;
 }
 
+static bool pool_check(const wf_kv_pool *p, char *err, int errlen);
+
 bool wf_kv_pool_check(const wf_kv_pool *p, char *err, int errlen) {
+    if (!pool_check(p, err, errlen)) return false;
+    if (p->swa && !pool_check(p->swa, err, errlen)) {
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "swa pool: %s", err);
+        snprintf(err, (size_t)errlen, "%s", tmp);
+        return false;
+    }
+    return true;
+}
+
+static bool pool_check(const wf_kv_pool *p, char *err, int errlen) {
     int used = 0, cached = 0, fr = 0, lru_len = 0, n_pub = 0, n_indexed = 0;
     for (int b = 0; b < p->n_blocks; b++) {
         const block_meta *m = &p->meta[b];
@@ -295,19 +339,47 @@ wf_status wf_kv_seq_init(wf_kv_seq *seq, int max_blocks) {
     memset(seq, 0, sizeof *seq);
     if (max_blocks <= 0) return WF_EINVAL;
     seq->blocks = malloc((size_t)max_blocks * sizeof *seq->blocks);
-    if (!seq->blocks) return WF_ENOMEM;
+    seq->swa_blocks = malloc((size_t)max_blocks * sizeof *seq->swa_blocks);
+    if (!seq->blocks || !seq->swa_blocks) {
+        wf_kv_seq_free(seq);
+        return WF_ENOMEM;
+    }
     seq->max_blocks = max_blocks;
     return WF_OK;
 }
 
 void wf_kv_seq_free(wf_kv_seq *seq) {
     free(seq->blocks);
+    free(seq->swa_blocks);
     memset(seq, 0, sizeof *seq);
 }
 
 void wf_kv_seq_set_salt(wf_kv_seq *seq, uint64_t salt) {
     seq->salt = salt;
     if (seq->n_hashed == 0) seq->last_hash = salt;
+}
+
+int wf_kv_seq_swa_held(const wf_kv_seq *seq) { return seq->n_blocks - seq->swa_lo; }
+
+/* First block index a local layer still reads once positions [0, n_tokens) are written: the
+ * next position q = n_tokens attends to keys > q - window (llama.cpp masks q - k >= n_swa). */
+static int swa_first_block(const wf_kv_pool *p, int n_tokens) {
+    int first_pos = n_tokens - p->window + 1;
+    return first_pos > 0 ? first_pos / p->block_size : 0;
+}
+
+/* Releases the local blocks entirely behind the window. */
+static void swa_slide(wf_kv_pool *p, wf_kv_seq *seq) {
+    if (!p->swa) return;
+    int lo = swa_first_block(p, seq->n_tokens);
+    if (lo > seq->n_blocks) lo = seq->n_blocks;
+    /* Newest first, as in release: the older blocks end up evicted first. */
+    for (int i = lo - 1; i >= seq->swa_lo; i--) {
+        wf_kv_pool_unref(p->swa, seq->swa_blocks[i]);
+        seq->swa_blocks[i] = -1;
+        p->swa_released++;
+    }
+    if (lo > seq->swa_lo) seq->swa_lo = lo;
 }
 
 int wf_kv_seq_match_prefix(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens, int n) {
@@ -324,96 +396,230 @@ int wf_kv_seq_match_prefix(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens,
         uint64_t h = wf_kv_block_hash(parent, blk, bs);
         int32_t b = wf_kv_pool_lookup(p, h, parent, blk);
         if (b < 0) break;
-        wf_kv_pool_ref(p, b);
         seq->blocks[i] = b;
         parent = h;
     }
-    seq->n_blocks = i;
-    seq->n_hashed = i;
+    int m = i;
+    if (p->swa && m > 0) {
+        /* The local blocks under the same keys: swa_blocks[j] = the cached local block j or
+         * -1. A prefix of m blocks is usable when blocks [first(m), m) are all there. */
+        parent = seq->salt;
+        for (int j = 0; j < m; j++) {
+            const int32_t *blk = tokens + (size_t)j * (size_t)bs;
+            uint64_t h = wf_kv_block_hash(parent, blk, bs);
+            seq->swa_blocks[j] = wf_kv_pool_lookup(p->swa, h, parent, blk);
+            parent = h;
+        }
+        int run = 0; /* present local blocks ending at index m-1 */
+        for (; m > 0; m--) {
+            int lo = swa_first_block(p, m * bs);
+            run = 0;
+            for (int j = m - 1; j >= lo && seq->swa_blocks[j] >= 0; j--) run++;
+            if (run >= m - lo) break;
+        }
+        int lo = m > 0 ? swa_first_block(p, m * bs) : 0;
+        for (int j = 0; j < m; j++) {
+            if (j < lo) seq->swa_blocks[j] = -1;
+            else wf_kv_pool_ref(p->swa, seq->swa_blocks[j]);
+        }
+        seq->swa_lo = lo;
+    }
+    /* The chain hash of the last kept block, recomputed (the loop above may have shortened). */
+    parent = seq->salt;
+    for (int j = 0; j < m; j++) {
+        wf_kv_pool_ref(p, seq->blocks[j]);
+        parent = wf_kv_block_hash(parent, tokens + (size_t)j * (size_t)bs, bs);
+    }
+    seq->n_blocks = m;
+    seq->n_hashed = m;
     seq->last_hash = parent;
-    seq->n_tokens = i * bs;
+    seq->n_tokens = m * bs;
     p->prefix_hits += (uint64_t)seq->n_tokens;
     return seq->n_tokens;
 }
 
 /* The block that the next write (position n_tokens) lands in needs a private copy. */
-static bool needs_cow(const wf_kv_pool *p, const wf_kv_seq *seq, int n_total) {
-    if (n_total <= seq->n_tokens) return false;
-    int j = seq->n_tokens / p->block_size;
-    return j < seq->n_blocks && p->meta[seq->blocks[j]].ref > 1;
+static bool needs_cow(const wf_kv_pool *p, const int32_t *blocks, int n_blocks, int n_tokens,
+                      int n_total) {
+    if (n_total <= n_tokens) return false;
+    int j = n_tokens / p->block_size;
+    return j < n_blocks && blocks[j] >= 0 && p->meta[blocks[j]].ref > 1;
+}
+
+static int table_needed(const wf_kv_pool *p, const int32_t *blocks, int n_blocks, int n_tokens,
+                        int n_total) {
+    int want = (n_total + p->block_size - 1) / p->block_size;
+    int extra = want > n_blocks ? want - n_blocks : 0;
+    return extra + (needs_cow(p, blocks, n_blocks, n_tokens, n_total) ? 1 : 0);
 }
 
 int wf_kv_seq_blocks_needed(const wf_kv_pool *p, const wf_kv_seq *seq, int n_total) {
-    int want = (n_total + p->block_size - 1) / p->block_size;
-    int extra = want > seq->n_blocks ? want - seq->n_blocks : 0;
-    return extra + (needs_cow(p, seq, n_total) ? 1 : 0);
+    return table_needed(p, seq->blocks, seq->n_blocks, seq->n_tokens, n_total);
+}
+
+bool wf_kv_seq_fits(const wf_kv_pool *p, const wf_kv_seq *seq, int n_total) {
+    if (wf_kv_seq_blocks_needed(p, seq, n_total) > wf_kv_pool_available(p)) return false;
+    return !p->swa || table_needed(p->swa, seq->swa_blocks, seq->n_blocks, seq->n_tokens,
+                                   n_total) <= wf_kv_pool_available(p->swa);
+}
+
+int wf_kv_seq_fit_tokens(const wf_kv_pool *p, const wf_kv_seq *seq) {
+    /* Both tables end at n_blocks; a shared partial last block costs one copy first. */
+    int fit = (seq->n_blocks + wf_kv_pool_available(p)) * p->block_size;
+    if (needs_cow(p, seq->blocks, seq->n_blocks, seq->n_tokens, seq->n_tokens + 1))
+        fit -= p->block_size;
+    if (p->swa) {
+        int f2 = (seq->n_blocks + wf_kv_pool_available(p->swa)) * p->block_size;
+        if (needs_cow(p->swa, seq->swa_blocks, seq->n_blocks, seq->n_tokens, seq->n_tokens + 1))
+            f2 -= p->block_size;
+        if (f2 < fit) fit = f2;
+    }
+    return fit > seq->n_tokens ? fit : seq->n_tokens;
+}
+
+int wf_kv_pool_available_min(const wf_kv_pool *p) {
+    int a = wf_kv_pool_available(p);
+    if (p->swa && wf_kv_pool_available(p->swa) < a) a = wf_kv_pool_available(p->swa);
+    return a;
+}
+
+/* Local blocks a sequence holds at most: the window before the next position plus it. */
+static int swa_window_blocks(const wf_kv_pool *p) {
+    return (p->window + p->block_size - 1) / p->block_size + 1;
+}
+
+bool wf_kv_pool_can_hold(const wf_kv_pool *p, int n_tokens) {
+    int need = (n_tokens + p->block_size - 1) / p->block_size;
+    if (need > p->n_blocks) return false;
+    if (!p->swa) return true;
+    int win = swa_window_blocks(p);
+    return (need < win ? need : win) <= p->swa->n_blocks;
+}
+
+bool wf_kv_pool_can_start(const wf_kv_pool *p, int n_tokens, int slack) {
+    int bs = p->block_size;
+    int need = (n_tokens + bs - 1) / bs;
+    if (need + slack > wf_kv_pool_available(p)) return false;
+    if (!p->swa) return true;
+    int win = swa_window_blocks(p);
+    int swa_slack = (int)((int64_t)slack * p->swa->n_blocks / p->n_blocks); /* same share */
+    return (need < win ? need : win) + swa_slack <= wf_kv_pool_available(p->swa);
+}
+
+/* Copy-on-write of the block at n_tokens (if shared), then blocks up to `want`. */
+static void table_reserve(wf_kv_pool *p, int32_t *blocks, int n_blocks, int n_tokens,
+                          int n_total, int want, wf_kv_store *store, bool swa) {
+    int32_t b;
+    if (needs_cow(p, blocks, n_blocks, n_tokens, n_total)) {
+        int j = n_tokens / p->block_size;
+        if (wf_kv_pool_alloc(p, &b) != WF_OK) abort(); /* counted by the caller */
+        if (store) {
+            if (swa) wf_kv_store_copy_swa_block(store, b, blocks[j]);
+            else wf_kv_store_copy_block(store, b, blocks[j]);
+        }
+        wf_kv_pool_unref(p, blocks[j]);
+        blocks[j] = b;
+        p->cow_copies++;
+    }
+    for (int i = n_blocks; i < want; i++) {
+        if (wf_kv_pool_alloc(p, &b) != WF_OK) abort();
+        blocks[i] = b;
+    }
 }
 
 wf_status wf_kv_seq_reserve(wf_kv_pool *p, wf_kv_seq *seq, int n_total, wf_kv_store *store) {
     int want = (n_total + p->block_size - 1) / p->block_size;
     if (want > seq->max_blocks) return WF_ERANGE;
-    if (wf_kv_seq_blocks_needed(p, seq, n_total) > wf_kv_pool_available(p)) return WF_EFULL;
-    int32_t b;
-    if (needs_cow(p, seq, n_total)) {
-        int j = seq->n_tokens / p->block_size;
-        if (wf_kv_pool_alloc(p, &b) != WF_OK) abort(); /* counted above */
-        if (store) wf_kv_store_copy_block(store, b, seq->blocks[j]);
-        wf_kv_pool_unref(p, seq->blocks[j]);
-        seq->blocks[j] = b;
-        p->cow_copies++;
-    }
-    while (seq->n_blocks < want) {
-        if (wf_kv_pool_alloc(p, &b) != WF_OK) abort();
-        seq->blocks[seq->n_blocks++] = b;
-    }
+    if (!wf_kv_seq_fits(p, seq, n_total)) return WF_EFULL;
+    table_reserve(p, seq->blocks, seq->n_blocks, seq->n_tokens, n_total, want, store, false);
+    if (p->swa)
+        table_reserve(p->swa, seq->swa_blocks, seq->n_blocks, seq->n_tokens, n_total, want,
+                      store, true);
+    if (want > seq->n_blocks) seq->n_blocks = want;
     return WF_OK;
 }
 
 void wf_kv_seq_commit(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens, int n_total) {
     if (n_total > seq->n_tokens) seq->n_tokens = n_total;
-    if (!p->prefix_cache) return;
-    int bs = p->block_size;
-    while ((seq->n_hashed + 1) * bs <= seq->n_tokens && seq->n_hashed < seq->n_blocks) {
-        const int32_t *blk = tokens + (size_t)seq->n_hashed * (size_t)bs;
-        uint64_t h = wf_kv_block_hash(seq->last_hash, blk, bs);
-        wf_kv_pool_publish(p, seq->blocks[seq->n_hashed], h, seq->last_hash, blk);
-        seq->last_hash = h;
-        seq->n_hashed++;
+    if (p->prefix_cache) {
+        int bs = p->block_size;
+        while ((seq->n_hashed + 1) * bs <= seq->n_tokens && seq->n_hashed < seq->n_blocks) {
+            const int32_t *blk = tokens + (size_t)seq->n_hashed * (size_t)bs;
+            uint64_t h = wf_kv_block_hash(seq->last_hash, blk, bs);
+            wf_kv_pool_publish(p, seq->blocks[seq->n_hashed], h, seq->last_hash, blk);
+            /* The local block of the same positions, under the same key: a later prompt
+             * with this prefix finds both kinds (still held: publish precedes the slide). */
+            if (p->swa && seq->swa_blocks[seq->n_hashed] >= 0)
+                wf_kv_pool_publish(p->swa, seq->swa_blocks[seq->n_hashed], h, seq->last_hash,
+                                   blk);
+            seq->last_hash = h;
+            seq->n_hashed++;
+        }
     }
+    swa_slide(p, seq);
 }
 
 wf_status wf_kv_seq_fork(wf_kv_pool *p, const wf_kv_seq *src, wf_kv_seq *dst) {
-    int n = (src->n_tokens + p->block_size - 1) / p->block_size;
+    return wf_kv_seq_fork_prefix(p, src, src->n_tokens, dst);
+}
+
+wf_status wf_kv_seq_fork_prefix(wf_kv_pool *p, const wf_kv_seq *src, int n_tokens,
+                                wf_kv_seq *dst) {
+    if (n_tokens < 0 || n_tokens > src->n_tokens ||
+        (n_tokens != src->n_tokens && n_tokens % p->block_size != 0))
+        return WF_EINVAL;
+    int n = (n_tokens + p->block_size - 1) / p->block_size;
     if (n > dst->max_blocks) return WF_ERANGE;
+    /* src released local blocks that a shorter prefix's window still reads */
+    if (p->swa && swa_first_block(p, n_tokens) < src->swa_lo && swa_first_block(p, n_tokens) < n)
+        return WF_ERANGE;
     wf_kv_seq_release(p, dst);
     for (int i = 0; i < n; i++) {
         wf_kv_pool_ref(p, src->blocks[i]);
         dst->blocks[i] = src->blocks[i];
+        if (p->swa) {
+            dst->swa_blocks[i] = src->swa_blocks[i];
+            if (i >= src->swa_lo) wf_kv_pool_ref(p->swa, src->swa_blocks[i]);
+        }
     }
     dst->n_blocks = n;
-    dst->n_tokens = src->n_tokens;
+    dst->swa_lo = p->swa ? (src->swa_lo < n ? src->swa_lo : n) : 0;
+    dst->n_tokens = n_tokens;
     dst->n_hashed = src->n_hashed < n ? src->n_hashed : n;
     dst->last_hash = src->last_hash;
     dst->salt = src->salt;
-    if (dst->n_hashed != src->n_hashed) { /* unreachable: hashed blocks are full, hence < n */
+    if (dst->n_hashed != src->n_hashed) { /* a shorter prefix: its chain hash is recomputed
+                                             by the next commit (publishing is idempotent) */
         dst->n_hashed = 0;
         dst->last_hash = dst->salt;
     }
+    swa_slide(p, dst);
     return WF_OK;
 }
 
 void wf_kv_seq_release(wf_kv_pool *p, wf_kv_seq *seq) {
     /* Tail first: the chain's root ends most recently used, so eviction takes leaves first. */
-    for (int i = seq->n_blocks - 1; i >= 0; i--) wf_kv_pool_unref(p, seq->blocks[i]);
+    for (int i = seq->n_blocks - 1; i >= 0; i--) {
+        wf_kv_pool_unref(p, seq->blocks[i]);
+        if (p->swa && i >= seq->swa_lo) wf_kv_pool_unref(p->swa, seq->swa_blocks[i]);
+    }
     seq->n_blocks = 0;
+    seq->swa_lo = 0;
     seq->n_tokens = 0;
     seq->n_hashed = 0;
     seq->last_hash = seq->salt;
 }
 
-void wf_kv_store_copy_block(wf_kv_store *s, int32_t dst, int32_t src) {
+static void copy_layers(wf_kv_store *s, int32_t dst, int32_t src, int swa) {
     for (int l = 0; l < s->geometry.n_layers; l++) {
+        if (wf_kv_store_layer_is_swa(s, l) != swa) continue;
         memcpy(wf_kv_store_k(s, l, dst), wf_kv_store_k(s, l, src), s->block_bytes);
         memcpy(wf_kv_store_v(s, l, dst), wf_kv_store_v(s, l, src), s->block_bytes);
     }
+}
+
+void wf_kv_store_copy_block(wf_kv_store *s, int32_t dst, int32_t src) { copy_layers(s, dst, src, 0); }
+
+void wf_kv_store_copy_swa_block(wf_kv_store *s, int32_t dst, int32_t src) {
+    copy_layers(s, dst, src, 1);
 }

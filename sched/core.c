@@ -242,11 +242,12 @@ static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample
  * Returns the tokens scheduled (0: nothing fits). */
 static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
     wf_choice *ch = &r->choices[j];
-    int bs = wf_kv_pool_block_size(c->cfg.pool);
     int remaining = ch->target - ch->kv.n_tokens;
     if (remaining <= 0 || *budget <= 0 || c->batch.n_tasks >= c->max_tasks) return 0;
     int chunk = remaining < *budget ? remaining : *budget;
-    int fit = (ch->kv.n_blocks + wf_kv_pool_available(c->cfg.pool)) * bs - ch->kv.n_tokens;
+    /* What both kinds of blocks allow (a split pool's local blocks bound the chunk to what
+     * fits beside the window). */
+    int fit = wf_kv_seq_fit_tokens(c->cfg.pool, &ch->kv) - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
     if (c->cfg.whole_prefill) {
         /* It runs elsewhere (a prefill rank), so the TPOT budget of this group's decodes does
@@ -275,6 +276,7 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
     t->llm.pos = ch->kv.n_tokens;
     t->llm.kv.block_table = ch->kv.blocks;
     t->llm.kv.n_blocks = ch->kv.n_blocks;
+    t->llm.kv.swa_block_table = wf_kv_seq_swa_table(c->cfg.pool, &ch->kv);
     if (final) {
         /* The first token of every choice is drawn from these logits (n > 1 shares them). */
         t->llm.samples = c->samples + n_samples_used(c);
@@ -305,8 +307,7 @@ static wf_request *pick_victim(const wf_core *c, int from) {
 static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, uint64_t now) {
     wf_choice *ch = &r->choices[j];
     for (;;) {
-        int need = wf_kv_seq_blocks_needed(c->cfg.pool, &ch->kv, ch->n_tokens);
-        if (need <= wf_kv_pool_available(c->cfg.pool)) break;
+        if (wf_kv_seq_fits(c->cfg.pool, &ch->kv, ch->n_tokens)) break;
         wf_request *victim = pick_victim(c, i + 1);
         if (!victim) return false; /* nobody behind r */
         preempt(c, victim, now);
@@ -319,6 +320,7 @@ static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, ui
     t->llm.pos = ch->n_tokens - 1;
     t->llm.kv.block_table = ch->kv.blocks;
     t->llm.kv.n_blocks = ch->kv.n_blocks;
+    t->llm.kv.swa_block_table = wf_kv_seq_swa_table(c->cfg.pool, &ch->kv);
     t->llm.samples = c->samples + n_samples_used(c);
     fill_sample(r, ch, &t->llm.samples[0]);
     t->llm.n_samples = 1;
@@ -442,9 +444,10 @@ static void displace_for_waiting(wf_core *c, uint64_t now) {
     wf_request *w = c->waiting[0];
     if (vmodel_seats_full(c, w)) return; /* it could not run anyway */
     if (w->n_preemptions > 0 && w->preempted_iteration == c->iteration) return;
-    int need = blocks_to_admit(c, w) + wf_kv_pool_n_blocks(c->cfg.pool) / 100;
+    int need = blocks_to_admit(c, w) * wf_kv_pool_block_size(c->cfg.pool);
+    int slack = wf_kv_pool_n_blocks(c->cfg.pool) / 100;
     while (c->n_running > 0 && (c->running_seqs + w->n_active > c->cfg.max_running ||
-                                need > wf_kv_pool_available(c->cfg.pool))) {
+                                !wf_kv_pool_can_start(c->cfg.pool, need, slack))) {
         wf_request *v = pick_victim(c, 0);
         if (!pol->displaces(w, v)) return;
         preempt(c, v, now);
@@ -585,10 +588,11 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         /* Admit only if the whole prompt (what the cache does not hold) fits and leaves a
          * watermark of free blocks for the running sequences to grow into: admitting more
          * than that only buys preemptions (recompute) a few iterations later. */
-        int avail = wf_kv_pool_available(c->cfg.pool);
-        if (avail == 0) break;
-        int need = blocks_to_admit(c, r);
-        if (c->n_running > 0 && need + wf_kv_pool_n_blocks(c->cfg.pool) / 100 > avail) break;
+        if (wf_kv_pool_available_min(c->cfg.pool) == 0) break;
+        int need = blocks_to_admit(c, r) * wf_kv_pool_block_size(c->cfg.pool);
+        if (c->n_running > 0 &&
+            !wf_kv_pool_can_start(c->cfg.pool, need, wf_kv_pool_n_blocks(c->cfg.pool) / 100))
+            break;
         admit_setup(c, r);
         int got = 0, n_prefill = 0;
         for (int j = 0; j < r->n_choices; j++)
@@ -615,7 +619,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
      * nothing else runs: the one last in policy order yields. */
     if (c->batch.n_tasks == 0 && c->n_running > 1) preempt(c, pick_victim(c, 0), now);
     else if (c->batch.n_tasks == 0 && c->n_running == 1 &&
-             wf_kv_pool_available(c->cfg.pool) == 0)
+             wf_kv_pool_available_min(c->cfg.pool) == 0)
         end_request(c, c->running[0], WF_FINISH_ERROR, WF_EFULL,
                     "KV cache too small for this request", now);
     if (c->cfg.policy->fair) charge_fair(c);

@@ -38,11 +38,20 @@ int32_t wf_fake_next_token(const wf_fake_executor *fx, const int32_t *tokens, in
     return (int32_t)(h % (uint64_t)fx->vocab);
 }
 
-static float *slot_k(wf_kv_store *s, int block, int slot) {
-    return (float *)wf_kv_store_k(s, 0, block) + (size_t)slot * s->row_elems;
+/* Layer 0 stands for the model; with a split store, `layer` (its first local layer) too. */
+static float *slot_k_at(wf_kv_store *s, int layer, int block, int slot) {
+    return (float *)wf_kv_store_k(s, layer, block) + (size_t)slot * s->row_elems;
 }
-static float *slot_v(wf_kv_store *s, int block, int slot) {
-    return (float *)wf_kv_store_v(s, 0, block) + (size_t)slot * s->row_elems;
+static float *slot_v_at(wf_kv_store *s, int layer, int block, int slot) {
+    return (float *)wf_kv_store_v(s, layer, block) + (size_t)slot * s->row_elems;
+}
+static float *slot_k(wf_kv_store *s, int block, int slot) { return slot_k_at(s, 0, block, slot); }
+static float *slot_v(wf_kv_store *s, int block, int slot) { return slot_v_at(s, 0, block, slot); }
+
+/* The first sliding-window layer of a split store, or -1. Layer 0 must be global. */
+static int local_layer(const wf_kv_store *s) {
+    if (!s->geometry.swa_layers || wf_kv_store_layer_is_swa(s, 0)) return -1;
+    return __builtin_ctzll(s->geometry.swa_layers);
 }
 
 static wf_status run_task(wf_fake_executor *fx, wf_task *t, int32_t *scratch, int cap) {
@@ -51,13 +60,30 @@ static wf_status run_task(wf_fake_executor *fx, wf_task *t, int32_t *scratch, in
     int end = t->llm.pos + t->llm.n_tokens;
     if (t->llm.n_tokens < 1 || t->llm.pos < 0 || (end + bs - 1) / bs > t->llm.kv.n_blocks || end > cap)
         return WF_EINVAL;
+    int ll = local_layer(s);
+    const int32_t *lt = t->llm.kv.swa_block_table;
+    if (s->geometry.swa_layers && (ll < 0 || !lt)) return WF_EINVAL;
     for (int i = 0; i < t->llm.n_tokens; i++) {
         int p = t->llm.pos + i, b = t->llm.kv.block_table[p / bs];
         if (b < 0 || b >= s->n_blocks) return WF_EINVAL;
         *slot_k(s, b, p % bs) = (float)t->llm.tokens[i];
         *slot_v(s, b, p % bs) = (float)p;
+        if (ll >= 0) {
+            int lb = lt[p / bs];
+            if (lb < 0 || lb >= s->n_swa_blocks) return WF_EINVAL;
+            *slot_k_at(s, ll, lb, p % bs) = (float)t->llm.tokens[i];
+            *slot_v_at(s, ll, lb, p % bs) = (float)p;
+        }
     }
     if (t->llm.n_samples == 0) return WF_OK;
+    /* The local layer's window (positions > end - 1 - window): present and right. */
+    for (int p = end - s->geometry.swa_window > 0 ? end - s->geometry.swa_window : 0;
+         ll >= 0 && p < end; p++) {
+        int lb = lt[p / bs], b = t->llm.kv.block_table[p / bs];
+        if (lb < 0 || lb >= s->n_swa_blocks || *slot_v_at(s, ll, lb, p % bs) != (float)p ||
+            *slot_k_at(s, ll, lb, p % bs) != *slot_k(s, b, p % bs))
+            return WF_EFORMAT;
+    }
     /* "Attention": read the whole sequence back through the block table. */
     for (int p = 0; p < end; p++) {
         int b = t->llm.kv.block_table[p / bs];

@@ -9,7 +9,10 @@
  *     wf_executor ex = wf_fake_executor_get(&fx);
  *     wf_sched_new(&opts, &store, ex, &s);
  *
- * The store must use WF_KV_DTYPE_F32. By default the batch runs inline, inside dispatch (done
+ * The store must use WF_KV_DTYPE_F32. A store split by layer kind (kv/kv_store.h) is modelled
+ * too: each token is also written through the task's swa_block_table into the first local
+ * layer, and a sampling task checks the window's positions there (a released or wrong local
+ * block is a scheduler bug, WF_EFORMAT). By default the batch runs inline, inside dispatch (done
  * is called before dispatch returns). wf_fake_executor_start_async gives it a thread of its
  * own (proto/exec_thread.h) and an optional delay per batch, so tests see real concurrency:
  * dispatch returns at once and done comes from that thread.

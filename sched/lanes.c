@@ -55,7 +55,7 @@ static bool lane_fits(const wf_lane *ln, const wf_request *r) {
     /* The request's block tables were sized for some block size: this lane's must need no
      * more entries for the context. */
     if ((ln->core.cfg.n_ctx + bs - 1) / bs > r->choices[0].kv.max_blocks) return false;
-    return (r->spec.n_prompt + 1 + bs - 1) / bs <= wf_kv_pool_n_blocks(pool);
+    return wf_kv_pool_can_hold(pool, r->spec.n_prompt + 1);
 }
 
 static int lane_load(const wf_lane *ln) { return ln->core.n_running + ln->core.n_waiting; }

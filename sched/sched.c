@@ -402,8 +402,13 @@ wf_status wf_sched_add_group(wf_sched *s, wf_kv_store *kv, wf_executor executor,
         return WF_EINVAL;
     sched_group *g = calloc(1, sizeof *g);
     if (!g) return WF_ENOMEM;
-    wf_status st = wf_kv_pool_new(kv->n_blocks, kv->geometry.block_size, s->opts.prefix_cache,
-                                  &g->pool);
+    /* A store split by layer kind (kv/kv_store.h): the pool keeps the local layers' blocks
+     * apart and releases those behind the window. */
+    wf_status st = kv->n_swa_blocks > 0
+                       ? wf_kv_pool_new_swa(kv->n_blocks, kv->n_swa_blocks, kv->geometry.block_size,
+                                            kv->geometry.swa_window, s->opts.prefix_cache, &g->pool)
+                       : wf_kv_pool_new(kv->n_blocks, kv->geometry.block_size,
+                                        s->opts.prefix_cache, &g->pool);
     if (st != WF_OK) {
         free(g);
         return st;
@@ -553,18 +558,8 @@ enum { CAL_MAXK = 32, CAL_MAX_LONG = 1024, CAL_MAXS = 48 };
 /* Makes seq share the first ctx positions (a multiple of the block size) of base, then
  * reserves n_more positions after them in blocks of its own. */
 static wf_status cal_seq(sched_group *g, const wf_kv_seq *base, int ctx, int n_more, wf_kv_seq *seq) {
-    int bs = g->kv->geometry.block_size;
-    int shared = ctx / bs;
-    if (shared > base->n_blocks || shared > seq->max_blocks) return WF_ERANGE;
-    for (int i = 0; i < shared; i++) {
-        seq->blocks[i] = base->blocks[i];
-        wf_kv_pool_ref(g->pool, base->blocks[i]);
-    }
-    seq->n_blocks = shared;
-    seq->n_tokens = ctx;
-    seq->n_hashed = 0;
-    seq->last_hash = 0;
-    return wf_kv_seq_reserve(g->pool, seq, ctx + n_more, g->kv);
+    wf_status st = wf_kv_seq_fork_prefix(g->pool, base, ctx, seq);
+    return st == WF_OK ? wf_kv_seq_reserve(g->pool, seq, ctx + n_more, g->kv) : st;
 }
 
 /* Measures batches that vary each feature of the model on its own -- prefill chunk length,
@@ -639,8 +634,9 @@ static wf_status calibrate(wf_sched *s) {
      * is in its own process (k NULL here): it starts zeroed. */
     for (int b = 0; b < base.n_blocks && g->kv->k; b++)
         for (int l = 0; l < g->kv->geometry.n_layers; l++) {
-            memset(wf_kv_store_k(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
-            memset(wf_kv_store_v(g->kv, l, base.blocks[b]), 0, g->kv->block_bytes);
+            int blk = wf_kv_store_layer_is_swa(g->kv, l) ? base.swa_blocks[b] : base.blocks[b];
+            memset(wf_kv_store_k(g->kv, l, blk), 0, g->kv->block_bytes);
+            memset(wf_kv_store_v(g->kv, l, blk), 0, g->kv->block_bytes);
         }
     base.n_tokens = lng;
     for (int pi = 0; pi < n_plan && ns < CAL_MAXS; pi++) {
@@ -649,7 +645,7 @@ static wf_status calibrate(wf_sched *s) {
         if (cb->n_dec > maxk || cb->n_dec + (cb->pre_len > 0) > s->opts.max_running ||
             cb->n_dec + cb->pre_len > budget || cb->dec_ctx + 1 >= s->opts.n_ctx ||
             cb->pre_start + cb->pre_len >= s->opts.n_ctx ||
-            cb->n_dec + (cb->pre_len + bs - 1) / bs + 1 > wf_kv_pool_available(g->pool))
+            cb->n_dec + (cb->pre_len + bs - 1) / bs + 1 > wf_kv_pool_available_min(g->pool))
             continue;
         int n = 0;
         double attn = 0;
@@ -662,6 +658,7 @@ static wf_status calibrate(wf_sched *s) {
                                  .request_seq = UINT64_MAX - (uint64_t)n,
                                  .llm.tokens = tok + cb->dec_ctx, .llm.n_tokens = 1, .llm.pos = cb->dec_ctx,
                                  .llm.kv.kind = WF_ARTIFACT_KV, .llm.kv.block_table = seqs[n].blocks, .llm.kv.n_blocks = seqs[n].n_blocks,
+                                 .llm.kv.swa_block_table = wf_kv_seq_swa_table(g->pool, &seqs[n]),
                                  .llm.samples = &samp[n], .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->dec_ctx, 1);
         }
@@ -674,7 +671,9 @@ static wf_status calibrate(wf_sched *s) {
                                  .request_seq = UINT64_MAX - (uint64_t)n,
                                  .llm.tokens = tok + cb->pre_start, .llm.n_tokens = cb->pre_len,
                                  .llm.pos = cb->pre_start, .llm.kv.kind = WF_ARTIFACT_KV, .llm.kv.block_table = seqs[n].blocks,
-                                 .llm.kv.n_blocks = seqs[n].n_blocks, .llm.samples = &samp[n],
+                                 .llm.kv.n_blocks = seqs[n].n_blocks,
+                                 .llm.kv.swa_block_table = wf_kv_seq_swa_table(g->pool, &seqs[n]),
+                                 .llm.samples = &samp[n],
                                  .llm.n_samples = 1};
             attn += wf_cost_model_attention(cb->pre_start, cb->pre_len);
             n++;
@@ -751,10 +750,14 @@ static void publish(wf_sched *s) {
             agg.kv_blocks_total += u.n_blocks;
             agg.kv_blocks_used += u.used;
             agg.kv_blocks_cached += u.cached;
+            agg.kv_swa_blocks_total += u.swa_n_blocks;
+            agg.kv_swa_blocks_used += u.swa_used;
+            agg.kv_swa_blocks_cached += u.swa_cached;
         }
         agg.prefix_queries += u.prefix_queries;
         agg.prefix_hits += u.prefix_hits;
         agg.cow_copies += u.cow_copies;
+        agg.kv_swa_released += u.swa_released;
         agg.finished_total += c->finished_total;
         agg.failed_total += c->failed_total;
         agg.cancelled_total += c->cancelled_total;
@@ -769,6 +772,8 @@ static void publish(wf_sched *s) {
             gs->waiting = c->n_waiting;
             gs->kv_blocks_total = u.n_blocks;
             gs->kv_blocks_used = u.used;
+            gs->kv_swa_blocks_total = u.swa_n_blocks;
+            gs->kv_swa_blocks_used = u.swa_used;
             gs->batches_in_flight = ln->busy ? 1 : 0;
             gs->iterations = g->iterations;
             gs->failed_batches = g->failed_batches;

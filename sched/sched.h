@@ -192,6 +192,9 @@ typedef struct wf_sched_group_stats {
     char executor[24];                /* the executor's name */
     int running, waiting;
     int kv_blocks_total, kv_blocks_used;
+    /* A KV store split by layer kind (kv/kv_store.h): the sliding-window layers' blocks, apart
+     * from the global ones counted above (0 when not split). */
+    int kv_swa_blocks_total, kv_swa_blocks_used;
     int batches_in_flight;
     uint64_t iterations;              /* batches completed */
     uint64_t failed_batches;
@@ -211,6 +214,10 @@ typedef struct wf_sched_stats {
     /* Extensions: */
     uint64_t finished_total, failed_total, cancelled_total, rejected_total;
     int kv_blocks_cached;             /* unreferenced prefix blocks kept for reuse */
+    /* Sliding-window layers' blocks of split stores (0 when none): total, held, cached, and
+     * how many were released behind the window so far. */
+    int kv_swa_blocks_total, kv_swa_blocks_used, kv_swa_blocks_cached;
+    uint64_t kv_swa_released;
     uint64_t cow_copies;
     double overhead_fraction;         /* planning time / (planning + executor time), recent */
     double plan_ms_avg;               /* of the overhead: choosing the batch (wf_core_plan) */

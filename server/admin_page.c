@@ -48,6 +48,8 @@ const char wf_admin_page_html[] =
     "  const s=j.scheduler||{};const c=[['uptime s',j.uptime_s],['connections',j.http.connections],"
     "['active HTTP requests',j.http.active_requests],['running',s.running],['waiting',s.waiting],"
     "['KV usage %',s.kv_usage!==undefined?100*s.kv_usage:null],['KV blocks used',s.kv_blocks_used],"
+    "...(s.kv_swa_blocks_total?[['KV local-layer blocks used',s.kv_swa_blocks_used+' / '+s.kv_swa_blocks_total],"
+    "['KV local blocks released',s.kv_swa_blocks_released]]:[]),"
     "['preempted',s.preempted_total],['iterations',s.iterations],['iteration ms',s.iteration_ms_avg],"
     "['prompt tokens',j.totals.prompt_tokens],['generated tokens',j.totals.generation_tokens],"
     "['finished (stop)',j.totals.finished_stop],['finished (length)',j.totals.finished_length],"

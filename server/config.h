@@ -61,6 +61,7 @@ typedef struct wf_config {
     int queue_size;       /* bound of the request queue to the scheduler */
     char *policy;         /* scheduler policy: fcfs, priority, slo */
     long kv_memory_mb;    /* KV-cache budget */
+    int kv_window_release; /* 1: sliding-window layers keep only their window's KV blocks */
     int max_batch_tokens; /* token budget per iteration */
     double default_ttft_ms;
     double default_tpot_ms;

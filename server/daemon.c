@@ -63,6 +63,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->image_batching = true;
     p->image_max_batch = 8;
     p->share_cores = true;
+    p->kv_window_release = true;
 }
 
 static int dit_class_index(void *ctx, const char *name) { return wf_dit_exec_class_index(ctx, name); }
@@ -352,14 +353,38 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
 #endif
         if (st != WF_OK) goto fail_kv;
     } else {
-        wf_kv_geometry geo = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
-        st = wf_kv_store_init(&d->kv, &geo, (size_t)p->kv_memory_mb << 20);
+        wf_kv_geometry geo = p->kv_window_release
+                                 ? wf_engine_kv_geometry_swa(d->engine, WF_DEFAULT_KV_BLOCK_SIZE)
+                                 : wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
+        /* Local layers' blocks: every running sequence's window (plus the block being
+         * written and a partial one) and one batch of prompt chunks, so that sequences
+         * shorter than the window are never bound by them below --max-running; the store
+         * caps them at what the unsplit layout holds, so a split is never worse for any
+         * length, and the rest of the budget holds global layers' blocks: the context of
+         * long sequences. */
+        int bs = WF_DEFAULT_KV_BLOCK_SIZE;
+        long swa_blocks = 0;
+        if (geo.swa_layers) {
+            swa_blocks = (long)p->max_running * ((geo.swa_window + bs - 1) / bs + 2) +
+                         (p->max_batch_tokens + bs - 1) / bs;
+            if (swa_blocks > INT32_MAX) swa_blocks = INT32_MAX;
+        }
+        st = geo.swa_layers
+                 ? wf_kv_store_init_swa(&d->kv, &geo, (size_t)p->kv_memory_mb << 20, (int)swa_blocks)
+                 : wf_kv_store_init(&d->kv, &geo, (size_t)p->kv_memory_mb << 20);
         if (st != WF_OK) {
             snprintf(err, errlen, "KV cache of %ld MiB: %s", p->kv_memory_mb, wf_status_str(st));
             goto fail_kv;
         }
         d->kv_on = true;
         kv_tokens = d->kv.n_blocks * WF_DEFAULT_KV_BLOCK_SIZE;
+        if (geo.swa_layers)
+            WF_LOG_INFO("server", NULL,
+                        "KV split by layer kind: %d blocks of the %d global layers (%d tokens), "
+                        "%d blocks of the %d sliding-window layers (window %d)",
+                        d->kv.n_blocks, geo.n_layers - __builtin_popcountll(geo.swa_layers),
+                        kv_tokens, d->kv.n_swa_blocks, __builtin_popcountll(geo.swa_layers),
+                        geo.swa_window);
     }
     int n_ctx = p->ctx_size > 0 ? p->ctx_size : info->n_ctx_train;
     if (n_ctx <= 0) n_ctx = WF_DEFAULT_N_CTX;

@@ -64,6 +64,9 @@ typedef struct wf_daemon_params {
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */
     bool share_cores;
+    /* A model with sliding-window layers: they get their own KV blocks, only the window's
+     * (kv/kv_store.h split store); false: one table for every layer. In-process engine only. */
+    bool kv_window_release;
     const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
     double kv_accuracy;
     char *const *vmodels;     /* --vmodel declarations, passed on to started workers */

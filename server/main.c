@@ -86,6 +86,7 @@ static void *load_main(void *arg) {
     p.image_fcfs = d->cfg.image_order && strcmp(d->cfg.image_order, "fcfs") == 0;
     p.image_max_batch = d->cfg.image_max_batch;
     p.share_cores = d->cfg.share_cores != 0;
+    p.kv_window_release = d->cfg.kv_window_release != 0;
     p.kv_profiles = d->cfg.kv_profiles;
     p.kv_codec = d->cfg.kv_codec;
     p.kv_accuracy = d->cfg.kv_accuracy;

@@ -148,6 +148,8 @@ static void group_series(wf_jbuf *b, const char *model, const wf_sched_stats *st
         {"weft:group_requests_waiting", "gauge", "Requests bound to the group, waiting."},
         {"weft:group_kv_blocks_used", "gauge", "KV blocks in use on the group."},
         {"weft:group_kv_blocks_total", "gauge", "KV blocks of the group."},
+        {"weft:group_kv_swa_blocks_used", "gauge", "Sliding-window layers' KV blocks in use on the group (split stores; 0 otherwise)."},
+        {"weft:group_kv_swa_blocks_total", "gauge", "Sliding-window layers' KV blocks of the group (split stores; 0 otherwise)."},
         {"weft:group_batches_in_flight", "gauge", "Batches dispatched to the group, not done."},
         {"weft:group_iterations_total", "counter", "Batches the group completed."},
         {"weft:group_failed_batches_total", "counter", "Batches of the group that failed."},
@@ -159,6 +161,7 @@ static void group_series(wf_jbuf *b, const char *model, const wf_sched_stats *st
             const wf_sched_group_stats *g = &st->groups[i];
             uint64_t v[] = {g->live, (uint64_t)g->running, (uint64_t)g->waiting,
                             (uint64_t)g->kv_blocks_used, (uint64_t)g->kv_blocks_total,
+                            (uint64_t)g->kv_swa_blocks_used, (uint64_t)g->kv_swa_blocks_total,
                             (uint64_t)g->batches_in_flight, g->iterations, g->failed_batches};
             char extra[64];
             snprintf(extra, sizeof extra, ",group=\"%d\",rank=\"%d\"", g->id, g->rank);

@@ -475,10 +475,11 @@ static void write_groups(wf_jbuf *b, const wf_sched_stats *st) {
                        g->rank, g->live ? "true" : "false");
         wf_jbuf_str(b, g->executor, strnlen(g->executor, sizeof g->executor));
         wf_jbuf_printf(b, ",\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
+                       "\"kv_swa_blocks_used\":%d,\"kv_swa_blocks_total\":%d,"
                        "\"batches_in_flight\":%d,\"iterations\":%llu,\"failed_batches\":%llu,"
                        "\"last_error\":",
                        g->running, g->waiting, g->kv_blocks_used, g->kv_blocks_total,
-                       g->batches_in_flight, (unsigned long long)g->iterations,
+                       g->kv_swa_blocks_used, g->kv_swa_blocks_total, g->batches_in_flight, (unsigned long long)g->iterations,
                        (unsigned long long)g->failed_batches);
         if (g->last_error[0]) wf_jbuf_str(b, g->last_error, strnlen(g->last_error, sizeof g->last_error));
         else wf_jbuf_cstr(b, "null");
@@ -523,6 +524,11 @@ static void h_admin_stats(wf_server *s, wf_http_request *req) {
                        "\"kv_blocks_used\":%d,\"kv_usage\":",
                        st.running, st.waiting, st.preempted_total, st.kv_blocks_total, st.kv_blocks_used);
         wf_jbuf_num(&b, st.kv_usage);
+        wf_jbuf_printf(&b, ",\"kv_blocks_cached\":%d,\"kv_swa_blocks_total\":%d,"
+                       "\"kv_swa_blocks_used\":%d,\"kv_swa_blocks_cached\":%d,"
+                       "\"kv_swa_blocks_released\":%llu",
+                       st.kv_blocks_cached, st.kv_swa_blocks_total, st.kv_swa_blocks_used,
+                       st.kv_swa_blocks_cached, (unsigned long long)st.kv_swa_released);
         wf_jbuf_printf(&b, ",\"prefix_queries\":%llu,\"prefix_hits\":%llu,\"iterations\":%llu,\"iteration_ms_avg\":",
                        (unsigned long long)st.prefix_queries, (unsigned long long)st.prefix_hits,
                        (unsigned long long)st.iterations);

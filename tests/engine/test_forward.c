@@ -13,6 +13,7 @@
 #include "engine/cpu/quant.h"
 #include "engine/engine.h"
 #include "kv/kv_store.h"
+#include "kv/paged.h"
 
 #define MAX_IDS 4096
 
@@ -396,6 +397,156 @@ START_TEST(test_expf_matches_libm) {
 }
 END_TEST
 
+/* ---- sliding-window KV release (Gemma 3) ---- */
+
+/* Greedy generation through a paged pool over a store split by layer kind (kv/paged.h), as the
+ * scheduler drives it: reserve, run, commit (which releases local blocks behind the window).
+ * Records the most local blocks the sequence held after any commit. */
+static void greedy_split(rig *r, wf_kv_pool *pool, const int32_t *prompt, int n_prompt,
+                         int n_gen, int chunk, int32_t *out, int *max_held) {
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_prompt + n_gen));
+    ck_assert_ptr_nonnull(toks);
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    wf_kv_seq seq;
+    ck_assert_int_eq(wf_kv_seq_init(&seq, (n_prompt + n_gen) / 16 + 2), WF_OK);
+    *max_held = 0;
+    int n = 0; /* tokens known */
+    for (int pos = 0; pos < n_prompt + n_gen - 1;) {
+        int len = pos < n_prompt ? (n_prompt - pos < chunk ? n_prompt - pos : chunk) : 1;
+        ck_assert_int_eq(wf_kv_seq_reserve(pool, &seq, pos + len, &r->kv), WF_OK);
+        wf_task t = {.kind = pos < n_prompt ? WF_TASK_PREFILL : WF_TASK_DECODE,
+                     .llm.tokens = toks + pos, .llm.n_tokens = len, .llm.pos = pos,
+                     .llm.kv.block_table = seq.blocks, .llm.kv.n_blocks = seq.n_blocks,
+                     .llm.kv.swa_block_table = seq.swa_blocks};
+        ck_assert_int_eq(wf_engine_forward_logits(r->e, &r->kv, &t, 1, r->logits), WF_OK);
+        pos += len;
+        wf_kv_seq_commit(pool, &seq, toks, pos);
+        if (wf_kv_seq_swa_held(&seq) > *max_held) *max_held = wf_kv_seq_swa_held(&seq);
+        if (pos >= n_prompt) {
+            out[n] = argmax(r->logits, r->n_vocab);
+            toks[pos] = out[n++];
+        }
+    }
+    char err[160];
+    ck_assert_msg(wf_kv_pool_check(pool, err, sizeof err), "%s", err);
+    wf_kv_seq_release(pool, &seq);
+    wf_kv_seq_free(&seq);
+    free(toks);
+}
+
+/* A split rig: local blocks for the window plus one chunk (and a partial block each side),
+ * global blocks for the whole context. */
+static wf_kv_pool *rig_open_split(rig *r, int max_tokens, int ctx_blocks, int chunk) {
+    rig_open(r, WEFT_TEST_GEMMA_MODEL, max_tokens, 1, 1);
+    wf_kv_store_free(&r->kv);
+    wf_kv_geometry g = wf_engine_kv_geometry_swa(r->e, 16);
+    ck_assert_uint_ne(g.swa_layers, 0);
+    int swa_blocks = (g.swa_window + chunk) / 16 + 2;
+    /* the split never gives local layers more blocks than the unsplit layout would */
+    if (ctx_blocks < swa_blocks) ctx_blocks = swa_blocks;
+    size_t per_layer = wf_kv_geometry_block_bytes(&g) / (size_t)g.n_layers;
+    int n_swa = __builtin_popcountll(g.swa_layers);
+    size_t budget = per_layer * ((size_t)n_swa * (size_t)swa_blocks +
+                                 (size_t)(g.n_layers - n_swa) * (size_t)ctx_blocks);
+    ck_assert_int_eq(wf_kv_store_init_swa(&r->kv, &g, budget, swa_blocks), WF_OK);
+    ck_assert_int_eq(r->kv.n_swa_blocks, swa_blocks);
+    ck_assert_int_ge(r->kv.n_blocks, ctx_blocks);
+    wf_kv_pool *pool;
+    ck_assert_int_eq(wf_kv_pool_new_swa(r->kv.n_blocks, r->kv.n_swa_blocks, 16, g.swa_window,
+                                        false, &pool), WF_OK);
+    return pool;
+}
+
+/* The past-window golden case (520-token prompt, 64 tokens, window 512) on a split store whose
+ * local pool holds only the window plus one chunk: token-identical to llama.cpp, and the local
+ * blocks behind the window went back to the pool. */
+START_TEST(test_gemma3_split_kv_golden) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/engine/data/golden/gemma-3-270m-q4_k_m.long.txt",
+             WEFT_SOURCE_DIR);
+    ck_assert_int_ge(read_golden(path, g_cases, 1), 1);
+    golden_case *gc = &g_cases[0];
+    rig r;
+    wf_kv_pool *pool = rig_open_split(&r, 512, (gc->n_prompt + gc->n_gen) / 16 + 2, 100);
+    int32_t out[MAX_IDS];
+    int max_held;
+    greedy_split(&r, pool, gc->prompt, gc->n_prompt, gc->n_gen, 100, out, &max_held);
+    for (int i = 0; i < gc->n_gen; i++)
+        ck_assert_msg(out[i] == gc->gen[i], "token %d: weft %d, llama.cpp %d", i, out[i],
+                      gc->gen[i]);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(pool, &u);
+    ck_assert_uint_gt(u.swa_released, 0);
+    ck_assert_int_le(max_held, 512 / 16 + 1);
+    wf_kv_pool_free(pool);
+    rig_close(&r);
+}
+END_TEST
+
+/* A sequence of about 2.3 windows (a shorter one under sanitizers): the split path gives the
+ * same greedy tokens as the unsplit one, while its local layers hold at most window/16 + 1
+ * blocks and the global ones the whole context. */
+START_TEST(test_gemma3_split_kv_long_matches_unsplit) {
+    const char *san = getenv("WEFT_SANITIZE");
+    int n_prompt = san && *san ? 600 : 1150, n_gen = 16, chunk = 256;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    ck_assert_ptr_nonnull(prompt);
+    for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(300 + (i * 7919) % 20000);
+    int32_t ref[64], got[64];
+    rig r;
+    rig_open(&r, WEFT_TEST_GEMMA_MODEL, 256, 1, (n_prompt + n_gen) / 16 + 2);
+    {
+        int32_t bt[256];
+        int nb = (n_prompt + n_gen) / 16 + 2;
+        for (int i = 0; i < nb; i++) bt[i] = i;
+        int pos = 0;
+        while (pos < n_prompt) {
+            int n = n_prompt - pos < chunk ? n_prompt - pos : chunk;
+            wf_task t = {.kind = WF_TASK_PREFILL, .llm.tokens = prompt + pos, .llm.n_tokens = n,
+                         .llm.pos = pos, .llm.kv.block_table = bt, .llm.kv.n_blocks = nb};
+            ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, &t, 1, r.logits), WF_OK);
+            pos += n;
+        }
+        for (int i = 0; i < n_gen; i++) {
+            ref[i] = argmax(r.logits, r.n_vocab);
+            if (i + 1 == n_gen) break;
+            wf_task t = {.kind = WF_TASK_DECODE, .llm.tokens = &ref[i], .llm.n_tokens = 1,
+                         .llm.pos = n_prompt + i, .llm.kv.block_table = bt, .llm.kv.n_blocks = nb};
+            ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, &t, 1, r.logits), WF_OK);
+        }
+    }
+    rig_close(&r);
+    wf_kv_pool *pool = rig_open_split(&r, 256, (n_prompt + n_gen) / 16 + 2, chunk);
+    int max_held;
+    greedy_split(&r, pool, prompt, n_prompt, n_gen, chunk, got, &max_held);
+    for (int i = 0; i < n_gen; i++)
+        ck_assert_msg(got[i] == ref[i], "token %d: split %d, unsplit %d", i, got[i], ref[i]);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(pool, &u);
+    int ctx_blocks = (n_prompt + n_gen - 1 + 15) / 16;
+    ck_assert_int_le(max_held, 512 / 16 + 1);
+    ck_assert_uint_ge(u.swa_released, (uint64_t)(ctx_blocks - (512 / 16 + 1)));
+    fprintf(stderr, "split KV: %d positions, local blocks held at most %d (of %d context "
+                    "blocks), %llu released\n", n_prompt + n_gen - 1, max_held, ctx_blocks,
+            (unsigned long long)u.swa_released);
+    /* A task without the local table, or with a released block inside the window: refused. */
+    int32_t bt[128], sbt[128];
+    for (int i = 0; i < 128; i++) bt[i] = sbt[i] = 0;
+    wf_task t = {.kind = WF_TASK_DECODE, .llm.tokens = &got[0], .llm.n_tokens = 1,
+                 .llm.pos = 600, .llm.kv.block_table = bt, .llm.kv.n_blocks = 64};
+    ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, &t, 1, r.logits), WF_EINVAL);
+    sbt[600 / 16] = -1;
+    t.llm.kv.swa_block_table = sbt;
+    ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, &t, 1, r.logits), WF_EINVAL);
+    sbt[600 / 16] = 0;
+    sbt[0] = -1; /* behind the window: never read */
+    ck_assert_int_eq(wf_engine_forward_logits(r.e, &r.kv, &t, 1, r.logits), WF_OK);
+    wf_kv_pool_free(pool);
+    rig_close(&r);
+    free(prompt);
+}
+END_TEST
+
 static Suite *forward_suite(void) {
     Suite *s = suite_create("engine_forward");
     TCase *tc = tcase_create("forward");
@@ -411,6 +562,8 @@ static Suite *forward_suite(void) {
     tcase_set_timeout(tg, 900);
     tcase_add_test(tg, test_golden_gemma3);
     tcase_add_test(tg, test_golden_gemma3_past_window);
+    tcase_add_test(tg, test_gemma3_split_kv_golden);
+    tcase_add_test(tg, test_gemma3_split_kv_long_matches_unsplit);
     suite_add_tcase(s, tg);
     return s;
 }

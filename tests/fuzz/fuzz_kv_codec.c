@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (wf_kv_frame_parse(f, len, &fi, err, sizeof err) != WF_OK || fi.n_tokens > 256 ||
         fi.n_layers * fi.n_kv_heads * fi.head_dim > 4096) {
         /* Still run the full decoder against a fixed small model. */
-        wf_kv_geometry g = {2, 2, 16, 16, WF_KV_DTYPE_F16};
+        wf_kv_geometry g = {2, 2, 16, 16, WF_KV_DTYPE_F16, 0, 0};
         wf_kv_store s;
         wf_kv_codec *c;
         if (wf_kv_store_init(&s, &g, wf_kv_geometry_block_bytes(&g) * 4) == WF_OK) {
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(f);
         return 0;
     }
-    wf_kv_geometry g = {fi.n_layers, fi.n_kv_heads, fi.head_dim, 16, WF_KV_DTYPE_F16};
+    wf_kv_geometry g = {fi.n_layers, fi.n_kv_heads, fi.head_dim, 16, WF_KV_DTYPE_F16, 0, 0};
     int n_blocks = (fi.n_tokens + 15) / 16;
     wf_kv_store s;
     wf_kv_codec *c = NULL;

@@ -46,7 +46,7 @@ class Weftd:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="weftd-", suffix=".log", delete=False)
-        args = [os.path.join(BIN_DIR, "weftd"), "--model", model, "--host", "127.0.0.1",
+        args = [os.path.join(BIN_DIR, "weftd"), "--model", model or MODEL, "--host", "127.0.0.1",
                 "--port", str(self.port), *(LLM_FLAGS if llm_flags else ()), "--threads", "2",
                 *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)

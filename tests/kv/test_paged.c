@@ -158,8 +158,165 @@ START_TEST(cow_copies_shared_partial_block) {
 }
 END_TEST
 
+/* A store split by layer kind: local layers in their own region with their own block count,
+ * every (layer, block) at a distinct place inside the slabs, and the local region capped at
+ * what the unsplit layout of the budget would give. */
+START_TEST(split_store_layout) {
+    wf_kv_geometry g = {.n_layers = 6, .n_kv_heads = 1, .head_dim = 4, .block_size = 4,
+                        .dtype = WF_KV_DTYPE_F32, .swa_layers = 0x1f & ~(1u << 2),
+                        .swa_window = 8}; /* layers 0,1,3,4 local; 2 and 5 global */
+    size_t per_layer_block = 2 * 4 * 4 * 4; /* K+V, 4 tokens x 4 floats */
+    size_t budget = per_layer_block * (2 * 50 + 4 * 10);
+    wf_kv_store st;
+    ck_assert_int_eq(wf_kv_store_init_swa(&st, &g, budget, 10), WF_OK);
+    ck_assert_int_eq(st.n_swa_blocks, 10);
+    ck_assert_int_eq(st.n_blocks, 50);
+    ck_assert_uint_le(wf_kv_store_bytes(&st), budget);
+    ck_assert(wf_kv_store_layer_is_swa(&st, 0) && !wf_kv_store_layer_is_swa(&st, 2) &&
+              !wf_kv_store_layer_is_swa(&st, 5));
+    /* Every slot written with its own tag reads back: no two (layer, block) overlap. */
+    for (int l = 0; l < 6; l++) {
+        int nb = wf_kv_store_layer_is_swa(&st, l) ? st.n_swa_blocks : st.n_blocks;
+        for (int b = 0; b < nb; b++)
+            for (int e = 0; e < 16; e++) {
+                ((float *)wf_kv_store_k(&st, l, b))[e] = (float)(l * 100000 + b * 100 + e);
+                ((float *)wf_kv_store_v(&st, l, b))[e] = (float)-(l * 100000 + b * 100 + e);
+            }
+    }
+    for (int l = 0; l < 6; l++) {
+        int nb = wf_kv_store_layer_is_swa(&st, l) ? st.n_swa_blocks : st.n_blocks;
+        for (int b = 0; b < nb; b++) {
+            ck_assert(((float *)wf_kv_store_k(&st, l, b))[15] == (float)(l * 100000 + b * 100 + 15));
+            ck_assert(((float *)wf_kv_store_v(&st, l, b))[0] == (float)-(l * 100000 + b * 100));
+        }
+    }
+    /* copy_block moves the global layers only; copy_swa_block the local ones. */
+    wf_kv_store_copy_block(&st, 1, 0);
+    ck_assert(((float *)wf_kv_store_k(&st, 2, 1))[3] == (float)(2 * 100000 + 3));
+    ck_assert(((float *)wf_kv_store_k(&st, 0, 1))[3] == (float)(100 + 3));
+    wf_kv_store_copy_swa_block(&st, 1, 0);
+    ck_assert(((float *)wf_kv_store_k(&st, 0, 1))[3] == (float)3);
+    wf_kv_store_free(&st);
+    /* More local blocks than the unsplit layout holds: capped there. */
+    size_t flat = wf_kv_geometry_block_bytes(&(wf_kv_geometry){.n_layers = 6, .n_kv_heads = 1,
+                                                               .head_dim = 4, .block_size = 4,
+                                                               .dtype = WF_KV_DTYPE_F32});
+    ck_assert_int_eq(wf_kv_store_init_swa(&st, &g, flat * 20, 1000), WF_OK);
+    ck_assert_int_eq(st.n_swa_blocks, 20);
+    ck_assert_int_eq(st.n_blocks, 20);
+    wf_kv_store_free(&st);
+    /* Bad masks: every layer local, a layer beyond n_layers; peers' layouts are unsplit. */
+    wf_kv_geometry bad = g;
+    bad.swa_layers = 0x3f;
+    ck_assert_int_eq(wf_kv_store_init_swa(&st, &bad, budget, 10), WF_EINVAL);
+    bad.swa_layers = 1u << 6;
+    ck_assert_int_eq(wf_kv_store_init_swa(&st, &bad, budget, 10), WF_EINVAL);
+    ck_assert_int_eq(wf_kv_store_layout(&st, &g, budget), WF_EINVAL);
+}
+END_TEST
+
+/* A long generation (one token at a time, as decoding does) holds every global block but only
+ * the window's local blocks: the rest go back to the pool as it advances. */
+START_TEST(swa_long_sequence_holds_window) {
+    enum { W = 32, B = 8, N = 1000 };
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new_swa(200, 8, B, W, false, &p), WF_OK);
+    ck_assert_int_eq(wf_kv_pool_window(p), W);
+    wf_kv_seq s;
+    wf_kv_seq_init(&s, 200);
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = i % 97;
+    /* a 100-token prompt in one chunk: needs its 13 local blocks at once (only 8 exist), so
+     * it goes in chunks, as the scheduler sizes them with wf_kv_seq_fit_tokens */
+    ck_assert(!wf_kv_seq_fits(p, &s, 100));
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &s, 100, NULL), WF_EFULL);
+    int n = 0, max_held = 0;
+    char err[160];
+    while (n < N) {
+        int fit = wf_kv_seq_fit_tokens(p, &s);
+        int target = n + (n < 100 ? 100 - n : 1);
+        if (target > fit) target = fit;
+        ck_assert_int_gt(target, n);
+        ck_assert_int_eq(wf_kv_seq_reserve(p, &s, target, NULL), WF_OK);
+        wf_kv_seq_commit(p, &s, toks, target);
+        n = target;
+        if (wf_kv_seq_swa_held(&s) > max_held) max_held = wf_kv_seq_swa_held(&s);
+        ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    }
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used, N / B);
+    ck_assert_int_le(max_held, W / B + 1);
+    ck_assert_int_eq(u.swa_used, wf_kv_seq_swa_held(&s));
+    ck_assert_int_le(u.swa_used, W / B + 1);
+    ck_assert_uint_eq(u.swa_released, (uint64_t)(N / B - u.swa_used));
+    ck_assert_int_eq(s.swa_blocks[0], -1);
+    wf_kv_seq_release(p, &s);
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_int_eq(u.used + u.swa_used, 0);
+    ck_assert_int_eq(u.swa_free, 8);
+    wf_kv_seq_free(&s);
+    wf_kv_pool_free(p);
+}
+END_TEST
+
+/* The prefix cache over a split pool: a cached prompt is reused with the local blocks of the
+ * window before the match end; when those were evicted, the match stops where the local
+ * blocks it needs still are (here: nowhere), never handing out global blocks alone. */
+START_TEST(swa_prefix_reuse_needs_window_blocks) {
+    enum { W = 8, B = 4 };
+    wf_kv_pool *p;
+    ck_assert_int_eq(wf_kv_pool_new_swa(40, 6, B, W, true, &p), WF_OK);
+    int32_t prompt[30];
+    for (int i = 0; i < 30; i++) prompt[i] = 1000 + i;
+    wf_kv_seq a, b, c;
+    wf_kv_seq_init(&a, 16);
+    wf_kv_seq_init(&b, 16);
+    wf_kv_seq_init(&c, 16);
+    for (int n = 0; n < 30;) { /* chunks of 8: at most 8 + W local tokens held */
+        int t = n + 8 < 30 ? n + 8 : 30;
+        ck_assert_int_eq(wf_kv_seq_reserve(p, &a, t, NULL), WF_OK);
+        wf_kv_seq_commit(p, &a, prompt, t);
+        n = t;
+    }
+    ck_assert_int_eq(a.swa_lo, (30 - W + 1) / B);
+    /* While a holds its window: b reuses 7 full blocks (28 tokens) of both kinds. */
+    ck_assert_int_eq(wf_kv_seq_match_prefix(p, &b, prompt, 30), 28);
+    ck_assert_int_eq(b.swa_lo, (28 - W + 1) / B);
+    for (int j = b.swa_lo; j < 7; j++) {
+        ck_assert_int_eq(b.swa_blocks[j], a.swa_blocks[j]);
+        ck_assert_int_eq(wf_kv_pool_swa_refcount(p, b.swa_blocks[j]), 2);
+    }
+    for (int j = 0; j < b.swa_lo; j++) ck_assert_int_eq(b.swa_blocks[j], -1);
+    char err[160];
+    ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    wf_kv_seq_release(p, &b);
+    wf_kv_seq_release(p, &a);
+    /* Evict every cached local block: a different prompt takes all 6 local blocks. */
+    int32_t other[24];
+    for (int i = 0; i < 24; i++) other[i] = 5000 + i;
+    ck_assert_int_eq(wf_kv_seq_reserve(p, &c, 24, NULL), WF_OK);
+    wf_kv_seq_commit(p, &c, other, 24);
+    wf_kv_pool_usage u;
+    wf_kv_pool_get_usage(p, &u);
+    ck_assert_uint_gt(u.evictions, 0); /* local blocks of the long prompt reclaimed */
+    wf_kv_seq_release(p, &c);
+    wf_kv_seq_free(&c);
+    wf_kv_seq_init(&c, 16);
+    /* The long prompt's global blocks are still cached, its local window is not. */
+    int m = wf_kv_seq_match_prefix(p, &b, prompt, 30);
+    ck_assert_int_eq(m, 0);
+    ck_assert_int_eq(b.n_blocks, 0);
+    ck_assert_msg(wf_kv_pool_check(p, err, sizeof err), "%s", err);
+    wf_kv_seq_free(&a);
+    wf_kv_seq_free(&b);
+    wf_kv_seq_free(&c);
+    wf_kv_pool_free(p);
+}
+END_TEST
+
 /* ---- property test ---- */
-enum { NSEQ = 8, BS = 4, NBLK = 48, MAXB = 16, MAXTOK = MAXB * BS };
+enum { NSEQ = 8, BS = 4, NBLK = 48, MAXB = 16, MAXTOK = MAXB * BS, NSWA = 40 };
 
 typedef struct shadow_seq {
     int32_t tokens[MAXTOK];
@@ -173,13 +330,20 @@ static uint64_t rng_next(uint64_t *s) {
     return *s;
 }
 
-static void run_property(bool prefix_cache, uint64_t seed) {
+/* window > 0: a split pool (kv/paged.h), local blocks mirrored in content_swa and checked over
+ * the window each sequence still reads. */
+static void run_property(bool prefix_cache, uint64_t seed, int window) {
     wf_kv_pool *p;
-    ck_assert_int_eq(wf_kv_pool_new(NBLK, BS, prefix_cache, &p), WF_OK);
+    if (window > 0)
+        ck_assert_int_eq(wf_kv_pool_new_swa(NBLK, NSWA, BS, window, prefix_cache, &p), WF_OK);
+    else
+        ck_assert_int_eq(wf_kv_pool_new(NBLK, BS, prefix_cache, &p), WF_OK);
     wf_kv_seq seqs[NSEQ];
     shadow_seq sh[NSEQ];
     int32_t content[NBLK][BS]; /* what the "engine" wrote in each slot */
+    int32_t content_swa[NSWA][BS];
     memset(content, -1, sizeof content);
+    memset(content_swa, -1, sizeof content_swa);
     for (int i = 0; i < NSEQ; i++) {
         wf_kv_seq_init(&seqs[i], MAXB);
         sh[i].n = 0;
@@ -211,14 +375,21 @@ static void run_property(bool prefix_cache, uint64_t seed) {
             if (target <= s->n_tokens) continue;
             for (int t = sh[i].n; t < target; t++) sh[i].tokens[t] = (int32_t)(rng_next(&rng) % 5);
             if (target > sh[i].n) sh[i].n = target;
-            int need = wf_kv_seq_blocks_needed(p, s, target);
-            int avail = wf_kv_pool_available(p);
+            bool fits = wf_kv_seq_fits(p, s, target);
+            ck_assert(fits == (wf_kv_seq_fit_tokens(p, s) >= target));
+            if (window == 0)
+                ck_assert(fits == (wf_kv_seq_blocks_needed(p, s, target) <=
+                                   wf_kv_pool_available(p)));
             int jb = s->n_tokens / BS;
             int32_t before = jb < s->n_blocks ? s->blocks[jb] : -1;
+            int32_t before_swa = window > 0 && jb < s->n_blocks ? s->swa_blocks[jb] : -1;
             wf_status st = wf_kv_seq_reserve(p, s, target, NULL);
             if (st == WF_OK && before >= 0 && s->blocks[jb] != before) /* COW: mirror the copy */
                 memcpy(content[s->blocks[jb]], content[before], sizeof content[0]);
-            if (need > avail) {
+            if (st == WF_OK && before_swa >= 0 && s->swa_blocks[jb] != before_swa)
+                memcpy(content_swa[s->swa_blocks[jb]], content_swa[before_swa],
+                       sizeof content_swa[0]);
+            if (!fits) {
                 ck_assert_int_eq(st, WF_EFULL);
                 continue;
             }
@@ -229,6 +400,11 @@ static void run_property(bool prefix_cache, uint64_t seed) {
                     ck_abort_msg("op %d: write into block %d with ref %d", op, b,
                                  wf_kv_pool_refcount(p, b));
                 content[b][pos % BS] = sh[i].tokens[pos];
+                if (window > 0) {
+                    int32_t bl = s->swa_blocks[pos / BS];
+                    ck_assert_int_ge(bl, 0);
+                    content_swa[bl][pos % BS] = sh[i].tokens[pos];
+                }
             }
             wf_kv_seq_commit(p, s, sh[i].tokens, target);
         } else if (r < 70) {
@@ -242,14 +418,38 @@ static void run_property(bool prefix_cache, uint64_t seed) {
         }
         /* Invariants after every operation. */
         if (!wf_kv_pool_check(p, err, sizeof err)) ck_abort_msg("op %d: %s", op, err);
-        int refs[NBLK] = {0};
+        int refs[NBLK] = {0}, refs_swa[NSWA] = {0};
         int distinct = 0;
         for (int q = 0; q < NSEQ; q++) {
             for (int b = 0; b < seqs[q].n_blocks; b++) refs[seqs[q].blocks[b]]++;
             for (int pos = 0; pos < seqs[q].n_tokens; pos++)
                 if (content[seqs[q].blocks[pos / BS]][pos % BS] != sh[q].tokens[pos])
                     ck_abort_msg("op %d: seq %d pos %d holds wrong K/V", op, q, pos);
+            if (window == 0) continue;
+            /* The local table: released below the window of the next position, held (and
+             * right) from there on; O(window) blocks held. */
+            const wf_kv_seq *sq = &seqs[q];
+            int first = sq->n_tokens - window + 1 > 0 ? (sq->n_tokens - window + 1) / BS : 0;
+            if (first > sq->n_blocks) first = sq->n_blocks;
+            if (sq->swa_lo != first)
+                ck_abort_msg("op %d: seq %d swa_lo %d, window starts at block %d", op, q,
+                             sq->swa_lo, first);
+            ck_assert_int_le(wf_kv_seq_swa_held(sq), sq->n_blocks);
+            for (int b = 0; b < sq->n_blocks; b++) {
+                if (b < sq->swa_lo) {
+                    ck_assert_int_eq(sq->swa_blocks[b], -1);
+                    continue;
+                }
+                refs_swa[sq->swa_blocks[b]]++;
+            }
+            for (int pos = sq->swa_lo * BS; pos < sq->n_tokens; pos++)
+                if (content_swa[sq->swa_blocks[pos / BS]][pos % BS] != sh[q].tokens[pos])
+                    ck_abort_msg("op %d: seq %d pos %d holds wrong local K/V", op, q, pos);
         }
+        for (int b = 0; b < NSWA && window > 0; b++)
+            if (wf_kv_pool_swa_refcount(p, b) != refs_swa[b])
+                ck_abort_msg("op %d: local block %d ref %d, tables hold %d", op, b,
+                             wf_kv_pool_swa_refcount(p, b), refs_swa[b]);
         for (int b = 0; b < NBLK; b++) {
             if (wf_kv_pool_refcount(p, b) != refs[b])
                 ck_abort_msg("op %d: block %d ref %d, tables hold %d", op, b,
@@ -270,6 +470,7 @@ static void run_property(bool prefix_cache, uint64_t seed) {
     if (prefix_cache) ck_assert_uint_gt(hits, 0);
     wf_kv_pool_usage end;
     wf_kv_pool_get_usage(p, &end);
+    if (window > 0) ck_assert_uint_gt(end.swa_released, 0); /* the window did slide */
     ck_assert_uint_gt(end.cow_copies, 0); /* the forks did diverge */
     if (prefix_cache) ck_assert_uint_gt(end.evictions, 0); /* LRU reclaim was exercised */
     for (int i = 0; i < NSEQ; i++) {
@@ -285,8 +486,10 @@ static void run_property(bool prefix_cache, uint64_t seed) {
 
 START_TEST(property_random_ops) {
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        run_property(true, seed * 0x9e3779b97f4a7c15ull);
-        run_property(false, seed * 0x2545f4914f6cdd1dull);
+        run_property(true, seed * 0x9e3779b97f4a7c15ull, 0);
+        run_property(false, seed * 0x2545f4914f6cdd1dull, 0);
+        run_property(true, seed * 0x9e3779b97f4a7c15ull, 6);
+        run_property(false, seed * 0x2545f4914f6cdd1dull, 9);
     }
 }
 END_TEST
@@ -298,6 +501,9 @@ static Suite *paged_suite(void) {
     tcase_add_test(tc, prefix_hit_and_lru_eviction);
     tcase_add_test(tc, prefix_salt_separates_namespaces);
     tcase_add_test(tc, cow_copies_shared_partial_block);
+    tcase_add_test(tc, split_store_layout);
+    tcase_add_test(tc, swa_long_sequence_holds_window);
+    tcase_add_test(tc, swa_prefix_reuse_needs_window_blocks);
     tcase_add_test(tc, property_random_ops);
     suite_add_tcase(s, tc);
     return s;

@@ -95,16 +95,27 @@ static void on_batch(void *user, const wf_task_batch *b) {
         h->max_prefill_with_decode = prefill_tokens;
 }
 
-static void h_init(harness *h, const char *policy, int n_blocks, int bs, int budget,
-                   int max_running, bool prefix) {
+/* window > 0: a store split by layer kind (layer 0 global, layer 1 sliding-window with
+ * n_swa_blocks blocks) and a split pool, as weftd makes for Gemma 3. */
+static void h_init_ex(harness *h, const char *policy, int n_blocks, int bs, int budget,
+                      int max_running, bool prefix, int window, int n_swa_blocks) {
     memset(h, 0, sizeof *h);
-    wf_kv_geometry g = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 4, .block_size = bs,
-                        .dtype = WF_KV_DTYPE_F32};
-    ck_assert_int_eq(wf_kv_store_init(&h->store, &g, wf_kv_geometry_block_bytes(&g) *
-                                                         (size_t)n_blocks),
+    wf_kv_geometry g = {.n_layers = window > 0 ? 2 : 1, .n_kv_heads = 1, .head_dim = 4,
+                        .block_size = bs, .dtype = WF_KV_DTYPE_F32,
+                        .swa_layers = window > 0 ? 2u : 0u, .swa_window = window};
+    size_t layer_block = wf_kv_geometry_block_bytes(&g) / (size_t)g.n_layers;
+    ck_assert_int_eq(wf_kv_store_init_swa(&h->store, &g,
+                                          layer_block * (size_t)(n_blocks + n_swa_blocks),
+                                          window > 0 ? n_swa_blocks : 1),
                      WF_OK);
     ck_assert_int_eq(h->store.n_blocks, n_blocks);
-    ck_assert_int_eq(wf_kv_pool_new(n_blocks, bs, prefix, &h->pool), WF_OK);
+    if (window > 0) {
+        ck_assert_int_eq(h->store.n_swa_blocks, n_swa_blocks);
+        ck_assert_int_eq(wf_kv_pool_new_swa(n_blocks, n_swa_blocks, bs, window, prefix, &h->pool),
+                         WF_OK);
+    } else {
+        ck_assert_int_eq(wf_kv_pool_new(n_blocks, bs, prefix, &h->pool), WF_OK);
+    }
     wf_fake_executor_init(&h->fx, &h->store, 1000, 7);
     h->fx.on_batch = on_batch;
     h->fx.user = h;
@@ -119,6 +130,11 @@ static void h_init(harness *h, const char *policy, int n_blocks, int bs, int bud
                           .cb = {cb_token, cb_finished, cb_retired, NULL, h}};
     ck_assert_int_eq(wf_core_init(&h->core, &cfg), WF_OK);
     h->now = 1000000000ull;
+}
+
+static void h_init(harness *h, const char *policy, int n_blocks, int bs, int budget,
+                   int max_running, bool prefix) {
+    h_init_ex(h, policy, n_blocks, bs, budget, max_running, prefix, 0, 0);
 }
 
 static wf_request *h_add(harness *h, const int32_t *prompt, int n_prompt, int max_tokens, int n,
@@ -169,6 +185,7 @@ static void h_free(harness *h) {
     wf_kv_pool_usage u;
     wf_kv_pool_get_usage(h->pool, &u);
     ck_assert_int_eq(u.used, 0); /* every block came back */
+    ck_assert_int_eq(u.swa_used, 0);
     char err[128];
     ck_assert_msg(wf_kv_pool_check(h->pool, err, sizeof err), "%s", err);
     for (int i = 0; i < h->n_reqs; i++) wf__request_free(h->reqs[i]);
@@ -595,15 +612,20 @@ static uint64_t xorshift(uint64_t *x) {
  * sharing, n, sampling and cancellations. Every iteration the hook checks the budget and the
  * fake model checks the KV; at the end every choice got exactly one FINISHED, every stream
  * equals the model's own (a prefix of it when cancelled), and no block is left. */
-static void run_random_workload(uint64_t seed, uint64_t cover[4]) {
+static void run_random_workload(uint64_t seed, uint64_t cover[5], bool split) {
     static const char *policies[3] = {"fcfs", "priority", "slo"};
     uint64_t x = seed;
     harness h;
     int n_blocks = 54 + (int)(xorshift(&x) % 30);
     int budget = 8 + (int)(xorshift(&x) % 56);
     int max_running = 3 + (int)(xorshift(&x) % 6);
-    h_init(&h, policies[xorshift(&x) % 3], n_blocks, 4, budget, max_running,
-           xorshift(&x) % 4 != 0);
+    /* split: a window of 5..12 positions; local blocks from 3 choices' windows (a request with
+     * n = 3 must fit alone) up to plenty, so admission and preemption also run on them */
+    int window = split ? 5 + (int)(xorshift(&x) % 8) : 0;
+    int win_blocks = (window + 3) / 4 + 1;
+    int n_swa = split ? 3 * (win_blocks + 1) + (int)(xorshift(&x) % 20) : 0;
+    h_init_ex(&h, policies[xorshift(&x) % 3], n_blocks, 4, budget, max_running,
+              xorshift(&x) % 4 != 0, window, n_swa);
     enum { NR = 24 };
     int32_t prompts[NR][40];
     int n_prompt[NR], max_tok[NR], arrive[NR], cancel_at[NR], n_choices[NR];
@@ -642,6 +664,7 @@ static void run_random_workload(uint64_t seed, uint64_t cover[4]) {
     cover[1] += h.core.cancelled_total;
     cover[2] += u.cow_copies;
     cover[3] += u.prefix_hits;
+    cover[4] += u.swa_released;
     for (int i = 0; i < NR; i++) {
         int ri = -1;
         for (int k = 0; k < h.n_reqs; k++)
@@ -672,9 +695,9 @@ static void run_random_workload(uint64_t seed, uint64_t cover[4]) {
 }
 
 START_TEST(random_workloads_keep_every_invariant) {
-    uint64_t cover[4] = {0, 0, 0, 0};
+    uint64_t cover[5] = {0, 0, 0, 0, 0};
     for (uint64_t seed = 1; seed <= 40; seed++)
-        run_random_workload(seed * 0x9e3779b97f4a7c15ull, cover);
+        run_random_workload(seed * 0x9e3779b97f4a7c15ull, cover, false);
     /* The workloads did reach the interesting paths. */
     ck_assert_uint_gt(cover[0], 0); /* preemptions */
     ck_assert_uint_gt(cover[1], 0); /* cancellations */
@@ -684,6 +707,24 @@ START_TEST(random_workloads_keep_every_invariant) {
            "prefix-hit tokens\n",
            (unsigned long long)cover[0], (unsigned long long)cover[1],
            (unsigned long long)cover[2], (unsigned long long)cover[3]);
+}
+END_TEST
+
+/* The same workloads on a store split by layer kind (Gemma 3's sliding-window layers): the
+ * fake model also writes each token through the local table and checks the window there, so
+ * a local block released too early, shared wrongly or not copied on write fails the batch. */
+START_TEST(random_workloads_split_kv_keep_every_invariant) {
+    uint64_t cover[5] = {0, 0, 0, 0, 0};
+    for (uint64_t seed = 1; seed <= 40; seed++)
+        run_random_workload(seed * 0x2545f4914f6cdd1dull, cover, true);
+    ck_assert_uint_gt(cover[0], 0); /* preemptions */
+    ck_assert_uint_gt(cover[2], 0); /* copy-on-write */
+    ck_assert_uint_gt(cover[3], 0); /* prefix hits */
+    ck_assert_uint_gt(cover[4], 0); /* local blocks released behind the window */
+    printf("split KV random workloads: %llu preemptions, %llu COW copies, %llu prefix-hit "
+           "tokens, %llu local blocks released\n",
+           (unsigned long long)cover[0], (unsigned long long)cover[2],
+           (unsigned long long)cover[3], (unsigned long long)cover[4]);
 }
 END_TEST
 
@@ -844,6 +885,9 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, priority_displaces_a_running_request);
     tcase_add_test(tc, vmodel_max_running_caps_only_that_model);
     tcase_add_test(tc, random_workloads_keep_every_invariant);
+    tcase_add_test(tc, random_workloads_split_kv_keep_every_invariant);
+    /* 80 random workloads: a few seconds, more on a loaded host or under sanitizers */
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, tasks_carry_the_next_token_deadline);
     suite_add_tcase(s, tc);
     return s;
