@@ -213,7 +213,8 @@ START_TEST(test_dot_products_and_dequantisers) {
      * reduction bit for bit (the other width sums in another order) */
     bool any = false;
     for (int isa = 1; isa <= (int)wf_cpu_features_get()->isa; isa++) any = any || f16_exact[isa];
-    if (wf_cpu_features_get()->isa > 0)
+    /* (with WEFT_CPU_ISA capping weft below ggml's own level, the widths cannot agree) */
+    if (wf_cpu_features_get()->isa > 0 && !getenv("WEFT_CPU_ISA"))
         ck_assert_msg(any, "no SIMD path of weft's F16 dot product equals ggml's bit for bit");
 }
 END_TEST
