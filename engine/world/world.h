@@ -134,7 +134,9 @@ typedef enum wf_world_op_kind {
  * overlaps, so a buffer freed and allocated again at the same address is registered anew.
  * Peers cache the unpacked remote keys per (rank, region id); ids are never reused.
  * Memory from wf_world_mem_alloc is registered for the transports that map a peer's memory
- * (shared memory on one host): puts into it are one memcpy by the writer. Other memory is
+ * (shared memory on one host): puts into it are one copy by the writer, done by the world
+ * itself inside wf_world_post (complete when it returns; copies of at least a quarter of the
+ * last-level cache use stores that bypass the cache) instead of by UCX. Other memory is
  * reached by what UCX offers for it (CMA, RDMA, or its active-message emulation that needs the
  * target to progress, as every wait here does). */
 #define WF_WORLD_RKEY_MAX 1024
@@ -180,6 +182,7 @@ typedef struct wf_world_op {
     size_t received;        /* RECV: bytes received */
     wf_status status;
     void *req_;             /* internal */
+    uint64_t seq_;          /* internal */
 } wf_world_op;
 
 /* Posts ops[0..n): starts every one; does not wait. A local failure to post leaves the ops
@@ -245,6 +248,8 @@ wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch);
 /* ---- counters (for tests and benchmarks) ------------------------------------------------------ */
 typedef struct wf_world_stats {
     uint64_t sends, recvs, puts; /* operations posted through this layer */
+    uint64_t puts_direct;        /* of the puts: copies by this process into a peer's memory
+                                  * mapped here (same host, UCX-allocated shared memory) */
     uint64_t bytes_sent, bytes_put;
     uint64_t endpoints_created;
     uint64_t flushes;            /* FLUSH operations posted */

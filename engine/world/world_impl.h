@@ -99,4 +99,13 @@ void wf__world_set_put_caller_memory(wf_world *w, int on);
 /* Whether buf[0..len) lies in one block of wf_world_mem_alloc memory. */
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len);
 
+/* ---- world_copy.c --------------------------------------------------------------------------- */
+/* memcpy, with stores that bypass the cache for copies of at least wf__world_stream_min()
+ * bytes (a quarter of the last-level cache); the stores are fenced before it returns, so
+ * anything this thread writes afterwards becomes visible after the copy. */
+void wf__world_copy(void *dst, const void *src, size_t n);
+/* The same with the choice made by the caller (stream: 1), e.g. for a piece of a larger copy. */
+void wf__world_copy_as(void *dst, const void *src, size_t n, int stream);
+size_t wf__world_stream_min(void);
+
 #endif
