@@ -508,18 +508,39 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
     return 0;
 }
 
+/* What a wait does when a progress round found nothing: ranks may outnumber cores (tests, a
+ * busy host), so let the peer we wait for run. First sched_yield, which keeps the answer to a
+ * quick exchange within microseconds; after WAIT_SPIN_NS without events, sleep on UCX's
+ * wake-up descriptor (shared memory and TCP signal it when a message arrives) so that the
+ * cores go to the ranks that have work: with 4 ranks on 2 cores, ranks spinning in yield took
+ * up to 3x the CPU time of the copy work itself from the ones still copying (BENCHMARKS.md,
+ * the 64 MiB all-to-all). Only while every pending op is a receive: the completion of a send
+ * or put stuck behind a full queue is found by progress, which a sleep would delay (by up to
+ * the 20 ms the sleep is capped at for the liveness probe). */
+#define WAIT_SPIN_NS 50000ull
+
+static void idle_wait(wf_world *w, unsigned events, int sends, uint64_t idle_ns) {
+    if (events) return;
+    if (sends || w->efd < 0 || idle_ns < WAIT_SPIN_NS) {
+        sched_yield();
+        return;
+    }
+    w->stats.sleeps++;
+    wf_world_wait_event(w, -1, (int)(LIVENESS_PERIOD_NS / 1000000ull));
+}
+
 wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
     wf_status result = WF_OK;
+    uint64_t idle_since = wf_clock_now_ns();
     for (;;) {
         unsigned events = 0, ev;
         while ((ev = ucp_worker_progress(w->worker)) > 0) events += ev;
-        /* Ranks may outnumber cores (tests, a busy host): let the peer we wait for run. */
-        if (!events) sched_yield();
-        int pending = 0;
+        int pending = 0, sends = 0;
         for (int i = 0; i < n; i++) {
             if (!reap(w, &ops[i])) {
                 pending++;
+                sends += ops[i].kind != WF_WORLD_RECV;
             } else if (ops[i].status != WF_OK && result == WF_OK) {
                 result = ops[i].status;
             }
@@ -527,6 +548,8 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
         if (result != WF_OK) break;
         if (!pending) return WF_OK;
         uint64_t now = wf_clock_now_ns();
+        if (events) idle_since = now;
+        idle_wait(w, events, sends, now - idle_since);
         int probe = now - w->last_probe_ns > LIVENESS_PERIOD_NS;
         if (probe) {
             w->last_probe_ns = now;

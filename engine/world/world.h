@@ -253,6 +253,8 @@ typedef struct wf_world_stats {
     uint64_t bytes_sent, bytes_put;
     uint64_t endpoints_created;
     uint64_t flushes;            /* FLUSH operations posted */
+    uint64_t sleeps;             /* waits that slept on UCX's wake-up descriptor (a wait for
+                                  * receives only, idle for 50 us) */
     uint64_t mem_registrations;  /* buffers registered by wf_world_mem_expose (cache misses) */
     uint64_t mem_cache_hits;     /* exposes served by a cached registration */
     uint64_t mem_invalidations;  /* cached registrations dropped because memory was unmapped */
