@@ -18,6 +18,14 @@ reps=${3:-20}
 bin=$build/bin/weft-bench-comm
 colls=${COLLS:-alltoall}
 export UCX_TLS=${UCX_TLS:-all}
+# Runs a command, in a session of its own at AUTOGROUP_NICE if that is set (see above).
+prio() {
+  if [ -n "${AUTOGROUP_NICE:-}" ]; then
+    setsid sh -c 'echo "$0" > /proc/self/autogroup && exec "$@"' "$AUTOGROUP_NICE" "$@"
+  else
+    "$@"
+  fi
+}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 echo "UCX_TLS=$UCX_TLS  $(ucx_info -v | head -1)  nproc=$(nproc)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -29,12 +37,7 @@ for r in $(seq "$rounds"); do
         for which in after before; do
           b=$bin
           [ "$which" = before ] && { [ -n "${BEFORE_BIN:-}" ] || continue; b=$BEFORE_BIN; }
-          if [ -n "${AUTOGROUP_NICE:-}" ]; then
-            setsid sh -c 'echo "$0" > /proc/self/autogroup && exec "$@"' "$AUTOGROUP_NICE" \
-              "$b" size "$n" "$c" "$s" "$reps" alloc
-          else
-            "$b" size "$n" "$c" "$s" "$reps" alloc
-          fi 2>/dev/null | sed "s/^|/| $which |/" | tee -a "$out"
+          prio "$b" size "$n" "$c" "$s" "$reps" alloc 2>/dev/null | sed "s/^|/| $which |/" | tee -a "$out"
         done
       done
     done
@@ -51,10 +54,10 @@ awk -F'|' '{ k = $2 "|" $3 "|" $5 "|" $6; gsub(/ /, "", k); t[k] = t[k] " " $9 +
 echo; echo "## ucx_perftest at 64 MiB (MB/s columns; average over 20 iterations) and memcpy"
 port=$((20000 + RANDOM % 20000))
 for t in ucp_put_bw ucp_am_bw; do
-  ucx_perftest -p $port >/dev/null 2>&1 & srv=$!
+  prio ucx_perftest -p $port >/dev/null 2>&1 & srv=$!
   sleep 0.5
-  echo "$t size 67108864:"; ucx_perftest 127.0.0.1 -p $port -t $t -s 67108864 -n 20 2>&1 | tail -2
+  echo "$t size 67108864:"; prio ucx_perftest 127.0.0.1 -p $port -t $t -s 67108864 -n 20 2>&1 | tail -2
   wait $srv || true
   port=$((port + 1))
 done
-"$bin" memcpy | tail -2
+prio "$bin" memcpy | tail -2
