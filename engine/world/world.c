@@ -514,9 +514,10 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
  * wake-up descriptor (shared memory and TCP signal it when a message arrives) so that the
  * cores go to the ranks that have work: with 4 ranks on 2 cores, ranks spinning in yield took
  * up to 3x the CPU time of the copy work itself from the ones still copying (BENCHMARKS.md,
- * the 64 MiB all-to-all). Only while every pending op is a receive: the completion of a send
- * or put stuck behind a full queue is found by progress, which a sleep would delay (by up to
- * the 20 ms the sleep is capped at for the liveness probe). */
+ * the 64 MiB all-to-all). Only while every pending op is a receive: whether UCX signals the
+ * completion of a send or put (one stuck behind a full queue, say) on the descriptor is not
+ * established, and a missed one would cost up to the 20 ms the sleep is capped at for the
+ * liveness probe. */
 #define WAIT_SPIN_NS 50000ull
 
 static void idle_wait(wf_world *w, unsigned events, int sends, uint64_t idle_ns) {
