@@ -807,6 +807,7 @@ void wf_world_mem_free(wf_world *w, void *p) {
 }
 
 int wf__world_mem_cached(const wf_world *w) { return wf__mcache_cached(w->mc); }
+int wf__world_has_wakeup(const wf_world *w) { return w->efd >= 0; }
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
     return wf__mcache_owned(w->mc, buf, len);
 }

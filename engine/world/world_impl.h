@@ -86,6 +86,8 @@ int wf__mcache_free(wf__mcache *c, void *p);
 int wf__mcache_owned(wf__mcache *c, const void *buf, size_t len);
 /* Whether this world keeps registrations of caller memory between calls. */
 int wf__world_mem_cached(const wf_world *w);
+/* Whether waits can sleep on UCX's wake-up descriptor (else they only yield). */
+int wf__world_has_wakeup(const wf_world *w);
 
 #define WF__WORLD_PUT_THRESHOLD (64u << 10) /* measured: BENCHMARKS.md, comm section */
 
