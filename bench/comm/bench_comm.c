@@ -299,6 +299,8 @@ static int body_size(wf_world *w, int rank, void *arg) {
     wf_group g;
     full_group(w, &g);
     size_t S = a->bytes, blk = S / (size_t)n;
+    /* Ranks may outnumber cores: waiting ones sleep (see wf_world_set_idle_sleep). */
+    wf_world_set_idle_sleep(w, 1);
     uint8_t *src = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
     uint8_t *dst = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
     double *t = malloc(sizeof(double) * (size_t)a->reps);

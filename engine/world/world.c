@@ -71,6 +71,7 @@ struct wf_world {
     size_t put_threshold;
     int put_caller_memory;
     int scratch_owned;      /* scratch came from the registration cache (else posix_memalign) */
+    int idle_sleep;         /* wf_world_set_idle_sleep */
 };
 
 struct seq_slot {
@@ -509,9 +510,8 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
 }
 
 /* What a wait does when a progress round found nothing: ranks may outnumber cores (tests, a
- * busy host), so let the peer we wait for run. First sched_yield, which keeps the answer to a
- * quick exchange within microseconds; after WAIT_SPIN_NS without events, sleep on UCX's
- * wake-up descriptor (shared memory and TCP signal it when a message arrives) so that the
+ * busy host), so let the peer we wait for run: sched_yield. With wf_world_set_idle_sleep on,
+ * after WAIT_SPIN_NS without events it sleeps on UCX's wake-up descriptor (shared memory and TCP signal it when a message arrives) so that the
  * cores go to the ranks that have work: with 4 ranks on 2 cores, ranks spinning in yield took
  * up to 3x the CPU time of the copy work itself from the ones still copying (BENCHMARKS.md,
  * the 64 MiB all-to-all). Only while every pending op is a receive: whether UCX signals the
@@ -522,7 +522,7 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
 
 static void idle_wait(wf_world *w, unsigned events, int sends, uint64_t idle_ns) {
     if (events) return;
-    if (sends || w->efd < 0 || idle_ns < WAIT_SPIN_NS) {
+    if (!w->idle_sleep || sends || w->efd < 0 || idle_ns < WAIT_SPIN_NS) {
         sched_yield();
         return;
     }
@@ -808,6 +808,8 @@ void wf_world_mem_free(wf_world *w, void *p) {
 
 int wf__world_mem_cached(const wf_world *w) { return wf__mcache_cached(w->mc); }
 int wf__world_has_wakeup(const wf_world *w) { return w->efd >= 0; }
+
+void wf_world_set_idle_sleep(wf_world *w, int on) { w->idle_sleep = on != 0; }
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
     return wf__mcache_owned(w->mc, buf, len);
 }

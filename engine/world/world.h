@@ -92,6 +92,14 @@ int wf_world_timeout_ms(const wf_world *w);
 void wf_world_set_timeout_ms(wf_world *w, int ms);
 /* The bound of wf_world_admit (and of joins); ms > 0. */
 void wf_world_set_join_timeout_ms(wf_world *w, int ms);
+/* 1: a wait whose pending ops are all receives sleeps on UCX's wake-up descriptor once it has
+ * seen no event for 50 us (instead of yielding in a loop), so that ranks outnumbering cores
+ * leave the cores to the ranks still working (BENCHMARKS.md: 4 ranks on 2 cores, 64 MiB
+ * all-to-all). 0 (default): waits yield only. Off by default because weftd's PD fault test
+ * (a decode worker SIGKILLed during KV transfers) ended requests with "prefill task failed:
+ * closed" instead of naming the lost rank when every wait could sleep; the cause is not
+ * found. */
+void wf_world_set_idle_sleep(wf_world *w, int on);
 
 /* The last error's description ("" if none) and the rank it names (-1 if none). */
 const char *wf_world_error(const wf_world *w);
@@ -253,8 +261,8 @@ typedef struct wf_world_stats {
     uint64_t bytes_sent, bytes_put;
     uint64_t endpoints_created;
     uint64_t flushes;            /* FLUSH operations posted */
-    uint64_t sleeps;             /* waits that slept on UCX's wake-up descriptor (a wait for
-                                  * receives only, idle for 50 us) */
+    uint64_t sleeps;             /* waits that slept on UCX's wake-up descriptor
+                                  * (wf_world_set_idle_sleep) */
     uint64_t mem_registrations;  /* buffers registered by wf_world_mem_expose (cache misses) */
     uint64_t mem_cache_hits;     /* exposes served by a cached registration */
     uint64_t mem_invalidations;  /* cached registrations dropped because memory was unmapped */

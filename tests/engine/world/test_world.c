@@ -138,7 +138,8 @@ START_TEST(test_bad_config) {
 END_TEST
 
 /* ---- sleeping waits ---------------------------------------------------------------------------
- * A wait for receives only sleeps on UCX's wake-up descriptor once idle for 50 us: messages that
+ * With wf_world_set_idle_sleep, a wait for receives only sleeps on UCX's wake-up descriptor once
+ * idle for 50 us: messages that
  * arrive while the receiver sleeps (small eager ones, and a large one by rendezvous) must wake
  * it and arrive whole, in order; rounds in both directions. */
 static int body_sleep_wake(wf_world *w, int rank, void *arg) {
@@ -146,6 +147,7 @@ static int body_sleep_wake(wf_world *w, int rank, void *arg) {
     uint8_t *big = malloc(BIG);
     WT_CHECK(big != NULL, "oom");
     int peer = 1 - rank;
+    wf_world_set_idle_sleep(w, 1);
     wf_world_stats s0, s1;
     wf_world_get_stats(w, &s0);
     for (int r = 0; r < ROUNDS; r++) {
