@@ -8,8 +8,13 @@
  *              factors), timed on rank 0 between barriers;
  *   a2a:       all-to-all by path (tagged messages; puts into malloc'd buffers; puts into
  *              wf_world_mem_alloc buffers): best and mean time, bus bandwidth of both;
+ *   size:      one collective at one size, many repetitions: best, median and mean time and the
+ *              bus bandwidth of each (on a shared host the median is the figure to compare),
+ *              then the medians (over repetitions, of the slowest rank) of CPU time used and of
+ *              time spent runnable but waiting for a core (/proc/self/schedstat);
  *   memcpy:    single-thread memcpy bandwidth at the same sizes, for scale.
- * Usage: weft-bench-comm formation N | coll N | a2a N | memcpy */
+ * Usage: weft-bench-comm formation N | coll N | a2a N | memcpy
+ *        weft-bench-comm size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,9 +260,127 @@ static int body_a2a(wf_world *w, int rank, void *arg) {
     wf_world_get_stats(w, &st);
     if (rank == 0)
         printf("rank 0: %llu registrations, %llu cache hits, %llu invalidations, "
-               "%llu keys unpacked\n",
+               "%llu keys unpacked, %llu puts (%llu copies into mapped memory)\n",
                (unsigned long long)st.mem_registrations, (unsigned long long)st.mem_cache_hits,
-               (unsigned long long)st.mem_invalidations, (unsigned long long)st.rkeys_unpacked);
+               (unsigned long long)st.mem_invalidations, (unsigned long long)st.rkeys_unpacked,
+               (unsigned long long)st.puts, (unsigned long long)st.puts_direct);
+    return 0;
+}
+
+/* ---- one collective, one size ------------------------------------------------------------------ */
+typedef struct size_args {
+    int coll;       /* C_ALLTOALL, C_ALLGATHER or C_REDUCE_SCATTER */
+    size_t bytes;   /* S: each rank's whole send buffer */
+    int reps;
+    int alloc;      /* buffers from wf_world_mem_alloc (1) or malloc (0) */
+} size_args;
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* This process's CPU time and time spent runnable but waiting for a CPU (ns), from
+ * /proc/self/schedstat; zeros where it is not available. */
+static void sched_times(double *cpu, double *delay) {
+    unsigned long long run = 0, wait = 0;
+    FILE *f = fopen("/proc/self/schedstat", "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu", &run, &wait) != 2) run = wait = 0;
+        fclose(f);
+    }
+    *cpu = (double)run;
+    *delay = (double)wait;
+}
+
+static int body_size(wf_world *w, int rank, void *arg) {
+    const size_args *a = arg;
+    int n = wf_world_size(w);
+    wf_group g;
+    full_group(w, &g);
+    size_t S = a->bytes, blk = S / (size_t)n;
+    /* Ranks may outnumber cores: waiting ones sleep (see wf_world_set_idle_sleep). */
+    wf_world_set_idle_sleep(w, 1);
+    uint8_t *src = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
+    uint8_t *dst = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
+    double *t = malloc(sizeof(double) * (size_t)a->reps);
+    /* Per repetition and rank: CPU time and run-queue delay (us), to tell work from waiting
+     * for a core on a loaded host. */
+    double *cpu = calloc((size_t)a->reps, sizeof(double)), *dly = calloc((size_t)a->reps, sizeof(double));
+    double *all = malloc(sizeof(double) * 2 * (size_t)a->reps * (size_t)n);
+    if (!src || !dst || !t || !cpu || !dly || !all) return 1;
+    memset(src, 1, S);
+    memset(dst, 0, S);
+    for (int rep = 0; rep <= a->reps; rep++) {
+        if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+        double c0, d0, c1, d1;
+        sched_times(&c0, &d0);
+        uint64_t t0 = wf_clock_now_ns();
+        wf_status st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
+                       : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
+                                                : wf_gfc_reduce_scatter_f32(w, &g, (float *)src,
+                                                                            (float *)dst, blk / 4);
+        if (st != WF_OK) {
+            fprintf(stderr, "%s: %s\n", cname[a->coll], wf_world_error(w));
+            return 1;
+        }
+        sched_times(&c1, &d1); /* this rank's part ends here; the barrier waits for all */
+        if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
+        if (rep > 0) { /* rep 0 warms up */
+            t[rep - 1] = (double)(wf_clock_now_ns() - t0) / 1e3;
+            cpu[rep - 1] = (c1 - c0) / 1e3;
+            dly[rep - 1] = (d1 - d0) / 1e3;
+        }
+    }
+    memcpy(all + (size_t)rank * 2 * (size_t)a->reps, cpu, sizeof(double) * (size_t)a->reps);
+    memcpy(all + ((size_t)rank * 2 + 1) * (size_t)a->reps, dly, sizeof(double) * (size_t)a->reps);
+    if (wf_gfc_allgather(w, &g, all + (size_t)rank * 2 * (size_t)a->reps, all,
+                         sizeof(double) * 2 * (size_t)a->reps) != WF_OK)
+        return 1;
+    if (rank == 0) {
+        /* Medians over repetitions of the per-rank maximum (the slowest rank ends it). */
+        double *mc = malloc(sizeof(double) * (size_t)a->reps), *md = malloc(sizeof(double) * (size_t)a->reps);
+        if (!mc || !md) return 1;
+        for (int i = 0; i < a->reps; i++) {
+            mc[i] = md[i] = 0;
+            for (int r = 0; r < n; r++) {
+                double c = all[(size_t)r * 2 * (size_t)a->reps + (size_t)i];
+                double d = all[((size_t)r * 2 + 1) * (size_t)a->reps + (size_t)i];
+                if (c > mc[i]) mc[i] = c;
+                if (d > md[i]) md[i] = d;
+            }
+        }
+        qsort(mc, (size_t)a->reps, sizeof *mc, cmp_dbl);
+        qsort(md, (size_t)a->reps, sizeof *md, cmp_dbl);
+        double cpu_med = mc[a->reps / 2], wait_med = md[a->reps / 2];
+        wf_world_stats ws;
+        wf_world_get_stats(w, &ws);
+        fprintf(stderr, "rank 0: %llu puts, %llu of them copies into mapped memory\n",
+                (unsigned long long)ws.puts, (unsigned long long)ws.puts_direct);
+        free(mc);
+        free(md);
+        double sum = 0;
+        for (int i = 0; i < a->reps; i++) sum += t[i];
+        qsort(t, (size_t)a->reps, sizeof *t, cmp_dbl);
+        double f = (double)(n - 1) / n, med = t[a->reps / 2], mean = sum / a->reps;
+        printf("| %s | %s | %d | %zu KiB | %d | %.0f us | %.0f us | %.0f us | %.2f GB/s | "
+               "%.2f GB/s | %.2f GB/s | %.0f us | %.0f us |\n",
+               cname[a->coll], a->alloc ? "wf_world_mem_alloc" : "malloc", n, S >> 10, a->reps,
+               t[0], med, mean, f * (double)S / (t[0] * 1e3), f * (double)S / (med * 1e3),
+               f * (double)S / (mean * 1e3), cpu_med, wait_med);
+        fflush(stdout);
+    }
+    if (a->alloc) {
+        wf_world_mem_free(w, src);
+        wf_world_mem_free(w, dst);
+    } else {
+        free(src);
+        free(dst);
+    }
+    free(t);
+    free(cpu);
+    free(dly);
+    free(all);
     return 0;
 }
 
@@ -289,13 +412,34 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy\n", argv[0]);
+        fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy | "
+                        "size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc\n",
+                argv[0]);
         return 2;
     }
     int n = atoi(argv[2]);
     if (n < 2 || n > WT_MAX_PROCS) return 2;
     wt_env env = wt_env_default(n);
     env.sym_size = 1u << 20;
+    if (strcmp(argv[1], "size") == 0) {
+        size_args sa = {.coll = -1};
+        if (argc != 7) {
+            fprintf(stderr, "size: needs N COLLECTIVE BYTES REPS alloc|malloc\n");
+            return 2;
+        }
+        for (int c = 0; c < C_N; c++)
+            if (strcmp(argv[3], cname[c]) == 0) sa.coll = c;
+        sa.bytes = strtoull(argv[4], NULL, 10);
+        sa.reps = atoi(argv[5]);
+        sa.alloc = strcmp(argv[6], "alloc") == 0;
+        if ((sa.coll != C_ALLTOALL && sa.coll != C_ALLGATHER && sa.coll != C_REDUCE_SCATTER) ||
+            sa.bytes < 4u * (size_t)n || sa.reps < 1 || (!sa.alloc && strcmp(argv[6], "malloc"))) {
+            fprintf(stderr, "size: COLLECTIVE is alltoall, allgather or reduce_scatter; BYTES >= "
+                            "4 * N; REPS >= 1; alloc or malloc\n");
+            return 2;
+        }
+        return wt_run(&env, body_size, &sa, 1200) == 0 ? 0 : 1;
+    }
     wt_rank_fn fn = strcmp(argv[1], "formation") == 0 ? body_formation
                     : strcmp(argv[1], "a2a") == 0     ? body_a2a
                                                       : body_coll;

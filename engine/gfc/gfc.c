@@ -153,6 +153,42 @@ static wf_status wait_part(wf_world *w, wf_world_op *all, int n_all, int first, 
     return st;
 }
 
+/* The copy of this member's own slice, done piece by piece. A large one streams past the cache
+ * (see wf__world_copy); overlapping buffers (a caller's send == recv) are moved in one go. */
+#define SELF_PIECE (1u << 20)
+
+typedef struct self_copy {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len, done;
+    int stream;
+} self_copy;
+
+static self_copy self_copy_init(const xchg *x) {
+    self_copy sc = {.dst = x->self_dst, .src = x->self_src, .len = x->self_len,
+                    .stream = x->self_len >= wf__world_stream_min()};
+    if (sc.len && sc.dst < sc.src + sc.len && sc.src < sc.dst + sc.len) {
+        memmove(sc.dst, sc.src, sc.len);
+        sc.done = sc.len;
+    }
+    return sc;
+}
+
+/* Copies the next piece; 0 when nothing was left. */
+static int self_copy_next(self_copy *sc) {
+    if (sc->done == sc->len) return 0;
+    size_t k = sc->len - sc->done < SELF_PIECE ? sc->len - sc->done : SELF_PIECE;
+    wf__world_copy_as(sc->dst + sc->done, sc->src + sc->done, k, sc->stream);
+    sc->done += k;
+    return 1;
+}
+
+static void self_copy_rest(self_copy *sc) {
+    if (sc->done < sc->len)
+        wf__world_copy_as(sc->dst + sc->done, sc->src + sc->done, sc->len - sc->done, sc->stream);
+    sc->done = sc->len;
+}
+
 static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const xchg *x,
                           uint8_t step) {
     size_t thresh = wf__world_put_threshold(w);
@@ -229,7 +265,14 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
         wf_world_cancel(w, ops, k);
         goto out;
     }
-    if (x->self_len) memmove(x->self_dst, x->self_src, x->self_len);
+    /* The own slice, in pieces until the regions of the large pairs are all in: then the puts
+     * go first (their receivers wait for them; this member's own slice only delays itself) and
+     * the rest of it is copied while the done messages travel. On a loaded host a member that
+     * started late sends its region late: copying meanwhile uses that time. */
+    self_copy sc = self_copy_init(x);
+    while (k1 && self_copy_next(&sc) && wf_world_test(w, ops, k1) < k1) {
+    }
+    if (!k1) self_copy_rest(&sc);
     if (k1) {
         st = wait_part(w, ops, k, 0, k1);
         if (st != WF_OK) goto out;
@@ -278,6 +321,7 @@ static wf_status exchange(wf_world *w, const wf_group *g, const coll *c, const x
             goto out;
         }
     }
+    self_copy_rest(&sc);
     st = wf_world_wait(w, ops + k1, k - k1);
     if (st != WF_OK) goto out;
     /* Every message must have had exactly the size expected, every put the count expected. */

@@ -38,6 +38,10 @@ typedef struct peer {
         ucp_rkey_h rkey;
     } rk[PEER_RKEYS];       /* bound to ep: destroyed whenever ep is closed */
     int rk_next;
+    /* Puts to this peer that went through UCX, and how many of them completed flushes cover.
+     * While some are not covered, puts into mapped memory go through UCX too, so that a fence
+     * still orders them (see put_direct). */
+    uint64_t ucx_puts, flushed;
     wf_status failed;       /* WF_OK, or WF_EPEER once its endpoint or process failed */
 } peer;
 
@@ -67,6 +71,7 @@ struct wf_world {
     size_t put_threshold;
     int put_caller_memory;
     int scratch_owned;      /* scratch came from the registration cache (else posix_memalign) */
+    int idle_sleep;         /* wf_world_set_idle_sleep */
 };
 
 struct seq_slot {
@@ -203,6 +208,7 @@ static void drop_rkeys(peer *p) {
 static void close_peer_ep(wf_world *w, int r, int force) {
     peer *p = &w->peers[r];
     drop_rkeys(p);
+    p->flushed = p->ucx_puts; /* closing ends (or fails) every put in flight */
     if (!p->ep) return;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
@@ -320,6 +326,23 @@ static wf_status op_failed(wf_world *w, wf_world_op *op, ucs_status_t us) {
                 op->peer, ucs_status_string(us));
 }
 
+/* A put into memory this process can map (a peer on this host whose buffer UCX allocated in
+ * shared memory: wf_world_mem_alloc, the symmetric buffer) is a copy done here, now: UCX would
+ * do the same copy inside ucp_put_nbx, but with ordinary stores, and the endpoint flush that
+ * must follow costs progress rounds in which a loaded host may switch this rank out (the 64 MiB
+ * all-to-all in BENCHMARKS.md). Complete at return, so nothing is left to flush. Not while
+ * puts through UCX to the peer are unflushed: a fence orders those, not this copy. Returns 1
+ * if the put was done. */
+static int put_direct(wf_world *w, const peer *p, wf_world_op *op, ucp_rkey_h rkey,
+                      uint64_t raddr) {
+    void *dst;
+    if (p->flushed != p->ucx_puts || ucp_rkey_ptr(rkey, raddr, &dst) != UCS_OK) return 0;
+    wf__world_copy(dst, op->buf, op->len);
+    w->stats.puts_direct++;
+    op->status = WF_OK;
+    return 1;
+}
+
 static wf_status post_one(wf_world *w, wf_world_op *op) {
     op->req_ = NULL;
     op->received = 0;
@@ -371,12 +394,21 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
             ucp_rkey_h rkey = NULL;
             st = reg ? region_rkey(w, op->peer, ep, reg, &rkey) : get_rkey(w, op->peer, ep, &rkey);
             if (st != WF_OK) return op->status = st;
-            req = ucp_put_nbx(ep, op->buf, op->len, base + op->offset, rkey, &prm);
             w->stats.puts++;
             w->stats.bytes_put += op->len;
+            if (put_direct(w, p, op, rkey, base + op->offset)) return WF_OK;
+            req = ucp_put_nbx(ep, op->buf, op->len, base + op->offset, rkey, &prm);
+            p->ucx_puts++;
         } else if (op->kind == WF_WORLD_FLUSH) {
-            req = ucp_ep_flush_nbx(ep, &(ucp_request_param_t){.op_attr_mask = 0});
+            peer *p = &w->peers[op->peer];
             w->stats.flushes++;
+            if (p->flushed == p->ucx_puts) { /* every put so far is complete at the peer */
+                op->status = WF_OK;
+                return WF_OK;
+            }
+            op->seq_ = p->ucx_puts;
+            req = ucp_ep_flush_nbx(ep, &(ucp_request_param_t){.op_attr_mask = 0});
+            if (req == NULL) p->flushed = op->seq_;
         } else {
             return op->status = fail(w, WF_EINVAL, op->peer, "unknown operation kind %d",
                                      (int)op->kind);
@@ -411,6 +443,9 @@ static int reap(wf_world *w, wf_world_op *op) {
     ucp_request_free(op->req_);
     op->req_ = NULL;
     op->status = us == UCS_OK ? WF_OK : op_failed(w, op, us);
+    if (op->kind == WF_WORLD_FLUSH && us == UCS_OK && op->peer >= 0 && op->peer < w->n &&
+        w->peers[op->peer].flushed < op->seq_)
+        w->peers[op->peer].flushed = op->seq_;
     return 1;
 }
 
@@ -474,18 +509,39 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
     return 0;
 }
 
+/* What a wait does when a progress round found nothing: ranks may outnumber cores (tests, a
+ * busy host), so let the peer we wait for run: sched_yield. With wf_world_set_idle_sleep on,
+ * after WAIT_SPIN_NS without events it sleeps on UCX's wake-up descriptor (shared memory and TCP signal it when a message arrives) so that the
+ * cores go to the ranks that have work: with 4 ranks on 2 cores, ranks spinning in yield took
+ * up to 3x the CPU time of the copy work itself from the ones still copying (BENCHMARKS.md,
+ * the 64 MiB all-to-all). Only while every pending op is a receive: whether UCX signals the
+ * completion of a send or put (one stuck behind a full queue, say) on the descriptor is not
+ * established, and a missed one would cost up to the 20 ms the sleep is capped at for the
+ * liveness probe. */
+#define WAIT_SPIN_NS 50000ull
+
+static void idle_wait(wf_world *w, unsigned events, int sends, uint64_t idle_ns) {
+    if (events) return;
+    if (!w->idle_sleep || sends || w->efd < 0 || idle_ns < WAIT_SPIN_NS) {
+        sched_yield();
+        return;
+    }
+    w->stats.sleeps++;
+    wf_world_wait_event(w, -1, (int)(LIVENESS_PERIOD_NS / 1000000ull));
+}
+
 wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
     wf_status result = WF_OK;
+    uint64_t idle_since = wf_clock_now_ns();
     for (;;) {
         unsigned events = 0, ev;
         while ((ev = ucp_worker_progress(w->worker)) > 0) events += ev;
-        /* Ranks may outnumber cores (tests, a busy host): let the peer we wait for run. */
-        if (!events) sched_yield();
-        int pending = 0;
+        int pending = 0, sends = 0;
         for (int i = 0; i < n; i++) {
             if (!reap(w, &ops[i])) {
                 pending++;
+                sends += ops[i].kind != WF_WORLD_RECV;
             } else if (ops[i].status != WF_OK && result == WF_OK) {
                 result = ops[i].status;
             }
@@ -493,6 +549,8 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
         if (result != WF_OK) break;
         if (!pending) return WF_OK;
         uint64_t now = wf_clock_now_ns();
+        if (events) idle_since = now;
+        idle_wait(w, events, sends, now - idle_since);
         int probe = now - w->last_probe_ns > LIVENESS_PERIOD_NS;
         if (probe) {
             w->last_probe_ns = now;
@@ -617,13 +675,20 @@ wf_status wf_world_fence(wf_world *w) {
 wf_status wf_world_flush(wf_world *w) {
     ucp_request_param_t prm = {.op_attr_mask = 0};
     void *req = ucp_worker_flush_nbx(w->worker, &prm);
-    if (req == NULL) return WF_OK;
-    if (UCS_PTR_IS_ERR(req))
+    wf_status st = WF_OK;
+    if (req != NULL && UCS_PTR_IS_ERR(req))
         return fail(w, WF_EPEER, -1, "flush: %s", ucs_status_string(UCS_PTR_STATUS(req)));
-    wf_world_op op = {.kind = WF_WORLD_PUT, .peer = w->rank, .req_ = req,
-                      .status = WF_IN_PROGRESS};
-    /* A worker flush spans every peer: blame is not known; report it as this rank's. */
-    return wf_world_wait(w, &op, 1);
+    if (req != NULL) {
+        wf_world_op op = {.kind = WF_WORLD_PUT, .peer = w->rank, .req_ = req,
+                          .status = WF_IN_PROGRESS};
+        /* A worker flush spans every peer: blame is not known; report it as this rank's. */
+        st = wf_world_wait(w, &op, 1);
+    }
+    /* Puts posted before the flush are complete (those posted while it ran, before the
+     * wait returned, are none: one thread drives the world). */
+    if (st == WF_OK)
+        for (int r = 0; r < w->n; r++) w->peers[r].flushed = w->peers[r].ucx_puts;
+    return st;
 }
 
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer_rank) {
@@ -742,6 +807,9 @@ void wf_world_mem_free(wf_world *w, void *p) {
 }
 
 int wf__world_mem_cached(const wf_world *w) { return wf__mcache_cached(w->mc); }
+int wf__world_has_wakeup(const wf_world *w) { return w->efd >= 0; }
+
+void wf_world_set_idle_sleep(wf_world *w, int on) { w->idle_sleep = on != 0; }
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
     return wf__mcache_owned(w->mc, buf, len);
 }

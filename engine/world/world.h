@@ -92,6 +92,14 @@ int wf_world_timeout_ms(const wf_world *w);
 void wf_world_set_timeout_ms(wf_world *w, int ms);
 /* The bound of wf_world_admit (and of joins); ms > 0. */
 void wf_world_set_join_timeout_ms(wf_world *w, int ms);
+/* 1: a wait whose pending ops are all receives sleeps on UCX's wake-up descriptor once it has
+ * seen no event for 50 us (instead of yielding in a loop), so that ranks outnumbering cores
+ * leave the cores to the ranks still working (BENCHMARKS.md: 4 ranks on 2 cores, 64 MiB
+ * all-to-all). 0 (default): waits yield only. Off by default because weftd's PD fault test
+ * (a decode worker SIGKILLed during KV transfers) ended requests with "prefill task failed:
+ * closed" instead of naming the lost rank when every wait could sleep; the cause is not
+ * found. */
+void wf_world_set_idle_sleep(wf_world *w, int on);
 
 /* The last error's description ("" if none) and the rank it names (-1 if none). */
 const char *wf_world_error(const wf_world *w);
@@ -134,7 +142,9 @@ typedef enum wf_world_op_kind {
  * overlaps, so a buffer freed and allocated again at the same address is registered anew.
  * Peers cache the unpacked remote keys per (rank, region id); ids are never reused.
  * Memory from wf_world_mem_alloc is registered for the transports that map a peer's memory
- * (shared memory on one host): puts into it are one memcpy by the writer. Other memory is
+ * (shared memory on one host): puts into it are one copy by the writer, done by the world
+ * itself inside wf_world_post (complete when it returns; copies of at least a quarter of the
+ * last-level cache use stores that bypass the cache) instead of by UCX. Other memory is
  * reached by what UCX offers for it (CMA, RDMA, or its active-message emulation that needs the
  * target to progress, as every wait here does). */
 #define WF_WORLD_RKEY_MAX 1024
@@ -180,6 +190,7 @@ typedef struct wf_world_op {
     size_t received;        /* RECV: bytes received */
     wf_status status;
     void *req_;             /* internal */
+    uint64_t seq_;          /* internal */
 } wf_world_op;
 
 /* Posts ops[0..n): starts every one; does not wait. A local failure to post leaves the ops
@@ -245,9 +256,13 @@ wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch);
 /* ---- counters (for tests and benchmarks) ------------------------------------------------------ */
 typedef struct wf_world_stats {
     uint64_t sends, recvs, puts; /* operations posted through this layer */
+    uint64_t puts_direct;        /* of the puts: copies by this process into a peer's memory
+                                  * mapped here (same host, UCX-allocated shared memory) */
     uint64_t bytes_sent, bytes_put;
     uint64_t endpoints_created;
     uint64_t flushes;            /* FLUSH operations posted */
+    uint64_t sleeps;             /* waits that slept on UCX's wake-up descriptor
+                                  * (wf_world_set_idle_sleep) */
     uint64_t mem_registrations;  /* buffers registered by wf_world_mem_expose (cache misses) */
     uint64_t mem_cache_hits;     /* exposes served by a cached registration */
     uint64_t mem_invalidations;  /* cached registrations dropped because memory was unmapped */

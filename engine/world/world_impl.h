@@ -86,6 +86,8 @@ int wf__mcache_free(wf__mcache *c, void *p);
 int wf__mcache_owned(wf__mcache *c, const void *buf, size_t len);
 /* Whether this world keeps registrations of caller memory between calls. */
 int wf__world_mem_cached(const wf_world *w);
+/* Whether waits can sleep on UCX's wake-up descriptor (else they only yield). */
+int wf__world_has_wakeup(const wf_world *w);
 
 #define WF__WORLD_PUT_THRESHOLD (64u << 10) /* measured: BENCHMARKS.md, comm section */
 
@@ -98,5 +100,14 @@ int wf__world_put_caller_memory(const wf_world *w);
 void wf__world_set_put_caller_memory(wf_world *w, int on);
 /* Whether buf[0..len) lies in one block of wf_world_mem_alloc memory. */
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len);
+
+/* ---- world_copy.c --------------------------------------------------------------------------- */
+/* memcpy, with stores that bypass the cache for copies of at least wf__world_stream_min()
+ * bytes (a quarter of the last-level cache); the stores are fenced before it returns, so
+ * anything this thread writes afterwards becomes visible after the copy. */
+void wf__world_copy(void *dst, const void *src, size_t n);
+/* The same with the choice made by the caller (stream: 1), e.g. for a piece of a larger copy. */
+void wf__world_copy_as(void *dst, const void *src, size_t n, int stream);
+size_t wf__world_stream_min(void);
 
 #endif

@@ -425,6 +425,73 @@ START_TEST(test_put_registration_cache) {
 }
 END_TEST
 
+/* Puts into memory peers map (wf_world_mem_alloc): the writer copies itself (no UCX put, no
+ * flush), streaming past the cache from wf__world_stream_min() bytes, while the own slice is
+ * copied in 1 MiB pieces between polls for the peers' regions. Odd lengths and displacements
+ * (unaligned destinations), slices just below, at and above the streaming size, an own slice
+ * of several pieces plus a tail, empty slices; 3 ranks; every byte checked; each put counted
+ * as a copy into mapped memory when UCX may use shared memory. */
+static int body_mapped_odd(wf_world *w, int rank, void *arg) {
+    int ranks[3] = {2, 0, 1};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, 3);
+    int me = wf_gfc_group_index(&g, rank), n = 3;
+    size_t m = wf__world_stream_min();
+    /* Per call t, the bytes member i sends member j. */
+    const size_t plans[3][3][3] = {
+        {{(3u << 20) + 5, m + 13, m - 1}, {m + 13, m + 7, 65536 + 3}, {m - 1, 65536 + 3, 1}},
+        {{0, m + 64 + 7, 100}, {m + 64 + 7, 0, 1u << 20}, {100, 1u << 20, (1u << 20) + 1}},
+        {{7, 70001, m}, {70001, (5u << 20) + 3, 0}, {m, 0, 13}},
+    };
+    size_t cap = 3 * (m + 128) + (8u << 20);
+    uint8_t *send = wf_world_mem_alloc(w, cap), *recv = wf_world_mem_alloc(w, cap);
+    WT_CHECK(send && recv, "wf_world_mem_alloc");
+    wf_world_stats s0, s1;
+    for (int t = 0; t < 3; t++) {
+        size_t sc[3], sd[3], rc[3], rd[3], so = 1, ro = 3; /* odd starts: unaligned */
+        for (int j = 0; j < n; j++) {
+            sc[j] = plans[t][me][j];
+            sd[j] = so;
+            so += sc[j] + 5;
+            rc[j] = plans[t][j][me];
+            rd[j] = ro;
+            ro += rc[j] + 9;
+        }
+        WT_CHECK(so <= cap && ro <= cap, "plan %d fits", t);
+        for (int j = 0; j < n; j++)
+            for (size_t i = 0; i < sc[j]; i++) send[sd[j] + i] = gen_byte(4000 + t, me, j, i);
+        memset(recv, 0xEE, ro);
+        wf_world_get_stats(w, &s0);
+        wf_status st = wf_gfc_alltoallv(w, &g, send, sc, sd, recv, rc, rd);
+        WT_CHECK(st == WF_OK, "alltoallv %d: %s", t, wf_world_error(w));
+        wf_world_get_stats(w, &s1);
+        for (int j = 0; j < n; j++) {
+            for (size_t i = 0; i < rc[j]; i++)
+                WT_CHECK(recv[rd[j] + i] == gen_byte(4000 + t, j, me, i),
+                         "call %d: from member %d byte %zu of %zu", t, j, i, rc[j]);
+            /* The gaps between slices stay untouched. */
+            size_t end = rd[j] + rc[j], gap = j + 1 < n ? rd[j + 1] : ro;
+            for (size_t i = end; i < gap; i++)
+                WT_CHECK(recv[i] == 0xEE, "call %d: byte %zu after slice %d written", t, i, j);
+        }
+        unsigned large = 0;
+        for (int j = 0; j < n; j++) large += j != me && sc[j] >= 65536;
+        if (!getenv("UCX_TLS"))
+            WT_CHECK(s1.puts_direct - s0.puts_direct == large, "call %d: %llu of %u puts were "
+                     "copies into mapped memory", t,
+                     (unsigned long long)(s1.puts_direct - s0.puts_direct), large);
+    }
+    wf_world_mem_free(w, send);
+    wf_world_mem_free(w, recv);
+    return wf_gfc_barrier(w, &g) == WF_OK ? 0 : 1;
+}
+
+START_TEST(test_put_mapped_odd_sizes) {
+    wt_env env = wt_env_default(3);
+    ck_assert_int_eq(wt_run(&env, body_mapped_odd, NULL, 120), 0);
+}
+END_TEST
+
 /* Groups sharing ranks, in different orders, run large collectives while the others are still
  * in theirs: rank 3 starts B while 1 and 2 are in A. */
 static int body_overlap(wf_world *w, int rank, void *arg) {
@@ -534,6 +601,7 @@ static Suite *gfc_suite(void) {
     tcase_add_test(tc, test_large_64mib);
     tcase_add_test(tc, test_put_threshold_straddle);
     tcase_add_test(tc, test_put_registration_cache);
+    tcase_add_test(tc, test_put_mapped_odd_sizes);
     tcase_add_test(tc, test_put_overlapping_groups);
     tcase_add_test(tc, test_put_alltoallv_zero_slices);
     tcase_add_test(tc, test_put_size_mismatch);

@@ -1,5 +1,6 @@
 /* engine/world: formation over the TCP bootstrap, tagged messages, RMA puts with flags, puts
- * into exposed regions (caller memory and wf_world_mem_alloc memory) with a flush, join
+ * into exposed regions (caller memory and wf_world_mem_alloc memory) with a flush, waits that
+ * sleep on UCX's wake-up descriptor and are woken by small and large messages, join
  * time-outs, a killed and a stopped peer named within the time-out, and a replacement rejoining.
  * Real processes over loopback.
  * weft-test: labels=net timeout=240 */
@@ -133,6 +134,61 @@ START_TEST(test_bad_config) {
     ck_assert_int_eq(wf_gfc_group_init(&g, &other, 1), WF_OK);
     ck_assert_int_eq(wf_gfc_barrier(w, &g), WF_EINVAL); /* rank 1 is outside a world of one */
     wf_world_destroy(w);
+}
+END_TEST
+
+/* ---- sleeping waits ---------------------------------------------------------------------------
+ * With wf_world_set_idle_sleep, a wait for receives only sleeps on UCX's wake-up descriptor once
+ * idle for 50 us: messages that
+ * arrive while the receiver sleeps (small eager ones, and a large one by rendezvous) must wake
+ * it and arrive whole, in order; rounds in both directions. */
+static int body_sleep_wake(wf_world *w, int rank, void *arg) {
+    enum { BIG = 3u << 20, ROUNDS = 4 };
+    uint8_t *big = malloc(BIG);
+    WT_CHECK(big != NULL, "oom");
+    int peer = 1 - rank;
+    wf_world_set_idle_sleep(w, 1);
+    wf_world_stats s0, s1;
+    wf_world_get_stats(w, &s0);
+    for (int r = 0; r < ROUNDS; r++) {
+        int sender = r % 2;
+        wf_world_tag tag = {.kind = WF_WORLD_TAG_USER, .seq = (uint32_t)r};
+        uint64_t small = 0;
+        if (rank == sender) {
+            usleep(100000); /* the receiver is asleep by now */
+            for (size_t i = 0; i < BIG; i++) big[i] = (uint8_t)(i * 7 + (size_t)r);
+            small = 1000 + (uint64_t)r;
+            wf_world_op ops[2] = {
+                {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag, .buf = &small, .len = 8},
+                {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag, .buf = big, .len = BIG}};
+            ops[1].tag.step = 1;
+            WT_CHECK(wf_world_run(w, ops, 2) == WF_OK, "send %d: %s", r, wf_world_error(w));
+        } else {
+            memset(big, 0, BIG);
+            wf_world_op ops[2] = {
+                {.kind = WF_WORLD_RECV, .peer = peer, .tag = tag, .buf = &small, .len = 8},
+                {.kind = WF_WORLD_RECV, .peer = peer, .tag = tag, .buf = big, .len = BIG}};
+            ops[1].tag.step = 1;
+            WT_CHECK(wf_world_run(w, ops, 2) == WF_OK, "recv %d: %s", r, wf_world_error(w));
+            WT_CHECK(ops[0].received == 8 && small == 1000 + (uint64_t)r, "small %d", r);
+            WT_CHECK(ops[1].received == BIG, "big %d: %zu bytes", r, ops[1].received);
+            for (size_t i = 0; i < BIG; i++)
+                WT_CHECK(big[i] == (uint8_t)(i * 7 + (size_t)r), "round %d byte %zu", r, i);
+        }
+    }
+    wf_world_get_stats(w, &s1);
+    if (wf__world_has_wakeup(w))
+        WT_CHECK(s1.sleeps > s0.sleeps, "rank %d never slept in %d receiving waits", rank,
+                 ROUNDS / 2);
+    else
+        fprintf(stderr, "rank %d: no wake-up descriptor: waits only yield\n", rank);
+    free(big);
+    return 0;
+}
+
+START_TEST(test_sleeping_wait_wakes) {
+    wt_env env = wt_env_default(2);
+    ck_assert_int_eq(wt_run(&env, body_sleep_wake, NULL, 60), 0);
 }
 END_TEST
 
@@ -371,6 +427,7 @@ static Suite *world_suite(void) {
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_formation_p2p_rma);
     tcase_add_test(tc, test_put_into_exposed_regions);
+    tcase_add_test(tc, test_sleeping_wait_wakes);
     tcase_add_test(tc, test_join_timeout_names_missing);
     tcase_add_test(tc, test_killed_peer_then_replacement);
     tcase_add_test(tc, test_stopped_peer_then_replacement);
