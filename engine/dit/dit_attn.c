@@ -3,14 +3,41 @@
  * CPU (dit_attn_impl.h). The scalar units are this file's own compilation of the same source. */
 #define WF__ATTN_UNIT wf__dit_attn_unit_scalar
 #define WF__GELU_UNIT wf__dit_gelu_unit_scalar
+#define WF__ATTN_VW 4 /* SSE2 on x86-64; generic code elsewhere */
+#define WF__ATTN_R 2
 #include "engine/dit/dit_attn_impl.h"
+
+#include <pthread.h>
 
 #include "engine/cpu/features.h"
 #include "engine/dit/dit_kernels.h"
 
 size_t wf__dit_attention_scratch(int hd) {
-    return (size_t)WF__ATTN_QT * hd * 2 + (size_t)hd * WF__ATTN_KT + WF__ATTN_QT * WF__ATTN_KT +
-           2 * WF__ATTN_QT;
+    /* Q, Kt, S, V, A, M, L, C of dit_attn_impl.h; V and A rows padded to the widest vector (16) */
+    const size_t hdp = ((size_t)hd + 15) / 16 * 16;
+    return (size_t)WF__ATTN_QT * hd + (size_t)hd * WF__ATTN_KT + WF__ATTN_QT * WF__ATTN_KT +
+           WF__ATTN_KT * hdp + WF__ATTN_QT * hdp + 3 * WF__ATTN_QT;
+}
+
+static wf__dit_attn_impl g_units[3];
+static int g_n_units;
+static pthread_once_t g_units_once = PTHREAD_ONCE_INIT;
+
+static void units_init(void) {
+    int n = 0;
+#if defined(__x86_64__)
+    wf_cpu_isa isa = wf_cpu_features_get()->isa;
+    if (isa >= WF_CPU_ISA_AVX512) g_units[n++] = (wf__dit_attn_impl){"avx512", wf__dit_attn_unit_avx512};
+    if (isa >= WF_CPU_ISA_AVX2) g_units[n++] = (wf__dit_attn_impl){"avx2", wf__dit_attn_unit_avx2};
+#endif
+    g_units[n++] = (wf__dit_attn_impl){"scalar", wf__dit_attn_unit_scalar};
+    g_n_units = n;
+}
+
+int wf__dit_attention_impls(const wf__dit_attn_impl **out) {
+    pthread_once(&g_units_once, units_init);
+    *out = g_units;
+    return g_n_units;
 }
 
 typedef struct attn_ctx {
@@ -32,15 +59,20 @@ static void attn_worker(void *arg, int ith, int nth) {
     }
 }
 
+void wf__dit_attention_with(wf_threadpool *pool, const wf__dit_attn_impl *impl, const float *qkv, float *o,
+                            int batch, int tokens, int heads, int hd, float *scratch) {
+    if (!impl) {
+        const wf__dit_attn_impl *all;
+        wf__dit_attention_impls(&all);
+        impl = &all[0];
+    }
+    attn_ctx c = {qkv, o, batch, tokens, heads, hd, scratch, impl->unit};
+    wf_threadpool_run(pool, attn_worker, &c);
+}
+
 void wf__dit_attention(wf_threadpool *pool, const float *qkv, float *o, int batch, int tokens,
                        int heads, int hd, float *scratch) {
-    attn_ctx c = {qkv, o, batch, tokens, heads, hd, scratch, wf__dit_attn_unit_scalar};
-#if defined(__x86_64__)
-    wf_cpu_isa isa = wf_cpu_features_get()->isa;
-    if (isa >= WF_CPU_ISA_AVX512) c.unit = wf__dit_attn_unit_avx512;
-    else if (isa >= WF_CPU_ISA_AVX2) c.unit = wf__dit_attn_unit_avx2;
-#endif
-    wf_threadpool_run(pool, attn_worker, &c);
+    wf__dit_attention_with(pool, NULL, qkv, o, batch, tokens, heads, hd, scratch);
 }
 
 typedef struct gelu_ctx {

@@ -8,95 +8,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* GCC/clang vector extension: 8 floats, lowered to this file's ISA. */
+/* GCC/clang vector extensions: 8 floats (GELU) and WF__ATTN_VW floats (the attention tiles),
+ * lowered to this file's ISA. */
 typedef float wf__v8f __attribute__((vector_size(32)));
+typedef float wf__vwf __attribute__((vector_size(WF__ATTN_VW * 4)));
 
 #include "engine/dit/dit_attn_unit.h"
 #include "engine/dit/dit_kernels.h"
-
-void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
-                   float *scratch) {
-    const int D = heads * hd, ld = 3 * D;
-    const int nq = tokens - q0 < WF__ATTN_QT ? tokens - q0 : WF__ATTN_QT;
-    float *Q = scratch;                     /* [QT][hd], pre-scaled */
-    float *Kt = Q + WF__ATTN_QT * hd;       /* [hd][KT] */
-    float *S = Kt + (size_t)hd * WF__ATTN_KT; /* [QT][KT] */
-    float *A = S + WF__ATTN_QT * WF__ATTN_KT; /* [QT][hd] */
-    float *M = A + WF__ATTN_QT * hd, *L = M + WF__ATTN_QT;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float *base = qkv + (size_t)b * tokens * ld;
-    for (int i = 0; i < nq; i++) {
-        const float *q = base + (size_t)(q0 + i) * ld + h * hd;
-        for (int d = 0; d < hd; d++) {
-            Q[i * hd + d] = q[d] * scale;
-            A[i * hd + d] = 0.0f;
-        }
-        M[i] = -INFINITY;
-        L[i] = 0.0f;
-    }
-    for (int j0 = 0; j0 < tokens; j0 += WF__ATTN_KT) {
-        const int nk = tokens - j0 < WF__ATTN_KT ? tokens - j0 : WF__ATTN_KT;
-        /* K tile transposed, zero-padded to a full tile: the score loops have a fixed trip
-         * count the compiler keeps in vector registers */
-        for (int j = 0; j < WF__ATTN_KT; j++) {
-            if (j < nk) {
-                const float *k = base + (size_t)(j0 + j) * ld + D + h * hd;
-                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = k[d];
-            } else {
-                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = 0.0f;
-            }
-        }
-        for (int i = 0; i < nq; i++) {
-            wf__v8f av[WF__ATTN_KT / 8];
-            for (int c = 0; c < WF__ATTN_KT / 8; c++) av[c] = (wf__v8f){0};
-            for (int d = 0; d < hd; d++) {
-                const float q = Q[i * hd + d];
-                const wf__v8f qd = {q, q, q, q, q, q, q, q};
-                const float *kt = Kt + d * WF__ATTN_KT;
-                for (int c = 0; c < WF__ATTN_KT / 8; c++) {
-                    wf__v8f k;
-                    memcpy(&k, kt + 8 * c, sizeof k);
-                    av[c] += qd * k;
-                }
-            }
-            float acc[WF__ATTN_KT];
-            memcpy(acc, av, sizeof acc);
-            float *s = S + i * WF__ATTN_KT;
-            float mx = M[i];
-            for (int j = 0; j < nk; j++) mx = acc[j] > mx ? acc[j] : mx;
-            const float corr = wf__dit_expf(M[i] - mx);
-            /* exp in its own loop: a float sum in the same loop would stop vectorisation */
-            for (int j = 0; j < WF__ATTN_KT; j++) s[j] = wf__dit_expf(acc[j] - mx);
-            for (int j = nk; j < WF__ATTN_KT; j++) s[j] = 0.0f;
-            float sum = 0.0f;
-            for (int j = 0; j < nk; j++) sum += s[j];
-            L[i] = L[i] * corr + sum;
-            M[i] = mx;
-            float *restrict a = A + i * hd;
-            for (int d = 0; d < hd; d++) a[d] *= corr;
-            /* 8-wide vector-extension chunks (GCC's -O2 cost model leaves the plain loop
-             * scalar); head widths are multiples of 8 in every DiT, the tail loop is the rest */
-            const int hd8 = hd & ~7;
-            for (int j = 0; j < nk; j++) {
-                const wf__v8f p = {s[j], s[j], s[j], s[j], s[j], s[j], s[j], s[j]};
-                const float *restrict v = base + (size_t)(j0 + j) * ld + 2 * D + h * hd;
-                for (int d0 = 0; d0 < hd8; d0 += 8) {
-                    wf__v8f va, vv;
-                    memcpy(&va, a + d0, sizeof va);
-                    memcpy(&vv, v + d0, sizeof vv);
-                    va += p * vv;
-                    memcpy(a + d0, &va, sizeof va);
-                }
-                for (int d = hd8; d < hd; d++) a[d] += s[j] * v[d];
-            }
-        }
-    }
-    for (int i = 0; i < nq; i++) {
-        float *dst = o + ((size_t)b * tokens + q0 + i) * D + h * hd;
-        const float inv = 1.0f / L[i];
-        for (int d = 0; d < hd; d++) dst[d] = A[i * hd + d] * inv;
-    }
-}
 
 typedef int32_t wf__v8i __attribute__((vector_size(32)));
 
@@ -121,6 +39,123 @@ static inline __attribute__((always_inline)) void expf_v8(wf__v8f *io) {
     p = p * r + 5.0000001201e-1f;
     wf__v8f e = p * r * r + r + 1.0f;
     *io = e * (wf__v8f)((n + 127) << 23);
+}
+
+/* Register tiles: WF__ATTN_R rows x nv vectors (nv <= 4, a compile-time constant once inlined,
+ * so the accumulators stay in registers). Both products of attention are such tiles:
+ *   scores  S[i][j]  = sum_d Q[i][d] * Kt[d][j]   (rows = queries, vectors = keys)
+ *   output  A[i][d] = corr[i] * A[i][d] + sum_j S[i][j] * V[j][d]   (vectors = head columns)
+ * Each step loads nv vectors once and reuses them across WF__ATTN_R broadcast rows, as the GEMM
+ * micro-kernel does, instead of one load per multiply-add. */
+static inline __attribute__((always_inline)) void tile_mac(const float *a, int lda, const float *b, int ldb,
+                                                           int n, float *c, int ldc, const float *corr,
+                                                           const int nv) {
+    wf__vwf acc[WF__ATTN_R][4];
+    for (int r = 0; r < WF__ATTN_R; r++)
+        for (int v = 0; v < nv; v++) {
+            if (corr) {
+                memcpy(&acc[r][v], c + (size_t)r * ldc + v * WF__ATTN_VW, sizeof acc[r][v]);
+                acc[r][v] *= corr[r];
+            } else {
+                acc[r][v] = (wf__vwf){0};
+            }
+        }
+    for (int t = 0; t < n; t++) {
+        wf__vwf bv[4];
+        for (int v = 0; v < nv; v++) memcpy(&bv[v], b + (size_t)t * ldb + v * WF__ATTN_VW, sizeof bv[v]);
+        for (int r = 0; r < WF__ATTN_R; r++) {
+            const wf__vwf av = (wf__vwf){0} + a[(size_t)r * lda + t];
+            for (int v = 0; v < nv; v++) acc[r][v] += av * bv[v];
+        }
+    }
+    for (int r = 0; r < WF__ATTN_R; r++)
+        for (int v = 0; v < nv; v++) memcpy(c + (size_t)r * ldc + v * WF__ATTN_VW, &acc[r][v], sizeof acc[r][v]);
+}
+
+/* c[rows][ncols] (+)= a[rows][n] b[n][ncols] over WF__ATTN_R-row tiles; ncols a multiple of
+ * WF__ATTN_VW, rows a multiple of WF__ATTN_R. */
+static inline void tiles_mac(const float *a, int lda, const float *b, int ldb, int n, float *c, int ldc,
+                             const float *corr, int rows, int ncols) {
+    const int nvec = ncols / WF__ATTN_VW;
+    for (int i = 0; i < rows; i += WF__ATTN_R) {
+        const float *ai = a + (size_t)i * lda, *ci_corr = corr ? corr + i : NULL;
+        float *ci = c + (size_t)i * ldc;
+        int v = 0;
+        for (; v + 4 <= nvec; v += 4) tile_mac(ai, lda, b + v * WF__ATTN_VW, ldb, n, ci + v * WF__ATTN_VW, ldc, ci_corr, 4);
+        const float *bv = b + v * WF__ATTN_VW;
+        float *cv = ci + v * WF__ATTN_VW;
+        switch (nvec - v) {
+        case 3: tile_mac(ai, lda, bv, ldb, n, cv, ldc, ci_corr, 3); break;
+        case 2: tile_mac(ai, lda, bv, ldb, n, cv, ldc, ci_corr, 2); break;
+        case 1: tile_mac(ai, lda, bv, ldb, n, cv, ldc, ci_corr, 1); break;
+        default: break;
+        }
+    }
+}
+
+void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
+                   float *scratch) {
+    const int D = heads * hd, ld = 3 * D;
+    const int hdp = (hd + WF__ATTN_VW - 1) / WF__ATTN_VW * WF__ATTN_VW; /* V and A rows, zero-padded */
+    const int nq = tokens - q0 < WF__ATTN_QT ? tokens - q0 : WF__ATTN_QT;
+    const int nqr = (nq + WF__ATTN_R - 1) / WF__ATTN_R * WF__ATTN_R;   /* rows computed (pad rows are 0) */
+    float *Q = scratch;                         /* [QT][hd], pre-scaled */
+    float *Kt = Q + WF__ATTN_QT * hd;           /* [hd][KT] */
+    float *S = Kt + (size_t)hd * WF__ATTN_KT;   /* [QT][KT] */
+    float *V = S + WF__ATTN_QT * WF__ATTN_KT;   /* [KT][hdp] */
+    float *A = V + (size_t)WF__ATTN_KT * hdp;   /* [QT][hdp] */
+    float *M = A + (size_t)WF__ATTN_QT * hdp, *L = M + WF__ATTN_QT, *C = L + WF__ATTN_QT;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *base = qkv + (size_t)b * tokens * ld;
+    for (int i = 0; i < nqr; i++) {
+        const float *q = base + (size_t)(q0 + i) * ld + h * hd;
+        for (int d = 0; d < hd; d++) Q[i * hd + d] = i < nq ? q[d] * scale : 0.0f;
+        for (int d = 0; d < hdp; d++) A[i * hdp + d] = 0.0f;
+        M[i] = -INFINITY;
+        L[i] = 0.0f;
+    }
+    for (int j0 = 0; j0 < tokens; j0 += WF__ATTN_KT) {
+        const int nk = tokens - j0 < WF__ATTN_KT ? tokens - j0 : WF__ATTN_KT;
+        /* K tile transposed and zero-padded to a full tile; V tile with rows zero-padded to hdp */
+        for (int j = 0; j < WF__ATTN_KT; j++) {
+            if (j < nk) {
+                const float *k = base + (size_t)(j0 + j) * ld + D + h * hd;
+                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = k[d];
+            } else {
+                for (int d = 0; d < hd; d++) Kt[d * WF__ATTN_KT + j] = 0.0f;
+            }
+        }
+        for (int j = 0; j < nk; j++) {
+            memcpy(V + (size_t)j * hdp, base + (size_t)(j0 + j) * ld + 2 * D + h * hd, (size_t)hd * sizeof *V);
+            for (int d = hd; d < hdp; d++) V[(size_t)j * hdp + d] = 0.0f;
+        }
+        tiles_mac(Q, hd, Kt, WF__ATTN_KT, hd, S, WF__ATTN_KT, NULL, nqr, WF__ATTN_KT);
+        /* online softmax: running max M and sum L per query; C = the factor the old A takes */
+        for (int i = 0; i < nqr; i++) {
+            float *s = S + i * WF__ATTN_KT;
+            float mx = M[i];
+            for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
+            C[i] = wf__dit_expf(M[i] - mx);
+            for (int j = 0; j < WF__ATTN_KT; j += 8) {
+                wf__v8f e;
+                memcpy(&e, s + j, sizeof e);
+                e -= mx;
+                expf_v8(&e);
+                memcpy(s + j, &e, sizeof e);
+            }
+            for (int j = nk; j < WF__ATTN_KT; j++) s[j] = 0.0f;
+            float sum = 0.0f;
+            for (int j = 0; j < nk; j++) sum += s[j];
+            L[i] = L[i] * C[i] + sum;
+            M[i] = mx;
+        }
+        tiles_mac(S, WF__ATTN_KT, V, hdp, nk, A, hdp, C, nqr, hdp);
+    }
+    for (int i = 0; i < nq; i++) {
+        float *dst = o + ((size_t)b * tokens + q0 + i) * D + h * hd;
+        const float inv = 1.0f / L[i];
+        for (int d = 0; d < hd; d++) dst[d] = A[i * hdp + d] * inv;
+    }
 }
 
 static inline float gelu1(float v) {

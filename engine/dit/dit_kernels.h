@@ -75,6 +75,19 @@ size_t wf__dit_attention_scratch(int hd);
 void wf__dit_attention(wf_threadpool *pool, const float *qkv, float *o, int batch, int tokens,
                        int heads, int hd, float *scratch);
 
+/* One ISA's attention work unit (dit_attn_impl.h compiled for that ISA). */
+typedef struct wf__dit_attn_impl {
+    const char *name;
+    void (*unit)(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
+                 float *scratch);
+} wf__dit_attn_impl;
+
+/* The units this CPU can run, best first, scalar last; wf__dit_attention uses the first. */
+int wf__dit_attention_impls(const wf__dit_attn_impl **out);
+/* wf__dit_attention with a given unit (NULL: the best), for the tests' per-ISA checks. */
+void wf__dit_attention_with(wf_threadpool *pool, const wf__dit_attn_impl *impl, const float *qkv, float *o,
+                            int batch, int tokens, int heads, int hd, float *scratch);
+
 /* y[r] = LN(x[r]) (* g + b if g) * (1 + scale) + shift, over rows of d; rows_per_item rows share
  * one scale/shift (a batch item); scale/shift rows are at stride mod_stride. */
 void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows, int d, float eps,

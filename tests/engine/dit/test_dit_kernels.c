@@ -110,14 +110,15 @@ START_TEST(gemm_impls_listed) {
 }
 END_TEST
 
-static void check_attention(int batch, int tokens, int heads, int hd, wf_threadpool *pool) {
+static void check_attention_with(const wf__dit_attn_impl *impl, int batch, int tokens, int heads, int hd,
+                                 wf_threadpool *pool) {
     int D = heads * hd, nth = pool ? wf_threadpool_size(pool) : 1;
     unsigned seed = (unsigned)(tokens * 131 + hd);
     size_t nq = (size_t)batch * tokens * 3 * D;
     float *qkv = malloc(nq * sizeof *qkv), *o = malloc((size_t)batch * tokens * D * sizeof *o);
     float *scratch = malloc(wf__dit_attention_scratch(hd) * (size_t)nth * sizeof *scratch);
     for (size_t i = 0; i < nq; i++) qkv[i] = 2.0f * frand(&seed);
-    wf__dit_attention(pool, qkv, o, batch, tokens, heads, hd, scratch);
+    wf__dit_attention_with(pool, impl, qkv, o, batch, tokens, heads, hd, scratch);
     double *s = malloc((size_t)tokens * sizeof *s), mx = 0;
     for (int b = 0; b < batch; b++)
         for (int h = 0; h < heads; h++)
@@ -140,11 +141,19 @@ static void check_attention(int batch, int tokens, int heads, int hd, wf_threadp
                     if (!(d <= mx)) mx = d;
                 }
             }
-    ck_assert_msg(mx < 2e-5, "attention B=%d T=%d H=%d hd=%d: max |d| %g", batch, tokens, heads, hd, mx);
+    ck_assert_msg(mx < 2e-5, "attention (%s) B=%d T=%d H=%d hd=%d: max |d| %g", impl->name, batch, tokens,
+                  heads, hd, mx);
     free(s);
     free(qkv);
     free(o);
     free(scratch);
+}
+
+/* Every attention unit this CPU runs (each ISA's compilation of dit_attn_impl.h). */
+static void check_attention(int batch, int tokens, int heads, int hd, wf_threadpool *pool) {
+    const wf__dit_attn_impl *impls;
+    int ni = wf__dit_attention_impls(&impls);
+    for (int i = 0; i < ni; i++) check_attention_with(&impls[i], batch, tokens, heads, hd, pool);
 }
 
 START_TEST(attention_matches_naive) {
@@ -153,6 +162,7 @@ START_TEST(attention_matches_naive) {
     check_attention(2, 16, 2, 16, pool);
     check_attention(2, 65, 3, 64, pool);   /* one key past a tile */
     check_attention(1, 100, 2, 72, NULL);  /* XL's head width */
+    check_attention(1, 33, 2, 40, pool);   /* odd query tail, head width of 5 x 8 / 3 x 16 lanes */
     check_attention(2, 256, 6, 64, pool);
     wf_threadpool_free(pool);
 }
