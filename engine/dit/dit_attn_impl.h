@@ -41,6 +41,10 @@ static inline __attribute__((always_inline)) void expf_v8(wf__v8f *io) {
     *io = e * (wf__v8f)((n + 127) << 23);
 }
 
+/* Fully unrolled tile loops, so GCC keeps the accumulator array in registers (left rolled at -O2,
+ * it lives on the stack and every multiply-add loads and stores). */
+#define WF__UNROLL _Pragma("GCC unroll 4")
+
 /* Register tiles: WF__ATTN_R rows x nv vectors (nv <= 4, a compile-time constant once inlined,
  * so the accumulators stay in registers). Both products of attention are such tiles:
  *   scores  S[i][j]  = sum_d Q[i][d] * Kt[d][j]   (rows = queries, vectors = keys)
@@ -51,7 +55,9 @@ static inline __attribute__((always_inline)) void tile_mac(const float *a, int l
                                                            int n, float *c, int ldc, const float *corr,
                                                            const int nv) {
     wf__vwf acc[WF__ATTN_R][4];
+    WF__UNROLL
     for (int r = 0; r < WF__ATTN_R; r++)
+        WF__UNROLL
         for (int v = 0; v < nv; v++) {
             if (corr) {
                 memcpy(&acc[r][v], c + (size_t)r * ldc + v * WF__ATTN_VW, sizeof acc[r][v]);
@@ -62,13 +68,18 @@ static inline __attribute__((always_inline)) void tile_mac(const float *a, int l
         }
     for (int t = 0; t < n; t++) {
         wf__vwf bv[4];
+        WF__UNROLL
         for (int v = 0; v < nv; v++) memcpy(&bv[v], b + (size_t)t * ldb + v * WF__ATTN_VW, sizeof bv[v]);
+        WF__UNROLL
         for (int r = 0; r < WF__ATTN_R; r++) {
-            const wf__vwf av = (wf__vwf){0} + a[(size_t)r * lda + t];
-            for (int v = 0; v < nv; v++) acc[r][v] += av * bv[v];
+            const float ar = a[(size_t)r * lda + t]; /* vector * scalar broadcasts it */
+            WF__UNROLL
+            for (int v = 0; v < nv; v++) acc[r][v] += bv[v] * ar;
         }
     }
+    WF__UNROLL
     for (int r = 0; r < WF__ATTN_R; r++)
+        WF__UNROLL
         for (int v = 0; v < nv; v++) memcpy(c + (size_t)r * ldc + v * WF__ATTN_VW, &acc[r][v], sizeof acc[r][v]);
 }
 
