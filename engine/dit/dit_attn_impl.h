@@ -12,6 +12,7 @@
  * lowered to this file's ISA. */
 typedef float wf__v8f __attribute__((vector_size(32)));
 typedef float wf__vwf __attribute__((vector_size(WF__ATTN_VW * 4)));
+typedef int32_t wf__vwi __attribute__((vector_size(WF__ATTN_VW * 4)));
 
 #include "engine/dit/dit_attn_unit.h"
 #include "engine/dit/dit_kernels.h"
@@ -141,22 +142,34 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
             for (int d = hd; d < hdp; d++) V[(size_t)j * hdp + d] = 0.0f;
         }
         tiles_mac(Q, hd, Kt, WF__ATTN_KT, hd, S, WF__ATTN_KT, NULL, nqr, WF__ATTN_KT);
-        /* online softmax: running max M and sum L per query; C = the factor the old A takes */
+        /* online softmax: running max M and sum L per query; C = the factor the old A takes.
+         * Padded keys score -inf, so max, exp and sum run over whole vectors. */
         for (int i = 0; i < nqr; i++) {
             float *s = S + i * WF__ATTN_KT;
+            for (int j = nk; j < WF__ATTN_KT; j++) s[j] = -INFINITY;
+            wf__vwf vm, x;
+            memcpy(&vm, s, sizeof vm);
+            for (int j = WF__ATTN_VW; j < WF__ATTN_KT; j += WF__ATTN_VW) {
+                memcpy(&x, s + j, sizeof x);
+                const wf__vwi gt = x > vm;
+                vm = (wf__vwf)((gt & (wf__vwi)x) | (~gt & (wf__vwi)vm));
+            }
             float mx = M[i];
-            for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
+            for (int l = 0; l < WF__ATTN_VW; l++) mx = vm[l] > mx ? vm[l] : mx;
             C[i] = wf__dit_expf(M[i] - mx);
+            wf__v8f vs = {0};
             for (int j = 0; j < WF__ATTN_KT; j += 8) {
                 wf__v8f e;
                 memcpy(&e, s + j, sizeof e);
                 e -= mx;
                 expf_v8(&e);
                 memcpy(s + j, &e, sizeof e);
+                vs += e;
             }
-            for (int j = nk; j < WF__ATTN_KT; j++) s[j] = 0.0f;
+            /* padded keys add exp(-87) ~ 1e-38 each (expf clamps), against a sum >= 1; the P.V
+             * product below reads only the nk real keys */
             float sum = 0.0f;
-            for (int j = 0; j < nk; j++) sum += s[j];
+            for (int l = 0; l < 8; l++) sum += vs[l];
             L[i] = L[i] * C[i] + sum;
             M[i] = mx;
         }

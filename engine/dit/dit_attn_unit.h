@@ -2,7 +2,7 @@
 #ifndef WF_ENGINE_DIT_ATTN_UNIT_H
 #define WF_ENGINE_DIT_ATTN_UNIT_H
 
-#define WF__ATTN_QT 32 /* queries per unit */
+#define WF__ATTN_QT 64 /* queries per unit: the K and V tile copies are amortised over them */
 #define WF__ATTN_KT 64 /* keys per tile */
 
 #define WF__ATTN_UNIT_ARGS                                                                        \
