@@ -89,12 +89,18 @@ static void gelu_worker(void *arg, int ith, int nth) {
     if (i1 > i0) c->unit(c->x + i0, i1 - i0);
 }
 
-void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n) {
-    gelu_ctx c = {x, n, wf__dit_gelu_unit_scalar};
+static void (*gelu_unit(void))(float *, size_t) {
 #if defined(__x86_64__)
     wf_cpu_isa isa = wf_cpu_features_get()->isa;
-    if (isa >= WF_CPU_ISA_AVX512) c.unit = wf__dit_gelu_unit_avx512;
-    else if (isa >= WF_CPU_ISA_AVX2) c.unit = wf__dit_gelu_unit_avx2;
+    if (isa >= WF_CPU_ISA_AVX512) return wf__dit_gelu_unit_avx512;
+    if (isa >= WF_CPU_ISA_AVX2) return wf__dit_gelu_unit_avx2;
 #endif
+    return wf__dit_gelu_unit_scalar;
+}
+
+void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n) {
+    gelu_ctx c = {x, n, gelu_unit()};
     wf_threadpool_run(pool, gelu_worker, &c);
 }
+
+void wf__dit_gelu_tanh_serial(float *x, size_t n) { gelu_unit()(x, n); }

@@ -69,6 +69,12 @@ void wf__dit_linear_free(wf__dit_linear *l);
 void wf__dit_linear_run(wf_threadpool *pool, const wf__dit_gemm_impl *impl, const wf__dit_linear *l,
                         const float *x, int m, float *y, uint16_t *xb);
 
+/* Rows [r0, r1) of wf__dit_linear_run on the calling thread alone, for a caller that owns those
+ * rows through a chain of steps (dit.c's block, one parallel region): no pool, no barrier. For a
+ * bf16 layer xb is scratch of (r1 - r0) * kp uint16 for these rows only. */
+void wf__dit_linear_rows(const wf__dit_gemm_impl *impl, const wf__dit_linear *l, const float *x, int r0, int r1,
+                         float *y, uint16_t *xb);
+
 /* Attention over qkv[B*T][3D] (q | k | v, heads of hd = D/heads consecutive columns), into
  * o[B*T][D]. scratch: wf__dit_attention_scratch(hd) floats per thread of the pool. */
 size_t wf__dit_attention_scratch(int hd);
@@ -94,6 +100,11 @@ void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows
                          const float *g, const float *b, const float *shift, const float *scale,
                          int rows_per_item, int mod_stride);
 
+/* wf__dit_ln_modulate of rows [r0, r1) on the calling thread. */
+void wf__dit_ln_modulate_rows(const float *x, float *y, int r0, int r1, int d, float eps, const float *g,
+                              const float *b, const float *shift, const float *scale, int rows_per_item,
+                              int mod_stride);
+
 /* exp(x) for the softmax and activations: Cephes' range reduction and degree-6 polynomial
  * (relative error ~1e-7, no libm call, so loops over it vectorise). x below -87 gives ~0. */
 static inline float wf__dit_expf(float x) {
@@ -117,6 +128,7 @@ static inline float wf__dit_expf(float x) {
 
 /* x[i] = gelu_tanh(x[i]) and silu, in place. */
 void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n);
+void wf__dit_gelu_tanh_serial(float *x, size_t n); /* on the calling thread */
 void wf__dit_silu(float *x, size_t n);
 
 #endif
