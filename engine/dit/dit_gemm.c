@@ -40,6 +40,10 @@ void wf__dit_ukr_bf16_scalar(const uint16_t *const *x, const uint16_t *panel, in
     }
 }
 
+void wf__dit_round_bf16_scalar(const float *x, uint16_t *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = wf_fp32_to_bf16(x[i]);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 static wf__dit_gemm_impl g_impls[4];
@@ -52,15 +56,18 @@ static void impls_init(void) {
     if (f->isa >= WF_CPU_ISA_AVX512) {
         if (f->avx512bf16)
             g_impls[n++] = (wf__dit_gemm_impl){"avx512bf16", 8, wf__dit_ukr_f32_avx512,
-                                               wf__dit_ukr_bf16_avx512bf16};
-        g_impls[n++] = (wf__dit_gemm_impl){"avx512", 8, wf__dit_ukr_f32_avx512, wf__dit_ukr_bf16_avx512};
+                                               wf__dit_ukr_bf16_avx512bf16, wf__dit_round_bf16_avx512};
+        g_impls[n++] = (wf__dit_gemm_impl){"avx512", 8, wf__dit_ukr_f32_avx512, wf__dit_ukr_bf16_avx512,
+                                           wf__dit_round_bf16_avx512};
     }
     if (f->isa >= WF_CPU_ISA_AVX2)
-        g_impls[n++] = (wf__dit_gemm_impl){"avx2", 3, wf__dit_ukr_f32_avx2, wf__dit_ukr_bf16_avx2};
+        g_impls[n++] = (wf__dit_gemm_impl){"avx2", 3, wf__dit_ukr_f32_avx2, wf__dit_ukr_bf16_avx2,
+                                           wf__dit_round_bf16_avx2};
 #else
     (void)f;
 #endif
-    g_impls[n++] = (wf__dit_gemm_impl){"scalar", 4, wf__dit_ukr_f32_scalar, wf__dit_ukr_bf16_scalar};
+    g_impls[n++] = (wf__dit_gemm_impl){"scalar", 4, wf__dit_ukr_f32_scalar, wf__dit_ukr_bf16_scalar,
+                                       wf__dit_round_bf16_scalar};
     g_n_impls = n;
 }
 
@@ -186,16 +193,17 @@ static void gemm_worker(void *arg, int ith, int nth) {
 }
 
 /* bf16 copies of rows [r0, r1) of x (k floats each) at xb (kp each, the pad column zero). */
-static void round_rows(const float *x, int k, int kp, int r0, int r1, uint16_t *xb) {
+static void round_rows(const wf__dit_gemm_impl *impl, const float *x, int k, int kp, int r0, int r1,
+                       uint16_t *xb) {
     for (int r = r0; r < r1; r++) {
-        const float *src = x + (size_t)r * k;
         uint16_t *dst = xb + (size_t)(r - r0) * kp;
-        for (int t = 0; t < k; t++) dst[t] = wf_fp32_to_bf16(src[t]);
+        impl->round(x + (size_t)r * k, dst, k);
         if (kp > k) dst[k] = 0;
     }
 }
 
 typedef struct round_ctx {
+    const wf__dit_gemm_impl *impl;
     const float *x;
     uint16_t *xb;
     int m, k, kp;
@@ -204,14 +212,14 @@ typedef struct round_ctx {
 static void round_worker(void *arg, int ith, int nth) {
     const round_ctx *c = arg;
     int r0 = (int)((long)c->m * ith / nth), r1 = (int)((long)c->m * (ith + 1) / nth);
-    round_rows(c->x, c->k, c->kp, r0, r1, c->xb + (size_t)r0 * c->kp);
+    round_rows(c->impl, c->x, c->k, c->kp, r0, r1, c->xb + (size_t)r0 * c->kp);
 }
 
 void wf__dit_linear_run(wf_threadpool *pool, const wf__dit_gemm_impl *impl, const wf__dit_linear *l,
                         const float *x, int m, float *y, uint16_t *xb) {
     if (!impl) impl = wf__dit_gemm_best();
     if (l->wb) {
-        round_ctx rc = {x, xb, m, l->k, l->kp};
+        round_ctx rc = {impl, x, xb, m, l->k, l->kp};
         wf_threadpool_run(pool, round_worker, &rc);
     }
     gemm_ctx c = {impl, l, x, xb, m, 0, y};
@@ -222,7 +230,7 @@ void wf__dit_linear_rows(const wf__dit_gemm_impl *impl, const wf__dit_linear *l,
                          float *y, uint16_t *xb) {
     if (r0 >= r1) return;
     if (!impl) impl = wf__dit_gemm_best();
-    if (l->wb) round_rows(x, l->k, l->kp, r0, r1, xb);
+    if (l->wb) round_rows(impl, x, l->k, l->kp, r0, r1, xb);
     gemm_ctx c = {impl, l, x, xb, r1, r0, y};
     int np = (l->n + WF__DIT_NR - 1) / WF__DIT_NR;
     for (int rb = r0; rb < r1; rb += WF__DIT_MB) {

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "engine/cpu/quant.h"
 #include "engine/dit/dit_kernels.h"
 
 #define MR 8
@@ -101,4 +102,22 @@ void wf__dit_ukr_bf16_avx512(const uint16_t *const *x, const uint16_t *panel, in
         }
     }
     store_rows(acc, y, mr, nvalid, bias);
+}
+
+/* Rounds n floats to bf16 exactly as wf_fp32_to_bf16 (nearest even; a NaN stays a quiet NaN),
+ * 16 at a time: the scalar call per element cost ~10% of a bf16 DiT step. */
+void wf__dit_round_bf16_avx512(const float *x, uint16_t *y, int n) {
+    const __m512i low = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(64);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512(x + i);
+        __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(low, _mm512_and_si512(hi, one))), 16);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; i++) y[i] = wf_fp32_to_bf16(x[i]);
 }

@@ -33,11 +33,15 @@ typedef void (*wf__dit_ukr_f32)(const float *const *x, const float *panel, int k
 typedef void (*wf__dit_ukr_bf16)(const uint16_t *const *x, const uint16_t *panel, int kp,
                                  float *const *y, int mr, int nvalid, const float *bias);
 
+/* Rounds n floats to bf16 as wf_fp32_to_bf16 does (a bf16 layer's input rows). */
+typedef void (*wf__dit_round_bf16)(const float *x, uint16_t *y, int n);
+
 typedef struct wf__dit_gemm_impl {
     const char *name;
     int mr;
     wf__dit_ukr_f32 f32;
     wf__dit_ukr_bf16 bf16;
+    wf__dit_round_bf16 round;
 } wf__dit_gemm_impl;
 
 /* The implementations this CPU can run, best first, scalar last (always present). */
@@ -52,6 +56,9 @@ void wf__dit_ukr_f32_avx2(const float *const *x, const float *panel, int k, floa
                           int mr, int nvalid, const float *bias);
 void wf__dit_ukr_bf16_avx2(const uint16_t *const *x, const uint16_t *panel, int kp,
                            float *const *y, int mr, int nvalid, const float *bias);
+void wf__dit_round_bf16_scalar(const float *x, uint16_t *y, int n);
+void wf__dit_round_bf16_avx2(const float *x, uint16_t *y, int n);
+void wf__dit_round_bf16_avx512(const float *x, uint16_t *y, int n);
 void wf__dit_ukr_f32_avx512(const float *const *x, const float *panel, int k, float *const *y,
                             int mr, int nvalid, const float *bias);
 void wf__dit_ukr_bf16_avx512(const uint16_t *const *x, const uint16_t *panel, int kp,

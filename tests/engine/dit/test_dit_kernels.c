@@ -207,6 +207,74 @@ START_TEST(activations) {
 }
 END_TEST
 
+/* Every implementation's bf16 rounding gives wf_fp32_to_bf16's bits: ties to even, carries into
+ * the exponent, infinities, NaNs (kept quiet), zeros, subnormals, and random bit patterns, over a
+ * length with a vector tail. */
+START_TEST(bf16_rounding_matches_reference) {
+    enum { N = 4099 };
+    static float x[N];
+    static uint16_t y[N];
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x3f808000u, 0x3f818000u,
+                                0x3f80ffffu, 0x3f7fffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+                                0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x7fff8000u, 0x47ff8000u, 0xc0490fdbu};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    uint32_t st = 12345u;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        if (i < ns) u = special[i];
+        else {
+            st = st * 1664525u + 1013904223u;
+            u = st ^ (st >> 7) * 2654435761u;
+        }
+        memcpy(&x[i], &u, sizeof u);
+    }
+    const wf__dit_gemm_impl *impls;
+    int ni = wf__dit_gemm_impls(&impls);
+    for (int k = 0; k < ni; k++)
+        for (int len = N - 16; len <= N; len += 5) { /* every tail length of a 16-lane loop, some */
+            memset(y, 0xab, sizeof y);
+            impls[k].round(x, y, len);
+            for (int i = 0; i < len; i++) {
+                uint32_t bits;
+                memcpy(&bits, &x[i], sizeof bits);
+                ck_assert_msg(y[i] == wf_fp32_to_bf16(x[i]), "%s: element %d (0x%08x): 0x%04x, want 0x%04x",
+                              impls[k].name, i, (unsigned)bits, y[i], wf_fp32_to_bf16(x[i]));
+            }
+            ck_assert_uint_eq(y[len], 0xabab); /* nothing written past n */
+        }
+}
+END_TEST
+
+/* wf__dit_linear_rows over a split of the rows gives wf__dit_linear_run's output bit for bit
+ * (dit.c's row-owning block regions rely on it), fp32 and bf16. */
+START_TEST(gemm_rows_match_run) {
+    const int m = 37, n = 70, k = 45, cuts[] = {0, 8, 9, 30, 37};
+    float *x = malloc((size_t)m * k * sizeof *x), *w = malloc((size_t)n * k * sizeof *w), b[70];
+    float *y0 = malloc((size_t)m * n * sizeof *y0), *y1 = malloc((size_t)m * n * sizeof *y1);
+    uint16_t *xb = malloc((size_t)m * (k + 1) * sizeof *xb);
+    unsigned seed = 7;
+    for (int i = 0; i < m * k; i++) x[i] = frand(&seed);
+    for (int i = 0; i < n * k; i++) w[i] = frand(&seed);
+    for (int i = 0; i < n; i++) b[i] = frand(&seed);
+    wf_threadpool *pool = wf_threadpool_new(2);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        wf__dit_linear l;
+        ck_assert_int_eq(wf__dit_linear_pack(&l, w, b, n, k, bf16), 0);
+        wf__dit_linear_run(pool, NULL, &l, x, m, y0, xb);
+        memset(y1, 0, (size_t)m * n * sizeof *y1);
+        for (int c = 0; c + 1 < 5; c++) wf__dit_linear_rows(NULL, &l, x, cuts[c], cuts[c + 1], y1, xb);
+        ck_assert_int_eq(memcmp(y0, y1, (size_t)m * n * sizeof *y0), 0);
+        wf__dit_linear_free(&l);
+    }
+    wf_threadpool_free(pool);
+    free(x);
+    free(w);
+    free(y0);
+    free(y1);
+    free(xb);
+}
+END_TEST
+
 static Suite *kernels_suite(void) {
     Suite *s = suite_create("dit_kernels");
     TCase *tc = tcase_create("kernels");
@@ -217,6 +285,8 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, attention_matches_naive);
     tcase_add_test(tc, layernorm_modulate);
     tcase_add_test(tc, activations);
+    tcase_add_test(tc, bf16_rounding_matches_reference);
+    tcase_add_test(tc, gemm_rows_match_run);
     suite_add_tcase(s, tc);
     return s;
 }
