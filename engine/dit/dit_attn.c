@@ -3,6 +3,7 @@
  * CPU (dit_attn_impl.h). The scalar units are this file's own compilation of the same source. */
 #define WF__ATTN_UNIT wf__dit_attn_unit_scalar
 #define WF__GELU_UNIT wf__dit_gelu_unit_scalar
+#define WF__LN_UNIT wf__dit_ln_row_scalar
 #define WF__ATTN_VW 4 /* SSE2 on x86-64; generic code elsewhere */
 #define WF__ATTN_R 2
 #include "engine/dit/dit_attn_impl.h"
@@ -104,3 +105,12 @@ void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n) {
 }
 
 void wf__dit_gelu_tanh_serial(float *x, size_t n) { gelu_unit()(x, n); }
+
+wf__dit_ln_row_fn wf__dit_ln_row_best(void) {
+#if defined(__x86_64__)
+    wf_cpu_isa isa = wf_cpu_features_get()->isa;
+    if (isa >= WF_CPU_ISA_AVX512) return wf__dit_ln_row_avx512;
+    if (isa >= WF_CPU_ISA_AVX2) return wf__dit_ln_row_avx2;
+#endif
+    return wf__dit_ln_row_scalar;
+}

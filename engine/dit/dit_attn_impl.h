@@ -202,3 +202,58 @@ void WF__GELU_UNIT(float *x, size_t n) {
     }
     for (; i < n; i++) x[i] = gelu1(x[i]);
 }
+
+/* One row of LayerNorm with adaLN modulation (see wf__dit_ln_modulate): mean and variance in
+ * double over 8-lane chunks (two passes, as torch's result without its rounding order), the
+ * normalise-scale-shift pass in float. */
+void WF__LN_UNIT(const float *x, float *y, int d, float eps, const float *g, const float *b, const float *sh,
+                 const float *sc) {
+    typedef double v8d __attribute__((vector_size(64)));
+    const int d8 = d & ~7;
+    v8d acc = {0};
+    double s = 0.0;
+    for (int i = 0; i < d8; i += 8) {
+        wf__v8f v;
+        memcpy(&v, x + i, sizeof v);
+        acc += __builtin_convertvector(v, v8d);
+    }
+    for (int l = 0; l < 8; l++) s += acc[l];
+    for (int i = d8; i < d; i++) s += x[i];
+    const double mean = s / d;
+    double var = 0.0;
+    acc = (v8d){0};
+    for (int i = 0; i < d8; i += 8) {
+        wf__v8f v;
+        memcpy(&v, x + i, sizeof v);
+        const v8d c = __builtin_convertvector(v, v8d) - mean;
+        acc += c * c;
+    }
+    for (int l = 0; l < 8; l++) var += acc[l];
+    for (int i = d8; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
+    const float rstd = (float)(1.0 / sqrt(var / d + eps)), fm = (float)mean;
+    int i = 0;
+    for (; i < d8; i += 8) {
+        wf__v8f v;
+        memcpy(&v, x + i, sizeof v);
+        v = (v - fm) * rstd;
+        if (g) {
+            wf__v8f gv, bv = {0};
+            memcpy(&gv, g + i, sizeof gv);
+            if (b) memcpy(&bv, b + i, sizeof bv);
+            v = v * gv + bv;
+        }
+        if (sc) {
+            wf__v8f scv, shv;
+            memcpy(&scv, sc + i, sizeof scv);
+            memcpy(&shv, sh + i, sizeof shv);
+            v = v * (1.0f + scv) + shv;
+        }
+        memcpy(y + i, &v, sizeof v);
+    }
+    for (; i < d; i++) {
+        float h = (x[i] - fm) * rstd;
+        if (g) h = h * g[i] + (b ? b[i] : 0.0f);
+        if (sc) h = h * (1.0f + sc[i]) + sh[i];
+        y[i] = h;
+    }
+}

@@ -16,4 +16,10 @@ void wf__dit_gelu_unit_scalar(float *x, size_t n);
 void wf__dit_gelu_unit_avx2(float *x, size_t n);
 void wf__dit_gelu_unit_avx512(float *x, size_t n);
 
+#define WF__LN_ROW_ARGS                                                                           \
+    const float *x, float *y, int d, float eps, const float *g, const float *b, const float *sh, const float *sc
+void wf__dit_ln_row_scalar(WF__LN_ROW_ARGS);
+void wf__dit_ln_row_avx2(WF__LN_ROW_ARGS);
+void wf__dit_ln_row_avx512(WF__LN_ROW_ARGS);
+
 #endif

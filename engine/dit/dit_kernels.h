@@ -107,6 +107,12 @@ void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows
                          const float *g, const float *b, const float *shift, const float *scale,
                          int rows_per_item, int mod_stride);
 
+/* One row of wf__dit_ln_modulate (sh/sc this row's shift and scale, or NULL), this CPU's best
+ * compilation of it. */
+typedef void (*wf__dit_ln_row_fn)(const float *x, float *y, int d, float eps, const float *g, const float *b,
+                                  const float *sh, const float *sc);
+wf__dit_ln_row_fn wf__dit_ln_row_best(void);
+
 /* wf__dit_ln_modulate of rows [r0, r1) on the calling thread. */
 void wf__dit_ln_modulate_rows(const float *x, float *y, int r0, int r1, int d, float eps, const float *g,
                               const float *b, const float *shift, const float *scale, int rows_per_item,

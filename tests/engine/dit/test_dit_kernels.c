@@ -11,6 +11,8 @@
 
 #include "check_main.h"
 #include "engine/cpu/quant.h"
+#include "engine/cpu/features.h"
+#include "engine/dit/dit_attn_unit.h"
 #include "engine/dit/dit_kernels.h"
 
 static float frand(unsigned *s) {
@@ -275,6 +277,46 @@ START_TEST(gemm_rows_match_run) {
 }
 END_TEST
 
+/* Each ISA's LayerNorm row (dit_attn_impl.h) against a double-precision reference, with and
+ * without the affine and the modulation, at widths with and without an 8-lane tail. */
+START_TEST(layernorm_row_every_isa) {
+    wf__dit_ln_row_fn fns[3] = {wf__dit_ln_row_scalar, NULL, NULL};
+    int nf = 1;
+#if defined(__x86_64__)
+    if (wf_cpu_features_get()->isa >= WF_CPU_ISA_AVX2) fns[nf++] = wf__dit_ln_row_avx2;
+    if (wf_cpu_features_get()->isa >= WF_CPU_ISA_AVX512) fns[nf++] = wf__dit_ln_row_avx512;
+#endif
+    enum { DMAX = 389 };
+    float x[DMAX], y[DMAX], g[DMAX], b[DMAX], sh[DMAX], sc[DMAX];
+    unsigned seed = 99;
+    for (int i = 0; i < DMAX; i++) {
+        x[i] = 3.0f + 2.0f * frand(&seed);
+        g[i] = frand(&seed), b[i] = frand(&seed), sh[i] = frand(&seed), sc[i] = frand(&seed);
+    }
+    const int ds[] = {5, 8, 37, 384, 389};
+    for (int f = 0; f < nf; f++)
+        for (int di = 0; di < 5; di++)
+            for (int mode = 0; mode < 3; mode++) {
+                const int d = ds[di];
+                const float *gp = mode == 1 ? g : NULL, *bp = mode == 1 ? b : NULL;
+                const float *shp = mode == 2 ? sh : NULL, *scp = mode == 2 ? sc : NULL;
+                fns[f](x, y, d, 1e-6f, gp, bp, shp, scp);
+                double mean = 0, var = 0;
+                for (int i = 0; i < d; i++) mean += x[i];
+                mean /= d;
+                for (int i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
+                double rstd = 1.0 / sqrt(var / d + 1e-6);
+                for (int i = 0; i < d; i++) {
+                    double want = (x[i] - mean) * rstd;
+                    if (gp) want = want * g[i] + b[i];
+                    if (scp) want = want * (1.0 + sc[i]) + sh[i];
+                    ck_assert_msg(fabs(y[i] - want) < 2e-5, "ln row impl %d d=%d mode %d i=%d: %g vs %g", f, d,
+                                  mode, i, y[i], want);
+                }
+            }
+}
+END_TEST
+
 static Suite *kernels_suite(void) {
     Suite *s = suite_create("dit_kernels");
     TCase *tc = tcase_create("kernels");
@@ -287,6 +329,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, activations);
     tcase_add_test(tc, bf16_rounding_matches_reference);
     tcase_add_test(tc, gemm_rows_match_run);
+    tcase_add_test(tc, layernorm_row_every_isa);
     suite_add_tcase(s, tc);
     return s;
 }
