@@ -119,10 +119,23 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
     float *M = A + (size_t)WF__ATTN_QT * hdp, *L = M + WF__ATTN_QT, *C = L + WF__ATTN_QT;
     const float scale = 1.0f / sqrtf((float)hd);
     const float *base = qkv + (size_t)b * tokens * ld;
+    const int hd8 = hd & ~7; /* 8-lane chunks (GCC's -O2 leaves these plain loops scalar) */
     for (int i = 0; i < nqr; i++) {
         const float *q = base + (size_t)(q0 + i) * ld + h * hd;
-        for (int d = 0; d < hd; d++) Q[i * hd + d] = i < nq ? q[d] * scale : 0.0f;
-        for (int d = 0; d < hdp; d++) A[i * hdp + d] = 0.0f;
+        float *qi = Q + (size_t)i * hd;
+        if (i < nq) {
+            int d = 0;
+            for (; d < hd8; d += 8) {
+                wf__v8f v;
+                memcpy(&v, q + d, sizeof v);
+                v *= scale;
+                memcpy(qi + d, &v, sizeof v);
+            }
+            for (; d < hd; d++) qi[d] = q[d] * scale;
+        } else {
+            memset(qi, 0, (size_t)hd * sizeof *qi);
+        }
+        memset(A + (size_t)i * hdp, 0, (size_t)hdp * sizeof *A);
         M[i] = -INFINITY;
         L[i] = 0.0f;
     }
@@ -177,8 +190,15 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
     }
     for (int i = 0; i < nq; i++) {
         float *dst = o + ((size_t)b * tokens + q0 + i) * D + h * hd;
-        const float inv = 1.0f / L[i];
-        for (int d = 0; d < hd; d++) dst[d] = A[i * hdp + d] * inv;
+        const float inv = 1.0f / L[i], *ai = A + (size_t)i * hdp;
+        int d = 0;
+        for (; d < hd8; d += 8) {
+            wf__v8f v;
+            memcpy(&v, ai + d, sizeof v);
+            v *= inv;
+            memcpy(dst + d, &v, sizeof v);
+        }
+        for (; d < hd; d++) dst[d] = ai[d] * inv;
     }
 }
 
