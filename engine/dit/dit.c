@@ -3,6 +3,8 @@
  * step exactly as diffusers' DiTTransformer2DModel computes it (facebookresearch/DiT models.py
  * is the same network). Only buffers reserved at load are used. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,54 +59,71 @@ static void gated_add_rows(float *h, const float *v, const float *gate, int r0, 
     }
 }
 
-/* A block's steps before and after attention, each one parallel region in which every thread
- * owns the same rows from first step to last: every step but attention is row-wise, so the
- * threads need no barrier between them (11 fork-joins per block become 2 plus attention's; on
- * a loaded host each one costs a wake-up of a descheduled thread), and a row's LayerNorm output
- * or MLP activation is consumed in cache by the thread that made it. */
+/* A block's steps before and after attention, each one parallel region. Every step but
+ * attention is row-wise, so the rows are dealt out in chunks and the thread that takes a chunk
+ * runs every step on it (LayerNorm, GEMMs, GELU, gated residuals) with no barrier in between: 11
+ * fork-joins per block become 2 plus attention's, and a row's LayerNorm output or MLP
+ * activation is consumed in cache by the thread that made it. Chunks are taken from a shared
+ * counter rather than split evenly up front: on a loaded host a descheduled thread then only
+ * delays the region by its last chunk, as the running one takes the rest. Which thread runs a
+ * chunk changes no result (each row's arithmetic is the same). */
 typedef struct block_ctx {
     wf_dit *m;
     const wf__dit_block *blk;
     const float *mod;
-    int rows, ntok;
+    int rows, ntok, chunk;
+    _Atomic int next; /* next chunk to take */
 } block_ctx;
 
-/* Row range of thread ith: whole 8-row groups (the widest GEMM micro-tile), so the split adds
- * no partial tiles. */
-static void owned_rows(int rows, int ith, int nth, int *r0, int *r1) {
-    const long groups = (rows + 7) / 8;
-    const int a = (int)(8 * (groups * ith / nth)), b = (int)(8 * (groups * (ith + 1) / nth));
-    *r0 = a < rows ? a : rows;
-    *r1 = b < rows ? b : rows;
+/* Rows per chunk: whole 8-row groups (the widest GEMM micro-tile), at most 32 (enough to reuse
+ * each weight panel), about 4 chunks per thread when rows are few. */
+static int chunk_rows(int rows, int nth) {
+    int c = (rows / (4 * nth) + 7) / 8 * 8;
+    return c < 8 ? 8 : c > 32 ? 32 : c;
+}
+
+/* Takes the next chunk into [r0, r1); false when none is left. */
+static bool take_chunk(block_ctx *c, int *r0, int *r1) {
+    const int k = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+    if ((long)k * c->chunk >= c->rows) return false;
+    *r0 = k * c->chunk;
+    *r1 = *r0 + c->chunk < c->rows ? *r0 + c->chunk : c->rows;
+    return true;
 }
 
 static void pre_attention_worker(void *arg, int ith, int nth) {
-    const block_ctx *c = arg;
+    (void)ith;
+    (void)nth;
+    block_ctx *c = arg;
     wf_dit *m = c->m;
     const int D = m->cfg.hidden;
     int r0, r1;
-    owned_rows(c->rows, ith, nth, &r0, &r1);
-    uint16_t *xb = m->xb + (size_t)r0 * m->xb_stride;
-    wf__dit_ln_modulate_rows(m->h, m->xn, r0, r1, D, 1e-6f, NULL, NULL, c->mod, c->mod + D, c->ntok, 6 * D);
-    wf__dit_linear_rows(NULL, &c->blk->qkv, m->xn, r0, r1, m->qkv, xb);
+    while (take_chunk(c, &r0, &r1)) {
+        uint16_t *xb = m->xb + (size_t)r0 * m->xb_stride;
+        wf__dit_ln_modulate_rows(m->h, m->xn, r0, r1, D, 1e-6f, NULL, NULL, c->mod, c->mod + D, c->ntok, 6 * D);
+        wf__dit_linear_rows(NULL, &c->blk->qkv, m->xn, r0, r1, m->qkv, xb);
+    }
 }
 
 static void post_attention_worker(void *arg, int ith, int nth) {
-    const block_ctx *c = arg;
+    (void)ith;
+    (void)nth;
+    block_ctx *c = arg;
     wf_dit *m = c->m;
     const wf__dit_block *blk = c->blk;
     const int D = m->cfg.hidden, F = m->cfg.ffn;
     int r0, r1;
-    owned_rows(c->rows, ith, nth, &r0, &r1);
-    uint16_t *xb = m->xb + (size_t)r0 * m->xb_stride;
-    wf__dit_linear_rows(NULL, &blk->proj, m->att, r0, r1, m->tmp, xb);
-    gated_add_rows(m->h, m->tmp, c->mod + 2 * D, r0, r1, D, c->ntok, 6 * D);
-    wf__dit_ln_modulate_rows(m->h, m->xn, r0, r1, D, m->cfg.norm_eps, blk->norm2_w, blk->norm2_b, c->mod + 3 * D,
-                             c->mod + 4 * D, c->ntok, 6 * D);
-    wf__dit_linear_rows(NULL, &blk->fc1, m->xn, r0, r1, m->ff, xb);
-    wf__dit_gelu_tanh_serial(m->ff + (size_t)r0 * F, (size_t)(r1 - r0) * F);
-    wf__dit_linear_rows(NULL, &blk->fc2, m->ff, r0, r1, m->tmp, xb);
-    gated_add_rows(m->h, m->tmp, c->mod + 5 * D, r0, r1, D, c->ntok, 6 * D);
+    while (take_chunk(c, &r0, &r1)) {
+        uint16_t *xb = m->xb + (size_t)r0 * m->xb_stride;
+        wf__dit_linear_rows(NULL, &blk->proj, m->att, r0, r1, m->tmp, xb);
+        gated_add_rows(m->h, m->tmp, c->mod + 2 * D, r0, r1, D, c->ntok, 6 * D);
+        wf__dit_ln_modulate_rows(m->h, m->xn, r0, r1, D, m->cfg.norm_eps, blk->norm2_w, blk->norm2_b,
+                                 c->mod + 3 * D, c->mod + 4 * D, c->ntok, 6 * D);
+        wf__dit_linear_rows(NULL, &blk->fc1, m->xn, r0, r1, m->ff, xb);
+        wf__dit_gelu_tanh_serial(m->ff + (size_t)r0 * F, (size_t)(r1 - r0) * F);
+        wf__dit_linear_rows(NULL, &blk->fc2, m->ff, r0, r1, m->tmp, xb);
+        gated_add_rows(m->h, m->tmp, c->mod + 5 * D, r0, r1, D, c->ntok, 6 * D);
+    }
 }
 
 static void dump(const wf_dit_dump *d, const char *what, int index, const float *data, int batch, int rows,
@@ -218,10 +237,13 @@ wf_status wf__dit_forward_tokens(wf_dit *m, wf_threadpool *pool, int batch, int 
         }
         /* mod rows: shift_msa | scale_msa | gate_msa | shift_mlp | scale_mlp | gate_mlp */
         wf__dit_linear_run(pool, NULL, &blk->ada, silu_c, batch, m->mod, m->xb);
-        block_ctx bc = {m, blk, m->mod, rows, ntok};
+        block_ctx bc = {.m = m, .blk = blk, .mod = m->mod, .rows = rows, .ntok = ntok,
+                        .chunk = chunk_rows(rows, pool ? wf_threadpool_size(pool) : 1)};
+        atomic_init(&bc.next, 0);
         wf_threadpool_run(pool, pre_attention_worker, &bc);
         wf_status st = attn(attn_user, pool, m->qkv, m->att, batch, ntok, err, errlen);
         if (st != WF_OK) return st;
+        atomic_store_explicit(&bc.next, 0, memory_order_relaxed); /* the run's join orders it */
         wf_threadpool_run(pool, post_attention_worker, &bc);
         dump(dmp, "block", l, m->h, batch, ntok, D);
     }

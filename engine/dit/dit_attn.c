@@ -9,6 +9,7 @@
 #include "engine/dit/dit_attn_impl.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "engine/cpu/features.h"
 #include "engine/dit/dit_kernels.h"
@@ -47,14 +48,19 @@ typedef struct attn_ctx {
     int batch, tokens, heads, hd;
     float *scratch;
     void (*unit)(WF__ATTN_UNIT_ARGS);
+    _Atomic long next; /* next unit to take */
 } attn_ctx;
 
+/* Units are taken from a shared counter, not split evenly up front: on a loaded host a
+ * descheduled thread delays the region by one unit at most, the running threads take the rest.
+ * Units write disjoint outputs, so who runs which changes nothing. */
 static void attn_worker(void *arg, int ith, int nth) {
-    const attn_ctx *c = arg;
+    (void)nth;
+    attn_ctx *c = arg;
     int nqt = (c->tokens + WF__ATTN_QT - 1) / WF__ATTN_QT;
     long total = (long)c->batch * c->heads * nqt;
     float *scratch = c->scratch + wf__dit_attention_scratch(c->hd) * (size_t)ith;
-    for (long u = total * ith / nth; u < total * (ith + 1) / nth; u++) {
+    for (long u; (u = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < total;) {
         int qt = (int)(u % nqt), h = (int)(u / nqt % c->heads), b = (int)(u / nqt / c->heads);
         c->unit(c->qkv, c->o, c->tokens, c->heads, c->hd, b, h, qt * WF__ATTN_QT, scratch);
     }
@@ -67,7 +73,9 @@ void wf__dit_attention_with(wf_threadpool *pool, const wf__dit_attn_impl *impl, 
         wf__dit_attention_impls(&all);
         impl = &all[0];
     }
-    attn_ctx c = {qkv, o, batch, tokens, heads, hd, scratch, impl->unit};
+    attn_ctx c = {.qkv = qkv, .o = o, .batch = batch, .tokens = tokens, .heads = heads, .hd = hd,
+                  .scratch = scratch, .unit = impl->unit};
+    atomic_init(&c.next, 0);
     wf_threadpool_run(pool, attn_worker, &c);
 }
 
