@@ -1,4 +1,4 @@
-/* Fused tiled attention and GELU for the DiT forward: work units (batch item, head, query tile;
+/* Fused tiled attention, GELU and LayerNorm rows for the DiT forward: work units (batch item, head, query tile;
  * chunks of activations) split across the pool, each running the unit of the best ISA for this
  * CPU (dit_attn_impl.h). The scalar units are this file's own compilation of the same source. */
 #define WF__ATTN_UNIT wf__dit_attn_unit_scalar

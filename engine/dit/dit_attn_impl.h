@@ -1,8 +1,13 @@
-/* The body of one attention work unit (batch item, head, tile of queries), included by
- * dit_attn.c, dit_attn_avx2.c and dit_attn_avx512.c so the same source is compiled once per
- * ISA (the compiler vectorises the j- and d-loops with that file's flags). Defines
- * WF__ATTN_UNIT(name). Online softmax over key tiles: the scores of one tile of keys at a time,
- * a running max and sum per query, the output rescaled when the max grows. */
+/* The body of one attention work unit (batch item, head, tile of queries), LayerNorm rows and
+ * GELU, included by dit_attn.c, dit_attn_avx2.c and dit_attn_avx512.c so the same source is
+ * compiled once per ISA. The including file defines WF__ATTN_UNIT, WF__GELU_UNIT and
+ * WF__LN_UNIT (the functions' names), WF__ATTN_VW (floats per vector: 4, 8, 16) and WF__ATTN_R
+ * (query rows per register tile). Online softmax over key tiles: the scores of one tile of keys
+ * at a time, a running max and sum per query, the output rescaled when the max grows; both
+ * products are register-tiled (tile_mac below). */
+#if !defined(WF__ATTN_VW) || !defined(WF__ATTN_R)
+#error "define WF__ATTN_VW and WF__ATTN_R before including dit_attn_impl.h"
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,9 +126,9 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
     const float *base = qkv + (size_t)b * tokens * ld;
     const int hd8 = hd & ~7; /* 8-lane chunks (GCC's -O2 leaves these plain loops scalar) */
     for (int i = 0; i < nqr; i++) {
-        const float *q = base + (size_t)(q0 + i) * ld + h * hd;
         float *qi = Q + (size_t)i * hd;
         if (i < nq) {
+            const float *q = base + (size_t)(q0 + i) * ld + h * hd;
             int d = 0;
             for (; d < hd8; d += 8) {
                 wf__v8f v;
