@@ -1,6 +1,7 @@
-/* Fused tiled attention, GELU and LayerNorm rows for the DiT forward: work units (batch item, head, query tile;
- * chunks of activations) split across the pool, each running the unit of the best ISA for this
- * CPU (dit_attn_impl.h). The scalar units are this file's own compilation of the same source. */
+/* Fused tiled attention, GELU and LayerNorm rows for the DiT forward: work units (batch item,
+ * head, query tile; chunks of activations) split across the pool, each running the unit of the
+ * best ISA for this CPU (dit_attn_impl.h). The scalar units are this file's own compilation of
+ * the same source. */
 #define WF__ATTN_UNIT wf__dit_attn_unit_scalar
 #define WF__GELU_UNIT wf__dit_gelu_unit_scalar
 #define WF__LN_UNIT wf__dit_ln_row_scalar
