@@ -98,7 +98,8 @@ static inline void tiles_mac(const float *a, int lda, const float *b, int ldb, i
         const float *ai = a + (size_t)i * lda, *ci_corr = corr ? corr + i : NULL;
         float *ci = c + (size_t)i * ldc;
         int v = 0;
-        for (; v + 4 <= nvec; v += 4) tile_mac(ai, lda, b + v * WF__ATTN_VW, ldb, n, ci + v * WF__ATTN_VW, ldc, ci_corr, 4);
+        for (; v + 4 <= nvec; v += 4)
+            tile_mac(ai, lda, b + v * WF__ATTN_VW, ldb, n, ci + v * WF__ATTN_VW, ldc, ci_corr, 4);
         const float *bv = b + v * WF__ATTN_VW;
         float *cv = ci + v * WF__ATTN_VW;
         switch (nvec - v) {
