@@ -117,7 +117,7 @@ void wf__dit_round_bf16_avx512(const float *x, uint16_t *y, int n) {
         __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(low, _mm512_and_si512(hi, one))), 16);
         __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
         r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
-        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
+        _mm256_storeu_si256((void *)(y + i), _mm512_cvtepi32_epi16(r));
     }
     for (; i < n; i++) y[i] = wf_fp32_to_bf16(x[i]);
 }
