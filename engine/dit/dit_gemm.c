@@ -40,6 +40,10 @@ void wf__dit_ukr_bf16_scalar(const uint16_t *const *x, const uint16_t *panel, in
     }
 }
 
+void wf__dit_round_bf16_scalar(const float *x, uint16_t *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = wf_fp32_to_bf16(x[i]);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 static wf__dit_gemm_impl g_impls[4];
@@ -51,16 +55,19 @@ static void impls_init(void) {
 #if defined(__x86_64__)
     if (f->isa >= WF_CPU_ISA_AVX512) {
         if (f->avx512bf16)
-            g_impls[n++] = (wf__dit_gemm_impl){"avx512bf16", 6, wf__dit_ukr_f32_avx512,
-                                               wf__dit_ukr_bf16_avx512bf16};
-        g_impls[n++] = (wf__dit_gemm_impl){"avx512", 6, wf__dit_ukr_f32_avx512, wf__dit_ukr_bf16_avx512};
+            g_impls[n++] = (wf__dit_gemm_impl){"avx512bf16", 8, wf__dit_ukr_f32_avx512,
+                                               wf__dit_ukr_bf16_avx512bf16, wf__dit_round_bf16_avx512};
+        g_impls[n++] = (wf__dit_gemm_impl){"avx512", 8, wf__dit_ukr_f32_avx512, wf__dit_ukr_bf16_avx512,
+                                           wf__dit_round_bf16_avx512};
     }
     if (f->isa >= WF_CPU_ISA_AVX2)
-        g_impls[n++] = (wf__dit_gemm_impl){"avx2", 3, wf__dit_ukr_f32_avx2, wf__dit_ukr_bf16_avx2};
+        g_impls[n++] = (wf__dit_gemm_impl){"avx2", 3, wf__dit_ukr_f32_avx2, wf__dit_ukr_bf16_avx2,
+                                           wf__dit_round_bf16_avx2};
 #else
     (void)f;
 #endif
-    g_impls[n++] = (wf__dit_gemm_impl){"scalar", 4, wf__dit_ukr_f32_scalar, wf__dit_ukr_bf16_scalar};
+    g_impls[n++] = (wf__dit_gemm_impl){"scalar", 4, wf__dit_ukr_f32_scalar, wf__dit_ukr_bf16_scalar,
+                                       wf__dit_round_bf16_scalar};
     g_n_impls = n;
 }
 
@@ -138,15 +145,15 @@ typedef struct gemm_ctx {
     const wf__dit_gemm_impl *impl;
     const wf__dit_linear *l;
     const float *x;
-    const uint16_t *xb;
-    int m;
+    const uint16_t *xb; /* bf16 rows; row r at xb + (r - xb_row0) * kp */
+    int m, xb_row0;
     float *y;
 } gemm_ctx;
 
-static void gemm_tile(const gemm_ctx *c, int mb, int p) {
+/* Rows [r0, r1) (at most one row block) against panel p. */
+static void gemm_tile(const gemm_ctx *c, int r0, int r1, int p) {
     const wf__dit_linear *l = c->l;
     int mr = c->impl->mr;
-    int r0 = mb * WF__DIT_MB, r1 = r0 + WF__DIT_MB < c->m ? r0 + WF__DIT_MB : c->m;
     int col = p * WF__DIT_NR, nvalid = l->n - col < WF__DIT_NR ? l->n - col : WF__DIT_NR;
     const float *bias = l->bias ? l->bias + col : NULL;
     for (int r = r0; r < r1; r += mr) {
@@ -156,7 +163,7 @@ static void gemm_tile(const gemm_ctx *c, int mb, int p) {
             const uint16_t *xr[WF__DIT_MR_MAX];
             for (int i = 0; i < mr; i++) {
                 int ri = r + (i < rows ? i : rows - 1);
-                xr[i] = c->xb + (size_t)ri * l->kp;
+                xr[i] = c->xb + (size_t)(ri - c->xb_row0) * l->kp;
                 yr[i] = c->y + (size_t)ri * l->n + col;
             }
             c->impl->bf16(xr, l->wb + (size_t)p * l->kp * WF__DIT_NR, l->kp, yr, rows, nvalid, bias);
@@ -179,10 +186,24 @@ static void gemm_worker(void *arg, int ith, int nth) {
     /* Contiguous ranges of (row block, panel) tiles, panel-major within a row block. */
     long total = (long)nb * np;
     long t0 = total * ith / nth, t1 = total * (ith + 1) / nth;
-    for (long t = t0; t < t1; t++) gemm_tile(c, (int)(t / np), (int)(t % np));
+    for (long t = t0; t < t1; t++) {
+        int r0 = (int)(t / np) * WF__DIT_MB, r1 = r0 + WF__DIT_MB < c->m ? r0 + WF__DIT_MB : c->m;
+        gemm_tile(c, r0, r1, (int)(t % np));
+    }
+}
+
+/* bf16 copies of rows [r0, r1) of x (k floats each) at xb (kp each, the pad column zero). */
+static void round_rows(const wf__dit_gemm_impl *impl, const float *x, int k, int kp, int r0, int r1,
+                       uint16_t *xb) {
+    for (int r = r0; r < r1; r++) {
+        uint16_t *dst = xb + (size_t)(r - r0) * kp;
+        impl->round(x + (size_t)r * k, dst, k);
+        if (kp > k) dst[k] = 0;
+    }
 }
 
 typedef struct round_ctx {
+    const wf__dit_gemm_impl *impl;
     const float *x;
     uint16_t *xb;
     int m, k, kp;
@@ -191,23 +212,31 @@ typedef struct round_ctx {
 static void round_worker(void *arg, int ith, int nth) {
     const round_ctx *c = arg;
     int r0 = (int)((long)c->m * ith / nth), r1 = (int)((long)c->m * (ith + 1) / nth);
-    for (int r = r0; r < r1; r++) {
-        const float *src = c->x + (size_t)r * c->k;
-        uint16_t *dst = c->xb + (size_t)r * c->kp;
-        for (int t = 0; t < c->k; t++) dst[t] = wf_fp32_to_bf16(src[t]);
-        if (c->kp > c->k) dst[c->k] = 0;
-    }
+    round_rows(c->impl, c->x, c->k, c->kp, r0, r1, c->xb + (size_t)r0 * c->kp);
 }
 
 void wf__dit_linear_run(wf_threadpool *pool, const wf__dit_gemm_impl *impl, const wf__dit_linear *l,
                         const float *x, int m, float *y, uint16_t *xb) {
     if (!impl) impl = wf__dit_gemm_best();
     if (l->wb) {
-        round_ctx rc = {x, xb, m, l->k, l->kp};
+        round_ctx rc = {impl, x, xb, m, l->k, l->kp};
         wf_threadpool_run(pool, round_worker, &rc);
     }
-    gemm_ctx c = {impl, l, x, xb, m, y};
+    gemm_ctx c = {impl, l, x, xb, m, 0, y};
     wf_threadpool_run(pool, gemm_worker, &c);
+}
+
+void wf__dit_linear_rows(const wf__dit_gemm_impl *impl, const wf__dit_linear *l, const float *x, int r0, int r1,
+                         float *y, uint16_t *xb) {
+    if (r0 >= r1) return;
+    if (!impl) impl = wf__dit_gemm_best();
+    if (l->wb) round_rows(impl, x, l->k, l->kp, r0, r1, xb);
+    gemm_ctx c = {impl, l, x, xb, r1, r0, y};
+    int np = (l->n + WF__DIT_NR - 1) / WF__DIT_NR;
+    for (int rb = r0; rb < r1; rb += WF__DIT_MB) {
+        int re = rb + WF__DIT_MB < r1 ? rb + WF__DIT_MB : r1;
+        for (int p = 0; p < np; p++) gemm_tile(&c, rb, re, p);
+    }
 }
 
 /* ---- LayerNorm + adaLN modulation, GELU, SiLU --------------------------------------------- */
@@ -221,29 +250,26 @@ typedef struct ln_ctx {
     int rows_per_item, mod_stride;
 } ln_ctx;
 
-static void ln_worker(void *arg, int ith, int nth) {
-    const ln_ctx *c = arg;
-    int r0 = (int)((long)c->rows * ith / nth), r1 = (int)((long)c->rows * (ith + 1) / nth);
+static void ln_rows(const ln_ctx *c, int r0, int r1) {
+    const wf__dit_ln_row_fn row = wf__dit_ln_row_best();
     for (int r = r0; r < r1; r++) {
-        const float *x = c->x + (size_t)r * c->d;
-        float *y = c->y + (size_t)r * c->d;
-        /* Two passes in double: the mean and variance torch computes, without its rounding
-         * order mattering at the 1e-5 tolerance. */
-        double s = 0.0;
-        for (int i = 0; i < c->d; i++) s += x[i];
-        double mean = s / c->d, v = 0.0;
-        for (int i = 0; i < c->d; i++) v += (x[i] - mean) * (x[i] - mean);
-        float rstd = (float)(1.0 / sqrt(v / c->d + c->eps)), fm = (float)mean;
-        int item = r / c->rows_per_item;
+        const int item = r / c->rows_per_item;
         const float *sh = c->shift ? c->shift + (size_t)item * c->mod_stride : NULL;
         const float *sc = c->scale ? c->scale + (size_t)item * c->mod_stride : NULL;
-        for (int i = 0; i < c->d; i++) {
-            float h = (x[i] - fm) * rstd;
-            if (c->g) h = h * c->g[i] + (c->b ? c->b[i] : 0.0f);
-            if (sc) h = h * (1.0f + sc[i]) + sh[i];
-            y[i] = h;
-        }
+        row(c->x + (size_t)r * c->d, c->y + (size_t)r * c->d, c->d, c->eps, c->g, c->b, sh, sc);
     }
+}
+
+static void ln_worker(void *arg, int ith, int nth) {
+    const ln_ctx *c = arg;
+    ln_rows(c, (int)((long)c->rows * ith / nth), (int)((long)c->rows * (ith + 1) / nth));
+}
+
+void wf__dit_ln_modulate_rows(const float *x, float *y, int r0, int r1, int d, float eps, const float *g,
+                              const float *b, const float *shift, const float *scale, int rows_per_item,
+                              int mod_stride) {
+    ln_ctx c = {x, y, r1, d, eps, g, b, shift, scale, rows_per_item, mod_stride};
+    ln_rows(&c, r0, r1);
 }
 
 void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows, int d, float eps,

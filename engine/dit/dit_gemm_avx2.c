@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "engine/cpu/quant.h"
 #include "engine/dit/dit_kernels.h"
 
 #define MR 3
@@ -68,4 +69,24 @@ void wf__dit_ukr_bf16_avx2(const uint16_t *const *x, const uint16_t *panel, int 
         }
     }
     store_rows(acc, y, mr, nvalid, bias);
+}
+
+/* wf_fp32_to_bf16 over n floats, 8 at a time (see the AVX-512 version). */
+void wf__dit_round_bf16_avx2(const float *x, uint16_t *y, int n) {
+    const __m256i low = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(64);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const void *)(x + i));
+        __m256i hi = _mm256_srli_epi32(u, 16);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(low, _mm256_and_si256(hi, one))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+        /* values are <= 0xffff: the unsigned-saturating pack keeps them; it interleaves the
+         * 128-bit lanes, the permute puts them back in order */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((void *)(y + i), _mm256_castsi256_si128(p));
+    }
+    for (; i < n; i++) y[i] = wf_fp32_to_bf16(x[i]);
 }

@@ -28,7 +28,8 @@ struct wf_dit {
     /* reserved at load for max_batch x max_tokens */
     int max_batch, max_tokens, max_h, max_w, max_threads;
     float *patches, *h, *xn, *qkv, *att, *tmp, *ff, *tok_out;
-    uint16_t *xb;
+    uint16_t *xb;  /* bf16 rows of a GEMM input, xb_stride (>= any kp) apart */
+    int xb_stride;
     float *tfreq, *temb, *cond, *silu_c, *mod, *fmod;
     float *silu_blk; /* silu(c) of a block with its own conditioning */
     float *attn_scratch;

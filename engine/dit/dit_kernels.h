@@ -33,11 +33,15 @@ typedef void (*wf__dit_ukr_f32)(const float *const *x, const float *panel, int k
 typedef void (*wf__dit_ukr_bf16)(const uint16_t *const *x, const uint16_t *panel, int kp,
                                  float *const *y, int mr, int nvalid, const float *bias);
 
+/* Rounds n floats to bf16 as wf_fp32_to_bf16 does (a bf16 layer's input rows). */
+typedef void (*wf__dit_round_bf16)(const float *x, uint16_t *y, int n);
+
 typedef struct wf__dit_gemm_impl {
     const char *name;
     int mr;
     wf__dit_ukr_f32 f32;
     wf__dit_ukr_bf16 bf16;
+    wf__dit_round_bf16 round;
 } wf__dit_gemm_impl;
 
 /* The implementations this CPU can run, best first, scalar last (always present). */
@@ -52,6 +56,9 @@ void wf__dit_ukr_f32_avx2(const float *const *x, const float *panel, int k, floa
                           int mr, int nvalid, const float *bias);
 void wf__dit_ukr_bf16_avx2(const uint16_t *const *x, const uint16_t *panel, int kp,
                            float *const *y, int mr, int nvalid, const float *bias);
+void wf__dit_round_bf16_scalar(const float *x, uint16_t *y, int n);
+void wf__dit_round_bf16_avx2(const float *x, uint16_t *y, int n);
+void wf__dit_round_bf16_avx512(const float *x, uint16_t *y, int n);
 void wf__dit_ukr_f32_avx512(const float *const *x, const float *panel, int k, float *const *y,
                             int mr, int nvalid, const float *bias);
 void wf__dit_ukr_bf16_avx512(const uint16_t *const *x, const uint16_t *panel, int kp,
@@ -69,17 +76,47 @@ void wf__dit_linear_free(wf__dit_linear *l);
 void wf__dit_linear_run(wf_threadpool *pool, const wf__dit_gemm_impl *impl, const wf__dit_linear *l,
                         const float *x, int m, float *y, uint16_t *xb);
 
+/* Rows [r0, r1) of wf__dit_linear_run on the calling thread alone, for a caller that owns those
+ * rows through a chain of steps (dit.c's block, one parallel region): no pool, no barrier. For a
+ * bf16 layer xb is scratch of (r1 - r0) * kp uint16 for these rows only. */
+void wf__dit_linear_rows(const wf__dit_gemm_impl *impl, const wf__dit_linear *l, const float *x, int r0, int r1,
+                         float *y, uint16_t *xb);
+
 /* Attention over qkv[B*T][3D] (q | k | v, heads of hd = D/heads consecutive columns), into
  * o[B*T][D]. scratch: wf__dit_attention_scratch(hd) floats per thread of the pool. */
 size_t wf__dit_attention_scratch(int hd);
 void wf__dit_attention(wf_threadpool *pool, const float *qkv, float *o, int batch, int tokens,
                        int heads, int hd, float *scratch);
 
+/* One ISA's attention work unit (dit_attn_impl.h compiled for that ISA). */
+typedef struct wf__dit_attn_impl {
+    const char *name;
+    void (*unit)(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
+                 float *scratch);
+} wf__dit_attn_impl;
+
+/* The units this CPU can run, best first, scalar last; wf__dit_attention uses the first. */
+int wf__dit_attention_impls(const wf__dit_attn_impl **out);
+/* wf__dit_attention with a given unit (NULL: the best), for the tests' per-ISA checks. */
+void wf__dit_attention_with(wf_threadpool *pool, const wf__dit_attn_impl *impl, const float *qkv, float *o,
+                            int batch, int tokens, int heads, int hd, float *scratch);
+
 /* y[r] = LN(x[r]) (* g + b if g) * (1 + scale) + shift, over rows of d; rows_per_item rows share
  * one scale/shift (a batch item); scale/shift rows are at stride mod_stride. */
 void wf__dit_ln_modulate(wf_threadpool *pool, const float *x, float *y, int rows, int d, float eps,
                          const float *g, const float *b, const float *shift, const float *scale,
                          int rows_per_item, int mod_stride);
+
+/* One row of wf__dit_ln_modulate (sh/sc this row's shift and scale, or NULL), this CPU's best
+ * compilation of it. */
+typedef void (*wf__dit_ln_row_fn)(const float *x, float *y, int d, float eps, const float *g, const float *b,
+                                  const float *sh, const float *sc);
+wf__dit_ln_row_fn wf__dit_ln_row_best(void);
+
+/* wf__dit_ln_modulate of rows [r0, r1) on the calling thread. */
+void wf__dit_ln_modulate_rows(const float *x, float *y, int r0, int r1, int d, float eps, const float *g,
+                              const float *b, const float *shift, const float *scale, int rows_per_item,
+                              int mod_stride);
 
 /* exp(x) for the softmax and activations: Cephes' range reduction and degree-6 polynomial
  * (relative error ~1e-7, no libm call, so loops over it vectorise). x below -87 gives ~0. */
@@ -104,6 +141,7 @@ static inline float wf__dit_expf(float x) {
 
 /* x[i] = gelu_tanh(x[i]) and silu, in place. */
 void wf__dit_gelu_tanh(wf_threadpool *pool, float *x, size_t n);
+void wf__dit_gelu_tanh_serial(float *x, size_t n); /* on the calling thread */
 void wf__dit_silu(float *x, size_t n);
 
 #endif

@@ -407,6 +407,7 @@ static wf_status reserve(wf_dit *m, const wf_dit_options *opt, char *err, size_t
     ALLOC(m->ff, rows * c->ffn);
     ALLOC(m->tok_out, rows * p * p * c->out_channels);
     ALLOC(m->xb, rows * (size_t)(kmax + 1));
+    m->xb_stride = kmax + 1;
     ALLOC(m->tfreq, B * WF__DIT_TFREQ);
     ALLOC(m->temb, B * D);
     ALLOC(m->cond, B * D);
