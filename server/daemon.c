@@ -220,6 +220,7 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
         r->dit_chunks = i < WF_WORKERS_MAX ? ds.rank_chunks[i] : 0;
+        r->dit_cfg_chunks = i < WF_WORKERS_MAX ? ds.rank_cfg_chunks[i] : 0;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
     }
     return n;

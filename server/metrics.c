@@ -249,6 +249,7 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
         {"weft:kv_transfer_seconds_total", "counter", "Time spent shipping KV (puts until complete at the target)."},
         {"weft:kv_transfers_compressed_total", "counter", "KV transfers sent through a codec profile (the controller's choice or --kv-codec)."},
         {"weft:worker_dit_chunks_total", "counter", "DiT DENOISE chunks the worker rank ran (a multi-rank chunk counts on each member)."},
+        {"weft:worker_dit_cfg_chunks_total", "counter", "Of those, chunks run guidance-parallel (conditional and unconditional passes on two ranks)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -265,7 +266,7 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             }
             uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts, 0, r[i].kv_blocks_used,
                             r[i].transfers, r[i].transfers_failed, r[i].transfer_bytes, 0,
-                            r[i].transfers_compressed, r[i].dit_chunks};
+                            r[i].transfers_compressed, r[i].dit_chunks, r[i].dit_cfg_chunks};
             sample_u(b, fam[f].name, model, extra, v[f]);
         }
     }

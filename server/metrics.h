@@ -123,6 +123,7 @@ typedef struct wf_server_rank {
     int restarts;
     char last_error[160];
     uint64_t dit_chunks;      /* DiT DENOISE chunks it ran (a multi-rank chunk counts on each member) */
+    uint64_t dit_cfg_chunks;  /* of which guidance-parallel (CFG, two ranks) */
 } wf_server_rank;
 
 #define WF_SERVER_MAX_RANKS 64
@@ -130,7 +131,7 @@ typedef struct wf_server_rank {
 /* weft:worker_up, weft:worker_batches_total, weft:worker_restarts_total,
  * weft:worker_last_heartbeat_seconds, weft:worker_kv_blocks_used, weft:kv_transfers_total,
  * weft:kv_transfer_failures_total, weft:kv_transfer_bytes_total, weft:kv_transfer_seconds_total,
- * weft:worker_dit_chunks_total, one sample per rank (labelled rank and role). */
+ * weft:worker_dit_chunks_total, weft:worker_dit_cfg_chunks_total, one sample per rank (labelled rank and role). */
 void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
 
 #endif

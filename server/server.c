@@ -415,8 +415,9 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
                        (unsigned long long)r[i].transfers, (unsigned long long)r[i].transfers_failed,
                        (unsigned long long)r[i].transfer_bytes);
         wf_jbuf_num(b, r[i].transfer_ms);
-        wf_jbuf_printf(b, ",\"batches_in_flight\":%d,\"dit_chunks\":%llu", r[i].batches_in_flight,
-                       (unsigned long long)r[i].dit_chunks);
+        wf_jbuf_printf(b, ",\"batches_in_flight\":%d,\"dit_chunks\":%llu,\"dit_cfg_chunks\":%llu",
+                       r[i].batches_in_flight, (unsigned long long)r[i].dit_chunks,
+                       (unsigned long long)r[i].dit_cfg_chunks);
         wf_jbuf_printf(b, ",\"transfers_compressed\":%llu,\"codec_decisions\":{\"compress\":%llu,"
                        "\"link_fast\":%llu,\"no_profile\":%llu,\"cooling\":%llu},\"codec_last\":",
                        (unsigned long long)r[i].transfers_compressed,

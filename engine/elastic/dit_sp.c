@@ -77,6 +77,17 @@ int wf_dit_sp_fit(const wf_dit_config *c, int height, int width, int P) {
     return 1;
 }
 
+wf_dit_sp_mode wf_dit_sp_choose(const wf_dit_config *c, int height, int width, int P, int n_items,
+                                int n_guided) {
+    if (P != 2) return WF_DIT_SP_ULYSSES;
+    /* Every item guided: both modes split the work in halves, but CFG exchanges one output
+     * per item and step where Ulysses does two all-to-alls per block. */
+    if (n_items > 0 && n_guided == n_items) return WF_DIT_SP_CFG;
+    /* Too few patch rows (or heads) to split: CFG still spreads the guided items' halves. */
+    if (wf_dit_sp_check(c, height, width, WF_DIT_SP_ULYSSES, 2, NULL, 0) != WF_OK) return WF_DIT_SP_CFG;
+    return WF_DIT_SP_ULYSSES;
+}
+
 static bool replicated(const wf_dit_placement *pl) { return pl->mode == WF_DIT_SP_CFG || pl->group.n_ranks == 1; }
 
 void wf_dit_sp_rows(const wf_dit_placement *pl, int patch, int height, int member, int *r0, int *r1) {

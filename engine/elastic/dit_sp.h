@@ -70,6 +70,13 @@ wf_status wf_dit_sp_check(const wf_dit_config *c, int height, int width, wf_dit_
                           int P, char *err, size_t errlen);
 /* The largest P' <= P for which ULYSSES is valid (1 always is). */
 int wf_dit_sp_fit(const wf_dit_config *c, int height, int width, int P);
+/* The mode a P-rank group runs a batch of n_items items, n_guided of them with guidance
+ * (guidance > 1), by a fixed rule so that the coordinator and every member agree without
+ * telling each other: CFG when P == 2 and every item is guided (the same halving of the work
+ * as Ulysses, but one exchange per step instead of two all-to-alls per block), or when P == 2
+ * and Ulysses is invalid for this size (heads or patch rows odd); else ULYSSES. */
+wf_dit_sp_mode wf_dit_sp_choose(const wf_dit_config *c, int height, int width, int P, int n_items,
+                                int n_guided);
 /* The latent rows [*r0, *r1) member `member` of pl holds (all rows for CFG and P = 1). */
 void wf_dit_sp_rows(const wf_dit_placement *pl, int patch, int height, int member, int *r0,
                     int *r1);

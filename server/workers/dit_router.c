@@ -41,6 +41,7 @@ struct wf_dit_router {
     wf_exec_thread *thread;
     wf_dit_policy *policy;
     wf_dit_cost cost;
+    const wf_dit_config *model_cfg;
     int n_workers, tokens, max_P, patch;
     int lat_c, lat_h, lat_w;
     size_t lat_floats;
@@ -124,6 +125,13 @@ static wf_status run_local(wf_dit_router *r, wf_task_batch *b, unsigned kinds, c
     return WF_OK;
 }
 
+/* The mode group gr runs its tasks in: wf_dit_sp_choose's rule, which its members apply too. */
+static wf_dit_sp_mode group_mode(const wf_dit_router *r, const wf_task_batch *b, const wgroup *gr) {
+    int guided = 0;
+    for (int j = 0; j < gr->n; j++) guided += b->tasks[r->wave[gr->first + j]].dit.guidance_scale > 1.0f;
+    return wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, gr->n_ranks, gr->n, guided);
+}
+
 /* Runs one wave: every group's tasks on its ranks at once (each member gets the same tasks and
  * whole latents), then merges what came back into the home latents: member m of a group of P
  * contributes its rows. Tasks of a lost worker stay WF_IN_PROGRESS with one more try. Returns != WF_OK when the batch fails as a whole (msg). */
@@ -171,6 +179,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     wf_status fatal = WF_OK;
     for (int g = 0; g < n_groups; g++) {
         wgroup *gr = &r->groups[g];
+        wf_dit_sp_mode mode = group_mode(r, b, gr);
         wf_status gst = WF_OK;
         const char *gmsg = "";
         bool lost = false;
@@ -210,11 +219,11 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             t->dit.latent.kind = WF_ARTIFACT_LATENT;
             t->dit.latent.latent.step = got->dit.latent.latent.step;
             float *home = wf_dit_exec_latent(r->local, t->dit.latent.id, false);
-            if (gr->n_ranks == 1) {
+            if (gr->n_ranks == 1 || mode == WF_DIT_SP_CFG) { /* every member holds the whole latent */
                 memcpy(home, r->parts[gr->ranks[0]].lat[j], bytes);
                 continue;
             }
-            wf_dit_placement pl = wf_dit_placement_make(WF_DIT_SP_ULYSSES, t->group.ranks, gr->n_ranks);
+            wf_dit_placement pl = wf_dit_placement_make(mode, t->group.ranks, gr->n_ranks);
             size_t plane = (size_t)r->lat_h * (size_t)r->lat_w;
             for (int m = 0; m < gr->n_ranks; m++) {
                 int r0, r1;
@@ -236,7 +245,10 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, (double)(end - t0) / 1e6 / steps);
         }
         pthread_mutex_lock(&r->lock);
-        for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
+        for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) {
+            r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
+            if (gr->n_ranks > 1 && mode == WF_DIT_SP_CFG) r->stats.rank_cfg_chunks[gr->ranks[m]] += (uint64_t)gr->n;
+        }
         pthread_mutex_unlock(&r->lock);
     }
     return fatal;
@@ -461,6 +473,7 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
     r->lat_h = in->latent_height;
     r->lat_w = in->latent_width;
     r->patch = c->patch_size;
+    r->model_cfg = c;
     r->tokens = (r->lat_h / r->patch) * (r->lat_w / r->patch);
     r->max_P = wf_dit_sp_fit(c, r->lat_h, r->lat_w, r->n_workers);
     pthread_mutex_init(&r->lock, NULL);

@@ -27,8 +27,10 @@
  * images that share a forward in-process run one per group here (the price of placing each
  * image by its deadline); with no pick at all the chunks are spread over the live workers in
  * blocks that share a forward. A group of P > 1 ranks runs its chunk with sequence parallelism
- * (engine/elastic/dit_sp.h, Ulysses): every member gets the whole latent and the coordinator
- * takes back each member's rows. The cost model the policy predicts with is measured here at
+ * (engine/elastic/dit_sp.h, Ulysses) or, on two ranks, guidance parallelism (CFG: the
+ * conditional and unconditional passes on one member each), by wf_dit_sp_choose's fixed rule
+ * that the members apply too (so the dispatch carries no mode); every member gets the whole
+ * latent and the coordinator takes back each member's rows (under CFG both hold them all). The cost model the policy predicts with is measured here at
  * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
  * time from dispatch to its last member's answer).
  *
@@ -61,6 +63,7 @@ typedef struct wf_dit_router_stats {
     char policy[64];                       /* the --dit-policy in force */
     uint64_t rank_chunks[WF_WORKERS_MAX];  /* DENOISE chunks per worker index (a group's chunk
                                               counts on each member) */
+    uint64_t rank_cfg_chunks[WF_WORKERS_MAX]; /* of which ran guidance-parallel (CFG) */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);

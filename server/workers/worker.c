@@ -161,8 +161,9 @@ static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t 
     return sp;
 }
 
-/* DENOISE chunks over the batch's group of ranks (sequence parallelism, engine/elastic/dit_sp.h):
- * every member runs the same items on its rows of the latents; the tasks share one sampler and
+/* DENOISE chunks over the batch's group of ranks (sequence or guidance parallelism,
+ * engine/elastic/dit_sp.h): every member runs the same items on its rows of the latents (all
+ * rows under guidance parallelism); the tasks share one sampler and
  * step count (the coordinator's router groups them so). */
 static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *msg, size_t cap) {
     int n = b->n_tasks;
@@ -186,7 +187,13 @@ static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *ms
     }
     wf_dit_sp *sp = get_sp(w, t0->dit.sampler, t0->dit.num_steps, msg, cap);
     if (!sp) return WF_EINVAL;
-    wf_dit_placement pl = wf_dit_placement_make(WF_DIT_SP_ULYSSES, b->group.ranks, b->group.n_ranks);
+    /* Guidance or sequence parallelism: the rule the coordinator's router applies too. */
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
+    int guided = 0;
+    for (int j = 0; j < n; j++) guided += items[j].guidance > 1.0f;
+    wf_dit_sp_mode mode = wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(w->dit)), in->latent_height,
+                                           in->latent_width, b->group.n_ranks, n, guided);
+    wf_dit_placement pl = wf_dit_placement_make(mode, b->group.ranks, b->group.n_ranks);
     uint64_t t_begin = wf_clock_now_ns();
     wf_status st = wf_dit_sp_run(sp, wf_dit_exec_pool(w->dit), &pl, n, items, msg, cap);
     uint64_t t_end = wf_clock_now_ns();

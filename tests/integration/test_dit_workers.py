@@ -1,7 +1,8 @@
 """weftd --workers 2 with the default DiT: DENOISE chunks on real worker processes (ranks of
 one UCX world), placed at every chunk boundary by --dit-policy; multi-rank chunks run with
-sequence parallelism (engine/elastic/dit_sp.h) over real UCX. The same seed gives the same PNG
-bytes in-process and under static:1, static:2 and elastic (a worker killed during multi-rank
+sequence parallelism (engine/elastic/dit_sp.h) over real UCX, or guidance parallelism when
+every image of a two-rank chunk is guided. The same seed gives the same PNG bytes in-process and
+under static:1, static:2 (guided images CFG-parallel, the guidance_scale=1 one Ulysses) and elastic (a worker killed during multi-rank
 steps: test_dit_workers_kill.py)."""
 import base64
 import concurrent.futures
@@ -85,10 +86,19 @@ def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
         assert sum(ranks) >= sum(int(p) * n for p, n in chunks.items()), (ranks, chunks)
         if policy != "elastic":
             assert all(n > 0 for n in ranks), ranks
+        # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
+        # both members), the unguided request's run Ulysses; one rank is neither.
+        cfg = [w["dit_cfg_chunks"] for w in admin(d)["scheduler"]["workers"]]
+        if policy == "static:1":
+            assert cfg == [0, 0], cfg
+        if policy == "static:2":
+            assert cfg[0] == cfg[1] > 0, (cfg, ranks)
+            assert all(c < n for c, n in zip(cfg, ranks)), (cfg, ranks)
         metrics = d.status("/metrics")[1].decode()
         assert "weft:image_group_size{" in metrics
         assert "weft:image_chunks_by_group_size_total{" in metrics
         assert "weft:worker_dit_chunks_total{" in metrics
+        assert "weft:worker_dit_cfg_chunks_total{" in metrics
     finally:
         assert d.stop() == 0
 

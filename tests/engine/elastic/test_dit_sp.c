@@ -334,6 +334,13 @@ static int body_errors(wf_world *w, int rank, void *arg) {
     WT_CHECK(wf_dit_sp_fit(cfg, 32, 32, 3) == 2, "fit 3");
     WT_CHECK(wf_dit_sp_fit(cfg, 32, 32, 8) == 4, "fit 8");
     WT_CHECK(wf_dit_sp_fit(cfg, 24, 32, 4) == 2, "fit hp 6");
+    /* the daemon's mode rule: CFG on two ranks for all-guided batches or an odd row count */
+    WT_CHECK(wf_dit_sp_choose(cfg, 32, 32, 2, 2, 2) == WF_DIT_SP_CFG, "all guided");
+    WT_CHECK(wf_dit_sp_choose(cfg, 32, 32, 2, 2, 1) == WF_DIT_SP_ULYSSES, "one unguided");
+    WT_CHECK(wf_dit_sp_choose(cfg, 32, 32, 2, 1, 0) == WF_DIT_SP_ULYSSES, "unguided");
+    WT_CHECK(wf_dit_sp_choose(cfg, 32, 32, 4, 1, 1) == WF_DIT_SP_ULYSSES, "P 4");
+    WT_CHECK(wf_dit_sp_choose(cfg, 32, 32, 1, 1, 1) == WF_DIT_SP_ULYSSES, "P 1");
+    WT_CHECK(wf_dit_sp_choose(cfg, 36, 32, 2, 1, 0) == WF_DIT_SP_CFG, "9 patch rows");
     reset_items(&c);
     const int r012[] = {0, 1, 2}, r1[] = {1}, rbad[] = {0, 0};
     wf_dit_placement p3 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r012, 3);
