@@ -1,5 +1,6 @@
-"""weftd --workers 2 --dit-policy static:2 (every DENOISE chunk on both worker ranks, sequence
-parallel over UCX): a worker SIGKILLed while chunks run on both ranks. Every request ends with its
+"""weftd --workers 2 --dit-policy static:2 (every DENOISE chunk on both worker ranks over UCX:
+guided images guidance-parallel, unguided ones sequence-parallel; both modes are killed): a
+worker SIGKILLed while chunks run on both ranks. Every request ends with its
 images, bit-identical to the in-process daemon's (chunks lost with the worker run again from
 their last latent on the live rank), or with a clear error; the daemon keeps serving images and
 the restarted worker takes multi-rank chunks again."""
@@ -18,23 +19,37 @@ from test_dit_workers import DIT, DIT_ID, LONG, REQUESTS, WORKER_ARGS, admin, ge
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
 
 
+# The model's default guidance (2) runs guidance-parallel, guidance_scale 1 sequence-parallel.
+LONGS = {"cfg": LONG, "ulysses": dict(LONG, guidance_scale=1)}
+
+
 @pytest.fixture(scope="module")
 def reference():
     d = Weftd("--model", DIT)
     try:
-        yield {"short": generate(d, REQUESTS[1]), "long": generate(d, LONG)}
+        yield {"short": generate(d, REQUESTS[1]), **{m: generate(d, r) for m, r in LONGS.items()}}
     finally:
         assert d.stop() == 0
 
 
-def test_worker_killed_during_multi_rank_steps(reference):
+def mode_chunks(d):
+    """(CFG chunks, Ulysses or single-rank chunks) summed over the ranks."""
+    ws = admin(d)["scheduler"]["workers"]
+    cfg = sum(w["dit_cfg_chunks"] for w in ws)
+    return cfg, sum(w["dit_chunks"] for w in ws) - cfg
+
+
+@pytest.mark.parametrize("mode", ["cfg", "ulysses"])
+def test_worker_killed_during_multi_rank_steps(reference, mode):
     # static:2: every chunk runs on both ranks, so the kill lands in a multi-rank step.
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2")
     try:
         victim = admin(d)["scheduler"]["workers"][0]
+        # (the image scheduler's calibration and idle probes run guided chunks: compare counts)
+        cfg0, other0 = mode_chunks(d)
         results = []
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futs = [pool.submit(post, d, dict(model=DIT_ID, **LONG)) for _ in range(4)]
+            futs = [pool.submit(post, d, dict(model=DIT_ID, **LONGS[mode])) for _ in range(4)]
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not any(
                     r["steps_done"] > 0 for r in admin(d)["images"]["requests"]):
@@ -47,12 +62,18 @@ def test_worker_killed_during_multi_rank_steps(reference):
                 # Chunks lost with the worker ran again from their last latent on the other
                 # rank: the images are the ones the in-process daemon makes for the seed.
                 ok += 1
-                assert [base64.b64decode(x["b64_json"]) for x in json.loads(data)["data"]] == reference["long"]
+                assert [base64.b64decode(x["b64_json"]) for x in json.loads(data)["data"]] == reference[mode]
             else:
                 # A clear error in OpenAI's envelope.
                 err = json.loads(data)["error"]
                 assert err["message"], data
         assert ok >= 1, [(c, b[:300]) for c, b in results]
+        # The mode that ran (chunks of the survivor at least).
+        cfg, other = mode_chunks(d)
+        if mode == "cfg":
+            assert cfg > cfg0, (cfg0, cfg)
+        else:
+            assert other > other0, (other0, other)
         # The daemon keeps serving images (on the live rank while the other restarts).
         assert generate(d, REQUESTS[1]) == reference["short"]
         deadline = time.monotonic() + 60
