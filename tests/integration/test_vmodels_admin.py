@@ -10,23 +10,9 @@ import threading
 import openai
 import pytest
 
-from conftest import Weftd
-from test_vmodels import GGUF, LORA, PEFT, SYSTEM, call, stats_of
-
-
-@pytest.fixture(scope="module")
-def weftd():
-    d = Weftd("--vmodel", f"id=sql,adapter={GGUF},weight=2,ttft_ms=1500,system={SYSTEM}",
-              "--vmodel", f"id=peft-half,adapter={PEFT}:0.5",
-              "--adapter-memory-mb", "4", "--max-running", "8")
-    yield d
-    rc = d.stop()
-    assert rc == 0, f"weftd exited with {rc}"
-
-
-@pytest.fixture(scope="module")
-def client(weftd):
-    return openai.OpenAI(base_url=weftd.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+# The same daemon flags and client as test_vmodels.py: its module-scoped fixtures, imported, give
+# this module a weftd of its own.
+from test_vmodels import GGUF, LORA, PEFT, call, client, stats_of, weftd  # noqa: F401
 
 
 def test_admin_add_loads_off_the_event_loop(weftd, client, tmpdir):
