@@ -10,6 +10,7 @@
 #include <jpeglib.h>
 #include <webp/decode.h>
 
+#include "check_main.h"
 #include "server/imgenc.h"
 
 /* A smooth gradient: lossy codecs keep it close at quality 100. */
@@ -147,7 +148,7 @@ START_TEST(names_and_refusals) {
 }
 END_TEST
 
-int main(void) {
+static Suite *imgenc_suite(void) {
     Suite *s = suite_create("imgenc");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, jpeg_roundtrip_gray_rgb);
@@ -155,9 +156,7 @@ int main(void) {
     tcase_add_test(tc, png_through_imgenc);
     tcase_add_test(tc, names_and_refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+WF_CHECK_MAIN(imgenc_suite)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "engine/dit/dit_exec.h"
 
 #define MODEL WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits"
@@ -162,7 +163,7 @@ START_TEST(latents_cross_executors) {
 }
 END_TEST
 
-int main(void) {
+static Suite *dit_exec_suite(void) {
     Suite *s = suite_create("engine/dit/dit_exec");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
@@ -170,9 +171,7 @@ int main(void) {
     tcase_add_test(tc, schedules_and_classes);
     tcase_add_test(tc, latents_cross_executors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+WF_CHECK_MAIN(dit_exec_suite)
