@@ -1,5 +1,6 @@
 /* POST /v1/images/generations: OpenAI's image API (plus weft's class-conditional and SLO
- * extensions) on the image scheduler (sched/images.h); PNGs through server/png.h. */
+ * extensions) on the image scheduler (sched/images.h); files in the request's output_format
+ * (PNG, JPEG, WebP) through server/imgenc.h, base64 through server/png.h. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
