@@ -12,7 +12,8 @@ import pytest
 
 # The same daemon flags and client as test_vmodels.py: its module-scoped fixtures, imported, give
 # this module a weftd of its own.
-from test_vmodels import GGUF, LORA, PEFT, call, client, stats_of, weftd  # noqa: F401
+from test_vmodels import (GGUF, LORA, PEFT, call, client, stats_of,  # noqa: F401
+                          stream_text_chunks, weftd)
 
 
 def test_admin_add_loads_off_the_event_loop(weftd, client, tmpdir):
@@ -146,14 +147,7 @@ def test_running_and_queued_quotas(weftd, client):
     started, out = threading.Event(), {}
 
     def first():
-        s = client.completions.create(model="q2", prompt="Tell me a long story.", max_tokens=100,
-                                      temperature=0, stream=True, extra_body={"ignore_eos": True})
-        n = 0
-        for chunk in s:
-            if chunk.choices and chunk.choices[0].text:
-                n += 1
-                started.set()
-        out["first"] = n
+        out["first"] = stream_text_chunks(client, "q2", "Tell me a long story.", 100, started)
 
     def second():
         r = client.completions.create(model="q2", prompt="Hi", max_tokens=4, temperature=0,
