@@ -1,5 +1,6 @@
 /* POST /v1/images/generations: OpenAI's image API (plus weft's class-conditional and SLO
- * extensions) on the image scheduler (sched/images.h); PNGs through server/png.h. */
+ * extensions) on the image scheduler (sched/images.h); files in the request's output_format
+ * (PNG, JPEG, WebP) through server/imgenc.h, base64 through server/png.h. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -416,14 +417,19 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                               "\"partial_image_index\":%d,\"step\":%d,\"num_inference_steps\":%d,"
                               "\"created_at\":%lld,\"background\":\"opaque\",\"output_format\":\"%s\","
                               "\"quality\":\"auto\",\"size\":\"%dx%d\",",
-                           g->id, ev->index, g->previews_sent[ev->index]++, ev->step, ev->n_steps,
+                           g->id, ev->index, g->previews_sent[ev->index], ev->step, ev->n_steps,
                            (long long)g->created, wf_image_format_name(g->format), ev->width, ev->height);
             write_b64_image(b, g, ev, &ok);
             wf_jbuf_cstr(b, "}");
-            /* A preview is advisory: one that fails to encode is skipped, and said so. */
-            if (ok && !b->failed) sse(g, b);
-            else WF_LOG_WARN("images", g->id, "preview of image %d at step %d not sent: %s encoding failed",
-                             ev->index, ev->step, wf_image_format_name(g->format));
+            /* A preview is advisory: one that fails to encode is skipped, and said so. Only a
+             * sent one takes a partial_image_index, so the client sees them without gaps. */
+            if (ok && !b->failed) {
+                sse(g, b);
+                g->previews_sent[ev->index]++;
+            } else {
+                WF_LOG_WARN("images", g->id, "preview of image %d at step %d not sent: %s encoding failed",
+                            ev->index, ev->step, wf_image_format_name(g->format));
+            }
         }
         return;
     }

@@ -49,38 +49,80 @@ typedef struct jpeg_err {
 
 static void jpeg_error_exit(j_common_ptr cinfo) { longjmp(((jpeg_err *)(void *)cinfo->err)->jump, 1); }
 
+/* Compressed bytes go straight into the caller's wf_jbuf through a destination manager of our
+ * own, staged in a fixed buffer: jpeg_mem_dest's buffer, after a longjmp from the middle of a
+ * compression, may already have been replaced (and the old one freed) without the caller's
+ * pointer being updated, so no cleanup of it is safe. */
+typedef struct jpeg_sink {
+    struct jpeg_destination_mgr pub;
+    wf_jbuf *out;
+    JOCTET stage[16384];
+} jpeg_sink;
+
+static void sink_init(j_compress_ptr c) {
+    jpeg_sink *k = (jpeg_sink *)(void *)c->dest;
+    k->pub.next_output_byte = k->stage;
+    k->pub.free_in_buffer = sizeof k->stage;
+}
+
+static boolean sink_flush(j_compress_ptr c) { /* the stage is full */
+    jpeg_sink *k = (jpeg_sink *)(void *)c->dest;
+    wf_jbuf_raw(k->out, (const char *)k->stage, sizeof k->stage);
+    sink_init(c);
+    return TRUE;
+}
+
+static void sink_term(j_compress_ptr c) {
+    jpeg_sink *k = (jpeg_sink *)(void *)c->dest;
+    wf_jbuf_raw(k->out, (const char *)k->stage, sizeof k->stage - k->pub.free_in_buffer);
+}
+
+/* The libjpeg calls behind a setjmp of their own: locals of the function that called setjmp
+ * and were changed since are indeterminate after the longjmp (C11 7.13.2.1). */
+static bool jpeg_compress_rows(struct jpeg_compress_struct *c, jpeg_err *err, jpeg_sink *sink,
+                               const uint8_t *pixels, int width, int height, int channels,
+                               int quality) {
+    if (setjmp(err->jump)) return false;
+    jpeg_create_compress(c);
+    sink->pub.init_destination = sink_init;
+    sink->pub.empty_output_buffer = sink_flush;
+    sink->pub.term_destination = sink_term;
+    c->dest = &sink->pub;
+    c->image_width = (JDIMENSION)width;
+    c->image_height = (JDIMENSION)height;
+    c->input_components = channels;
+    c->in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_set_defaults(c);
+    jpeg_set_quality(c, quality, TRUE);
+    jpeg_start_compress(c, TRUE);
+    size_t stride = (size_t)width * (size_t)channels;
+    while (c->next_scanline < c->image_height) {
+        JSAMPROW row = (JSAMPROW)(pixels + (size_t)c->next_scanline * stride);
+        jpeg_write_scanlines(c, &row, 1);
+    }
+    jpeg_finish_compress(c);
+    return true;
+}
+
 static wf_status encode_jpeg(const uint8_t *pixels, int width, int height, int channels,
                              int quality, wf_jbuf *out) {
     struct jpeg_compress_struct c;
+    memset(&c, 0, sizeof c); /* so jpeg_destroy_compress is safe even if create never ran */
     jpeg_err err;
-    unsigned char *mem = NULL;
-    unsigned long mem_len = 0;
     c.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpeg_error_exit;
-    if (setjmp(err.jump)) {
-        jpeg_destroy_compress(&c);
-        free(mem);
-        return WF_EIO;
-    }
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &mem, &mem_len);
-    c.image_width = (JDIMENSION)width;
-    c.image_height = (JDIMENSION)height;
-    c.input_components = channels;
-    c.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, quality, TRUE);
-    jpeg_start_compress(&c, TRUE);
-    size_t stride = (size_t)width * (size_t)channels;
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(pixels + (size_t)c.next_scanline * stride);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
+    jpeg_sink *sink = calloc(1, sizeof *sink);
+    if (!sink) return WF_ENOMEM;
+    sink->out = out;
+    const size_t start = out->len;
+    bool ok = jpeg_compress_rows(&c, &err, sink, pixels, width, height, channels, quality);
     jpeg_destroy_compress(&c);
-    wf_jbuf_raw(out, (const char *)mem, mem_len);
-    free(mem);
-    return out->failed ? WF_ENOMEM : WF_OK;
+    free(sink);
+    if (!ok || out->failed) {
+        out->len = start; /* nothing of a failed image is left behind */
+        return ok ? WF_ENOMEM : WF_EIO;
+    }
+    return WF_OK;
 }
 
 static wf_status encode_webp(const uint8_t *pixels, int width, int height, int channels,

@@ -243,9 +243,13 @@ wf_status wf_vmodel_spec_parse(const char *text, wf_vmodel_spec *v, char *err, s
             snprintf(key, sizeof key, "%.*s", (int)kl, p);
             bool integer = strcmp(key, "max_tokens") == 0 || strcmp(key, "top_k") == 0 ||
                            strcmp(key, "seed") == 0;
-            if (!parse_double(val, vl, &x) || (integer && (x != (double)(long long)x)))
+            /* strtod takes "nan", "inf" and 1e300: refuse them here, before the cast to an
+             * integer (undefined out of range) and json_real (NULL for non-finite, which
+             * set_default would report as out of memory). Ranges are check_defaults' job. */
+            if (!parse_double(val, vl, &x) || !isfinite(x) ||
+                (integer && (fabs(x) > 9007199254740992.0 || x != floor(x))))
                 st = wf_status_errorf(err, errlen, WF_EINVAL, "vmodel: '%s' must be %s", key,
-                                      integer ? "an integer" : "a number");
+                                      integer ? "an integer" : "a finite number");
             else
                 st = set_default(v, key, integer ? json_integer((long long)x) : json_real(x), err,
                                  errlen);

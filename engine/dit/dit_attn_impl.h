@@ -111,6 +111,19 @@ static inline void tiles_mac(const float *a, int lda, const float *b, int ldb, i
     }
 }
 
+/* dst[0..n) = src[0..n) * k in 8-lane chunks (GCC's -O2 leaves the plain loop scalar); used for
+ * the pre-scaled queries and the final 1/L normalisation. */
+static inline void scale_row(float *dst, const float *src, int n, float k) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        wf__v8f v;
+        memcpy(&v, src + d, sizeof v);
+        v *= k;
+        memcpy(dst + d, &v, sizeof v);
+    }
+    for (; d < n; d++) dst[d] = src[d] * k;
+}
+
 void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, int b, int h, int q0,
                    float *scratch) {
     const int D = heads * hd, ld = 3 * D;
@@ -125,19 +138,10 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
     float *M = A + (size_t)WF__ATTN_QT * hdp, *L = M + WF__ATTN_QT, *C = L + WF__ATTN_QT;
     const float scale = 1.0f / sqrtf((float)hd);
     const float *base = qkv + (size_t)b * tokens * ld;
-    const int hd8 = hd & ~7; /* 8-lane chunks (GCC's -O2 leaves these plain loops scalar) */
     for (int i = 0; i < nqr; i++) {
         float *qi = Q + (size_t)i * hd;
         if (i < nq) {
-            const float *q = base + (size_t)(q0 + i) * ld + h * hd;
-            int d = 0;
-            for (; d < hd8; d += 8) {
-                wf__v8f v;
-                memcpy(&v, q + d, sizeof v);
-                v *= scale;
-                memcpy(qi + d, &v, sizeof v);
-            }
-            for (; d < hd; d++) qi[d] = q[d] * scale;
+            scale_row(qi, base + (size_t)(q0 + i) * ld + h * hd, hd, scale);
         } else {
             memset(qi, 0, (size_t)hd * sizeof *qi);
         }
@@ -195,16 +199,7 @@ void WF__ATTN_UNIT(const float *qkv, float *o, int tokens, int heads, int hd, in
         tiles_mac(S, WF__ATTN_KT, V, hdp, nk, A, hdp, C, nqr, hdp);
     }
     for (int i = 0; i < nq; i++) {
-        float *dst = o + ((size_t)b * tokens + q0 + i) * D + h * hd;
-        const float inv = 1.0f / L[i], *ai = A + (size_t)i * hdp;
-        int d = 0;
-        for (; d < hd8; d += 8) {
-            wf__v8f v;
-            memcpy(&v, ai + d, sizeof v);
-            v *= inv;
-            memcpy(dst + d, &v, sizeof v);
-        }
-        for (; d < hd; d++) dst[d] = ai[d] * inv;
+        scale_row(o + ((size_t)b * tokens + q0 + i) * D + h * hd, A + (size_t)i * hdp, hd, 1.0f / L[i]);
     }
 }
 

@@ -19,16 +19,20 @@
 #define STREAM_MIN_DEFAULT (8u << 20) /* when the cache size is not known */
 
 size_t wf__world_stream_min(void) {
-    static size_t min; /* racing first calls compute the same value */
-    if (!min) {
+    /* Racing first calls compute the same value; every access is atomic (a plain read beside
+     * the store is a data race: undefined, and what TSan reports). */
+    static size_t min;
+    size_t cur = __atomic_load_n(&min, __ATOMIC_RELAXED);
+    if (!cur) {
         long l3 = -1;
 #ifdef _SC_LEVEL3_CACHE_SIZE
         l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
         size_t v = l3 > 0 ? (size_t)l3 / 4 : STREAM_MIN_DEFAULT;
-        __atomic_store_n(&min, v < (1u << 20) ? (size_t)(1u << 20) : v, __ATOMIC_RELAXED);
+        cur = v < (1u << 20) ? (size_t)(1u << 20) : v;
+        __atomic_store_n(&min, cur, __ATOMIC_RELAXED);
     }
-    return __atomic_load_n(&min, __ATOMIC_RELAXED);
+    return cur;
 }
 
 void wf__world_copy(void *dst, const void *src, size_t n) {

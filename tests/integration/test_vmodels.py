@@ -41,6 +41,19 @@ def client(weftd):
     return openai.OpenAI(base_url=weftd.base + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
+def stream_text_chunks(client, model, prompt, max_tokens, started):
+    """Streams a greedy completion that ignores EOS; sets `started` at the first text chunk and
+    returns how many text chunks arrived."""
+    s = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                  stream=True, extra_body={"ignore_eos": True})
+    n = 0
+    for chunk in s:
+        if chunk.choices and chunk.choices[0].text:
+            n += 1
+            started.set()
+    return n
+
+
 def call(weftd, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(weftd.base + path, data=data, method=method,
@@ -136,14 +149,7 @@ def test_quota_429_for_that_model_only(weftd, client):
     started, done = threading.Event(), {}
 
     def stream():
-        s = client.completions.create(model="quota1", prompt="Tell me a story.", max_tokens=40,
-                                      temperature=0, stream=True, extra_body={"ignore_eos": True})
-        n = 0
-        for chunk in s:
-            if chunk.choices and chunk.choices[0].text:
-                n += 1
-                started.set()
-        done["n"] = n
+        done["n"] = stream_text_chunks(client, "quota1", "Tell me a story.", 40, started)
 
     t = threading.Thread(target=stream)
     t.start()
@@ -208,15 +214,8 @@ def test_remove_under_load_then_readd(weftd, client):
     started = {"sql": threading.Event(), "peft-half": threading.Event()}
 
     def stream(model):
-        s = client.completions.create(model=model, prompt="Write a long story about a dragon.",
-                                      max_tokens=48, temperature=0, stream=True,
-                                      extra_body={"ignore_eos": True})
-        n = 0
-        for chunk in s:
-            if chunk.choices and chunk.choices[0].text:
-                n += 1
-                started[model].set()
-        results[model] = n
+        results[model] = stream_text_chunks(client, model, "Write a long story about a dragon.", 48,
+                                            started[model])
 
     ts = [threading.Thread(target=stream, args=(m,)) for m in ("sql", "peft-half")]
     for t in ts:

@@ -10,23 +10,10 @@ import threading
 import openai
 import pytest
 
-from conftest import Weftd
-from test_vmodels import GGUF, LORA, PEFT, SYSTEM, call, stats_of
-
-
-@pytest.fixture(scope="module")
-def weftd():
-    d = Weftd("--vmodel", f"id=sql,adapter={GGUF},weight=2,ttft_ms=1500,system={SYSTEM}",
-              "--vmodel", f"id=peft-half,adapter={PEFT}:0.5",
-              "--adapter-memory-mb", "4", "--max-running", "8")
-    yield d
-    rc = d.stop()
-    assert rc == 0, f"weftd exited with {rc}"
-
-
-@pytest.fixture(scope="module")
-def client(weftd):
-    return openai.OpenAI(base_url=weftd.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+# The same daemon flags and client as test_vmodels.py: its module-scoped fixtures, imported, give
+# this module a weftd of its own.
+from test_vmodels import (GGUF, LORA, PEFT, call, client, stats_of,  # noqa: F401
+                          stream_text_chunks, weftd)
 
 
 def test_admin_add_loads_off_the_event_loop(weftd, client, tmpdir):
@@ -160,14 +147,7 @@ def test_running_and_queued_quotas(weftd, client):
     started, out = threading.Event(), {}
 
     def first():
-        s = client.completions.create(model="q2", prompt="Tell me a long story.", max_tokens=100,
-                                      temperature=0, stream=True, extra_body={"ignore_eos": True})
-        n = 0
-        for chunk in s:
-            if chunk.choices and chunk.choices[0].text:
-                n += 1
-                started.set()
-        out["first"] = n
+        out["first"] = stream_text_chunks(client, "q2", "Tell me a long story.", 100, started)
 
     def second():
         r = client.completions.create(model="q2", prompt="Hi", max_tokens=4, temperature=0,

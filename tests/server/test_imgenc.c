@@ -1,6 +1,7 @@
 /* server/imgenc.h: JPEG and WebP files that libjpeg and libwebp decode back to the pixels
  * (within lossy error at quality 100), format names, and what each format refuses. */
 #include <check.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <jpeglib.h>
 #include <webp/decode.h>
 
+#include "check_main.h"
 #include "server/imgenc.h"
 
 /* A smooth gradient: lossy codecs keep it close at quality 100. */
@@ -27,8 +29,19 @@ static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n) {
     return d / (double)n;
 }
 
-static void jpeg_roundtrip(int w, int h, int c) {
-    uint8_t *px = gradient(w, h, c);
+/* A smooth but busy pattern (no wrap-around edges) whose JPEG does not compress small. */
+static uint8_t *waves(int w, int h, int c) {
+    uint8_t *px = malloc((size_t)w * h * c);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++)
+                px[((size_t)y * w + x) * c + k] =
+                    (uint8_t)(128.0 + 100.0 * sin(0.35 * x) * cos(0.25 * y) + 10 * k);
+    return px;
+}
+
+/* Encodes px (freed here) and decodes it back; returns the file's size. */
+static size_t jpeg_roundtrip_px(uint8_t *px, int w, int h, int c) {
     wf_jbuf out = {0};
     ck_assert_int_eq(wf_image_encode(WF_IMAGE_FORMAT_JPEG, px, w, h, c, 100, &out), WF_OK);
     ck_assert(out.len > 4 && (uint8_t)out.data[0] == 0xFF && (uint8_t)out.data[1] == 0xD8);
@@ -52,13 +65,19 @@ static void jpeg_roundtrip(int w, int h, int c) {
     ck_assert_double_lt(mean_abs_diff(back, px, (size_t)w * h * c), 3.0);
     free(back);
     free(px);
+    size_t len = out.len;
     wf_jbuf_free(&out);
+    return len;
 }
+
+static void jpeg_roundtrip(int w, int h, int c) { jpeg_roundtrip_px(gradient(w, h, c), w, h, c); }
 
 START_TEST(jpeg_roundtrip_gray_rgb) {
     jpeg_roundtrip(8, 8, 1);
     jpeg_roundtrip(32, 24, 3);
     jpeg_roundtrip(1, 1, 3);
+    /* larger than the encoder's 16 KiB staging buffer: the file is written in several pieces */
+    ck_assert_uint_gt(jpeg_roundtrip_px(waves(256, 192, 3), 256, 192, 3), 16384);
 }
 END_TEST
 
@@ -129,7 +148,7 @@ START_TEST(names_and_refusals) {
 }
 END_TEST
 
-int main(void) {
+static Suite *imgenc_suite(void) {
     Suite *s = suite_create("imgenc");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, jpeg_roundtrip_gray_rgb);
@@ -137,9 +156,7 @@ int main(void) {
     tcase_add_test(tc, png_through_imgenc);
     tcase_add_test(tc, names_and_refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+WF_CHECK_MAIN(imgenc_suite)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "server/metrics.h"
 
 static bool has(const wf_jbuf *b, const char *line) {
@@ -84,15 +85,13 @@ START_TEST(image_series_render) {
 }
 END_TEST
 
-int main(void) {
+static Suite *metrics_suite(void) {
     Suite *s = suite_create("server/metrics");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, image_classes_claimed_then_other);
     tcase_add_test(tc, image_series_render);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+WF_CHECK_MAIN(metrics_suite)

@@ -199,6 +199,19 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,top_k=1.5", &v, err, sizeof err),
                      WF_EINVAL);
     ck_assert_msg(strstr(err, "'top_k' must be an integer"), "%s", err);
+    /* strtod's nan, inf and huge values: a clear error naming the key (not "out of memory",
+     * and no out-of-range cast) */
+    const struct { const char *text, *want; } bad_text[] = {
+        {"id=a,adapter=/x,temperature=nan", "'temperature' must be a finite number"},
+        {"id=a,adapter=/x,top_p=inf", "'top_p' must be a finite number"},
+        {"id=a,adapter=/x,seed=1e300", "'seed' must be an integer"},
+        {"id=a,adapter=/x,max_tokens=-inf", "'max_tokens' must be an integer"},
+        {"id=a,adapter=/x,top_k=nan", "'top_k' must be an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad_text / sizeof bad_text[0]; i++) {
+        ck_assert_int_eq(wf_vmodel_spec_parse(bad_text[i].text, &v, err, sizeof err), WF_EINVAL);
+        ck_assert_msg(strstr(err, bad_text[i].want), "%s -> %s", bad_text[i].text, err);
+    }
     ck_assert_int_eq(wf_vmodel_spec_parse("id=a,adapter=/x,min_p=2", &v, err, sizeof err),
                      WF_EINVAL);
     ck_assert_msg(strstr(err, "vmodel 'a': default") && strstr(err, "min_p"), "%s", err);

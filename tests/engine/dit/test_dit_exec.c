@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "engine/dit/dit_exec.h"
 
 #define MODEL WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits"
@@ -41,6 +42,18 @@ static wf_status run(wf_dit_exec *x, wf_task *tasks, int n) {
     return wf_executor_run(wf_dit_exec_executor(x), &b, msg, sizeof msg);
 }
 
+/* One whole image (latent id 1) in one batch: ENCODE + DENOISE 0..6 + DECODE into px; every
+ * task must succeed. Returns the DENOISE task's final step. */
+static int run_whole(wf_dit_exec *x, uint8_t *px, size_t cap) {
+    wf_task t[3] = {dit_task(WF_TASK_ENCODE, 1, 0, 0), dit_task(WF_TASK_DENOISE, 1, 0, 6),
+                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6)};
+    t[2].dit.pixels = px;
+    t[2].dit.pixels_cap = cap;
+    ck_assert_int_eq(run(x, t, 3), WF_OK);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(t[i].status, WF_OK);
+    return t[1].dit.latent.latent.step;
+}
+
 START_TEST(trajectory_and_task_errors) {
     wf_dit_exec *x = open_exec(2);
     const wf_dit_exec_info *in = wf_dit_exec_get_info(x);
@@ -50,13 +63,7 @@ START_TEST(trajectory_and_task_errors) {
     ck_assert(!wf_executor_supports(wf_dit_exec_executor(x), WF_TASK_PREFILL));
     uint8_t px[64], px2[64];
     /* ENCODE + DENOISE 0..6 + DECODE in one batch == ENCODE, DENOISE 0..2, 2..6, DECODE apart */
-    wf_task t[3] = {dit_task(WF_TASK_ENCODE, 1, 0, 0), dit_task(WF_TASK_DENOISE, 1, 0, 6),
-                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6)};
-    t[2].dit.pixels = px;
-    t[2].dit.pixels_cap = sizeof px;
-    ck_assert_int_eq(run(x, t, 3), WF_OK);
-    for (int i = 0; i < 3; i++) ck_assert_int_eq(t[i].status, WF_OK);
-    ck_assert_int_eq(t[1].dit.latent.latent.step, 6);
+    ck_assert_int_eq(run_whole(x, px, sizeof px), 6);
     wf_task fin = dit_task(WF_TASK_FINISH, 1, 0, 0);
     ck_assert_int_eq(run(x, &fin, 1), WF_OK);
     wf_task s[4] = {dit_task(WF_TASK_ENCODE, 2, 0, 0), dit_task(WF_TASK_DENOISE, 2, 0, 2)};
@@ -122,11 +129,7 @@ START_TEST(latents_cross_executors) {
     ck_assert_ptr_null(wf_dit_exec_latent(home, 5, false)); /* not held */
     ck_assert_ptr_null(wf_dit_exec_latent(home, 0, true));  /* 0 is no id */
     uint8_t ref[64], got[64];
-    wf_task t[3] = {dit_task(WF_TASK_ENCODE, 1, 0, 0), dit_task(WF_TASK_DENOISE, 1, 0, 6),
-                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6)};
-    t[2].dit.pixels = ref;
-    t[2].dit.pixels_cap = sizeof ref;
-    ck_assert_int_eq(run(home, t, 3), WF_OK);
+    ck_assert_int_eq(run_whole(home, ref, sizeof ref), 6);
     wf_dit_exec_latent_drop(home, 1);
     ck_assert_ptr_null(wf_dit_exec_latent(home, 1, false));
     wf_task e = dit_task(WF_TASK_ENCODE, 5, 0, 0);
@@ -160,7 +163,7 @@ START_TEST(latents_cross_executors) {
 }
 END_TEST
 
-int main(void) {
+static Suite *dit_exec_suite(void) {
     Suite *s = suite_create("engine/dit/dit_exec");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
@@ -168,9 +171,7 @@ int main(void) {
     tcase_add_test(tc, schedules_and_classes);
     tcase_add_test(tc, latents_cross_executors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+WF_CHECK_MAIN(dit_exec_suite)

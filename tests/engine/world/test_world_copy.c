@@ -3,6 +3,7 @@
  * as on the ordinary one, and never writes outside the destination.
  * weft-test: labels=unit timeout=60 */
 #include <check.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +54,28 @@ START_TEST(test_copy_streaming_threshold) {
 }
 END_TEST
 
+static void *first_call(void *arg) {
+    *(size_t *)arg = wf__world_stream_min();
+    return NULL;
+}
+
+/* The threshold is computed on first use, possibly by several threads at once (puts run on
+ * any thread): all must see the same value, and under TSan the lazy init must not race. */
+START_TEST(test_stream_min_concurrent_first_use) {
+    enum { N = 4 };
+    pthread_t t[N];
+    size_t got[N];
+    for (int i = 0; i < N; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, first_call, &got[i]), 0);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < N; i++) ck_assert_uint_eq(got[i], wf__world_stream_min());
+}
+END_TEST
+
 static Suite *copy_suite(void) {
     Suite *s = suite_create("world_copy");
     TCase *tc = tcase_create("copy");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_stream_min_concurrent_first_use);
     tcase_add_test(tc, test_copy_small_all_alignments);
     tcase_add_test(tc, test_copy_streaming_threshold);
     suite_add_tcase(s, tc);
