@@ -14,8 +14,10 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -90,7 +92,9 @@ static inline pid_t wt_spawn(const wt_env *env, int rank, wt_rank_fn fn, void *a
     wf_status st = wf_world_create(&cfg, &w, err, sizeof err);
     if (st != WF_OK) {
         fprintf(stderr, "rank %d: world: %s: %s\n", rank, wf_status_name(st), err);
-        _exit(100);
+        /* 101: the coordinator lost its bootstrap port to another process between
+         * wt_free_port and its bind (tests run in parallel): wt_run tries another port */
+        _exit(rank == 0 && strstr(err, "in use") ? 101 : 100);
     }
     int rc = fn(w, wf_world_rank(w), arg);
     wf_world_destroy(w);
@@ -142,12 +146,21 @@ static inline int wt_wait(pid_t *pids, int n, int timeout_s, int *codes) {
     return bad;
 }
 
-/* Runs fn on env->n ranks; returns how many failed. */
+/* Runs fn on env->n ranks; returns how many failed. When no world formed because the
+ * bootstrap port was taken meanwhile (no rank ran fn), it runs again on a fresh port. */
 static inline int wt_run(const wt_env *env, wt_rank_fn fn, void *arg, int timeout_s) {
     pid_t pids[WT_MAX_PROCS];
     int codes[WT_MAX_PROCS];
-    for (int r = 0; r < env->n; r++) pids[r] = wt_spawn(env, r, fn, arg);
-    return wt_wait(pids, env->n, timeout_s, codes);
+    wt_env e = *env;
+    for (int attempt = 0;; attempt++) {
+        for (int r = 0; r < e.n; r++) pids[r] = wt_spawn(&e, r, fn, arg);
+        int bad = wt_wait(pids, e.n, timeout_s, codes);
+        bool port_lost = bad > 0 && codes[0] == 101;
+        for (int r = 1; r < e.n; r++) port_lost = port_lost && (codes[r] == 100 || codes[r] == 0);
+        if (!port_lost || attempt == 2) return bad;
+        fprintf(stderr, "bootstrap port %d was taken by another process: again on a new port\n", e.port);
+        e.port = wt_free_port();
+    }
 }
 
 #endif
