@@ -402,13 +402,30 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
                        (unsigned long long)r[i].transfers, (unsigned long long)r[i].transfers_failed,
                        (unsigned long long)r[i].transfer_bytes);
         wf_jbuf_num(b, r[i].transfer_ms);
-        wf_jbuf_printf(b, ",\"batches_in_flight\":%d", r[i].batches_in_flight);
+        wf_jbuf_printf(b, ",\"batches_in_flight\":%d,\"batches_running\":%d,\"frames_in\":%llu,"
+                       "\"frames_out\":%llu", r[i].batches_in_flight, r[i].batches_running,
+                       (unsigned long long)r[i].frames_in, (unsigned long long)r[i].frames_out);
         wf_jbuf_printf(b, ",\"transfers_compressed\":%llu,\"codec_decisions\":{\"compress\":%llu,"
                        "\"link_fast\":%llu,\"no_profile\":%llu,\"cooling\":%llu},\"codec_last\":",
                        (unsigned long long)r[i].transfers_compressed,
                        (unsigned long long)r[i].codec_reasons[0], (unsigned long long)r[i].codec_reasons[1],
                        (unsigned long long)r[i].codec_reasons[2], (unsigned long long)r[i].codec_reasons[3]);
         wf_jbuf_str(b, r[i].codec_last, strnlen(r[i].codec_last, sizeof r[i].codec_last));
+        wf_jbuf_cstr(b, ",\"codecs\":[");
+        for (int c = 0; c < r[i].n_codecs; c++) {
+            wf_jbuf_cstr(b, c ? ",{\"name\":" : "{\"name\":");
+            wf_jbuf_str(b, r[i].codecs[c].name, strnlen(r[i].codecs[c].name, sizeof r[i].codecs[c].name));
+            wf_jbuf_cstr(b, ",\"cr\":");
+            wf_jbuf_num(b, r[i].codecs[c].cr);
+            wf_jbuf_cstr(b, ",\"enc_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].enc_gbps);
+            wf_jbuf_cstr(b, ",\"dec_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].dec_gbps);
+            wf_jbuf_cstr(b, ",\"b_star_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].b_star_gbps);
+            wf_jbuf_cstr(b, "}");
+        }
+        wf_jbuf_cstr(b, "]");
         wf_jbuf_cstr(b, ",\"last_error\":");
         if (r[i].last_error[0]) wf_jbuf_str(b, r[i].last_error, strnlen(r[i].last_error, sizeof r[i].last_error));
         else wf_jbuf_cstr(b, "null");

@@ -59,6 +59,9 @@ typedef struct wk {
     wf_kv_store kv;                  /* geometry and n_blocks only: the memory is the worker's */
     uint64_t batches;
     int restarts;
+    uint32_t gen;                    /* bumped per process admitted into the slot */
+    int n_codecs;                    /* its WORKER_INFO (lock) */
+    wf_frame_codec_speed codecs[WF_WORKER_CODECS_MAX];
     char last_error[160];
     bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
     uint32_t kv_used;                /* its last heartbeat's count */
@@ -164,6 +167,7 @@ typedef struct pd_job {
     int *pidx, *didx;                /* their tasks' indices in batch */
     int left;                        /* parts still running (ws->lock) */
     int attempts;                    /* prefill dispatches */
+    uint32_t dec_gen;                /* dec->gen at dispatch: the process the KV goes to */
     wf_status dstatus;
     char dmsg[160];
 } pd_job;
@@ -201,7 +205,9 @@ static void pd_finish_part(pd_job *j) {
     /* KV that could not reach a decode worker that is now down: the batch is the group's
      * loss (its requests move or fail naming the worker), not a prefill error. */
     pthread_mutex_lock(&ws->lock);
-    bool dec_down = j->dec->state == WF_WORKER_DOWN;
+    /* A replacement may already serve the slot (a new group): the process this batch's KV
+     * was for is gone all the same. */
+    bool dec_down = j->dec->state == WF_WORKER_DOWN || j->dec->gen != j->dec_gen;
     if (dec_down && st == WF_OK) {
         st = WF_ECLOSED;
         snprintf(msg, sizeof msg, "worker rank %d is down: %.120s", j->dec->rank, j->dec->last_error);
@@ -249,6 +255,11 @@ static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const
     pd_job *j = user;
     bool lost = false;
     for (int i = 0; st == WF_OK && i < part->n_tasks; i++) lost |= part->tasks[i].status == WF_EPEER;
+    pthread_mutex_lock(&j->ws->lock);
+    /* Only the process the KV was for: not a replacement that joined meanwhile (a put to a
+     * dead peer can take a while to fail). */
+    lost &= j->dec->gen == j->dec_gen;
+    pthread_mutex_unlock(&j->ws->lock);
     if (lost) {
         /* The prefill worker's world saw the decode worker fail while it put the KV there:
          * take it down now (its batches end, its group goes), so that these requests end as
@@ -282,6 +293,7 @@ static wf_status pd_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_f
     pthread_mutex_lock(&ws->lock);
     bool down = k->state != WF_WORKER_LIVE || ws->stopping;
     bool busy = k->n_pending + k->n_flight >= MAX_QUEUED;
+    uint32_t gen = k->gen;
     pthread_mutex_unlock(&ws->lock);
     if (down) return WF_ECLOSED;
     if (busy) return WF_EBUSY;
@@ -291,7 +303,7 @@ static wf_status pd_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_f
     wf_task *pt = (wf_task *)(j + 1), *dt = pt + n;
     int *pidx = (int *)(dt + n);
     *j = (pd_job){.ws = ws, .dec = k, .batch = batch, .done = done, .user = user,
-                  .pidx = pidx, .didx = pidx + n};
+                  .pidx = pidx, .didx = pidx + n, .dec_gen = gen};
     j->pb = (wf_task_batch){.tasks = pt, .iteration = batch->iteration};
     j->db = (wf_task_batch){.tasks = dt, .group = batch->group, .iteration = batch->iteration};
     for (int i = 0; i < n; i++) {
@@ -487,6 +499,18 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         }
         return;
     }
+    case WF_FRAME_WORKER_INFO: {
+        static wf_frame_worker_info info; /* comm thread only (and open, before it starts) */
+        if (wf_frame_decode_worker_info(f, &info, err, sizeof err) != WF_OK) break;
+        if (info.n_codecs > WF_WORKER_CODECS_MAX)
+            WF_LOG_WARN("workers", NULL, "worker rank %d: %d codec profiles measured, the stats show the "
+                        "first %d", k->rank, info.n_codecs, WF_WORKER_CODECS_MAX);
+        pthread_mutex_lock(&ws->lock);
+        k->n_codecs = info.n_codecs < WF_WORKER_CODECS_MAX ? info.n_codecs : WF_WORKER_CODECS_MAX;
+        memcpy(k->codecs, info.codecs, (size_t)k->n_codecs * sizeof k->codecs[0]);
+        pthread_mutex_unlock(&ws->lock);
+        return;
+    }
     case WF_FRAME_TASK_EVENT: {
         wf_frame_task_event ev;
         if (ensure_arena(ws, f->hdr.payload_len) != WF_OK) break;
@@ -559,10 +583,16 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
 
 /* ---- the communication thread -------------------------------------------------------------- */
 
+/* Sends the next batch to a worker with none in flight. One at a time because a send blocks
+ * this thread until UCX has the bytes, and a large frame (a rendezvous) or a full eager FIFO
+ * needs the receiver to progress, which a worker computing a batch does not: a send to a busy
+ * worker stalled every other worker for the length of its batch, and failed it (the world's
+ * bound) when the batch took longer (a long prefill under a slow build or on a busy host). An
+ * idle worker progresses within a heartbeat. */
 static void send_pending(wf_workers *ws, wk *k) {
     for (;;) {
         pthread_mutex_lock(&ws->lock);
-        if (k->n_pending == 0 || k->state != WF_WORKER_LIVE) {
+        if (k->n_pending == 0 || k->n_flight > 0 || k->state != WF_WORKER_LIVE) {
             pthread_mutex_unlock(&ws->lock);
             return;
         }
@@ -631,6 +661,7 @@ static void admit_replacement(wf_workers *ws) {
     pthread_mutex_lock(&ws->lock);
     k->state = WF_WORKER_JOINING;
     k->restarts++;
+    k->gen++;
     pthread_mutex_unlock(&ws->lock);
     k->last_heard_ns = wf_clock_now_ns();
     if (wf_link_post(ws->world, &k->link) != WF_OK) worker_down(ws, k, "cannot receive from it");
@@ -690,12 +721,19 @@ static void *comm_main(void *arg) {
                 if (k->state == WF_WORKER_DOWN || wf_link_post(ws->world, &k->link) != WF_OK) break;
             }
             if (k->state == WF_WORKER_DOWN) continue;
+            send_pending(ws, k); /* the next batch, once the last one is answered */
+            if (k->state == WF_WORKER_DOWN) continue;
+            pthread_mutex_lock(&ws->lock);
+            bool busy = k->n_flight > 0;
+            pthread_mutex_unlock(&ws->lock);
             now = wf_clock_now_ns();
             if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
                 worker_down(ws, k, why);
-            } else if (now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
+            } else if (!busy && now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
+                /* Not to a worker running a batch (see send_pending): it reads none until it
+                 * answers, and heartbeats piling up in its FIFO would block this thread. */
                 wf_frame_heartbeat hb = {.seq = now, .time_ns = now};
                 char err[256];
                 if (WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_heartbeat, &hb, err, sizeof err) != WF_OK)
@@ -1000,11 +1038,22 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         o->transfer_ms = (double)k->xfer_ns / 1e6;
         o->transfers_failed = k->xfer_failed;
         o->batches_in_flight = k->n_pending + k->n_flight;
+        o->batches_running = k->n_flight;
         o->transfers_compressed = k->xfer_compressed;
         memcpy(o->codec_reasons, k->xfer_reason, sizeof o->codec_reasons);
         snprintf(o->codec_last, sizeof o->codec_last, "%s", k->xfer_last);
         o->restarts = k->restarts;
         snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
+        o->n_codecs = k->n_codecs;
+        for (int c = 0; c < k->n_codecs; c++) {
+            const wf_frame_codec_speed *m = &k->codecs[c];
+            wf_kv_profile_stats ps = {.cr = m->cr, .enc_gbps = m->enc_gbps, .dec_gbps = m->dec_gbps};
+            snprintf(o->codecs[c].name, sizeof o->codecs[c].name, "%s", m->name);
+            o->codecs[c].cr = m->cr;
+            o->codecs[c].enc_gbps = m->enc_gbps;
+            o->codecs[c].dec_gbps = m->dec_gbps;
+            o->codecs[c].b_star_gbps = wf_kv_profile_b_star_gbps(&ps);
+        }
     }
     pthread_mutex_unlock(&ws->lock);
     return ws->n;

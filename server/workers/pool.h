@@ -53,6 +53,7 @@
 #include "sched/sched.h"
 
 #define WF_WORKERS_MAX 64
+#define WF_WORKER_CODECS_MAX 16   /* codec profiles kept per worker for the stats */
 
 typedef struct wf_workers_params {
     int n_workers;            /* world ranks 1..n_workers */
@@ -102,10 +103,18 @@ typedef struct wf_worker_stats {
     double transfer_ms;
     uint64_t transfers_compressed;            /* of transfers: through a codec profile */
     int batches_in_flight;                    /* dispatched to it, not answered yet */
+    int batches_running;                      /* of those: sent to it (at most one: pool.c) */
     uint64_t codec_reasons[4];                /* decisions per wf_kv_reason */
     char codec_last[64];                      /* the last decision: "k4v4 (compress)" */
     int restarts;
     char last_error[160];
+    /* KV codec profiles as the worker measured them at start-up (its WORKER_INFO): the speeds
+     * its controller uses; b_star_gbps: the link rate below which the profile pays */
+    int n_codecs;
+    struct {
+        char name[32];
+        double cr, enc_gbps, dec_gbps, b_star_gbps;
+    } codecs[WF_WORKER_CODECS_MAX];
 } wf_worker_stats;
 
 void wf_workers_params_init(wf_workers_params *p);

@@ -9,7 +9,8 @@
  *     return wf_worker_main(&p);   // returns when told to shut down or when rank 0 is gone
  *
  * Protocol (proto/ frames, tag WF_WORLD_TAG_USER, all with rank 0): once the engine is loaded
- * the worker sends HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
+ * and its KV codec profiles measured, the worker sends WORKER_INFO (its declared role, the
+ * codec speeds it measured), then HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
  * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
  * heartbeat_ms while idle. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
  * tasks' outputs) and BATCH_DONE. SHUTDOWN ends the process. Rank 0 failing, or silent for
@@ -19,6 +20,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "proto/frame_control.h"
 
 typedef struct wf_worker_params {
     const char *host;         /* the coordinator's bootstrap address */
@@ -38,6 +41,8 @@ typedef struct wf_worker_params {
     const char *kv_profiles;  /* profile library (weft-kvprof's JSON); NULL: always raw */
     const char *kv_codec;     /* "auto" (controller), "off", or a profile name */
     double kv_accuracy;       /* deployment default accuracy budget (0..1) */
+    wf_frame_role pd_role;    /* declared to the coordinator (WORKER_INFO): prefill, decode or
+                                 worker (any: the coordinator's slot decides) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);
