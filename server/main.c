@@ -240,6 +240,7 @@ static int run_worker(const wf_config *cfg) {
     p.kv_profiles = cfg->kv_profiles;
     if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
     p.kv_accuracy = cfg->kv_accuracy;
+    if (cfg->pd_role) p.pd_role = strcmp(cfg->pd_role, "prefill") == 0 ? WF_FRAME_ROLE_PREFILL : WF_FRAME_ROLE_DECODE;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
 #else

@@ -61,6 +61,7 @@ typedef struct wk {
     int restarts;
     uint32_t gen;                    /* bumped per process admitted into the slot */
     int n_codecs;                    /* its WORKER_INFO (lock) */
+    wf_frame_role declared;          /* the role its WORKER_INFO declared (comm thread) */
     wf_frame_codec_speed codecs[WF_WORKER_CODECS_MAX];
     char last_error[160];
     bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
@@ -94,6 +95,7 @@ struct wf_workers {
     uint8_t *arena_mem;
     size_t arena_cap;
     char start_error[160];
+    bool roles_fixed;                /* each slot's role is settled (after open) */
 };
 
 void wf_workers_params_init(wf_workers_params *p) {
@@ -360,7 +362,7 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                     "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens", mbt,
                     "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms", hb,
                     "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL, NULL, NULL, NULL, NULL,
-                    NULL, NULL};
+                    NULL, NULL, NULL, NULL};
     int argc = 0;
     while (argv[argc]) argc++;
     char acc[32];
@@ -376,6 +378,12 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         snprintf(acc, sizeof acc, "%.6g", ws->p.kv_accuracy);
         argv[argc++] = "--kv-accuracy";
         argv[argc++] = acc;
+    }
+    if (ws->p.n_prefill > 0 && replacement) {
+        /* A replacement fills its slot's role. A first start declares none: slots are dealt in
+         * join order, and the undeclared take the places left in rank order (prefill first). */
+        argv[argc++] = "--pd-role";
+        argv[argc++] = k->prefill ? "prefill" : "decode";
     }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
@@ -470,6 +478,60 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
 
 /* ---- frames from a worker ------------------------------------------------------------------ */
 
+static const char *slot_role(const wf_workers *ws, const wk *k) {
+    return ws->p.n_prefill == 0 ? "worker" : k->prefill ? "prefill" : "decode";
+}
+
+/* Whether the role a worker declared (--pd-role) does not fit its slot; why says so. */
+static bool role_mismatch(const wf_workers *ws, const wk *k, char *why, size_t cap) {
+    wf_frame_role want = ws->p.n_prefill == 0 ? WF_FRAME_ROLE_WORKER
+                         : k->prefill         ? WF_FRAME_ROLE_PREFILL
+                                              : WF_FRAME_ROLE_DECODE;
+    if (k->declared == WF_FRAME_ROLE_WORKER || k->declared == want) return false;
+    if (ws->p.n_prefill == 0)
+        snprintf(why, cap, "it declared --pd-role %s, but this coordinator has no prefill/decode pools "
+                 "(--prefill-workers, --decode-workers)", wf_frame_role_str(k->declared));
+    else
+        snprintf(why, cap, "it declared the role %s, but rank %d is a %s slot", wf_frame_role_str(k->declared),
+                 k->rank, slot_role(ws, k));
+    return true;
+}
+
+/* Once every worker joined and said what it is: workers that declared a role (--pd-role, a
+ * joined worker; the coordinator's own are started with theirs) serve in that pool, the rest
+ * fill the places left, in rank order. The pool sizes are the coordinator's. */
+static wf_status assign_roles(wf_workers *ws, char *err, size_t errlen) {
+    int n_pre = 0, n_dec = 0;
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (k->declared != WF_FRAME_ROLE_WORKER && ws->p.n_prefill == 0) {
+            char why[200];
+            role_mismatch(ws, k, why, sizeof why);
+            return wf_status_errorf(err, errlen, WF_EINVAL, "worker rank %d: %s", k->rank, why);
+        }
+        if (k->declared == WF_FRAME_ROLE_DIT)
+            return wf_status_errorf(err, errlen, WF_EINVAL, "worker rank %d declared the role dit: "
+                                    "prefill/decode pools take prefill or decode workers", k->rank);
+        n_pre += k->declared == WF_FRAME_ROLE_PREFILL;
+        n_dec += k->declared == WF_FRAME_ROLE_DECODE;
+    }
+    if (ws->p.n_prefill == 0) return WF_OK;
+    if (n_pre > ws->p.n_prefill || n_dec > ws->n - ws->p.n_prefill)
+        return wf_status_errorf(err, errlen, WF_EINVAL,
+                                "%d worker(s) declared prefill and %d decode, but the pools are "
+                                "--prefill-workers %d and --decode-workers %d", n_pre, n_dec,
+                                ws->p.n_prefill, ws->n - ws->p.n_prefill);
+    int pre_left = ws->p.n_prefill - n_pre;
+    pthread_mutex_lock(&ws->lock);
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (k->declared == WF_FRAME_ROLE_WORKER) k->prefill = pre_left-- > 0;
+        else k->prefill = k->declared == WF_FRAME_ROLE_PREFILL;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return WF_OK;
+}
+
 static wf_status ensure_arena(wf_workers *ws, size_t payload_len) {
     size_t need = wf_link_arena_bound(payload_len);
     if (need <= ws->arena_cap) return WF_OK;
@@ -509,6 +571,9 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         k->n_codecs = info.n_codecs < WF_WORKER_CODECS_MAX ? info.n_codecs : WF_WORKER_CODECS_MAX;
         memcpy(k->codecs, info.codecs, (size_t)k->n_codecs * sizeof k->codecs[0]);
         pthread_mutex_unlock(&ws->lock);
+        k->declared = info.role;
+        char why[160];
+        if (ws->roles_fixed && role_mismatch(ws, k, why, sizeof why)) worker_down(ws, k, why);
         return;
     }
     case WF_FRAME_TASK_EVENT: {
@@ -971,6 +1036,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
             goto fail;
         }
     if ((st = wait_ready(ws, err, errlen)) != WF_OK) goto fail;
+    if ((st = assign_roles(ws, err, errlen)) != WF_OK) goto fail;
+    ws->roles_fixed = true;
     for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
     ws->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (ws->wake_fd < 0 || pthread_create(&ws->thread, NULL, comm_main, ws) != 0) {

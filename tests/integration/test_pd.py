@@ -119,6 +119,14 @@ def test_nothing_sent_to_a_busy_worker(pd):
     made prefills that long). The old code sent a heartbeat every 200 ms here."""
     results = {}
     checked = 0
+
+    def sample(rank):
+        return [x for x in admin_workers(pd) if x["rank"] == rank][0]
+
+    def same_batch(a, b):  # nothing came back from the worker between the two samples
+        return (b["batches_running"] == 1 and b["batches"] == a["batches"]
+                and b["frames_in"] == a["frames_in"])
+
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futs = [pool.submit(run_long, pd.base, 10 + i, results) for i in range(4)]
         deadline = time.monotonic() + 120
@@ -126,16 +134,20 @@ def test_nothing_sent_to_a_busy_worker(pd):
             for w in admin_workers(pd):
                 if w["role"] != "prefill" or w["batches_running"] != 1:
                     continue
+                # b settles the count: the batch's own dispatch may still have been on its way
+                # at a. The old code sent a heartbeat in every 300 ms, so it never got past here.
+                time.sleep(0.3)
+                b = sample(w["rank"])
+                if not same_batch(w, b) or b["frames_out"] != w["frames_out"]:
+                    continue
                 time.sleep(0.45)  # > 2 heartbeat periods
-                again = [x for x in admin_workers(pd) if x["rank"] == w["rank"]][0]
-                # The same batch still runs: nothing came back from the worker meanwhile.
-                if (again["batches_running"] == 1 and again["batches"] == w["batches"]
-                        and again["frames_in"] == w["frames_in"]):
-                    assert again["frames_out"] == w["frames_out"], (w, again)
+                c = sample(w["rank"])
+                if same_batch(b, c):
+                    assert c["frames_out"] == b["frames_out"], (b, c)
                     checked += 1
             time.sleep(0.01)
         concurrent.futures.wait(futs, timeout=300)
-    assert checked > 0, "no prefill was seen running long enough to check"
+    assert checked > 0, "no prefill ran 0.75 s without a frame sent to its worker"
     for i in range(4):
         assert results[10 + i][0] == "ok", results[10 + i]
     assert_no_blocks_held(pd)
