@@ -102,6 +102,10 @@
  * CANCEL (6): u8 scope (wf_frame_cancel_scope), u64 id (request seq or batch iteration).
  * DRAIN (7): u64 deadline_ns (0: none).
  * SHUTDOWN (8), ERROR (9): i32 status, str<256> message.
+ * WORKER_INFO (10), worker -> coordinator, once, after its model loaded and before its first
+ *   HEARTBEAT: u8 role (wf_frame_role), u32 n_codecs (<= WF_FRAME_MAX_CODECS), per codec
+ *   profile: str<32> name, f32 cr, f32 enc_gbps, f32 dec_gbps (each finite and > 0: measured
+ *   on the worker at start-up).
  *
  * ---- Task frames (proto/frame_task.h) ------------------------------------------------------
  * TASK_DISPATCH (16), coordinator -> ranks of a group: u64 iteration, group, u32 n_tasks
@@ -165,6 +169,8 @@
 #define WF_FRAME_MAX_LOGIT_BIAS 4096     /* logit_bias entries per sampling */
 #define WF_FRAME_MAX_RANGES 4096         /* byte ranges per transfer */
 #define WF_FRAME_MAX_CORE_WORDS 16       /* core mask: 1024 cores */
+#define WF_FRAME_MAX_CODECS 64           /* KV codec profiles per WORKER_INFO */
+#define WF_FRAME_CODEC_NAME_MAX 32       /* a KV codec profile's name incl. NUL */
 #define WF_FRAME_UCX_ADDRESS_MAX 8192    /* bytes of a UCX worker address */
 #define WF_FRAME_RKEY_MAX 4096           /* bytes of a packed remote key */
 #define WF_FRAME_HOST_MAX 64             /* host name incl. NUL */
@@ -182,6 +188,7 @@ typedef enum wf_frame_type {
     WF_FRAME_DRAIN = 7,
     WF_FRAME_SHUTDOWN = 8,
     WF_FRAME_ERROR = 9,
+    WF_FRAME_WORKER_INFO = 10,
     WF_FRAME_TASK_DISPATCH = 16,
     WF_FRAME_TASK_EVENT = 17,
     WF_FRAME_BATCH_DONE = 18,

@@ -328,3 +328,57 @@ wf_status wf_frame_decode_status_msg(const wf_frame_view *f, wf_frame_status_msg
     wf__fr_str_fixed(&r, out->message, WF_FRAME_MESSAGE_MAX, "message");
     return wf__fr_end(&r);
 }
+
+/* ---- WORKER_INFO ---------------------------------------------------------------------------- */
+
+static bool speed_ok(float v) { return v > 0 && v < 1e9f; } /* finite and positive (NaN fails) */
+
+wf_status wf_frame_encode_worker_info(const wf_frame_worker_info *m, void *buf, size_t cap,
+                                      size_t *len, char *err, size_t errlen) {
+    wf__fw w;
+    wf__fw_init(&w, buf, cap, err, errlen);
+    if ((unsigned)m->role >= WF_FRAME_ROLE_COUNT) wf__fw_fail(&w, "role %d out of range", (int)m->role);
+    if (m->n_codecs < 0 || m->n_codecs > WF_FRAME_MAX_CODECS)
+        wf__fw_fail(&w, "n_codecs %d out of 0..%d", m->n_codecs, WF_FRAME_MAX_CODECS);
+    int n = m->n_codecs < 0 ? 0 : m->n_codecs > WF_FRAME_MAX_CODECS ? WF_FRAME_MAX_CODECS : m->n_codecs;
+    for (int i = 0; i < n; i++) {
+        const wf_frame_codec_speed *c = &m->codecs[i];
+        if (!speed_ok(c->cr) || !speed_ok(c->enc_gbps) || !speed_ok(c->dec_gbps))
+            wf__fw_fail(&w, "codec %d (%.32s): cr, enc_gbps and dec_gbps must be finite and > 0", i,
+                        c->name);
+    }
+    wf__fw_u8(&w, (uint8_t)m->role);
+    wf__fw_u32(&w, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        const wf_frame_codec_speed *c = &m->codecs[i];
+        wf__fw_str(&w, c->name, WF_FRAME_CODEC_NAME_MAX, "codec name");
+        wf__fw_f32(&w, c->cr);
+        wf__fw_f32(&w, c->enc_gbps);
+        wf__fw_f32(&w, c->dec_gbps);
+    }
+    return wf__fw_finish(&w, WF_FRAME_WORKER_INFO, len);
+}
+
+wf_status wf_frame_decode_worker_info(const wf_frame_view *f, wf_frame_worker_info *out, char *err,
+                                      size_t errlen) {
+    wf__fr r;
+    wf__fr_init(&r, f, WF_FRAME_WORKER_INFO, NULL, err, errlen);
+    memset(out, 0, sizeof *out);
+    uint8_t role = wf__fr_u8(&r, "role");
+    if (r.st == WF_OK && role >= WF_FRAME_ROLE_COUNT) wf__fr_fail(&r, WF_ERANGE, "role %u out of range", role);
+    out->role = (wf_frame_role)role;
+    /* Each codec takes at least 14 bytes: an empty name's u16 length and three f32. */
+    uint32_t n = wf__fr_count(&r, WF_FRAME_MAX_CODECS, 14, "n_codecs");
+    for (uint32_t i = 0; r.st == WF_OK && i < n; i++) {
+        wf_frame_codec_speed *c = &out->codecs[i];
+        wf__fr_str_fixed(&r, c->name, WF_FRAME_CODEC_NAME_MAX, "codec name");
+        c->cr = wf__fr_f32(&r, "cr");
+        c->enc_gbps = wf__fr_f32(&r, "enc_gbps");
+        c->dec_gbps = wf__fr_f32(&r, "dec_gbps");
+        if (r.st == WF_OK && (!speed_ok(c->cr) || !speed_ok(c->enc_gbps) || !speed_ok(c->dec_gbps)))
+            wf__fr_fail(&r, WF_ERANGE, "codec %u (%s): cr, enc_gbps and dec_gbps must be finite and > 0", i,
+                        c->name);
+    }
+    out->n_codecs = r.st == WF_OK ? (int)n : 0;
+    return wf__fr_end(&r);
+}

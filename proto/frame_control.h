@@ -1,5 +1,5 @@
 /* Control frames between the coordinator and worker ranks: joining (HELLO, WELCOME or REJECT,
- * WORLD_TABLE), liveness and load (HEARTBEAT), and steering (CANCEL, DRAIN, SHUTDOWN, ERROR).
+ * WORLD_TABLE), liveness and load (HEARTBEAT), what a worker is (WORKER_INFO), and steering (CANCEL, DRAIN, SHUTDOWN, ERROR).
  * Wire layouts: the tables in proto/frame.h.
  *
  *     // worker
@@ -127,6 +127,20 @@ typedef struct wf_frame_status_msg {
     char message[WF_FRAME_MESSAGE_MAX];
 } wf_frame_status_msg;
 
+/* A KV codec profile as a worker measured it at start-up. */
+typedef struct wf_frame_codec_speed {
+    char name[WF_FRAME_CODEC_NAME_MAX];
+    float cr, enc_gbps, dec_gbps;      /* compression ratio, GB/s of F16 KV in / out */
+} wf_frame_codec_speed;
+
+/* What a worker is, once it loaded: the role it declares (a worker joined from another host
+ * says whether it prefills or decodes) and its KV codec speeds. */
+typedef struct wf_frame_worker_info {
+    wf_frame_role role;
+    int n_codecs;                      /* <= WF_FRAME_MAX_CODECS */
+    wf_frame_codec_speed codecs[WF_FRAME_MAX_CODECS];
+} wf_frame_worker_info;
+
 /* Encoders: (message, buf, cap, &len, err, errlen) -> WF_OK / WF_ERANGE / WF_EINVAL. */
 wf_status wf_frame_encode_hello(const wf_frame_hello *m, void *buf, size_t cap, size_t *len,
                                 char *err, size_t errlen);
@@ -142,6 +156,8 @@ wf_status wf_frame_encode_cancel(const wf_frame_cancel *m, void *buf, size_t cap
                                  char *err, size_t errlen);
 wf_status wf_frame_encode_drain(const wf_frame_drain *m, void *buf, size_t cap, size_t *len,
                                 char *err, size_t errlen);
+wf_status wf_frame_encode_worker_info(const wf_frame_worker_info *m, void *buf, size_t cap,
+                                      size_t *len, char *err, size_t errlen);
 /* type: WF_FRAME_SHUTDOWN or WF_FRAME_ERROR. */
 wf_status wf_frame_encode_status_msg(wf_frame_type type, const wf_frame_status_msg *m, void *buf,
                                      size_t cap, size_t *len, char *err, size_t errlen);
@@ -161,6 +177,8 @@ wf_status wf_frame_decode_cancel(const wf_frame_view *f, wf_frame_cancel *out, c
                                  size_t errlen);
 wf_status wf_frame_decode_drain(const wf_frame_view *f, wf_frame_drain *out, char *err,
                                 size_t errlen);
+wf_status wf_frame_decode_worker_info(const wf_frame_view *f, wf_frame_worker_info *out, char *err,
+                                      size_t errlen);
 /* Accepts a SHUTDOWN or an ERROR frame (f->hdr.type says which). */
 wf_status wf_frame_decode_status_msg(const wf_frame_view *f, wf_frame_status_msg *out, char *err,
                                      size_t errlen);

@@ -81,6 +81,7 @@ static const option_spec options[] = {
     {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
     {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},
     {"join", OPT_STRING, FIELD(join), 0, 0, "HOST:PORT", "worker role: the coordinator's world bootstrap address"},
+    {"pd-role", OPT_STRING, FIELD(pd_role), 0, 0, "prefill|decode", "worker role: the pool this worker serves when the coordinator runs --prefill-workers/--decode-workers (declared when it joins; default: the slot it gets decides)"},
     {"world-host", OPT_STRING, FIELD(world_host), 0, 0, "ADDR", "with --workers: bootstrap address workers connect to (default 127.0.0.1; 0.0.0.0 for workers on other hosts)"},
     {"world-port", OPT_INT, FIELD(world_port), 0, 65535, "N", "with --workers: bootstrap TCP port (default 0: a free port, logged)"},
     {"world-size", OPT_INT, FIELD(world_size), 0, 65, "N", "worker role: ranks in the world (default --workers + 1)"},
@@ -170,6 +171,8 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
             return fail(err, errlen, "--role worker needs the world's size: --workers N (the coordinator's) or --world-size N+1");
         if (cfg->rank == 0 || cfg->rank >= cfg->world_size)
             return fail(err, errlen, "--rank %d: a worker's slot is 1..%d", cfg->rank, cfg->world_size - 1);
+        if (cfg->pd_role && strcmp(cfg->pd_role, "prefill") != 0 && strcmp(cfg->pd_role, "decode") != 0)
+            return fail(err, errlen, "--pd-role must be prefill or decode (got '%s')", cfg->pd_role);
         return 0;
     }
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
@@ -179,6 +182,9 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
         strncmp(cfg->dit_policy, "rssp:", 5) != 0 && strncmp(cfg->dit_policy, "static:", 7) != 0)
         return fail(err, errlen, "--dit-policy '%s': expected static:K, rssp, rssp:TOKENS=P,.. or elastic",
                     cfg->dit_policy);
+    if (cfg->pd_role)
+        return fail(err, errlen, "--pd-role is for --role worker (the coordinator sizes the pools with "
+                    "--prefill-workers and --decode-workers)");
     if (cfg->workers == 0 && (cfg->worker_cores || cfg->local_workers >= 0))
         return fail(err, errlen, "--worker-cores and --local-workers need --workers N");
     if (cfg->local_workers > cfg->workers)

@@ -85,6 +85,7 @@ typedef struct wf_config {
     double kv_accuracy;     /* deployment default kv_accuracy (0..1) */
     char *role;             /* "server" (default) or "worker" */
     char *join;             /* worker role: the coordinator's HOST:PORT */
+    char *pd_role;          /* worker role: "prefill" or "decode" (declared when it joins) */
     char *world_host;       /* coordinator: bootstrap address to listen on */
     int world_port;         /* coordinator: bootstrap port (0: a free one) */
     int world_size;         /* worker role: ranks in the world (default: --workers + 1) */

@@ -216,12 +216,17 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->transfer_ms = st[i].transfer_ms;
         r->transfers_compressed = st[i].transfers_compressed;
         r->batches_in_flight = st[i].batches_in_flight;
+        r->batches_running = st[i].batches_running;
+        r->frames_in = st[i].frames_in;
+        r->frames_out = st[i].frames_out;
         memcpy(r->codec_reasons, st[i].codec_reasons, sizeof r->codec_reasons);
         snprintf(r->codec_last, sizeof r->codec_last, "%s", st[i].codec_last);
         r->restarts = st[i].restarts;
         r->dit_chunks = i < WF_WORKERS_MAX ? ds.rank_chunks[i] : 0;
         r->dit_cfg_chunks = i < WF_WORKERS_MAX ? ds.rank_cfg_chunks[i] : 0;
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
+        r->n_codecs = st[i].n_codecs < 16 ? st[i].n_codecs : 16;
+        memcpy(r->codecs, st[i].codecs, (size_t)r->n_codecs * sizeof r->codecs[0]);
     }
     return n;
 }

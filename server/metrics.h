@@ -118,12 +118,19 @@ typedef struct wf_server_rank {
     double transfer_ms;
     uint64_t transfers_compressed;
     int batches_in_flight;
+    int batches_running;      /* of those: sent to the worker (one at a time) */
+    uint64_t frames_in, frames_out; /* frames from and to it (heartbeats included) */
     uint64_t codec_reasons[4]; /* the KV controller's decisions: compress, link_fast, no_profile, cooling */
     char codec_last[64];
     int restarts;
     char last_error[160];
     uint64_t dit_chunks;      /* DiT DENOISE chunks it ran (a multi-rank chunk counts on each member) */
     uint64_t dit_cfg_chunks;  /* of which guidance-parallel (CFG, two ranks) */
+    int n_codecs;             /* KV codec profiles as the worker measured them at start-up */
+    struct {
+        char name[32];
+        double cr, enc_gbps, dec_gbps, b_star_gbps;
+    } codecs[16];
 } wf_server_rank;
 
 #define WF_SERVER_MAX_RANKS 64

@@ -415,8 +415,10 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
                        (unsigned long long)r[i].transfers, (unsigned long long)r[i].transfers_failed,
                        (unsigned long long)r[i].transfer_bytes);
         wf_jbuf_num(b, r[i].transfer_ms);
-        wf_jbuf_printf(b, ",\"batches_in_flight\":%d,\"dit_chunks\":%llu,\"dit_cfg_chunks\":%llu",
-                       r[i].batches_in_flight, (unsigned long long)r[i].dit_chunks,
+        wf_jbuf_printf(b, ",\"batches_in_flight\":%d,\"batches_running\":%d,\"frames_in\":%llu,"
+                       "\"frames_out\":%llu,\"dit_chunks\":%llu,\"dit_cfg_chunks\":%llu",
+                       r[i].batches_in_flight, r[i].batches_running, (unsigned long long)r[i].frames_in,
+                       (unsigned long long)r[i].frames_out, (unsigned long long)r[i].dit_chunks,
                        (unsigned long long)r[i].dit_cfg_chunks);
         wf_jbuf_printf(b, ",\"transfers_compressed\":%llu,\"codec_decisions\":{\"compress\":%llu,"
                        "\"link_fast\":%llu,\"no_profile\":%llu,\"cooling\":%llu},\"codec_last\":",
@@ -424,6 +426,21 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
                        (unsigned long long)r[i].codec_reasons[0], (unsigned long long)r[i].codec_reasons[1],
                        (unsigned long long)r[i].codec_reasons[2], (unsigned long long)r[i].codec_reasons[3]);
         wf_jbuf_str(b, r[i].codec_last, strnlen(r[i].codec_last, sizeof r[i].codec_last));
+        wf_jbuf_cstr(b, ",\"codecs\":[");
+        for (int c = 0; c < r[i].n_codecs; c++) {
+            wf_jbuf_cstr(b, c ? ",{\"name\":" : "{\"name\":");
+            wf_jbuf_str(b, r[i].codecs[c].name, strnlen(r[i].codecs[c].name, sizeof r[i].codecs[c].name));
+            wf_jbuf_cstr(b, ",\"cr\":");
+            wf_jbuf_num(b, r[i].codecs[c].cr);
+            wf_jbuf_cstr(b, ",\"enc_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].enc_gbps);
+            wf_jbuf_cstr(b, ",\"dec_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].dec_gbps);
+            wf_jbuf_cstr(b, ",\"b_star_gbps\":");
+            wf_jbuf_num(b, r[i].codecs[c].b_star_gbps);
+            wf_jbuf_cstr(b, "}");
+        }
+        wf_jbuf_cstr(b, "]");
         wf_jbuf_cstr(b, ",\"last_error\":");
         if (r[i].last_error[0]) wf_jbuf_str(b, r[i].last_error, strnlen(r[i].last_error, sizeof r[i].last_error));
         else wf_jbuf_cstr(b, "null");

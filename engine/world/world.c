@@ -691,6 +691,22 @@ wf_status wf_world_flush(wf_world *w) {
     return st;
 }
 
+wf_status wf_world_flush_peer(wf_world *w, int peer_rank) {
+    if (peer_rank < 0 || peer_rank >= w->n) return fail(w, WF_EINVAL, peer_rank, "flush: no rank %d", peer_rank);
+    ucp_ep_h ep;
+    wf_status st = get_ep(w, peer_rank, &ep);
+    if (st != WF_OK) return st;
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *req = ucp_ep_flush_nbx(ep, &prm);
+    if (req == NULL) return WF_OK;
+    if (UCS_PTR_IS_ERR(req))
+        return fail(w, WF_EPEER, peer_rank, "flush to rank %d: %s", peer_rank,
+                    ucs_status_string(UCS_PTR_STATUS(req)));
+    /* Waited for like an operation with that peer: its liveness is checked meanwhile. */
+    wf_world_op op = {.kind = WF_WORLD_PUT, .peer = peer_rank, .req_ = req, .status = WF_IN_PROGRESS};
+    return wf_world_wait(w, &op, 1);
+}
+
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer_rank) {
     if (offset % 8 || offset + 8 > w->sym_size || peer_rank < 0 || peer_rank >= w->n)
         return fail(w, WF_EINVAL, peer_rank, "bad flag offset %zu", offset);

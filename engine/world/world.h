@@ -212,6 +212,9 @@ wf_status wf_world_run(wf_world *w, wf_world_op *ops, int n);
 wf_status wf_world_fence(wf_world *w);
 /* Waits until every PUT posted so far is complete at its target. */
 wf_status wf_world_flush(wf_world *w);
+/* The same for the PUTs to one peer: unlike wf_world_flush it knows whom it waits for, so a
+ * peer that dies meanwhile fails it at once (WF_EPEER) instead of at the time-out. */
+wf_status wf_world_flush_peer(wf_world *w, int peer_rank);
 /* Waits until the uint64 at `offset` of this rank's symmetric buffer is >= value (a peer's
  * flag PUT), progressing meanwhile. `peer` is the rank expected to write it (named on time-out
  * and checked for failure). Returns WF_OK, WF_ETIMEDOUT, WF_EPEER, WF_EINVAL. */

@@ -61,6 +61,10 @@ typedef struct wk {
     wf_kv_store kv;                  /* geometry and n_blocks only: the memory is the worker's */
     uint64_t batches;
     int restarts;
+    uint32_t gen;                    /* bumped per process admitted into the slot */
+    int n_codecs;                    /* its WORKER_INFO (lock) */
+    wf_frame_role declared;          /* the role its WORKER_INFO declared (comm thread) */
+    wf_frame_codec_speed codecs[WF_WORKER_CODECS_MAX];
     char last_error[160];
     bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
     uint32_t kv_used;                /* its last heartbeat's count */
@@ -93,6 +97,7 @@ struct wf_workers {
     uint8_t *arena_mem;
     size_t arena_cap;
     char start_error[160];
+    bool roles_fixed;                /* each slot's role is settled (after open) */
 };
 
 void wf_workers_params_init(wf_workers_params *p) {
@@ -202,6 +207,7 @@ typedef struct pd_job {
     int *pidx, *didx;                /* their tasks' indices in batch */
     int left;                        /* parts still running (ws->lock) */
     int attempts;                    /* prefill dispatches */
+    uint32_t dec_gen;                /* dec->gen at dispatch: the process the KV goes to */
     wf_status dstatus;
     char dmsg[160];
 } pd_job;
@@ -239,7 +245,9 @@ static void pd_finish_part(pd_job *j) {
     /* KV that could not reach a decode worker that is now down: the batch is the group's
      * loss (its requests move or fail naming the worker), not a prefill error. */
     pthread_mutex_lock(&ws->lock);
-    bool dec_down = j->dec->state == WF_WORKER_DOWN;
+    /* A replacement may already serve the slot (a new group): the process this batch's KV
+     * was for is gone all the same. */
+    bool dec_down = j->dec->state == WF_WORKER_DOWN || j->dec->gen != j->dec_gen;
     if (dec_down && st == WF_OK) {
         st = WF_ECLOSED;
         snprintf(msg, sizeof msg, "worker rank %d is down: %.120s", j->dec->rank, j->dec->last_error);
@@ -287,6 +295,11 @@ static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const
     pd_job *j = user;
     bool lost = false;
     for (int i = 0; st == WF_OK && i < part->n_tasks; i++) lost |= part->tasks[i].status == WF_EPEER;
+    pthread_mutex_lock(&j->ws->lock);
+    /* Only the process the KV was for: not a replacement that joined meanwhile (a put to a
+     * dead peer can take a while to fail). */
+    lost &= j->dec->gen == j->dec_gen;
+    pthread_mutex_unlock(&j->ws->lock);
     if (lost) {
         /* The prefill worker's world saw the decode worker fail while it put the KV there:
          * take it down now (its batches end, its group goes), so that these requests end as
@@ -320,6 +333,7 @@ static wf_status pd_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_f
     pthread_mutex_lock(&ws->lock);
     bool down = k->state != WF_WORKER_LIVE || ws->stopping;
     bool busy = k->n_pending + k->n_flight >= MAX_QUEUED;
+    uint32_t gen = k->gen;
     pthread_mutex_unlock(&ws->lock);
     if (down) return WF_ECLOSED;
     if (busy) return WF_EBUSY;
@@ -329,7 +343,7 @@ static wf_status pd_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done_f
     wf_task *pt = (wf_task *)(j + 1), *dt = pt + n;
     int *pidx = (int *)(dt + n);
     *j = (pd_job){.ws = ws, .dec = k, .batch = batch, .done = done, .user = user,
-                  .pidx = pidx, .didx = pidx + n};
+                  .pidx = pidx, .didx = pidx + n, .dec_gen = gen};
     j->pb = (wf_task_batch){.tasks = pt, .iteration = batch->iteration};
     j->db = (wf_task_batch){.tasks = dt, .group = batch->group, .iteration = batch->iteration};
     for (int i = 0; i < n; i++) {
@@ -388,8 +402,9 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
     int argc = 0;
     while (base[argc]) argc++;
-    /* the base, 6 optional KV arguments, 2 for a DiT, 2 per virtual model, the NULL */
-    char **argv = calloc((size_t)argc + 9 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
+    /* the base, 6 optional KV arguments, 2 for a DiT, 2 for a PD role, 2 per virtual model,
+     * the NULL */
+    char **argv = calloc((size_t)argc + 11 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
     if (!argv) return WF_ENOMEM;
     memcpy(argv, base, (size_t)argc * sizeof *argv);
     for (int i = 0; i < ws->p.n_vmodels; i++) {
@@ -413,6 +428,12 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
     if (ws->dit_path) { /* a second --model: the worker sorts LLM and DiT as weftd does */
         argv[argc++] = "--model";
         argv[argc++] = ws->dit_path;
+    }
+    if (ws->p.n_prefill > 0 && replacement) {
+        /* A replacement fills its slot's role. A first start declares none: slots are dealt in
+         * join order, and the undeclared take the places left in rank order (prefill first). */
+        argv[argc++] = "--pd-role";
+        argv[argc++] = k->prefill ? "prefill" : "decode";
     }
     /* No PR_SET_PDEATHSIG: it fires when the forking *thread* ends (weftd loads on a helper
      * thread). A worker notices rank 0's end itself (world liveness, heartbeats). */
@@ -531,6 +552,60 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
 
 /* ---- frames from a worker ------------------------------------------------------------------ */
 
+static const char *slot_role(const wf_workers *ws, const wk *k) {
+    return ws->p.n_prefill == 0 ? "worker" : k->prefill ? "prefill" : "decode";
+}
+
+/* Whether the role a worker declared (--pd-role) does not fit its slot; why says so. */
+static bool role_mismatch(const wf_workers *ws, const wk *k, char *why, size_t cap) {
+    wf_frame_role want = ws->p.n_prefill == 0 ? WF_FRAME_ROLE_WORKER
+                         : k->prefill         ? WF_FRAME_ROLE_PREFILL
+                                              : WF_FRAME_ROLE_DECODE;
+    if (k->declared == WF_FRAME_ROLE_WORKER || k->declared == want) return false;
+    if (ws->p.n_prefill == 0)
+        snprintf(why, cap, "it declared --pd-role %s, but this coordinator has no prefill/decode pools "
+                 "(--prefill-workers, --decode-workers)", wf_frame_role_str(k->declared));
+    else
+        snprintf(why, cap, "it declared the role %s, but rank %d is a %s slot", wf_frame_role_str(k->declared),
+                 k->rank, slot_role(ws, k));
+    return true;
+}
+
+/* Once every worker joined and said what it is: workers that declared a role (--pd-role, a
+ * joined worker; the coordinator's own are started with theirs) serve in that pool, the rest
+ * fill the places left, in rank order. The pool sizes are the coordinator's. */
+static wf_status assign_roles(wf_workers *ws, char *err, size_t errlen) {
+    int n_pre = 0, n_dec = 0;
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (k->declared != WF_FRAME_ROLE_WORKER && ws->p.n_prefill == 0) {
+            char why[200];
+            role_mismatch(ws, k, why, sizeof why);
+            return wf_status_errorf(err, errlen, WF_EINVAL, "worker rank %d: %s", k->rank, why);
+        }
+        if (k->declared == WF_FRAME_ROLE_DIT)
+            return wf_status_errorf(err, errlen, WF_EINVAL, "worker rank %d declared the role dit: "
+                                    "prefill/decode pools take prefill or decode workers", k->rank);
+        n_pre += k->declared == WF_FRAME_ROLE_PREFILL;
+        n_dec += k->declared == WF_FRAME_ROLE_DECODE;
+    }
+    if (ws->p.n_prefill == 0) return WF_OK;
+    if (n_pre > ws->p.n_prefill || n_dec > ws->n - ws->p.n_prefill)
+        return wf_status_errorf(err, errlen, WF_EINVAL,
+                                "%d worker(s) declared prefill and %d decode, but the pools are "
+                                "--prefill-workers %d and --decode-workers %d", n_pre, n_dec,
+                                ws->p.n_prefill, ws->n - ws->p.n_prefill);
+    int pre_left = ws->p.n_prefill - n_pre;
+    pthread_mutex_lock(&ws->lock);
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (k->declared == WF_FRAME_ROLE_WORKER) k->prefill = pre_left-- > 0;
+        else k->prefill = k->declared == WF_FRAME_ROLE_PREFILL;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return WF_OK;
+}
+
 static wf_status ensure_arena(wf_workers *ws, size_t payload_len) {
     size_t need = wf_link_arena_bound(payload_len);
     if (need <= ws->arena_cap) return WF_OK;
@@ -558,6 +633,21 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
             }
             worker_ready(ws, k, hb.kv_blocks_total);
         }
+        return;
+    }
+    case WF_FRAME_WORKER_INFO: {
+        static wf_frame_worker_info info; /* comm thread only (and open, before it starts) */
+        if (wf_frame_decode_worker_info(f, &info, err, sizeof err) != WF_OK) break;
+        if (info.n_codecs > WF_WORKER_CODECS_MAX)
+            WF_LOG_WARN("workers", NULL, "worker rank %d: %d codec profiles measured, the stats show the "
+                        "first %d", k->rank, info.n_codecs, WF_WORKER_CODECS_MAX);
+        pthread_mutex_lock(&ws->lock);
+        k->n_codecs = info.n_codecs < WF_WORKER_CODECS_MAX ? info.n_codecs : WF_WORKER_CODECS_MAX;
+        memcpy(k->codecs, info.codecs, (size_t)k->n_codecs * sizeof k->codecs[0]);
+        pthread_mutex_unlock(&ws->lock);
+        k->declared = info.role;
+        char why[160];
+        if (ws->roles_fixed && role_mismatch(ws, k, why, sizeof why)) worker_down(ws, k, why);
         return;
     }
     case WF_FRAME_TASK_EVENT: {
@@ -642,10 +732,16 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
 
 /* ---- the communication thread -------------------------------------------------------------- */
 
+/* Sends the next batch to a worker with none in flight. One at a time because a send blocks
+ * this thread until UCX has the bytes, and a large frame (a rendezvous) or a full eager FIFO
+ * needs the receiver to progress, which a worker computing a batch does not: a send to a busy
+ * worker stalled every other worker for the length of its batch, and failed it (the world's
+ * bound) when the batch took longer (a long prefill under a slow build or on a busy host). An
+ * idle worker progresses within a heartbeat. */
 static void send_pending(wf_workers *ws, wk *k) {
     for (;;) {
         pthread_mutex_lock(&ws->lock);
-        if (k->n_pending == 0 || k->state != WF_WORKER_LIVE) {
+        if (k->n_pending == 0 || k->n_flight > 0 || k->state != WF_WORKER_LIVE) {
             pthread_mutex_unlock(&ws->lock);
             return;
         }
@@ -719,6 +815,7 @@ static void admit_replacement(wf_workers *ws) {
     pthread_mutex_lock(&ws->lock);
     k->state = WF_WORKER_JOINING;
     k->restarts++;
+    k->gen++;
     pthread_mutex_unlock(&ws->lock);
     k->last_heard_ns = wf_clock_now_ns();
     if (wf_link_post(ws->world, &k->link) != WF_OK) worker_down(ws, k, "cannot receive from it");
@@ -778,12 +875,19 @@ static void *comm_main(void *arg) {
                 if (k->state == WF_WORKER_DOWN || wf_link_post(ws->world, &k->link) != WF_OK) break;
             }
             if (k->state == WF_WORKER_DOWN) continue;
+            send_pending(ws, k); /* the next batch, once the last one is answered */
+            if (k->state == WF_WORKER_DOWN) continue;
+            pthread_mutex_lock(&ws->lock);
+            bool busy = k->n_flight > 0;
+            pthread_mutex_unlock(&ws->lock);
             now = wf_clock_now_ns();
             if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
                 worker_down(ws, k, why);
-            } else if (now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
+            } else if (!busy && now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
+                /* Not to a worker running a batch (see send_pending): it reads none until it
+                 * answers, and heartbeats piling up in its FIFO would block this thread. */
                 wf_frame_heartbeat hb = {.seq = now, .time_ns = now};
                 char err[256];
                 if (WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_heartbeat, &hb, err, sizeof err) != WF_OK)
@@ -1022,6 +1126,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
             goto fail;
         }
     if ((st = wait_ready(ws, err, errlen)) != WF_OK) goto fail;
+    if ((st = assign_roles(ws, err, errlen)) != WF_OK) goto fail;
+    ws->roles_fixed = true;
     for (int i = 0; i < ws->n; i++) publish(ws, &ws->w[i]);
     ws->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (ws->wake_fd < 0 || pthread_create(&ws->thread, NULL, comm_main, ws) != 0) {
@@ -1089,11 +1195,22 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
         o->transfer_ms = (double)k->xfer_ns / 1e6;
         o->transfers_failed = k->xfer_failed;
         o->batches_in_flight = k->n_pending + k->n_flight;
+        o->batches_running = k->n_flight;
         o->transfers_compressed = k->xfer_compressed;
         memcpy(o->codec_reasons, k->xfer_reason, sizeof o->codec_reasons);
         snprintf(o->codec_last, sizeof o->codec_last, "%s", k->xfer_last);
         o->restarts = k->restarts;
         snprintf(o->last_error, sizeof o->last_error, "%s", k->last_error);
+        o->n_codecs = k->n_codecs;
+        for (int c = 0; c < k->n_codecs; c++) {
+            const wf_frame_codec_speed *m = &k->codecs[c];
+            wf_kv_profile_stats ps = {.cr = m->cr, .enc_gbps = m->enc_gbps, .dec_gbps = m->dec_gbps};
+            snprintf(o->codecs[c].name, sizeof o->codecs[c].name, "%s", m->name);
+            o->codecs[c].cr = m->cr;
+            o->codecs[c].enc_gbps = m->enc_gbps;
+            o->codecs[c].dec_gbps = m->dec_gbps;
+            o->codecs[c].b_star_gbps = wf_kv_profile_b_star_gbps(&ps);
+        }
     }
     pthread_mutex_unlock(&ws->lock);
     return ws->n;

@@ -18,8 +18,9 @@
  *     ...
  *     wf_workers_close(ws);              // SHUTDOWN to every worker, reaps the children
  *
- * Prefill/decode disaggregation (n_prefill > 0): ranks 1..n_prefill are prefill workers and
- * get no group; every decode worker is a group whose executor sends the batch's final prompt
+ * Prefill/decode disaggregation (n_prefill > 0): n_prefill workers prefill and get no group:
+ * those that declared it in their WORKER_INFO (`--pd-role`), then undeclared ones in rank order
+ * (the rest decode; more declarations than places fail open with WF_EINVAL); every decode worker is a group whose executor sends the batch's final prompt
  * chunks (PREFILL tasks that draw the first token) to the least busy live prefill worker and
  * the rest (decodes, recomputes) to the decode worker. The prefill worker computes the prompt's
  * KV on scratch blocks of its own store and puts them over UCX (RMA, from its registered store
@@ -30,6 +31,9 @@
  * lost mid-prefill: the prompts are prefilled again on another live one, or fail alone
  * (WF_ECLOSED) when none is; a decode worker lost during the transfer: the puts fail, the
  * prefill worker frees its scratch blocks and the group goes down as below.
+ *
+ * Nothing is sent to a worker while it runs a batch (a send would block the communication
+ * thread until the busy worker progresses): further batches wait here, heartbeats pause.
  *
  * Faults: a worker whose process exits, whose endpoint fails or that stays silent for
  * timeout_ms is taken down: its batch in flight completes with WF_ECLOSED and its group is
@@ -54,12 +58,12 @@
 #include "sched/sched.h"
 
 #define WF_WORKERS_MAX 64
+#define WF_WORKER_CODECS_MAX 16   /* codec profiles kept per worker for the stats */
 
 typedef struct wf_workers_params {
     int n_workers;            /* world ranks 1..n_workers */
-    int n_prefill;            /* prefill/decode disaggregation: ranks 1..n_prefill are prefill
-                                 workers, the rest decode workers; 0: every worker serves whole
-                                 requests */
+    int n_prefill;            /* prefill/decode disaggregation: n_prefill workers prefill (see
+                                 above), the rest decode; 0: every worker serves whole requests */
     int n_spawn;              /* started here (ranks 1..n_spawn); the rest join; -1: all */
     const char *worker_cores; /* "LIST:LIST:..." one CPU list per started worker; NULL: split
                                  this process's CPUs evenly */
@@ -108,10 +112,18 @@ typedef struct wf_worker_stats {
     double transfer_ms;
     uint64_t transfers_compressed;            /* of transfers: through a codec profile */
     int batches_in_flight;                    /* dispatched to it, not answered yet */
+    int batches_running;                      /* of those: sent to it (at most one: pool.c) */
     uint64_t codec_reasons[4];                /* decisions per wf_kv_reason */
     char codec_last[64];                      /* the last decision: "k4v4 (compress)" */
     int restarts;
     char last_error[160];
+    /* KV codec profiles as the worker measured them at start-up (its WORKER_INFO): the speeds
+     * its controller uses; b_star_gbps: the link rate below which the profile pays */
+    int n_codecs;
+    struct {
+        char name[32];
+        double cr, enc_gbps, dec_gbps, b_star_gbps;
+    } codecs[WF_WORKER_CODECS_MAX];
 } wf_worker_stats;
 
 void wf_workers_params_init(wf_workers_params *p);

@@ -20,6 +20,7 @@
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
 #include "server/vmodels.h"
+#include "engine/cpu/quant.h"
 #include "server/workers/kv_xfer.h"
 #include "server/workers/pool.h"
 #include "server/workers/world_link.h"
@@ -374,7 +375,12 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
         int base = wf_world_timeout_ms(w->world);
         wf_world_set_timeout_ms(w->world, wf_kv_xfer_timeout_ms(base, put_bytes));
         st = wf_world_run(w->world, w->pd_ops, (int)k);
-        if (st == WF_OK) st = wf_world_flush(w->world);
+        /* Per peer: a decode worker that dies before its puts complete fails them at once. */
+        for (size_t i = 0; st == WF_OK && i < k; i++) {
+            bool seen = false;
+            for (size_t j = 0; j < i && !seen; j++) seen = w->pd_ops[j].peer == w->pd_ops[i].peer;
+            if (!seen) st = wf_world_flush_peer(w->world, w->pd_ops[i].peer);
+        }
         wf_world_set_timeout_ms(w->world, base);
         if (st == WF_OK && raw_any) wf_kv_xfer_observe_raw(w->xfer, &raw_d, put_bytes, wf_clock_now_ns() - tp);
         if (st != WF_OK)
@@ -393,6 +399,67 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
         w->transfer_bytes += *bytes;
     }
     *ns = wf_clock_now_ns() - t0;
+}
+
+/* Start-up measurement of the KV codec profiles on this worker's CPUs (the controller's S
+ * comes from here, not from the machine weft-kvprof ran on): encodes and decodes CODEC_TOKENS
+ * positions of synthetic KV (a few outlier key channels, as real keys have) through every
+ * profile for about CODEC_BUDGET_MS. The compression ratio and accuracy stay the library's:
+ * they belong to the model's real KV, the speed to this machine. Uses the first blocks of the
+ * store, which nobody has reserved before the worker says it is ready. */
+#define CODEC_TOKENS 256
+#define CODEC_BUDGET_MS 300
+static wf_status measure_codecs(worker *w, wf_kv_profile_lib *lib, char *err, size_t errlen) {
+    const wf_kv_store *kv = &w->kv;
+    int bs = kv->geometry.block_size, n_blocks = (CODEC_TOKENS + bs - 1) / bs;
+    if (lib->n == 0) return WF_OK;
+    if (n_blocks > kv->n_blocks)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "KV cache of %d blocks is too small to measure the "
+                                "codec on %d tokens", kv->n_blocks, CODEC_TOKENS);
+    int32_t blocks[64];
+    if (n_blocks > 64) n_blocks = 64;
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    size_t row = kv->row_elems;
+    for (int l = 0; l < kv->geometry.n_layers; l++)
+        for (int b = 0; b < n_blocks; b++) {
+            blocks[b] = b;
+            for (int v = 0; v < 2; v++) {
+                uint8_t *base = v ? wf_kv_store_v(kv, l, b) : wf_kv_store_k(kv, l, b);
+                for (size_t i = 0; i < (size_t)bs * row; i++) {
+                    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                    /* about N(0, 1): a sum of four uniforms; keys get outliers on channel % 16 */
+                    float x = 0;
+                    for (int u = 0; u < 4; u++) x += (float)((s >> (16 * u)) & 0xffff) / 65535.0f - 0.5f;
+                    x *= 1.7f;
+                    if (!v && (i % row) % 16 == 3) x = x * 4 + 8;
+                    if (kv->elem_bytes == 2) ((uint16_t *)(void *)base)[i] = wf_fp32_to_fp16(x);
+                    else ((float *)(void *)base)[i] = x;
+                }
+            }
+        }
+    double cr[WF_FRAME_MAX_CODECS];
+    for (int i = 0; i < lib->n && i < WF_FRAME_MAX_CODECS; i++) cr[i] = lib->items[i].cr;
+    wf_status st = wf_kv_profile_lib_measure(lib, kv, blocks, n_blocks, CODEC_TOKENS,
+                                             (uint64_t)CODEC_BUDGET_MS * 1000000ull, err, errlen);
+    for (int i = 0; i < lib->n && i < WF_FRAME_MAX_CODECS; i++) lib->items[i].cr = cr[i];
+    return st;
+}
+
+/* Once, before the first heartbeat: the role this worker declares and its codec speeds. */
+static wf_status send_info(worker *w, const wf_kv_profile_lib *lib) {
+    static wf_frame_worker_info info; /* 64 codecs: off the stack (one worker per process) */
+    memset(&info, 0, sizeof info);
+    info.role = w->p->pd_role;
+    for (int i = 0; i < lib->n && info.n_codecs < WF_FRAME_MAX_CODECS; i++) {
+        const wf_kv_profile_stats *s = &lib->items[i];
+        wf_frame_codec_speed *c = &info.codecs[info.n_codecs++];
+        snprintf(c->name, sizeof c->name, "%s", s->profile.name);
+        c->cr = (float)s->cr;
+        c->enc_gbps = (float)s->enc_gbps;
+        c->dec_gbps = (float)s->dec_gbps;
+    }
+    char err[256];
+    return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_worker_info, &info, err, sizeof err);
 }
 
 static wf_status send_heartbeat(worker *w) {
@@ -595,7 +662,9 @@ static int serve(worker *w) {
                             wf_world_rank(w->world), wf_world_error(w->world));
                 return 0;
             }
-            last_sent = wf_clock_now_ns();
+            /* Rank 0 sends nothing while a batch runs (pool.c: a send to a busy worker blocks
+             * it): its silence counts from the answer. */
+            last_sent = last_heard = wf_clock_now_ns();
         } else if (f.hdr.type == WF_FRAME_SHUTDOWN) {
             WF_LOG_INFO("worker", NULL, "rank %d: shutdown after %llu batches", wf_world_rank(w->world),
                         (unsigned long long)w->batches);
@@ -641,6 +710,7 @@ static wf_status bind_vmodels(worker *w, char *err, size_t errlen) {
 
 int wf_worker_main(const wf_worker_params *p) {
     worker w = {.p = p};
+    wf_kv_profile_lib lib = {0}; /* freed at out: */
     int rc = 1;
     wf_link_init(&w.link, 0);
     int n_threads = p->n_threads;
@@ -695,7 +765,6 @@ int wf_worker_main(const wf_worker_params *p) {
     }
     w.kv_on = true;
     {
-        wf_kv_profile_lib lib = {0};
         if (p->kv_profiles && wf_kv_profile_lib_load(p->kv_profiles, &lib, err, sizeof err) != WF_OK) {
             char m[600];
             snprintf(m, sizeof m, "--kv-profiles %s: %s", p->kv_profiles, err);
@@ -703,13 +772,27 @@ int wf_worker_main(const wf_worker_params *p) {
             wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EINVAL, m);
             goto out;
         }
+        if (lib.n > 0 && (lib.n_layers != geo.n_layers || lib.n_kv_heads != geo.n_kv_heads ||
+                          lib.head_dim != geo.head_dim)) {
+            /* wf_kv_xfer_new names the mismatch */
+        } else if (measure_codecs(&w, &lib, err, sizeof err) != WF_OK) {
+            char m[600];
+            snprintf(m, sizeof m, "measuring the KV codec profiles: %s", err);
+            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, m);
+            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EINVAL, m);
+            goto out;
+        } else {
+            for (int i = 0; i < lib.n; i++)
+                WF_LOG_INFO("worker", NULL, "rank %d: KV codec %s: encode %.3f GB/s, decode %.3f GB/s, "
+                            "CR %.2f, B* %.2f Gbps", rank, lib.items[i].profile.name, lib.items[i].enc_gbps,
+                            lib.items[i].dec_gbps, lib.items[i].cr, wf_kv_profile_b_star_gbps(&lib.items[i]));
+        }
         wf_kv_xfer_options xo;
         wf_kv_xfer_options_init(&xo);
         xo.force_profile = p->kv_codec;
         xo.default_accuracy = p->kv_accuracy;
         wf_status xs = wf_kv_xfer_new(&geo, p->max_batch_tokens, p->kv_profiles ? &lib : NULL, &xo,
                                       &w.xfer, err, sizeof err);
-        wf_kv_profile_lib_free(&lib);
         if (xs != WF_OK) {
             WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
             wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, xs, err);
@@ -740,8 +823,14 @@ int wf_worker_main(const wf_worker_params *p) {
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
                 (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
                 w.kv.n_blocks);
+    if (send_info(&w, &lib) != WF_OK) {
+        WF_LOG_WARN("worker", NULL, "rank %d: rank 0 unreachable (%s): exiting", rank, wf_world_error(w.world));
+        rc = 0;
+        goto out;
+    }
     rc = serve(&w);
 out:
+    wf_kv_profile_lib_free(&lib);
     wf_link_free(w.world, &w.link);
     free(w.arena_mem);
     free(w.results);

@@ -9,7 +9,8 @@
  *     return wf_worker_main(&p);   // returns when told to shut down or when rank 0 is gone
  *
  * Protocol (proto/ frames, tag WF_WORLD_TAG_USER, all with rank 0): once the engine is loaded
- * the worker sends HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
+ * and its KV codec profiles measured, the worker sends WORKER_INFO (its declared role, the
+ * codec speeds it measured), then HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
  * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
  * heartbeat_ms while idle. Virtual models' adapters (p.vmodels) are loaded before that first
  * heartbeat. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
@@ -20,6 +21,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "proto/frame_control.h"
 
 typedef struct wf_worker_params {
     const char *host;         /* the coordinator's bootstrap address */
@@ -46,6 +49,8 @@ typedef struct wf_worker_params {
     const char *dit_path;     /* a DiT whose DENOISE chunks this worker runs (NULL: none); the
                                  latents cross with the TASK_DISPATCH as tagged messages
                                  (server/workers/pool.h: wf_workers_dispatch_latents) */
+    wf_frame_role pd_role;    /* declared to the coordinator (WORKER_INFO): prefill, decode or
+                                 worker (any: the coordinator's slot decides) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

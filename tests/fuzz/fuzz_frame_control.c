@@ -38,6 +38,12 @@ static wf_status family_roundtrip(const wf_frame_view *f, wf_frame_arena *arena,
         if (wf_frame_encode_heartbeat(&m, out, cap, len, err, sizeof err) != WF_OK) abort();
         return WF_OK;
     }
+    case WF_FRAME_WORKER_INFO: {
+        static wf_frame_worker_info m; /* 64 codecs: off the stack */
+        if ((st = wf_frame_decode_worker_info(f, &m, err, sizeof err)) != WF_OK) return st;
+        if (wf_frame_encode_worker_info(&m, out, cap, len, err, sizeof err) != WF_OK) abort();
+        return WF_OK;
+    }
     case WF_FRAME_CANCEL: {
         wf_frame_cancel m;
         if ((st = wf_frame_decode_cancel(f, &m, err, sizeof err)) != WF_OK) return st;

@@ -77,6 +77,28 @@ def agreement(base, prompt, ref_ids, ref_str, codec):
     return agree, total
 
 
+def test_codec_speeds_measured_on_each_worker(pd):
+    """Each worker measures every profile's encode and decode speed on its own CPUs at start-up
+    (its controller's S) and reports them: /admin/stats shows them next to the library's CR and
+    the B* that follows, and they are this machine's numbers, not the library file's."""
+    with open(PROFILES) as f:
+        lib = {p["name"]: p for p in json.load(f)["profiles"]}
+    for w in admin_workers(pd):
+        got = {c["name"]: c for c in w["codecs"]}
+        assert set(got) == set(list(lib)[:16]), (w["rank"], sorted(got))
+        for name, c in got.items():
+            assert c["enc_gbps"] > 0 and c["dec_gbps"] > 0, c
+            assert math.isclose(c["cr"], lib[name]["cr"], rel_tol=1e-4), (c, lib[name])  # the model's
+            s = 1 / (1 / c["enc_gbps"] + 1 / c["dec_gbps"])
+            assert math.isclose(c["b_star_gbps"], (1 - 1 / c["cr"]) * s * 8, rel_tol=1e-3), c  # GB/s to Gbps
+        # Measured here: at least one speed differs from the file's (float equality would mean
+        # the file's constants were passed through).
+        assert any(got[n]["enc_gbps"] != lib[n]["enc_gbps"] or got[n]["dec_gbps"] != lib[n]["dec_gbps"]
+                   for n in got)
+    with open(pd.log.name, errors="replace") as f:
+        assert "KV codec k4v4: encode" in f.read()
+
+
 def test_agreement_per_profile(pd):
     with open(PROFILES) as f:
         lib = json.load(f)["profiles"]

@@ -137,6 +137,7 @@ ADAPT(dec_welcome, wf_frame_welcome, wf_frame_decode_welcome(f, a, &m, err, n))
 ADAPT(dec_world, wf_frame_world_table, wf_frame_decode_world_table(f, a, &m, err, n))
 ADAPT(dec_reject, wf_frame_reject, wf_frame_decode_reject(f, &m, err, n))
 ADAPT(dec_heartbeat, wf_frame_heartbeat, wf_frame_decode_heartbeat(f, &m, err, n))
+ADAPT(dec_info, wf_frame_worker_info, wf_frame_decode_worker_info(f, &m, err, n))
 ADAPT(dec_cancel, wf_frame_cancel, wf_frame_decode_cancel(f, &m, err, n))
 ADAPT(dec_drain, wf_frame_drain, wf_frame_decode_drain(f, &m, err, n))
 ADAPT(dec_status, wf_frame_status_msg, wf_frame_decode_status_msg(f, &m, err, n))
@@ -151,6 +152,7 @@ static wf_status dec_control(const wf_frame_view *f, wf_frame_arena *a, char *er
     case WF_FRAME_REJECT: return dec_reject(f, a, err, n);
     case WF_FRAME_HEARTBEAT: return dec_heartbeat(f, a, err, n);
     case WF_FRAME_CANCEL: return dec_cancel(f, a, err, n);
+    case WF_FRAME_WORKER_INFO: return dec_info(f, a, err, n);
     case WF_FRAME_DRAIN: return dec_drain(f, a, err, n);
     case WF_FRAME_SHUTDOWN:
     case WF_FRAME_ERROR: return dec_status(f, a, err, n);
@@ -656,6 +658,77 @@ static void rand_transfer(trng *r, wf_frame_artifact_transfer *x) {
     }
 }
 
+START_TEST(worker_info_roundtrip_and_rejections) {
+    trng r = {77};
+    char err[256];
+    size_t len;
+    static wf_frame_worker_info m, d; /* 64 codecs: off the stack */
+    for (int i = 0; i < 30; i++) {
+        memset(&m, 0, sizeof m);
+        m.role = (wf_frame_role)trng_int(&r, 0, WF_FRAME_ROLE_COUNT - 1);
+        m.n_codecs = i == 1 ? WF_FRAME_MAX_CODECS : trng_int(&r, 0, 6);
+        for (int c = 0; c < m.n_codecs; c++) {
+            snprintf(m.codecs[c].name, sizeof m.codecs[c].name, "k%dv%d-%d", trng_int(&r, 2, 8),
+                     trng_int(&r, 2, 8), c);
+            m.codecs[c].cr = 1.0f + (float)trng_int(&r, 0, 700) / 100.0f;
+            m.codecs[c].enc_gbps = 0.01f + (float)trng_int(&r, 0, 5000) / 100.0f;
+            m.codecs[c].dec_gbps = 0.01f + (float)trng_int(&r, 0, 5000) / 100.0f;
+        }
+        ck_assert_int_eq(wf_frame_encode_worker_info(&m, buf, sizeof buf, &len, err, sizeof err), WF_OK);
+        wf_frame_view f = open_ok(len);
+        ck_assert_int_eq(wf_frame_decode_worker_info(&f, &d, err, sizeof err), WF_OK);
+        ck_assert_int_eq(d.role, m.role);
+        ck_assert_int_eq(d.n_codecs, m.n_codecs);
+        for (int c = 0; c < m.n_codecs; c++) {
+            ck_assert_str_eq(d.codecs[c].name, m.codecs[c].name);
+            ck_assert(d.codecs[c].cr == m.codecs[c].cr);
+            ck_assert(d.codecs[c].enc_gbps == m.codecs[c].enc_gbps);
+            ck_assert(d.codecs[c].dec_gbps == m.codecs[c].dec_gbps);
+        }
+        if (i == 2 && m.n_codecs > 0) {
+            check_truncations(buf, len, dec_info);
+            maybe_write_seed("frame_control", "worker_info", buf, len);
+        }
+    }
+    /* bad fields: the encoder refuses them, and so does the decoder when a peer sends them */
+    memset(&m, 0, sizeof m);
+    m.role = WF_FRAME_ROLE_COUNT;
+    ck_assert_int_eq(wf_frame_encode_worker_info(&m, buf, sizeof buf, &len, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "role"));
+    m.role = WF_FRAME_ROLE_PREFILL;
+    m.n_codecs = WF_FRAME_MAX_CODECS + 1;
+    ck_assert_int_eq(wf_frame_encode_worker_info(&m, buf, sizeof buf, &len, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "n_codecs"));
+    m.n_codecs = 1;
+    snprintf(m.codecs[0].name, sizeof m.codecs[0].name, "k4v4");
+    m.codecs[0].cr = 3.5f;
+    m.codecs[0].enc_gbps = 0.0f / 0.0f; /* NaN */
+    m.codecs[0].dec_gbps = 1.0f;
+    ck_assert_int_eq(wf_frame_encode_worker_info(&m, buf, sizeof buf, &len, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "k4v4"));
+    m.codecs[0].enc_gbps = 2.0f;
+    ck_assert_int_eq(wf_frame_encode_worker_info(&m, buf, sizeof buf, &len, err, sizeof err), WF_OK);
+    /* payload: role 0, n_codecs 1, name (u16 + 4 bytes) 5, cr 11, enc 15, dec 19 */
+    uint8_t keep = buf[WF_FRAME_HEADER_SIZE];
+    buf[WF_FRAME_HEADER_SIZE] = WF_FRAME_ROLE_COUNT;
+    reseal(buf, (uint32_t)(len - WF_FRAME_HEADER_SIZE));
+    wf_frame_view f = open_ok(len);
+    ck_assert_int_eq(dec_info(&f, NULL, err, sizeof err), WF_ERANGE);
+    ck_assert_ptr_nonnull(strstr(err, "role"));
+    buf[WF_FRAME_HEADER_SIZE] = keep;
+    memset(buf + WF_FRAME_HEADER_SIZE + 15, 0, 4); /* enc_gbps 0 */
+    reseal(buf, (uint32_t)(len - WF_FRAME_HEADER_SIZE));
+    f = open_ok(len);
+    ck_assert_int_eq(dec_info(&f, NULL, err, sizeof err), WF_ERANGE);
+    ck_assert_ptr_nonnull(strstr(err, "enc_gbps"));
+    buf[WF_FRAME_HEADER_SIZE + 1] = 200; /* n_codecs 200 */
+    reseal(buf, (uint32_t)(len - WF_FRAME_HEADER_SIZE));
+    f = open_ok(len);
+    ck_assert_int_eq(dec_info(&f, NULL, err, sizeof err), WF_ERANGE);
+    ck_assert_ptr_nonnull(strstr(err, "n_codecs"));
+}
+END_TEST
+
 START_TEST(artifact_transfer_roundtrip_random) {
     trng r = {51};
     char err[256];
@@ -959,6 +1032,7 @@ static Suite *frame_suite(void) {
     tcase_add_test(tc, welcome_and_world_table_roundtrip);
     tcase_add_test(tc, welcome_rejects_bad_fields);
     tcase_add_test(tc, small_control_frames_roundtrip);
+    tcase_add_test(tc, worker_info_roundtrip_and_rejections);
     tcase_add_test(tc, artifact_transfer_roundtrip_random);
     tcase_add_test(tc, artifact_transfer_rejects_bad_fields);
     tcase_add_test(tc, transfer_done_roundtrip);
