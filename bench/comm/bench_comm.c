@@ -318,8 +318,8 @@ static int body_size(wf_world *w, int rank, void *arg) {
         uint64_t t0 = wf_clock_now_ns();
         wf_status st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
                        : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
-                                                : wf_gfc_reduce_scatter_f32(w, &g, (float *)src,
-                                                                            (float *)dst, blk / 4);
+                                                : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src,
+                                                                            (float *)(void *)dst, blk / 4);
         if (st != WF_OK) {
             fprintf(stderr, "%s: %s\n", cname[a->coll], wf_world_error(w));
             return 1;
