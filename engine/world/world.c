@@ -43,6 +43,8 @@ typedef struct peer {
      * still orders them (see put_direct). */
     uint64_t ucx_puts, flushed;
     wf_status failed;       /* WF_OK, or WF_EPEER once its endpoint or process failed */
+    uint32_t gen;           /* bumped when a replacement takes the rank: operations posted
+                             * before it can never complete (their process is gone) */
 } peer;
 
 struct wf_world {
@@ -349,6 +351,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
     op->status = WF_IN_PROGRESS;
     if (op->peer < 0 || op->peer >= w->n || (op->len > 0 && !op->buf))
         return op->status = fail(w, WF_EINVAL, op->peer, "bad operation (peer %d)", op->peer);
+    op->gen_ = w->peers[op->peer].gen;
     void *req = NULL;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                .datatype = ucp_dt_make_contig(1)};
@@ -500,7 +503,9 @@ static int check_peers(wf_world *w, wf_world_op *ops, int n, int probe, int *bla
         peer *p = &w->peers[ops[i].peer];
         if (p->failed == WF_OK && probe && ops[i].peer != w->rank && peer_process_gone(w, &p->e))
             p->failed = WF_EPEER;
-        if (p->failed != WF_OK) {
+        /* A replacement that joined before this rank's probe saw the old process die: the
+         * /proc check now looks at the new process, but the op was with the old one. */
+        if (p->failed != WF_OK || ops[i].gen_ != p->gen) {
             *blame = ops[i].peer;
             return 1;
         }
@@ -597,7 +602,7 @@ int wf_world_test(wf_world *w, wf_world_op *ops, int n) {
         peer *p = &w->peers[ops[i].peer];
         if (p->failed == WF_OK && probe && ops[i].peer != w->rank && peer_process_gone(w, &p->e))
             p->failed = WF_EPEER;
-        if (p->failed == WF_OK) continue;
+        if (p->failed == WF_OK && ops[i].gen_ == p->gen) continue; /* (gen: see check_peers) */
         while (ucp_worker_progress(w->worker) > 0) { /* what it sent before exiting */
         }
         if (reap(w, &ops[i])) {
@@ -703,7 +708,8 @@ wf_status wf_world_flush_peer(wf_world *w, int peer_rank) {
         return fail(w, WF_EPEER, peer_rank, "flush to rank %d: %s", peer_rank,
                     ucs_status_string(UCS_PTR_STATUS(req)));
     /* Waited for like an operation with that peer: its liveness is checked meanwhile. */
-    wf_world_op op = {.kind = WF_WORLD_PUT, .peer = peer_rank, .req_ = req, .status = WF_IN_PROGRESS};
+    wf_world_op op = {.kind = WF_WORLD_PUT, .peer = peer_rank, .req_ = req, .status = WF_IN_PROGRESS,
+                      .gen_ = w->peers[peer_rank].gen};
     return wf_world_wait(w, &op, 1);
 }
 
@@ -743,6 +749,7 @@ static void apply_entry(wf_world *w, int r, wf__world_entry *e) {
     w->peers[r].e = *e;
     memset(e, 0, sizeof *e); /* ownership moved */
     w->peers[r].failed = WF_OK;
+    w->peers[r].gen++;
 }
 
 static void handle_ctrl(wf_world *w) {

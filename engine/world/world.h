@@ -191,6 +191,7 @@ typedef struct wf_world_op {
     wf_status status;
     void *req_;             /* internal */
     uint64_t seq_;          /* internal */
+    uint32_t gen_;          /* internal: the peer's incarnation when posted */
 } wf_world_op;
 
 /* Posts ops[0..n): starts every one; does not wait. A local failure to post leaves the ops
