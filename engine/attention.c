@@ -164,6 +164,22 @@ void wf_attn_one(const float *q, int hd, float scale, const wf_attn_kv_view *kv,
     wf_attn_group(q, 1, hd, scale, kv, n_pos, s, out);
 }
 
+void wf_attn_geglu(const uint16_t *tab, size_t n, float *gate, const float *up) {
+    if (simd_level() >= 1) {
+        wf_attn_geglu_avx2(tab, n, gate, up);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        if (x <= -10.0f)
+            gate[i] = 0.0f;
+        else if (x >= 10.0f)
+            gate[i] = x * up[i];
+        else
+            gate[i] = wf_fp16_to_fp32(tab[wf_fp32_to_fp16(x)]) * up[i];
+    }
+}
+
 void wf_attn_swiglu(size_t n, float *gate, const float *up) {
     if (simd_level() >= 1) {
         wf_attn_swiglu_avx2(n, gate, up);

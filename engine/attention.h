@@ -81,6 +81,11 @@ int wf_attn_set_simd(int on);
 /* gate[i] = silu(gate[i]) * up[i] for i < n (ggml_vec_swiglu_f32's arithmetic). */
 void wf_attn_swiglu(size_t n, float *gate, const float *up);
 
+/* gate[i] = gelu(gate[i]) * up[i] for i < n with ggml_vec_geglu_f32's lookup: tab holds GELU
+ * (tanh approximation) at every F16 value, as F16 (65536 entries, indexed by F16 bits); inputs
+ * at or below -10 give 0, at or above 10 give x * up. */
+void wf_attn_geglu(const uint16_t *tab, size_t n, float *gate, const float *up);
+
 /* internal: scores of positions below first set to -inf, *mx recomputed over the rest. */
 void wf__attn_mask_prefix(float *sc, int first, int n_pos, float *mx);
 
@@ -90,6 +95,7 @@ void wf_attn_softmax_prob_avx2(float *sc, int n_pos, float mx);
 void wf_attn_group_avx512(const float *q, int n_q, int head_dim, float scale,
                           const wf_attn_kv_view *kv, int n_pos, wf_attn_scratch *s, float *out);
 void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up);
+void wf_attn_geglu_avx2(const uint16_t *tab, size_t n, float *gate, const float *up);
 void wf_attn_group_avx2(const float *q, int n_q, int head_dim, float scale,
                         const wf_attn_kv_view *kv, int n_pos, wf_attn_scratch *s, float *out);
 

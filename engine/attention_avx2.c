@@ -275,3 +275,29 @@ void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up) {
     }
     for (; i < n; i++) gate[i] = wf_attn_silu(gate[i]) * up[i];
 }
+
+/* The conversions inline (F16C, the same round-to-nearest-even as wf_fp32_to_fp16), 8 lanes
+ * at a time; only the table lookups stay scalar. The out-of-range cases are blended in. */
+void wf_attn_geglu_avx2(const uint16_t *tab, size_t n, float *gate, const float *up) {
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+        uint16_t h[8];
+        _mm_storeu_si128((void *)h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        for (int j = 0; j < 8; j++) h[j] = tab[h[j]];
+        __m256 y = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const void *)h)), u);
+        y = _mm256_blendv_ps(y, _mm256_mul_ps(x, u), _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), y);
+        _mm256_storeu_ps(gate + i, y);
+    }
+    for (; i < n; i++) {
+        const float x = gate[i];
+        if (x <= -10.0f)
+            gate[i] = 0.0f;
+        else if (x >= 10.0f)
+            gate[i] = x * up[i];
+        else
+            gate[i] = _cvtsh_ss(tab[_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)]) * up[i];
+    }
+}

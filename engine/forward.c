@@ -73,19 +73,6 @@ static void gelu_table_init(uint16_t *tab) {
     }
 }
 
-/* gate[i] = gelu(gate[i]) * up[i] with ggml_vec_geglu_f32's F16 table lookup. */
-static void geglu(const uint16_t *tab, size_t n, float *gate, const float *up) {
-    for (size_t i = 0; i < n; i++) {
-        const float x = gate[i];
-        if (x <= -10.0f)
-            gate[i] = 0.0f;
-        else if (x >= 10.0f)
-            gate[i] = x * up[i];
-        else
-            gate[i] = wf_fp16_to_fp32(tab[wf_fp32_to_fp16(x)]) * up[i];
-    }
-}
-
 wf_status wf_forward_new(const wf_model *m, wf_threadpool *pool, int max_tokens, int max_seqs,
                          int max_ctx, wf_forward **out, char *err, size_t errlen) {
     *out = NULL;
@@ -495,7 +482,7 @@ static void job_run(void *ctx, int ith, int nth) {
         size_t i0 = (size_t)ith * per, i1 = i0 + per < n ? i0 + per : n;
         if (i0 >= i1) break;
         if (f->gelu_tab)
-            geglu(f->gelu_tab, i1 - i0, f->gate + i0, f->up + i0);
+            wf_attn_geglu(f->gelu_tab, i1 - i0, f->gate + i0, f->up + i0);
         else
             wf_attn_swiglu(i1 - i0, f->gate + i0, f->up + i0);
         break;

@@ -22,7 +22,7 @@ cmake --build "$build" --target weft_engine weft_kv weft_proto weft_base >/dev/n
 cc -O2 -std=gnu11 -I"$root" -o "$out/weft_engine_bench" "$here/weft_engine_bench.c" \
    "$root/bench/kernels/mac_ceiling.c" \
    "$build/libweft_engine.a" "$build/libweft_kv.a" "$build/libweft_proto.a" "$build/libweft_base.a" \
-   -lm -lpthread
+   -ljansson -lm -lpthread
 "$out/weft_engine_bench" "$model" "$threads" 1 8 32 > "$out/weft.txt"
 python3 "$here/llama_bench.py" "$model" "$threads" 1 8 32 > "$out/llama.txt"
 python3 - "$out/weft.txt" "$out/llama.txt" "$model" "$threads" <<'PY'
