@@ -3,6 +3,8 @@
 
 #include "engine/dit/dit.h"
 #include "sched/defaults.h"
+#include "sched/dit_cost.h"
+#include "sched/dit_policy.h"
 
 #include "proto/base/status.h"
 
@@ -178,10 +180,16 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
     if (cfg->dit_policy && cfg->workers == 0)
         return fail(err, errlen, "--dit-policy needs --workers N (the ranks its groups are made of)");
-    if (cfg->dit_policy && strcmp(cfg->dit_policy, "elastic") != 0 && strcmp(cfg->dit_policy, "rssp") != 0 &&
-        strncmp(cfg->dit_policy, "rssp:", 5) != 0 && strncmp(cfg->dit_policy, "static:", 7) != 0)
-        return fail(err, errlen, "--dit-policy '%s': expected static:K, rssp, rssp:TOKENS=P,.. or elastic",
-                    cfg->dit_policy);
+    if (cfg->dit_policy) { /* the policy module's own parser judges the spec, at start */
+        wf_dit_cost cost;
+        wf_dit_cost_synthetic(&cost);
+        wf_dit_policy *pol;
+        char why[256];
+        int n = cfg->workers < WF_DIT_MAX_RANKS ? cfg->workers : WF_DIT_MAX_RANKS;
+        if (wf_dit_policy_new(cfg->dit_policy, n, &cost, 1, &pol, why, sizeof why) != WF_OK)
+            return fail(err, errlen, "--dit-policy '%s': %s", cfg->dit_policy, why);
+        wf_dit_policy_free(pol);
+    }
     if (cfg->pd_role)
         return fail(err, errlen, "--pd-role is for --role worker (the coordinator sizes the pools with "
                     "--prefill-workers and --decode-workers)");

@@ -145,6 +145,18 @@ START_TEST(models_of_both_kinds) {
     ck_assert_int_eq(parse(&cfg, argv_bad, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "--image-order must be edf or fcfs"));
     wf_config_free(&cfg);
+    /* --dit-policy is judged by the policy module's parser: K must fit the workers */
+    char *argv_p[] = {"weftd", "--model", (char *)dit, "--workers", "2", "--dit-policy", "static:2", NULL};
+    ck_assert_msg(parse(&cfg, argv_p, err, sizeof err) == 0, "%s", err);
+    wf_config_free(&cfg);
+    char *argv_pk[] = {"weftd", "--model", (char *)dit, "--workers", "2", "--dit-policy", "static:4", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_pk, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--dit-policy 'static:4'") && strstr(err, "at most the 2 ranks"), "%s", err);
+    wf_config_free(&cfg);
+    char *argv_pr[] = {"weftd", "--model", (char *)dit, "--workers", "2", "--dit-policy", "rssp:256", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_pr, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "rssp:TOKENS=P"), "%s", err);
+    wf_config_free(&cfg);
     /* a DiT alone: the default LLM is served beside it */
     char *argv2[] = {"weftd", "--model", (char *)dit, NULL};
     ck_assert_msg(parse(&cfg, argv2, err, sizeof err) == 0, "%s", err);
