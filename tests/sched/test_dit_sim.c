@@ -88,6 +88,46 @@ START_TEST(test_single_request_latency) {
 }
 END_TEST
 
+/* The lower bound on any policy's mean latency: a job alone cannot beat its fastest degree
+ * (elastic reaches it: 2 ranks for S); two jobs on one rank cannot beat serving one after the
+ * other (static:1 reaches it); on a profile's trace no policy goes below it. */
+START_TEST(test_latency_bound) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    wf_dit_sim_job one = {.arrival_ms = 1000, .cls = 0};
+    wf_dit_sim_report r;
+    double p2 = 50 * (0.1323 * 1024 / 1.82 + 20), t1 = 50 * 0.1323 * 1024;
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), p2, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, p2, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 0), 0, 0);
+    cfg.n_ranks = 1;
+    cfg.max_P = 1;
+    wf_dit_sim_job two[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 0, .cls = 0}};
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, two, 2), (t1 + 2 * t1) / 2, 1e-6);
+    run(&cfg, "static:1", two, 2, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, (t1 + 2 * t1) / 2, 1e-6);
+    /* a later, shorter arrival preempts in the bound (SRPT): L at 0, S at 1000 on one rank */
+    two[0].cls = 2;
+    two[1] = (wf_dit_sim_job){.arrival_ms = 1000, .cls = 0};
+    double tl = 50 * 0.1323 * 16384;
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, two, 2), (t1 + (tl + t1)) / 2, 1e-6);
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 16;
+    wf_dit_sim_job *jobs;
+    int n;
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 1.2, 3, &jobs, &n, NULL, err, sizeof err), WF_OK);
+    double bound = wf_dit_sim_latency_bound_ms(&cfg, jobs, n);
+    ck_assert(bound > 0);
+    const char *pols[] = {"elastic", "rssp", "static:1", "static:8"};
+    for (int p = 0; p < 4; p++) {
+        run(&cfg, pols[p], jobs, n, &r);
+        ck_assert_msg(r.latency_mean_ms >= bound, "%s: mean %g below the bound %g", pols[p], r.latency_mean_ms, bound);
+    }
+    free(jobs);
+}
+END_TEST
+
 /* Which phase of p holds time t (seconds), or -1. */
 static int phase_of(const wf_workload_profile *p, double t) {
     for (size_t i = 0; i < p->n_phases; i++)
@@ -294,6 +334,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
+    tcase_add_test(tc, test_latency_bound);
     tcase_add_test(tc, test_workload_profiles);
     tcase_add_test(tc, test_trace_replay);
     suite_add_tcase(s, tc);
