@@ -24,8 +24,16 @@ int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int 
     return best;
 }
 
+double wf_dit_policy_step_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, wf_dit_cost_mode *mode) {
+    if (!j->guided) {
+        if (mode) *mode = WF_DIT_COST_PLAIN;
+        return wf_dit_cost_step_ms(c, j->tokens, P);
+    }
+    return wf_dit_cost_guided_ms(c, j->tokens, P, mode);
+}
+
 double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved) {
-    double ms = (double)(j->steps - j->steps_done) * wf_dit_cost_step_ms(c, j->tokens, P);
+    double ms = (double)(j->steps - j->steps_done) * wf_dit_policy_step_ms(c, j, P, NULL);
     if (moved) ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
     return ms;
 }
@@ -41,11 +49,11 @@ int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j) {
             }
         return wf_dit_policy_degree_at_most(p->cost, j, P < limit ? P : limit);
     }
-    double t1 = wf_dit_cost_step_ms(p->cost, j->tokens, 1);
+    double t1 = wf_dit_policy_step_ms(p->cost, j, 1, NULL);
     int best = 1;
     for (int P = 2; P <= limit; P++) {
         if (!wf_dit_cost_allows(p->cost, P)) continue;
-        double tp = wf_dit_cost_step_ms(p->cost, j->tokens, P);
+        double tp = wf_dit_policy_step_ms(p->cost, j, P, NULL);
         if (t1 / (P * tp) >= WF_DIT_RSSP_EFFICIENCY) best = P;
     }
     return best;
@@ -95,8 +103,10 @@ static int count_free(const wf_dit_view *v, bool *freem) {
     return f;
 }
 
-/* P free ranks for job j: the ones it already holds first (no reshard), then the lowest. */
-static void take_ranks(const wf_dit_job *j, int P, bool *freem, int n_ranks, wf_dit_task *t) {
+/* P free ranks for job j: the ones it already holds first (no reshard), then the lowest; and
+ * the mode the cost model assumes on them. */
+static void take_ranks(const wf_dit_cost *c, const wf_dit_job *j, int P, bool *freem, int n_ranks, wf_dit_task *t) {
+    wf_dit_policy_step_ms(c, j, P, &t->mode);
     t->n_ranks = 0;
     for (int i = 0; i < j->n_ranks && t->n_ranks < P; i++) {
         int r = j->ranks[i];
@@ -135,6 +145,7 @@ static int pick_static(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out,
         t->job = idx[i];
         t->steps = remaining_steps(j);
         t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, K);
+        wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
         for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = lane * K + k;
         for (int r = lane * K; r < (lane + 1) * K; r++) freem[r] = false; /* the whole lane */
         lane++;
@@ -156,7 +167,7 @@ static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, i
         wf_dit_task *t = &out[n++];
         t->job = idx[i];
         t->steps = remaining_steps(j);
-        take_ranks(j, P, freem, v->n_ranks, t);
+        take_ranks(p->cost, j, P, freem, v->n_ranks, t);
         f -= P;
     }
     return n;
@@ -222,7 +233,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
     for (int i = 0; i < n && f > 0; i++) {
         const wf_dit_job *j = v->ready[idx[i]];
         if (late[i] && !deg[i] && !demoted[i] &&
-            v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
+            v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_policy_step_ms(c, j, 1, NULL)) {
             deg[i] = 1;
             f--;
         }
@@ -255,9 +266,9 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         if (!deg[i]) continue;
         const wf_dit_job *j = v->ready[idx[i]];
         int best = deg[i];
-        double best_ms = wf_dit_cost_step_ms(c, j->tokens, deg[i]);
+        double best_ms = wf_dit_policy_step_ms(c, j, deg[i], NULL);
         for (int P = deg[i] + 1; P <= deg[i] + f && P <= j->max_P; P++) {
-            double ms = wf_dit_cost_allows(c, P) ? wf_dit_cost_step_ms(c, j->tokens, P) : -1;
+            double ms = wf_dit_policy_step_ms(c, j, P, NULL);
             if (ms > 0 && ms < best_ms) best = P, best_ms = ms;
         }
         f -= best - deg[i];
@@ -271,7 +282,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         t->job = idx[i];
         int rem = remaining_steps(j);
         t->steps = rem < p->chunk_steps ? rem : p->chunk_steps;
-        take_ranks(j, deg[i], freem, v->n_ranks, t);
+        take_ranks(c, j, deg[i], freem, v->n_ranks, t);
     }
     return k;
 }

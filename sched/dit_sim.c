@@ -19,9 +19,14 @@ void wf_dit_sim_config_init(wf_dit_sim_config *cfg) {
     cfg->latent_bytes_per_token = 64;
 }
 
+/* One step of class cls on P ranks: plain, or guided in its faster mode. */
+static double class_step_ms(const wf_dit_sim_config *cfg, int cls, int P) {
+    int tokens = cfg->classes[cls].tokens;
+    return cfg->guided ? wf_dit_cost_guided_ms(&cfg->cost, tokens, P, NULL) : wf_dit_cost_step_ms(&cfg->cost, tokens, P);
+}
+
 double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls) {
-    const wf_dit_sim_class *c = &cfg->classes[cls];
-    return c->steps * wf_dit_cost_step_ms(&cfg->cost, c->tokens, 1);
+    return cfg->classes[cls].steps * class_step_ms(cfg, cls, 1);
 }
 
 double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n) {
@@ -42,7 +47,7 @@ static void class_bounds(const wf_dit_sim_config *cfg, int cls, double *fastest,
     const wf_dit_sim_class *c = &cfg->classes[cls];
     *fastest = *work = INFINITY;
     for (int P = 1; P <= cfg->n_ranks && P <= cfg->max_P; P++) {
-        double t = wf_dit_cost_step_ms(&cfg->cost, c->tokens, P);
+        double t = class_step_ms(cfg, cls, P);
         if (!(t > 0)) continue;
         *fastest = fmin(*fastest, c->steps * t);
         *work = fmin(*work, c->steps * t * P);
@@ -157,7 +162,7 @@ static bool same_group(const wf_dit_job *j, const wf_dit_task *t) {
 static void start_task(sim *s, const wf_dit_task *t, double now) {
     wf_dit_job *j = s->ready[t->job];
     const wf_dit_cost *c = &s->cfg->cost;
-    double ms = t->steps * wf_dit_cost_step_ms(c, j->tokens, t->n_ranks);
+    double ms = t->steps * wf_dit_cost_mode_step_ms(c, j->tokens, t->n_ranks, t->mode);
     if (j->n_ranks > 0 && !same_group(j, t)) {
         ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
         s->reshards++;
@@ -182,6 +187,10 @@ static bool valid_task(const sim *s, const wf_dit_task *t, const bool *taken) {
         t->n_ranks > s->cfg->n_ranks || !wf_dit_cost_allows(&s->cfg->cost, t->n_ranks))
         return false;
     const wf_dit_job *j = s->ready[t->job];
+    /* a plain job runs plain; a guided one in a mode the cost model allows on its group */
+    if ((t->mode == WF_DIT_COST_PLAIN) == j->guided ||
+        !(wf_dit_cost_mode_step_ms(&s->cfg->cost, j->tokens, t->n_ranks, t->mode) > 0))
+        return false;
     if (t->steps > j->steps - j->steps_done || taken[t->job]) return false;
     for (int i = 0; i < t->n_ranks; i++)
         if (t->ranks[i] < 0 || t->ranks[i] >= s->cfg->n_ranks || s->busy[t->ranks[i]]) return false;
@@ -222,6 +231,7 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
         j->tokens = c->tokens;
         j->steps = c->steps;
         j->max_P = cfg->max_P;
+        j->guided = cfg->guided;
         j->arrival_ms = specs[i].arrival_ms;
         double alpha = specs[i].alpha > 0 ? specs[i].alpha : c->alpha;
         j->deadline_ms = j->arrival_ms + alpha * wf_dit_sim_single_ms(cfg, j->cls);

@@ -18,6 +18,7 @@
 #ifndef WF_SCHED_DIT_SIM_H
 #define WF_SCHED_DIT_SIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ typedef struct wf_dit_sim_config {
     wf_dit_cost cost;
     wf_dit_sim_class classes[WF_DIT_SIM_CLASSES];
     double latent_bytes_per_token;
+    bool guided;         /* every job guided (dit_cost.h's guided modes; T_single guided too) */
 } wf_dit_sim_config;
 
 typedef struct wf_dit_sim_job {

@@ -33,7 +33,9 @@ static void usage(FILE *f) {
             "                       0.1323 ms x tokens / eff(P) + 20 ms x (P - 1))\n"
             "  --classes S,M,L      tokens of the three classes (default 1024,4096,16384)\n"
             "  --steps N            denoising steps per job (default 50)\n"
-            "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n",
+            "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n"
+            "  --guided             every image guided (two forwards a step; on 2 ranks guidance-parallel\n"
+            "                       or Ulysses, whichever the cost model says is faster)\n",
             names, wf_dit_policy_names());
 }
 
@@ -64,7 +66,7 @@ int main(int argc, char **argv) {
                                           {"group-form-ms", required_argument, 0, 'g'}, {"cost-file", required_argument, 0, 'f'},
                                           {"classes", required_argument, 0, 'C'},   {"steps", required_argument, 0, 'S'},
                                           {"alpha", required_argument, 0, 'a'},     {"help", no_argument, 0, 'h'},
-                                          {"trace", required_argument, 0, 't'},
+                                          {"trace", required_argument, 0, 't'},     {"guided", no_argument, 0, 'G'},
                                           {0, 0, 0, 0}};
     int opt;
     double v[3];
@@ -114,6 +116,7 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < 3; c++) cfg.classes[c].alpha = v[c];
             break;
+        case 'G': cfg.guided = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -153,9 +156,9 @@ int main(int argc, char **argv) {
                    cfg.n_ranks, trace, n, scale, wf_dit_sim_offered_load(&cfg, jobs, n), cfg.chunk_steps,
                    cfg.cost.group_form_ms, cfg.cost.n_points ? "measured" : "synthetic");
         } else if (seed == 1) {
-            printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s\n",
+            printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s%s\n",
                    cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
-                   cfg.cost.n_points ? "measured" : "synthetic");
+                   cfg.cost.n_points ? "measured" : "synthetic", cfg.guided ? " guided" : "");
             for (size_t i = 0; i < used.n_phases; i++) {
                 const wf_workload_phase *ph = &used.phases[i];
                 printf("#   phase %-10s %6.0f-%-6.0f s %7.3f req/min", ph->name, ph->start_s, ph->end_s, ph->rate * 60);

@@ -88,6 +88,26 @@ START_TEST(test_single_request_latency) {
 }
 END_TEST
 
+/* Guided images: T_single is two forwards on one rank; alone under elastic a guided S runs on
+ * 2 ranks in guidance-parallel mode (faster than Ulysses in the synthetic model); static:1 on
+ * one rank. */
+START_TEST(test_guided_single_request) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.guided = true;
+    wf_dit_sim_job one = {.arrival_ms = 0, .cls = 0};
+    wf_dit_sim_report r;
+    double a = 0.1323 * 1024, x = 0.05 + 64.0 * 1024 / 1048576 * 0.1;
+    ck_assert_double_eq_tol(wf_dit_sim_single_ms(&cfg, 0), 50 * 2 * a, 1e-6);
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * 2 * a, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (a + x), 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), 50 * (a + x), 1e-6);
+    ck_assert_double_eq_tol(r.norm_latency_mean, (a + x) / (2 * a), 1e-9);
+}
+END_TEST
+
 /* The lower bound on any policy's mean latency: a job alone cannot beat its fastest degree
  * (elastic reaches it: 2 ranks for S); two jobs on one rank cannot beat serving one after the
  * other (static:1 reaches it); on a profile's trace no policy goes below it. */
@@ -335,6 +355,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_guided_single_request);
     tcase_add_test(tc, test_workload_profiles);
     tcase_add_test(tc, test_trace_replay);
     suite_add_tcase(s, tc);
