@@ -63,6 +63,17 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
         int tokens, P;
         double ms;
         char word[16] = "plain", extra;
+        if (sscanf(line, " %15[a-z] %lf %c", word, &ms, &extra) == 2) { /* an overhead */
+            double *to = !strcmp(word, "chunk") ? &c->chunk_ms : !strcmp(word, "request") ? &c->request_ms : NULL;
+            if (!to || !(ms >= 0)) {
+                snprintf(err, (size_t)errlen, "%s:%d: expected \"chunk MS\" or \"request MS\" (>= 0)", path, ln);
+                st = WF_EFORMAT;
+                break;
+            }
+            *to = ms;
+            continue;
+        }
+        snprintf(word, sizeof word, "plain");
         int n = sscanf(line, "%d %d %lf %15s %c", &tokens, &P, &ms, word, &extra);
         if (n <= 0) continue;
         int mode = -1;

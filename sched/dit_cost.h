@@ -26,6 +26,12 @@
  * swap outputs). Measured: points carry their mode; a degree without GUIDED points falls back
  * to 2 x its PLAIN time (two forwards, no better measurement), CFG is allowed only where
  * measured. The online correction is per degree, shared by the modes.
+ *
+ * Overheads. What a served request takes beyond its steps: chunk_ms per DENOISE task (the
+ * scheduler's plan, the dispatch to the ranks and the completion's hand-off: per step with
+ * one-step chunks) and request_ms once (ENCODE, DECODE_IMAGE, PNG, HTTP). Both 0 in GF-DiT's
+ * synthetic model; measured against a real daemon they close the simulator's gap to it
+ * (BENCHMARKS.md, tests/integration/test_dit_sim_daemon.py).
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_COST_H
 #define WF_SCHED_DIT_COST_H
@@ -59,6 +65,10 @@ typedef struct wf_dit_cost {
     double corr_weight;                  /* weight of a new observation (default 0.1) */
     double reshard_lat_ms, reshard_ms_per_mib; /* reshard = lat + bytes / MiB * per_mib */
     double latent_bytes_per_token;       /* synthetic CFG exchange (default 64) */
+    double chunk_ms;                     /* per task, outside the step: the daemon's plan,
+                                          * dispatch and hand-off of a DENOISE chunk (0 here) */
+    double request_ms;                   /* per request, outside the DENOISE chunks: ENCODE,
+                                          * DECODE_IMAGE, PNG, HTTP (0 here) */
     double group_form_ms;                /* per group formed for the first time (0: group-free;
                                           * GF-DiT measured ~778 ms per new communicator) */
 } wf_dit_cost;
@@ -71,8 +81,9 @@ void wf_dit_cost_measured(wf_dit_cost *c);
 wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms);
 /* A point of a mode; WF_EINVAL also for CFG with P != 2. */
 wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
-/* Reads "tokens P ms [plain|guided|cfg]" lines ('#' comments; no mode: plain) into a measured
- * model. WF_ENOTFOUND, WF_EFORMAT. */
+/* Reads "tokens P ms [plain|guided|cfg]" lines ('#' comments; no mode: plain), and the
+ * overheads "chunk MS" and "request MS" (chunk_ms, request_ms), into a measured model.
+ * WF_ENOTFOUND, WF_EFORMAT. */
 wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen);
 
 bool wf_dit_cost_allows(const wf_dit_cost *c, int P);

@@ -32,8 +32,9 @@ double wf_dit_policy_step_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, w
     return wf_dit_cost_guided_ms(c, j->tokens, P, mode);
 }
 
-double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved) {
-    double ms = (double)(j->steps - j->steps_done) * wf_dit_policy_step_ms(c, j, P, NULL);
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved, int chunk_steps) {
+    int rem = j->steps - j->steps_done, chunks = chunk_steps > 0 ? (rem + chunk_steps - 1) / chunk_steps : rem;
+    double ms = rem * wf_dit_policy_step_ms(c, j, P, NULL) + chunks * c->chunk_ms + c->request_ms;
     if (moved) ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
     return ms;
 }
@@ -192,7 +193,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         int limit = v->n_ranks < j->max_P ? v->n_ranks : j->max_P, need = 0;
         for (int P = 1; P <= limit && !need; P++)
             if (wf_dit_cost_allows(c, P) &&
-                v->now_ms + wf_dit_policy_remaining_ms(c, j, P, moves(j, P)) <= j->deadline_ms)
+                v->now_ms + wf_dit_policy_remaining_ms(c, j, P, moves(j, P), p->chunk_steps) <= j->deadline_ms)
                 need = P;
         if (!need) {
             late[i] = true;
@@ -200,10 +201,10 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         }
         if (need > f) {
             /* demote jobs with far more work left, longest first, if that makes room */
-            double mine = wf_dit_policy_remaining_ms(c, j, 1, false);
+            double mine = wf_dit_policy_remaining_ms(c, j, 1, false, p->chunk_steps);
             int room = f;
             for (int k = 0; k < i; k++)
-                if (deg[k] && wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false) > WF_DIT_DEMOTE_RATIO * mine)
+                if (deg[k] && wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false, p->chunk_steps) > WF_DIT_DEMOTE_RATIO * mine)
                     room += deg[k];
             if (room < need) continue;
             while (f < need) {
@@ -211,7 +212,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
                 double lm = 0;
                 for (int k = 0; k < i; k++) {
                     if (!deg[k]) continue;
-                    double m = wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false);
+                    double m = wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false, p->chunk_steps);
                     if (m > WF_DIT_DEMOTE_RATIO * mine && m > lm) lm = m, longest = k;
                 }
                 f += deg[longest];
@@ -248,7 +249,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         double best_ms = 0;
         for (int i = 0; i < n; i++) {
             if (deg[i] || !late[i] || demoted[i]) continue;
-            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false);
+            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false, p->chunk_steps);
             if (best < 0 || ms < best_ms) best = i, best_ms = ms;
         }
         if (best < 0) break;

@@ -115,9 +115,10 @@ int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int 
 /* One step of the job on P ranks: plain, or guided in its faster mode (CFG or Ulysses at
  * P = 2); < 0 when P is not allowed. *mode (if not NULL) gets the mode. */
 double wf_dit_policy_step_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, wf_dit_cost_mode *mode);
-/* ms to run the job's remaining steps on P ranks from now (with the reshard if its ranks
- * change: moved = true). */
-double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved);
+/* ms to finish the job on P ranks from now, in chunks of chunk_steps: its remaining steps,
+ * each chunk's overhead, the request's (cost->request_ms: its image is decoded and sent after
+ * the last step), and the reshard if its ranks change (moved = true). */
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved, int chunk_steps);
 /* The rssp degree for tokens. */
 int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j);
 

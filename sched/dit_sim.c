@@ -25,8 +25,16 @@ static double class_step_ms(const wf_dit_sim_config *cfg, int cls, int P) {
     return cfg->guided ? wf_dit_cost_guided_ms(&cfg->cost, tokens, P, NULL) : wf_dit_cost_step_ms(&cfg->cost, tokens, P);
 }
 
+/* The overheads of a job of `steps` steps outside its steps: one chunk_ms per daemon chunk
+ * (cfg->chunk_steps steps, whatever the policy's task size: the daemon's image scheduler cuts
+ * every trajectory so) and the request's own. */
+static double overhead_ms(const wf_dit_sim_config *cfg, int steps) {
+    return (double)((steps + cfg->chunk_steps - 1) / cfg->chunk_steps) * cfg->cost.chunk_ms + cfg->cost.request_ms;
+}
+
 double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls) {
-    return cfg->classes[cls].steps * class_step_ms(cfg, cls, 1);
+    int steps = cfg->classes[cls].steps;
+    return steps * class_step_ms(cfg, cls, 1) + overhead_ms(cfg, steps);
 }
 
 double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n) {
@@ -49,7 +57,7 @@ static void class_bounds(const wf_dit_sim_config *cfg, int cls, double *fastest,
     for (int P = 1; P <= cfg->n_ranks && P <= cfg->max_P; P++) {
         double t = class_step_ms(cfg, cls, P);
         if (!(t > 0)) continue;
-        *fastest = fmin(*fastest, c->steps * t);
+        *fastest = fmin(*fastest, c->steps * t + overhead_ms(cfg, c->steps));
         *work = fmin(*work, c->steps * t * P);
     }
 }
@@ -80,7 +88,7 @@ double wf_dit_sim_latency_bound_ms(const wf_dit_sim_config *cfg, const wf_dit_si
             if (rem[i] < rem[s]) s = i;
         double end = now + rem[s] / speed, t_next = next < n ? jobs[next].arrival_ms : INFINITY;
         if (end <= t_next) {
-            srpt += end - arr[s];
+            srpt += end - arr[s] + cfg->cost.request_ms;
             now = end;
             rem[s] = rem[--act], arr[s] = arr[act];
         } else {
@@ -162,7 +170,8 @@ static bool same_group(const wf_dit_job *j, const wf_dit_task *t) {
 static void start_task(sim *s, const wf_dit_task *t, double now) {
     wf_dit_job *j = s->ready[t->job];
     const wf_dit_cost *c = &s->cfg->cost;
-    double ms = t->steps * wf_dit_cost_mode_step_ms(c, j->tokens, t->n_ranks, t->mode);
+    double ms = t->steps * wf_dit_cost_mode_step_ms(c, j->tokens, t->n_ranks, t->mode) +
+                (double)((t->steps + s->cfg->chunk_steps - 1) / s->cfg->chunk_steps) * c->chunk_ms;
     if (j->n_ranks > 0 && !same_group(j, t)) {
         ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
         s->reshards++;
@@ -258,13 +267,14 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
             wf_dit_job *j = &s.jobs[r->job];
             j->steps_done += r->steps;
             for (int k = 0; k < r->n_ranks; k++) s.busy[r->ranks[k]] = false;
-            if (j->steps_done >= j->steps) {
-                lat[j->id] = now - j->arrival_ms;
+            if (j->steps_done >= j->steps) { /* its image decoded and sent: request_ms more */
+                double fin = now + cfg->cost.request_ms;
+                lat[j->id] = fin - j->arrival_ms;
                 norm[j->id] = lat[j->id] / wf_dit_sim_single_ms(cfg, j->cls);
                 rep->cls_jobs[j->cls]++;
-                if (now > j->deadline_ms) rep->cls_missed[j->cls]++;
+                if (fin > j->deadline_ms) rep->cls_missed[j->cls]++;
                 done++;
-                last = now;
+                last = fmax(last, fin);
                 wf_dit_policy_complete(pol, j, now);
             } else {
                 s.ready[s.n_ready++] = j;

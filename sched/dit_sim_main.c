@@ -34,6 +34,9 @@ static void usage(FILE *f) {
             "  --classes S,M,L      tokens of the three classes (default 1024,4096,16384)\n"
             "  --steps N            denoising steps per job (default 50)\n"
             "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n"
+            "  --alone              instead of a workload: each class's request alone on the cluster under\n"
+            "                       each policy, its latency (\"alone CLASS TOKENS STEPS POLICY MS\"): what a\n"
+            "                       real server's single-request latency is compared with\n"
             "  --guided             every image guided (two forwards a step; on 2 ranks guidance-parallel\n"
             "                       or Ulysses, whichever the cost model says is faster)\n",
             names, wf_dit_policy_names());
@@ -55,7 +58,7 @@ int main(int argc, char **argv) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL;
-    bool load_given = false;
+    bool load_given = false, alone = false;
     char policies[512] = "static:1,static:2,static:4,static:8,rssp,elastic";
     double load = 0.8;
     int seeds = 5;
@@ -67,6 +70,7 @@ int main(int argc, char **argv) {
                                           {"classes", required_argument, 0, 'C'},   {"steps", required_argument, 0, 'S'},
                                           {"alpha", required_argument, 0, 'a'},     {"help", no_argument, 0, 'h'},
                                           {"trace", required_argument, 0, 't'},     {"guided", no_argument, 0, 'G'},
+                                          {"alone", no_argument, 0, 'A'},
                                           {0, 0, 0, 0}};
     int opt;
     double v[3];
@@ -117,6 +121,7 @@ int main(int argc, char **argv) {
             for (int c = 0; c < 3; c++) cfg.classes[c].alpha = v[c];
             break;
         case 'G': cfg.guided = true; break;
+        case 'A': alone = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -137,6 +142,20 @@ int main(int argc, char **argv) {
             return 2;
         }
         wf_dit_policy_free(pol);
+    }
+    if (alone) {
+        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
+            for (int p = 0; p < n_pol; p++) {
+                wf_dit_sim_job one = {.arrival_ms = 0, .cls = c};
+                wf_dit_sim_report r;
+                if (wf_dit_sim_run(&cfg, aggs[p].policy, &one, 1, &r, err, sizeof err) != WF_OK) {
+                    fprintf(stderr, "weft-dit-sim: %s\n", err);
+                    return 2;
+                }
+                printf("alone %s %d %d %s %.3f\n", cfg.classes[c].name, cfg.classes[c].tokens, cfg.classes[c].steps,
+                       aggs[p].policy, r.latency_mean_ms);
+            }
+        return 0;
     }
     if (trace) seeds = 1;
     for (int seed = 1; seed <= seeds; seed++) {

@@ -121,11 +121,13 @@ START_TEST(test_cost_guided_modes) {
     ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
     ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 10.5, 1e-9);
     ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
-    /* the online correction of a CFG observation is against CFG's prediction */
+    /* the online correction of a CFG observation is against CFG's prediction, and moves the
+     * degree (both modes: 10.5 x 0.5 Ulysses, 11 x 0.5 CFG) */
     for (int i = 0; i < 200; i++) wf_dit_cost_observe_mode(&t, 256, 2, WF_DIT_COST_CFG, 5.5);
     ck_assert_double_eq_tol(t.corr[2], 0.5, 1e-3);
-    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 5.5, 1e-2);
-    ck_assert_int_eq(m, WF_DIT_COST_CFG);
+    ck_assert_double_eq_tol(wf_dit_cost_mode_step_ms(&t, 256, 2, WF_DIT_COST_CFG), 5.5, 1e-2);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 5.25, 1e-2);
+    ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
     char path[] = "/tmp/weft-dit-cost-XXXXXX";
     int fd = mkstemp(path);
     ck_assert(fd >= 0);
@@ -169,7 +171,11 @@ START_TEST(test_elastic_guided_degree) {
     wf_dit_cost m;
     wf_dit_cost_measured(&m);
     int P[3] = {1, 2, 4};
-    for (int i = 0; i < 3; i++) wf_dit_cost_add_point(&m, 1024, P[i], wf_dit_cost_step_ms(&cost, 1024, P[i]));
+    for (int i = 0; i < 3; i++) {
+        wf_dit_cost_add_point(&m, 1024, P[i], wf_dit_cost_step_ms(&cost, 1024, P[i]));
+        wf_dit_cost_add_mode_point(&m, 1024, P[i], WF_DIT_COST_GUIDED,
+                                   wf_dit_cost_mode_step_ms(&cost, 1024, P[i], WF_DIT_COST_GUIDED));
+    }
     wf_dit_policy *q;
     ck_assert_int_eq(wf_dit_policy_new("elastic", 4, &m, 5, &q, err, sizeof err), WF_OK);
     bool idle[4] = {0};

@@ -108,6 +108,46 @@ START_TEST(test_guided_single_request) {
 }
 END_TEST
 
+/* The daemon's overheads in the model: a request alone pays one chunk_ms per chunk of
+ * chunk_steps steps (static:1 runs its 50 steps as one task, still 50 daemon chunks) and
+ * request_ms once; T_single and the deadline include them; a cost file names them. */
+START_TEST(test_overheads) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.cost.chunk_ms = 2;
+    cfg.cost.request_ms = 30;
+    wf_dit_sim_job one = {.arrival_ms = 0, .cls = 0};
+    wf_dit_sim_report r;
+    double t1 = 0.1323 * 1024, p2 = 0.1323 * 1024 / 1.82 + 20;
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (t1 + 2) + 30, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_single_ms(&cfg, 0), 50 * (t1 + 2) + 30, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (p2 + 2) + 30, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), 50 * (p2 + 2) + 30, 1e-6);
+    cfg.chunk_steps = 5; /* 10 chunks */
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * t1 + 10 * 2 + 30, 1e-6);
+    /* the file form */
+    char path[] = "/tmp/weft-dit-cost-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "16 1 0.3\nchunk 0.15 # per chunk\nrequest 0.4\n");
+    fclose(f);
+    wf_dit_cost c;
+    ck_assert_int_eq(wf_dit_cost_load(&c, path, err, sizeof err), WF_OK);
+    ck_assert_double_eq_tol(c.chunk_ms, 0.15, 1e-12);
+    ck_assert_double_eq_tol(c.request_ms, 0.4, 1e-12);
+    f = fopen(path, "w");
+    fprintf(f, "16 1 0.3\nsetup 3\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&c, path, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, ":2: expected \"chunk MS\" or \"request MS\""));
+    unlink(path);
+}
+END_TEST
+
 /* The lower bound on any policy's mean latency: a job alone cannot beat its fastest degree
  * (elastic reaches it: 2 ranks for S); two jobs on one rank cannot beat serving one after the
  * other (static:1 reaches it); on a profile's trace no policy goes below it. */
@@ -120,7 +160,7 @@ START_TEST(test_latency_bound) {
     ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), p2, 1e-6);
     run(&cfg, "elastic", &one, 1, &r);
     ck_assert_double_eq_tol(r.latency_mean_ms, p2, 1e-6);
-    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 0), 0, 0);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 0), 0, 1e-12);
     cfg.n_ranks = 1;
     cfg.max_P = 1;
     wf_dit_sim_job two[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 0, .cls = 0}};
@@ -355,6 +395,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
     tcase_add_test(tc, test_workload_profiles);
     tcase_add_test(tc, test_trace_replay);
