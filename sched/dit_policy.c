@@ -14,6 +14,10 @@
 #ifndef WF_DIT_LATE_AGING
 #define WF_DIT_LATE_AGING 1.0
 #endif
+/* A wider group is as cheap as the best fit when its rank-time per step (P x T(P)) is at most
+ * this much larger: a guided image on 2 ranks in CFG mode (each rank runs one half) costs no
+ * more than on one, and finishes twice as fast. Below the cost model's own error. */
+#define WF_DIT_FREE_GROWTH 0.02
 /* rssp's rule: the largest degree whose parallel efficiency is at least this. */
 #define WF_DIT_RSSP_EFFICIENCY 0.7
 
@@ -90,7 +94,9 @@ static bool reserve(wf_dit_policy *p, int n) {
     if (late) p->late = late;
     bool *dem = realloc(p->demoted, sizeof(bool) * (size_t)cap);
     if (dem) p->demoted = dem;
-    if (!idx || !deg || !late || !dem) return false;
+    int *grown = realloc(p->grown, sizeof(int) * (size_t)cap);
+    if (grown) p->grown = grown;
+    if (!idx || !deg || !late || !dem || !grown) return false;
     p->cap = cap;
     return true;
 }
@@ -178,15 +184,34 @@ static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, i
 
 static bool moves(const wf_dit_job *j, int P) { return j->n_ranks > 0 && j->n_ranks != P; }
 
+/* The widest degree above `need` (<= limit) that is faster and as cheap in rank-time per step
+ * (WF_DIT_FREE_GROWTH); need if none. */
+static int cheap_wider(const wf_dit_cost *c, const wf_dit_job *j, int need, int limit) {
+    double t = wf_dit_policy_step_ms(c, j, need, NULL), best_t = t;
+    int best = need;
+    for (int P = need + 1; P <= limit; P++) {
+        double tp = wf_dit_policy_step_ms(c, j, P, NULL);
+        if (tp > 0 && tp < best_t && P * tp <= (1 + WF_DIT_FREE_GROWTH) * need * t) best = P, best_t = tp;
+    }
+    return best;
+}
+
+/* ms until job k's next task (a chunk at degree P) ends. */
+static double chunk_ms(const wf_dit_policy *p, const wf_dit_job *j, int P) {
+    int rem = remaining_steps(j);
+    return (rem < p->chunk_steps ? rem : p->chunk_steps) * wf_dit_policy_step_ms(p->cost, j, P, NULL) + p->cost->chunk_ms;
+}
+
 static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
     bool freem[WF_DIT_MAX_RANKS];
     int *idx = p->idx, *deg = p->deg;
     bool *late = p->late, *demoted = p->demoted;
+    int *grown = p->grown;
     const wf_dit_cost *c = p->cost;
     int f = count_free(v, freem), n = v->n_ready;
     if (f == 0 || n == 0) return 0;
     edf_order(v, idx);
-    for (int i = 0; i < n; i++) deg[i] = 0, late[i] = demoted[i] = false;
+    for (int i = 0; i < n; i++) deg[i] = grown[i] = 0, late[i] = demoted[i] = false;
     /* pass 1: the smallest degree meeting the deadline, in deadline order */
     for (int i = 0; i < n; i++) {
         const wf_dit_job *j = v->ready[idx[i]];
@@ -198,6 +223,29 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         if (!need) {
             late[i] = true;
             continue;
+        }
+        if (need > f) {
+            /* ranks lent to a cheap growth come back when this job cannot wait for them: when
+             * waiting for the earliest lent group's chunk to end would cost its deadline */
+            int lent = 0;
+            double wait = 1e300;
+            for (int k = 0; k < i; k++)
+                if (grown[k]) {
+                    lent += grown[k];
+                    double w = chunk_ms(p, v->ready[idx[k]], deg[k]);
+                    wait = w < wait ? w : wait;
+                }
+            if (lent && f + lent >= need) {
+                if (v->now_ms + wait + wf_dit_policy_remaining_ms(c, j, need, moves(j, need), p->chunk_steps) <=
+                    j->deadline_ms)
+                    continue; /* it can wait a chunk: the lent ranks stay */
+                for (int k = i - 1; k >= 0 && f < need; k--)
+                    if (grown[k]) {
+                        f += grown[k];
+                        deg[k] -= grown[k];
+                        grown[k] = 0;
+                    }
+            }
         }
         if (need > f) {
             /* demote jobs with far more work left, longest first, if that makes room */
@@ -216,12 +264,18 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
                     if (m > WF_DIT_DEMOTE_RATIO * mine && m > lm) lm = m, longest = k;
                 }
                 f += deg[longest];
-                deg[longest] = 0;
+                deg[longest] = grown[longest] = 0;
                 demoted[longest] = true;
             }
         }
         deg[i] = need;
         f -= need;
+        /* as cheap but faster (a guided image in CFG mode on 2 ranks): the extra ranks now, lent
+         * (jobs later in deadline order take them back if they cannot wait) */
+        int wide = cheap_wider(c, j, need, limit < need + f ? limit : need + f);
+        grown[i] = wide - need;
+        deg[i] = wide;
+        f -= grown[i];
     }
     /* pass 2: the rest start now rather than wait: jobs whose best fit was too large for what
      * is left (largest degree that fits, deadline order); then jobs that will be late anyway,
@@ -348,6 +402,7 @@ void wf_dit_policy_free(wf_dit_policy *p) {
     free(p->deg);
     free(p->late);
     free(p->demoted);
+    free(p->grown);
     free(p);
 }
 

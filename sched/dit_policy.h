@@ -32,6 +32,11 @@
  *             A guided job's step time on 2 ranks is the faster of guidance-parallel (one
  *             half per rank) and Ulysses (dit_cost.h), so its best fit and its fastest degree
  *             follow the mode; the task says which mode was assumed.
+ *             Cheap growth: a best fit grows to a faster degree that costs no more rank-time
+ *             per step (within 2%: a guided image in CFG mode on 2 ranks) when ranks are free;
+ *             those ranks are lent: a job later in deadline order takes them back when waiting
+ *             for the lender's chunk to end would cost its deadline, and otherwise waits (one
+ *             job twice as fast beats two at once at the same throughput: lower mean latency).
  *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
  *             chunk's end.
  * Not thread-safe: one owner. */
@@ -98,6 +103,7 @@ struct wf_dit_policy {
     /* pick's scratch, per ready job; grown when the ready list outgrows it */
     int cap, *idx, *deg;
     bool *late, *demoted;
+    int *grown;
 };
 
 /* spec: "static:K", "rssp", "rssp:T=P,...", "elastic". WF_EINVAL naming the problem. */

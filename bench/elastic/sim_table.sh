@@ -4,18 +4,20 @@
 # GF-DiT's synthetic cost model. Prints BENCHMARKS.md's table; "bound" is the lower bound on
 # any policy's mean latency (wf_dit_sim_latency_bound_ms), so "static / bound" < 2 means no
 # policy can be 2x below the best static one there.
-#   bench/elastic/sim_table.sh [build-dir]   (RANKS="8 16" LOADS="0.6 0.8 1.0 1.2" SEEDS=5)
+#   bench/elastic/sim_table.sh [build-dir]   (RANKS="8 16" LOADS="0.6 0.8 1.0 1.2" SEEDS=5
+#                                             EXTRA="--guided": more weft-dit-sim options)
 set -eu
 BUILD=${1:-build}
 RANKS=${RANKS:-8 16}
 LOADS=${LOADS:-0.6 0.8 1.0 1.2}
 SEEDS=${SEEDS:-5}
+EXTRA=${EXTRA:-}
 echo "| ranks | profile | load | jobs | best static | its misses | elastic misses | fewer violations | mean latency static / elastic | bound | static / bound |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $RANKS; do
     for p in short tridentserve foreground_burst; do
         for l in $LOADS; do
-            "$BUILD/bin/weft-dit-sim" --ranks "$r" --profile "$p" --load "$l" --seeds "$SEEDS" | awk -v r="$r" -v p="$p" -v l="$l" '
+            "$BUILD/bin/weft-dit-sim" --ranks "$r" --profile "$p" --load "$l" --seeds "$SEEDS" $EXTRA | awk -v r="$r" -v p="$p" -v l="$l" '
                 $1 == "elastic" && $2 ~ /^[0-9]+$/ { jobs = $2; em = $3; emean = $8 }
                 /^lower bound/ { bound = $8 }
                 /^elastic vs best static/ {

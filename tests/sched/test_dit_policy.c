@@ -197,6 +197,39 @@ START_TEST(test_elastic_guided_degree) {
 }
 END_TEST
 
+/* Cheap growth: two guided S jobs (1024 tokens: 271.0 ms a step on one rank, 135.6 on two in
+ * CFG mode: the same rank-time) and two free ranks. The more urgent one gets both ranks in CFG
+ * mode rather than each one rank: it finishes twice as fast and the other, with slack, waits a
+ * chunk (5 steps: 678 ms). When the other cannot wait (its deadline 14000 ms < 678 + 50 x 271),
+ * the lent rank comes back and each runs on one. Plain jobs never grow so (two ranks cost 39%
+ * more rank-time for S). */
+START_TEST(test_elastic_cheap_growth) {
+    wf_dit_policy *p = policy("elastic", 4);
+    bool busy[4] = {true, false, false, true};
+    wf_dit_job jobs[2] = {job(0, 1024, 13900), job(1, 1024, 1e5)};
+    jobs[0].guided = jobs[1].guided = true;
+    wf_dit_task t[16];
+    int k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].job, 0);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_CFG);
+    jobs[1].deadline_ms = 14000;
+    k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 0)->mode, WF_DIT_COST_GUIDED);
+    jobs[0].guided = jobs[1].guided = false;
+    jobs[1].deadline_ms = 1e5;
+    k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 START_TEST(test_policy_names) {
     wf_dit_policy *p;
     ck_assert_int_eq(wf_dit_policy_new("static:3", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
@@ -420,6 +453,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_cost_synthetic_and_table);
     tcase_add_test(tc, test_cost_guided_modes);
     tcase_add_test(tc, test_elastic_guided_degree);
+    tcase_add_test(tc, test_elastic_cheap_growth);
     tcase_add_test(tc, test_policy_names);
     tcase_add_test(tc, test_elastic_smallest_degree);
     tcase_add_test(tc, test_elastic_leftovers_to_most_urgent);
