@@ -36,8 +36,9 @@ START_TEST(test_deterministic_per_seed) {
     ck_assert_int_eq(na, nb);
     ck_assert(!memcmp(a, b, sizeof *a * (size_t)na));
     ck_assert(na != nc || memcmp(a, c, sizeof *a * (size_t)na) != 0);
-    const char *pols[] = {"elastic", "rssp", "static:2"};
-    for (int p = 0; p < 3; p++) {
+    const char *pols[] = {"elastic", "rssp", "static:2", "elastic"};
+    for (int p = 0; p < 4; p++) {
+        cfg.guided = p == 3; /* guided images: CFG or Ulysses on 2 ranks, cheap growth */
         wf_dit_sim_report r1, r2, r3;
         run(&cfg, pols[p], a, na, &r1);
         run(&cfg, pols[p], b, nb, &r2);
