@@ -196,8 +196,8 @@ static int cheap_wider(const wf_dit_cost *c, const wf_dit_job *j, int need, int 
     return best;
 }
 
-/* ms until job k's next task (a chunk at degree P) ends. */
-static double chunk_ms(const wf_dit_policy *p, const wf_dit_job *j, int P) {
+/* ms until job j's next task (a chunk at degree P) ends. */
+static double next_chunk_ms(const wf_dit_policy *p, const wf_dit_job *j, int P) {
     int rem = remaining_steps(j);
     return (rem < p->chunk_steps ? rem : p->chunk_steps) * wf_dit_policy_step_ms(p->cost, j, P, NULL) + p->cost->chunk_ms;
 }
@@ -232,7 +232,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
             for (int k = 0; k < i; k++)
                 if (grown[k]) {
                     lent += grown[k];
-                    double w = chunk_ms(p, v->ready[idx[k]], deg[k]);
+                    double w = next_chunk_ms(p, v->ready[idx[k]], deg[k]);
                     wait = w < wait ? w : wait;
                 }
             if (lent && f + lent >= need) {
