@@ -13,6 +13,7 @@ static void common_init(wf_dit_cost *c) {
     c->corr_weight = 0.1;
     c->reshard_lat_ms = 0.05;
     c->reshard_ms_per_mib = 0.1;
+    c->latent_bytes_per_token = 64;
 }
 
 void wf_dit_cost_synthetic(wf_dit_cost *c) {
@@ -27,11 +28,22 @@ void wf_dit_cost_synthetic(wf_dit_cost *c) {
 
 void wf_dit_cost_measured(wf_dit_cost *c) { common_init(c); }
 
-wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms) {
-    if (tokens < 1 || P < 1 || P > WF_DIT_COST_MAX_P || !(ms > 0) || c->n_points >= WF_DIT_COST_MAX_POINTS)
+wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms) {
+    if (tokens < 1 || P < 1 || P > WF_DIT_COST_MAX_P || !(ms > 0) || c->n_points >= WF_DIT_COST_MAX_POINTS ||
+        (unsigned)mode >= WF_DIT_COST_MODES || (mode == WF_DIT_COST_CFG && P != 2))
         return WF_EINVAL;
-    c->pts[c->n_points++] = (wf_dit_cost_point){tokens, P, ms};
+    c->pts[c->n_points++] = (wf_dit_cost_point){tokens, P, ms, mode};
     return WF_OK;
+}
+
+wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms) {
+    return wf_dit_cost_add_mode_point(c, tokens, P, WF_DIT_COST_PLAIN, ms);
+}
+
+static const char *const mode_names[WF_DIT_COST_MODES] = {"plain", "guided", "cfg"};
+
+const char *wf_dit_cost_mode_name(wf_dit_cost_mode mode) {
+    return (unsigned)mode < WF_DIT_COST_MODES ? mode_names[mode] : "?";
 }
 
 wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen) {
@@ -50,12 +62,27 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
         if (hash) *hash = 0;
         int tokens, P;
         double ms;
-        char extra;
-        int n = sscanf(line, "%d %d %lf %c", &tokens, &P, &ms, &extra);
+        char word[16] = "plain", extra;
+        if (sscanf(line, " %15[a-z] %lf %c", word, &ms, &extra) == 2) { /* an overhead */
+            double *to = !strcmp(word, "chunk") ? &c->chunk_ms : !strcmp(word, "request") ? &c->request_ms : NULL;
+            if (!to || !(ms >= 0)) {
+                snprintf(err, (size_t)errlen, "%s:%d: expected \"chunk MS\" or \"request MS\" (>= 0)", path, ln);
+                st = WF_EFORMAT;
+                break;
+            }
+            *to = ms;
+            continue;
+        }
+        snprintf(word, sizeof word, "plain");
+        int n = sscanf(line, "%d %d %lf %15s %c", &tokens, &P, &ms, word, &extra);
         if (n <= 0) continue;
-        if (n != 3 || wf_dit_cost_add_point(c, tokens, P, ms) != WF_OK) {
-            snprintf(err, (size_t)errlen, "%s:%d: expected \"tokens P ms\" (positive; at most %d lines)", path, ln,
-                     WF_DIT_COST_MAX_POINTS);
+        int mode = -1;
+        for (int m = 0; m < WF_DIT_COST_MODES; m++)
+            if (!strcmp(word, mode_names[m])) mode = m;
+        if ((n != 3 && n != 4) || mode < 0 || wf_dit_cost_add_mode_point(c, tokens, P, mode, ms) != WF_OK) {
+            snprintf(err, (size_t)errlen,
+                     "%s:%d: expected \"tokens P ms [plain|guided|cfg]\" (positive; cfg only at P = 2; at most %d lines)",
+                     path, ln, WF_DIT_COST_MAX_POINTS);
             st = WF_EFORMAT;
             break;
         }
@@ -68,21 +95,25 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
     return st;
 }
 
-bool wf_dit_cost_allows(const wf_dit_cost *c, int P) {
-    if (P < 1 || P > WF_DIT_COST_MAX_P) return false;
-    if (c->n_points == 0) return c->eff[P] > 0;
+static bool has_points(const wf_dit_cost *c, int P, wf_dit_cost_mode mode) {
     for (int i = 0; i < c->n_points; i++)
-        if (c->pts[i].P == P) return true;
+        if (c->pts[i].P == P && c->pts[i].mode == mode) return true;
     return false;
 }
 
-/* Linear between the two points of degree P around tokens; proportional from the nearest
+bool wf_dit_cost_allows(const wf_dit_cost *c, int P) {
+    if (P < 1 || P > WF_DIT_COST_MAX_P) return false;
+    if (c->n_points == 0) return c->eff[P] > 0;
+    return has_points(c, P, WF_DIT_COST_PLAIN);
+}
+
+/* Linear between the two points of (P, mode) around tokens; proportional from the nearest
  * point outside the measured range. */
-static double table_ms(const wf_dit_cost *c, int tokens, int P) {
+static double table_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode) {
     const wf_dit_cost_point *lo = NULL, *hi = NULL;
     for (int i = 0; i < c->n_points; i++) {
         const wf_dit_cost_point *p = &c->pts[i];
-        if (p->P != P) continue;
+        if (p->P != P || p->mode != mode) continue;
         if (p->tokens <= tokens && (!lo || p->tokens > lo->tokens)) lo = p;
         if (p->tokens >= tokens && (!hi || p->tokens < hi->tokens)) hi = p;
     }
@@ -95,18 +126,48 @@ static double table_ms(const wf_dit_cost *c, int tokens, int P) {
     return p ? p->ms * (double)tokens / (double)p->tokens : -1.0;
 }
 
+/* Uncorrected ms of one step in mode, < 0 when not allowed. */
+static double raw_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode) {
+    if (!wf_dit_cost_allows(c, P) || (unsigned)mode >= WF_DIT_COST_MODES || (mode == WF_DIT_COST_CFG && P != 2))
+        return -1.0;
+    if (c->n_points) {
+        if (mode == WF_DIT_COST_PLAIN || has_points(c, P, mode)) return table_ms(c, tokens, P, mode);
+        return mode == WF_DIT_COST_GUIDED ? 2 * table_ms(c, tokens, P, WF_DIT_COST_PLAIN) : -1.0;
+    }
+    double compute = c->ms_per_token * tokens;
+    switch (mode) {
+    case WF_DIT_COST_PLAIN: return compute / c->eff[P] + c->comm_ms * (P - 1);
+    case WF_DIT_COST_GUIDED: return 2 * compute / c->eff[P] + c->comm_ms * (P - 1);
+    default: return compute + wf_dit_cost_reshard_ms(c, c->latent_bytes_per_token * tokens);
+    }
+}
+
+double wf_dit_cost_mode_step_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode) {
+    double ms = raw_ms(c, tokens, P, mode);
+    return ms > 0 ? ms * c->corr[P] : -1.0;
+}
+
 double wf_dit_cost_step_ms(const wf_dit_cost *c, int tokens, int P) {
-    if (!wf_dit_cost_allows(c, P)) return -1.0;
-    double ms = c->n_points ? table_ms(c, tokens, P)
-                            : c->ms_per_token * tokens / c->eff[P] + c->comm_ms * (P - 1);
-    return ms * c->corr[P];
+    return wf_dit_cost_mode_step_ms(c, tokens, P, WF_DIT_COST_PLAIN);
+}
+
+double wf_dit_cost_guided_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode *mode) {
+    double u = wf_dit_cost_mode_step_ms(c, tokens, P, WF_DIT_COST_GUIDED);
+    double g = wf_dit_cost_mode_step_ms(c, tokens, P, WF_DIT_COST_CFG);
+    bool cfg = g > 0 && (u < 0 || g < u);
+    if (mode) *mode = cfg ? WF_DIT_COST_CFG : WF_DIT_COST_GUIDED;
+    return cfg ? g : u;
+}
+
+void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms) {
+    if (!(ms > 0)) return;
+    double pred = raw_ms(c, tokens, P, mode);
+    if (!(pred > 0)) return;
+    c->corr[P] = (1 - c->corr_weight) * c->corr[P] + c->corr_weight * (ms / pred);
 }
 
 void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms) {
-    if (!wf_dit_cost_allows(c, P) || !(ms > 0)) return;
-    double pred = wf_dit_cost_step_ms(c, tokens, P) / c->corr[P];
-    if (!(pred > 0)) return;
-    c->corr[P] = (1 - c->corr_weight) * c->corr[P] + c->corr_weight * (ms / pred);
+    wf_dit_cost_observe_mode(c, tokens, P, WF_DIT_COST_PLAIN, ms);
 }
 
 double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes) {

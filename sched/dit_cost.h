@@ -7,12 +7,31 @@
  *     double ms = wf_dit_cost_step_ms(&c, 4096, 2);    // 0.1323*4096/1.82 + 20 = 317.7 ms
  *     wf_dit_cost_add_point(&c, 256, 2, 41.0);         // measured (bench/elastic): a table
  *     wf_dit_cost_observe(&c, 256, 2, 45.1);           // online correction of degree 2
+ *     wf_dit_cost_mode m;                              // a guided image on 2 ranks: CFG or
+ *     double g = wf_dit_cost_guided_ms(&c, 4096, 2, &m); // Ulysses, whichever is faster
  *
  * Synthetic: T = ms_per_token * tokens / eff(P) + comm_ms * (P - 1), eff = {1: 1, 2: 1.82,
  * 4: 3.33, 8: 5.88}. Measured: points (tokens, P, ms) per degree, linear in tokens between
  * points and proportional beyond them; a degree without points is not allowed. Either way each
  * degree carries a correction factor, the exponentially weighted ratio of observed to predicted
  * times (observe), so a model measured at start-up follows the machine.
+ *
+ * Guidance. A guided image (classifier-free guidance) runs two forwards per step, the
+ * conditional and the unconditional one. On P ranks it runs either in Ulysses mode (both
+ * halves over the P ranks: WF_DIT_COST_GUIDED) or, on exactly 2 ranks, guidance-parallel (one
+ * half per rank, one output exchanged per step: WF_DIT_COST_CFG). Synthetic: GUIDED = 2 x
+ * ms_per_token x tokens / eff(P) + comm_ms x (P - 1) (the all-to-alls carry both halves at
+ * once: GF-DiT's comm term is per collective round), CFG = ms_per_token x tokens + the reshard
+ * cost of one latent (tokens x latent_bytes_per_token) (both ranks compute a full forward, then
+ * swap outputs). Measured: points carry their mode; a degree without GUIDED points falls back
+ * to 2 x its PLAIN time (two forwards, no better measurement), CFG is allowed only where
+ * measured. The online correction is per degree, shared by the modes.
+ *
+ * Overheads. What a served request takes beyond its steps: chunk_ms per DENOISE task (the
+ * scheduler's plan, the dispatch to the ranks and the completion's hand-off: per step with
+ * one-step chunks) and request_ms once (ENCODE, DECODE_IMAGE, PNG, HTTP). Both 0 in GF-DiT's
+ * synthetic model; measured against a real daemon they close the simulator's gap to it
+ * (BENCHMARKS.md, tests/integration/test_dit_sim_daemon.py).
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_COST_H
 #define WF_SCHED_DIT_COST_H
@@ -24,9 +43,17 @@
 #define WF_DIT_COST_MAX_P 64
 #define WF_DIT_COST_MAX_POINTS 64
 
+typedef enum wf_dit_cost_mode {
+    WF_DIT_COST_PLAIN = 0,  /* an unguided image (one forward per step), Ulysses over P */
+    WF_DIT_COST_GUIDED = 1, /* a guided image, both halves in Ulysses mode over P */
+    WF_DIT_COST_CFG = 2,    /* a guided image, guidance-parallel: one half per rank, P = 2 */
+} wf_dit_cost_mode;
+#define WF_DIT_COST_MODES 3
+
 typedef struct wf_dit_cost_point {
     int tokens, P;
     double ms;
+    wf_dit_cost_mode mode;
 } wf_dit_cost_point;
 
 typedef struct wf_dit_cost {
@@ -37,6 +64,11 @@ typedef struct wf_dit_cost {
     double corr[WF_DIT_COST_MAX_P + 1];  /* observed / predicted, per degree (1 at start) */
     double corr_weight;                  /* weight of a new observation (default 0.1) */
     double reshard_lat_ms, reshard_ms_per_mib; /* reshard = lat + bytes / MiB * per_mib */
+    double latent_bytes_per_token;       /* synthetic CFG exchange (default 64) */
+    double chunk_ms;                     /* per task, outside the step: the daemon's plan,
+                                          * dispatch and hand-off of a DENOISE chunk (0 here) */
+    double request_ms;                   /* per request, outside the DENOISE chunks: ENCODE,
+                                          * DECODE_IMAGE, PNG, HTTP (0 here) */
     double group_form_ms;                /* per group formed for the first time (0: group-free;
                                           * GF-DiT measured ~778 ms per new communicator) */
 } wf_dit_cost;
@@ -47,13 +79,25 @@ void wf_dit_cost_synthetic(wf_dit_cost *c);
 void wf_dit_cost_measured(wf_dit_cost *c);
 /* WF_EINVAL (bad values, table full). Points of one degree may come in any order. */
 wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms);
-/* Reads "tokens P ms" lines ('#' comments) into a measured model. WF_ENOTFOUND, WF_EFORMAT. */
+/* A point of a mode; WF_EINVAL also for CFG with P != 2. */
+wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
+/* Reads "tokens P ms [plain|guided|cfg]" lines ('#' comments; no mode: plain), and the
+ * overheads "chunk MS" and "request MS" (chunk_ms, request_ms), into a measured model.
+ * WF_ENOTFOUND, WF_EFORMAT. */
 wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen);
 
 bool wf_dit_cost_allows(const wf_dit_cost *c, int P);
 /* Predicted ms of one step of one image (< 0 when P is not allowed). */
 double wf_dit_cost_step_ms(const wf_dit_cost *c, int tokens, int P);
+/* Predicted ms of one step in a mode (< 0 when the degree or the mode is not allowed). */
+double wf_dit_cost_mode_step_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode);
+/* A guided image's step on P ranks in the faster of its modes (CFG only at P = 2); *mode (if
+ * not NULL) says which (ties: GUIDED, the mode that needs no even split of the batch). */
+double wf_dit_cost_guided_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode *mode);
+const char *wf_dit_cost_mode_name(wf_dit_cost_mode mode);
 void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms);
+/* An observed step of a mode (corrects the degree against that mode's prediction). */
+void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
 double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes);
 
 #endif

@@ -14,6 +14,10 @@
 #ifndef WF_DIT_LATE_AGING
 #define WF_DIT_LATE_AGING 1.0
 #endif
+/* A wider group is as cheap as the best fit when its rank-time per step (P x T(P)) is at most
+ * this much larger: a guided image on 2 ranks in CFG mode (each rank runs one half) costs no
+ * more than on one, and finishes twice as fast. Below the cost model's own error. */
+#define WF_DIT_FREE_GROWTH 0.02
 /* rssp's rule: the largest degree whose parallel efficiency is at least this. */
 #define WF_DIT_RSSP_EFFICIENCY 0.7
 
@@ -24,8 +28,17 @@ int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int 
     return best;
 }
 
-double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved) {
-    double ms = (double)(j->steps - j->steps_done) * wf_dit_cost_step_ms(c, j->tokens, P);
+double wf_dit_policy_step_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, wf_dit_cost_mode *mode) {
+    if (!j->guided) {
+        if (mode) *mode = WF_DIT_COST_PLAIN;
+        return wf_dit_cost_step_ms(c, j->tokens, P);
+    }
+    return wf_dit_cost_guided_ms(c, j->tokens, P, mode);
+}
+
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved, int chunk_steps) {
+    int rem = j->steps - j->steps_done, chunks = chunk_steps > 0 ? (rem + chunk_steps - 1) / chunk_steps : rem;
+    double ms = rem * wf_dit_policy_step_ms(c, j, P, NULL) + chunks * c->chunk_ms + c->request_ms;
     if (moved) ms += wf_dit_cost_reshard_ms(c, j->latent_bytes);
     return ms;
 }
@@ -41,11 +54,11 @@ int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j) {
             }
         return wf_dit_policy_degree_at_most(p->cost, j, P < limit ? P : limit);
     }
-    double t1 = wf_dit_cost_step_ms(p->cost, j->tokens, 1);
+    double t1 = wf_dit_policy_step_ms(p->cost, j, 1, NULL);
     int best = 1;
     for (int P = 2; P <= limit; P++) {
         if (!wf_dit_cost_allows(p->cost, P)) continue;
-        double tp = wf_dit_cost_step_ms(p->cost, j->tokens, P);
+        double tp = wf_dit_policy_step_ms(p->cost, j, P, NULL);
         if (t1 / (P * tp) >= WF_DIT_RSSP_EFFICIENCY) best = P;
     }
     return best;
@@ -81,7 +94,9 @@ static bool reserve(wf_dit_policy *p, int n) {
     if (late) p->late = late;
     bool *dem = realloc(p->demoted, sizeof(bool) * (size_t)cap);
     if (dem) p->demoted = dem;
-    if (!idx || !deg || !late || !dem) return false;
+    int *grown = realloc(p->grown, sizeof(int) * (size_t)cap);
+    if (grown) p->grown = grown;
+    if (!idx || !deg || !late || !dem || !grown) return false;
     p->cap = cap;
     return true;
 }
@@ -95,8 +110,10 @@ static int count_free(const wf_dit_view *v, bool *freem) {
     return f;
 }
 
-/* P free ranks for job j: the ones it already holds first (no reshard), then the lowest. */
-static void take_ranks(const wf_dit_job *j, int P, bool *freem, int n_ranks, wf_dit_task *t) {
+/* P free ranks for job j: the ones it already holds first (no reshard), then the lowest; and
+ * the mode the cost model assumes on them. */
+static void take_ranks(const wf_dit_cost *c, const wf_dit_job *j, int P, bool *freem, int n_ranks, wf_dit_task *t) {
+    wf_dit_policy_step_ms(c, j, P, &t->mode);
     t->n_ranks = 0;
     for (int i = 0; i < j->n_ranks && t->n_ranks < P; i++) {
         int r = j->ranks[i];
@@ -135,6 +152,7 @@ static int pick_static(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out,
         t->job = idx[i];
         t->steps = remaining_steps(j);
         t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, K);
+        wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
         for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = lane * K + k;
         for (int r = lane * K; r < (lane + 1) * K; r++) freem[r] = false; /* the whole lane */
         lane++;
@@ -156,7 +174,7 @@ static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, i
         wf_dit_task *t = &out[n++];
         t->job = idx[i];
         t->steps = remaining_steps(j);
-        take_ranks(j, P, freem, v->n_ranks, t);
+        take_ranks(p->cost, j, P, freem, v->n_ranks, t);
         f -= P;
     }
     return n;
@@ -166,33 +184,75 @@ static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, i
 
 static bool moves(const wf_dit_job *j, int P) { return j->n_ranks > 0 && j->n_ranks != P; }
 
+/* The widest degree above `need` (<= limit) that is faster and as cheap in rank-time per step
+ * (WF_DIT_FREE_GROWTH); need if none. */
+static int cheap_wider(const wf_dit_cost *c, const wf_dit_job *j, int need, int limit) {
+    double t = wf_dit_policy_step_ms(c, j, need, NULL), best_t = t;
+    int best = need;
+    for (int P = need + 1; P <= limit; P++) {
+        double tp = wf_dit_policy_step_ms(c, j, P, NULL);
+        if (tp > 0 && tp < best_t && P * tp <= (1 + WF_DIT_FREE_GROWTH) * need * t) best = P, best_t = tp;
+    }
+    return best;
+}
+
+/* ms until job j's next task (a chunk at degree P) ends. */
+static double next_chunk_ms(const wf_dit_policy *p, const wf_dit_job *j, int P) {
+    int rem = remaining_steps(j);
+    return (rem < p->chunk_steps ? rem : p->chunk_steps) * wf_dit_policy_step_ms(p->cost, j, P, NULL) + p->cost->chunk_ms;
+}
+
 static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
     bool freem[WF_DIT_MAX_RANKS];
     int *idx = p->idx, *deg = p->deg;
     bool *late = p->late, *demoted = p->demoted;
+    int *grown = p->grown;
     const wf_dit_cost *c = p->cost;
     int f = count_free(v, freem), n = v->n_ready;
     if (f == 0 || n == 0) return 0;
     edf_order(v, idx);
-    for (int i = 0; i < n; i++) deg[i] = 0, late[i] = demoted[i] = false;
+    for (int i = 0; i < n; i++) deg[i] = grown[i] = 0, late[i] = demoted[i] = false;
     /* pass 1: the smallest degree meeting the deadline, in deadline order */
     for (int i = 0; i < n; i++) {
         const wf_dit_job *j = v->ready[idx[i]];
         int limit = v->n_ranks < j->max_P ? v->n_ranks : j->max_P, need = 0;
         for (int P = 1; P <= limit && !need; P++)
             if (wf_dit_cost_allows(c, P) &&
-                v->now_ms + wf_dit_policy_remaining_ms(c, j, P, moves(j, P)) <= j->deadline_ms)
+                v->now_ms + wf_dit_policy_remaining_ms(c, j, P, moves(j, P), p->chunk_steps) <= j->deadline_ms)
                 need = P;
         if (!need) {
             late[i] = true;
             continue;
         }
         if (need > f) {
+            /* ranks lent to a cheap growth come back when this job cannot wait for them: when
+             * waiting for the earliest lent group's chunk to end would cost its deadline */
+            int lent = 0;
+            double wait = 1e300;
+            for (int k = 0; k < i; k++)
+                if (grown[k]) {
+                    lent += grown[k];
+                    double w = next_chunk_ms(p, v->ready[idx[k]], deg[k]);
+                    wait = w < wait ? w : wait;
+                }
+            if (lent && f + lent >= need) {
+                if (v->now_ms + wait + wf_dit_policy_remaining_ms(c, j, need, moves(j, need), p->chunk_steps) <=
+                    j->deadline_ms)
+                    continue; /* it can wait a chunk: the lent ranks stay */
+                for (int k = i - 1; k >= 0 && f < need; k--)
+                    if (grown[k]) {
+                        f += grown[k];
+                        deg[k] -= grown[k];
+                        grown[k] = 0;
+                    }
+            }
+        }
+        if (need > f) {
             /* demote jobs with far more work left, longest first, if that makes room */
-            double mine = wf_dit_policy_remaining_ms(c, j, 1, false);
+            double mine = wf_dit_policy_remaining_ms(c, j, 1, false, p->chunk_steps);
             int room = f;
             for (int k = 0; k < i; k++)
-                if (deg[k] && wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false) > WF_DIT_DEMOTE_RATIO * mine)
+                if (deg[k] && wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false, p->chunk_steps) > WF_DIT_DEMOTE_RATIO * mine)
                     room += deg[k];
             if (room < need) continue;
             while (f < need) {
@@ -200,16 +260,22 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
                 double lm = 0;
                 for (int k = 0; k < i; k++) {
                     if (!deg[k]) continue;
-                    double m = wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false);
+                    double m = wf_dit_policy_remaining_ms(c, v->ready[idx[k]], 1, false, p->chunk_steps);
                     if (m > WF_DIT_DEMOTE_RATIO * mine && m > lm) lm = m, longest = k;
                 }
                 f += deg[longest];
-                deg[longest] = 0;
+                deg[longest] = grown[longest] = 0;
                 demoted[longest] = true;
             }
         }
         deg[i] = need;
         f -= need;
+        /* as cheap but faster (a guided image in CFG mode on 2 ranks): the extra ranks now, lent
+         * (jobs later in deadline order take them back if they cannot wait) */
+        int wide = cheap_wider(c, j, need, limit < need + f ? limit : need + f);
+        grown[i] = wide - need;
+        deg[i] = wide;
+        f -= grown[i];
     }
     /* pass 2: the rest start now rather than wait: jobs whose best fit was too large for what
      * is left (largest degree that fits, deadline order); then jobs that will be late anyway,
@@ -222,7 +288,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
     for (int i = 0; i < n && f > 0; i++) {
         const wf_dit_job *j = v->ready[idx[i]];
         if (late[i] && !deg[i] && !demoted[i] &&
-            v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_cost_step_ms(c, j->tokens, 1)) {
+            v->now_ms > j->deadline_ms + WF_DIT_LATE_AGING * j->steps * wf_dit_policy_step_ms(c, j, 1, NULL)) {
             deg[i] = 1;
             f--;
         }
@@ -237,7 +303,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         double best_ms = 0;
         for (int i = 0; i < n; i++) {
             if (deg[i] || !late[i] || demoted[i]) continue;
-            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false);
+            double ms = wf_dit_policy_remaining_ms(c, v->ready[idx[i]], 1, false, p->chunk_steps);
             if (best < 0 || ms < best_ms) best = i, best_ms = ms;
         }
         if (best < 0) break;
@@ -255,9 +321,9 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         if (!deg[i]) continue;
         const wf_dit_job *j = v->ready[idx[i]];
         int best = deg[i];
-        double best_ms = wf_dit_cost_step_ms(c, j->tokens, deg[i]);
+        double best_ms = wf_dit_policy_step_ms(c, j, deg[i], NULL);
         for (int P = deg[i] + 1; P <= deg[i] + f && P <= j->max_P; P++) {
-            double ms = wf_dit_cost_allows(c, P) ? wf_dit_cost_step_ms(c, j->tokens, P) : -1;
+            double ms = wf_dit_policy_step_ms(c, j, P, NULL);
             if (ms > 0 && ms < best_ms) best = P, best_ms = ms;
         }
         f -= best - deg[i];
@@ -271,7 +337,7 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
         t->job = idx[i];
         int rem = remaining_steps(j);
         t->steps = rem < p->chunk_steps ? rem : p->chunk_steps;
-        take_ranks(j, deg[i], freem, v->n_ranks, t);
+        take_ranks(c, j, deg[i], freem, v->n_ranks, t);
     }
     return k;
 }
@@ -336,6 +402,7 @@ void wf_dit_policy_free(wf_dit_policy *p) {
     free(p->deg);
     free(p->late);
     free(p->demoted);
+    free(p->grown);
     free(p);
 }
 

@@ -29,6 +29,14 @@
  *             cannot starve them; never a rank a feasible best fit needs: under a sustained
  *             overload that would turn one miss into several); ranks left over go to the most
  *             urgent jobs, at the fastest degree.
+ *             A guided job's step time on 2 ranks is the faster of guidance-parallel (one
+ *             half per rank) and Ulysses (dit_cost.h), so its best fit and its fastest degree
+ *             follow the mode; the task says which mode was assumed.
+ *             Cheap growth: a best fit grows to a faster degree that costs no more rank-time
+ *             per step (within 2%: a guided image in CFG mode on 2 ranks) when ranks are free;
+ *             those ranks are lent: a job later in deadline order takes them back when waiting
+ *             for the lender's chunk to end would cost its deadline, and otherwise waits (one
+ *             job twice as fast beats two at once at the same throughput: lower mean latency).
  *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
  *             chunk's end.
  * Not thread-safe: one owner. */
@@ -49,6 +57,7 @@ typedef struct wf_dit_job {
     int cls;                 /* class index, for reports */
     int tokens, steps, steps_done;
     int max_P;               /* the largest degree the model allows at this size */
+    bool guided;             /* classifier-free guidance: two forwards a step (dit_cost.h) */
     double arrival_ms, deadline_ms;
     double latent_bytes;     /* moved in full when a job changes ranks */
     int n_ranks;             /* the group of its last task (0 before its first) */
@@ -68,6 +77,8 @@ typedef struct wf_dit_task {
     int steps;
     int n_ranks;
     int ranks[WF_DIT_MAX_RANKS];
+    wf_dit_cost_mode mode;   /* what the cost model assumed: PLAIN, or for a guided job GUIDED
+                              * (Ulysses) or CFG (guidance-parallel, 2 ranks) */
 } wf_dit_task;
 
 typedef struct wf_dit_policy wf_dit_policy;
@@ -92,6 +103,7 @@ struct wf_dit_policy {
     /* pick's scratch, per ready job; grown when the ready list outgrows it */
     int cap, *idx, *deg;
     bool *late, *demoted;
+    int *grown;
 };
 
 /* spec: "static:K", "rssp", "rssp:T=P,...", "elastic". WF_EINVAL naming the problem. */
@@ -106,9 +118,13 @@ const char *wf_dit_policy_names(void);
 /* Helpers shared by the policies and the simulator. */
 /* The largest allowed degree <= limit and <= j->max_P (1 if none). */
 int wf_dit_policy_degree_at_most(const wf_dit_cost *c, const wf_dit_job *j, int limit);
-/* ms to run the job's remaining steps on P ranks from now (with the reshard if its ranks
- * change: moved = true). */
-double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved);
+/* One step of the job on P ranks: plain, or guided in its faster mode (CFG or Ulysses at
+ * P = 2); < 0 when P is not allowed. *mode (if not NULL) gets the mode. */
+double wf_dit_policy_step_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, wf_dit_cost_mode *mode);
+/* ms to finish the job on P ranks from now, in chunks of chunk_steps: its remaining steps,
+ * each chunk's overhead, the request's (cost->request_ms: its image is decoded and sent after
+ * the last step), and the reshard if its ranks change (moved = true). */
+double wf_dit_policy_remaining_ms(const wf_dit_cost *c, const wf_dit_job *j, int P, bool moved, int chunk_steps);
 /* The rssp degree for tokens. */
 int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j);
 

@@ -18,6 +18,7 @@
 #ifndef WF_SCHED_DIT_SIM_H
 #define WF_SCHED_DIT_SIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,7 @@ typedef struct wf_dit_sim_config {
     wf_dit_cost cost;
     wf_dit_sim_class classes[WF_DIT_SIM_CLASSES];
     double latent_bytes_per_token;
+    bool guided;         /* every job guided (dit_cost.h's guided modes; T_single guided too) */
 } wf_dit_sim_config;
 
 typedef struct wf_dit_sim_job {
@@ -63,6 +65,15 @@ double wf_dit_sim_single_ms(const wf_dit_sim_config *cfg, int cls);
 /* Sum of the jobs' T_single over n_ranks x the span of their arrivals: the offered load (1 =
  * every rank busy at P = 1 on average); 0 when fewer than two distinct arrival times. */
 double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
+/* A lower bound on the mean latency (ms) of ANY policy on jobs[0..n) (sorted by arrival), so
+ * that a goal such as "2x lower than the best static policy" can be checked for feasibility:
+ * max(the mean of each job's fastest time alone, steps x min_P T(tokens, P); the mean latency
+ * of preemptive shortest-remaining-work-first on one server of speed n_ranks, each job's work
+ * being min_P P x T(tokens, P) x steps rank-ms). Why the second is a bound: a job on P ranks
+ * advances at most P work units per ms (its work per step is at most P x T(P)), so every
+ * cluster schedule is a schedule of one speed-n_ranks server, on which SRPT minimises the sum
+ * of latencies (Schrage 1968). Reshards and group formation only add. 0 when n < 1. */
+double wf_dit_sim_latency_bound_ms(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
 /* Runs jobs[0..n) (sorted by arrival) under policy spec. WF_EINVAL (bad policy or config),
  * WF_ENOMEM, WF_EPROTO (the policy left work waiting with every rank idle). */
 wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *jobs, int n,

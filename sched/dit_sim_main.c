@@ -33,7 +33,12 @@ static void usage(FILE *f) {
             "                       0.1323 ms x tokens / eff(P) + 20 ms x (P - 1))\n"
             "  --classes S,M,L      tokens of the three classes (default 1024,4096,16384)\n"
             "  --steps N            denoising steps per job (default 50)\n"
-            "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n",
+            "  --alpha a,b,c        deadline factors of the classes (default 1.5,2,6)\n"
+            "  --alone              instead of a workload: each class's request alone on the cluster under\n"
+            "                       each policy, its latency (\"alone CLASS TOKENS STEPS POLICY MS\"): what a\n"
+            "                       real server's single-request latency is compared with\n"
+            "  --guided             every image guided (two forwards a step; on 2 ranks guidance-parallel\n"
+            "                       or Ulysses, whichever the cost model says is faster)\n",
             names, wf_dit_policy_names());
 }
 
@@ -53,7 +58,7 @@ int main(int argc, char **argv) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL;
-    bool load_given = false;
+    bool load_given = false, alone = false;
     char policies[512] = "static:1,static:2,static:4,static:8,rssp,elastic";
     double load = 0.8;
     int seeds = 5;
@@ -64,7 +69,8 @@ int main(int argc, char **argv) {
                                           {"group-form-ms", required_argument, 0, 'g'}, {"cost-file", required_argument, 0, 'f'},
                                           {"classes", required_argument, 0, 'C'},   {"steps", required_argument, 0, 'S'},
                                           {"alpha", required_argument, 0, 'a'},     {"help", no_argument, 0, 'h'},
-                                          {"trace", required_argument, 0, 't'},
+                                          {"trace", required_argument, 0, 't'},     {"guided", no_argument, 0, 'G'},
+                                          {"alone", no_argument, 0, 'A'},
                                           {0, 0, 0, 0}};
     int opt;
     double v[3];
@@ -114,6 +120,8 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < 3; c++) cfg.classes[c].alpha = v[c];
             break;
+        case 'G': cfg.guided = true; break;
+        case 'A': alone = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -122,6 +130,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "weft-dit-sim: --ranks 1..%d, --load > 0, --seeds >= 1, --chunk-steps >= 1\n", WF_DIT_MAX_RANKS);
         return 2;
     }
+    double bound = 0; /* the sum over seeds of the lower bound on any policy's mean latency */
     agg aggs[16];
     int n_pol = 0;
     for (char *tok = strtok(policies, ","); tok && n_pol < 16; tok = strtok(NULL, ","))
@@ -133,6 +142,20 @@ int main(int argc, char **argv) {
             return 2;
         }
         wf_dit_policy_free(pol);
+    }
+    if (alone) {
+        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
+            for (int p = 0; p < n_pol; p++) {
+                wf_dit_sim_job one = {.arrival_ms = 0, .cls = c};
+                wf_dit_sim_report r;
+                if (wf_dit_sim_run(&cfg, aggs[p].policy, &one, 1, &r, err, sizeof err) != WF_OK) {
+                    fprintf(stderr, "weft-dit-sim: %s\n", err);
+                    return 2;
+                }
+                printf("alone %s %d %d %s %.3f\n", cfg.classes[c].name, cfg.classes[c].tokens, cfg.classes[c].steps,
+                       aggs[p].policy, r.latency_mean_ms);
+            }
+        return 0;
     }
     if (trace) seeds = 1;
     for (int seed = 1; seed <= seeds; seed++) {
@@ -152,9 +175,9 @@ int main(int argc, char **argv) {
                    cfg.n_ranks, trace, n, scale, wf_dit_sim_offered_load(&cfg, jobs, n), cfg.chunk_steps,
                    cfg.cost.group_form_ms, cfg.cost.n_points ? "measured" : "synthetic");
         } else if (seed == 1) {
-            printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s\n",
+            printf("# weft-dit-sim ranks=%d profile=%s load=%.2f seeds=%d chunk_steps=%d group_form_ms=%.0f cost=%s%s\n",
                    cfg.n_ranks, profile, load, seeds, cfg.chunk_steps, cfg.cost.group_form_ms,
-                   cfg.cost.n_points ? "measured" : "synthetic");
+                   cfg.cost.n_points ? "measured" : "synthetic", cfg.guided ? " guided" : "");
             for (size_t i = 0; i < used.n_phases; i++) {
                 const wf_workload_phase *ph = &used.phases[i];
                 printf("#   phase %-10s %6.0f-%-6.0f s %7.3f req/min", ph->name, ph->start_s, ph->end_s, ph->rate * 60);
@@ -163,6 +186,7 @@ int main(int argc, char **argv) {
                 printf("\n");
             }
         }
+        bound += wf_dit_sim_latency_bound_ms(&cfg, jobs, n);
         for (int p = 0; p < n_pol; p++) {
             wf_dit_sim_report r;
             if (wf_dit_sim_run(&cfg, aggs[p].policy, jobs, n, &r, err, sizeof err) != WF_OK) {
@@ -214,6 +238,9 @@ int main(int argc, char **argv) {
                "(%.2fx lower), static miss rate %.1f%%\n",
                b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000, b->mean / b->seeds / 1000,
                e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
+        printf("lower bound on any policy's mean latency: %.2f s (best static / bound %.2fx, elastic / bound "
+               "%.2fx)\n",
+               bound / e->seeds / 1000, bound > 0 ? b->mean / bound : 0.0, bound > 0 ? e->mean / bound : 0.0);
     }
     return 0;
 }

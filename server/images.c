@@ -570,11 +570,13 @@ void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
     wf_image_sched_get_stats(s->images, &st);
     wf_jbuf_printf(b, ",\"images\":{\"running\":%d,\"submitted\":%llu,\"finished\":%llu,"
                       "\"failed\":%llu,\"cancelled\":%llu,\"rejected\":%llu,\"images\":%llu,"
-                      "\"steps\":%llu,\"batches\":%llu,\"step_ms_avg\":%.3f",
+                      "\"steps\":%llu,\"batches\":%llu,\"step_ms_avg\":%.3f,\"step_ms_sum\":%.3f,"
+                      "\"e2e_ms_sum\":%.3f,\"queue_ms_sum\":%.3f",
                    st.running, (unsigned long long)st.submitted, (unsigned long long)st.finished,
                    (unsigned long long)st.failed, (unsigned long long)st.cancelled,
                    (unsigned long long)st.rejected, (unsigned long long)st.images,
-                   (unsigned long long)st.steps, (unsigned long long)st.batches, st.step_ms_avg);
+                   (unsigned long long)st.steps, (unsigned long long)st.batches, st.step_ms_avg, st.step_ms_sum,
+                   st.e2e_ms_sum, st.queue_ms_sum);
     /* the group each DENOISE chunk ran on (--workers: chosen by --dit-policy per chunk) */
     wf_jbuf_printf(b, ",\"last_group_size\":%d,\"chunks_by_group_size\":{", st.last_group_size);
     for (int P = 1, first = 1; P <= WF_IMAGE_MAX_GROUP; P++)

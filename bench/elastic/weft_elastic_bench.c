@@ -2,7 +2,7 @@
  * a random-weight DiT-S/2 (the tests' generator), one image per step, for P = 1 (rank 0 alone),
  * Ulysses P = 2, and for a guided image (2 rows) also guidance-parallel P = 2; plus the time of
  * resharding a latent from 1 to 2 ranks. Prints one line per size with the medians, and
- * "cost TOKENS P MS" lines: `grep ^cost | cut -c6-` is a cost file for weft-dit-sim.
+ * "cost TOKENS P MS [guided|cfg]" lines: `grep ^cost | cut -c6-` is a cost file for weft-dit-sim.
  *
  *     weft-elastic-bench [--sizes 32,64,96] [--iters 5] [--model s2|b2]
  */
@@ -123,8 +123,11 @@ static int body(wf_world *w, int rank, void *arg) {
                    "P2 real %.1f ms vs predicted %.1f (%+.1f%%)\n",
                    a->model, tokens, req[0], 10 * t1, 100.0 * (req[0] - 10 * t1) / (10 * t1), req[1], 10 * t2,
                    100.0 * (req[1] - 10 * t2) / (10 * t2));
-            /* the measured cost model weft-dit-sim --cost-file reads: tokens P ms */
+            /* the measured cost model weft-dit-sim --cost-file reads: tokens P ms [mode]; the
+             * guided times are of one guided image (2 rows: its two halves) */
             printf("cost %d 1 %.3f\ncost %d 2 %.3f\n", tokens, t1, tokens, t2);
+            printf("cost %d 1 %.3f guided\ncost %d 2 %.3f guided\ncost %d 2 %.3f cfg\n", tokens, g1, tokens, gu,
+                   tokens, gc);
             fflush(stdout);
         }
         free(lat);

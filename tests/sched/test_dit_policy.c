@@ -92,6 +92,144 @@ START_TEST(test_cost_synthetic_and_table) {
 }
 END_TEST
 
+/* The guided dimension: synthetic GUIDED = two forwards over P ranks plus one comm term, CFG =
+ * one forward per rank plus one latent's exchange, on 2 ranks only; measured points carry their
+ * mode, GUIDED falls back to 2 x PLAIN, CFG only where measured; the file form names the mode. */
+START_TEST(test_cost_guided_modes) {
+    double a = 0.1323 * 4096;
+    ck_assert_double_eq_tol(wf_dit_cost_mode_step_ms(&cost, 4096, 1, WF_DIT_COST_GUIDED), 2 * a, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_mode_step_ms(&cost, 4096, 2, WF_DIT_COST_GUIDED), 2 * a / 1.82 + 20, 1e-9);
+    double x = 0.05 + 64.0 * 4096 / 1048576 * 0.1; /* one latent exchanged: 256 KiB */
+    ck_assert_double_eq_tol(wf_dit_cost_mode_step_ms(&cost, 4096, 2, WF_DIT_COST_CFG), a + x, 1e-9);
+    ck_assert(wf_dit_cost_mode_step_ms(&cost, 4096, 4, WF_DIT_COST_CFG) < 0);
+    ck_assert(wf_dit_cost_mode_step_ms(&cost, 4096, 1, WF_DIT_COST_CFG) < 0);
+    wf_dit_cost_mode m = WF_DIT_COST_PLAIN;
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&cost, 4096, 2, &m), a + x, 1e-9); /* CFG faster */
+    ck_assert_int_eq(m, WF_DIT_COST_CFG);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&cost, 4096, 4, &m), 2 * a / 3.33 + 60, 1e-9);
+    ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
+    ck_assert_str_eq(wf_dit_cost_mode_name(WF_DIT_COST_CFG), "cfg");
+    /* measured: Ulysses-guided on 2 ranks beats CFG here (a machine where it does) */
+    wf_dit_cost t;
+    wf_dit_cost_measured(&t);
+    ck_assert_int_eq(wf_dit_cost_add_point(&t, 256, 1, 10), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&t, 256, 2, 6), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_mode_point(&t, 256, 2, WF_DIT_COST_CFG, 11), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_mode_point(&t, 256, 2, WF_DIT_COST_GUIDED, 10.5), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_mode_point(&t, 256, 4, WF_DIT_COST_CFG, 5), WF_EINVAL);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 1, &m), 20, 1e-9); /* 2 x plain: none measured */
+    ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 10.5, 1e-9);
+    ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
+    /* the online correction of a CFG observation is against CFG's prediction, and moves the
+     * degree (both modes: 10.5 x 0.5 Ulysses, 11 x 0.5 CFG) */
+    for (int i = 0; i < 200; i++) wf_dit_cost_observe_mode(&t, 256, 2, WF_DIT_COST_CFG, 5.5);
+    ck_assert_double_eq_tol(t.corr[2], 0.5, 1e-3);
+    ck_assert_double_eq_tol(wf_dit_cost_mode_step_ms(&t, 256, 2, WF_DIT_COST_CFG), 5.5, 1e-2);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 5.25, 1e-2);
+    ck_assert_int_eq(m, WF_DIT_COST_GUIDED);
+    char path[] = "/tmp/weft-dit-cost-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "256 1 10\n256 1 19 guided\n256 2 6 plain\n256 2 11 cfg\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&t, path, err, sizeof err), WF_OK);
+    ck_assert_int_eq(t.n_points, 4);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 1, NULL), 19, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_guided_ms(&t, 256, 2, &m), 11, 1e-9); /* 2 x 6 Ulysses vs 11 CFG */
+    ck_assert_int_eq(m, WF_DIT_COST_CFG);
+    const char *bad[] = {"256 1 10\n256 4 3 cfg\n", "256 1 10\n256 2 3 ulysses\n", "256 1 10\n256 2 3 cfg x\n"};
+    for (int b = 0; b < 3; b++) {
+        f = fopen(path, "w");
+        fputs(bad[b], f);
+        fclose(f);
+        ck_assert_int_eq(wf_dit_cost_load(&t, path, err, sizeof err), WF_EFORMAT);
+        ck_assert_ptr_nonnull(strstr(err, ":2:"));
+        ck_assert_ptr_nonnull(strstr(err, "plain|guided|cfg"));
+    }
+    unlink(path);
+}
+END_TEST
+
+/* A guided job's degree follows the mode: S guided (1024 tokens) with a 8000 ms deadline misses
+ * it on one rank (2 x 135.5 x 50 = 13.5 s); on 2 ranks guidance-parallel takes 6.78 s, Ulysses
+ * 8.44 s: with CFG the best fit is 2 ranks in CFG mode; on a model without CFG it is 4 ranks
+ * (Ulysses 7.07 s). An unguided job's task is PLAIN. Static lanes of 2 run it in CFG mode. */
+START_TEST(test_elastic_guided_degree) {
+    wf_dit_policy *p = policy("elastic", 4);
+    bool busy[4] = {true, true, false, false};
+    wf_dit_job jobs[1] = {job(0, 1024, 8000)};
+    jobs[0].guided = true;
+    wf_dit_task t[16];
+    int k = pick(p, 4, busy, jobs, 1, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_CFG);
+    wf_dit_policy_free(p);
+    /* the same model measured, without CFG points: Ulysses only */
+    wf_dit_cost m;
+    wf_dit_cost_measured(&m);
+    int P[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        wf_dit_cost_add_point(&m, 1024, P[i], wf_dit_cost_step_ms(&cost, 1024, P[i]));
+        wf_dit_cost_add_mode_point(&m, 1024, P[i], WF_DIT_COST_GUIDED,
+                                   wf_dit_cost_mode_step_ms(&cost, 1024, P[i], WF_DIT_COST_GUIDED));
+    }
+    wf_dit_policy *q;
+    ck_assert_int_eq(wf_dit_policy_new("elastic", 4, &m, 5, &q, err, sizeof err), WF_OK);
+    bool idle[4] = {0};
+    k = pick(q, 4, idle, jobs, 1, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].n_ranks, 4);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_GUIDED);
+    jobs[0].guided = false; /* unguided: 6.77 s on one rank meets 8000 */
+    k = pick(q, 4, idle, jobs, 1, t);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_PLAIN);
+    wf_dit_policy_free(q);
+    jobs[0].guided = true;
+    p = policy("static:2", 4);
+    k = pick(p, 4, idle, jobs, 1, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_CFG);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* Cheap growth: two guided S jobs (1024 tokens: 271.0 ms a step on one rank, 135.6 on two in
+ * CFG mode: the same rank-time) and two free ranks. The more urgent one gets both ranks in CFG
+ * mode rather than each one rank: it finishes twice as fast and the other, with slack, waits a
+ * chunk (5 steps: 678 ms). When the other cannot wait (its deadline 14000 ms < 678 + 50 x 271),
+ * the lent rank comes back and each runs on one. Plain jobs never grow so (two ranks cost 39%
+ * more rank-time for S). */
+START_TEST(test_elastic_cheap_growth) {
+    wf_dit_policy *p = policy("elastic", 4);
+    bool busy[4] = {true, false, false, true};
+    wf_dit_job jobs[2] = {job(0, 1024, 13900), job(1, 1024, 1e5)};
+    jobs[0].guided = jobs[1].guided = true;
+    wf_dit_task t[16];
+    int k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(t[0].job, 0);
+    ck_assert_int_eq(t[0].n_ranks, 2);
+    ck_assert_int_eq(t[0].mode, WF_DIT_COST_CFG);
+    jobs[1].deadline_ms = 14000;
+    k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 0)->mode, WF_DIT_COST_GUIDED);
+    jobs[0].guided = jobs[1].guided = false;
+    jobs[1].deadline_ms = 1e5;
+    k = pick(p, 4, busy, jobs, 2, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_int_eq(task_of(t, k, 1)->n_ranks, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 START_TEST(test_policy_names) {
     wf_dit_policy *p;
     ck_assert_int_eq(wf_dit_policy_new("static:3", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
@@ -313,6 +451,9 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_cost_synthetic_and_table);
+    tcase_add_test(tc, test_cost_guided_modes);
+    tcase_add_test(tc, test_elastic_guided_degree);
+    tcase_add_test(tc, test_elastic_cheap_growth);
     tcase_add_test(tc, test_policy_names);
     tcase_add_test(tc, test_elastic_smallest_degree);
     tcase_add_test(tc, test_elastic_leftovers_to_most_urgent);

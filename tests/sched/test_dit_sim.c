@@ -36,8 +36,9 @@ START_TEST(test_deterministic_per_seed) {
     ck_assert_int_eq(na, nb);
     ck_assert(!memcmp(a, b, sizeof *a * (size_t)na));
     ck_assert(na != nc || memcmp(a, c, sizeof *a * (size_t)na) != 0);
-    const char *pols[] = {"elastic", "rssp", "static:2"};
-    for (int p = 0; p < 3; p++) {
+    const char *pols[] = {"elastic", "rssp", "static:2", "elastic"};
+    for (int p = 0; p < 4; p++) {
+        cfg.guided = p == 3; /* guided images: CFG or Ulysses on 2 ranks, cheap growth */
         wf_dit_sim_report r1, r2, r3;
         run(&cfg, pols[p], a, na, &r1);
         run(&cfg, pols[p], b, nb, &r2);
@@ -85,6 +86,106 @@ START_TEST(test_single_request_latency) {
     run(&cfg, "static:8", &l, 1, &r);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_int_eq(r.cls_missed[2], 1);
+}
+END_TEST
+
+/* Guided images: T_single is two forwards on one rank; alone under elastic a guided S runs on
+ * 2 ranks in guidance-parallel mode (faster than Ulysses in the synthetic model); static:1 on
+ * one rank. */
+START_TEST(test_guided_single_request) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.guided = true;
+    wf_dit_sim_job one = {.arrival_ms = 0, .cls = 0};
+    wf_dit_sim_report r;
+    double a = 0.1323 * 1024, x = 0.05 + 64.0 * 1024 / 1048576 * 0.1;
+    ck_assert_double_eq_tol(wf_dit_sim_single_ms(&cfg, 0), 50 * 2 * a, 1e-6);
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * 2 * a, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (a + x), 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), 50 * (a + x), 1e-6);
+    ck_assert_double_eq_tol(r.norm_latency_mean, (a + x) / (2 * a), 1e-9);
+}
+END_TEST
+
+/* The daemon's overheads in the model: a request alone pays one chunk_ms per chunk of
+ * chunk_steps steps (static:1 runs its 50 steps as one task, still 50 daemon chunks) and
+ * request_ms once; T_single and the deadline include them; a cost file names them. */
+START_TEST(test_overheads) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.cost.chunk_ms = 2;
+    cfg.cost.request_ms = 30;
+    wf_dit_sim_job one = {.arrival_ms = 0, .cls = 0};
+    wf_dit_sim_report r;
+    double t1 = 0.1323 * 1024, p2 = 0.1323 * 1024 / 1.82 + 20;
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (t1 + 2) + 30, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_single_ms(&cfg, 0), 50 * (t1 + 2) + 30, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * (p2 + 2) + 30, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), 50 * (p2 + 2) + 30, 1e-6);
+    cfg.chunk_steps = 5; /* 10 chunks */
+    run(&cfg, "static:1", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, 50 * t1 + 10 * 2 + 30, 1e-6);
+    /* the file form */
+    char path[] = "/tmp/weft-dit-cost-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "16 1 0.3\nchunk 0.15 # per chunk\nrequest 0.4\n");
+    fclose(f);
+    wf_dit_cost c;
+    ck_assert_int_eq(wf_dit_cost_load(&c, path, err, sizeof err), WF_OK);
+    ck_assert_double_eq_tol(c.chunk_ms, 0.15, 1e-12);
+    ck_assert_double_eq_tol(c.request_ms, 0.4, 1e-12);
+    f = fopen(path, "w");
+    fprintf(f, "16 1 0.3\nsetup 3\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&c, path, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, ":2: expected \"chunk MS\" or \"request MS\""));
+    unlink(path);
+}
+END_TEST
+
+/* The lower bound on any policy's mean latency: a job alone cannot beat its fastest degree
+ * (elastic reaches it: 2 ranks for S); two jobs on one rank cannot beat serving one after the
+ * other (static:1 reaches it); on a profile's trace no policy goes below it. */
+START_TEST(test_latency_bound) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    wf_dit_sim_job one = {.arrival_ms = 1000, .cls = 0};
+    wf_dit_sim_report r;
+    double p2 = 50 * (0.1323 * 1024 / 1.82 + 20), t1 = 50 * 0.1323 * 1024;
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 1), p2, 1e-6);
+    run(&cfg, "elastic", &one, 1, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, p2, 1e-6);
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, &one, 0), 0, 1e-12);
+    cfg.n_ranks = 1;
+    cfg.max_P = 1;
+    wf_dit_sim_job two[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 0, .cls = 0}};
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, two, 2), (t1 + 2 * t1) / 2, 1e-6);
+    run(&cfg, "static:1", two, 2, &r);
+    ck_assert_double_eq_tol(r.latency_mean_ms, (t1 + 2 * t1) / 2, 1e-6);
+    /* a later, shorter arrival preempts in the bound (SRPT): L at 0, S at 1000 on one rank */
+    two[0].cls = 2;
+    two[1] = (wf_dit_sim_job){.arrival_ms = 1000, .cls = 0};
+    double tl = 50 * 0.1323 * 16384;
+    ck_assert_double_eq_tol(wf_dit_sim_latency_bound_ms(&cfg, two, 2), (t1 + (tl + t1)) / 2, 1e-6);
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 16;
+    wf_dit_sim_job *jobs;
+    int n;
+    ck_assert_int_eq(wf_dit_workload_profile(&cfg, "short", 1.2, 3, &jobs, &n, NULL, err, sizeof err), WF_OK);
+    double bound = wf_dit_sim_latency_bound_ms(&cfg, jobs, n);
+    ck_assert(bound > 0);
+    const char *pols[] = {"elastic", "rssp", "static:1", "static:8"};
+    for (int p = 0; p < 4; p++) {
+        run(&cfg, pols[p], jobs, n, &r);
+        ck_assert_msg(r.latency_mean_ms >= bound, "%s: mean %g below the bound %g", pols[p], r.latency_mean_ms, bound);
+    }
+    free(jobs);
 }
 END_TEST
 
@@ -294,6 +395,9 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
+    tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_overheads);
+    tcase_add_test(tc, test_guided_single_request);
     tcase_add_test(tc, test_workload_profiles);
     tcase_add_test(tc, test_trace_replay);
     suite_add_tcase(s, tc);
