@@ -63,6 +63,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->image_batching = true;
     p->image_max_batch = 8;
     p->share_cores = true;
+    p->share_min = WF_DEFAULT_SHARE_MIN;
     p->kv_window_release = true;
 }
 
@@ -124,6 +125,8 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         int id;
         st = wf_image_sched_add_model(d->images, ex, &g, &id);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
+        if (d->gate && !p->share_batch && (st = wf_image_sched_set_turns(d->images, id, d->gated_dits[i])) != WF_OK)
+            return wf_status_errorf(err, errlen, st, "image scheduler turns: %s", wf_status_str(st));
         const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
         if (name && name[0]) {
             snprintf(d->dit_names[i], sizeof d->dit_names[i], "%s", name);
@@ -413,6 +416,10 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         if (d->gate) {
             wf_gate_set_slack(d->gate, 0, p->default_tpot_ms);
             wf_gate_set_slack(d->gate, 1, p->default_tpot_ms);
+            /* Neither class starves: each gets this much of the cores' time while it waits,
+             * even behind a stream of earlier deadlines of the other. */
+            wf_gate_set_share(d->gate, 0, p->share_min);
+            wf_gate_set_share(d->gate, 1, p->share_min);
         }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {
@@ -420,6 +427,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
             goto fail_sched;
         }
         llm_ex = wf_gated_executor_get(d->gated_llm);
+        if (!p->share_batch) so.turns = d->gated_llm; /* late binding: one EDF order */
     }
     if (d->kv_on)
         st = wf_sched_new(&so, &d->kv, llm_ex, &d->sched);

@@ -64,6 +64,8 @@ typedef struct wf_daemon_params {
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */
     bool share_cores;
+    bool share_batch;        /* composed batches wait at the gate (the old turns), not claims */
+    double share_min;        /* minimum share per class (sched/gate.h); default WF_DEFAULT_SHARE_MIN */
     /* A model with sliding-window layers: they get their own KV blocks, only the window's
      * (kv/kv_store.h split store); false: one table for every layer. In-process engine only. */
     bool kv_window_release;
