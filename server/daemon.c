@@ -37,6 +37,7 @@ struct wf_daemon {
     /* --share-cores: LLM (class 0) and DiT (class 1) batches take turns */
     wf_gate *gate;
     wf_gated_executor *gated_llm;
+    bool share_batch;         /* --share-turns batch */
     wf_gated_executor *gated_dits[WF_SERVER_MAX_IMAGE_MODELS];
     bool pd;                  /* prefill and decode workers */
 };
@@ -428,6 +429,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         }
         llm_ex = wf_gated_executor_get(d->gated_llm);
         if (!p->share_batch) so.turns = d->gated_llm; /* late binding: one EDF order */
+        d->share_batch = p->share_batch;
     }
     if (d->kv_on)
         st = wf_sched_new(&so, &d->kv, llm_ex, &d->sched);
@@ -508,6 +510,10 @@ const wf_server_model *wf_daemon_model(wf_daemon *d) { return &d->adapter.model;
 const wf_server_backend *wf_daemon_backend(wf_daemon *d) { return &d->adapter.backend; }
 wf_sched *wf_daemon_sched(wf_daemon *d) { return d->sched; }
 wf_image_sched *wf_daemon_images(wf_daemon *d) { return d->images; }
+wf_gate *wf_daemon_gate(wf_daemon *d, bool *late) {
+    *late = d->gate && !d->share_batch;
+    return d->gate;
+}
 const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n) {
     *n = d->n_dits;
     return d->image_models;

@@ -136,6 +136,9 @@ static void on_loaded(uv_async_t *a) {
     int n_images = 0;
     const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
     wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
+    bool late;
+    struct wf_gate *gate = wf_daemon_gate(d->engine, &late);
+    if (gate) wf_server_set_gate(d->server, gate, late);
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     /* virtual models declared at start: any failure is fatal, as a bad flag is */
     for (size_t i = 0; i < d->cfg.n_vmodels; i++) {
