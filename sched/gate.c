@@ -299,7 +299,9 @@ wf_status wf_gated_executor_claim(wf_gated_executor *x, uint64_t deadline_ns, do
     set_keys(g, w, deadline_ns, pred_ms, x->claim_ticket);
     wf_gated_executor *gx = grant_locked(g);
     pthread_mutex_unlock(&g->lock);
-    notify(gx);
+    /* Granted to the caller in this call (an uncontended gate): it sees that from
+     * wf_gated_executor_granted, and a wake-up of its own thread would only cost a loop. */
+    if (gx != x) notify(gx);
     return WF_OK;
 }
 

@@ -74,7 +74,8 @@ typedef struct wf_gated_executor wf_gated_executor;
 /* WF_EINVAL (class out of range, no inner ops), WF_ENOMEM, WF_EIO (thread). */
 wf_status wf_gated_executor_new(wf_executor inner, wf_gate *g, int cls, wf_gated_executor **out);
 wf_executor wf_gated_executor_get(wf_gated_executor *x);
-/* Called, once per grant, when a claim gets the turn (from the thread that freed the gate). */
+/* Called, once per grant, when a waiting claim gets the turn (from the thread that freed the
+ * gate); not when wf_gated_executor_claim grants the caller's claim at once. */
 typedef void (*wf_gate_grant_fn)(void *user);
 /* Posts or updates x's claim: its most urgent ready work is due deadline_ns (0: none) and
  * predicted to run pred_ms. Already granted: no-op. WF_EFULL: the gate's table is full. */
