@@ -980,7 +980,9 @@ static bool turn_held(wf_sched *s, sched_group *g, wf_lane *ln) {
     double pred = s->model_trusted ? wf_cost_model_predict(&s->cost, prefill, ld.n_decode, ld.decode_context) : 0;
     if (wf_gated_executor_claim(x, wf_core_next_deadline(&ln->core), pred, on_grant, s) != WF_OK)
         return true; /* the gate's table is full: wait composed, as without claims */
-    return wf_gated_executor_granted(x);
+    bool granted = wf_gated_executor_granted(x);
+    s->claim_waiting |= !granted;
+    return granted;
 }
 
 /* The gated group's claim must not outlive its work: a claim granted to a scheduler with
@@ -988,7 +990,6 @@ static bool turn_held(wf_sched *s, sched_group *g, wf_lane *ln) {
  * requests (retired, cancelled, drained) or is down; a turn granted for a batch in flight is
  * left alone (the gated executor uses it). */
 static void settle_claim(wf_sched *s) {
-    s->claim_waiting = false;
     if (!s->opts.turns) return;
     for (int i = 0; i < s->lanes.n; i++) {
         wf_lane *ln = s->lanes.lane[i];
@@ -996,9 +997,8 @@ static void settle_claim(wf_sched *s) {
         if (ln->busy) return;
         if (!ln->live || wf_core_n_requests(&ln->core) == 0) {
             wf_gated_executor_unclaim(s->opts.turns);
-            return;
+            s->claim_waiting = false;
         }
-        s->claim_waiting = !wf_gated_executor_granted(s->opts.turns);
         return;
     }
 }
@@ -1062,6 +1062,7 @@ static bool step(wf_sched *s) {
         }
     }
     flush_pending(s);
+    s->claim_waiting = false; /* set by plan_groups when a posted claim waits for its grant */
     int n = expired ? 0 : plan_groups(s);
     settle_claim(s);
     flush_pending(s);
