@@ -79,6 +79,9 @@ print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] i
   cat "$out/chat-$tag.json"
   curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^weft:image_slo_(attainment|requests_total|met_total)' \
     | tee "$out/metrics-$tag.txt"
+  # turns per class on the shared cores, and those the minimum share gave (/admin/stats "cores")
+  curl -sf "http://127.0.0.1:$port/admin/stats" | python3 -c 'import json,sys; print("cores:", json.load(sys.stdin).get("cores"))' \
+    | tee "$out/cores-$tag.txt"
   kill -TERM $pid
   wait $pid || true
   pid=
