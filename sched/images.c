@@ -949,6 +949,9 @@ static void *thread_main(void *arg) {
         if (stop) break;
         wf_handoff_wait(&s->inbox, 100);
     }
+    /* No claim may outlive the thread: its grant would wake a freed scheduler. */
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].turns) wf_gated_executor_unclaim(s->models[i].turns);
     return NULL;
 }
 

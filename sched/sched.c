@@ -1124,6 +1124,8 @@ static void *thread_main(void *arg) {
     wf_sched *s = arg;
     while (loop_once(s)) {
     }
+    /* No claim may outlive the thread: its grant would wake a freed scheduler. */
+    if (s->opts.turns) wf_gated_executor_unclaim(s->opts.turns);
     return NULL;
 }
 
