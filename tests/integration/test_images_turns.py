@@ -1,8 +1,8 @@
 """Text and image work sharing the cores (--share-cores, sched/gate.h) through a real socket: a
 mixed load of chat streams with TTFT/TPOT targets, image requests with tight and loose
-deadlines and priorities, and streamed image requests dropped mid-way, on weftd's default turns
+deadlines and priorities, and streamed image requests dropped mid-way, with the unified turns
 (--share-turns edf: one earliest-deadline-first order, batches composed when the turn comes) and
-on the earlier ones (--share-turns batch, pure EDF with --share-min 0). Every request completes
+with composed batches (--share-turns batch, weftd's default; here pure EDF with --share-min 0). Every request completes
 or gets a clear error (429 with Retry-After in OpenAI's envelope); both classes took turns
 (/admin/stats "cores"); afterwards the server still serves both kinds (no turn left held).
 Timings go to bench/images/order.sh, not here."""
