@@ -724,6 +724,19 @@ int wf_core_evict(wf_core *c, wf_status status, const char *message, uint64_t no
 
 void wf_core_get_load(const wf_core *c, wf_core_load *out) { wf_core_get_load_ahead(c, NULL, out); }
 
+uint64_t wf_core_next_deadline(const wf_core *c) {
+    uint64_t d = 0;
+    for (int k = 0; k < 2; k++) {
+        wf_request *const *list = k ? c->running : c->waiting;
+        int n = k ? c->n_running : c->n_waiting;
+        for (int i = 0; i < n; i++) {
+            uint64_t x = wf__request_deadline_ns(list[i]);
+            if (x && (d == 0 || x < d)) d = x;
+        }
+    }
+    return d;
+}
+
 void wf_core_waiting_work(const wf_request *r, wf_waiting_work *out) {
     wf_sched_order_key(r, &out->key);
     out->prefill_tokens = out->prefill_attention = 0;

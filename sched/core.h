@@ -137,6 +137,9 @@ typedef struct wf_core_load {
     double decode_context;         /* their summed context */
 } wf_core_load;
 void wf_core_get_load(const wf_core *core, wf_core_load *out);
+/* The earliest next-token deadline of the core's requests (running and waiting; 0: none):
+ * when its next iteration is due, for a core-sharing gate's claim (sched/gate.h). */
+uint64_t wf_core_next_deadline(const wf_core *core);
 /* As wf_core_get_load, but the waiting work counts only for requests the core's policy orders
  * before probe (a request not yet added: serial past every other, its queued_ns, SLOs and
  * priority set), so that admission predicts TTFT in the policy's own order rather than as if

@@ -26,6 +26,9 @@
 /* Events the server's queue holds before the scheduler keeps them back (back-pressure): a few
  * iterations' worth of tokens at max_running sequences. */
 #define WF_DEFAULT_EVENTS_QUEUE 4096
+/* With --share-cores: the minimum fraction of the cores' recent time each class (text, images)
+ * gets while it has work waiting, whatever the deadlines say (sched/gate.h). */
+#define WF_DEFAULT_SHARE_MIN 0.2
 
 #define WF_DEFAULT_STR_(x) #x
 #define WF_DEFAULT_STR(x) WF_DEFAULT_STR_(x)

@@ -1,6 +1,7 @@
-/* Round-robin turns on shared cores, and the executor decorator that takes them (gate.h). */
+/* Turns on shared cores (EDF on start-by keys, minimum shares, late-bound claims), and the executor decorator that takes them (gate.h). */
 #include "sched/gate.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -10,12 +11,31 @@
 #include "proto/exec_thread.h"
 
 #define MAX_WAITERS 64
+/* Time constant of the served-time average the minimum shares are checked against. */
+#define SHARE_TAU_NS 1000000000.0
 
 typedef struct waiter {
     int cls;
     uint64_t deadline; /* effective: the batch's, or arrival + its class's slack */
+    uint64_t key;      /* the order: deadline minus the predicted run time (start-by time) */
     uint64_t ticket;   /* arrival order */
+    wf_gated_executor *claimant; /* a claim (granted by callback); NULL: a blocked acquire */
 } waiter;
+
+struct wf_gated_executor {
+    wf_executor inner;
+    wf_gate *gate;
+    int cls;
+    wf_exec_thread *thread;
+    char name[32];
+    wf_executor_ops ops;
+    /* Under the gate's lock: */
+    bool claimed;      /* a claim waits in the gate's table */
+    bool granted;      /* the turn is this executor's; its next batch runs without waiting */
+    uint64_t claim_ticket;
+    wf_gate_grant_fn grant_fn;
+    void *grant_user;
+};
 
 struct wf_gate {
     pthread_mutex_t lock;
@@ -26,6 +46,10 @@ struct wf_gate {
     int waiting[WF_GATE_MAX_CLASSES];
     uint64_t turns[WF_GATE_MAX_CLASSES];
     uint64_t slack_ns[WF_GATE_MAX_CLASSES]; /* deadline of a batch that states none: arrival + slack */
+    double share[WF_GATE_MAX_CLASSES];      /* minimum fraction of the served time */
+    double served[WF_GATE_MAX_CLASSES];     /* ns served, decayed with SHARE_TAU_NS */
+    uint64_t decayed_ns, turn_ns;
+    uint64_t share_turns[WF_GATE_MAX_CLASSES]; /* turns given by the share rule, not the key */
     /* who waits, with their effective deadlines (EDF among them; ties round robin) */
     waiter w[MAX_WAITERS];
     int n_w;
@@ -55,25 +79,106 @@ static int rr_rank(const wf_gate *g, int c) {
     return (c - g->last + g->n_classes - 1) % g->n_classes + 1;
 }
 
-/* The waiter (ticket) whose turn it is: earliest deadline; on a tie the class next in round
- * robin after the last one; then arrival. */
-static uint64_t next_ticket(const wf_gate *g) {
+static void decay_locked(wf_gate *g, uint64_t now) {
+    if (now <= g->decayed_ns) return;
+    double f = g->decayed_ns ? exp(-(double)(now - g->decayed_ns) / SHARE_TAU_NS) : 1.0;
+    for (int c = 0; c < g->n_classes; c++) g->served[c] *= f;
+    g->decayed_ns = now;
+}
+
+/* The class owed its minimum share, if any waits: the one furthest below it (-1: none). A class
+ * owed its share goes first whatever the keys say, so a stream of earlier-keyed work of the
+ * other class cannot take all the time. */
+static int owed_class(const wf_gate *g) {
+    double total = 0;
+    for (int c = 0; c < g->n_classes; c++) total += g->served[c];
+    if (total <= 0) return -1;
+    int owed = -1;
+    double most = 0;
+    for (int c = 0; c < g->n_classes; c++) {
+        if (g->share[c] <= 0 || !g->waiting[c]) continue;
+        double deficit = g->share[c] * total - g->served[c];
+        if (deficit > most) {
+            most = deficit;
+            owed = c;
+        }
+    }
+    return owed;
+}
+
+/* The index of the waiter whose turn it is (-1: none): the class owed its share if one is;
+ * then the earliest key; on a tie the class next in round robin after the last one; then
+ * arrival. */
+static int pick_among(const wf_gate *g, int owed) {
     int best = -1;
     for (int i = 0; i < g->n_w; i++) {
+        const waiter *a = &g->w[i];
+        if (owed >= 0 && a->cls != owed) continue;
         if (best < 0) {
             best = i;
             continue;
         }
-        const waiter *a = &g->w[i], *b = &g->w[best];
-        if (a->deadline != b->deadline) {
-            if (a->deadline < b->deadline) best = i;
+        const waiter *b = &g->w[best];
+        if (a->key != b->key) {
+            if (a->key < b->key) best = i;
         } else if (rr_rank(g, a->cls) != rr_rank(g, b->cls)) {
             if (rr_rank(g, a->cls) < rr_rank(g, b->cls)) best = i;
         } else if (a->ticket < b->ticket) {
             best = i;
         }
     }
-    return best < 0 ? 0 : g->w[best].ticket;
+    return best;
+}
+
+static int pick(const wf_gate *g) { return pick_among(g, owed_class(g)); }
+
+/* Whether the share rule, not the key, decides the next turn (for stats). */
+static bool share_decides(const wf_gate *g) {
+    int owed = owed_class(g);
+    return owed >= 0 && pick_among(g, owed) != pick_among(g, -1);
+}
+
+static uint64_t next_ticket(const wf_gate *g) {
+    int i = pick(g);
+    return i < 0 ? 0 : g->w[i].ticket;
+}
+
+static void remove_waiter(wf_gate *g, int i) {
+    g->waiting[g->w[i].cls]--;
+    g->w[i] = g->w[--g->n_w];
+}
+
+static void take_turn_locked(wf_gate *g, int cls, bool by_share) {
+    g->busy = true;
+    g->last = cls;
+    g->turns[cls]++;
+    if (by_share) g->share_turns[cls]++;
+    g->turn_ns = wf_clock_now_ns();
+}
+
+/* The gate is free: if the next turn is a claim's, grant it (returns the claimant, whose
+ * callback the caller runs after unlocking); a blocked acquire's: wake the waiters. */
+static wf_gated_executor *grant_locked(wf_gate *g) {
+    if (g->busy || g->n_w == 0) return NULL;
+    decay_locked(g, wf_clock_now_ns());
+    int i = pick(g);
+    if (i < 0) return NULL;
+    wf_gated_executor *x = g->w[i].claimant;
+    if (!x) {
+        pthread_cond_broadcast(&g->cv);
+        return NULL;
+    }
+    int cls = g->w[i].cls;
+    bool by_share = share_decides(g);
+    remove_waiter(g, i);
+    x->claimed = false;
+    x->granted = true;
+    take_turn_locked(g, cls, by_share);
+    return x;
+}
+
+static void notify(wf_gated_executor *x) {
+    if (x && x->grant_fn) x->grant_fn(x->grant_user);
 }
 
 void wf_gate_set_slack(wf_gate *g, int cls, double slack_ms) {
@@ -82,45 +187,75 @@ void wf_gate_set_slack(wf_gate *g, int cls, double slack_ms) {
     pthread_mutex_unlock(&g->lock);
 }
 
+void wf_gate_set_share(wf_gate *g, int cls, double share) {
+    pthread_mutex_lock(&g->lock);
+    if (cls >= 0 && cls < g->n_classes) g->share[cls] = share > 0 && share < 1 ? share : 0;
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The key of work due by deadline_ns (0: none) that is predicted to run pred_ms. */
+static void set_keys(const wf_gate *g, waiter *w, uint64_t deadline_ns, double pred_ms, uint64_t since_ns) {
+    uint64_t d = deadline_ns;
+    if (d == 0) d = g->slack_ns[w->cls] ? since_ns + g->slack_ns[w->cls] : UINT64_MAX;
+    w->deadline = d;
+    uint64_t p = pred_ms > 0 ? (uint64_t)(pred_ms * 1e6) : 0;
+    w->key = d == UINT64_MAX ? d : (d > p ? d - p : 0);
+}
+
 void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
     pthread_mutex_lock(&g->lock);
     /* Waiters are bounded by the executors (one batch each); beyond the table, wait for room. */
     while (g->n_w >= MAX_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
     uint64_t ticket = ++g->next_ticket;
-    uint64_t d = deadline_ns;
-    if (d == 0) d = g->slack_ns[cls] ? wf_clock_now_ns() + g->slack_ns[cls] : UINT64_MAX;
-    g->w[g->n_w].cls = cls;
-    g->w[g->n_w].deadline = d;
-    g->w[g->n_w].ticket = ticket;
+    waiter *w = &g->w[g->n_w];
+    *w = (waiter){.cls = cls, .ticket = ticket};
+    set_keys(g, w, deadline_ns, 0, wf_clock_now_ns());
     g->n_w++;
     g->waiting[cls]++;
-    while (g->busy || next_ticket(g) != ticket) pthread_cond_wait(&g->cv, &g->lock);
+    wf_gated_executor *x = grant_locked(g); /* a claim may be next; else this wakes us */
+    pthread_mutex_unlock(&g->lock);
+    notify(x);
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        if (!g->busy) decay_locked(g, wf_clock_now_ns());
+        if (!g->busy && next_ticket(g) == ticket) break;
+        pthread_cond_wait(&g->cv, &g->lock);
+    }
+    bool by_share = share_decides(g);
     for (int i = 0; i < g->n_w; i++) {
         if (g->w[i].ticket == ticket) {
-            g->w[i] = g->w[--g->n_w];
+            remove_waiter(g, i);
             break;
         }
     }
-    g->waiting[cls]--;
-    g->busy = true;
-    g->last = cls;
-    g->turns[cls]++;
+    take_turn_locked(g, cls, by_share);
     pthread_mutex_unlock(&g->lock);
 }
 
 void wf_gate_acquire(wf_gate *g, int cls) { wf_gate_acquire_by(g, cls, 0); }
 
 void wf_gate_release(wf_gate *g, int cls) {
-    (void)cls;
     pthread_mutex_lock(&g->lock);
+    uint64_t now = wf_clock_now_ns();
+    decay_locked(g, now);
+    if (g->busy && cls >= 0 && cls < g->n_classes && now > g->turn_ns) g->served[cls] += (double)(now - g->turn_ns);
     g->busy = false;
     pthread_cond_broadcast(&g->cv);
+    wf_gated_executor *x = grant_locked(g);
     pthread_mutex_unlock(&g->lock);
+    notify(x);
 }
 
 uint64_t wf_gate_turns(wf_gate *g, int cls) {
     pthread_mutex_lock(&g->lock);
     uint64_t n = cls >= 0 && cls < g->n_classes ? g->turns[cls] : 0;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+uint64_t wf_gate_share_turns(wf_gate *g, int cls) {
+    pthread_mutex_lock(&g->lock);
+    uint64_t n = cls >= 0 && cls < g->n_classes ? g->share_turns[cls] : 0;
     pthread_mutex_unlock(&g->lock);
     return n;
 }
@@ -132,16 +267,78 @@ int wf_gate_waiting(wf_gate *g) {
     return n;
 }
 
+/* ---- claims: turns bound late, the batch composed when the turn comes ---- */
+
+wf_status wf_gated_executor_claim(wf_gated_executor *x, uint64_t deadline_ns, double pred_ms,
+                                  wf_gate_grant_fn fn, void *user) {
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    x->grant_fn = fn;
+    x->grant_user = user;
+    if (x->granted) { /* the turn is already ours: the owner composes its batch now */
+        pthread_mutex_unlock(&g->lock);
+        return WF_OK;
+    }
+    waiter *w = NULL;
+    if (x->claimed) {
+        for (int i = 0; i < g->n_w; i++)
+            if (g->w[i].claimant == x) w = &g->w[i];
+    }
+    if (!w) {
+        if (g->n_w >= MAX_WAITERS) {
+            pthread_mutex_unlock(&g->lock);
+            return WF_EFULL;
+        }
+        w = &g->w[g->n_w++];
+        *w = (waiter){.cls = x->cls, .ticket = ++g->next_ticket, .claimant = x};
+        g->waiting[x->cls]++;
+        x->claimed = true;
+        x->claim_ticket = wf_clock_now_ns(); /* ready since: a deadline-less claim's slack counts from here */
+    }
+    /* Re-posted as the owner's most urgent work changes: the key moves, the ticket stays. */
+    set_keys(g, w, deadline_ns, pred_ms, x->claim_ticket);
+    wf_gated_executor *gx = grant_locked(g);
+    pthread_mutex_unlock(&g->lock);
+    /* Granted to the caller in this call (an uncontended gate): it sees that from
+     * wf_gated_executor_granted, and a wake-up of its own thread would only cost a loop. */
+    if (gx != x) notify(gx);
+    return WF_OK;
+}
+
+bool wf_gated_executor_granted(wf_gated_executor *x) {
+    pthread_mutex_lock(&x->gate->lock);
+    bool gr = x->granted;
+    pthread_mutex_unlock(&x->gate->lock);
+    return gr;
+}
+
+void wf_gated_executor_unclaim(wf_gated_executor *x) {
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    if (x->claimed) {
+        for (int i = 0; i < g->n_w; i++) {
+            if (g->w[i].claimant == x) {
+                remove_waiter(g, i);
+                break;
+            }
+        }
+        x->claimed = false;
+    }
+    bool had_turn = x->granted;
+    x->granted = false;
+    pthread_mutex_unlock(&g->lock);
+    if (had_turn) {
+        wf_gate_release(g, x->cls); /* granted, nothing to run: the next one's turn */
+    } else {
+        pthread_mutex_lock(&g->lock);
+        wf_gated_executor *gx = grant_locked(g);
+        pthread_mutex_unlock(&g->lock);
+        notify(gx);
+    }
+}
+
 /* ---- the decorator ---- */
 
-struct wf_gated_executor {
-    wf_executor inner;
-    wf_gate *gate;
-    int cls;
-    wf_exec_thread *thread;
-    char name[32];
-    wf_executor_ops ops;
-};
 
 /* The batch's earliest task deadline (0: none states one). */
 static uint64_t batch_deadline(const wf_task_batch *b) {
@@ -153,7 +350,12 @@ static uint64_t batch_deadline(const wf_task_batch *b) {
 
 static wf_status gated_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     wf_gated_executor *x = ctx;
-    wf_gate_acquire_by(x->gate, x->cls, batch_deadline(b));
+    /* A batch composed on a granted claim already holds the turn; any other waits for one. */
+    pthread_mutex_lock(&x->gate->lock);
+    bool held = x->granted;
+    x->granted = false;
+    pthread_mutex_unlock(&x->gate->lock);
+    if (!held) wf_gate_acquire_by(x->gate, x->cls, batch_deadline(b));
     wf_status st = wf_executor_run(x->inner, b, msg, cap);
     wf_gate_release(x->gate, x->cls);
     return st;
@@ -208,6 +410,7 @@ wf_executor wf_gated_executor_get(wf_gated_executor *x) {
 
 void wf_gated_executor_free(wf_gated_executor *x) {
     if (!x) return;
+    wf_gated_executor_unclaim(x); /* a claim left behind would be granted to freed memory */
     wf_exec_thread_free(x->thread);
     free(x);
 }

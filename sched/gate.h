@@ -1,11 +1,29 @@
 /* Turns on shared cores: executors of different classes (LLM batches, DiT batches) that run on
  * the same CPU cores take turns instead of running their thread pools at once (which
- * oversubscribes the cores and stretches both). Among the batches waiting, the earliest
- * deadline goes first (EDF over text and image work): a batch's deadline is its tasks' earliest
- * deadline_ns, or, when none states one, its arrival at the gate plus its class's slack
- * (wf_gate_set_slack; no slack: never before a batch with a deadline). Equal deadlines (e.g.
- * none anywhere) go round robin between the classes, so each class gets its share and none
- * starves; one class alone runs back to back.
+ * oversubscribes the cores and stretches both). Among the work waiting, the earliest key goes
+ * first (EDF over text and image work): the key is the deadline minus the predicted run time
+ * (the time the work must start by; 0 predicted: the deadline itself). A deadline is the
+ * work's earliest task deadline_ns, or, when none states one, the time it became ready plus
+ * its class's slack (wf_gate_set_slack; no slack: never before work with a deadline). Equal
+ * keys (e.g. none anywhere) go round robin between the classes; one class alone runs back to
+ * back. Shares (wf_gate_set_share): a waiting class whose part of the recently served time
+ * (decayed over ~1 s) is below its minimum share goes first whatever the keys, so a stream
+ * of earlier-keyed work of one class cannot take all the cores.
+ *
+ * Two ways to wait for a turn. A batch already composed waits in the gated executor
+ * (wf_gate_acquire_by with its earliest task deadline). Or late binding: the scheduler posts a
+ * claim (wf_gated_executor_claim: its most urgent ready work's deadline and predicted time,
+ * re-posted whenever they change) and composes its batch only when the gate grants the claim
+ * (the callback, from whichever thread released the gate: it must only wake the scheduler);
+ * then it dispatches that batch to the gated executor, which runs it without waiting again, or
+ * calls wf_gated_executor_unclaim when it has nothing to run after all (the turn passes on).
+ * With late binding the turns follow one EDF order over the ready work of every class, and
+ * work that arrives while a claim waits still joins its batch.
+ *
+ *     // the scheduler's loop, per gated executor x with ready work:
+ *     if (!wf_gated_executor_granted(x)) wf_gated_executor_claim(x, deadline, pred_ms, wake, s);
+ *     else if (compose(&b)) wf_executor_dispatch(wf_gated_executor_get(x), &b, done, s);
+ *     else wf_gated_executor_unclaim(x);
  *
  *     wf_gate *g = wf_gate_new(2);                        // classes 0 (text) and 1 (images)
  *     wf_executor llm, dit;                               // e.g. the CPU engine, the DiT executor
@@ -23,6 +41,7 @@
 #ifndef WF_SCHED_GATE_H
 #define WF_SCHED_GATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "proto/base/status.h"
@@ -42,8 +61,11 @@ void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns);
 /* wf_gate_acquire_by(g, cls, 0). */
 void wf_gate_acquire(wf_gate *g, int cls);
 void wf_gate_release(wf_gate *g, int cls);
-/* Turns taken by class so far. */
+/* Minimum fraction (0..1, exclusive; 0: none) of the served time class cls gets while it waits. */
+void wf_gate_set_share(wf_gate *g, int cls, double share);
+/* Turns taken by class so far; of them, those given by the share rule rather than the key. */
 uint64_t wf_gate_turns(wf_gate *g, int cls);
+uint64_t wf_gate_share_turns(wf_gate *g, int cls);
 /* Batches waiting for a turn now. */
 int wf_gate_waiting(wf_gate *g);
 
@@ -52,7 +74,18 @@ typedef struct wf_gated_executor wf_gated_executor;
 /* WF_EINVAL (class out of range, no inner ops), WF_ENOMEM, WF_EIO (thread). */
 wf_status wf_gated_executor_new(wf_executor inner, wf_gate *g, int cls, wf_gated_executor **out);
 wf_executor wf_gated_executor_get(wf_gated_executor *x);
-/* Runs what is queued, then stops. NULL is a no-op. */
+/* Called, once per grant, when a waiting claim gets the turn (from the thread that freed the
+ * gate); not when wf_gated_executor_claim grants the caller's claim at once. */
+typedef void (*wf_gate_grant_fn)(void *user);
+/* Posts or updates x's claim: its most urgent ready work is due deadline_ns (0: none) and
+ * predicted to run pred_ms. Already granted: no-op. WF_EFULL: the gate's table is full. */
+wf_status wf_gated_executor_claim(wf_gated_executor *x, uint64_t deadline_ns, double pred_ms,
+                                  wf_gate_grant_fn fn, void *user);
+/* Whether x holds a granted turn not yet used by a batch. */
+bool wf_gated_executor_granted(wf_gated_executor *x);
+/* Withdraws x's claim; a granted turn not used is released. */
+void wf_gated_executor_unclaim(wf_gated_executor *x);
+/* Runs what is queued, then stops (a pending claim is withdrawn). NULL is a no-op. */
 void wf_gated_executor_free(wf_gated_executor *x);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
+#include "sched/gate.h"
 
 typedef enum item_state {
     ITEM_NEW = 0,  /* no latent yet */
@@ -28,7 +29,7 @@ typedef struct item {
     int step;
 } item;
 
-typedef enum msg_kind { MSG_SUBMIT, MSG_CANCEL, MSG_RELEASE, MSG_DONE } msg_kind;
+typedef enum msg_kind { MSG_SUBMIT, MSG_CANCEL, MSG_RELEASE, MSG_DONE, MSG_WAKE } msg_kind;
 
 typedef struct msg {
     wf_handoff_item link;
@@ -96,6 +97,8 @@ typedef struct model {
     wf_image_request *held; /* unfinished requests, under s->lock (submit links, finish unlinks) */
     int active_images;   /* images of unfinished requests */
     wf_image_sched_stats stats; /* this model's share of the scheduler's stats (s->lock) */
+    wf_gated_executor *turns;   /* ex is this gated executor: plans wait for a granted claim */
+    uint64_t claim_ns;          /* a turn was first claimed for the next batch (0: none) */
 } model;
 
 struct wf_image_sched {
@@ -114,6 +117,8 @@ struct wf_image_sched {
     pthread_mutex_t list_lock;     /* the models' request lists and their items (foreach) */
     uint64_t next_seq, next_artifact, next_task;
     wf_image_sched_stats stats;
+    msg wake_msg;                  /* a granted turn wakes the thread (wake_pending: queued) */
+    atomic_bool wake_pending;
 };
 
 /* The struct holding member m at p (intrusive links and preallocated messages). Through void *
@@ -159,6 +164,8 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
     pthread_mutex_init(&s->list_lock, NULL);
     pthread_cond_init(&s->idle, NULL);
     s->next_seq = s->next_artifact = s->next_task = 1;
+    s->wake_msg.kind = MSG_WAKE;
+    atomic_init(&s->wake_pending, false);
     *out = s;
     return WF_OK;
 }
@@ -186,6 +193,14 @@ wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_i
     m->done_msg.kind = MSG_DONE;
     if (out_id) *out_id = s->n_models;
     s->n_models++;
+    return WF_OK;
+}
+
+wf_status wf_image_sched_set_turns(wf_image_sched *s, int id, wf_gated_executor *x) {
+    if (s->started || id < 0 || id >= s->n_models || !x ||
+        wf_gated_executor_get(x).ctx != s->models[id].ex.ctx)
+        return WF_EINVAL;
+    s->models[id].turns = x;
     return WF_OK;
 }
 
@@ -661,8 +676,67 @@ static void on_batch_done(void *user, wf_task_batch *b, wf_status status, const 
     (void)wf_handoff_push(&s->inbox, &m->done_msg.link);
 }
 
+static void on_grant(void *user) {
+    wf_image_sched *s = user;
+    if (!atomic_exchange(&s->wake_pending, true)) (void)wf_handoff_push(&s->inbox, &s->wake_msg.link);
+}
+
+/* Whether request r has work a plan would give a task now. */
+static bool has_work(const wf_image_request *r) {
+    if (r->finished) return false;
+    for (int i = 0; i < r->spec.n; i++)
+        if (r->items[i].state != ITEM_BUSY && r->items[i].state != ITEM_DONE) return true;
+    return false;
+}
+
+/* A gated model (m->turns) plans only on a granted turn: without one, it posts (or updates)
+ * its claim and returns false. The claim carries the earliest deadline among requests with
+ * work to plan and the cost model's time for the batch they would make (one chunk of steps
+ * for up to max_items images, plus a decode per image finishing), so the gate weighs it
+ * against text work by when it must start. Nothing to plan: the claim is withdrawn. */
+static bool turn_held(wf_image_sched *s, model *m) {
+    if (!m->turns) return true;
+    uint64_t deadline = 0;
+    int images = 0, decodes = 0;
+    bool any = false;
+    for (wf_image_request *r = m->head; r; r = r->next) {
+        if (!has_work(r)) continue;
+        any = true;
+        if (r->cancelled || r->failed) continue; /* only FINISH tasks: no deadline of their own */
+        if (r->spec.deadline_ns && (!deadline || r->spec.deadline_ns < deadline)) deadline = r->spec.deadline_ns;
+        for (int i = 0; i < r->spec.n; i++) {
+            const item *it = &r->items[i];
+            if (it->state != ITEM_NEW && it->state != ITEM_READY) continue;
+            images++;
+            if (it->step + s->o.chunk_steps >= r->spec.num_steps) decodes++;
+        }
+    }
+    if (!any) {
+        wf_gated_executor_unclaim(m->turns);
+        m->claim_ns = 0;
+        return false;
+    }
+    if (!m->claim_ns) m->claim_ns = wf_clock_now_ns();
+    if (wf_gated_executor_granted(m->turns)) return true;
+    if (images > m->g.max_items) images = m->g.max_items;
+    if (decodes > images) decodes = images;
+    pthread_mutex_lock(&s->lock);
+    double pred = m->cost_ok && images ? step_ms(m, images) * s->o.chunk_steps + decodes * m->decode_ms * m->correction : 0;
+    pthread_mutex_unlock(&s->lock);
+    if (wf_gated_executor_claim(m->turns, deadline, pred, on_grant, s) != WF_OK) return true;
+    return wf_gated_executor_granted(m->turns);
+}
+
 static void plan_model(wf_image_sched *s, model *m) {
     if (m->in_flight) return;
+    if (!turn_held(s, m)) {
+        /* Requests with nothing left to plan may be complete (e.g. cancelled, all finished). */
+        for (wf_image_request *r = m->head, *next; r; r = next) {
+            next = r->next;
+            maybe_finish(s, m, r);
+        }
+        return;
+    }
     m->batch = (wf_task_batch){.tasks = m->tasks, .n_tasks = 0};
     int denoise = 0;
     /* Without batching one request runs at a time (until it ends): the solo one. */
@@ -688,10 +762,18 @@ static void plan_model(wf_image_sched *s, model *m) {
         next = r->next;
         maybe_finish(s, m, r);
     }
-    if (m->batch.n_tasks == 0) return;
+    if (m->batch.n_tasks == 0) {
+        if (m->turns) wf_gated_executor_unclaim(m->turns); /* granted, nothing to run: pass it on */
+        m->claim_ns = 0;
+        return;
+    }
     m->batch.iteration++;
     m->in_flight = true;
-    m->dispatched_ns = wf_clock_now_ns();
+    /* Timed from the claim when the batch waited for its turn, as a composed batch's wait at the
+     * gate is timed: the cost model then predicts service on shared cores (admission), in
+     * either way of taking turns. */
+    m->dispatched_ns = m->claim_ns ? m->claim_ns : wf_clock_now_ns();
+    m->claim_ns = 0;
     wf_status st = wf_executor_dispatch(m->ex, &m->batch, on_batch_done, s);
     if (st != WF_OK) {
         m->batch_status = st;
@@ -794,6 +876,10 @@ static void complete_model(wf_image_sched *s, model *m) {
 static model *model_of(wf_image_sched *s, wf_image_request *r) { return &s->models[r->spec.model]; }
 
 static void handle_msg(wf_image_sched *s, msg *mg) {
+    if (mg->kind == MSG_WAKE) { /* a granted turn: the plan that follows uses it */
+        atomic_store(&s->wake_pending, false);
+        return;
+    }
     if (mg->kind == MSG_DONE) {
         model *m = container_of(mg, model, done_msg);
         complete_model(s, m);
@@ -863,6 +949,9 @@ static void *thread_main(void *arg) {
         if (stop) break;
         wf_handoff_wait(&s->inbox, 100);
     }
+    /* No claim may outlive the thread: its grant would wake a freed scheduler. */
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i].turns) wf_gated_executor_unclaim(s->models[i].turns);
     return NULL;
 }
 

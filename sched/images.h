@@ -122,6 +122,13 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
  * the scheduler. WF_EINVAL, WF_EFULL (too many models), WF_ENOMEM. */
 wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
                                    int *out_id);
+/* Before start: model id's executor is gated executor x (sched/gate.h, its
+ * wf_gated_executor_get): its batches are then composed when the gate grants the model's
+ * claim (the earliest deadline of its requests with work, and the predicted batch time), so
+ * that they take one EDF order with the other classes' work. WF_EINVAL (started, bad id, x
+ * not that model's executor). */
+struct wf_gated_executor;
+wf_status wf_image_sched_set_turns(wf_image_sched *s, int id, struct wf_gated_executor *x);
 /* Calibrates each model's cost model through its executor (blocking: after a warm-up, the
  * medians of 5 timed one-step batches of 1 and of max_items images, and of 5 decodes), then
  * starts the thread. */

@@ -6,6 +6,8 @@
 #include "proto/base/clock.h"
 #include "sched/sched.h"
 
+#include "sched/gate.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +46,7 @@ typedef struct sched_group {
     char done_msg[160];
     /* Scheduler thread. */
     uint64_t dispatched_ns, plan_ns;
+    uint64_t claim_ns;            /* a turn was first claimed for the next batch (0: none) */
     uint64_t iterations, failed_batches;
     bool laned;                   /* its lane exists (created on the scheduler thread) */
     bool cancel_sent;
@@ -56,6 +59,7 @@ typedef struct sched_group {
 
 struct wf_sched {
     wf_sched_options opts;
+    bool claim_waiting;           /* thread-owned: the gated group waits for its granted turn */
     const wf_sched_policy *policy;
     wf_lanes lanes;               /* thread-owned */
     wf_cost_model cost;           /* thread-owned; coefficients copied out under lock */
@@ -958,6 +962,50 @@ static void intake(wf_sched *s) {
 
 /* Plans one batch for every live idle group that has work and dispatches it. Returns the
  * number of batches dispatched. */
+static void on_grant(void *user) { wake(user); }
+
+/* A gated group (opts.turns) may plan only on a granted turn: without one, it posts (or
+ * updates) its claim and returns false. The claim carries the earliest next-token deadline of
+ * its requests and the cost model's time for the iteration they would make (its decodes and
+ * up to a token budget of prompt), so the gate weighs it against image work by when it must
+ * start. */
+static bool turn_held(wf_sched *s, sched_group *g, wf_lane *ln) {
+    if (!s->opts.turns || g->exec.ctx != (void *)s->opts.turns) return true;
+    wf_gated_executor *x = s->opts.turns;
+    if (!g->claim_ns) g->claim_ns = wf_clock_now_ns();
+    if (wf_gated_executor_granted(x)) return true;
+    wf_core_load ld;
+    wf_core_get_load(&ln->core, &ld);
+    double prefill = ld.pending_prefill_tokens;
+    if (prefill > s->opts.max_batch_tokens - ld.n_decode) prefill = s->opts.max_batch_tokens - ld.n_decode;
+    if (prefill < 0) prefill = 0;
+    double pred = s->model_trusted ? wf_cost_model_predict(&s->cost, prefill, ld.n_decode, ld.decode_context) : 0;
+    if (wf_gated_executor_claim(x, wf_core_next_deadline(&ln->core), pred, on_grant, s) != WF_OK)
+        return true; /* the gate's table is full: wait composed, as without claims */
+    bool granted = wf_gated_executor_granted(x);
+    s->claim_waiting |= !granted;
+    return granted;
+}
+
+/* The gated group's claim must not outlive its work: a claim granted to a scheduler with
+ * nothing to plan would hold the cores forever. Withdrawn when the group is idle and has no
+ * requests (retired, cancelled, drained) or is down; a turn granted for a batch in flight is
+ * left alone (the gated executor uses it). */
+static void settle_claim(wf_sched *s) {
+    if (!s->opts.turns) return;
+    for (int i = 0; i < s->lanes.n; i++) {
+        wf_lane *ln = s->lanes.lane[i];
+        if (s->groups[i]->exec.ctx != (void *)s->opts.turns) continue;
+        if (ln->busy) return;
+        if (!ln->live || wf_core_n_requests(&ln->core) == 0) {
+            wf_gated_executor_unclaim(s->opts.turns);
+            s->claim_waiting = false;
+            s->groups[i]->claim_ns = 0;
+        }
+        return;
+    }
+}
+
 static int plan_groups(wf_sched *s) {
     int dispatched = 0;
     /* The SLO policy sizes batches with the model only once it is trusted: a noisy start-up
@@ -967,13 +1015,23 @@ static int plan_groups(wf_sched *s) {
         if (!wf_lanes_can_plan(&s->lanes, i)) continue;
         wf_lane *ln = s->lanes.lane[i];
         sched_group *g = s->groups[i];
+        if (!turn_held(s, g, ln)) continue;
         ln->core.cfg.cost = cm;
         uint64_t t0 = wf_clock_now_ns();
         wf_task_batch *b = wf_core_plan(&ln->core, t0);
         uint64_t t1 = wf_clock_now_ns();
-        if (b->n_tasks == 0) continue;
+        if (b->n_tasks == 0) {
+            /* Granted but nothing to run (blocks short, all cancelled): the turn passes on. */
+            if (s->opts.turns && g->exec.ctx == (void *)s->opts.turns) wf_gated_executor_unclaim(s->opts.turns);
+            g->claim_ns = 0;
+            continue;
+        }
         g->plan_ns = t1 - t0;
-        g->dispatched_ns = t1;
+        /* Timed from the claim when the batch waited for its turn, as a composed batch's wait at
+         * the gate is timed: the cost model then predicts the service time on shared cores
+         * (admission's TTFT), in either way of taking turns. */
+        g->dispatched_ns = g->claim_ns && g->claim_ns < t1 ? g->claim_ns : t1;
+        g->claim_ns = 0;
         ln->busy = true;
         wf_status st = wf_executor_dispatch(g->exec, b, on_done, g);
         if (st != WF_OK) {
@@ -1012,7 +1070,9 @@ static bool step(wf_sched *s) {
         }
     }
     flush_pending(s);
+    s->claim_waiting = false; /* set by plan_groups when a posted claim waits for its grant */
     int n = expired ? 0 : plan_groups(s);
+    settle_claim(s);
     flush_pending(s);
     publish(s);
     return n > 0;
@@ -1048,6 +1108,10 @@ static bool loop_once(wf_sched *s) {
         /* A completion, a request or a cancel wakes the loop; the drain deadline needs a
          * look now and then. */
         wf_handoff_wait(&s->inbox, draining ? 10 : -1);
+    } else if (!dispatched && s->claim_waiting) {
+        /* A turn is claimed on the shared cores: the grant wakes the loop (as does anything
+         * new); the drain deadline needs a look now and then. */
+        wf_handoff_wait(&s->inbox, draining ? 10 : 100);
     } else if (!dispatched) {
         /* Work exists but nothing could run (blocks freed next iteration, a group coming
          * up): sleep briefly instead of spinning. */
@@ -1060,6 +1124,8 @@ static void *thread_main(void *arg) {
     wf_sched *s = arg;
     while (loop_once(s)) {
     }
+    /* No claim may outlive the thread: its grant would wake a freed scheduler. */
+    if (s->opts.turns) wf_gated_executor_unclaim(s->opts.turns);
     return NULL;
 }
 

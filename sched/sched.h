@@ -113,6 +113,12 @@ typedef struct wf_sched_options {
                                    waits (prefill/decode disaggregation, where a prompt's KV is
                                    computed elsewhere and shipped in one piece; needs
                                    max_batch_tokens >= n_ctx) */
+    /* Optional: the gated executor (sched/gate.h) that a group's executor is. That group then
+     * takes its turns on the shared cores by late binding: it claims a turn with its most
+     * urgent next-token deadline and the cost model's prediction of its next iteration, and
+     * plans the iteration only when the gate grants the turn. NULL: batches are planned at
+     * once (and, if the executor is gated, wait for their turn composed). */
+    struct wf_gated_executor *turns;
 } wf_sched_options;
 
 void wf_sched_options_init(wf_sched_options *opts);

@@ -44,6 +44,8 @@ typedef struct wf_config {
     int image_max_batch;    /* images per DiT forward */
     char *image_order;      /* "edf" (default, NULL) or "fcfs": the image scheduler's order */
     int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
+    char *share_turns;      /* "batch" (default, NULL): composed batches; "edf": late-bound claims */
+    double share_min;       /* each class's minimum share of the cores while it waits */
     char *host;
     int port;
     int threads;          /* engine worker threads; 0 = one per core */

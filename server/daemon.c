@@ -37,6 +37,7 @@ struct wf_daemon {
     /* --share-cores: LLM (class 0) and DiT (class 1) batches take turns */
     wf_gate *gate;
     wf_gated_executor *gated_llm;
+    bool share_batch;         /* --share-turns batch */
     wf_gated_executor *gated_dits[WF_SERVER_MAX_IMAGE_MODELS];
     bool pd;                  /* prefill and decode workers */
 };
@@ -63,6 +64,8 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->image_batching = true;
     p->image_max_batch = 8;
     p->share_cores = true;
+    p->share_min = WF_DEFAULT_SHARE_MIN;
+    p->share_batch = true; /* --share-turns batch: measured no worse than edf (BENCHMARKS.md) */
     p->kv_window_release = true;
 }
 
@@ -124,6 +127,8 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         int id;
         st = wf_image_sched_add_model(d->images, ex, &g, &id);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
+        if (d->gate && !p->share_batch && (st = wf_image_sched_set_turns(d->images, id, d->gated_dits[i])) != WF_OK)
+            return wf_status_errorf(err, errlen, st, "image scheduler turns: %s", wf_status_str(st));
         const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
         if (name && name[0]) {
             snprintf(d->dit_names[i], sizeof d->dit_names[i], "%s", name);
@@ -413,6 +418,10 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         if (d->gate) {
             wf_gate_set_slack(d->gate, 0, p->default_tpot_ms);
             wf_gate_set_slack(d->gate, 1, p->default_tpot_ms);
+            /* Neither class starves: each gets this much of the cores' time while it waits,
+             * even behind a stream of earlier deadlines of the other. */
+            wf_gate_set_share(d->gate, 0, p->share_min);
+            wf_gate_set_share(d->gate, 1, p->share_min);
         }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {
@@ -420,6 +429,8 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
             goto fail_sched;
         }
         llm_ex = wf_gated_executor_get(d->gated_llm);
+        if (!p->share_batch) so.turns = d->gated_llm; /* late binding: one EDF order */
+        d->share_batch = p->share_batch;
     }
     if (d->kv_on)
         st = wf_sched_new(&so, &d->kv, llm_ex, &d->sched);
@@ -500,6 +511,10 @@ const wf_server_model *wf_daemon_model(wf_daemon *d) { return &d->adapter.model;
 const wf_server_backend *wf_daemon_backend(wf_daemon *d) { return &d->adapter.backend; }
 wf_sched *wf_daemon_sched(wf_daemon *d) { return d->sched; }
 wf_image_sched *wf_daemon_images(wf_daemon *d) { return d->images; }
+wf_gate *wf_daemon_gate(wf_daemon *d, bool *late) {
+    *late = d->gate && !d->share_batch;
+    return d->gate;
+}
 const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n) {
     *n = d->n_dits;
     return d->image_models;

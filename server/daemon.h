@@ -64,6 +64,8 @@ typedef struct wf_daemon_params {
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */
     bool share_cores;
+    bool share_batch;        /* composed batches wait at the gate (the old turns), not claims */
+    double share_min;        /* minimum share per class (sched/gate.h); default WF_DEFAULT_SHARE_MIN */
     /* A model with sliding-window layers: they get their own KV blocks, only the window's
      * (kv/kv_store.h split store); false: one table for every layer. In-process engine only. */
     bool kv_window_release;
@@ -83,6 +85,8 @@ const wf_server_backend *wf_daemon_backend(wf_daemon *d);
 wf_image_sched *wf_daemon_images(wf_daemon *d);
 const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n);
 wf_sched *wf_daemon_sched(wf_daemon *d);
+/* The core-sharing gate (NULL without --share-cores or DiTs); *late: claims, not batches. */
+struct wf_gate *wf_daemon_gate(wf_daemon *d, bool *late);
 /* Stops admitting and cancels whatever still runs after deadline_ms; returns when idle. The
  * FINISHED events go to the server's queue: call before wf_server_free on a fast exit. */
 void wf_daemon_drain(wf_daemon *d, int deadline_ms);

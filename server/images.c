@@ -11,6 +11,7 @@
 #include "engine/dit/sampler.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
+#include "sched/gate.h"
 #include "server/imgenc.h"
 #include "server/png.h"
 #include "server/server_impl.h"
@@ -564,7 +565,24 @@ static void admin_one(const wf_image_snapshot *snap, void *user) {
                    snap->cancelled ? "true" : "false", snap->group_size);
 }
 
+void wf_server_set_gate(wf_server *s, struct wf_gate *gate, bool late) {
+    s->gate = gate;
+    s->gate_late = late;
+}
+
+/* The turns on shared cores: how many each class took, and how many of them its minimum
+ * share gave it (rather than its deadlines). */
+static void write_cores(wf_server *s, wf_jbuf *b) {
+    if (!s->gate) return;
+    wf_jbuf_printf(b, ",\"cores\":{\"turns_mode\":\"%s\",\"turns\":{\"text\":%llu,\"images\":%llu},"
+                      "\"share_turns\":{\"text\":%llu,\"images\":%llu}}",
+                   s->gate_late ? "edf" : "batch", (unsigned long long)wf_gate_turns(s->gate, 0),
+                   (unsigned long long)wf_gate_turns(s->gate, 1), (unsigned long long)wf_gate_share_turns(s->gate, 0),
+                   (unsigned long long)wf_gate_share_turns(s->gate, 1));
+}
+
 void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
+    write_cores(s, b);
     if (!s->images) return;
     wf_image_sched_stats st;
     wf_image_sched_get_stats(s->images, &st);

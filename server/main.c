@@ -86,6 +86,8 @@ static void *load_main(void *arg) {
     p.image_fcfs = d->cfg.image_order && strcmp(d->cfg.image_order, "fcfs") == 0;
     p.image_max_batch = d->cfg.image_max_batch;
     p.share_cores = d->cfg.share_cores != 0;
+    p.share_batch = !d->cfg.share_turns || strcmp(d->cfg.share_turns, "edf") != 0;
+    p.share_min = d->cfg.share_min;
     p.kv_window_release = d->cfg.kv_window_release != 0;
     p.kv_profiles = d->cfg.kv_profiles;
     p.kv_codec = d->cfg.kv_codec;
@@ -134,6 +136,9 @@ static void on_loaded(uv_async_t *a) {
     int n_images = 0;
     const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
     wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
+    bool late;
+    struct wf_gate *gate = wf_daemon_gate(d->engine, &late);
+    if (gate) wf_server_set_gate(d->server, gate, late);
     wf_server_set_ready(d->server, wf_daemon_model(d->engine), wf_daemon_backend(d->engine));
     /* virtual models declared at start: any failure is fatal, as a bad flag is */
     for (size_t i = 0; i < d->cfg.n_vmodels; i++) {

@@ -144,6 +144,11 @@ void wf_server_set_ready(wf_server *s, const wf_server_model *model,
  * WF_SERVER_MAX_IMAGE_MODELS. */
 void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_image_model *models,
                           int n);
+/* The gate LLM and DiT batches take turns at (--share-cores; NULL: none), for /admin/stats'
+ * "cores" (turns per class; the gate must outlive the server). late: claims (--share-turns
+ * edf) rather than composed batches. */
+struct wf_gate;
+void wf_server_set_gate(wf_server *s, struct wf_gate *gate, bool late);
 /* The queue image events arrive on (pass to wf_image_sched_submit; unbounded). */
 wf_handoff *wf_server_image_events(wf_server *s);
 /* Loading failed: /health reports the message with 503 until the process exits. */

@@ -62,6 +62,8 @@ struct wf_server {
     wf_jbuf scratch;
     /* images (server/images.c) */
     wf_image_sched *images;
+    struct wf_gate *gate; /* --share-cores (sched/gate.h), NULL: none */
+    bool gate_late;
     wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
     int n_image_models;
     wf_handoff image_events;

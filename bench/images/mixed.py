@@ -22,15 +22,25 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else None
 
 
-def chat_client(host, port, model, until, itl, counts):
+def chat_client(host, port, model, until, itl, counts, slo=None, slo_log=None):
     while time.monotonic() < until:
         c = http.client.HTTPConnection(host, port, timeout=600)
-        body = json.dumps({"model": model, "stream": True, "max_tokens": 64, "temperature": 0,
-                           "ignore_eos": True,
-                           "messages": [{"role": "user", "content": "Write a long story about a cat."}]})
-        c.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        req = {"model": model, "stream": True, "max_tokens": 64, "temperature": 0, "ignore_eos": True,
+               "messages": [{"role": "user", "content": "Write a long story about a cat."}]}
+        if slo:
+            req["slo"] = {"ttft_ms": slo[0], "tpot_ms": slo[1]}
+        t0 = time.monotonic()
+        c.request("POST", "/v1/chat/completions", body=json.dumps(req), headers={"Content-Type": "application/json"})
         r = c.getresponse()
-        last = None
+        if r.status != 200:  # a refusal (429) counts as a missed SLO
+            r.read()
+            c.close()
+            if slo_log is not None:
+                slo_log.append(False)
+            time.sleep(0.05)
+            continue
+        last = first = None
+        n = 0
         for line in r:
             if not line.startswith(b"data: {"):
                 continue
@@ -39,9 +49,17 @@ def chat_client(host, port, model, until, itl, counts):
             if ev.get("choices") and ev["choices"][0]["delta"].get("content"):
                 if last is not None:
                     itl.append((now - last) * 1000)
+                else:
+                    first = now
                 last = now
+                n += 1
                 counts[0] += 1
         c.close()
+        if slo_log is not None and slo:
+            # Met: first token within TTFT and the mean time per later token within TPOT.
+            ok = first is not None and (first - t0) * 1000 <= slo[0] and \
+                (n < 2 or (last - first) * 1000 / (n - 1) <= slo[1])
+            slo_log.append(ok)
 
 
 def image_load(host, port, model, rate, duration, lat, counts, seed=1):
@@ -76,11 +94,11 @@ def image_load(host, port, model, rate, duration, lat, counts, seed=1):
 
 
 def phase(a, u, chat, images):
-    itl, lat, tok, img = [], [], [0], [0]
+    itl, lat, tok, img, slo_log = [], [], [0], [0], []
     until = time.monotonic() + a.duration
     threads = []
     if chat:
-        threads += [threading.Thread(target=chat_client, args=(u.hostname, u.port, a.llm, until, itl, tok))
+        threads += [threading.Thread(target=chat_client, args=(u.hostname, u.port, a.llm, until, itl, tok, a.chat_slo, slo_log))
                     for _ in range(a.chat_clients)]
     if images:
         threads.append(threading.Thread(target=image_load,
@@ -95,6 +113,9 @@ def phase(a, u, chat, images):
     if chat:
         r.update(chat_tokens_s=round(tok[0] / span, 2), itl_p50_ms=round(pct(itl, 50), 1),
                  itl_p99_ms=round(pct(itl, 99), 1))
+        if a.chat_slo:
+            r.update(chat_requests=len(slo_log), chat_slo_met=sum(slo_log),
+                     chat_slo_attainment=round(sum(slo_log) / max(1, len(slo_log)), 3))
     if images:
         r.update(images_s=round(img[0] / span, 3), image_p50_s=round(pct(lat, 50), 3),
                  image_p99_s=round(pct(lat, 99), 3), images_done=img[0])
@@ -112,7 +133,15 @@ def main():
     ap.add_argument("--phases", default="chat,images,chat+images",
                     help="comma list of chat, images, chat+images (bench/images/order.sh runs "
                          "chat alone beside weft-bench's image workload)")
+    ap.add_argument("--chat-slo", default=None, metavar="TTFT_MS,TPOT_MS",
+                    help="send each chat request weft's slo extension with these targets and report "
+                         "the fraction that met both (TTFT, and mean time per later token); a refusal "
+                         "counts as a miss")
     a = ap.parse_args()
+    if a.chat_slo:
+        a.chat_slo = tuple(float(x) for x in a.chat_slo.split(","))
+        if len(a.chat_slo) != 2:
+            ap.error("--chat-slo: TTFT_MS,TPOT_MS")
     u = urllib.parse.urlparse(a.url)
     kinds = {"chat": (True, False), "images": (False, True), "chat+images": (True, True)}
     for p in a.phases.split(","):

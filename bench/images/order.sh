@@ -11,6 +11,14 @@
 # Prints per order weft-bench's per-class report, the chat rate, and weftd's own
 # weft:image_slo_attainment per class; then a summary table.
 # ORDERS="edf fcfs fcfs edf" alternates repetitions (each a fresh weftd) to show the noise.
+# A run is named by its image order (edf, fcfs: the cores' turns are weftd's default) or by a
+# scheduling configuration: unified (--share-turns edf --image-order edf: text and image work
+# in one EDF order), gate (--share-turns batch --image-order edf: the earlier turns, batches
+# composed at once and ordered at the gate, with the minimum shares), prev (the same with
+# --share-min 0: the turns exactly as before the unified order) or gate-fcfs (--share-turns
+# batch --image-order fcfs: images first-come-first-served). CHAT_SLO=TTFT_MS,TPOT_MS sends the chat requests
+# those targets (weft's slo extension) and reports the text class's SLO attainment beside the
+# image classes'.
 #   bench/images/order.sh [BUILD_DIR]   (DIT, LLM, PROFILE=foreground_burst, SECS=60, LOAD=1.0,
 #                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, CLASS_LABELS=10,
 #                                        IMAGE_MAX_BATCH=8 (fewer: queueing, where order matters),
@@ -28,13 +36,22 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true' EXIT
 tsingle=${T_SINGLE:-}
 run=0
 runs=()
-for order in ${ORDERS:-edf fcfs}; do
+for conf in ${ORDERS:-edf fcfs}; do
   run=$((run + 1))
-  tag=$run-$order
+  tag=$run-$conf
+  turns=()
+  case $conf in
+    unified) order=edf; turns=(--share-turns edf) ;;
+    gate) order=edf; turns=(--share-turns batch) ;;
+    prev) order=edf; turns=(--share-turns batch --share-min 0) ;;
+    gate-fcfs) order=fcfs; turns=(--share-turns batch) ;;
+    edf|fcfs) order=$conf ;;
+    *) echo "unknown run '$conf' (edf, fcfs, unified, gate, prev, gate-fcfs)" >&2; exit 2 ;;
+  esac
   runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$build/bin/weftd" --model "$llm" --model "$dit" --port "$port" --threads "${THREADS:-2}" \
-    --image-order "$order" --image-max-batch "${IMAGE_MAX_BATCH:-8}" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
+    --image-order "$order" "${turns[@]}" --image-max-batch "${IMAGE_MAX_BATCH:-8}" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
     --log-level warn >"$out/weftd-$tag.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
@@ -46,13 +63,13 @@ for order in ${ORDERS:-edf fcfs}; do
           --seed "${SEED:-1}" --no-progress)
   python3 "$here/mixed.py" --url "http://127.0.0.1:$port" --llm "$(basename "$llm" .gguf)" \
     --dit "$(basename "$dit")" --duration "$((secs + ${CHAT_EXTRA_S:-20}))" --chat-clients "${CHAT_CLIENTS:-2}" \
-    --phases chat >"$out/chat-$tag.json" &
+    --phases chat ${CHAT_SLO:+--chat-slo "$CHAT_SLO"} >"$out/chat-$tag.json" &
   chat=$!
-  echo "== run $tag: image order $order (chat clients: ${CHAT_CLIENTS:-2})"
+  echo "== run $tag: image order $order ${turns[*]} (chat clients: ${CHAT_CLIENTS:-2})"
   sleep 2 # the chat streams are running before T_single is measured
   pin=()
   [ -n "$tsingle" ] && pin=(--t-single "$tsingle")
-  "$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$order" \
+  "$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$conf" \
     --json "$out/$tag.json" | tee "$out/$tag.txt"
   if [ -z "$tsingle" ]; then
     tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]
@@ -64,6 +81,9 @@ print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] i
   cat "$out/chat-$tag.json"
   curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^weft:image_slo_(attainment|requests_total|met_total)' \
     | tee "$out/metrics-$tag.txt"
+  # turns per class on the shared cores, and those the minimum share gave (/admin/stats "cores")
+  curl -sf "http://127.0.0.1:$port/admin/stats" | python3 -c 'import json,sys; print("cores:", json.load(sys.stdin).get("cores"))' \
+    | tee "$out/cores-$tag.txt"
   kill -TERM $pid
   wait $pid || true
   pid=
@@ -80,6 +100,9 @@ for tag in runs:
     for c in r["classes"] + [dict(r, name="all")]:
         print(f"| {tag} | {c['name']} | {c['slo_attainment']:.3f} ({c['slo_met']}/{c['issued']}) | {c['refused']} "
               f"| {fmt(c.get('median_latency_ms'))} | {fmt(c.get('p99_latency_ms'))} |")
+    if "chat_slo_attainment" in chat:
+        print(f"| {tag} | text | {chat['chat_slo_attainment']:.3f} ({chat['chat_slo_met']}/{chat['chat_requests']}) "
+              f"| | | |")
     print(f"| {tag} | chat | {chat['chat_tokens_s']} tokens/s, ITL p50 {chat['itl_p50_ms']} ms, "
           f"p99 {chat['itl_p99_ms']} ms | | | |")
 PY

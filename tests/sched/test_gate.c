@@ -3,6 +3,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -166,12 +167,173 @@ START_TEST(gated_executor) {
 }
 END_TEST
 
+
+/* ---- late binding: claims granted in one EDF order over both classes ---- */
+
+static int grants[16], n_grants;
+
+static void on_grant(void *user) { grants[n_grants++] = (int)(intptr_t)user; }
+
+typedef struct claimants {
+    wf_gate *g;
+    wf_gated_executor *x[2]; /* class 0 (text), class 1 (images) */
+} claimants;
+
+static void claimants_new(claimants *c, double share) {
+    c->g = wf_gate_new(2);
+    wf_gate_set_share(c->g, 0, share);
+    wf_gate_set_share(c->g, 1, share);
+    wf_executor inner = {.ops = &inline_ops};
+    for (int k = 0; k < 2; k++) ck_assert_int_eq(wf_gated_executor_new(inner, c->g, k, &c->x[k]), WF_OK);
+    n_grants = 0;
+}
+
+static void claimants_free(claimants *c) {
+    for (int k = 0; k < 2; k++) wf_gated_executor_free(c->x[k]);
+    wf_gate_free(c->g);
+}
+
+static void claim(claimants *c, int k, uint64_t deadline, double pred_ms) {
+    ck_assert_int_eq(wf_gated_executor_claim(c->x[k], deadline, pred_ms, on_grant, (void *)(intptr_t)k), WF_OK);
+}
+
+/* The granted class's scheduler composes its batch and runs it (the turn is used). */
+static void run_granted(claimants *c, int k) {
+    ck_assert(wf_gated_executor_granted(c->x[k]));
+    wf_task t = {.kind = WF_TASK_DENOISE};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+    char msg[64];
+    ck_assert_int_eq(wf_executor_run(wf_gated_executor_get(c->x[k]), &b, msg, sizeof msg), WF_OK);
+    ck_assert(!wf_gated_executor_granted(c->x[k]));
+}
+
+START_TEST(claims_take_one_edf_order) {
+    claimants c;
+    claimants_new(&c, 0);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    /* A free gate grants a claim at once, inside the call (no callback: the caller sees it). */
+    claim(&c, 1, now + 500 * ms, 5);
+    ck_assert(wf_gated_executor_granted(c.x[1]));
+    ck_assert_int_eq(n_grants, 0);
+    /* While images run: a text iteration due later, then an image step due earlier. */
+    claim(&c, 0, now + 300 * ms, 5);
+    run_granted(&c, 1); /* ends its turn: the only waiter, text, is granted */
+    ck_assert_int_eq(n_grants, 1);
+    ck_assert_int_eq(grants[0], 0);
+    /* Text holds the turn; image due earlier than the next text iteration: image first. */
+    claim(&c, 1, now + 200 * ms, 5);
+    run_granted(&c, 0);
+    ck_assert_int_eq(grants[1], 1);
+    claim(&c, 0, now + 400 * ms, 5); /* and vice versa: text due earlier than the next image */
+    run_granted(&c, 1);
+    ck_assert_int_eq(grants[2], 0);
+    claim(&c, 1, now + 900 * ms, 5);
+    run_granted(&c, 0);
+    ck_assert_int_eq(grants[3], 1);
+    run_granted(&c, 1);
+    ck_assert_int_eq(n_grants, 4);
+    ck_assert_uint_eq(wf_gate_turns(c.g, 0), 2);
+    ck_assert_uint_eq(wf_gate_turns(c.g, 1), 3);
+    claimants_free(&c);
+}
+END_TEST
+
+START_TEST(claims_start_by_predicted_time) {
+    claimants c;
+    claimants_new(&c, 0);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    wf_gate_acquire(c.g, 0); /* the cores are busy while both claim */
+    /* Text due at +100 ms, predicted 10 ms (start by +90); an image step due at +120 ms but
+     * predicted 50 ms (start by +70): the image must start first to make its deadline. */
+    claim(&c, 0, now + 100 * ms, 10);
+    claim(&c, 1, now + 120 * ms, 50);
+    ck_assert_int_eq(n_grants, 0);
+    wf_gate_release(c.g, 0);
+    ck_assert_int_eq(n_grants, 1);
+    ck_assert_int_eq(grants[0], 1);
+    run_granted(&c, 1);
+    ck_assert_int_eq(grants[1], 0);
+    run_granted(&c, 0);
+    claimants_free(&c);
+}
+END_TEST
+
+START_TEST(claims_move_with_new_work) {
+    claimants c;
+    claimants_new(&c, 0);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    wf_gate_acquire(c.g, 1);
+    claim(&c, 0, now + 500 * ms, 0);
+    claim(&c, 1, now + 300 * ms, 0);
+    /* A text request due sooner arrives while the claims wait: text's claim moves ahead. */
+    claim(&c, 0, now + 100 * ms, 0);
+    wf_gate_release(c.g, 1);
+    ck_assert_int_eq(grants[0], 0);
+    /* Granted, but its work was cancelled meanwhile: the turn passes on, unused. */
+    wf_gated_executor_unclaim(c.x[0]);
+    ck_assert(!wf_gated_executor_granted(c.x[0]));
+    ck_assert_int_eq(n_grants, 2);
+    ck_assert_int_eq(grants[1], 1);
+    /* A withdrawn claim is never granted. */
+    claim(&c, 0, now + 50 * ms, 0);
+    wf_gated_executor_unclaim(c.x[0]);
+    run_granted(&c, 1);
+    ck_assert_int_eq(n_grants, 2);
+    /* A claim and a composed batch waiting at the gate take the same order. */
+    wf_gate_acquire(c.g, 1);
+    claim(&c, 0, now + 200 * ms, 0);
+    timed early = {c.g, 1, now + 100 * ms};
+    n_seq = 0;
+    pthread_t th;
+    pthread_create(&th, NULL, run_timed, &early);
+    while (wf_gate_waiting(c.g) != 2) usleep(1000);
+    wf_gate_release(c.g, 1);
+    pthread_join(th, NULL); /* the batch due earlier ran, then released to the claim */
+    ck_assert_int_eq(n_seq, 1);
+    ck_assert_int_eq(n_grants, 3);
+    ck_assert_int_eq(grants[2], 0);
+    run_granted(&c, 0);
+    claimants_free(&c);
+}
+END_TEST
+
+START_TEST(shares_keep_a_class_from_starving) {
+    for (int with_share = 0; with_share < 2; with_share++) {
+        claimants c;
+        claimants_new(&c, with_share ? 0.25 : 0);
+        uint64_t ms = 1000000;
+        /* Images have had the cores for 40 ms, text not at all (no sleep in a turn of its
+         * own: on a loaded host a short turn can last anything, and the rule is a ratio). */
+        wf_gate_acquire(c.g, 1);
+        usleep(40000);
+        wf_gate_release(c.g, 1);
+        /* An image step due sooner and a text iteration due later. */
+        wf_gate_acquire(c.g, 1);
+        uint64_t now = wf_clock_now_ns();
+        claim(&c, 0, now + 10000 * ms, 0);
+        claim(&c, 1, now + 1000 * ms, 0);
+        wf_gate_release(c.g, 1);
+        /* Pure EDF: the image. With a 25 % minimum share: text is owed its share first. */
+        ck_assert_int_eq(grants[0], (with_share ? 0 : 1));
+        ck_assert_uint_eq(wf_gate_share_turns(c.g, 0), (with_share ? 1 : 0));
+        run_granted(&c, grants[0]);
+        ck_assert_int_eq(grants[1], (with_share ? 1 : 0));
+        run_granted(&c, grants[1]);
+        claimants_free(&c);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, round_robin_and_exclusion);
     tcase_add_test(tc, gated_executor);
     tcase_add_test(tc, earliest_deadline_first);
+    tcase_add_test(tc, claims_take_one_edf_order);
+    tcase_add_test(tc, claims_start_by_predicted_time);
+    tcase_add_test(tc, claims_move_with_new_work);
+    tcase_add_test(tc, shares_keep_a_class_from_starving);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

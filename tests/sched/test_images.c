@@ -11,6 +11,7 @@
 #include "engine/dit/dit_exec.h"
 #include "proto/base/clock.h"
 #include "proto/base/handoff.h"
+#include "sched/gate.h"
 #include "sched/images.h"
 
 #define MODEL WEFT_SOURCE_DIR "/deploy/models/weft-dit-digits"
@@ -368,6 +369,7 @@ END_TEST
 typedef struct fake_exec {
     _Atomic int forward_us, decode_us;
     _Atomic int forwards;
+    _Atomic int batches, first_encodes; /* batches run; ENCODE tasks in the first (reset by tests) */
 } fake_exec;
 
 static bool fake_supports(void *ctx, wf_task_kind kind) {
@@ -383,7 +385,9 @@ static void sleep_us(int us) {
 
 static wf_status fake_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
     fake_exec *x = ctx;
-    int steps = 0, decodes = 0;
+    int steps = 0, decodes = 0, encodes = 0;
+    for (int i = 0; i < b->n_tasks; i++) encodes += b->tasks[i].kind == WF_TASK_ENCODE;
+    if (x->batches++ == 0) x->first_encodes = encodes;
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
         t->status = WF_OK;
@@ -612,6 +616,84 @@ START_TEST(admission_counts_only_work_due_earlier) {
 }
 END_TEST
 
+/* ---- turns on shared cores (sched/gate.h) ---------------------------------------------- */
+
+static void count_held(const wf_image_snapshot *snap, void *user) {
+    (void)snap;
+    (*(int *)user)++;
+}
+
+static int held_requests(wf_image_sched *s) {
+    int n = 0;
+    wf_image_sched_foreach(s, count_held, &n);
+    return n;
+}
+
+/* While text work holds the cores, request A is ready and then B arrives. With late binding
+ * (wf_image_sched_set_turns) the batch is composed when the turn comes, so B joins A's first
+ * batch; with batches composed at once (the gated executor alone) A's batch was fixed before B
+ * came, and B waits for the next one. Either way both finish and the gate counts the turns. */
+START_TEST(late_binding_joins_work_that_arrives_while_waiting) {
+    for (int late = 0; late < 2; late++) {
+        fake_exec x = {.forward_us = 200, .decode_us = 100};
+        wf_gate *g = wf_gate_new(2);
+        wf_gated_executor *gx;
+        ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &fake_ops, .ctx = &x}, g, 1, &gx), WF_OK);
+        wf_image_sched_options o;
+        wf_image_sched_options_init(&o);
+        wf_image_sched *s;
+        ck_assert_int_eq(wf_image_sched_new(&o, &s), WF_OK);
+        wf_image_geometry geo = {.width = 8, .height = 8, .channels = 1, .latent_channels = 4,
+                                 .latent_height = 4, .latent_width = 4, .max_items = 4, .max_latents = 8};
+        int m;
+        ck_assert_int_eq(wf_image_sched_add_model(s, wf_gated_executor_get(gx), &geo, &m), WF_OK);
+        if (late) ck_assert_int_eq(wf_image_sched_set_turns(s, m, gx), WF_OK);
+        ck_assert_int_eq(wf_image_sched_set_turns(s, m + 1, gx), WF_EINVAL);
+        ck_assert_int_eq(wf_image_sched_start(s), WF_OK);
+        ck_assert_int_eq(wf_image_sched_set_turns(s, m, gx), WF_EINVAL); /* started */
+        wf_handoff events;
+        ck_assert_int_eq(wf_handoff_init(&events, 0, NULL, NULL), WF_OK);
+        x.batches = 0;
+        wf_gate_acquire(g, 0); /* a text batch runs */
+        wf_image_request *ra, *rb;
+        char why[160];
+        wf_image_spec a = {.model = m, .n = 1, .class_label = 1, .negative_label = -1, .num_steps = 3, .seed = 1};
+        wf_image_spec b = a;
+        b.class_label = 2;
+        snprintf(a.id, sizeof a.id, "A");
+        snprintf(b.id, sizeof b.id, "B");
+        ck_assert_int_eq(wf_image_sched_submit(s, &a, &events, NULL, &ra, why, sizeof why, NULL), WF_OK);
+        while (wf_gate_waiting(g) != 1) sleep_us(1000); /* A's claim (or batch) waits for the cores */
+        ck_assert_int_eq(wf_image_sched_submit(s, &b, &events, NULL, &rb, why, sizeof why, NULL), WF_OK);
+        while (held_requests(s) != 2) sleep_us(1000); /* B reached the scheduler's lists */
+        ck_assert_int_eq(x.batches, 0);
+        wf_gate_release(g, 0);
+        int finished = 0;
+        while (finished < 2) {
+            ck_assert(wf_handoff_wait(&events, 30000));
+            for (wf_handoff_item *it = wf_handoff_take_all(&events), *next; it; it = next) {
+                next = it->next;
+                wf_image_event *ev = (wf_image_event *)it;
+                if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                    ck_assert_int_eq(ev->status, WF_OK);
+                    wf_image_sched_release(s, ev->request);
+                    finished++;
+                }
+                wf_image_event_free(ev);
+            }
+        }
+        ck_assert_int_eq(x.first_encodes, late ? 2 : 1);
+        ck_assert_uint_eq(wf_gate_turns(g, 0), 1);
+        ck_assert_uint_ge(wf_gate_turns(g, 1), 3); /* 3 steps, both at each */
+        wf_image_sched_drain(s, 1000);
+        wf_image_sched_free(s);
+        wf_handoff_free(&events);
+        wf_gated_executor_free(gx);
+        wf_gate_free(g);
+    }
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("sched/images");
     TCase *tc = tcase_create("core");
@@ -625,6 +707,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, admission_recovers_from_slow_calibration);
     tcase_add_test(tc, refusals_say_why_and_when);
     tcase_add_test(tc, admission_counts_only_work_due_earlier);
+    tcase_add_test(tc, late_binding_joins_work_that_arrives_while_waiting);
     suite_add_tcase(s, tc);
     return s;
 }
