@@ -23,6 +23,7 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/vmodels.h"
 #include "server/workers/world_link.h"
 
 #define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
@@ -40,6 +41,24 @@ typedef struct queued {
     float *const *lat;               /* DiT: task j's latent goes out and comes back here */
     size_t lat_bytes;
 } queued;
+
+/* A virtual model the workers hold: declared at start (argv: every started worker loads it with
+ * --vmodel) or added at run time (sent as VMODEL frames; acked: bit i once worker i bound it). */
+typedef struct pvm {
+    uint32_t num;
+    char *spec;                      /* the --vmodel text or the JSON declaration */
+    bool argv;
+    uint64_t acked;
+    bool failed;
+    char error[300];
+} pvm;
+
+/* A VMODEL frame waiting to go to a worker (sent only while it runs no batch). */
+typedef struct vop {
+    wf_frame_vmodel_op op;
+    uint32_t num;
+    char *spec;
+} vop;
 
 typedef struct wk {
     struct wf_workers *ws;
@@ -72,6 +91,11 @@ typedef struct wk {
     uint64_t xfer_compressed;
     uint64_t xfer_reason[WF_KV_REASON_COUNT];
     char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
+    vop *ops;                        /* VMODEL frames to send (lock) */
+    int n_ops, cap_ops;
+    bool syncing;                    /* joining: loading the run-time virtual models (lock) */
+    int sync_left;                   /* their acks still to come (lock) */
+    uint32_t sync_kv;                /* its first heartbeat's KV blocks, for worker_ready */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {
         pid_t pid;
@@ -98,7 +122,41 @@ struct wf_workers {
     size_t arena_cap;
     char start_error[160];
     bool roles_fixed;                /* each slot's role is settled (after open) */
+    pvm *vms;                        /* the current set of virtual models (lock) */
+    int n_vms, cap_vms;
 };
+
+/* ---- virtual models ------------------------------------------------------------------------- */
+
+static pvm *vm_find(wf_workers *ws, uint32_t num) { /* lock held */
+    for (int i = 0; i < ws->n_vms; i++)
+        if (ws->vms[i].num == num) return &ws->vms[i];
+    return NULL;
+}
+
+static wf_status push_op(wk *k, wf_frame_vmodel_op op, uint32_t num, const char *spec) {
+    if (k->n_ops == k->cap_ops) { /* lock held */
+        int cap = k->cap_ops ? 2 * k->cap_ops : 8;
+        void *q = realloc(k->ops, (size_t)cap * sizeof *k->ops);
+        if (!q) return WF_ENOMEM;
+        k->ops = q;
+        k->cap_ops = cap;
+    }
+    char *copy = spec ? strdup(spec) : NULL;
+    if (spec && !copy) return WF_ENOMEM;
+    k->ops[k->n_ops++] = (vop){.op = op, .num = num, .spec = copy};
+    return WF_OK;
+}
+
+static void clear_ops(wk *k) { /* lock held */
+    for (int i = 0; i < k->n_ops; i++) free(k->ops[i].spec);
+    k->n_ops = 0;
+}
+
+/* Whether worker k takes VMODEL frames now: live, or joining and given the current set. */
+static bool takes_ops(const wk *k) { /* lock held */
+    return k->state == WF_WORKER_LIVE || (k->state == WF_WORKER_JOINING && k->syncing);
+}
 
 void wf_workers_params_init(wf_workers_params *p) {
     memset(p, 0, sizeof *p);
@@ -404,12 +462,19 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
     while (base[argc]) argc++;
     /* the base, 6 optional KV arguments, 2 for a DiT, 2 for a PD role, 2 per virtual model,
      * the NULL */
-    char **argv = calloc((size_t)argc + 11 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
-    if (!argv) return WF_ENOMEM;
+    /* The lock is held until the fork: argv points at the set's declarations (the child only
+     * execs). Those added at run time are sent when it joins. */
+    pthread_mutex_lock(&ws->lock);
+    char **argv = calloc((size_t)argc + 11 + 2 * (size_t)ws->n_vms, sizeof *argv);
+    if (!argv) {
+        pthread_mutex_unlock(&ws->lock);
+        return WF_ENOMEM;
+    }
     memcpy(argv, base, (size_t)argc * sizeof *argv);
-    for (int i = 0; i < ws->p.n_vmodels; i++) {
+    for (int i = 0; i < ws->n_vms; i++) {
+        if (!ws->vms[i].argv) continue;
         argv[argc++] = "--vmodel";
-        argv[argc++] = ws->p.vmodels[i];
+        argv[argc++] = ws->vms[i].spec;
     }
     char acc[32];
     if (ws->kv_profiles) {
@@ -456,15 +521,16 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         }
     }
     pid_t pid = fork();
+    if (pid == 0) { /* the child does not touch the lock: it execs */
+        execve(ws->exe, argv, envp);
+        fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
+        _exit(127);
+    }
+    pthread_mutex_unlock(&ws->lock);
     if (pid < 0) {
         free(own);
         free(argv);
         return WF_EIO;
-    }
-    if (pid == 0) {
-        execve(ws->exe, argv, envp);
-        fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
-        _exit(127);
     }
     free(argv);
     free(own);
@@ -508,6 +574,10 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
     k->state = WF_WORKER_DOWN;
     int group = k->group;
     k->group = -1;
+    /* a later incarnation starts from nothing: it is given the set again when it joins */
+    for (int i = 0; i < ws->n_vms; i++) ws->vms[i].acked &= ~(1ull << k->index);
+    clear_ops(k);
+    k->syncing = false;
     snprintf(k->last_error, sizeof k->last_error, "%s", why);
     pthread_mutex_unlock(&ws->lock);
     char msg[256];
@@ -631,7 +701,29 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
                 worker_down(ws, k, "it reports no KV memory");
                 return;
             }
-            worker_ready(ws, k, hb.kv_blocks_total);
+            /* It serves once it holds every virtual model added at run time (those declared
+             * at start it loaded before this heartbeat). */
+            pthread_mutex_lock(&ws->lock);
+            bool wait = k->syncing;
+            if (!wait) {
+                int n = 0;
+                wf_status st = WF_OK;
+                for (int i = 0; i < ws->n_vms && st == WF_OK; i++)
+                    if (!ws->vms[i].argv && !ws->vms[i].failed) {
+                        st = push_op(k, WF_FRAME_VMODEL_ADD, ws->vms[i].num, ws->vms[i].spec);
+                        n++;
+                    }
+                k->syncing = wait = n > 0 && st == WF_OK;
+                k->sync_left = n;
+                k->sync_kv = hb.kv_blocks_total;
+                if (st != WF_OK) {
+                    pthread_mutex_unlock(&ws->lock);
+                    worker_down(ws, k, "out of memory");
+                    return;
+                }
+            }
+            pthread_mutex_unlock(&ws->lock);
+            if (!wait) worker_ready(ws, k, hb.kv_blocks_total);
         }
         return;
     }
@@ -720,6 +812,39 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         worker_down(ws, k, m.message);
         return;
     }
+    case WF_FRAME_VMODEL_ACK: {
+        wf_frame_vmodel_ack a;
+        if (wf_frame_decode_vmodel_ack(f, &a, err, sizeof err) != WF_OK) break;
+        if (a.op == WF_FRAME_VMODEL_REMOVE) {
+            if (a.status != WF_OK)
+                WF_LOG_WARN("workers", NULL, "worker rank %d: removing virtual model %u: %s",
+                            k->rank, (unsigned)a.num, a.message);
+            return;
+        }
+        pthread_mutex_lock(&ws->lock);
+        pvm *v = vm_find(ws, a.num);
+        bool syncing = k->syncing, ready = false;
+        if (v && a.status == WF_OK) v->acked |= 1ull << k->index;
+        if (v && a.status != WF_OK && !syncing && !v->argv) {
+            v->failed = true;
+            snprintf(v->error, sizeof v->error, "worker rank %d: %s", k->rank, a.message);
+        }
+        if (syncing && a.status == WF_OK && --k->sync_left == 0) {
+            k->syncing = false;
+            ready = true;
+        }
+        uint32_t kv_blocks = k->sync_kv;
+        pthread_mutex_unlock(&ws->lock);
+        if (syncing && a.status != WF_OK) {
+            char why[WF_FRAME_MESSAGE_MAX + 64];
+            snprintf(why, sizeof why, "cannot load virtual model %u: %s", (unsigned)a.num,
+                     a.message);
+            worker_down(ws, k, why);
+        } else if (ready) {
+            worker_ready(ws, k, kv_blocks);
+        }
+        return;
+    }
     default:
         snprintf(err, sizeof err, "unexpected frame type %u", (unsigned)f->hdr.type);
         break;
@@ -739,6 +864,29 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
  * bound) when the batch took longer (a long prefill under a slow build or on a busy host). An
  * idle worker progresses within a heartbeat. */
 static void send_pending(wf_workers *ws, wk *k) {
+    /* VMODEL frames first: a batch of a new virtual model is dispatched only after every live
+     * worker acknowledged it, and one of a removed one never again */
+    for (;;) {
+        pthread_mutex_lock(&ws->lock);
+        if (k->n_ops == 0 || k->n_flight > 0 || !takes_ops(k)) {
+            pthread_mutex_unlock(&ws->lock);
+            break;
+        }
+        vop op = k->ops[0];
+        memmove(&k->ops[0], &k->ops[1], (size_t)(k->n_ops - 1) * sizeof k->ops[0]);
+        k->n_ops--;
+        pthread_mutex_unlock(&ws->lock);
+        wf_frame_vmodel m = {.op = op.op, .num = op.num, .spec = op.spec};
+        char err[256];
+        wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_vmodel, &m, err,
+                                    sizeof err);
+        free(op.spec);
+        if (st != WF_OK) {
+            worker_down(ws, k, err);
+            return;
+        }
+        k->last_sent_ns = wf_clock_now_ns();
+    }
     for (;;) {
         pthread_mutex_lock(&ws->lock);
         if (k->n_pending == 0 || k->n_flight > 0 || k->state != WF_WORKER_LIVE) {
@@ -1069,6 +1217,28 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
         goto fail;
     }
+    /* the virtual models declared at start: every started worker loads them (--vmodel) */
+    if (p->n_vmodels > 0 && !(ws->vms = calloc((size_t)p->n_vmodels, sizeof *ws->vms))) {
+        st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        goto fail;
+    }
+    ws->cap_vms = p->n_vmodels;
+    for (int i = 0; i < p->n_vmodels; i++) {
+        wf_vmodel_spec v;
+        char e2[400];
+        if ((st = wf_vmodel_spec_from_text(p->vmodels[i], &v, e2, sizeof e2)) != WF_OK) {
+            wf_status_errorf(err, errlen, st, "--vmodel: %s", e2);
+            goto fail;
+        }
+        pvm *e = &ws->vms[ws->n_vms++];
+        e->num = wf_vmodel_spec_num(&v);
+        e->argv = true;
+        wf_vmodel_spec_free(&v);
+        if (!(e->spec = strdup(p->vmodels[i]))) {
+            st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (ws->p.port == 0 && (ws->p.port = free_port(ws->host)) <= 0) {
         st = wf_status_errorf(err, errlen, WF_EIO, "no free port for the world's bootstrap");
         goto fail;
@@ -1259,6 +1429,110 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->kv_profiles);
     free(ws->kv_codec);
     free(ws->dit_path);
+    for (int i = 0; i < ws->n; i++) {
+        clear_ops(&ws->w[i]);
+        free(ws->w[i].ops);
+    }
+    for (int i = 0; i < ws->n_vms; i++) free(ws->vms[i].spec);
+    free(ws->vms);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
+}
+
+wf_status wf_workers_vmodel_add(wf_workers *ws, uint32_t num, const char *spec_json, char *err,
+                                size_t errlen) {
+    if (num == 0 || !spec_json || !spec_json[0] || strlen(spec_json) >= WF_FRAME_VMODEL_SPEC_MAX)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %u: no number, or a "
+                                "declaration that is empty or over %d bytes", (unsigned)num,
+                                WF_FRAME_VMODEL_SPEC_MAX - 1);
+    pthread_mutex_lock(&ws->lock);
+    wf_status st = WF_OK;
+    pvm *v = vm_find(ws, num);
+    if (v) {
+        /* declared at start with the same number: every worker holds it already */
+        if (!v->argv) st = wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %u is on the "
+                                            "workers already", (unsigned)num);
+        pthread_mutex_unlock(&ws->lock);
+        return st;
+    }
+    if (ws->n_vms == ws->cap_vms) {
+        int cap = ws->cap_vms ? 2 * ws->cap_vms : 8;
+        void *q = realloc(ws->vms, (size_t)cap * sizeof *ws->vms);
+        if (!q) st = WF_ENOMEM;
+        else {
+            ws->vms = q;
+            ws->cap_vms = cap;
+        }
+    }
+    char *copy = st == WF_OK ? strdup(spec_json) : NULL;
+    if (!copy) {
+        pthread_mutex_unlock(&ws->lock);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
+    ws->vms[ws->n_vms++] = (pvm){.num = num, .spec = copy};
+    for (int i = 0; i < ws->n && st == WF_OK; i++) {
+        wk *k = &ws->w[i];
+        if (!takes_ops(k)) continue; /* joining ones get the whole set when they are ready */
+        st = push_op(k, WF_FRAME_VMODEL_ADD, num, copy);
+        if (st == WF_OK && k->syncing) k->sync_left++;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    wake_thread(ws);
+    if (st != WF_OK) {
+        wf_workers_vmodel_remove(ws, num);
+        return wf_status_errorf(err, errlen, st, "out of memory");
+    }
+    return WF_OK;
+}
+
+int wf_workers_vmodel_state(wf_workers *ws, uint32_t num, char *err, size_t errlen) {
+    pthread_mutex_lock(&ws->lock);
+    pvm *v = vm_find(ws, num);
+    int r = 1;
+    if (!v) {
+        r = -1;
+        wf_errorf(err, errlen, "virtual model %u was removed", (unsigned)num);
+    } else if (v->failed) {
+        r = -1;
+        wf_errorf(err, errlen, "%s", v->error);
+    } else if (!v->argv) {
+        for (int i = 0; i < ws->n && r == 1; i++)
+            if (ws->w[i].state == WF_WORKER_LIVE && !(v->acked & (1ull << i))) r = 0;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return r;
+}
+
+wf_status wf_workers_vmodel_wait(wf_workers *ws, uint32_t num, int timeout_ms, char *err,
+                                 size_t errlen) {
+    uint64_t deadline = wf_clock_now_ns() + MS(timeout_ms);
+    for (;;) {
+        int r = wf_workers_vmodel_state(ws, num, err, errlen);
+        if (r > 0) return WF_OK;
+        if (r < 0) return WF_EIO;
+        if (wf_clock_now_ns() >= deadline)
+            return wf_status_errorf(err, errlen, WF_ETIMEDOUT, "the workers did not all load "
+                                    "virtual model %u within %d ms", (unsigned)num, timeout_ms);
+        usleep(5000);
+    }
+}
+
+void wf_workers_vmodel_remove(wf_workers *ws, uint32_t num) {
+    pthread_mutex_lock(&ws->lock);
+    pvm *v = vm_find(ws, num);
+    if (!v) {
+        pthread_mutex_unlock(&ws->lock);
+        return;
+    }
+    free(v->spec);
+    *v = ws->vms[--ws->n_vms];
+    for (int i = 0; i < ws->n; i++) {
+        wk *k = &ws->w[i];
+        if (!takes_ops(k)) continue; /* a joining one is not given it any more */
+        if (push_op(k, WF_FRAME_VMODEL_REMOVE, num, NULL) != WF_OK)
+            WF_LOG_WARN("workers", NULL, "worker rank %d keeps virtual model %u (out of memory)",
+                        k->rank, (unsigned)num);
+    }
+    pthread_mutex_unlock(&ws->lock);
+    wake_thread(ws);
 }
