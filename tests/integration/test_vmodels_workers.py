@@ -61,8 +61,7 @@ def wait_live(d, n, timeout=90):
 
 def test_vmodels_with_workers():
     """--workers 1 with --vmodel: the worker process loads the adapters and binds them to the
-    coordinator's number; greedy tokens equal llama.cpp's with the adapter; run-time add and
-    remove are refused with a clear error."""
+    coordinator's number; greedy tokens equal llama.cpp's with the adapter."""
     d = Weftd("--workers", "1", "--vmodel", f"id=sql,adapter={GGUF}",
               "--vmodel", f"id=half,adapter={PEFT}:0.5,max_running=1")
     try:
