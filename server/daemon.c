@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/dit/dit_exec.h"
 #include "engine/engine.h"
@@ -236,6 +237,14 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
 static wf_status daemon_vm_publish(void *ctx, uint32_t num, const wf_vmodel_spec *spec, char *err,
                                    size_t errlen) {
     wf_daemon *d = ctx;
+    /* each worker opens the files itself: a pipe (read once, here) would block them */
+    for (int i = 0; i < spec->n_adapters; i++) {
+        struct stat sb;
+        if (stat(spec->paths[i], &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
+            return wf_status_errorf(err, errlen, WF_EINVAL, "adapter %s: with --workers an "
+                                    "adapter must be a regular file or a folder (every worker "
+                                    "reads it)", spec->paths[i]);
+    }
     char *text = wf_vmodel_spec_to_json(spec);
     if (!text) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     wf_status st = wf_workers_vmodel_add(d->workers, num, text, err, errlen);

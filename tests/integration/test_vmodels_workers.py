@@ -8,7 +8,10 @@ rejoins, and DELETE drains and removes them from the workers."""
 import concurrent.futures
 import os
 import re
+import shutil
 import signal
+import tempfile
+import threading
 import time
 
 import openai
@@ -119,6 +122,21 @@ def test_vmodels_added_at_run_time_with_workers():
         # bad adapters: the coordinator's check names the file; nothing reaches the workers
         code, body = call(d, "POST", "/admin/models", {"id": "bad", "adapter": "/nonexistent.gguf"})
         assert code == 400 and "/nonexistent.gguf" in body["error"]["message"], body
+        # a pipe is read once, here: the workers could not read it too
+        tmp = tempfile.mkdtemp()
+        fifo = os.path.join(tmp, "ad.gguf")
+        os.mkfifo(fifo)
+
+        def feed():
+            with open(fifo, "wb") as w, open(GGUF, "rb") as r:
+                w.write(r.read())
+        feeder = threading.Thread(target=feed)
+        feeder.start()
+        code, body = call(d, "POST", "/admin/models", {"id": "piped", "adapter": fifo})
+        feeder.join(timeout=30)
+        shutil.rmtree(tmp)
+        assert code == 400 and "regular file" in body["error"]["message"], body
+        assert "piped" not in {m.id for m in c.models.list().data}
         # removal: drains, then 404; the workers unbind it
         code, body = call(d, "DELETE", "/admin/models/stack")
         assert code == 200 and body["deleted"] is True, body
