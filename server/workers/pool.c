@@ -23,140 +23,8 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
-#include "server/vmodels.h"
+#include "server/workers/pool_impl.h"
 #include "server/workers/world_link.h"
-
-#define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
-                                        group; a prefill worker serves every decode group */
-#define RESPAWN_FIRST_MS 500
-#define RESPAWN_MAX_MS 10000
-#define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
-#define MS(x) ((uint64_t)(x) * 1000000ull)
-
-typedef struct queued {
-    wf_task_batch *batch;            /* the scheduler's */
-    wf_task_batch wire;              /* the same tasks under the wire iteration */
-    wf_executor_done_fn done;
-    void *user;
-    float *const *lat;               /* DiT: task j's latent goes out and comes back here */
-    size_t lat_bytes;
-} queued;
-
-/* A virtual model the workers hold: declared at start (argv: every started worker loads it with
- * --vmodel) or added at run time (sent as VMODEL frames; acked: bit i once worker i bound it). */
-typedef struct pvm {
-    uint32_t num;
-    char *spec;                      /* the --vmodel text or the JSON declaration */
-    bool argv;
-    uint64_t acked;
-    bool failed;
-    char error[300];
-} pvm;
-
-/* A VMODEL frame waiting to go to a worker (sent only while it runs no batch). */
-typedef struct vop {
-    wf_frame_vmodel_op op;
-    uint32_t num;
-    char *spec;
-} vop;
-
-typedef struct wk {
-    struct wf_workers *ws;
-    int index, rank;
-    bool spawned_here;
-    char cores[64];
-    /* comm thread only */
-    wf_link link;
-    pid_t pid;
-    uint64_t last_heard_ns, last_sent_ns, respawn_at_ns, live_since_ns;
-    int backoff_ms;
-    /* guarded by ws->lock */
-    wf_worker_state state;
-    int group;
-    queued pending[MAX_QUEUED];      /* dispatched, not yet sent */
-    int n_pending;
-    queued flight[MAX_QUEUED];       /* sent, waiting for BATCH_DONE (FIFO) */
-    int n_flight;
-    wf_kv_store kv;                  /* geometry and n_blocks only: the memory is the worker's */
-    uint64_t batches;
-    int restarts;
-    uint32_t gen;                    /* bumped per process admitted into the slot */
-    int n_codecs;                    /* its WORKER_INFO (lock) */
-    wf_frame_role declared;          /* the role its WORKER_INFO declared (comm thread) */
-    wf_frame_codec_speed codecs[WF_WORKER_CODECS_MAX];
-    char last_error[160];
-    bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
-    uint32_t kv_used;                /* its last heartbeat's count */
-    uint64_t xfers, xfer_bytes, xfer_ns, xfer_failed;
-    uint64_t xfer_compressed;
-    uint64_t xfer_reason[WF_KV_REASON_COUNT];
-    char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
-    vop *ops;                        /* VMODEL frames to send (lock) */
-    int n_ops, cap_ops;
-    bool syncing;                    /* joining: loading the run-time virtual models (lock) */
-    int sync_left;                   /* their acks still to come (lock) */
-    uint32_t sync_kv;                /* its first heartbeat's KV blocks, for worker_ready */
-    /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
-    struct {
-        pid_t pid;
-        uint64_t last_heard_ns, frames_in, frames_out;
-        uint32_t incarnation;
-    } pub;
-} wk;
-
-struct wf_workers {
-    wf_workers_params p;
-    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec, *dit_path;
-    wf_world *world;
-    int n;
-    wk w[WF_WORKERS_MAX];
-    pthread_mutex_t lock;
-    pthread_t thread;
-    bool thread_on;
-    int wake_fd;                     /* eventfd: dispatch and close wake the thread */
-    bool stopping;
-    wf_sched *sched;                 /* set by attach */
-    uint64_t next_iteration;
-    unsigned prefill_rr;             /* round-robin start of pick_prefill (lock) */
-    uint8_t *arena_mem;
-    size_t arena_cap;
-    char start_error[160];
-    bool roles_fixed;                /* each slot's role is settled (after open) */
-    pvm *vms;                        /* the current set of virtual models (lock) */
-    int n_vms, cap_vms;
-};
-
-/* ---- virtual models ------------------------------------------------------------------------- */
-
-static pvm *vm_find(wf_workers *ws, uint32_t num) { /* lock held */
-    for (int i = 0; i < ws->n_vms; i++)
-        if (ws->vms[i].num == num) return &ws->vms[i];
-    return NULL;
-}
-
-static wf_status push_op(wk *k, wf_frame_vmodel_op op, uint32_t num, const char *spec) {
-    if (k->n_ops == k->cap_ops) { /* lock held */
-        int cap = k->cap_ops ? 2 * k->cap_ops : 8;
-        void *q = realloc(k->ops, (size_t)cap * sizeof *k->ops);
-        if (!q) return WF_ENOMEM;
-        k->ops = q;
-        k->cap_ops = cap;
-    }
-    char *copy = spec ? strdup(spec) : NULL;
-    if (spec && !copy) return WF_ENOMEM;
-    k->ops[k->n_ops++] = (vop){.op = op, .num = num, .spec = copy};
-    return WF_OK;
-}
-
-static void clear_ops(wk *k) { /* lock held */
-    for (int i = 0; i < k->n_ops; i++) free(k->ops[i].spec);
-    k->n_ops = 0;
-}
-
-/* Whether worker k takes VMODEL frames now: live, or joining and given the current set. */
-static bool takes_ops(const wk *k) { /* lock held */
-    return k->state == WF_WORKER_LIVE || (k->state == WF_WORKER_JOINING && k->syncing);
-}
 
 void wf_workers_params_init(wf_workers_params *p) {
     memset(p, 0, sizeof *p);
@@ -190,7 +58,7 @@ void wf_workers_default_cores(int n, int i, char *out, size_t cap) {
         len += (size_t)snprintf(out + len, cap - len, "%s%d", c > first ? "," : "", cpus[c]);
 }
 
-static void wake_thread(wf_workers *ws) {
+void wf__pool_wake(wf_workers *ws) {
     uint64_t one = 1;
     ssize_t r = write(ws->wake_fd, &one, sizeof one);
     (void)r;
@@ -206,7 +74,7 @@ static wf_status queue_batch(wk *k, const queued *q) {
     else if (k->n_pending + k->n_flight >= MAX_QUEUED) st = WF_EBUSY;
     else k->pending[k->n_pending++] = *q;
     pthread_mutex_unlock(&ws->lock);
-    if (st == WF_OK) wake_thread(ws);
+    if (st == WF_OK) wf__pool_wake(ws);
     return st;
 }
 
@@ -574,10 +442,7 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
     k->state = WF_WORKER_DOWN;
     int group = k->group;
     k->group = -1;
-    /* a later incarnation starts from nothing: it is given the set again when it joins */
-    for (int i = 0; i < ws->n_vms; i++) ws->vms[i].acked &= ~(1ull << k->index);
-    clear_ops(k);
-    k->syncing = false;
+    wf__pool_vm_forget(ws, k);
     snprintf(k->last_error, sizeof k->last_error, "%s", why);
     pthread_mutex_unlock(&ws->lock);
     char msg[256];
@@ -703,27 +568,9 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
             }
             /* It serves once it holds every virtual model added at run time (those declared
              * at start it loaded before this heartbeat). */
-            pthread_mutex_lock(&ws->lock);
-            bool wait = k->syncing;
-            if (!wait) {
-                int n = 0;
-                wf_status st = WF_OK;
-                for (int i = 0; i < ws->n_vms && st == WF_OK; i++)
-                    if (!ws->vms[i].argv && !ws->vms[i].failed) {
-                        st = push_op(k, WF_FRAME_VMODEL_ADD, ws->vms[i].num, ws->vms[i].spec);
-                        n++;
-                    }
-                k->syncing = wait = n > 0 && st == WF_OK;
-                k->sync_left = n;
-                k->sync_kv = hb.kv_blocks_total;
-                if (st != WF_OK) {
-                    pthread_mutex_unlock(&ws->lock);
-                    worker_down(ws, k, "out of memory");
-                    return;
-                }
-            }
-            pthread_mutex_unlock(&ws->lock);
-            if (!wait) worker_ready(ws, k, hb.kv_blocks_total);
+            int sync = wf__pool_vm_sync(ws, k, hb.kv_blocks_total);
+            if (sync < 0) worker_down(ws, k, "out of memory");
+            else if (sync == 0) worker_ready(ws, k, hb.kv_blocks_total);
         }
         return;
     }
@@ -815,34 +662,11 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
     case WF_FRAME_VMODEL_ACK: {
         wf_frame_vmodel_ack a;
         if (wf_frame_decode_vmodel_ack(f, &a, err, sizeof err) != WF_OK) break;
-        if (a.op == WF_FRAME_VMODEL_REMOVE) {
-            if (a.status != WF_OK)
-                WF_LOG_WARN("workers", NULL, "worker rank %d: removing virtual model %u: %s",
-                            k->rank, (unsigned)a.num, a.message);
-            return;
-        }
-        pthread_mutex_lock(&ws->lock);
-        pvm *v = vm_find(ws, a.num);
-        bool syncing = k->syncing, ready = false;
-        if (v && a.status == WF_OK) v->acked |= 1ull << k->index;
-        if (v && a.status != WF_OK && !syncing && !v->argv) {
-            v->failed = true;
-            snprintf(v->error, sizeof v->error, "worker rank %d: %s", k->rank, a.message);
-        }
-        if (syncing && a.status == WF_OK && --k->sync_left == 0) {
-            k->syncing = false;
-            ready = true;
-        }
-        uint32_t kv_blocks = k->sync_kv;
-        pthread_mutex_unlock(&ws->lock);
-        if (syncing && a.status != WF_OK) {
-            char why[WF_FRAME_MESSAGE_MAX + 64];
-            snprintf(why, sizeof why, "cannot load virtual model %u: %s", (unsigned)a.num,
-                     a.message);
-            worker_down(ws, k, why);
-        } else if (ready) {
-            worker_ready(ws, k, kv_blocks);
-        }
+        uint32_t kv_blocks = 0;
+        char why[WF_FRAME_MESSAGE_MAX + 64];
+        int r = wf__pool_vm_ack(ws, k, &a, &kv_blocks, why, sizeof why);
+        if (r < 0) worker_down(ws, k, why);
+        else if (r > 0) worker_ready(ws, k, kv_blocks);
         return;
     }
     default:
@@ -866,16 +690,8 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
 static void send_pending(wf_workers *ws, wk *k) {
     /* VMODEL frames first: a batch of a new virtual model is dispatched only after every live
      * worker acknowledged it, and one of a removed one never again */
-    for (;;) {
-        pthread_mutex_lock(&ws->lock);
-        if (k->n_ops == 0 || k->n_flight > 0 || !takes_ops(k)) {
-            pthread_mutex_unlock(&ws->lock);
-            break;
-        }
-        vop op = k->ops[0];
-        memmove(&k->ops[0], &k->ops[1], (size_t)(k->n_ops - 1) * sizeof k->ops[0]);
-        k->n_ops--;
-        pthread_mutex_unlock(&ws->lock);
+    vop op;
+    while (wf__pool_vm_next(ws, k, &op)) {
         wf_frame_vmodel m = {.op = op.op, .num = op.num, .spec = op.spec};
         char err[256];
         wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_vmodel, &m, err,
@@ -1218,27 +1034,7 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         goto fail;
     }
     /* the virtual models declared at start: every started worker loads them (--vmodel) */
-    if (p->n_vmodels > 0 && !(ws->vms = calloc((size_t)p->n_vmodels, sizeof *ws->vms))) {
-        st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
-        goto fail;
-    }
-    ws->cap_vms = p->n_vmodels;
-    for (int i = 0; i < p->n_vmodels; i++) {
-        wf_vmodel_spec v;
-        char e2[400];
-        if ((st = wf_vmodel_spec_from_text(p->vmodels[i], &v, e2, sizeof e2)) != WF_OK) {
-            wf_status_errorf(err, errlen, st, "--vmodel: %s", e2);
-            goto fail;
-        }
-        pvm *e = &ws->vms[ws->n_vms++];
-        e->num = wf_vmodel_spec_num(&v);
-        e->argv = true;
-        wf_vmodel_spec_free(&v);
-        if (!(e->spec = strdup(p->vmodels[i]))) {
-            st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
-            goto fail;
-        }
-    }
+    if ((st = wf__pool_vm_init(ws, p, err, errlen)) != WF_OK) goto fail;
     if (ws->p.port == 0 && (ws->p.port = free_port(ws->host)) <= 0) {
         st = wf_status_errorf(err, errlen, WF_EIO, "no free port for the world's bootstrap");
         goto fail;
@@ -1401,7 +1197,7 @@ void wf_workers_close(wf_workers *ws) {
         pthread_mutex_lock(&ws->lock);
         ws->stopping = true;
         pthread_mutex_unlock(&ws->lock);
-        wake_thread(ws);
+        wf__pool_wake(ws);
         pthread_join(ws->thread, NULL);
     }
     for (int i = 0; i < ws->n; i++) {
@@ -1429,110 +1225,7 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->kv_profiles);
     free(ws->kv_codec);
     free(ws->dit_path);
-    for (int i = 0; i < ws->n; i++) {
-        clear_ops(&ws->w[i]);
-        free(ws->w[i].ops);
-    }
-    for (int i = 0; i < ws->n_vms; i++) free(ws->vms[i].spec);
-    free(ws->vms);
+    wf__pool_vm_free(ws);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
-}
-
-wf_status wf_workers_vmodel_add(wf_workers *ws, uint32_t num, const char *spec_json, char *err,
-                                size_t errlen) {
-    if (num == 0 || !spec_json || !spec_json[0] || strlen(spec_json) >= WF_FRAME_VMODEL_SPEC_MAX)
-        return wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %u: no number, or a "
-                                "declaration that is empty or over %d bytes", (unsigned)num,
-                                WF_FRAME_VMODEL_SPEC_MAX - 1);
-    pthread_mutex_lock(&ws->lock);
-    wf_status st = WF_OK;
-    pvm *v = vm_find(ws, num);
-    if (v) {
-        /* declared at start with the same number: every worker holds it already */
-        if (!v->argv) st = wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %u is on the "
-                                            "workers already", (unsigned)num);
-        pthread_mutex_unlock(&ws->lock);
-        return st;
-    }
-    if (ws->n_vms == ws->cap_vms) {
-        int cap = ws->cap_vms ? 2 * ws->cap_vms : 8;
-        void *q = realloc(ws->vms, (size_t)cap * sizeof *ws->vms);
-        if (!q) st = WF_ENOMEM;
-        else {
-            ws->vms = q;
-            ws->cap_vms = cap;
-        }
-    }
-    char *copy = st == WF_OK ? strdup(spec_json) : NULL;
-    if (!copy) {
-        pthread_mutex_unlock(&ws->lock);
-        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
-    }
-    ws->vms[ws->n_vms++] = (pvm){.num = num, .spec = copy};
-    for (int i = 0; i < ws->n && st == WF_OK; i++) {
-        wk *k = &ws->w[i];
-        if (!takes_ops(k)) continue; /* joining ones get the whole set when they are ready */
-        st = push_op(k, WF_FRAME_VMODEL_ADD, num, copy);
-        if (st == WF_OK && k->syncing) k->sync_left++;
-    }
-    pthread_mutex_unlock(&ws->lock);
-    wake_thread(ws);
-    if (st != WF_OK) {
-        wf_workers_vmodel_remove(ws, num);
-        return wf_status_errorf(err, errlen, st, "out of memory");
-    }
-    return WF_OK;
-}
-
-int wf_workers_vmodel_state(wf_workers *ws, uint32_t num, char *err, size_t errlen) {
-    pthread_mutex_lock(&ws->lock);
-    pvm *v = vm_find(ws, num);
-    int r = 1;
-    if (!v) {
-        r = -1;
-        wf_errorf(err, errlen, "virtual model %u was removed", (unsigned)num);
-    } else if (v->failed) {
-        r = -1;
-        wf_errorf(err, errlen, "%s", v->error);
-    } else if (!v->argv) {
-        for (int i = 0; i < ws->n && r == 1; i++)
-            if (ws->w[i].state == WF_WORKER_LIVE && !(v->acked & (1ull << i))) r = 0;
-    }
-    pthread_mutex_unlock(&ws->lock);
-    return r;
-}
-
-wf_status wf_workers_vmodel_wait(wf_workers *ws, uint32_t num, int timeout_ms, char *err,
-                                 size_t errlen) {
-    uint64_t deadline = wf_clock_now_ns() + MS(timeout_ms);
-    for (;;) {
-        int r = wf_workers_vmodel_state(ws, num, err, errlen);
-        if (r > 0) return WF_OK;
-        if (r < 0) return WF_EIO;
-        if (wf_clock_now_ns() >= deadline)
-            return wf_status_errorf(err, errlen, WF_ETIMEDOUT, "the workers did not all load "
-                                    "virtual model %u within %d ms", (unsigned)num, timeout_ms);
-        usleep(5000);
-    }
-}
-
-void wf_workers_vmodel_remove(wf_workers *ws, uint32_t num) {
-    pthread_mutex_lock(&ws->lock);
-    pvm *v = vm_find(ws, num);
-    if (!v) {
-        pthread_mutex_unlock(&ws->lock);
-        return;
-    }
-    free(v->spec);
-    *v = ws->vms[--ws->n_vms];
-    for (int i = 0; i < ws->n; i++) {
-        wk *k = &ws->w[i];
-        if (!takes_ops(k)) continue; /* a joining one is not given it any more */
-        if (push_op(k, WF_FRAME_VMODEL_REMOVE, num, NULL) != WF_OK)
-            WF_LOG_WARN("workers", NULL, "worker rank %d keeps virtual model %u (out of memory)",
-                        k->rank, (unsigned)num);
-    }
-    pthread_mutex_unlock(&ws->lock);
-    wake_thread(ws);
 }
