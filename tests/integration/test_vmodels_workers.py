@@ -17,7 +17,7 @@ import time
 import openai
 
 from conftest import MODEL_ID, Weftd, admin_workers
-from test_vmodels import GGUF, LORA, PEFT, call, fixture_cases
+from test_vmodels import GGUF, LORA, PEFT, call, fixture_cases, stream_text_chunks
 
 F16 = os.path.join(LORA, "smollm2-f16.gguf")
 
@@ -137,9 +137,14 @@ def test_vmodels_added_at_run_time_with_workers():
         shutil.rmtree(tmp)
         assert code == 400 and "regular file" in body["error"]["message"], body
         assert "piped" not in {m.id for m in c.models.list().data}
-        # removal: drains, then 404; the workers unbind it
-        code, body = call(d, "DELETE", "/admin/models/stack")
-        assert code == 200 and body["deleted"] is True, body
+        # removal: drains (a stream in flight ends whole), then 404; the workers unbind it
+        started = threading.Event()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(stream_text_chunks, c, "stack", "Once upon a time", 48, started)
+            assert started.wait(120)
+            code, body = call(d, "DELETE", "/admin/models/stack")
+            assert code == 200 and body["deleted"] is True and body["draining_requests"] == 1, body
+            assert fut.result(timeout=300) > 40  # every token (a few chunks may carry no text)
         try:
             c.completions.create(model="stack", prompt="x", max_tokens=1)
             raise AssertionError("a removed virtual model answered")
