@@ -849,6 +849,11 @@ static void *comm_main(void *arg) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
                 worker_down(ws, k, why);
+            } else if (wf__pool_vm_sync_late(ws, k, now, ws->p.join_timeout_ms)) {
+                char why[128];
+                snprintf(why, sizeof why, "did not load the virtual models added at run time "
+                         "within %d ms", ws->p.join_timeout_ms);
+                worker_down(ws, k, why);
             } else if (!busy && now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
                 /* Not to a worker running a batch (see send_pending): it reads none until it
                  * answers, and heartbeats piling up in its FIFO would block this thread. */

@@ -168,7 +168,7 @@ wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batc
  * the workers hold; a VMODEL frame goes to every live worker (when it runs no batch), which
  * loads the adapters and answers with VMODEL_ACK. A worker that joins later (a replacement,
  * or one that rejoins) is sent the whole set before it becomes live (a group) again, and is
- * taken down if it cannot load one. A number declared at start (--vmodel) is held by every
+ * taken down if it cannot load one, or has not loaded them all within join_timeout_ms. A number declared at start (--vmodel) is held by every
  * worker already: WF_OK at once. WF_EINVAL (added already, bad arguments), WF_ENOMEM.
  * state: 1 once every live worker acknowledged it (admit its requests), 0 while some have not,
  * -1 when a worker failed to load it or it was removed (err says which and why).

@@ -83,6 +83,7 @@ typedef struct wk {
     bool syncing;                    /* joining: loading the run-time virtual models (lock) */
     int sync_left;                   /* their acks still to come (lock) */
     uint32_t sync_kv;                /* its first heartbeat's KV blocks, for worker_ready */
+    uint64_t sync_since_ns;          /* when it was given the set (lock) */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {
         pid_t pid;
@@ -130,6 +131,9 @@ int wf__pool_vm_ack(wf_workers *ws, wk *k, const wf_frame_vmodel_ack *a, uint32_
 /* The next VMODEL frame for k if it may get one now (no batch in flight): true and *out (its
  * spec is the caller's to free). */
 bool wf__pool_vm_next(wf_workers *ws, wk *k, vop *out);
+/* Whether k has been loading its set for longer than timeout_ms (it keeps sending heartbeats,
+ * so only this ends a load that never answers). */
+bool wf__pool_vm_sync_late(wf_workers *ws, wk *k, uint64_t now_ns, int timeout_ms);
 /* pool.c: wakes the communication thread. */
 void wf__pool_wake(wf_workers *ws);
 

@@ -94,6 +94,7 @@ int wf__pool_vm_sync(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     k->syncing = n > 0 && st == WF_OK;
     k->sync_left = n;
     k->sync_kv = kv_blocks;
+    k->sync_since_ns = wf_clock_now_ns();
     pthread_mutex_unlock(&ws->lock);
     return st != WF_OK ? -1 : n > 0;
 }
@@ -126,6 +127,13 @@ int wf__pool_vm_ack(wf_workers *ws, wk *k, const wf_frame_vmodel_ack *a, uint32_
         return -1;
     }
     return r;
+}
+
+bool wf__pool_vm_sync_late(wf_workers *ws, wk *k, uint64_t now_ns, int timeout_ms) {
+    pthread_mutex_lock(&ws->lock);
+    bool late = k->syncing && now_ns - k->sync_since_ns > (uint64_t)timeout_ms * 1000000ull;
+    pthread_mutex_unlock(&ws->lock);
+    return late;
 }
 
 bool wf__pool_vm_next(wf_workers *ws, wk *k, vop *out) {
