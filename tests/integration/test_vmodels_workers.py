@@ -36,8 +36,9 @@ def stacked_cases():
     return cases[1:]
 
 
-def check_stacked(d, c, model):
-    """Every stacked case, two at a time (so both workers serve), equals llama.cpp's text."""
+def check_stacked(d, c, model, parallel=2):
+    """Every stacked case, `parallel` at a time (so both workers serve), equals llama.cpp's
+    text."""
     def one(case):
         ids, gen = case
         r = c.completions.create(model=model, prompt=ids, max_tokens=len(gen), temperature=0,
@@ -45,7 +46,7 @@ def check_stacked(d, c, model):
         code, want = call(d, "POST", "/detokenize", {"tokens": gen})
         assert code == 200
         return r.choices[0].text, want["content"]
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         outs = list(pool.map(one, stacked_cases()))
     assert len(outs) >= 3
     for got, want in outs:
@@ -115,8 +116,7 @@ def test_vmodels_added_at_run_time_with_workers():
         # bound on both workers at the add, then on the replacement when it joined
         assert d.logtext().count("virtual model stack (") == 3, d.logtext()[-3000:]
         before = back["batches"]
-        check_stacked(d, c, "stack")
-        check_stacked(d, c, "stack")
+        check_stacked(d, c, "stack", parallel=4)
         back = [w for w in admin_workers(d) if w["rank"] == victim["rank"]][0]
         assert back["batches"] > before  # the replacement served some of them
         # bad adapters: the coordinator's check names the file; nothing reaches the workers
