@@ -391,8 +391,10 @@ static void check_fixture_tol(const char *model, const char *adapter, const char
  * scale: llama.cpp's tokens with both (llama_set_adapters_lora), for a tiny model (exact on
  * AVX-512) and the default one. On the default model one of the five cases (the first) leaves
  * llama.cpp's tokens at token 22 of 24, where llama.cpp's top two logits are 0.27 apart (not
- * a summation-order near-tie; not explained yet), so that model is held to the late-difference
- * rule of check_fixture (at most a third of the cases, none before token 8). */
+ * a summation-order near-tie; not explained yet: each adapter alone at its scale gives
+ * llama.cpp's 24 tokens of that prompt exactly, and weft stacking them in either order gives
+ * the same token 22), so that model is held to the late-difference rule of check_fixture (at
+ * most a third of the cases, none before token 8). */
 START_TEST(test_golden_stacked) {
     if (sanitized() && _i == 1) return;
     if (_i == 0)
