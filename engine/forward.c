@@ -521,6 +521,10 @@ static void matmul_shared_input(wf_forward *f, const float *x, int m, int n,
     wf_matmul_multi(f->pool, ws[0]->type, (int)ws[0]->ne0, x, m, outs, n, f->mm_scratch);
 }
 
+/* Multiply-adds of a LoRA segment (rows x rank x (n_in + n_out)) from which its products are
+ * split across the pool: below, a fork-join costs more than it saves (~0.1 ms of work). */
+#define LORA_PARALLEL_MACS (1u << 20)
+
 /* Adds each row's low-rank updates of weight `target` (n_in -> n_out) to y: adapter slot by
  * slot (a row's adapters in its own order, as llama.cpp adds them), and within a slot one
  * segment per distinct adapter, gathering the rows of every sequence that uses it so A and B
@@ -551,9 +555,16 @@ static void add_lora(wf_forward *f, wf_lora_target target, const float *x, int n
                     f->lscale[nr] = sc;
                 }
             }
-            wf_matmul(f->pool, mt->a, mt->a_type, mt->rank, n_in, f->lx, nr, f->lmid,
+            /* A segment's two products are tiny next to the base matmul (rank 8: well under 1%
+             * of a step's multiply-adds) but each would be a fork-join of the pool, which
+             * costs more than the product on a busy host (a descheduled thread stalls it):
+             * small ones run on this thread alone (the same bits: wf_matmul's results do
+             * not depend on the thread count). */
+            wf_threadpool *pool = (size_t)nr * (size_t)mt->rank * (size_t)(n_in + n_out) >=
+                                  LORA_PARALLEL_MACS ? f->pool : NULL;
+            wf_matmul(pool, mt->a, mt->a_type, mt->rank, n_in, f->lx, nr, f->lmid,
                       f->mm_scratch);
-            wf_matmul(f->pool, mt->b, mt->b_type, n_out, mt->rank, f->lmid, nr, f->lout,
+            wf_matmul(pool, mt->b, mt->b_type, n_out, mt->rank, f->lmid, nr, f->lout,
                       f->mm_scratch);
             for (int r = 0; r < nr; r++) {
                 float *yr = y + (size_t)f->lrow[r] * n_out;

@@ -75,6 +75,8 @@ const char *wf_frame_type_str(unsigned type) {
     case WF_FRAME_SHUTDOWN: return "shutdown";
     case WF_FRAME_ERROR: return "error";
     case WF_FRAME_WORKER_INFO: return "worker_info";
+    case WF_FRAME_VMODEL: return "vmodel";
+    case WF_FRAME_VMODEL_ACK: return "vmodel_ack";
     case WF_FRAME_TASK_DISPATCH: return "task_dispatch";
     case WF_FRAME_TASK_EVENT: return "task_event";
     case WF_FRAME_BATCH_DONE: return "batch_done";

@@ -106,6 +106,11 @@
  *   HEARTBEAT: u8 role (wf_frame_role), u32 n_codecs (<= WF_FRAME_MAX_CODECS), per codec
  *   profile: str<32> name, f32 cr, f32 enc_gbps, f32 dec_gbps (each finite and > 0: measured
  *   on the worker at start-up).
+ * VMODEL (11, since 1.2), coordinator -> worker: u8 op (wf_frame_vmodel_op: 0 add, 1 remove),
+ *   u32 num (the number its tasks carry, != 0), str<16384> spec (add: the virtual model in the
+ *   JSON form of server/vmodels.h; remove: empty).
+ * VMODEL_ACK (12, since 1.2), worker -> coordinator, one per VMODEL: u8 op, u32 num,
+ *   i32 status (a wf_status: WF_OK once its adapters are bound / unbound), str<256> message.
  *
  * ---- Task frames (proto/frame_task.h) ------------------------------------------------------
  * TASK_DISPATCH (16), coordinator -> ranks of a group: u64 iteration, group, u32 n_tasks
@@ -154,7 +159,7 @@
 #define WF_FRAME_MAGIC "WFRM"
 #define WF_FRAME_HEADER_SIZE 24
 #define WF_FRAME_VERSION_MAJOR 1
-#define WF_FRAME_VERSION_MINOR 1
+#define WF_FRAME_VERSION_MINOR 2
 /* A version as one number, (major << 8) | minor, as HELLO/WELCOME/REJECT carry it. */
 #define WF_FRAME_VERSION ((uint16_t)((WF_FRAME_VERSION_MAJOR << 8) | WF_FRAME_VERSION_MINOR))
 /* The largest payload length field a frame can carry (u32). Receivers pass a smaller limit. */
@@ -177,6 +182,7 @@
 #define WF_FRAME_NAME_MAX 128            /* model name incl. NUL */
 #define WF_FRAME_MESSAGE_MAX 256         /* control messages and reasons incl. NUL */
 #define WF_FRAME_TASK_MESSAGE_MAX 1024   /* per-task / batch messages incl. NUL */
+#define WF_FRAME_VMODEL_SPEC_MAX 16384   /* a virtual model's JSON declaration incl. NUL */
 
 typedef enum wf_frame_type {
     WF_FRAME_HELLO = 1,
@@ -189,6 +195,8 @@ typedef enum wf_frame_type {
     WF_FRAME_SHUTDOWN = 8,
     WF_FRAME_ERROR = 9,
     WF_FRAME_WORKER_INFO = 10,
+    WF_FRAME_VMODEL = 11,        /* since 1.2 */
+    WF_FRAME_VMODEL_ACK = 12,    /* since 1.2 */
     WF_FRAME_TASK_DISPATCH = 16,
     WF_FRAME_TASK_EVENT = 17,
     WF_FRAME_BATCH_DONE = 18,

@@ -382,3 +382,63 @@ wf_status wf_frame_decode_worker_info(const wf_frame_view *f, wf_frame_worker_in
     out->n_codecs = r.st == WF_OK ? (int)n : 0;
     return wf__fr_end(&r);
 }
+
+/* ---- VMODEL, VMODEL_ACK -------------------------------------------------------------------- */
+
+static void fw_vmodel_head(wf__fw *w, wf_frame_vmodel_op op, uint32_t num) {
+    if ((unsigned)op > WF_FRAME_VMODEL_REMOVE) wf__fw_fail(w, "vmodel op %d out of range", (int)op);
+    if (num == 0) wf__fw_fail(w, "vmodel num 0 (the bare backbone)");
+    wf__fw_u8(w, (uint8_t)op);
+    wf__fw_u32(w, num);
+}
+
+static void fr_vmodel_head(wf__fr *r, wf_frame_vmodel_op *op, uint32_t *num) {
+    unsigned v = wf__fr_u8(r, "op");
+    if (r->st == WF_OK && v > WF_FRAME_VMODEL_REMOVE)
+        wf__fr_fail(r, WF_EPROTO, "vmodel op %u is not a wf_frame_vmodel_op", v);
+    *op = (wf_frame_vmodel_op)v;
+    *num = wf__fr_u32(r, "num");
+    if (r->st == WF_OK && *num == 0) wf__fr_fail(r, WF_ERANGE, "vmodel num 0 (the bare backbone)");
+}
+
+wf_status wf_frame_encode_vmodel(const wf_frame_vmodel *m, void *buf, size_t cap, size_t *len,
+                                 char *err, size_t errlen) {
+    wf__fw w;
+    wf__fw_init(&w, buf, cap, err, errlen);
+    const char *spec = m->spec ? m->spec : "";
+    if (m->op == WF_FRAME_VMODEL_ADD && !spec[0]) wf__fw_fail(&w, "vmodel add without a spec");
+    fw_vmodel_head(&w, m->op, m->num);
+    wf__fw_str(&w, spec, WF_FRAME_VMODEL_SPEC_MAX, "spec");
+    return wf__fw_finish(&w, WF_FRAME_VMODEL, len);
+}
+
+wf_status wf_frame_decode_vmodel(const wf_frame_view *f, wf_frame_arena *arena,
+                                 wf_frame_vmodel *out, char *err, size_t errlen) {
+    wf__fr r;
+    wf__fr_init(&r, f, WF_FRAME_VMODEL, arena, err, errlen);
+    fr_vmodel_head(&r, &out->op, &out->num);
+    out->spec = wf__fr_str(&r, WF_FRAME_VMODEL_SPEC_MAX, "spec");
+    if (r.st == WF_OK && out->op == WF_FRAME_VMODEL_ADD && !out->spec[0])
+        wf__fr_fail(&r, WF_ERANGE, "vmodel add without a spec");
+    return wf__fr_end(&r);
+}
+
+wf_status wf_frame_encode_vmodel_ack(const wf_frame_vmodel_ack *m, void *buf, size_t cap,
+                                     size_t *len, char *err, size_t errlen) {
+    wf__fw w;
+    wf__fw_init(&w, buf, cap, err, errlen);
+    fw_vmodel_head(&w, m->op, m->num);
+    wf__fw_status(&w, m->status, "status");
+    wf__fw_str(&w, m->message, WF_FRAME_MESSAGE_MAX, "message");
+    return wf__fw_finish(&w, WF_FRAME_VMODEL_ACK, len);
+}
+
+wf_status wf_frame_decode_vmodel_ack(const wf_frame_view *f, wf_frame_vmodel_ack *out, char *err,
+                                     size_t errlen) {
+    wf__fr r;
+    wf__fr_init(&r, f, WF_FRAME_VMODEL_ACK, NULL, err, errlen);
+    fr_vmodel_head(&r, &out->op, &out->num);
+    out->status = wf__fr_status(&r, "status");
+    wf__fr_str_fixed(&r, out->message, WF_FRAME_MESSAGE_MAX, "message");
+    return wf__fr_end(&r);
+}

@@ -1,5 +1,7 @@
 /* Control frames between the coordinator and worker ranks: joining (HELLO, WELCOME or REJECT,
- * WORLD_TABLE), liveness and load (HEARTBEAT), what a worker is (WORKER_INFO), and steering (CANCEL, DRAIN, SHUTDOWN, ERROR).
+ * WORLD_TABLE), liveness and load (HEARTBEAT), what a worker is (WORKER_INFO), virtual models
+ * added and removed at run time (VMODEL, VMODEL_ACK), and steering (CANCEL, DRAIN, SHUTDOWN,
+ * ERROR).
  * Wire layouts: the tables in proto/frame.h.
  *
  *     // worker
@@ -141,6 +143,27 @@ typedef struct wf_frame_worker_info {
     wf_frame_codec_speed codecs[WF_FRAME_MAX_CODECS];
 } wf_frame_worker_info;
 
+typedef enum wf_frame_vmodel_op {
+    WF_FRAME_VMODEL_ADD = 0,           /* load spec's adapters, bind them to num */
+    WF_FRAME_VMODEL_REMOVE,            /* unbind num, free its adapters */
+} wf_frame_vmodel_op;
+
+/* A virtual model added or removed at run time (server/workers/pool.h). */
+typedef struct wf_frame_vmodel {
+    wf_frame_vmodel_op op;
+    uint32_t num;                      /* != 0 (0 is the bare backbone) */
+    const char *spec;                  /* add: JSON (server/vmodels.h), < WF_FRAME_VMODEL_SPEC_MAX
+                                          bytes; remove: "" or NULL. Decoded into the arena. */
+} wf_frame_vmodel;
+
+/* The worker's answer to one VMODEL. */
+typedef struct wf_frame_vmodel_ack {
+    wf_frame_vmodel_op op;
+    uint32_t num;
+    wf_status status;
+    char message[WF_FRAME_MESSAGE_MAX];
+} wf_frame_vmodel_ack;
+
 /* Encoders: (message, buf, cap, &len, err, errlen) -> WF_OK / WF_ERANGE / WF_EINVAL. */
 wf_status wf_frame_encode_hello(const wf_frame_hello *m, void *buf, size_t cap, size_t *len,
                                 char *err, size_t errlen);
@@ -158,6 +181,10 @@ wf_status wf_frame_encode_drain(const wf_frame_drain *m, void *buf, size_t cap, 
                                 char *err, size_t errlen);
 wf_status wf_frame_encode_worker_info(const wf_frame_worker_info *m, void *buf, size_t cap,
                                       size_t *len, char *err, size_t errlen);
+wf_status wf_frame_encode_vmodel(const wf_frame_vmodel *m, void *buf, size_t cap, size_t *len,
+                                 char *err, size_t errlen);
+wf_status wf_frame_encode_vmodel_ack(const wf_frame_vmodel_ack *m, void *buf, size_t cap,
+                                     size_t *len, char *err, size_t errlen);
 /* type: WF_FRAME_SHUTDOWN or WF_FRAME_ERROR. */
 wf_status wf_frame_encode_status_msg(wf_frame_type type, const wf_frame_status_msg *m, void *buf,
                                      size_t cap, size_t *len, char *err, size_t errlen);
@@ -179,6 +206,10 @@ wf_status wf_frame_decode_drain(const wf_frame_view *f, wf_frame_drain *out, cha
                                 size_t errlen);
 wf_status wf_frame_decode_worker_info(const wf_frame_view *f, wf_frame_worker_info *out, char *err,
                                       size_t errlen);
+wf_status wf_frame_decode_vmodel(const wf_frame_view *f, wf_frame_arena *arena,
+                                 wf_frame_vmodel *out, char *err, size_t errlen);
+wf_status wf_frame_decode_vmodel_ack(const wf_frame_view *f, wf_frame_vmodel_ack *out, char *err,
+                                     size_t errlen);
 /* Accepts a SHUTDOWN or an ERROR frame (f->hdr.type says which). */
 wf_status wf_frame_decode_status_msg(const wf_frame_view *f, wf_frame_status_msg *out, char *err,
                                      size_t errlen);

@@ -17,6 +17,15 @@ flash attention, plain CPU weights, 1 thread). The permutation of Q/K rows is th
 convert_lora_to_gguf.py applies (LlamaModel.permute), so the PEFT copy checks weft's mapping.
 Weights come from a fixed numpy seed: reruns give identical files.
 
+Stacked adapters (STACKS below): <name>.txt holds llama.cpp's greedy tokens with two of the
+adapters above applied together, each at its own scale (llama_set_adapters_lora with both),
+as "L <file> <scale>" lines (one per adapter, in order) then I/G lines; a virtual model that
+stacks the same files at the same scales must give them. llama.cpp keeps a context's adapters
+in an unordered_map, so the order it adds their updates in is unspecified (two float sums in
+another order may flip a near-tie): the script runs llama.cpp with both orders and keeps, per
+prompt, the tokens both give (cut at the first difference; prompts where they agree on fewer
+than 8 tokens are left out).
+
 Usage: python3 scripts/make_lora_fixtures.py [--only NAME] [--n 24]
 """
 import argparse
@@ -54,6 +63,13 @@ ADAPTERS = [
     ("tiny-llama-f16", os.path.join(TINY, "llama-q8_0.gguf"), 8, 16.0, None, list(GGUF_NAMES),
      [1.0, 0.75], np.float16),
     ("smollm2-f16", DEFAULT_MODEL, 8, 16.0, [0, 9, 18, 29], list(GGUF_NAMES), [1.0], np.float16),
+]
+
+# name, backbone, [(adapter file written above, user scale), ...]
+STACKS = [
+    ("tiny-llama-stacked", os.path.join(TINY, "llama-q8_0.gguf"),
+     [("tiny-llama.gguf", 0.6), ("tiny-llama-f16.gguf", 0.8)]),
+    ("smollm2-stacked", DEFAULT_MODEL, [("smollm2.gguf", 0.7), ("smollm2-f16.gguf", 0.5)]),
 ]
 
 
@@ -132,20 +148,30 @@ def make_adapter(name, backbone, rank, alpha, layers, modules, seed, out, dtype=
 
 
 def greedy_with_adapter(backbone, adapter, scale, prompts, n_gen, tokenize):
+    return greedy_with_adapters(backbone, [(adapter, scale)] if adapter else [], prompts, n_gen,
+                                tokenize)
+
+
+def greedy_with_adapters(backbone, adapters, prompts, n_gen, tokenize):
+    """llama.cpp's greedy tokens with every (path, scale) of adapters applied at once."""
     import llama_cpp as L
     from llama_ref import Ref
     ref = Ref(backbone, n_ctx=512, n_batch=1, n_threads=1)
-    ad = None
-    if adapter:
-        ad = L.llama_adapter_lora_init(ref.model, adapter.encode())
+    ads = []
+    for path, _ in adapters:
+        ad = L.llama_adapter_lora_init(ref.model, path.encode())
         if not ad:
-            raise RuntimeError("llama.cpp rejects " + adapter)
+            raise RuntimeError("llama.cpp rejects " + path)
+        ads.append(ad)
+    if ads:
         if hasattr(L, "llama_set_adapters_lora"):
-            arr = (L.llama_adapter_lora_p_ctypes * 1)(ad)
-            sc = (ctypes.c_float * 1)(scale)
-            rc = L.llama_set_adapters_lora(ref.ctx, arr, 1, sc)
+            arr = (L.llama_adapter_lora_p_ctypes * len(ads))(*ads)
+            sc = (ctypes.c_float * len(ads))(*[s for _, s in adapters])
+            rc = L.llama_set_adapters_lora(ref.ctx, arr, len(ads), sc)
         else:
-            rc = L.llama_set_adapter_lora(ref.ctx, ad, scale)
+            rc = 0
+            for ad, (_, s) in zip(ads, adapters):
+                rc = rc or L.llama_set_adapter_lora(ref.ctx, ad, s)
         if rc != 0:
             raise RuntimeError("llama_set_adapter_lora failed")
     out = []
@@ -188,6 +214,36 @@ def main():
                 print(name, sc, "differs from the backbone at token",
                       next((k for k in range(len(gen)) if gen[k] != bgen[k]), None),
                       file=sys.stderr, flush=True)
+        with open(os.path.join(args.out, name + ".txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if args.adapters_only:
+        return
+    for name, backbone, stack in STACKS:
+        if args.only and args.only != name:
+            continue
+        from make_golden_fixtures import PROMPTS
+        tiny = name.startswith("tiny")
+        prompts = ([[1, 100, 200, 300, 17, 42], [400 + i % 50 for i in range(40)], [5]] if tiny
+                   else [PROMPTS[0], PROMPTS[3], PROMPTS[-1]])
+        prompts = prompts + ([[7, 8, 9, 10], [200 + 3 * i for i in range(12)]] if tiny
+                             else [PROMPTS[1], PROMPTS[2], PROMPTS[4]])
+        paths = [(os.path.join(args.out, f), sc) for f, sc in stack]
+        runs = greedy_with_adapters(backbone, paths, prompts, args.n, not tiny)
+        rev = greedy_with_adapters(backbone, paths[::-1], prompts, args.n, not tiny)
+        kept = []
+        for (ids, gen), (_, gen2) in zip(runs, rev):
+            k = next((i for i in range(len(gen)) if gen[i] != gen2[i]), len(gen))
+            print(name, "orders agree on", k, "tokens", file=sys.stderr, flush=True)
+            if k >= 8:
+                kept.append((ids, gen[:k]))
+        runs = kept
+        lines = ["# %s: llama.cpp greedy tokens with the adapters %s stacked on %s "
+                 "(scripts/make_lora_fixtures.py)" % (
+                     name, ", ".join("%s at %g" % (f, sc) for f, sc in stack),
+                     os.path.basename(backbone))]
+        lines += ["L %s %g" % (f, sc) for f, sc in stack]
+        for ids, gen in runs:
+            lines += ["I " + " ".join(map(str, ids)), "G " + " ".join(map(str, gen))]
         with open(os.path.join(args.out, name + ".txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/dit/dit_exec.h"
 #include "engine/engine.h"
@@ -28,6 +29,7 @@ struct wf_daemon {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
     wf_dit_router *dit_router;  /* the DiT's DENOISE chunks on the workers */
+    int vm_wait_ms;             /* run-time virtual models: how long the workers may take */
 #endif
     wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
     char dit_names[WF_SERVER_MAX_IMAGE_MODELS][256];
@@ -234,6 +236,30 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         memcpy(r->codecs, st[i].codecs, (size_t)r->n_codecs * sizeof r->codecs[0]);
     }
     return n;
+}
+
+/* A virtual model added at run time: on every live worker before its requests are admitted. */
+static wf_status daemon_vm_publish(void *ctx, uint32_t num, const wf_vmodel_spec *spec, char *err,
+                                   size_t errlen) {
+    wf_daemon *d = ctx;
+    /* each worker opens the files itself: a pipe (read once, here) would block them */
+    for (int i = 0; i < spec->n_adapters; i++) {
+        struct stat sb;
+        if (stat(spec->paths[i], &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
+            return wf_status_errorf(err, errlen, WF_EINVAL, "adapter %s: with --workers an "
+                                    "adapter must be a regular file or a folder (every worker "
+                                    "reads it)", spec->paths[i]);
+    }
+    char *text = wf_vmodel_spec_to_json(spec);
+    if (!text) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    wf_status st = wf_workers_vmodel_add(d->workers, num, text, err, errlen);
+    free(text);
+    if (st != WF_OK) return st;
+    return wf_workers_vmodel_wait(d->workers, num, d->vm_wait_ms, err, errlen);
+}
+
+static void daemon_vm_retract(void *ctx, uint32_t num) {
+    wf_workers_vmodel_remove(((wf_daemon *)ctx)->workers, num);
 }
 
 /* The scheduler's groups are the worker processes; the engine here only tokenizes.
@@ -463,6 +489,12 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     wf_engine_adapter_init(&d->adapter, d->engine, d->sched, name, n_ctx);
 #ifdef WEFT_HAVE_WORKERS
     if (d->workers) wf_engine_adapter_set_ranks(&d->adapter, daemon_ranks, d);
+    if (d->workers) {
+        /* a worker's adapter load is bounded like its start-up */
+        d->vm_wait_ms = p->join_timeout_ms > 0 ? p->join_timeout_ms : 120000;
+        wf_engine_adapter_set_vm_sync(&d->adapter, p->n_vmodels, daemon_vm_publish,
+                                      daemon_vm_retract, d);
+    }
     if (d->workers && p->kv_profiles) {
         /* The names requests may give as "kv_codec" (the workers load the same file). */
         wf_kv_profile_lib lib;

@@ -236,8 +236,26 @@ static wf_status b_vmodel_load(void *ctx, uint32_t num, const wf_vmodel_spec *sp
     }
     if (st == WF_OK) st = wf_engine_vmodel_bind(a->engine, num, uses, v.n, err, errlen);
     if (st == WF_OK) a->vms[a->n_vms++] = v;
+    bool publish = st == WF_OK && a->vm_publish && a->n_static_vms-- <= 0;
     pthread_mutex_unlock(&a->mu);
     if (st != WF_OK) {
+        vm_release_files(a, &v);
+        return st;
+    }
+    /* checked and bound here: now on every worker, before the server admits its requests */
+    if (publish && (st = a->vm_publish(a->vm_ctx, num, spec, err, errlen)) != WF_OK) {
+        char e2[400];
+        snprintf(e2, sizeof e2, "%s", err);
+        wf_errorf(err, errlen, "virtual model '%s': %s", spec->id, e2);
+        a->vm_retract(a->vm_ctx, num);
+        pthread_mutex_lock(&a->mu);
+        for (int i = 0; i < a->n_vms; i++)
+            if (a->vms[i].num == num) {
+                a->vms[i] = a->vms[--a->n_vms];
+                break;
+            }
+        pthread_mutex_unlock(&a->mu);
+        wf_engine_vmodel_unbind(a->engine, num);
         vm_release_files(a, &v);
         return st;
     }
@@ -258,6 +276,7 @@ static size_t b_vmodel_unload(void *ctx, uint32_t num) {
     }
     pthread_mutex_unlock(&a->mu);
     if (v.num != num) return 0;
+    if (a->vm_retract) a->vm_retract(a->vm_ctx, num); /* drained: the workers unbind it too */
     /* unbind waits for a running batch: nothing reads the adapters after it */
     wf_engine_vmodel_unbind(a->engine, num);
     return vm_release_files(a, &v);
@@ -314,6 +333,18 @@ void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
     /* the workers load the start-up --vmodel declarations themselves; the coordinator's load
      * still checks the files at start (a bad adapter is a start-up error) */
     a->backend.vmodels_static = fn != NULL;
+}
+
+void wf_engine_adapter_set_vm_sync(wf_engine_adapter *a, int n_static,
+                                   wf_status (*publish)(void *ctx, uint32_t num,
+                                                        const wf_vmodel_spec *spec, char *err,
+                                                        size_t errlen),
+                                   void (*retract)(void *ctx, uint32_t num), void *ctx) {
+    a->vm_publish = publish;
+    a->vm_retract = retract;
+    a->vm_ctx = ctx;
+    a->n_static_vms = n_static;
+    a->backend.vmodels_static = publish == NULL;
 }
 
 void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *names,

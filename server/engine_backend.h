@@ -11,8 +11,10 @@
  * several virtual models is loaded once and shared (refcounted by its resolved path, device,
  * inode, size and modification time; pipes are never shared). With worker processes
  * (set_ranks) the virtual models declared at start are loaded by every worker as well (the
- * pool passes the --vmodel flags on) and adding or removing one at run time is refused
- * (backend.vmodels_static). Thread-safety:
+ * pool passes the --vmodel flags on); adding or removing one at run time is refused
+ * (backend.vmodels_static) unless set_vm_sync gives the hooks that carry it to the workers:
+ * then a run-time load, once checked and bound here, is published and waited for (every live
+ * worker holds it before the server lists it), and an unload retracts it. Thread-safety:
  * as the server uses them (the loop thread), except backend.vmodel_load, which the server runs
  * on a libuv work thread: the adapter state is guarded by `mu`. */
 #ifndef WF_SERVER_ENGINE_BACKEND_H
@@ -54,6 +56,12 @@ typedef struct wf_engine_adapter {
         uint32_t id;
     } kv_codecs[64];            /* the KV profiles requests may name ("kv_codec") */
     int n_kv_codecs;
+    /* run-time virtual models on worker processes (set_vm_sync); NULL: none */
+    wf_status (*vm_publish)(void *ctx, uint32_t num, const wf_vmodel_spec *spec, char *err,
+                            size_t errlen);
+    void (*vm_retract)(void *ctx, uint32_t num);
+    void *vm_ctx;
+    int n_static_vms;           /* --vmodel declarations still to come (start-up): not published */
 } wf_engine_adapter;
 
 /* name is copied; n_ctx is the context the scheduler serves. */
@@ -71,5 +79,16 @@ void wf_engine_adapter_set_kv_codecs(wf_engine_adapter *a, const char *const *na
 void wf_engine_adapter_set_ranks(wf_engine_adapter *a,
                                  int (*fn)(void *ranks_ctx, wf_server_rank *out, int cap),
                                  void *ranks_ctx);
+
+/* Worker processes take virtual models added at run time: publish (on the load's work thread,
+ * after the local load and bind succeeded) must return once every live worker holds num, or
+ * an error (the load then fails and is undone); retract (after its requests drained) removes
+ * it from them. The first n_static loads are the --vmodel declarations, which the workers
+ * load themselves: they are not published. Makes backend.vmodels_static false. */
+void wf_engine_adapter_set_vm_sync(wf_engine_adapter *a, int n_static,
+                                   wf_status (*publish)(void *ctx, uint32_t num,
+                                                        const wf_vmodel_spec *spec, char *err,
+                                                        size_t errlen),
+                                   void (*retract)(void *ctx, uint32_t num), void *ctx);
 
 #endif

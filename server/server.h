@@ -87,8 +87,9 @@ typedef struct wf_server_backend {
      * models share it), each file once. */
     void (*adapter_files)(void *ctx, void (*fn)(const char *path, size_t bytes, int users,
                                                 void *user), void *user);
-    /* Worker processes hold the adapters of the virtual models declared at start (--vmodel,
-     * passed to them): POST/DELETE /admin/models are refused (400) instead. */
+    /* Worker processes that hold only the virtual models declared at start (--vmodel, passed
+     * to them): POST/DELETE /admin/models are refused (400). weftd's workers take run-time
+     * ones too (server/engine_backend.h: set_vm_sync), so it is false there. */
     bool vmodels_static;
 } wf_server_backend;
 

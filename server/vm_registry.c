@@ -150,7 +150,10 @@ static void add_load(wf_vm_load *l) {
                                    &l->added, l->err, sizeof l->err);
 }
 
-static int load_status(wf_status st) { return st == WF_EFULL ? 507 : st == WF_ENOMEM ? 503 : 400; }
+static int load_status(wf_status st) {
+    /* a worker that did not answer in time (--workers) is the server's trouble, not the request's */
+    return st == WF_EFULL ? 507 : st == WF_ENOMEM || st == WF_ETIMEDOUT ? 503 : 400;
+}
 
 /* Loop thread, after a successful load: lists it (the spec moves into the registry). */
 static void add_commit(wf_server *s, wf_vm_load *l) {

@@ -407,3 +407,25 @@ uint64_t wf_vmodel_spec_salt(const wf_vmodel_spec *v) {
     }
     return h ? h : 1;
 }
+
+char *wf_vmodel_spec_to_json(const wf_vmodel_spec *v) {
+    json_t *o = json_object(), *ads = json_array();
+    bool ok = o && ads;
+    for (int i = 0; ok && i < v->n_adapters; i++)
+        ok = json_array_append_new(ads, json_pack("{s:s,s:f}", "path", v->paths[i], "scale",
+                                                  (double)v->scales[i])) == 0;
+    ok = ok && json_object_set_new(o, "id", json_string(v->id)) == 0 &&
+         json_object_set(o, "adapters", ads) == 0 &&
+         json_object_set_new(o, "weight", json_real(v->weight)) == 0 &&
+         json_object_set_new(o, "max_in_flight", json_integer(v->max_in_flight)) == 0 &&
+         json_object_set_new(o, "max_running", json_integer(v->max_running)) == 0 &&
+         json_object_set_new(o, "max_queued", json_integer(v->max_queued)) == 0;
+    if (ok && v->ttft_ms > 0) ok = json_object_set_new(o, "ttft_ms", json_real(v->ttft_ms)) == 0;
+    if (ok && v->tpot_ms > 0) ok = json_object_set_new(o, "tpot_ms", json_real(v->tpot_ms)) == 0;
+    if (ok && v->system) ok = json_object_set_new(o, "system", json_string(v->system)) == 0;
+    if (ok && v->defaults) ok = json_object_set(o, "defaults", v->defaults) == 0;
+    char *text = ok ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(ads);
+    json_decref(o);
+    return text;
+}

@@ -73,6 +73,10 @@ wf_status wf_vmodel_spec_copy(wf_vmodel_spec *dst, const wf_vmodel_spec *src);
 wf_status wf_vmodel_spec_apply_defaults(const wf_vmodel_spec *v, const char *body, size_t len,
                                         char **out, size_t *out_len);
 
+/* v in the JSON form (what wf_vmodel_spec_from_json reads back into the same spec): a
+ * malloc'd text, NULL when out of memory. Worker processes are sent it (proto VMODEL frames). */
+char *wf_vmodel_spec_to_json(const wf_vmodel_spec *v);
+
 /* The prefix-cache namespace of this adapter list (paths and scales, in order): virtual
  * models with the same adapters share cached prompt blocks, others never do. Never 0 (0 is
  * the bare backbone). */

@@ -23,82 +23,8 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/pool_impl.h"
 #include "server/workers/world_link.h"
-
-#define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
-                                        group; a prefill worker serves every decode group */
-#define RESPAWN_FIRST_MS 500
-#define RESPAWN_MAX_MS 10000
-#define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
-#define MS(x) ((uint64_t)(x) * 1000000ull)
-
-typedef struct queued {
-    wf_task_batch *batch;            /* the scheduler's */
-    wf_task_batch wire;              /* the same tasks under the wire iteration */
-    wf_executor_done_fn done;
-    void *user;
-    float *const *lat;               /* DiT: task j's latent goes out and comes back here */
-    size_t lat_bytes;
-} queued;
-
-typedef struct wk {
-    struct wf_workers *ws;
-    int index, rank;
-    bool spawned_here;
-    char cores[64];
-    /* comm thread only */
-    wf_link link;
-    pid_t pid;
-    uint64_t last_heard_ns, last_sent_ns, respawn_at_ns, live_since_ns;
-    int backoff_ms;
-    /* guarded by ws->lock */
-    wf_worker_state state;
-    int group;
-    queued pending[MAX_QUEUED];      /* dispatched, not yet sent */
-    int n_pending;
-    queued flight[MAX_QUEUED];       /* sent, waiting for BATCH_DONE (FIFO) */
-    int n_flight;
-    wf_kv_store kv;                  /* geometry and n_blocks only: the memory is the worker's */
-    uint64_t batches;
-    int restarts;
-    uint32_t gen;                    /* bumped per process admitted into the slot */
-    int n_codecs;                    /* its WORKER_INFO (lock) */
-    wf_frame_role declared;          /* the role its WORKER_INFO declared (comm thread) */
-    wf_frame_codec_speed codecs[WF_WORKER_CODECS_MAX];
-    char last_error[160];
-    bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
-    uint32_t kv_used;                /* its last heartbeat's count */
-    uint64_t xfers, xfer_bytes, xfer_ns, xfer_failed;
-    uint64_t xfer_compressed;
-    uint64_t xfer_reason[WF_KV_REASON_COUNT];
-    char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
-    /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
-    struct {
-        pid_t pid;
-        uint64_t last_heard_ns, frames_in, frames_out;
-        uint32_t incarnation;
-    } pub;
-} wk;
-
-struct wf_workers {
-    wf_workers_params p;
-    char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec, *dit_path;
-    wf_world *world;
-    int n;
-    wk w[WF_WORKERS_MAX];
-    pthread_mutex_t lock;
-    pthread_t thread;
-    bool thread_on;
-    int wake_fd;                     /* eventfd: dispatch and close wake the thread */
-    bool stopping;
-    wf_sched *sched;                 /* set by attach */
-    uint64_t next_iteration;
-    unsigned prefill_rr;             /* round-robin start of pick_prefill (lock) */
-    uint8_t *arena_mem;
-    size_t arena_cap;
-    char start_error[160];
-    bool roles_fixed;                /* each slot's role is settled (after open) */
-};
 
 void wf_workers_params_init(wf_workers_params *p) {
     memset(p, 0, sizeof *p);
@@ -132,7 +58,7 @@ void wf_workers_default_cores(int n, int i, char *out, size_t cap) {
         len += (size_t)snprintf(out + len, cap - len, "%s%d", c > first ? "," : "", cpus[c]);
 }
 
-static void wake_thread(wf_workers *ws) {
+void wf__pool_wake(wf_workers *ws) {
     uint64_t one = 1;
     ssize_t r = write(ws->wake_fd, &one, sizeof one);
     (void)r;
@@ -148,7 +74,7 @@ static wf_status queue_batch(wk *k, const queued *q) {
     else if (k->n_pending + k->n_flight >= MAX_QUEUED) st = WF_EBUSY;
     else k->pending[k->n_pending++] = *q;
     pthread_mutex_unlock(&ws->lock);
-    if (st == WF_OK) wake_thread(ws);
+    if (st == WF_OK) wf__pool_wake(ws);
     return st;
 }
 
@@ -404,12 +330,19 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
     while (base[argc]) argc++;
     /* the base, 6 optional KV arguments, 2 for a DiT, 2 for a PD role, 2 per virtual model,
      * the NULL */
-    char **argv = calloc((size_t)argc + 11 + 2 * (size_t)ws->p.n_vmodels, sizeof *argv);
-    if (!argv) return WF_ENOMEM;
+    /* The lock is held until the fork: argv points at the set's declarations (the child only
+     * execs). Those added at run time are sent when it joins. */
+    pthread_mutex_lock(&ws->lock);
+    char **argv = calloc((size_t)argc + 11 + 2 * (size_t)ws->n_vms, sizeof *argv);
+    if (!argv) {
+        pthread_mutex_unlock(&ws->lock);
+        return WF_ENOMEM;
+    }
     memcpy(argv, base, (size_t)argc * sizeof *argv);
-    for (int i = 0; i < ws->p.n_vmodels; i++) {
+    for (int i = 0; i < ws->n_vms; i++) {
+        if (!ws->vms[i].argv) continue;
         argv[argc++] = "--vmodel";
-        argv[argc++] = ws->p.vmodels[i];
+        argv[argc++] = ws->vms[i].spec;
     }
     char acc[32];
     if (ws->kv_profiles) {
@@ -456,15 +389,16 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         }
     }
     pid_t pid = fork();
+    if (pid == 0) { /* the child does not touch the lock: it execs */
+        execve(ws->exe, argv, envp);
+        fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
+        _exit(127);
+    }
+    pthread_mutex_unlock(&ws->lock);
     if (pid < 0) {
         free(own);
         free(argv);
         return WF_EIO;
-    }
-    if (pid == 0) {
-        execve(ws->exe, argv, envp);
-        fprintf(stderr, "weftd: cannot start worker %s: %s\n", ws->exe, strerror(errno));
-        _exit(127);
     }
     free(argv);
     free(own);
@@ -508,6 +442,7 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
     k->state = WF_WORKER_DOWN;
     int group = k->group;
     k->group = -1;
+    wf__pool_vm_forget(ws, k);
     snprintf(k->last_error, sizeof k->last_error, "%s", why);
     pthread_mutex_unlock(&ws->lock);
     char msg[256];
@@ -631,7 +566,11 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
                 worker_down(ws, k, "it reports no KV memory");
                 return;
             }
-            worker_ready(ws, k, hb.kv_blocks_total);
+            /* It serves once it holds every virtual model added at run time (those declared
+             * at start it loaded before this heartbeat). */
+            int sync = wf__pool_vm_sync(ws, k, hb.kv_blocks_total);
+            if (sync < 0) worker_down(ws, k, "out of memory");
+            else if (sync == 0) worker_ready(ws, k, hb.kv_blocks_total);
         }
         return;
     }
@@ -720,6 +659,16 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         worker_down(ws, k, m.message);
         return;
     }
+    case WF_FRAME_VMODEL_ACK: {
+        wf_frame_vmodel_ack a;
+        if (wf_frame_decode_vmodel_ack(f, &a, err, sizeof err) != WF_OK) break;
+        uint32_t kv_blocks = 0;
+        char why[WF_FRAME_MESSAGE_MAX + 64];
+        int r = wf__pool_vm_ack(ws, k, &a, &kv_blocks, why, sizeof why);
+        if (r < 0) worker_down(ws, k, why);
+        else if (r > 0) worker_ready(ws, k, kv_blocks);
+        return;
+    }
     default:
         snprintf(err, sizeof err, "unexpected frame type %u", (unsigned)f->hdr.type);
         break;
@@ -739,6 +688,21 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
  * bound) when the batch took longer (a long prefill under a slow build or on a busy host). An
  * idle worker progresses within a heartbeat. */
 static void send_pending(wf_workers *ws, wk *k) {
+    /* VMODEL frames first: a batch of a new virtual model is dispatched only after every live
+     * worker acknowledged it, and one of a removed one never again */
+    vop op;
+    while (wf__pool_vm_next(ws, k, &op)) {
+        wf_frame_vmodel m = {.op = op.op, .num = op.num, .spec = op.spec};
+        char err[256];
+        wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_vmodel, &m, err,
+                                    sizeof err);
+        free(op.spec);
+        if (st != WF_OK) {
+            worker_down(ws, k, err);
+            return;
+        }
+        k->last_sent_ns = wf_clock_now_ns();
+    }
     for (;;) {
         pthread_mutex_lock(&ws->lock);
         if (k->n_pending == 0 || k->n_flight > 0 || k->state != WF_WORKER_LIVE) {
@@ -884,6 +848,11 @@ static void *comm_main(void *arg) {
             if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
+                worker_down(ws, k, why);
+            } else if (wf__pool_vm_sync_late(ws, k, now, ws->p.join_timeout_ms)) {
+                char why[128];
+                snprintf(why, sizeof why, "did not load the virtual models added at run time "
+                         "within %d ms", ws->p.join_timeout_ms);
                 worker_down(ws, k, why);
             } else if (!busy && now - k->last_sent_ns > MS(ws->p.heartbeat_ms)) {
                 /* Not to a worker running a batch (see send_pending): it reads none until it
@@ -1069,6 +1038,8 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
         goto fail;
     }
+    /* the virtual models declared at start: every started worker loads them (--vmodel) */
+    if ((st = wf__pool_vm_init(ws, p, err, errlen)) != WF_OK) goto fail;
     if (ws->p.port == 0 && (ws->p.port = free_port(ws->host)) <= 0) {
         st = wf_status_errorf(err, errlen, WF_EIO, "no free port for the world's bootstrap");
         goto fail;
@@ -1231,7 +1202,7 @@ void wf_workers_close(wf_workers *ws) {
         pthread_mutex_lock(&ws->lock);
         ws->stopping = true;
         pthread_mutex_unlock(&ws->lock);
-        wake_thread(ws);
+        wf__pool_wake(ws);
         pthread_join(ws->thread, NULL);
     }
     for (int i = 0; i < ws->n; i++) {
@@ -1259,6 +1230,7 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->kv_profiles);
     free(ws->kv_codec);
     free(ws->dit_path);
+    wf__pool_vm_free(ws);
     pthread_mutex_destroy(&ws->lock);
     free(ws);
 }

@@ -81,8 +81,8 @@ typedef struct wf_workers_params {
     const char *kv_profiles;  /* passed to started workers: KV codec library (NULL: raw) */
     const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
     double kv_accuracy;       /* 0: the workers' default */
-    char *const *vmodels;     /* --vmodel declarations every started worker loads (valid while
-                               * the pool lives: replacements get them too) */
+    char *const *vmodels;     /* --vmodel declarations every started worker loads (copied:
+                               * replacements get those not removed since) */
     int n_vmodels;
     const char *dit_path;     /* a DiT the workers also load (their DENOISE chunks: see
                                  wf_workers_dispatch_latents); NULL: none */
@@ -163,6 +163,24 @@ wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batc
 #define WF_WORKERS_LATENT_TAG(it, j) \
     ((wf_world_tag){.kind = WF_WORLD_TAG_USER, .group = WF_WORKERS_LATENT_GROUP, \
                     .seq = (uint32_t)(it), .step = (uint8_t)(j)})
+/* Virtual models added at run time (POST /admin/models with --workers). add: num (the number
+ * its tasks carry, != 0) and its declaration (the JSON form of server/vmodels.h) join the set
+ * the workers hold; a VMODEL frame goes to every live worker (when it runs no batch), which
+ * loads the adapters and answers with VMODEL_ACK. A worker that joins later (a replacement,
+ * or one that rejoins) is sent the whole set before it becomes live (a group) again, and is
+ * taken down if it cannot load one, or has not loaded them all within join_timeout_ms. A number declared at start (--vmodel) is held by every
+ * worker already: WF_OK at once. WF_EINVAL (added already, bad arguments), WF_ENOMEM.
+ * state: 1 once every live worker acknowledged it (admit its requests), 0 while some have not,
+ * -1 when a worker failed to load it or it was removed (err says which and why).
+ * wait: polls state until 1 (WF_OK), -1 (WF_EIO) or timeout_ms (WF_ETIMEDOUT); blocks (call
+ * it off the event loop). remove: drops it from the set and tells every live worker to unbind
+ * it (after the caller drained its requests). Any thread. */
+wf_status wf_workers_vmodel_add(wf_workers *ws, uint32_t num, const char *spec_json, char *err,
+                                size_t errlen);
+int wf_workers_vmodel_state(wf_workers *ws, uint32_t num, char *err, size_t errlen);
+wf_status wf_workers_vmodel_wait(wf_workers *ws, uint32_t num, int timeout_ms, char *err,
+                                 size_t errlen);
+void wf_workers_vmodel_remove(wf_workers *ws, uint32_t num);
 /* Test hook and operator action: the process of worker i gets SIGKILL (started here only). */
 wf_status wf_workers_kill(wf_workers *ws, int i);
 void wf_workers_close(wf_workers *ws);

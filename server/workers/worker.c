@@ -119,8 +119,12 @@ typedef struct worker {
     uint64_t transfers, transfer_bytes;
     uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
     char last_codec[96];             /* the last decision, for TRANSFER_DONE */
-    wf_lora **loras;                 /* virtual models' adapters (freed after the engine) */
-    int n_loras;
+    struct wvm {                     /* virtual models bound here (--vmodel, VMODEL frames) */
+        uint32_t num;
+        int n;
+        wf_lora *l[WF_VMODEL_MAX_ADAPTERS]; /* freed after unbinding, or after the engine */
+    } *vms;
+    int n_vms, cap_vms;
     wf_kv_xfer *xfer;                /* codec path (both directions) */
     wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
     float *dit_scratch;              /* receives a latent that has no slot (then fails) */
@@ -619,6 +623,8 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
 }
 
 /* Serves frames until SHUTDOWN or rank 0 is gone. Returns the exit status. */
+static wf_status handle_vmodel(worker *w, const wf_frame_view *f);
+
 static int serve(worker *w) {
     const wf_worker_params *p = w->p;
     uint64_t last_heard = wf_clock_now_ns(), last_sent = 0;
@@ -665,6 +671,17 @@ static int serve(worker *w) {
             /* Rank 0 sends nothing while a batch runs (pool.c: a send to a busy worker blocks
              * it): its silence counts from the answer. */
             last_sent = last_heard = wf_clock_now_ns();
+        } else if (f.hdr.type == WF_FRAME_VMODEL) {
+            wf_status vs = handle_vmodel(w, &f);
+            if (vs == WF_EPROTO) {
+                WF_LOG_ERROR("worker", NULL, "rank %d: dropped a bad vmodel frame",
+                             wf_world_rank(w->world));
+            } else if (vs != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: cannot answer rank 0 (%s): exiting",
+                            wf_world_rank(w->world), wf_world_error(w->world));
+                return 0;
+            }
+            last_sent = last_heard = wf_clock_now_ns();
         } else if (f.hdr.type == WF_FRAME_SHUTDOWN) {
             WF_LOG_INFO("worker", NULL, "rank %d: shutdown after %llu batches", wf_world_rank(w->world),
                         (unsigned long long)w->batches);
@@ -675,33 +692,112 @@ static int serve(worker *w) {
     }
 }
 
+/* Loads v's adapters into this engine and binds them to num (the coordinator's number). */
+static wf_status vm_add(worker *w, uint32_t num, const wf_vmodel_spec *v, char *err, size_t errlen) {
+    for (int i = 0; i < w->n_vms; i++)
+        if (w->vms[i].num == num)
+            return wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %s: number %u is bound "
+                                    "already", v->id, (unsigned)num);
+    if (w->n_vms == w->cap_vms) {
+        int cap = w->cap_vms ? 2 * w->cap_vms : 8;
+        void *q = realloc(w->vms, (size_t)cap * sizeof *w->vms);
+        if (!q) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+        w->vms = q;
+        w->cap_vms = cap;
+    }
+    struct wvm e = {.num = num};
+    wf_lora_use uses[WF_VMODEL_MAX_ADAPTERS];
+    wf_status st = WF_OK;
+    for (int k = 0; k < v->n_adapters && st == WF_OK; k++) {
+        char e2[400];
+        st = wf_engine_lora_load(w->engine, v->paths[k], &e.l[k], e2, sizeof e2);
+        if (st != WF_OK) {
+            wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", v->id, v->paths[k], e2);
+            break;
+        }
+        e.n = k + 1;
+        uses[k] = (wf_lora_use){e.l[k], v->scales[k]};
+    }
+    if (st == WF_OK) st = wf_engine_vmodel_bind(w->engine, num, uses, e.n, err, errlen);
+    if (st != WF_OK) {
+        for (int k = 0; k < e.n; k++) wf_lora_free(e.l[k]);
+        return st;
+    }
+    w->vms[w->n_vms++] = e;
+    WF_LOG_INFO("worker", NULL, "virtual model %s (%u): %d adapter(s) bound", v->id,
+                (unsigned)num, e.n);
+    return WF_OK;
+}
+
+/* Unbinds num (no batch runs: batches run on this thread) and frees its adapters. */
+static wf_status vm_remove(worker *w, uint32_t num) {
+    for (int i = 0; i < w->n_vms; i++) {
+        if (w->vms[i].num != num) continue;
+        wf_engine_vmodel_unbind(w->engine, num);
+        for (int k = 0; k < w->vms[i].n; k++) wf_lora_free(w->vms[i].l[k]);
+        w->vms[i] = w->vms[--w->n_vms];
+        WF_LOG_INFO("worker", NULL, "virtual model %u removed", (unsigned)num);
+        return WF_OK;
+    }
+    return WF_ENOTFOUND;
+}
+
+/* A VMODEL frame: the adapters load here, between batches (the coordinator sends it only to an
+ * idle worker and admits the virtual model's requests once every live worker answered OK). */
+static wf_status handle_vmodel(worker *w, const wf_frame_view *f) {
+    wf_frame_vmodel_ack ack = {0};
+    wf_frame_vmodel m;
+    char err[400] = "";
+    wf_status st = WF_OK;
+    size_t need = wf_link_arena_bound(f->hdr.payload_len);
+    uint8_t *mem = malloc(need);
+    wf_frame_arena arena;
+    if (!mem) st = wf_status_errorf(err, sizeof err, WF_ENOMEM, "out of memory");
+    if (st == WF_OK) {
+        wf_frame_arena_init(&arena, mem, need);
+        st = wf_frame_decode_vmodel(f, &arena, &m, err, sizeof err);
+    }
+    if (st == WF_OK) {
+        ack.op = m.op;
+        ack.num = m.num;
+        if (m.op == WF_FRAME_VMODEL_REMOVE) {
+            st = vm_remove(w, m.num);
+            if (st != WF_OK) snprintf(err, sizeof err, "virtual model %u is not bound here",
+                                      (unsigned)m.num);
+        } else {
+            wf_vmodel_spec v;
+            char e2[300];
+            st = wf_vmodel_spec_from_text(m.spec, &v, e2, sizeof e2);
+            if (st != WF_OK) snprintf(err, sizeof err, "virtual model declaration: %s", e2);
+            else {
+                /* a binding of that number left from before (a --vmodel removed while this
+                 * process started) is replaced */
+                vm_remove(w, m.num);
+                st = vm_add(w, m.num, &v, err, sizeof err);
+                wf_vmodel_spec_free(&v);
+            }
+        }
+    }
+    free(mem);
+    if (st != WF_OK && ack.num == 0) return WF_EPROTO; /* undecodable: nothing to answer */
+    ack.status = st;
+    snprintf(ack.message, sizeof ack.message, "%s", st == WF_OK ? "" : err);
+    if (st != WF_OK)
+        WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+    char e3[256];
+    return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_vmodel_ack, &ack, e3, sizeof e3);
+}
+
 /* The coordinator's --vmodel declarations: each one's adapters loaded into this engine and
  * bound to the number the coordinator's tasks carry for it. */
 static wf_status bind_vmodels(worker *w, char *err, size_t errlen) {
     const wf_worker_params *p = w->p;
-    if (p->n_vmodels <= 0) return WF_OK;
-    if (!(w->loras = calloc((size_t)p->n_vmodels * WF_VMODEL_MAX_ADAPTERS, sizeof *w->loras)))
-        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     for (int i = 0; i < p->n_vmodels; i++) {
         wf_vmodel_spec v;
         char e2[400];
         wf_status st = wf_vmodel_spec_from_text(p->vmodels[i], &v, e2, sizeof e2);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "--vmodel: %s", e2);
-        wf_lora_use uses[WF_VMODEL_MAX_ADAPTERS];
-        for (int k = 0; k < v.n_adapters && st == WF_OK; k++) {
-            st = wf_engine_lora_load(w->engine, v.paths[k], &w->loras[w->n_loras], e2, sizeof e2);
-            if (st != WF_OK) {
-                wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", v.id, v.paths[k], e2);
-                break;
-            }
-            uses[k] = (wf_lora_use){w->loras[w->n_loras++], v.scales[k]};
-        }
-        if (st == WF_OK)
-            st = wf_engine_vmodel_bind(w->engine, wf_vmodel_spec_num(&v), uses, v.n_adapters, err,
-                                       errlen);
-        if (st == WF_OK)
-            WF_LOG_INFO("worker", NULL, "virtual model %s: %d adapter(s) bound", v.id,
-                        v.n_adapters);
+        st = vm_add(w, wf_vmodel_spec_num(&v), &v, err, errlen);
         wf_vmodel_spec_free(&v);
         if (st != WF_OK) return st;
     }
@@ -842,8 +938,9 @@ out:
     wf_dit_exec_free(w.dit);
     free(w.dit_scratch);
     wf_engine_free(w.engine);
-    for (int i = 0; i < w.n_loras; i++) wf_lora_free(w.loras[i]);
-    free(w.loras);
+    for (int i = 0; i < w.n_vms; i++)
+        for (int k = 0; k < w.vms[i].n; k++) wf_lora_free(w.vms[i].l[k]);
+    free(w.vms);
     if (w.kv_on) wf_kv_store_free(&w.kv);
     wf_world_destroy(w.world);
     return rc;

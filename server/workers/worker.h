@@ -13,7 +13,9 @@
  * codec speeds it measured), then HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
  * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
  * heartbeat_ms while idle. Virtual models' adapters (p.vmodels) are loaded before that first
- * heartbeat. Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
+ * heartbeat; those added at run time come as VMODEL frames (add: load and bind to the
+ * coordinator's number, replacing a binding of that number; remove: unbind and free), each
+ * answered with VMODEL_ACK (WF_OK or the error naming the file). Each TASK_DISPATCH is run whole and answered with TASK_EVENT (the
  * tasks' outputs) and BATCH_DONE. SHUTDOWN ends the process. Rank 0 failing, or silent for
  * timeout_ms, ends it too (a worker never outlives its coordinator). */
 #ifndef WF_SERVER_WORKERS_WORKER_H

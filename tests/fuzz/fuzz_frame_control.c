@@ -56,6 +56,18 @@ static wf_status family_roundtrip(const wf_frame_view *f, wf_frame_arena *arena,
         if (wf_frame_encode_drain(&m, out, cap, len, err, sizeof err) != WF_OK) abort();
         return WF_OK;
     }
+    case WF_FRAME_VMODEL: {
+        wf_frame_vmodel m;
+        if ((st = wf_frame_decode_vmodel(f, arena, &m, err, sizeof err)) != WF_OK) return st;
+        if (wf_frame_encode_vmodel(&m, out, cap, len, err, sizeof err) != WF_OK) abort();
+        return WF_OK;
+    }
+    case WF_FRAME_VMODEL_ACK: {
+        wf_frame_vmodel_ack m;
+        if ((st = wf_frame_decode_vmodel_ack(f, &m, err, sizeof err)) != WF_OK) return st;
+        if (wf_frame_encode_vmodel_ack(&m, out, cap, len, err, sizeof err) != WF_OK) abort();
+        return WF_OK;
+    }
     case WF_FRAME_SHUTDOWN:
     case WF_FRAME_ERROR: {
         wf_frame_status_msg m;

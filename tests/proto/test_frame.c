@@ -141,6 +141,8 @@ ADAPT(dec_info, wf_frame_worker_info, wf_frame_decode_worker_info(f, &m, err, n)
 ADAPT(dec_cancel, wf_frame_cancel, wf_frame_decode_cancel(f, &m, err, n))
 ADAPT(dec_drain, wf_frame_drain, wf_frame_decode_drain(f, &m, err, n))
 ADAPT(dec_status, wf_frame_status_msg, wf_frame_decode_status_msg(f, &m, err, n))
+ADAPT(dec_vmodel, wf_frame_vmodel, wf_frame_decode_vmodel(f, a, &m, err, n))
+ADAPT(dec_vmodel_ack, wf_frame_vmodel_ack, wf_frame_decode_vmodel_ack(f, &m, err, n))
 ADAPT(dec_xfer, wf_frame_artifact_transfer, wf_frame_decode_artifact_transfer(f, a, &m, err, n))
 ADAPT(dec_xdone, wf_frame_transfer_done, wf_frame_decode_transfer_done(f, &m, err, n))
 
@@ -154,6 +156,8 @@ static wf_status dec_control(const wf_frame_view *f, wf_frame_arena *a, char *er
     case WF_FRAME_CANCEL: return dec_cancel(f, a, err, n);
     case WF_FRAME_WORKER_INFO: return dec_info(f, a, err, n);
     case WF_FRAME_DRAIN: return dec_drain(f, a, err, n);
+    case WF_FRAME_VMODEL: return dec_vmodel(f, a, err, n);
+    case WF_FRAME_VMODEL_ACK: return dec_vmodel_ack(f, a, err, n);
     case WF_FRAME_SHUTDOWN:
     case WF_FRAME_ERROR: return dec_status(f, a, err, n);
     }
@@ -237,7 +241,7 @@ START_TEST(envelope_rejections) {
     len = make_drain(5);
     rewrite_header(2, 3, WF_FRAME_DRAIN, 0);
     expect_open(len, 1 << 20, WF_EUNSUPPORTED, "version 2.3");
-    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.1");
+    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.2");
     /* unknown type */
     len = make_drain(5);
     rewrite_header(1, 0, 99, 0);
@@ -1013,8 +1017,78 @@ START_TEST(stream_errors_are_early_and_sticky) {
 }
 END_TEST
 
+/* VMODEL / VMODEL_ACK: round trips, truncations, and the fields decoders refuse (num 0, an
+ * op outside the enum, an add without a spec, a spec at the size bound). */
+START_TEST(vmodel_frames) {
+    char err[256];
+    size_t len;
+    const char *spec = "{\"id\":\"sql\",\"adapters\":[{\"path\":\"/a/sql.gguf\",\"scale\":0.5}]}";
+    wf_frame_vmodel m = {.op = WF_FRAME_VMODEL_ADD, .num = 0xdeadbeefu, .spec = spec};
+    ck_assert_int_eq(wf_frame_encode_vmodel(&m, buf, sizeof buf, &len, err, sizeof err), WF_OK);
+    wf_frame_view f = open_ok(len);
+    wf_frame_arena a = fresh_arena();
+    wf_frame_vmodel d;
+    ck_assert_msg(wf_frame_decode_vmodel(&f, &a, &d, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(d.op, WF_FRAME_VMODEL_ADD);
+    ck_assert_uint_eq(d.num, m.num);
+    ck_assert_str_eq(d.spec, spec);
+    check_truncations(buf, len, dec_vmodel);
+    maybe_write_seed("frame_control", "vmodel", buf, len);
+    /* a byte of op outside the enum */
+    buf[WF_FRAME_HEADER_SIZE] = 7;
+    wf_frame_header h = f.hdr;
+    h.payload_crc = wf_frame_crc32c(0, buf + WF_FRAME_HEADER_SIZE, h.payload_len);
+    wf_frame_write_header(&h, buf);
+    f = open_ok(len);
+    a = fresh_arena();
+    ck_assert_int_eq(wf_frame_decode_vmodel(&f, &a, &d, err, sizeof err), WF_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err, "op"));
+
+    wf_frame_vmodel rm = {.op = WF_FRAME_VMODEL_REMOVE, .num = 42};
+    ck_assert_int_eq(wf_frame_encode_vmodel(&rm, buf, sizeof buf, &len, err, sizeof err), WF_OK);
+    f = open_ok(len);
+    a = fresh_arena();
+    ck_assert_int_eq(wf_frame_decode_vmodel(&f, &a, &d, err, sizeof err), WF_OK);
+    ck_assert_int_eq(d.op, WF_FRAME_VMODEL_REMOVE);
+    ck_assert_uint_eq(d.num, 42);
+    ck_assert_str_eq(d.spec, "");
+
+    wf_frame_vmodel bad = {.op = WF_FRAME_VMODEL_ADD, .num = 0, .spec = spec};
+    ck_assert_int_eq(wf_frame_encode_vmodel(&bad, buf, sizeof buf, &len, err, sizeof err),
+                     WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "num 0"));
+    bad = (wf_frame_vmodel){.op = WF_FRAME_VMODEL_ADD, .num = 1, .spec = ""};
+    ck_assert_int_eq(wf_frame_encode_vmodel(&bad, buf, sizeof buf, &len, err, sizeof err),
+                     WF_EINVAL);
+    static char big[WF_FRAME_VMODEL_SPEC_MAX + 1];
+    memset(big, 'x', WF_FRAME_VMODEL_SPEC_MAX);
+    big[WF_FRAME_VMODEL_SPEC_MAX] = 0;
+    bad.spec = big;
+    ck_assert_int_eq(wf_frame_encode_vmodel(&bad, buf, sizeof buf, &len, err, sizeof err),
+                     WF_EINVAL);
+    big[WF_FRAME_VMODEL_SPEC_MAX - 1] = 0; /* the largest that fits */
+    ck_assert_int_eq(wf_frame_encode_vmodel(&bad, buf, sizeof buf, &len, err, sizeof err), WF_OK);
+
+    wf_frame_vmodel_ack k = {.op = WF_FRAME_VMODEL_ADD, .num = 9, .status = WF_EFORMAT};
+    snprintf(k.message, sizeof k.message, "adapter /a/sql.gguf: truncated");
+    ck_assert_int_eq(wf_frame_encode_vmodel_ack(&k, buf, sizeof buf, &len, err, sizeof err),
+                     WF_OK);
+    f = open_ok(len);
+    wf_frame_vmodel_ack kd;
+    ck_assert_int_eq(wf_frame_decode_vmodel_ack(&f, &kd, err, sizeof err), WF_OK);
+    ck_assert_int_eq(kd.op, k.op);
+    ck_assert_uint_eq(kd.num, 9);
+    ck_assert_int_eq(kd.status, WF_EFORMAT);
+    ck_assert_str_eq(kd.message, k.message);
+    check_truncations(buf, len, dec_vmodel_ack);
+    maybe_write_seed("frame_control", "vmodel_ack", buf, len);
+    /* another frame type is refused */
+    ck_assert_int_eq(wf_frame_decode_vmodel(&f, &a, &d, err, sizeof err), WF_EPROTO);
+}
+END_TEST
+
 START_TEST(seeds_valid) {
-    ck_assert_int_ge(check_committed_seeds("frame_control", dec_control), 10);
+    ck_assert_int_ge(check_committed_seeds("frame_control", dec_control), 12);
     ck_assert_int_ge(check_committed_seeds("frame_artifact", dec_artifact), 5);
 }
 END_TEST
@@ -1038,6 +1112,7 @@ static Suite *frame_suite(void) {
     tcase_add_test(tc, transfer_done_roundtrip);
     tcase_add_test(tc, stream_split_at_every_offset);
     tcase_add_test(tc, stream_errors_are_early_and_sticky);
+    tcase_add_test(tc, vmodel_frames);
     tcase_add_test(tc, seeds_valid);
     suite_add_tcase(s, tc);
     return s;

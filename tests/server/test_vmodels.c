@@ -133,6 +133,37 @@ START_TEST(test_json_nul_refused) {
 }
 END_TEST
 
+/* The JSON form sent to worker processes reads back into the same spec (and the same number:
+ * the workers bind what the coordinator's tasks carry). */
+START_TEST(test_to_json_round_trip) {
+    wf_vmodel_spec v, w;
+    char err[256];
+    ck_assert_msg(wf_vmodel_spec_parse("id=sql,adapter=/a/x.gguf:0.7,adapter=/b/y:0.5,weight=2,"
+                                       "max_running=3,max_queued=4,max_in_flight=9,ttft_ms=1500,"
+                                       "temperature=0.25,stop=END,system=Answer, in SQL.",
+                                       &v, err, sizeof err) == WF_OK, "%s", err);
+    char *text = wf_vmodel_spec_to_json(&v);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(wf_vmodel_spec_from_text(text, &w, err, sizeof err) == WF_OK, "%s: %s", text,
+                  err);
+    ck_assert_str_eq(w.id, "sql");
+    ck_assert_int_eq(w.n_adapters, 2);
+    ck_assert_str_eq(w.paths[1], "/b/y");
+    ck_assert(w.scales[0] == v.scales[0] && w.scales[1] == v.scales[1]);
+    ck_assert(w.weight == 2.0 && w.ttft_ms == 1500.0 && w.tpot_ms == 0);
+    ck_assert_int_eq(w.max_running, 3);
+    ck_assert_int_eq(w.max_queued, 4);
+    ck_assert_int_eq(w.max_in_flight, 9);
+    ck_assert_str_eq(w.system, "Answer, in SQL.");
+    ck_assert(json_equal(w.defaults, v.defaults));
+    ck_assert_uint_eq(wf_vmodel_spec_num(&w), wf_vmodel_spec_num(&v));
+    ck_assert_uint_eq(wf_vmodel_spec_salt(&w), wf_vmodel_spec_salt(&v));
+    free(text);
+    wf_vmodel_spec_free(&v);
+    wf_vmodel_spec_free(&w);
+}
+END_TEST
+
 START_TEST(test_defaults) {
     wf_vmodel_spec v, w;
     char err[512];
@@ -226,6 +257,7 @@ static Suite *vmodels_suite(void) {
     tcase_add_test(tc, test_json_and_salt);
     tcase_add_test(tc, test_json_nul_refused);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_to_json_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }
