@@ -23,6 +23,7 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 #define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
@@ -31,6 +32,10 @@
 #define RESPAWN_MAX_MS 10000
 #define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
 #define MS(x) ((uint64_t)(x) * 1000000ull)
+/* Token histories a worker keeps (seq_history.h): at most this many sequences and tokens (4
+ * bytes each) per worker, the least recently used forgotten beyond. */
+#define HISTORY_MAX_SEQS 4096
+#define HISTORY_MAX_TOKENS (16l << 20)
 
 typedef struct queued {
     wf_task_batch *batch;            /* the scheduler's */
@@ -72,6 +77,8 @@ typedef struct wk {
     uint64_t xfer_compressed;
     uint64_t xfer_reason[WF_KV_REASON_COUNT];
     char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
+    wf_seq_mirror hist;              /* what its process holds of each sequence's history
+                                      * (comm thread) */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {
         pid_t pid;
@@ -753,10 +760,15 @@ static void send_pending(wf_workers *ws, wk *k) {
         k->flight[k->n_flight++] = q;
         pthread_mutex_unlock(&ws->lock);
         char err[256];
-        wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_task_dispatch, &q.wire, err,
-                                    sizeof err);
+        /* Each sequence's history travels once (seq_history.h): the samples carry what the
+         * worker does not hold yet. */
+        wf_status st = wf_seq_mirror_prepare(&k->hist, &q.wire);
+        if (st != WF_OK) snprintf(err, sizeof err, "out of memory for the token histories");
+        else st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_task_dispatch, &q.wire, err, sizeof err);
         if (st == WF_EINVAL || st == WF_ERANGE || st == WF_ENOMEM) {
-            /* This batch cannot cross; the worker is fine. */
+            /* This batch cannot cross; the worker is fine, but does not hold what the mirror
+             * now counts as sent: the next batch tells it to forget every history. */
+            wf_seq_mirror_reset(&k->hist);
             pthread_mutex_lock(&ws->lock);
             for (int i = 0; i < k->n_flight; i++)
                 if (k->flight[i].wire.iteration == q.wire.iteration) {
@@ -812,6 +824,7 @@ static void admit_replacement(wf_workers *ws) {
     if (k->state != WF_WORKER_DOWN) worker_down(ws, k, "replaced by a new process");
     wf_link_free(ws->world, &k->link);
     wf_link_init(&k->link, r);
+    wf_seq_mirror_reset(&k->hist); /* a new process holds no history */
     pthread_mutex_lock(&ws->lock);
     k->state = WF_WORKER_JOINING;
     k->restarts++;
@@ -1085,6 +1098,10 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         k->spawned_here = i < n_spawn;
         k->prefill = i < p->n_prefill;
         wf_link_init(&k->link, k->rank);
+        if (wf_seq_mirror_init(&k->hist, HISTORY_MAX_SEQS, HISTORY_MAX_TOKENS) != WF_OK) {
+            st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+            goto fail;
+        }
         if (k->spawned_here && (st = cores_of(p, n_spawn, i, k->cores, sizeof k->cores, err, errlen)) != WF_OK)
             goto fail;
     }
@@ -1248,7 +1265,10 @@ void wf_workers_close(wf_workers *ws) {
             else usleep(10000);
         }
     kill_children(ws);
-    for (int i = 0; i < ws->n; i++) wf_link_free(ws->world, &ws->w[i].link);
+    for (int i = 0; i < ws->n; i++) {
+        wf_link_free(ws->world, &ws->w[i].link);
+        wf_seq_mirror_free(&ws->w[i].hist);
+    }
     wf_world_destroy(ws->world);
     if (ws->wake_fd >= 0) close(ws->wake_fd);
     free(ws->arena_mem);

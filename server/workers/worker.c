@@ -23,6 +23,7 @@
 #include "engine/cpu/quant.h"
 #include "server/workers/kv_xfer.h"
 #include "server/workers/pool.h"
+#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -130,6 +131,7 @@ typedef struct worker {
         wf_dit_sp *sp;
     } sps[8];
     uint64_t sp_clock;
+    wf_seq_store hist;               /* token histories of the sequences it runs (penalties) */
 } worker;
 
 #define SP_MAX_ITEMS 8
@@ -566,6 +568,16 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
         return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
     }
+    /* Each sample's whole history again, from the tokens kept of earlier tasks (and the
+     * frame's reset and drops, whatever its tasks). */
+    if ((st = wf_seq_store_apply(&w->hist, &batch, err, sizeof err)) != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: TASK_DISPATCH %llu: %s", wf_world_rank(w->world),
+                     (unsigned long long)batch.iteration, err);
+        done.iteration = batch.iteration;
+        done.status = st;
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
+        return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+    }
     if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) return run_dit(w, &batch);
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
@@ -833,6 +845,7 @@ out:
     wf_kv_profile_lib_free(&lib);
     wf_link_free(w.world, &w.link);
     free(w.arena_mem);
+    wf_seq_store_free(&w.hist);
     free(w.results);
     free(w.blk_used);
     free(w.pd_tables);

@@ -237,7 +237,7 @@ START_TEST(envelope_rejections) {
     len = make_drain(5);
     rewrite_header(2, 3, WF_FRAME_DRAIN, 0);
     expect_open(len, 1 << 20, WF_EUNSUPPORTED, "version 2.3");
-    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.1");
+    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.2");
     /* unknown type */
     len = make_drain(5);
     rewrite_header(1, 0, 99, 0);
