@@ -791,6 +791,33 @@ static void send_pending(wf_workers *ws, wk *k) {
     }
 }
 
+/* Whether a worker process started here is there and able to run (not stopped, not a
+ * zombie): /proc/PID/stat's state. */
+static bool process_running(pid_t pid) {
+    if (pid <= 0) return false;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (!p || p[1] != ' ') return false;
+    char state = p[2];
+    return state == 'R' || state == 'S' || state == 'D';
+}
+
+/* Whether a worker silent for longer than the time-out is lost. A worker running a batch sends
+ * heartbeats from its loop while its compute thread works (worker.c), but on a crowded host
+ * that loop can wait seconds for its core: a process started here that is still there and
+ * running (not stopped) while it holds a batch gets up to four time-outs. */
+static bool silent_too_long(const wf_workers *ws, const wk *k, bool busy, uint64_t now) {
+    uint64_t silent = now - k->last_heard_ns, bound = MS(ws->p.timeout_ms);
+    if (silent <= bound) return false;
+    return !(busy && k->spawned_here && silent <= 4 * bound && process_running(k->pid));
+}
+
 static void reap_children(wf_workers *ws) {
     int status;
     pid_t pid;
@@ -894,7 +921,7 @@ static void *comm_main(void *arg) {
             bool busy = k->n_flight > 0;
             pthread_mutex_unlock(&ws->lock);
             now = wf_clock_now_ns();
-            if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
+            if (silent_too_long(ws, k, busy, now)) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
                 worker_down(ws, k, why);
