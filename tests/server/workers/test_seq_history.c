@@ -5,6 +5,7 @@
  * batch of 64 sequences 70k tokens long, which whole passes the link's 16 MiB bound, travels in
  * a few KiB; and a store refuses what it cannot rebuild. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,8 @@ START_TEST(long_histories_fit_the_link) {
     ck_assert_int_eq(wf_seq_mirror_prepare(&m, &b), WF_OK);
     size_t kept = cross(&b, &st, &d);
     ck_assert_uint_lt(kept, 64u << 10);
+    fprintf(stderr, "64 decode steps of 70001-token histories: %zu bytes whole, %zu kept on the worker\n",
+            whole, kept);
     for (int q = 0; q < N; q++) {
         const wf_task_sample *x = &d.tasks[q].llm.samples[0];
         ck_assert_int_eq(x->n_history, LEN + 1);
