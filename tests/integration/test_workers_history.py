@@ -43,7 +43,7 @@ def run_all(base, cases, n):
 
 def test_penalties_equal_single_process(daemons):
     workers, single = daemons
-    cases = [(p, PENALTIES[i % len(PENALTIES)]) for i, (p, _) in enumerate(golden_cases()[:8])]
+    cases = [(p, PENALTIES[i % len(PENALTIES)]) for i, (p, _) in enumerate(golden_cases()[:6])]
     got = run_all(workers.base, cases, 32)
     want = run_all(single.base, cases, 32)
     assert got == want
@@ -54,8 +54,8 @@ def test_penalties_equal_single_process(daemons):
 
 
 def test_long_histories_equal_single_process(daemons):
-    # 200 decode steps each: before, every step re-sent the whole history; now only the
+    # 160 decode steps each: before, every step re-sent the whole history; now only the
     # first does, and the rest build on what the worker keeps.
     workers, single = daemons
-    cases = [(p, PENALTIES[i % len(PENALTIES)]) for i, (p, _) in enumerate(golden_cases()[:3])]
-    assert run_all(workers.base, cases, 200) == run_all(single.base, cases, 200)
+    cases = [(p, PENALTIES[i % len(PENALTIES)]) for i, (p, _) in enumerate(golden_cases()[:2])]
+    assert run_all(workers.base, cases, 160) == run_all(single.base, cases, 160)
