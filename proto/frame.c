@@ -322,7 +322,7 @@ void *wf__fr_alloc(wf__fr *r, size_t size, size_t align, const char *what) {
 void wf__fr_init(wf__fr *r, const wf_frame_view *f, wf_frame_type type, wf_frame_arena *arena,
                  char *err, size_t errlen) {
     *r = (wf__fr){.p = f->payload, .len = f->hdr.payload_len, .err = err, .errlen = errlen,
-                  .arena = arena,
+                  .arena = arena, .major = f->hdr.major, .minor = f->hdr.minor,
                   .newer = f->hdr.major > WF_FRAME_VERSION_MAJOR ||
                            (f->hdr.major == WF_FRAME_VERSION_MAJOR &&
                             f->hdr.minor > WF_FRAME_VERSION_MINOR)};

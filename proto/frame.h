@@ -119,8 +119,15 @@
  *   then by kind:
  *     PREFILL, DECODE: i32s tokens, i32 pos (>= 0), artifact kv, u32 n_samples
  *       (<= WF_FRAME_MAX_SAMPLES), n x sample.
- *       sample: sampling, u64 rng_state, i32s history, i32 n_prompt (0..n_history),
- *       bool suppress_eos.
+ *       sample (1.2): sampling, u64 rng_state, u64 seq, i32 history_base
+ *       (0..WF_FRAME_MAX_TOKENS), i32s history (the tokens from history_base on: n_history =
+ *       history_base + count <= WF_FRAME_MAX_TOKENS), i32 n_prompt (0..n_history), bool
+ *       suppress_eos. The receiver keeps each sequence's history (seq != 0) and holds its
+ *       first history_base tokens from earlier dispatches, so a decode step carries one token
+ *       of history instead of all of them (a frame with long histories used to pass the link's
+ *       16 MiB bound).
+ *       sample (1.0, 1.1): sampling, u64 rng_state, i32s history (whole), i32 n_prompt
+ *       (0..n_history), bool suppress_eos (decoded with seq and history_base 0).
  *     ENCODE, DENOISE, DECODE_IMAGE: i32 class_label, i32 negative_label, f32 guidance_scale,
  *       i32 sampler, i32 num_steps (>= 0), i32 step_begin, i32 step_end
  *       (0 <= begin <= end <= num_steps), u64 seed, artifact latent, artifact image.
@@ -130,6 +137,9 @@
  *   (0 auto, 0xffffffff off, else a KV profile id), u32 noise_index (DiT tasks: which image of
  *   its request)); each field 0 for tasks of the other kinds. A 1.0 frame ends after the tasks
  *   (kv_accuracy, kv_codec and noise_index are then 0).
+ *   Since 1.2, after that: bool history_reset (forget every kept history first), u32 n_drop
+ *   (<= WF_FRAME_MAX_HISTORY_DROP), n_drop x u64 seq (histories to forget), applied before
+ *   the tasks.
  *   Task outputs (status, times, sample outputs) travel back in TASK_EVENT.
  * TASK_EVENT (17), rank -> coordinator: u64 iteration, u32 n_results (<= WF_FRAME_MAX_TASKS),
  *   per result: u64 task_id, u8 kind, i32 status, str<1024> message, u64 t_begin_ns,
@@ -170,6 +180,7 @@
 #define WF_FRAME_MAX_TASKS 4096          /* tasks per dispatch, results per event */
 #define WF_FRAME_MAX_SAMPLES 256         /* samples per LLM task */
 #define WF_FRAME_MAX_TOKENS (1 << 24)    /* tokens, history per task */
+#define WF_FRAME_MAX_HISTORY_DROP 65536  /* sequence histories forgotten per dispatch */
 #define WF_FRAME_MAX_BLOCKS (1 << 22)    /* KV block table entries */
 #define WF_FRAME_MAX_LOGIT_BIAS 4096     /* logit_bias entries per sampling */
 #define WF_FRAME_MAX_RANGES 4096         /* byte ranges per transfer */

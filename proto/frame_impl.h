@@ -33,6 +33,7 @@ typedef struct wf__fr {
     size_t errlen;
     wf_frame_arena *arena;
     bool newer;   /* the frame's version is newer than ours: trailing bytes are allowed */
+    uint8_t major, minor; /* the frame's version: layouts that changed are read by it */
 } wf__fr;
 
 static inline void wf__fw_bytes(wf__fw *w, const void *src, size_t n) {

@@ -36,9 +36,22 @@ static void fw_sample(wf__fw *w, const wf_task_sample *s) {
                     s->n_history);
         return;
     }
+    if (s->history_base < 0 || s->history_base > s->n_history || s->n_history > WF_FRAME_MAX_TOKENS) {
+        wf__fw_fail(w, "sample: history_base = %d outside [0, n_history %d] (at most %d)",
+                    s->history_base, s->n_history, WF_FRAME_MAX_TOKENS);
+        return;
+    }
+    if (s->history_base > 0 && s->seq == 0) {
+        wf__fw_fail(w, "sample: history_base = %d without a sequence (seq 0 carries its history whole)",
+                    s->history_base);
+        return;
+    }
     wf__fw_sampling(w, s->params);
     wf__fw_u64(w, s->rng_state);
-    wf__fw_i32s(w, s->history, s->n_history, WF_FRAME_MAX_TOKENS, "sample.history");
+    wf__fw_u64(w, s->seq);
+    wf__fw_i32(w, s->history_base);
+    /* history holds the tokens from history_base on (proto/task.h). */
+    wf__fw_i32s(w, s->history, s->n_history - s->history_base, WF_FRAME_MAX_TOKENS, "sample.history");
     wf__fw_i32(w, s->n_prompt);
     wf__fw_bool(w, s->suppress_eos);
 }
@@ -115,7 +128,19 @@ wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, s
         wf__fw_u32(&w, kind_is_llm(t->kind) ? t->llm.kv_codec : 0);
         wf__fw_u32(&w, kind_is_dit(t->kind) ? t->dit.noise_index : 0);
     }
+    /* 1.2: the sequence histories the receiver forgets before the tasks. */
+    if (batch->n_history_drop < 0 || batch->n_history_drop > WF_FRAME_MAX_HISTORY_DROP ||
+        (batch->n_history_drop && !batch->history_drop))
+        wf__fw_fail(&w, "n_history_drop = %d outside [0, %d]", batch->n_history_drop,
+                    WF_FRAME_MAX_HISTORY_DROP);
+    wf__fw_bool(&w, batch->history_reset);
+    wf__fw_u32(&w, (uint32_t)batch->n_history_drop);
+    for (int i = 0; i < batch->n_history_drop && w.st == WF_OK; i++) wf__fw_u64(&w, batch->history_drop[i]);
     return wf__fw_finish(&w, WF_FRAME_TASK_DISPATCH, len);
+}
+
+static bool frame_at_least(const wf__fr *r, unsigned minor) {
+    return r->major > 1 || r->minor >= minor;
 }
 
 static void fr_llm(wf__fr *r, wf_task_llm *l) {
@@ -133,7 +158,20 @@ static void fr_llm(wf__fr *r, wf_task_llm *l) {
         wf__fr_sampling(r, &p[i]);
         s[i].params = &p[i];
         s[i].rng_state = wf__fr_u64(r, "sample.rng_state");
-        s[i].history = wf__fr_i32s(r, &s[i].n_history, WF_FRAME_MAX_TOKENS, "sample.history");
+        if (frame_at_least(r, 2)) {
+            s[i].seq = wf__fr_u64(r, "sample.seq");
+            s[i].history_base = wf__fr_i32_range(r, 0, WF_FRAME_MAX_TOKENS, "sample.history_base");
+            int carried = 0;
+            s[i].history = wf__fr_i32s(r, &carried,
+                                       WF_FRAME_MAX_TOKENS - (uint32_t)s[i].history_base,
+                                       "sample.history");
+            s[i].n_history = s[i].history_base + carried;
+            if (r->st == WF_OK && s[i].history_base > 0 && s[i].seq == 0)
+                wf__fr_fail(r, WF_EPROTO, "sample: history_base %d without a sequence (seq 0)",
+                            s[i].history_base);
+        } else {
+            s[i].history = wf__fr_i32s(r, &s[i].n_history, WF_FRAME_MAX_TOKENS, "sample.history");
+        }
         s[i].n_prompt = wf__fr_i32_range(r, 0, s[i].n_history, "sample.n_prompt");
         s[i].suppress_eos = wf__fr_bool(r, "sample.suppress_eos");
     }
@@ -218,6 +256,16 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
             } else if (dit) {
                 out->tasks[i].dit.noise_index = noise_index;
             }
+        }
+    }
+    if (r.st == WF_OK && frame_at_least(&r, 2)) {
+        out->history_reset = wf__fr_bool(&r, "history_reset");
+        uint32_t nd = wf__fr_count(&r, WF_FRAME_MAX_HISTORY_DROP, 8, "n_history_drop");
+        if (r.st == WF_OK && nd) {
+            uint64_t *drop = wf__fr_alloc(&r, nd * sizeof *drop, _Alignof(uint64_t), "history_drop");
+            for (uint32_t i = 0; drop && i < nd && r.st == WF_OK; i++) drop[i] = wf__fr_u64(&r, "history_drop");
+            out->history_drop = drop;
+            out->n_history_drop = drop ? (int)nd : 0;
         }
     }
     return wf__fr_end(&r);

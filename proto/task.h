@@ -112,9 +112,17 @@ typedef struct wf_artifact {
 typedef struct wf_task_sample {
     const wf_sampling_params *params;
     uint64_t rng_state;        /* in: the choice's generator state; out: advanced */
-    const int32_t *history;    /* prompt followed by tokens generated so far (penalties) */
-    int n_history;
-    int n_prompt;              /* history[0..n_prompt) is the prompt */
+    const int32_t *history;    /* prompt followed by tokens generated so far (penalties):
+                                * tokens [history_base, n_history) of it */
+    int n_history;             /* the whole history's length */
+    int n_prompt;              /* tokens [0..n_prompt) of the history are the prompt */
+    /* In-process always 0 (history is the whole history). Across processes the history
+     * travels once per sequence (proto/frame_task.h): the receiver holds tokens
+     * [0, history_base) of sequence seq from earlier tasks, and history points at the rest;
+     * the receiving worker restores the whole history before the task runs. */
+    int history_base;
+    uint64_t seq;              /* the choice's sequence the sample extends (0: none; then the
+                                * history always travels whole and is not kept) */
     bool suppress_eos;         /* min_tokens not reached, or ignore_eos */
     /* outputs */
     wf_generated_token out;
@@ -182,6 +190,11 @@ typedef struct wf_task_batch {
     int n_tasks;
     wf_group group;
     uint64_t iteration;
+    /* Across processes only (TASK_DISPATCH 1.2): the receiver forgets every sequence history
+     * it keeps (history_reset) and then those of history_drop, before the tasks. */
+    bool history_reset;
+    const uint64_t *history_drop;
+    int n_history_drop;
 } wf_task_batch;
 
 /* ---- the executor seam ----------------------------------------------------------------------- */

@@ -234,6 +234,7 @@ static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample
     s->rng_state = ch->rng;
     s->history = ch->tokens;
     s->n_history = ch->n_tokens;
+    s->seq = ch->seq_id;
     s->n_prompt = r->spec.n_prompt;
     s->suppress_eos = r->spec.ignore_eos || ch->n_generated < r->spec.min_tokens;
 }

@@ -6,8 +6,19 @@
 
 void wf_lanes_init(wf_lanes *l) { memset(l, 0, sizeof *l); }
 
-wf_status wf_lanes_add(wf_lanes *l, const wf_core_config *cfg, int *out_id) {
-    if (l->n == WF_LANES_MAX) return WF_EFULL;
+static bool lane_reusable(const wf_lane *ln) {
+    return !ln->live && !ln->busy && wf_core_n_requests(&ln->core) == 0;
+}
+
+int wf_lanes_free_slot(const wf_lanes *l) {
+    for (int i = 0; i < l->n; i++)
+        if (lane_reusable(l->lane[i])) return i;
+    return l->n < WF_LANES_MAX ? l->n : -1;
+}
+
+wf_status wf_lanes_add_at(wf_lanes *l, int slot, const wf_core_config *cfg) {
+    if (slot < 0 || slot > l->n || slot >= WF_LANES_MAX || (slot < l->n && !lane_reusable(l->lane[slot])))
+        return WF_EINVAL;
     wf_lane *ln = calloc(1, sizeof *ln);
     if (!ln) return WF_ENOMEM;
     wf_status st = wf_core_init(&ln->core, cfg);
@@ -15,14 +26,29 @@ wf_status wf_lanes_add(wf_lanes *l, const wf_core_config *cfg, int *out_id) {
         free(ln);
         return st;
     }
-    ln->id = l->n;
+    ln->id = slot;
     ln->live = true;
-    /* Ids unique across lanes: the lane index in the top bits (2^40 ids per lane). */
-    ln->core.next_task_id = ((uint64_t)ln->id << 40) + 1;
-    ln->core.next_seq_id = ((uint64_t)ln->id << 40) + 1;
-    l->lane[l->n++] = ln;
-    *out_id = ln->id;
+    /* Ids unique across lanes, also across the lanes one slot held over time: the count of
+     * lanes made in the top bits (2^40 ids per lane, 2^24 lanes). */
+    uint64_t base = (l->n_made++ & 0xffffffull) << 40;
+    ln->core.next_task_id = base + 1;
+    ln->core.next_seq_id = base + 1;
+    if (slot < l->n) {
+        wf_core_free(&l->lane[slot]->core, 0); /* empty: nothing to retire */
+        free(l->lane[slot]);
+    } else {
+        l->n++;
+    }
+    l->lane[slot] = ln;
     return WF_OK;
+}
+
+wf_status wf_lanes_add(wf_lanes *l, const wf_core_config *cfg, int *out_id) {
+    int slot = wf_lanes_free_slot(l);
+    if (slot < 0) return WF_EFULL;
+    wf_status st = wf_lanes_add_at(l, slot, cfg);
+    if (st == WF_OK) *out_id = slot;
+    return st;
 }
 
 void wf_lanes_free(wf_lanes *l, uint64_t now) {

@@ -27,8 +27,11 @@
  * Requests are numbered here (arrival order across groups), so a request moved off a group
  * that went down keeps its place in its new group's queue.
  *
- * Not thread-safe: the owner thread only. Lanes are never removed from the array (ids stay
- * valid); a lane that went down stays, empty and not live. */
+ * Not thread-safe: the owner thread only. A lane that went down stays in its slot, empty and
+ * not live, until a new lane takes the slot (wf_lanes_add_at): a flapping worker gets a new
+ * group per restart, and without reuse 64 restarts would exhaust the slots. A lane's task and
+ * sequence ids come from the count of lanes ever made, not from its slot, so ids of a slot's
+ * new lane never repeat its predecessor's. */
 #ifndef WF_SCHED_LANES_H
 #define WF_SCHED_LANES_H
 
@@ -41,23 +44,31 @@
 
 typedef struct wf_lane {
     wf_core core;
-    int id;                  /* index in wf_lanes.lane */
+    int id;                  /* its slot: index in wf_lanes.lane */
     bool live;               /* takes new requests and runs batches */
     bool busy;               /* a batch of this lane is in flight (set by the owner) */
 } wf_lane;
 
 typedef struct wf_lanes {
     wf_lane *lane[WF_LANES_MAX];
-    int n;
+    int n;                   /* slots in use (lanes live or down) */
+    uint64_t n_made;         /* lanes ever made: the top bits of their task and sequence ids */
     uint64_t next_serial;
     uint64_t rerouted_total; /* requests moved off a group that went down */
 } wf_lanes;
 
 void wf_lanes_init(wf_lanes *l);
-/* A new live lane planned with cfg (its own pool; cb shared by every lane is fine). Task and
- * sequence ids are made unique across lanes. WF_EFULL (WF_LANES_MAX lanes), WF_EINVAL,
- * WF_ENOMEM. */
+/* A new live lane planned with cfg (its own pool; cb shared by every lane is fine), in the
+ * first free slot (wf_lanes_free_slot); *out_id is the slot. Task and sequence ids are made
+ * unique across lanes. WF_EFULL (no free slot), WF_EINVAL, WF_ENOMEM. */
 wf_status wf_lanes_add(wf_lanes *l, const wf_core_config *cfg, int *out_id);
+/* The slot the next wf_lanes_add takes: the first lane that went down and holds nothing (not
+ * live, not busy, no request), else l->n; -1 when every one of the WF_LANES_MAX slots holds a
+ * lane that is live or still busy. */
+int wf_lanes_free_slot(const wf_lanes *l);
+/* As wf_lanes_add, in slot (l->n to append, or a slot wf_lanes_free_slot would give: the old
+ * lane is freed). WF_EINVAL when the slot is neither; on any error the old lane stays. */
+wf_status wf_lanes_add_at(wf_lanes *l, int slot, const wf_core_config *cfg);
 /* Every lane's requests are retired as cancelled; frees the lanes (not their pools). */
 void wf_lanes_free(wf_lanes *l, uint64_t now_ns);
 /* The lane a new request would be bound to (see Routing), or -1 when no live lane can hold

@@ -24,6 +24,8 @@
 #include "sched/lanes.h"
 
 #define EVENT_CHUNK 512
+
+_Static_assert(WF_SCHED_STATS_GROUPS >= WF_LANES_MAX, "the stats list every group slot");
 /* Start-up calibration stops measuring after this long (a batch in flight completes). */
 #define CALIBRATION_NS 3000000000ull
 
@@ -35,7 +37,10 @@ typedef struct wf_sched wf_sched;
 typedef struct sched_group {
     wf_handoff_item done_item;
     wf_sched *sched;
-    int id;                       /* lane id */
+    int id;                       /* the group's own number, never given to another group */
+    int slot;                     /* its lane's slot (wf_lanes), reused after it went down */
+    struct sched_group *replaced; /* the group that held the slot before: freed by the
+                                   * scheduler thread once this one's lane takes the slot */
     wf_kv_store *kv;
     wf_executor exec;
     wf_kv_pool *pool;
@@ -51,6 +56,7 @@ typedef struct sched_group {
     bool laned;                   /* its lane exists (created on the scheduler thread) */
     bool cancel_sent;
     /* Under the scheduler's lock. */
+    bool retired;                 /* went down with no batch in flight: its slot may be reused */
     bool down_requested;
     wf_status down_status;
     char down_msg[160];
@@ -79,8 +85,16 @@ struct wf_sched {
 
     pthread_mutex_t lock;         /* everything below up to the event pool */
     pthread_cond_t idle_cond;
+    /* Slot i: the group registered last in slot i (its lane may still be the previous
+     * group's until the thread makes it, see lane_group). A down group's slot is given to the
+     * next group added (wf_sched_add_group), so a flapping worker never exhausts the slots;
+     * group ids keep growing, so an id held by the old group's owner never names the new one
+     * (the generation that keeps the old incarnation's events away from the new group). */
     sched_group *groups[WF_LANES_MAX];
-    int n_groups;
+    int n_groups;                 /* slots in use */
+    int next_group_id;
+    /* Thread-owned: the group whose lane sits in each slot. */
+    sched_group *lane_group[WF_LANES_MAX];
     int min_block_size;           /* over groups: sizes the requests' block tables */
     long max_kv_tokens;           /* over groups: the longest prompt any group can hold */
     bool draining, stopping, drained;
@@ -383,19 +397,32 @@ static void make_lane(wf_sched *s, sched_group *g) {
         .fair = &s->fair,
         .cb = {cb_token, cb_finished, cb_retired, cb_task, s},
     };
-    int id;
-    wf_status st = wf_lanes_add(&s->lanes, &cfg, &id);
+    wf_status st = wf_lanes_add_at(&s->lanes, g->slot, &cfg);
     g->laned = true;
-    if (st != WF_OK || id != g->id) {
-        /* Lanes are created in registration order, so ids match; a lane that cannot be made
-         * leaves the group down (never routed to). */
+    if (st != WF_OK) {
+        /* A lane that cannot be made (out of memory) leaves the group down (never routed
+         * to); the slot's previous lane, down and empty, stays. */
         WF_LOG_ERROR("sched", NULL, "group %d: cannot create its lane: %s", g->id,
                      wf_status_str(st));
         pthread_mutex_lock(&s->lock);
         snprintf(g->last_error, sizeof g->last_error, "cannot create its lane: %s",
                  wf_status_str(st));
+        g->retired = true;
         pthread_mutex_unlock(&s->lock);
-        if (st == WF_OK) s->lanes.lane[id]->live = false;
+        if (g->slot >= s->lanes.n) return; /* no lane in the slot at all: not listed */
+    }
+    s->lane_group[g->slot] = g;
+    /* The previous holder of the slot went down with no batch in flight, so nothing of it
+     * is left in the inbox: free it (and any group that never got a lane in between). */
+    pthread_mutex_lock(&s->lock);
+    sched_group *old = g->replaced;
+    g->replaced = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (old) {
+        sched_group *prev = old->replaced;
+        wf_kv_pool_free(old->pool);
+        free(old);
+        old = prev;
     }
 }
 
@@ -424,14 +451,21 @@ wf_status wf_sched_add_group(wf_sched *s, wf_kv_store *kv, wf_executor executor,
     g->group.ranks[0] = rank;
     g->group.id = group_id(&g->group);
     pthread_mutex_lock(&s->lock);
-    if (s->n_groups == WF_LANES_MAX || s->stopping) {
+    int slot = -1;
+    for (int i = 0; i < s->n_groups && slot < 0; i++)
+        if (s->groups[i]->retired) slot = i;
+    if (slot < 0 && s->n_groups < WF_LANES_MAX) slot = s->n_groups;
+    if (slot < 0 || s->stopping) {
         pthread_mutex_unlock(&s->lock);
         wf_kv_pool_free(g->pool);
         free(g);
         return s->stopping ? WF_ECLOSED : WF_EFULL;
     }
-    g->id = s->n_groups;
-    s->groups[s->n_groups++] = g;
+    g->id = s->next_group_id++;
+    g->slot = slot;
+    if (slot < s->n_groups) g->replaced = s->groups[slot];
+    else s->n_groups++;
+    s->groups[slot] = g;
     int bs = kv->geometry.block_size;
     if (s->min_block_size == 0 || bs < s->min_block_size) s->min_block_size = bs;
     long tokens = (long)kv->n_blocks * bs;
@@ -441,18 +475,20 @@ wf_status wf_sched_add_group(wf_sched *s, wf_kv_store *kv, wf_executor executor,
     if (out_id) *out_id = g->id;
     if (started) wake(s); /* the thread creates the lane */
     else make_lane(s, g);
-    WF_LOG_INFO("sched", NULL, "group %d: rank %d, executor %s, KV %d blocks of %d", g->id, rank,
-                executor.ops->name ? executor.ops->name : "?", kv->n_blocks, bs);
+    WF_LOG_INFO("sched", NULL, "group %d (slot %d): rank %d, executor %s, KV %d blocks of %d", g->id,
+                slot, rank, executor.ops->name ? executor.ops->name : "?", kv->n_blocks, bs);
     return WF_OK;
 }
 
 wf_status wf_sched_remove_group(wf_sched *s, int id, const char *message) {
     pthread_mutex_lock(&s->lock);
-    if (id < 0 || id >= s->n_groups) {
+    sched_group *g = NULL;
+    for (int i = 0; i < s->n_groups && !g; i++)
+        if (s->groups[i]->id == id) g = s->groups[i];
+    if (!g) { /* never added, or its slot already went to a newer group */
         pthread_mutex_unlock(&s->lock);
         return WF_ENOTFOUND;
     }
-    sched_group *g = s->groups[id];
     g->down_requested = true;
     g->down_status = WF_ECLOSED;
     snprintf(g->down_msg, sizeof g->down_msg, "%s", message ? message : "removed");
@@ -728,7 +764,7 @@ static void publish(wf_sched *s) {
     for (int i = 0; i < s->lanes.n; i++) {
         wf_lane *ln = s->lanes.lane[i];
         wf_core *c = &ln->core;
-        sched_group *g = s->groups[i];
+        sched_group *g = s->lane_group[i];
         wf_kv_pool_usage u;
         wf_kv_pool_get_usage(g->pool, &u);
         for (int pass = 0; pass < 2; pass++) {
@@ -744,7 +780,7 @@ static void publish(wf_sched *s) {
                 r->snap.preemptions = r->n_preemptions;
                 r->snap.prefill_tasks = r->tasks_by_kind[WF_TASK_PREFILL];
                 r->snap.decode_tasks = r->tasks_by_kind[WF_TASK_DECODE];
-                r->snap.group = ln->id;
+                r->snap.group = g->id;
             }
         }
         agg.running += c->n_running;
@@ -767,7 +803,8 @@ static void publish(wf_sched *s) {
         agg.cancelled_total += c->cancelled_total;
         if (i < WF_SCHED_STATS_GROUPS) {
             wf_sched_group_stats *gs = &agg.groups[i];
-            gs->id = ln->id;
+            gs->id = g->id;
+            gs->slot = i;
             gs->rank = g->group.ranks[0];
             gs->live = ln->live;
             snprintf(gs->executor, sizeof gs->executor, "%s",
@@ -847,12 +884,17 @@ static void group_down(wf_sched *s, sched_group *g, wf_status status, const char
     pthread_mutex_lock(&s->lock);
     snprintf(g->last_error, sizeof g->last_error, "%s", msg);
     pthread_mutex_unlock(&s->lock);
-    wf_lanes_down(&s->lanes, g->id, status, msg, wf_clock_now_ns());
+    wf_lanes_down(&s->lanes, g->slot, status, msg, wf_clock_now_ns());
+    /* No batch in flight and none will be dispatched: nothing of this group can reach the
+     * inbox any more, so a new group may take the slot. */
+    pthread_mutex_lock(&s->lock);
+    g->retired = true;
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Scheduler thread: applies a completion of group g. */
 static void complete(wf_sched *s, sched_group *g, wf_status st, const char *why) {
-    wf_lane *ln = s->lanes.lane[g->id];
+    wf_lane *ln = s->lanes.lane[g->slot];
     uint64_t t2 = wf_clock_now_ns();
     ln->busy = false;
     g->iterations++;
@@ -901,17 +943,21 @@ static void complete(wf_sched *s, sched_group *g, wf_status st, const char *why)
 
 static sched_group *group_of_item(wf_sched *s, wf_handoff_item *it) {
     for (int i = 0; i < s->lanes.n; i++)
-        if (it == &s->groups[i]->done_item) return s->groups[i];
+        if (s->lane_group[i] && it == &s->lane_group[i]->done_item) return s->lane_group[i];
     return NULL;
 }
 
 /* Takes in everything the inbox holds; creates lanes of new groups and takes removed groups
  * down once idle. */
 static void intake(wf_sched *s) {
+    /* Groups added since the last turn (in new slots, or in slots of groups that went down). */
+    sched_group *fresh[WF_LANES_MAX];
+    int n_fresh = 0;
     pthread_mutex_lock(&s->lock);
-    int n_groups = s->n_groups;
+    for (int i = 0; i < s->n_groups; i++)
+        if (!s->groups[i]->laned) fresh[n_fresh++] = s->groups[i];
     pthread_mutex_unlock(&s->lock);
-    for (int i = s->lanes.n; i < n_groups; i++) make_lane(s, s->groups[i]);
+    for (int i = 0; i < n_fresh; i++) make_lane(s, fresh[i]);
     wf_handoff_item *it = wf_handoff_take_all(&s->inbox);
     while (it) {
         wf_handoff_item *next = it->next;
@@ -942,8 +988,9 @@ static void intake(wf_sched *s) {
         it = next;
     }
     for (int i = 0; i < s->lanes.n; i++) {
-        sched_group *g = s->groups[i];
+        sched_group *g = s->lane_group[i];
         wf_lane *ln = s->lanes.lane[i];
+        if (!g) continue;
         pthread_mutex_lock(&s->lock);
         bool down = g->down_requested && ln->live;
         wf_status st = g->down_status;
@@ -995,12 +1042,13 @@ static void settle_claim(wf_sched *s) {
     if (!s->opts.turns) return;
     for (int i = 0; i < s->lanes.n; i++) {
         wf_lane *ln = s->lanes.lane[i];
-        if (s->groups[i]->exec.ctx != (void *)s->opts.turns) continue;
+        sched_group *g = s->lane_group[i];
+        if (!g || g->exec.ctx != (void *)s->opts.turns) continue;
         if (ln->busy) return;
         if (!ln->live || wf_core_n_requests(&ln->core) == 0) {
             wf_gated_executor_unclaim(s->opts.turns);
             s->claim_waiting = false;
-            s->groups[i]->claim_ns = 0;
+            g->claim_ns = 0;
         }
         return;
     }
@@ -1014,7 +1062,7 @@ static int plan_groups(wf_sched *s) {
     for (int i = 0; i < s->lanes.n; i++) {
         if (!wf_lanes_can_plan(&s->lanes, i)) continue;
         wf_lane *ln = s->lanes.lane[i];
-        sched_group *g = s->groups[i];
+        sched_group *g = s->lane_group[i];
         if (!turn_held(s, g, ln)) continue;
         ln->core.cfg.cost = cm;
         uint64_t t0 = wf_clock_now_ns();
@@ -1358,8 +1406,11 @@ void wf_sched_free(wf_sched *s) {
     for (int i = 0; i < s->n_chunks; i++) free(s->ev_chunks[i]);
     free(s->ev_chunks);
     for (int i = 0; i < s->n_groups; i++) {
-        wf_kv_pool_free(s->groups[i]->pool);
-        free(s->groups[i]);
+        for (sched_group *g = s->groups[i], *prev; g; g = prev) {
+            prev = g->replaced;
+            wf_kv_pool_free(g->pool);
+            free(g);
+        }
     }
     wf_handoff_free(&s->inbox);
     pthread_cond_destroy(&s->idle_cond);

@@ -194,6 +194,8 @@ void wf_sched_free(wf_sched *s);
 /* Per group (/admin/stats, /metrics). */
 typedef struct wf_sched_group_stats {
     int id, rank;
+    int slot;                         /* its place in the list; a new group may take it once
+                                       * this one went down (ids are never reused) */
     bool live;
     char executor[24];                /* the executor's name */
     int running, waiting;
@@ -207,7 +209,9 @@ typedef struct wf_sched_group_stats {
     char last_error[160];             /* "" when none */
 } wf_sched_group_stats;
 
-#define WF_SCHED_STATS_GROUPS 16      /* groups reported in wf_sched_stats (the first ones) */
+/* Every group slot is reported: a group that went down keeps its slot (listed, not live) until
+ * a new group takes it, so at most WF_LANES_MAX (sched/lanes.h) slots exist. */
+#define WF_SCHED_STATS_GROUPS 64
 
 typedef struct wf_sched_stats {
     int running, waiting, preempted_total;

@@ -489,8 +489,8 @@ static void write_groups(wf_jbuf *b, const wf_sched_stats *st) {
     int n = st->n_groups < WF_SCHED_STATS_GROUPS ? st->n_groups : WF_SCHED_STATS_GROUPS;
     for (int i = 0; i < n; i++) {
         const wf_sched_group_stats *g = &st->groups[i];
-        wf_jbuf_printf(b, "%s{\"id\":%d,\"rank\":%d,\"live\":%s,\"executor\":", i ? "," : "", g->id,
-                       g->rank, g->live ? "true" : "false");
+        wf_jbuf_printf(b, "%s{\"id\":%d,\"slot\":%d,\"rank\":%d,\"live\":%s,\"executor\":", i ? "," : "",
+                       g->id, g->slot, g->rank, g->live ? "true" : "false");
         wf_jbuf_str(b, g->executor, strnlen(g->executor, sizeof g->executor));
         wf_jbuf_printf(b, ",\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
                        "\"kv_swa_blocks_used\":%d,\"kv_swa_blocks_total\":%d,"

@@ -719,6 +719,11 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
     /* offset is a multiple of 8 (checked) and the buffer is page-aligned. */
     volatile uint64_t *flag = (volatile uint64_t *)(void *)((uint8_t *)w->sym + offset);
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
+    /* The incarnation expected to write the flag, as the operation waits keep one per op: a
+     * replacement admitted during the wait (handle_ctrl below) refills the slot, so the /proc
+     * check then looks at the new process, alive, while the one that owed the flag is gone. */
+    uint32_t gen = w->peers[peer_rank].gen;
+    uint32_t inc = w->peers[peer_rank].e.incarnation;
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
         if (!ucp_worker_progress(w->worker)) sched_yield();
         uint64_t now = wf_clock_now_ns();
@@ -729,10 +734,17 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
             if (p->failed == WF_OK && peer_rank != w->rank && peer_process_gone(w, &p->e))
                 p->failed = WF_EPEER;
             /* It may have written the flag just before it exited. */
-            if (p->failed != WF_OK && (ucp_worker_progress(w->worker),
-                                       __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value))
+            int replaced = p->gen != gen;
+            if ((p->failed != WF_OK || replaced) &&
+                (ucp_worker_progress(w->worker), __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value)) {
+                if (replaced)
+                    return fail(w, WF_EPEER, peer_rank,
+                                "rank %d (incarnation %u) failed: incarnation %u (pid %u on %s) "
+                                "took its place while waiting for its flag",
+                                peer_rank, inc, p->e.incarnation, p->e.pid, p->e.host);
                 return fail(w, WF_EPEER, peer_rank, "rank %d (pid %u on %s) failed", peer_rank,
                             p->e.pid, p->e.host);
+            }
         }
         if (now > deadline)
             return fail(w, WF_ETIMEDOUT, peer_rank,

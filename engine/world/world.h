@@ -218,7 +218,9 @@ wf_status wf_world_flush(wf_world *w);
 wf_status wf_world_flush_peer(wf_world *w, int peer_rank);
 /* Waits until the uint64 at `offset` of this rank's symmetric buffer is >= value (a peer's
  * flag PUT), progressing meanwhile. `peer` is the rank expected to write it (named on time-out
- * and checked for failure). Returns WF_OK, WF_ETIMEDOUT, WF_EPEER, WF_EINVAL. */
+ * and checked for failure): the incarnation of it at the call; one that dies, or is replaced
+ * by a new incarnation during the wait (even unseen dying), fails the wait with WF_EPEER, as
+ * the operation waits do. Returns WF_OK, WF_ETIMEDOUT, WF_EPEER, WF_EINVAL. */
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer);
 
 /* Never waits: progresses, then reports how many of ops[0..n) are complete (each op's status

@@ -24,6 +24,7 @@
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
 #include "server/workers/pool_impl.h"
+#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 void wf_workers_params_init(wf_workers_params *p) {
@@ -717,10 +718,15 @@ static void send_pending(wf_workers *ws, wk *k) {
         k->flight[k->n_flight++] = q;
         pthread_mutex_unlock(&ws->lock);
         char err[256];
-        wf_status st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_task_dispatch, &q.wire, err,
-                                    sizeof err);
+        /* Each sequence's history travels once (seq_history.h): the samples carry what the
+         * worker does not hold yet. */
+        wf_status st = wf_seq_mirror_prepare(&k->hist, &q.wire);
+        if (st != WF_OK) snprintf(err, sizeof err, "out of memory for the token histories");
+        else st = WF_LINK_SEND(ws->world, &k->link, wf_frame_encode_task_dispatch, &q.wire, err, sizeof err);
         if (st == WF_EINVAL || st == WF_ERANGE || st == WF_ENOMEM) {
-            /* This batch cannot cross; the worker is fine. */
+            /* This batch cannot cross; the worker is fine, but does not hold what the mirror
+             * now counts as sent: the next batch tells it to forget every history. */
+            wf_seq_mirror_reset(&k->hist);
             pthread_mutex_lock(&ws->lock);
             for (int i = 0; i < k->n_flight; i++)
                 if (k->flight[i].wire.iteration == q.wire.iteration) {
@@ -741,6 +747,33 @@ static void send_pending(wf_workers *ws, wk *k) {
         }
         k->last_sent_ns = wf_clock_now_ns();
     }
+}
+
+/* Whether a worker process started here is there and able to run (not stopped, not a
+ * zombie): /proc/PID/stat's state. */
+static bool process_running(pid_t pid) {
+    if (pid <= 0) return false;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (!p || p[1] != ' ') return false;
+    char state = p[2];
+    return state == 'R' || state == 'S' || state == 'D';
+}
+
+/* Whether a worker silent for longer than the time-out is lost. A worker running a batch sends
+ * heartbeats from its loop while its compute thread works (worker.c), but on a crowded host
+ * that loop can wait seconds for its core: a process started here that is still there and
+ * running (not stopped) while it holds a batch gets up to four time-outs. */
+static bool silent_too_long(const wf_workers *ws, const wk *k, bool busy, uint64_t now) {
+    uint64_t silent = now - k->last_heard_ns, bound = MS(ws->p.timeout_ms);
+    if (silent <= bound) return false;
+    return !(busy && k->spawned_here && silent <= 4 * bound && process_running(k->pid));
 }
 
 static void reap_children(wf_workers *ws) {
@@ -776,6 +809,7 @@ static void admit_replacement(wf_workers *ws) {
     if (k->state != WF_WORKER_DOWN) worker_down(ws, k, "replaced by a new process");
     wf_link_free(ws->world, &k->link);
     wf_link_init(&k->link, r);
+    wf_seq_mirror_reset(&k->hist); /* a new process holds no history */
     pthread_mutex_lock(&ws->lock);
     k->state = WF_WORKER_JOINING;
     k->restarts++;
@@ -845,7 +879,7 @@ static void *comm_main(void *arg) {
             bool busy = k->n_flight > 0;
             pthread_mutex_unlock(&ws->lock);
             now = wf_clock_now_ns();
-            if (now - k->last_heard_ns > MS(ws->p.timeout_ms)) {
+            if (silent_too_long(ws, k, busy, now)) {
                 char why[96];
                 snprintf(why, sizeof why, "silent for %d ms", ws->p.timeout_ms);
                 worker_down(ws, k, why);
@@ -1056,6 +1090,10 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
         k->spawned_here = i < n_spawn;
         k->prefill = i < p->n_prefill;
         wf_link_init(&k->link, k->rank);
+        if (wf_seq_mirror_init(&k->hist, HISTORY_MAX_SEQS, HISTORY_MAX_TOKENS) != WF_OK) {
+            st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+            goto fail;
+        }
         if (k->spawned_here && (st = cores_of(p, n_spawn, i, k->cores, sizeof k->cores, err, errlen)) != WF_OK)
             goto fail;
     }
@@ -1219,7 +1257,10 @@ void wf_workers_close(wf_workers *ws) {
             else usleep(10000);
         }
     kill_children(ws);
-    for (int i = 0; i < ws->n; i++) wf_link_free(ws->world, &ws->w[i].link);
+    for (int i = 0; i < ws->n; i++) {
+        wf_link_free(ws->world, &ws->w[i].link);
+        wf_seq_mirror_free(&ws->w[i].hist);
+    }
     wf_world_destroy(ws->world);
     if (ws->wake_fd >= 0) close(ws->wake_fd);
     free(ws->arena_mem);

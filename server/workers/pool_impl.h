@@ -11,6 +11,7 @@
 #include "kv/kv_controller.h"
 #include "proto/frame_control.h"
 #include "server/workers/pool.h"
+#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 #define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
@@ -19,6 +20,10 @@
 #define RESPAWN_MAX_MS 10000
 #define ADMIT_TIMEOUT_MS 2000        /* a replacement's bootstrap handshake */
 #define MS(x) ((uint64_t)(x) * 1000000ull)
+/* Token histories a worker keeps (seq_history.h): at most this many sequences and tokens (4
+ * bytes each) per worker, the least recently used forgotten beyond. */
+#define HISTORY_MAX_SEQS 4096
+#define HISTORY_MAX_TOKENS (16l << 20)
 
 typedef struct queued {
     wf_task_batch *batch;            /* the scheduler's */
@@ -78,6 +83,8 @@ typedef struct wk {
     uint64_t xfer_compressed;
     uint64_t xfer_reason[WF_KV_REASON_COUNT];
     char xfer_last[64];              /* the last decision: "k4v4 (compress)" */
+    wf_seq_mirror hist;              /* what its process holds of each sequence's history
+                                      * (comm thread) */
     vop *ops;                        /* VMODEL frames to send (lock) */
     int n_ops, cap_ops;
     bool syncing;                    /* joining: loading the run-time virtual models (lock) */

@@ -4,6 +4,8 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "engine/cpu/quant.h"
 #include "server/workers/kv_xfer.h"
 #include "server/workers/pool.h"
+#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
@@ -134,6 +137,10 @@ typedef struct worker {
         wf_dit_sp *sp;
     } sps[8];
     uint64_t sp_clock;
+    wf_seq_store hist;               /* token histories of the sequences it runs (penalties) */
+    int done_fd;                     /* eventfd: the compute thread finished a batch */
+    bool done_fd_on;
+    uint64_t last_hb_ns;             /* the last heartbeat sent */
 } worker;
 
 #define SP_MAX_ITEMS 8
@@ -474,6 +481,68 @@ static wf_status send_heartbeat(worker *w) {
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
 
+/* Runs an LLM batch on the engine's own thread and, while it computes, keeps sending
+ * heartbeats from this one (which owns the world): the coordinator sends nothing to a worker
+ * running a batch (a send to it could block its communication thread), so without them a batch
+ * longer than --worker-timeout-ms looked like a dead worker. Compressed KV arriving from prefill
+ * workers is decoded meanwhile as well (into blocks this batch does not use: the RMA path
+ * writes them concurrently already). */
+typedef struct batch_wait {
+    atomic_bool done;
+    wf_status status;
+    char msg[WF_FRAME_TASK_MESSAGE_MAX];
+    int fd;
+} batch_wait;
+
+static void batch_done(void *user, wf_task_batch *b, wf_status status, const char *message) {
+    (void)b;
+    batch_wait *bw = user;
+    int fd = bw->fd;
+    bw->status = status;
+    snprintf(bw->msg, sizeof bw->msg, "%s", message ? message : "");
+    atomic_store_explicit(&bw->done, true, memory_order_release); /* the last touch of bw */
+    uint64_t one = 1;
+    ssize_t r = write(fd, &one, sizeof one);
+    (void)r;
+}
+
+static wf_status run_batch(worker *w, wf_task_batch *b, char *msg, size_t cap) {
+    if (!w->done_fd_on) {
+        if ((w->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+            return wf_executor_run(w->exec, b, msg, cap); /* no heartbeats, but the batch runs */
+        w->done_fd_on = true;
+    }
+    batch_wait bw = {.fd = w->done_fd};
+    atomic_init(&bw.done, false);
+    wf_status st = wf_executor_dispatch(w->exec, b, batch_done, &bw);
+    if (st != WF_OK) {
+        snprintf(msg, cap, "the engine refused the batch: %s", wf_status_str(st));
+        return st;
+    }
+    uint64_t period = (uint64_t)w->p->heartbeat_ms * 1000000ull;
+    bool warned = false;
+    while (!atomic_load_explicit(&bw.done, memory_order_acquire)) {
+        uint64_t now = wf_clock_now_ns();
+        if (now - w->last_hb_ns >= period) {
+            /* A failed send does not stop the batch (its memory is the engine's until done):
+             * the coordinator finds out by itself, and serve() by its next send. */
+            if (send_heartbeat(w) != WF_OK && !warned) {
+                WF_LOG_WARN("worker", NULL, "rank %d: heartbeat during a batch failed: %s",
+                            wf_world_rank(w->world), wf_world_error(w->world));
+                warned = true;
+            }
+            w->last_hb_ns = now;
+        }
+        wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
+        wf_world_wait_event(w->world, w->done_fd, w->p->heartbeat_ms);
+        uint64_t drained;
+        ssize_t r = read(w->done_fd, &drained, sizeof drained);
+        (void)r;
+    }
+    snprintf(msg, cap, "%s", bw.msg);
+    return bw.status;
+}
+
 /* A batch of DENOISE chunks: its latents arrive right after the frame (one tagged message per
  * task), run in slots of the DiT executor, and go back right after BATCH_DONE; the slots are
  * freed again, so a latent lives here only for its chunk (the coordinator holds it between
@@ -570,6 +639,16 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
         return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
     }
+    /* Each sample's whole history again, from the tokens kept of earlier tasks (and the
+     * frame's reset and drops, whatever its tasks). */
+    if ((st = wf_seq_store_apply(&w->hist, &batch, err, sizeof err)) != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: TASK_DISPATCH %llu: %s", wf_world_rank(w->world),
+                     (unsigned long long)batch.iteration, err);
+        done.iteration = batch.iteration;
+        done.status = st;
+        snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
+        return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
+    }
     if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) return run_dit(w, &batch);
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
@@ -582,7 +661,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
             return WF_ENOMEM;
         }
     }
-    done.status = wf_executor_run(w->exec, &batch, msg, sizeof msg);
+    done.status = run_batch(w, &batch, msg, sizeof msg);
     if (pd) {
         for (int i = 0; i < batch.n_tasks; i++)
             if (dst[i].id >> 62) {
@@ -929,6 +1008,8 @@ out:
     wf_kv_profile_lib_free(&lib);
     wf_link_free(w.world, &w.link);
     free(w.arena_mem);
+    wf_seq_store_free(&w.hist);
+    if (w.done_fd_on) close(w.done_fd);
     free(w.results);
     free(w.blk_used);
     free(w.pd_tables);

@@ -113,9 +113,9 @@ def test_nothing_sent_to_a_busy_worker(pd):
     def sample(rank):
         return [x for x in admin_workers(pd) if x["rank"] == rank][0]
 
-    def same_batch(a, b):  # nothing came back from the worker between the two samples
-        return (b["batches_running"] == 1 and b["batches"] == a["batches"]
-                and b["frames_in"] == a["frames_in"])
+    def same_batch(a, b):  # the worker answered no batch between the two samples (it does
+        # send heartbeats while it computes, so frames_in may grow)
+        return b["batches_running"] == 1 and b["batches"] == a["batches"]
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futs = [pool.submit(run_long, pd.base, 10 + i, results) for i in range(4)]

@@ -116,7 +116,11 @@ static void rand_task(trng *r, wf_task *t, int kind) {
             s->params = rand_params(r);
             s->rng_state = trng_u64(r);
             s->n_history = trng_int(r, 0, 30);
-            s->history = rand_i32s(r, s->n_history, 50000);
+            /* 1.2: a sequence's history travels once; history holds the tokens from
+             * history_base on (seq 0: whole, kept nowhere) */
+            s->seq = trng_int(r, 0, 3) ? trng_u64(r) | 1 : 0;
+            s->history_base = s->seq ? trng_int(r, 0, s->n_history) : 0;
+            s->history = rand_i32s(r, s->n_history - s->history_base, 50000);
             s->n_prompt = trng_int(r, 0, s->n_history);
             s->suppress_eos = trng_int(r, 0, 1);
             rand_gen_token(r, &s->out);
@@ -156,6 +160,11 @@ static void rand_batch(trng *r, wf_task_batch *b, int n_tasks, int kind) {
     b->n_tasks = n_tasks;
     b->tasks = n_tasks ? palloc(sizeof *b->tasks * (size_t)n_tasks) : NULL;
     for (int i = 0; i < n_tasks; i++) rand_task(r, &b->tasks[i], kind);
+    b->history_reset = trng_int(r, 0, 1);
+    b->n_history_drop = trng_int(r, 0, 4);
+    uint64_t *drop = b->n_history_drop ? palloc(sizeof *drop * (size_t)b->n_history_drop) : NULL;
+    for (int i = 0; i < b->n_history_drop; i++) drop[i] = trng_u64(r);
+    b->history_drop = drop;
 }
 
 /* ---- comparisons ------------------------------------------------------------------------------- */
@@ -241,7 +250,9 @@ static void cmp_task(const wf_task *a, const wf_task *b) {
             cmp_params(x->params, y->params);
             ck_assert_uint_eq(x->rng_state, y->rng_state);
             ck_assert_int_eq(x->n_history, y->n_history);
-            cmp_i32s(x->history, y->history, x->n_history);
+            ck_assert_uint_eq(x->seq, y->seq);
+            ck_assert_int_eq(x->history_base, y->history_base);
+            cmp_i32s(x->history, y->history, x->n_history - x->history_base);
             ck_assert_int_eq(x->n_prompt, y->n_prompt);
             ck_assert_int_eq(x->suppress_eos, y->suppress_eos);
             ck_assert_int_eq(y->out.token, 0);
@@ -343,6 +354,9 @@ START_TEST(dispatch_roundtrip_random) {
         cmp_group(&b.group, &d.group);
         ck_assert_int_eq(d.n_tasks, b.n_tasks);
         for (int i = 0; i < b.n_tasks; i++) cmp_task(&b.tasks[i], &d.tasks[i]);
+        ck_assert_int_eq(d.history_reset, b.history_reset);
+        ck_assert_int_eq(d.n_history_drop, b.n_history_drop);
+        for (int i = 0; i < b.n_history_drop; i++) ck_assert_uint_eq(d.history_drop[i], b.history_drop[i]);
         /* decoded pointers live in the arena, never in the frame bytes */
         for (int i = 0; i < d.n_tasks; i++)
             if ((d.tasks[i].kind == WF_TASK_DECODE || d.tasks[i].kind == WF_TASK_PREFILL) &&
@@ -420,6 +434,29 @@ START_TEST(dispatch_encode_refuses_invalid) {
                      WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "n_prompt"));
     b.tasks[0].llm.samples[0].n_prompt = 0;
+    /* history_base past the history, or kept for no sequence */
+    wf_task_sample keep = b.tasks[0].llm.samples[0];
+    b.tasks[0].llm.samples[0].seq = 5;
+    b.tasks[0].llm.samples[0].history_base = b.tasks[0].llm.samples[0].n_history + 1;
+    ck_assert_int_eq(wf_frame_encode_task_dispatch(&b, frame_buf, sizeof frame_buf, &len, err,
+                                                   sizeof err),
+                     WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "history_base"));
+    b.tasks[0].llm.samples[0].seq = 0;
+    b.tasks[0].llm.samples[0].history_base = b.tasks[0].llm.samples[0].n_history;
+    if (b.tasks[0].llm.samples[0].history_base > 0) {
+        ck_assert_int_eq(wf_frame_encode_task_dispatch(&b, frame_buf, sizeof frame_buf, &len,
+                                                       err, sizeof err),
+                         WF_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "without a sequence"));
+    }
+    b.tasks[0].llm.samples[0] = keep;
+    b.n_history_drop = WF_FRAME_MAX_HISTORY_DROP + 1;
+    ck_assert_int_eq(wf_frame_encode_task_dispatch(&b, frame_buf, sizeof frame_buf, &len, err,
+                                                   sizeof err),
+                     WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "n_history_drop"));
+    b.n_history_drop = 0;
     wf_sampling_params p = *b.tasks[0].llm.samples[0].params;
     p.top_logprobs = WF_MAX_TOP_LOGPROBS + 1;
     b.tasks[0].llm.samples[0].params = &p;
@@ -533,13 +570,36 @@ START_TEST(dispatch_rejects_bad_fields) {
     len = known_batch(WF_TASK_DECODE);
     patch_u32(137, 100);
     expect_decode(len, WF_EFORMAT, "n_logit_bias");
-    /* n_prompt (at 141 + 8 + 4 = 153) > n_history (0) */
+    /* 1.2 sample: rng_state at 141, seq at 149, history_base at 157, history count at 161,
+     * n_prompt at 165 (> n_history 0) */
     len = known_batch(WF_TASK_DECODE);
-    patch_u32(153, 1);
+    patch_u32(165, 1);
     expect_decode(len, WF_ERANGE, "n_prompt");
-    /* 158 bytes of the task, then the 1.1 trailer: u32 n + (f32 kv_accuracy, u32 kv_codec,
-     * u32 noise_index) */
-    ck_assert_uint_eq(payload_len(), 174);
+    /* history_base beyond the bound, or without a sequence (seq 0) */
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(157, WF_FRAME_MAX_TOKENS + 1);
+    expect_decode(len, WF_ERANGE, "history_base");
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(157, 3);
+    expect_decode(len, WF_EPROTO, "without a sequence");
+    /* carried tokens past what history_base leaves of the bound */
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(149, 7);
+    patch_u32(157, WF_FRAME_MAX_TOKENS - 1);
+    patch_u32(161, 2);
+    expect_decode(len, WF_ERANGE, "history");
+    /* 170 bytes of the task, then the 1.1 trailer: u32 n + (f32 kv_accuracy, u32 kv_codec,
+     * u32 noise_index), then the 1.2 one: bool history_reset, u32 n_history_drop */
+    ck_assert_uint_eq(payload_len(), 191);
+    len = known_batch(WF_TASK_DECODE);
+    frame_buf[WF_FRAME_HEADER_SIZE + 186] = 2;
+    expect_decode(len, WF_EPROTO, "history_reset");
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(187, 100);
+    expect_decode(len, WF_EFORMAT, "n_history_drop");
+    len = known_batch(WF_TASK_DECODE);
+    patch_u32(187, WF_FRAME_MAX_HISTORY_DROP + 1);
+    expect_decode(len, WF_ERANGE, "n_history_drop");
     /* DiT: num_steps at 75, step_begin at 79, step_end at 83 */
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(83, 11);
@@ -553,18 +613,33 @@ START_TEST(dispatch_rejects_bad_fields) {
 }
 END_TEST
 
+/* known_batch(WF_TASK_DECODE) as an older version wrote it: without the 1.2 sample fields (seq,
+ * history_base at 149..157), the 1.2 trailer (5 bytes) and, for 1.0, the 1.1 one (16 bytes).
+ * Returns the frame's length. */
+static size_t older_decode_frame(int minor) {
+    size_t len = known_batch(WF_TASK_DECODE);
+    uint8_t *pl = frame_buf + WF_FRAME_HEADER_SIZE;
+    size_t plen = len - WF_FRAME_HEADER_SIZE;
+    memmove(pl + 149, pl + 161, plen - 161);
+    plen -= 12 + 5 + (minor == 0 ? 16 : 0);
+    frame_buf[5] = (uint8_t)minor;
+    reseal(frame_buf, (uint32_t)plen);
+    return WF_FRAME_HEADER_SIZE + plen;
+}
+
 /* 1.1: the KV accuracy budget and codec choice of LLM tasks cross after the tasks; a 1.0 frame
- * (no trailer) still decodes, with both 0; values outside [0, 1] are rejected. */
+ * (no trailer) still decodes, with both 0; values outside [0, 1] are rejected. 1.0 and 1.1
+ * frames carry each history whole and decode with history_base and seq 0. */
 START_TEST(dispatch_kv_trailer) {
     size_t len = known_batch(WF_TASK_DECODE);
     uint32_t plen = payload_len();
-    /* trailer: n at plen - 16, kv_accuracy at plen - 12, kv_codec at plen - 8, noise_index at
-     * plen - 4 */
+    /* trailer: n at plen - 21, kv_accuracy at plen - 17, kv_codec at plen - 13, noise_index at
+     * plen - 9; then the 1.2 trailer (5 bytes) */
     float acc = 0.75f;
     uint32_t bits;
     memcpy(&bits, &acc, 4);
-    patch_u32(plen - 12, bits);
-    patch_u32(plen - 8, 5);
+    patch_u32(plen - 17, bits);
+    patch_u32(plen - 13, 5);
     wf_task_batch d;
     char err[256] = "";
     reseal(frame_buf, plen);
@@ -573,33 +648,37 @@ START_TEST(dispatch_kv_trailer) {
     ck_assert_uint_eq(d.tasks[0].llm.kv_codec, 5);
     acc = 1.5f;
     memcpy(&bits, &acc, 4);
-    patch_u32(plen - 12, bits);
+    patch_u32(plen - 17, bits);
     expect_decode(len, WF_ERANGE, "kv_accuracy");
     len = known_batch(WF_TASK_DECODE);
-    patch_u32(plen - 16, 2);
+    patch_u32(plen - 21, 2);
     expect_decode(len, WF_EPROTO, "kv_accuracy values");
-    /* the same frame as 1.0: without the trailer it decodes with zeros */
-    len = known_batch(WF_TASK_DECODE);
-    frame_buf[5] = 0;
-    expect_decode(len - 16, WF_OK, "");
+    /* the same frame as 1.0 and 1.1 */
     wf_task_batch d0;
-    ck_assert_int_eq(decode_batch(len - 16, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
-    ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
+    for (int minor = 0; minor <= 1; minor++) {
+        len = older_decode_frame(minor);
+        ck_assert_int_eq(decode_batch(len, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
+        ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
+        ck_assert_int_eq(d0.tasks[0].llm.n_samples, 1);
+        ck_assert_int_eq(d0.tasks[0].llm.samples[0].history_base, 0);
+        ck_assert_uint_eq(d0.tasks[0].llm.samples[0].seq, 0);
+        ck_assert(!d0.history_reset && d0.n_history_drop == 0);
+    }
     /* a field of another kind must be 0, so that decode-then-encode gives the same bytes (the
      * frame fuzzer found a DiT task with a kv_codec): a noise index on a DECODE task, a codec
      * on a DENOISE task, and a negative zero accuracy on a DENOISE task are refused */
     len = known_batch(WF_TASK_DECODE);
-    patch_u32(plen - 4, 1);
+    patch_u32(plen - 9, 1);
     expect_decode(len, WF_EPROTO, "noise_index");
     len = known_batch(WF_TASK_DENOISE);
     uint32_t dlen = payload_len();
-    patch_u32(dlen - 8, 5);
+    patch_u32(dlen - 13, 5);
     expect_decode(len, WF_EPROTO, "kv_codec");
     len = known_batch(WF_TASK_DENOISE);
-    patch_u32(dlen - 12, 0x80000000u);
+    patch_u32(dlen - 17, 0x80000000u);
     expect_decode(len, WF_EPROTO, "kv_accuracy");
     len = known_batch(WF_TASK_DENOISE);
-    patch_u32(dlen - 4, 3);
+    patch_u32(dlen - 9, 3);
     reseal(frame_buf, dlen);
     ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
     ck_assert_uint_eq(d.tasks[0].dit.noise_index, 3);

@@ -435,6 +435,93 @@ START_TEST(dead_group_requeues_unstarted_and_fails_started) {
 }
 END_TEST
 
+static void wait_live(genv *e, int want, wf_sched_stats *st) {
+    for (int spins = 0; spins < 2000; spins++) {
+        wf_sched_get_stats(e->s, st);
+        if (st->groups_live == want) return;
+        usleep(1000);
+    }
+    ck_assert_int_eq(st->groups_live, want);
+}
+
+START_TEST(group_slots_are_reused_past_the_lane_limit) {
+    /* A flapping worker: group 1 is removed and a new group added, more times than there are
+     * slots. Each new group takes the slot of the one that went down (so the list stays two
+     * long), gets an id never used before, and a stale id (the previous incarnation's) no
+     * longer names anything. Every 8th round the group has requests with batches in flight
+     * when it is removed: they end (re-run on group 0, or fail naming the group) and the new
+     * group in the slot starts clean. */
+    int delay[2] = {300, 300};
+    genv e;
+    genv_init(&e, 2, delay, 128);
+    ck_assert_int_eq(wf_sched_start(e.s), WF_OK);
+    wf_sched_stats st;
+    int id = 1;
+    wf_request *reqs[NREQ];
+    int32_t p[NREQ][40];
+    for (int round = 0; round < WF_SCHED_STATS_GROUPS + 6; round++) {
+        wait_live(&e, 2, &st);
+        ck_assert_int_eq(st.n_groups, 2);
+        ck_assert_int_eq(st.groups[1].id, id);
+        ck_assert_int_eq(st.groups[1].slot, 1);
+        ck_assert(st.groups[1].live);
+        bool busy = round % 8 == 0;
+        streams ss = {0};
+        if (busy) {
+            submit_all(&e, reqs, p, 4, 40);
+            for (int spins = 0; spins < 3000 && !(ss.n[0] || ss.n[1] || ss.n[2] || ss.n[3]); spins++) {
+                wf_handoff_wait(&e.events, 5);
+                for (wf_handoff_item *it = wf_handoff_take_all(&e.events), *next; it; it = next) {
+                    next = it->next;
+                    wf_request_event *ev = (wf_request_event *)it;
+                    int i = (int)(intptr_t)ev->user;
+                    if (ev->kind == WF_EVENT_TOKEN) ss.n[i]++;
+                    else ss.finished++;
+                    wf_request_event_free(e.s, ev);
+                }
+            }
+        }
+        ck_assert_int_eq(wf_sched_remove_group(e.s, id, "worker restarting"), WF_OK);
+        if (busy) {
+            collect(&e, &ss, 4, reqs);
+            for (int i = 0; i < 4; i++) {
+                ck_assert(ss.reason[i] == WF_FINISH_LENGTH ||
+                          (ss.reason[i] == WF_FINISH_ERROR && ss.status[i] == WF_ECLOSED));
+                wf_sched_release(e.s, reqs[i]);
+            }
+        }
+        wait_live(&e, 1, &st);
+        ck_assert(!st.groups[1].live);
+        ck_assert_ptr_nonnull(strstr(st.groups[1].last_error, "worker restarting"));
+        int new_id = -1;
+        ck_assert_int_eq(wf_sched_add_group(e.s, &e.store[1], wf_fake_executor_get(&e.fx[1]), 1,
+                                            &new_id),
+                         WF_OK);
+        ck_assert_int_eq(new_id, id + 1);
+        /* The previous incarnation's id: its slot went to the new group. */
+        ck_assert_int_eq(wf_sched_remove_group(e.s, id, "stale"), WF_ENOTFOUND);
+        id = new_id;
+    }
+    wait_live(&e, 2, &st);
+    ck_assert_int_eq(st.n_groups, 2);
+    ck_assert_int_gt(id, WF_SCHED_STATS_GROUPS);
+    /* The last group serves: both groups take requests and every one finishes. */
+    submit_all(&e, reqs, p, NREQ, 10);
+    streams ss = {0};
+    collect(&e, &ss, NREQ, reqs);
+    for (int i = 0; i < NREQ; i++) {
+        ck_assert_int_eq(ss.reason[i], WF_FINISH_LENGTH);
+        ck_assert_int_eq(ss.n[i], 10);
+        wf_sched_release(e.s, reqs[i]);
+    }
+    wf_sched_drain(e.s, 1000);
+    wf_sched_get_stats(e.s, &st);
+    ck_assert_uint_gt(st.groups[1].iterations, 0);
+    ck_assert_int_eq(st.groups[1].id, id);
+    genv_free(&e);
+}
+END_TEST
+
 START_TEST(event_allocation_failure_fails_the_request) {
     int delay[1] = {-1};
     genv e;
@@ -615,6 +702,7 @@ static Suite *groups_suite(void) {
     tcase_add_test(tc, async_groups_give_the_outputs_of_one_group);
     tcase_add_test(tc, first_finisher_is_the_fast_group);
     tcase_add_test(tc, dead_group_requeues_unstarted_and_fails_started);
+    tcase_add_test(tc, group_slots_are_reused_past_the_lane_limit);
     tcase_add_test(tc, event_allocation_failure_fails_the_request);
     tcase_add_test(tc, server_events_queue_is_bounded_and_the_scheduler_retries);
     tcase_add_test(tc, metrics_show_every_group);

@@ -326,6 +326,99 @@ END_TEST
 START_TEST(test_stopped_peer_then_replacement) { run_failure(1); }
 END_TEST
 
+/* ---- a flag owed by an incarnation that was replaced ------------------------------------------ */
+/* Rank 1 waits for a flag from rank 2. Rank 2 gets stuck (SIGSTOP: its process is still there,
+ * as a stuck or far-away peer looks to the /proc check) and a replacement takes its slot. Rank 1
+ * then applies the membership update and finds rank 2's process -- the new one -- alive: the
+ * wait must fail with WF_EPEER naming rank 2 (before, it ran into its time-out), and the new
+ * incarnation's own flag then arrives as usual. */
+#define FLAG_N 3
+#define FLAG_TIMEOUT_MS 15000
+
+static int body_flag(wf_world *w, int rank, void *varg) {
+    fail_arg *arg = varg;
+    int ranks[FLAG_N] = {0, 1, 2};
+    wf_group g;
+    wf_gfc_group_init(&g, ranks, FLAG_N);
+    char b = (char)rank;
+    if (rank == 2 && wf_world_incarnation(w, 2) == 2) { /* the replacement */
+        uint64_t one = 1;
+        wf_world_op put = {.kind = WF_WORLD_PUT, .peer = 1, .buf = &one, .len = 8, .offset = 8};
+        WT_CHECK(wf_world_run(w, &put, 1) == WF_OK, "put: %s", wf_world_error(w));
+        WT_CHECK(wf_world_flush(w) == WF_OK, "flush: %s", wf_world_error(w));
+        WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+        return 0;
+    }
+    /* Endpoints between every pair exist before anyone stops. */
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "first barrier: %s", wf_world_error(w));
+    if (rank == 2) { /* the victim: says so, then takes no part */
+        if (write(arg->notify_fd, &b, 1) != 1) return 1;
+        for (;;) pause();
+    }
+    if (rank == 0) {
+        int slot = -1;
+        WT_CHECK(wf_world_admit(w, &slot) == WF_OK, "admit: %s", wf_world_error(w));
+        WT_CHECK(slot == 2, "admitted slot %d", slot);
+        if (write(arg->notify_fd, &b, 1) != 1) return 1; /* the update went out */
+    } else {
+        wf_world_set_timeout_ms(w, FLAG_TIMEOUT_MS);
+        if (write(arg->notify_fd, &b, 1) != 1) return 1;
+        wf_status st = wf_world_wait_flag(w, 0, 1, 2);
+        WT_CHECK(st == WF_EPEER, "waiting for the old incarnation's flag gave %s: %s",
+                 wf_status_name(st), wf_world_error(w));
+        WT_CHECK(wf_world_error_rank(w) == 2, "blamed rank %d", wf_world_error_rank(w));
+        WT_CHECK(strstr(wf_world_error(w), "took its place") != NULL, "%s", wf_world_error(w));
+        WT_CHECK(wf_world_incarnation(w, 2) == 2, "incarnation %u", wf_world_incarnation(w, 2));
+        wf_world_set_timeout_ms(w, 20000);
+        st = wf_world_wait_flag(w, 8, 1, 2);
+        WT_CHECK(st == WF_OK, "the new incarnation's flag: %s: %s", wf_status_name(st),
+                 wf_world_error(w));
+    }
+    WT_CHECK(wf_gfc_barrier(w, &g) == WF_OK, "barrier: %s", wf_world_error(w));
+    return 0;
+}
+
+static int read_byte(int fd, int timeout_ms) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    char b;
+    return poll(&pf, 1, timeout_ms) == 1 && read(fd, &b, 1) == 1 ? b : -1;
+}
+
+START_TEST(test_flag_wait_sees_a_replaced_peer) {
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fail_arg arg = {.notify_fd = pfd[1]};
+    wt_env env = wt_env_default(FLAG_N);
+    pid_t pids[FLAG_N];
+    int codes[FLAG_N];
+    for (int r = 0; r < FLAG_N; r++) pids[r] = wt_spawn(&env, r, body_flag, &arg);
+    /* Rank 1 about to wait and rank 2 idle, in either order. */
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        int b = read_byte(pfd[0], 60000);
+        if (b == 1 || b == 2) seen |= 1 << b;
+    }
+    bool ok = seen == 6;
+    pid_t victim = pids[2];
+    if (ok) {
+        usleep(100000); /* rank 1 is inside the wait */
+        kill(victim, SIGSTOP);
+        pids[2] = wt_spawn(&env, 2, body_flag, &arg);
+        ok = read_byte(pfd[0], 60000) == 0; /* rank 0 admitted it and sent the update */
+    }
+    if (!ok)
+        for (int r = 0; r < FLAG_N; r++) kill(pids[r], SIGKILL);
+    /* The stuck process stays until rank 1 is done: its end would be seen by the /proc check. */
+    int bad = wt_wait(pids, FLAG_N, 60, codes);
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    ck_assert_msg(ok, "the ranks did not reach the wait, or the replacement was not admitted");
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* ---- exposed regions ----------------------------------------------------------------------- */
 /* Rank 1 exposes a malloc'd buffer and a wf_world_mem_alloc one and sends both regions to rank
  * 0, which puts into them, flushes, and says so; rank 1 then finds the bytes. Puts outside a
@@ -431,6 +524,7 @@ static Suite *world_suite(void) {
     tcase_add_test(tc, test_join_timeout_names_missing);
     tcase_add_test(tc, test_killed_peer_then_replacement);
     tcase_add_test(tc, test_stopped_peer_then_replacement);
+    tcase_add_test(tc, test_flag_wait_sees_a_replaced_peer);
     suite_add_tcase(s, tc);
     return s;
 }
