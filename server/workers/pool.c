@@ -23,6 +23,7 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/kv_xfer.h"
 #include "server/workers/world_link.h"
 
 #define MAX_QUEUED 16                /* batches per worker: the scheduler keeps one in flight per
@@ -1209,7 +1210,8 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
             o->codecs[c].cr = m->cr;
             o->codecs[c].enc_gbps = m->enc_gbps;
             o->codecs[c].dec_gbps = m->dec_gbps;
-            o->codecs[c].b_star_gbps = wf_kv_profile_b_star_gbps(&ps);
+            o->codecs[c].b_star_gbps =
+                wf_kv_profile_b_star_pipelined_gbps(&ps, wf_kv_xfer_slices(ws->p.kv.n_layers));
         }
     }
     pthread_mutex_unlock(&ws->lock);
