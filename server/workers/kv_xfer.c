@@ -15,9 +15,10 @@
 #define HDR_FIXED 20u                  /* u32 magic, n_blocks, n_tokens, n_slices, transfer id */
 #define HDR_MAX_BLOCKS 16384           /* 256k tokens of 16: far beyond any context */
 #define HDR_CAP (HDR_FIXED + 4u * HDR_MAX_BLOCKS)
-/* A transfer is cut into at most this many layer slices (one per layer up to it): enough to
- * overlap encode, wire and decode, few enough that per-message costs stay small. */
-#define MAX_SLICES 64
+/* A transfer is cut into at most this many layer slices: enough that the pipeline's fill (one
+ * slice through every stage) is an eighth of the serial time, few enough that per-message
+ * costs (a rendezvous per slice over TCP) stay small. */
+#define MAX_SLICES 8
 
 typedef struct xfer_ack {
     int32_t status;                    /* wf_status of the decode */
@@ -366,28 +367,29 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
             size_t b = wf_kv_codec_max_layers_bytes(x->codec, bound_tokens, l1 - l0);
             if (b > slot) slot = b;
         }
-        if (ensure_buf(x, 2 * slot) != WF_OK) {
+        if (ensure_buf(x, (size_t)ns * slot) != WF_OK) {
             status = WF_ENOMEM;
             slot = 0;
         }
     }
     uint64_t dec_ns = 0, tail_ns = 0;
+    uint32_t done = 0; /* slices received (the receives of later ones are still posted) */
+    wf_world_op *rx = x->ops;
     if (slot > 0) {
-        wf_world_op rx[2];
+        /* Every slice's receive is posted at once (matched in order: same tag), each into its
+         * own part of the buffer: the sender's rendezvous for slice i+1 proceeds while slice i
+         * is decoded, instead of waiting for a receive posted after it. */
+        for (uint32_t i = 0; i < ns; i++)
+            rx[i] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1, id),
+                                  .buf = x->buf + (size_t)i * slot, .len = slot};
+        if (wf_world_post(w, rx, (int)ns) != WF_OK) {
+            wf_world_cancel(w, rx, (int)ns);
+            goto lost;
+        }
         for (uint32_t i = 0; i < ns; i++) {
-            wf_world_op *op = &rx[i % 2];
-            if (i == 0) {
-                *op = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1, id), .buf = x->buf,
-                                    .len = slot};
-                if (wf_world_post(w, op, 1) != WF_OK) goto lost;
-            }
+            wf_world_op *op = &rx[i];
             if (wait_sized(w, op, 1, slot) != WF_OK) goto lost;
-            if (i + 1 < ns) {
-                wf_world_op *next = &rx[(i + 1) % 2];
-                *next = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1, id),
-                                      .buf = x->buf + ((i + 1) % 2) * slot, .len = slot};
-                if (wf_world_post(w, next, 1) != WF_OK) goto lost;
-            }
+            done = i + 1;
             if (status != WF_OK) continue;
             int l0, l1, n = 0;
             slice_range(L, (int)ns, (int)i, &l0, &l1);
@@ -406,6 +408,7 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
             uint64_t dt = wf_clock_now_ns() - t;
             dec_ns += dt;
             if (i + 1 == ns) tail_ns = dt;
+            wf_world_test(w, rx + done, (int)(ns - done)); /* the next slices keep moving */
         }
     }
     if (status != WF_OK) {
@@ -420,9 +423,10 @@ static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
         WF_LOG_WARN("worker", NULL, "KV ack to rank %d: %s", r, wf_world_error(w));
     return;
 lost:
-    /* Nothing is left pending: a failed wait cancels what it waited for, and the next receive
-     * is posted only after it. The peer is gone or stuck: nobody waits for the ACK. */
+    /* The peer is gone or stuck: nobody waits for the ACK. A failed wait cancelled the receive
+     * it waited for; the later slices' receives are cancelled here, so the buffer is free. */
     WF_LOG_WARN("worker", NULL, "KV slices from rank %d: %s", r, wf_world_error(w));
+    if (slot > 0 && done + 1 < ns) wf_world_cancel(w, rx + done + 1, (int)(ns - done - 1));
     x->st.receive_errors++;
 }
 

@@ -3,11 +3,11 @@
  * registered store (worker.c); when the prefill worker's controller (kv/kv_controller.h)
  * predicts that a profile is faster over the link it measures, the blocks are encoded and sent
  * as tagged messages instead, and the decode worker decodes them into the blocks the scheduler
- * reserved. A transfer is a pipeline of layer slices (one per layer, at most 64: kv/codec.h's
+ * reserved. A transfer is a pipeline of layer slices (8, or one per layer if fewer: kv/codec.h's
  * wf_kv_codec_encode_layers), so encode, wire and decode overlap:
  *
  *     prefill rank                                  decode rank
- *     HEADER (magic, tokens, slices, id, blocks) ─▶ checks the blocks, sizes two slice buffers
+ *     HEADER (magic, tokens, slices, id, blocks) ─▶ checks the blocks, posts a receive per slice
  *     encode slice 0; SLICE 0                  ──▶  receive slice 0
  *     encode slice 1; SLICE 1                  ──▶  receive slice 1 while decoding slice 0
  *     ...                                           ...
@@ -46,8 +46,8 @@
  * takes 15 s, beyond a fixed 10 s bound). Dead peers are still seen at once. */
 int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes);
 #define WF_KV_XFER_MAX_PEERS WF_WORLD_MAX_RANKS
-/* Layer slices a compressed transfer of a model with n_layers is pipelined over (one per layer,
- * at most 64); the controller's time model and B* use it. */
+/* Layer slices a compressed transfer of a model with n_layers is pipelined over (8, or one
+ * per layer when fewer); the controller's time model and B* use it. */
 int wf_kv_xfer_slices(int n_layers);
 
 typedef struct wf_kv_xfer_options {
