@@ -327,9 +327,9 @@ wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w) {
     return WF_OK;
 }
 
-/* The pipeline, receiver side. One HEADER from peer r arrived: receive the slices in turn
- * into two alternating buffers (slice i+1 arrives while slice i is decoded into the blocks),
- * then answer. A slice that fails to decode fails the transfer, but the remaining slices are
+/* The pipeline, receiver side. One HEADER from peer r arrived: receive the slices in turn,
+ * each into its own part of the buffer (slice i+1 arrives while slice i is decoded into the
+ * blocks), then answer. A slice that fails to decode fails the transfer, but the remaining slices are
  * still taken off the wire so that the sender's wait ends with an answer. */
 static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
     peer_rx *p = &x->rx[r];
