@@ -221,6 +221,20 @@ void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size
     }
 }
 
+void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decision *d,
+                                        size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
+                                        uint64_t total_ns, uint64_t now_ns) {
+    if (wire_ns > codec_ns || wire_ns == 0 || wire_bytes == 0 ||
+        (double)wire_bytes * 8.0 / (double)wire_ns > c->bw_gbps) {
+        wf_kv_controller_observe(c, d, wire_bytes, wire_ns, total_ns, now_ns);
+        return;
+    }
+    /* Codec-bound and below the estimate: no bandwidth sample (the residual is then judged
+     * against the model at the current B). */
+    c->st.lower_bound_samples++;
+    wf_kv_controller_observe(c, d, wire_bytes, 0, total_ns, now_ns);
+}
+
 void wf_kv_controller_get_stats(const wf_kv_controller *c, wf_kv_controller_stats *out) {
     *out = c->st;
     out->bandwidth_gbps = c->bw_gbps;

@@ -148,6 +148,14 @@ void wf_kv_controller_decide(wf_kv_controller *c, const wf_kv_transfer_req *req,
  * sample), the whole transfer (encode + wire + decode) took total_ns. */
 void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size_t wire_bytes,
                               uint64_t wire_ns, uint64_t total_ns, uint64_t now_ns);
+/* The same for a pipelined transfer, whose wire time is only known as the span its slices took:
+ * codec_ns is its slowest codec stage (encode or decode, whole transfer). When the span is not
+ * longer than that, the codec set the pace and wire_bytes / wire_ns only bounds B from below:
+ * it moves B only if above it (else a compressing controller would keep learning a slow link
+ * from its own transfers and never see that raw became faster). */
+void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decision *d,
+                                        size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
+                                        uint64_t total_ns, uint64_t now_ns);
 
 /* Per option state; index -1 is raw. */
 typedef struct wf_kv_option_state {
@@ -163,6 +171,7 @@ typedef struct wf_kv_controller_stats {
     uint64_t slo_miss_predicted; /* decisions whose best option was predicted over the SLO */
     uint64_t observed, misses, cooldowns;
     uint64_t bytes_in, bytes_wire; /* over observed transfers */
+    uint64_t lower_bound_samples;  /* codec-bound pipelined transfers that left B alone */
     double bandwidth_gbps;         /* current estimate of B */
 } wf_kv_controller_stats;
 

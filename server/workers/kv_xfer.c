@@ -260,17 +260,19 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     posted = 1;
     size_t off = hdr_len, sent = hdr_len;
     wf_status enc_st = WF_OK;
-    uint64_t t_first = 0;
+    uint64_t t_first = 0, enc_ns = 0;
     for (int i = 0; i < ns; i++) {
         int l0, l1;
         slice_range(L, ns, i, &l0, &l1);
         size_t len = 0;
         if (enc_st == WF_OK) {
+            uint64_t te = wf_clock_now_ns();
             enc_st = wf_kv_codec_encode_layers(x->codec, store, blocks, n_blocks, n_tokens, l0, l1,
                                                x->buf + off, total - off, &len, err, errlen);
             /* A failed slice still goes, empty: the peer expects ns slices, refuses the empty
              * one and answers, so both sides end the transfer cleanly. */
             if (enc_st != WF_OK) len = 0;
+            enc_ns += wf_clock_now_ns() - te;
         }
         if (i == 0) t_first = wf_clock_now_ns();
         ops[1 + i] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1, id),
@@ -300,10 +302,11 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     *wire_bytes = sent;
     /* The wire's share of the pipeline: from the first slice ready to the last one decoded,
      * less the last slice's decode. While the codec is the slowest stage this is longer than
-     * the wire needs, so B is underestimated then (raw transfers measure it cleanly). */
+     * the wire needs: the controller then takes it as a lower bound on B only. */
     uint64_t span = t1 - t_first;
     uint64_t wire_ns = span > ack.tail_ns ? span - ack.tail_ns : 1;
-    wf_kv_controller_observe(x->ctl, d, *wire_bytes, wire_ns, t1 - t0, t1);
+    uint64_t codec_ns = enc_ns > ack.decode_ns ? enc_ns : ack.decode_ns;
+    wf_kv_controller_observe_pipelined(x->ctl, d, *wire_bytes, wire_ns, codec_ns, t1 - t0, t1);
     x->st.compressed++;
     x->st.raw_bytes += wf_kv_codec_input_bytes(x->codec, n_tokens);
     x->st.wire_bytes += *wire_bytes;

@@ -101,6 +101,42 @@ START_TEST(pipelined_model_and_boundary) {
 }
 END_TEST
 
+/* A codec-bound pipelined transfer's span only bounds B from below: below the estimate it
+ * leaves B alone (a compressing controller would otherwise learn a slow link from its own
+ * transfers and never go raw again), above it it is taken; a wire-bound one is a sample. */
+START_TEST(pipelined_samples_bound_bandwidth) {
+    wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 1.0, 0.99);
+    wf_kv_controller *c = make(&p, 1, 10);
+    wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
+    wf_kv_decision d;
+    wf_kv_controller_decide(c, &r, 0, &d);
+    /* First a raw sample: 8 Gbps. */
+    wf_kv_decision raw = d;
+    raw.profile = -1;
+    wf_kv_controller_observe(c, &raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1);
+    wf_kv_controller_stats st;
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
+    /* 16 MiB over 64 ms (2 Gbps) while the codec took 100 ms: codec-bound, below B: ignored. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 64000000ull, 100000000ull, 200000000ull, 2);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
+    ck_assert_uint_eq(st.lower_bound_samples, 1);
+    ck_assert_uint_eq(st.observed, 2);
+    /* Codec-bound but above B (16 Gbps): taken. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 8000000ull, 100000000ull, 200000000ull, 3);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0 + 0.3 * (16.0 * MB * 8 / 8e6 - 8.0), 1e-6);
+    double b = st.bandwidth_gbps;
+    /* Wire-bound (the span exceeds the codec's time): a sample even below B. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 200000000ull, 100000000ull, 300000000ull, 4);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, b + 0.3 * (16.0 * MB * 8 / 2e8 - b), 1e-6);
+    ck_assert_uint_eq(st.lower_bound_samples, 1);
+    wf_kv_controller_free(c);
+}
+END_TEST
+
 START_TEST(boundary_b_star) {
     wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 25.0, 0.99);
     for (int side = 0; side < 2; side++) {
@@ -438,6 +474,7 @@ static Suite *controller_suite(void) {
     tcase_add_test(t, compress_on_slow_links_only);
     tcase_add_test(t, boundary_b_star);
     tcase_add_test(t, pipelined_model_and_boundary);
+    tcase_add_test(t, pipelined_samples_bound_bandwidth);
     tcase_add_test(t, accuracy_budget_filters_profiles);
     tcase_add_test(t, switches_profile_after_4x_latency);
     tcase_add_test(t, cool_down_and_recovery);
