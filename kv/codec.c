@@ -308,13 +308,17 @@ size_t wf_kv_codec_input_bytes(const wf_kv_codec *c, int n_tokens) {
 /* The largest payload any profile can produce: per token and head, keys at 8 bits with a key
  * group of one token carry d bf16 scales + d codes (3d bytes, more than the 2d of F16), values
  * at most 2d. 5d per token and head, i.e. 1.25x the F16 input. */
-static size_t payload_worst(const wf_kv_codec *c, int n_tokens) {
-    return (size_t)n_tokens * (size_t)c->n_heads_total * 5u * (size_t)c->g.head_dim;
+static size_t payload_worst(const wf_kv_codec *c, int n_tokens, int n_layers) {
+    return (size_t)n_tokens * (size_t)n_layers * (size_t)c->g.n_kv_heads * 5u * (size_t)c->g.head_dim;
+}
+
+size_t wf_kv_codec_max_layers_bytes(const wf_kv_codec *c, int n_tokens, int n_layers) {
+    return WF_KV_FRAME_HEADER_BYTES + 2u * (size_t)n_layers * (size_t)c->g.n_kv_heads +
+           ZSTD_compressBound(payload_worst(c, n_tokens, n_layers));
 }
 
 size_t wf_kv_codec_max_frame_bytes(const wf_kv_codec *c, int n_tokens) {
-    return WF_KV_FRAME_HEADER_BYTES + 2u * (size_t)c->n_heads_total +
-           ZSTD_compressBound(payload_worst(c, n_tokens));
+    return wf_kv_codec_max_layers_bytes(c, n_tokens, c->g.n_layers);
 }
 
 static bool scratch_alloc(scratch *w, size_t max_tokens, size_t d) {
@@ -379,7 +383,7 @@ wf_status wf_kv_codec_new(const wf_kv_geometry *g, int max_tokens, wf_kv_codec *
     c->signs_inv = malloc(nh * 2 * d * sizeof(float));
     c->ws = calloc(1, sizeof *c->ws);
     c->layer_off = malloc(((size_t)g->n_layers + 1) * sizeof *c->layer_off);
-    c->raw_cap = payload_worst(c, max_tokens);
+    c->raw_cap = payload_worst(c, max_tokens, g->n_layers);
     c->raw = malloc(c->raw_cap);
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
@@ -485,15 +489,17 @@ static uint64_t payload_bytes(int L, int H, int d, int k_group, uint64_t n_token
     return total;
 }
 
-/* Offsets of every layer's payload, so that layer chunks can be coded independently. */
+/* Offsets of the payloads of layers [l0, l1) from the first one's (layer_off[l0] = 0), so that
+ * layer chunks can be coded independently. k_bits/v_bits start at layer l0's row. */
 static void layer_offsets(wf_kv_codec *c, int k_group, int n_tokens, const uint8_t *k_bits,
-                          const uint8_t *v_bits) {
+                          const uint8_t *v_bits, int l0, int l1) {
     int H = c->g.n_kv_heads;
-    c->layer_off[0] = 0;
-    for (int l = 0; l < c->g.n_layers; l++)
+    c->layer_off[l0] = 0;
+    for (int l = l0; l < l1; l++)
         c->layer_off[l + 1] = c->layer_off[l] + (size_t)layer_bytes(H, c->g.head_dim, k_group,
                                                                     (uint64_t)n_tokens,
-                                                                    k_bits + l * H, v_bits + l * H);
+                                                                    k_bits + (l - l0) * H,
+                                                                    v_bits + (l - l0) * H);
 }
 
 /* A job over the layers, cut into c->n_par chunks; chunk j uses scratch j. */
@@ -506,7 +512,8 @@ typedef struct layer_job {
     uint8_t *out;            /* encode: payload base */
     const uint8_t *in;       /* decode: payload base */
     const wf_kv_frame_info *fi;
-    const uint8_t *kb, *vb;
+    const uint8_t *kb, *vb;  /* decode: the frame's bit tables (their first row is layer l0) */
+    int l0, l1;              /* the layers this job codes */
     void (*chunk)(struct layer_job *job, int j);
 } layer_job;
 
@@ -521,10 +528,10 @@ static void run_layers(layer_job *job) {
     else layer_job_thread(job, 0, 1);
 }
 
-static void chunk_range(const wf_kv_codec *c, int j, int *l0, int *l1) {
-    int L = c->g.n_layers;
-    *l0 = (int)((long)L * j / c->n_par);
-    *l1 = (int)((long)L * (j + 1) / c->n_par);
+static void chunk_range(const layer_job *job, int j, int *l0, int *l1) {
+    int L = job->l1 - job->l0, n = job->c->n_par;
+    *l0 = job->l0 + (int)((long)L * j / n);
+    *l1 = job->l0 + (int)((long)L * (j + 1) / n);
 }
 
 static inline uint16_t *row_ptr(const wf_kv_store *s, bool value, int layer, const int32_t *blocks,
@@ -664,7 +671,7 @@ static uint8_t *encode_values(const wf_kv_codec *c, scratch *w, const wf_kv_stor
 static void encode_chunk(layer_job *job, int j) {
     wf_kv_codec *c = job->c;
     int l0, l1;
-    chunk_range(c, j, &l0, &l1);
+    chunk_range(job, j, &l0, &l1);
     uint8_t *o = job->out + c->layer_off[l0];
     for (int l = l0; l < l1; l++) {
         o = encode_keys(c, &c->ws[j], job->src, job->blocks, l, job->n_tokens, o);
@@ -672,26 +679,33 @@ static void encode_chunk(layer_job *job, int j) {
     }
 }
 
-wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int32_t *blocks,
-                             int n_blocks, int n_tokens, void *out, size_t cap, size_t *out_len,
-                             char *err, size_t errlen) {
+wf_status wf_kv_codec_encode_layers(wf_kv_codec *c, const wf_kv_store *store,
+                                    const int32_t *blocks, int n_blocks, int n_tokens, int l0,
+                                    int l1, void *out, size_t cap, size_t *out_len, char *err,
+                                    size_t errlen) {
     *out_len = 0;
     if (!c->have_profile)
         return wf_status_errorf(err, errlen, WF_EINVAL, "kv codec: no profile set");
+    if (l0 < 0 || l1 <= l0 || l1 > c->g.n_layers)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "layers [%d, %d) of a %d-layer codec", l0,
+                                l1, c->g.n_layers);
     wf_status st = check_store(c, store, blocks, n_blocks, n_tokens, err, errlen);
     if (st != WF_OK) return st;
-    if (cap < wf_kv_codec_max_frame_bytes(c, n_tokens))
+    int H = c->g.n_kv_heads, nl = l1 - l0;
+    size_t need = wf_kv_codec_max_layers_bytes(c, n_tokens, nl);
+    if (cap < need)
         return wf_status_errorf(err, errlen, WF_ERANGE, "output buffer of %zu bytes below %zu",
-                                cap, wf_kv_codec_max_frame_bytes(c, n_tokens));
+                                cap, need);
     if (c->prof.rotate_k || c->prof.rotate_v) ensure_signs(c, c->seed);
-    int L = c->g.n_layers, nh = c->n_heads_total;
-    uint8_t *hdr = out, *payload = hdr + WF_KV_FRAME_HEADER_BYTES + 2 * (size_t)nh;
+    size_t nh = (size_t)nl * (size_t)H;
+    uint8_t *hdr = out, *payload = hdr + WF_KV_FRAME_HEADER_BYTES + 2 * nh;
     bool zstd = c->prof.zstd_level != 0;
-    layer_offsets(c, c->prof.k_group, n_tokens, c->k_bits, c->v_bits);
+    const uint8_t *kb = c->k_bits + (size_t)l0 * (size_t)H, *vb = c->v_bits + (size_t)l0 * (size_t)H;
+    layer_offsets(c, c->prof.k_group, n_tokens, kb, vb, l0, l1);
     layer_job job = {.c = c, .src = store, .blocks = blocks, .n_tokens = n_tokens,
-                     .out = zstd ? c->raw : payload, .chunk = encode_chunk};
+                     .out = zstd ? c->raw : payload, .l0 = l0, .l1 = l1, .chunk = encode_chunk};
     run_layers(&job);
-    size_t raw = c->layer_off[L], stored = raw;
+    size_t raw = c->layer_off[l1], stored = raw;
     if (zstd) {
         size_t n = ZSTD_compressCCtx(c->cctx, payload, cap - (size_t)(payload - hdr), c->raw, raw,
                                      c->prof.zstd_level);
@@ -710,8 +724,8 @@ wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int
     put16(hdr + 4, WF_KV_FRAME_VERSION);
     put16(hdr + 6, flags);
     put32(hdr + 8, c->prof.id);
-    put16(hdr + 12, (uint16_t)L);
-    put16(hdr + 14, (uint16_t)c->g.n_kv_heads);
+    put16(hdr + 12, (uint16_t)nl);
+    put16(hdr + 14, (uint16_t)H);
     put16(hdr + 16, (uint16_t)c->g.head_dim);
     put16(hdr + 18, c->prof.k_group);
     put32(hdr + 20, (uint32_t)n_tokens);
@@ -719,12 +733,19 @@ wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int
     put64(hdr + 32, raw);
     put64(hdr + 40, stored);
     put64(hdr + 48, 0);
-    memcpy(hdr + WF_KV_FRAME_HEADER_BYTES, c->k_bits, (size_t)nh);
-    memcpy(hdr + WF_KV_FRAME_HEADER_BYTES + nh, c->v_bits, (size_t)nh);
+    memcpy(hdr + WF_KV_FRAME_HEADER_BYTES, kb, nh);
+    memcpy(hdr + WF_KV_FRAME_HEADER_BYTES + nh, vb, nh);
     size_t total = (size_t)(payload - hdr) + stored;
     put64(hdr + 48, frame_checksum(hdr, total));
     *out_len = total;
     return WF_OK;
+}
+
+wf_status wf_kv_codec_encode(wf_kv_codec *c, const wf_kv_store *store, const int32_t *blocks,
+                             int n_blocks, int n_tokens, void *out, size_t cap, size_t *out_len,
+                             char *err, size_t errlen) {
+    return wf_kv_codec_encode_layers(c, store, blocks, n_blocks, n_tokens, 0, c->g.n_layers, out,
+                                     cap, out_len, err, errlen);
 }
 
 /* ---- decode -------------------------------------------------------------------------------- */
@@ -809,7 +830,7 @@ static const uint8_t *decode_keys(const wf_kv_codec *c, scratch *w, const wf_kv_
     for (int g0 = 0; g0 < n_tokens; g0 += G) {
         int T = n_tokens - g0 < G ? n_tokens - g0 : G;
         for (int h = 0; h < H; h++) {
-            int bits = kb[l * H + h];
+            int bits = kb[h];
             if (bits == 16) {
                 for (int t = 0; t < T; t++, in += (size_t)d * 2)
                     memcpy(row_ptr(s, false, l, blocks, g0 + t, h), in, (size_t)d * 2);
@@ -839,7 +860,7 @@ static const uint8_t *decode_values(const wf_kv_codec *c, scratch *w, const wf_k
     float *sc = w->vec, *r = w->vec2;
     for (int t = 0; t < fi->n_tokens; t++)
         for (int h = 0; h < H; h++) {
-            int bits = vb[l * H + h];
+            int bits = vb[h];
             uint16_t *dst = row_ptr(s, true, l, blocks, t, h);
             if (bits == 16) {
                 memcpy(dst, in, (size_t)d * 2);
@@ -862,11 +883,13 @@ static const uint8_t *decode_values(const wf_kv_codec *c, scratch *w, const wf_k
 static void decode_chunk(layer_job *job, int j) {
     wf_kv_codec *c = job->c;
     int l0, l1;
-    chunk_range(c, j, &l0, &l1);
+    chunk_range(job, j, &l0, &l1);
     const uint8_t *in = job->in + c->layer_off[l0];
+    size_t H = (size_t)c->g.n_kv_heads;
     for (int l = l0; l < l1; l++) {
-        in = decode_keys(c, &c->ws[j], job->fi, job->kb, job->dst, job->blocks, l, in);
-        in = decode_values(c, &c->ws[j], job->fi, job->vb, job->dst, job->blocks, l, in);
+        size_t row = (size_t)(l - job->l0) * H;
+        in = decode_keys(c, &c->ws[j], job->fi, job->kb + row, job->dst, job->blocks, l, in);
+        in = decode_values(c, &c->ws[j], job->fi, job->vb + row, job->dst, job->blocks, l, in);
     }
 }
 
@@ -874,19 +897,20 @@ void wf_kv_frame_seal(void *frame, size_t len) {
     if (len >= WF_KV_FRAME_HEADER_BYTES) put64((uint8_t *)frame + 48, frame_checksum(frame, len));
 }
 
-wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_kv_store *store,
-                             const int32_t *blocks, int n_blocks, int *n_tokens, char *err,
-                             size_t errlen) {
+/* Decodes a frame of layers [l0, l0 + its n_layers); exact: it must hold every layer. */
+static wf_status decode_range(wf_kv_codec *c, const void *frame, size_t len, int l0, bool exact,
+                              wf_kv_store *store, const int32_t *blocks, int n_blocks,
+                              int *n_tokens, char *err, size_t errlen) {
     *n_tokens = 0;
     wf_kv_frame_info fi;
     wf_status st = wf_kv_frame_parse(frame, len, &fi, err, errlen);
     if (st != WF_OK) return st;
-    if (fi.n_layers != c->g.n_layers || fi.n_kv_heads != c->g.n_kv_heads ||
-        fi.head_dim != c->g.head_dim)
+    if ((exact ? fi.n_layers != c->g.n_layers : (l0 < 0 || fi.n_layers > c->g.n_layers - l0)) ||
+        fi.n_kv_heads != c->g.n_kv_heads || fi.head_dim != c->g.head_dim)
         return wf_status_errorf(err, errlen, WF_EFORMAT,
-                                "kv frame geometry %dx%dx%d differs from this model's %dx%dx%d",
-                                fi.n_layers, fi.n_kv_heads, fi.head_dim, c->g.n_layers,
-                                c->g.n_kv_heads, c->g.head_dim);
+                                "kv frame geometry %dx%dx%d (from layer %d) differs from this "
+                                "model's %dx%dx%d", fi.n_layers, fi.n_kv_heads, fi.head_dim, l0,
+                                c->g.n_layers, c->g.n_kv_heads, c->g.head_dim);
     st = check_store(c, store, blocks, n_blocks, fi.n_tokens, err, errlen);
     if (st != WF_OK) return st;
     if (fi.raw_bytes > c->raw_cap) /* implied by the token bound; checked all the same */
@@ -895,7 +919,7 @@ wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_k
     const uint8_t *p = frame;
     if (frame_checksum(p, len) != get64(p + 48))
         return wf_status_errorf(err, errlen, WF_EFORMAT, "kv frame checksum mismatch (corrupt)");
-    size_t nh = (size_t)c->n_heads_total;
+    size_t nh = (size_t)fi.n_layers * (size_t)fi.n_kv_heads;
     const uint8_t *kb = p + WF_KV_FRAME_HEADER_BYTES, *vb = kb + nh, *in = vb + nh;
     if (fi.flags & FLAG_ZSTD) {
         unsigned long long content = ZSTD_getFrameContentSize(in, (size_t)fi.stored_bytes);
@@ -911,10 +935,23 @@ wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_k
         in = c->raw;
     }
     if (fi.flags & (FLAG_ROT_K | FLAG_ROT_V)) ensure_signs(c, fi.seed);
-    layer_offsets(c, fi.k_group, fi.n_tokens, kb, vb);
+    int l1 = l0 + fi.n_layers;
+    layer_offsets(c, fi.k_group, fi.n_tokens, kb, vb, l0, l1);
     layer_job job = {.c = c, .dst = store, .blocks = blocks, .in = in, .fi = &fi, .kb = kb,
-                     .vb = vb, .chunk = decode_chunk};
+                     .vb = vb, .l0 = l0, .l1 = l1, .chunk = decode_chunk};
     run_layers(&job);
     *n_tokens = fi.n_tokens;
     return WF_OK;
+}
+
+wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_kv_store *store,
+                             const int32_t *blocks, int n_blocks, int *n_tokens, char *err,
+                             size_t errlen) {
+    return decode_range(c, frame, len, 0, true, store, blocks, n_blocks, n_tokens, err, errlen);
+}
+
+wf_status wf_kv_codec_decode_layers(wf_kv_codec *c, const void *frame, size_t len, int l0,
+                                    wf_kv_store *store, const int32_t *blocks, int n_blocks,
+                                    int *n_tokens, char *err, size_t errlen) {
+    return decode_range(c, frame, len, l0, false, store, blocks, n_blocks, n_tokens, err, errlen);
 }

@@ -124,6 +124,22 @@ wf_status wf_kv_codec_decode(wf_kv_codec *c, const void *frame, size_t len, wf_k
                              const int32_t *blocks, int n_blocks, int *n_tokens, char *err,
                              size_t errlen);
 
+/* Layer slices, so that a transfer can be a pipeline (encode slice i+1 while slice i is on
+ * the wire, decode slice i while i+1 arrives): a frame of layers [l0, l1) only, laid out as
+ * above with n_layers = l1 - l0 and the bit tables of those layers (layer l0 first). The frame
+ * does not say l0: the receiver knows it from its transfer protocol and passes it to decode
+ * (rotation signs depend on the global layer, so a wrong l0 decodes to wrong values).
+ * wf_kv_codec_encode is the slice [0, n_layers). Same errors as encode/decode, plus WF_EINVAL
+ * for a bad range, and WF_EFORMAT for a frame that reaches beyond the last layer. */
+size_t wf_kv_codec_max_layers_bytes(const wf_kv_codec *c, int n_tokens, int n_layers);
+wf_status wf_kv_codec_encode_layers(wf_kv_codec *c, const wf_kv_store *store,
+                                    const int32_t *blocks, int n_blocks, int n_tokens, int l0,
+                                    int l1, void *out, size_t cap, size_t *out_len, char *err,
+                                    size_t errlen);
+wf_status wf_kv_codec_decode_layers(wf_kv_codec *c, const void *frame, size_t len, int l0,
+                                    wf_kv_store *store, const int32_t *blocks, int n_blocks,
+                                    int *n_tokens, char *err, size_t errlen);
+
 /* The header of a frame, parsed and checked for internal consistency (not the checksum). */
 typedef struct wf_kv_frame_info {
     uint16_t version, flags;

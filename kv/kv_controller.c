@@ -34,6 +34,28 @@ double wf_kv_profile_b_star_gbps(const wf_kv_profile_stats *s) {
     return (1.0 - 1.0 / s->cr) * wf_kv_profile_speed_gbps(s) * 8.0;
 }
 
+/* Seconds per GB of F16 KV through profile p cut into n slices at wire_gbs GB/s: the first
+ * slice passes every stage, then one slice leaves per period of the slowest stage. */
+static double pipe_s_per_gb(const wf_kv_profile_stats *p, int n, double wire_gbs) {
+    double e = 1.0 / p->enc_gbps, d = 1.0 / p->dec_gbps, x = 1.0 / (p->cr * wire_gbs);
+    double slow = fmax(e, fmax(d, x));
+    return (e + d + x) / n + slow * (double)(n - 1) / n;
+}
+
+double wf_kv_profile_b_star_pipelined_gbps(const wf_kv_profile_stats *s, int n_slices) {
+    if (n_slices <= 1) return wf_kv_profile_b_star_gbps(s);
+    if (!(s->cr > 1)) return 0.0;
+    /* compressed minus raw time per GB rises with the bandwidth (for CR > 1), from minus
+     * infinity to a positive value: bisect for its root, in log space. */
+    double lo = 1e-6, hi = 1e6; /* GB/s */
+    for (int i = 0; i < 80; i++) {
+        double mid = sqrt(lo * hi);
+        if (pipe_s_per_gb(s, n_slices, mid) < 1.0 / mid) lo = mid;
+        else hi = mid;
+    }
+    return lo * 8.0;
+}
+
 void wf_kv_controller_options_init(wf_kv_controller_options *o) {
     *o = (wf_kv_controller_options){
         .init_bandwidth_gbps = 10.0,
@@ -44,6 +66,7 @@ void wf_kv_controller_options_init(wf_kv_controller_options *o) {
         .miss_limit = 3,
         .cooldown_ns = 5000000000ull,
         .link_latency_ms = 0.0,
+        .pipeline_slices = 1,
     };
 }
 
@@ -64,7 +87,8 @@ wf_status wf_kv_controller_new(const wf_kv_controller_options *o,
     if (!o || n < 0 || (n > 0 && !profiles) || !(o->init_bandwidth_gbps > 0) ||
         !(o->bandwidth_alpha > 0 && o->bandwidth_alpha <= 1) ||
         !(o->residual_alpha > 0 && o->residual_alpha <= 1) || !(o->miss_factor >= 1) ||
-        o->miss_limit < 1 || !(o->link_latency_ms >= 0))
+        o->miss_limit < 1 || !(o->link_latency_ms >= 0) || o->pipeline_slices < 1 ||
+        o->pipeline_slices > 4096)
         return WF_EINVAL;
     for (int i = 0; i < n; i++)
         if (!(profiles[i].cr > 0) || !(profiles[i].enc_gbps > 0) || !(profiles[i].dec_gbps > 0))
@@ -97,8 +121,7 @@ void wf_kv_controller_free(wf_kv_controller *c) {
 static double model_at(const wf_kv_controller *c, int i, size_t bytes, double bw_gbps) {
     double gb = (double)bytes / 1e9, wire_gbs = bw_gbps / 8.0;
     if (i < 0) return gb / wire_gbs * 1e3 + c->o.link_latency_ms;
-    const wf_kv_profile_stats *p = &c->prof[i];
-    return (gb / wf_kv_profile_speed_gbps(p) + gb / (p->cr * wire_gbs)) * 1e3 +
+    return gb * pipe_s_per_gb(&c->prof[i], c->o.pipeline_slices, wire_gbs) * 1e3 +
            c->o.link_latency_ms;
 }
 
@@ -144,7 +167,9 @@ void wf_kv_controller_decide(wf_kv_controller *c, const wf_kv_transfer_req *req,
         .model_ms = best_model,
         .raw_ms = raw_model * c->opt[0].residual,
         .bandwidth_gbps = c->bw_gbps,
-        .b_star_gbps = shown >= 0 ? wf_kv_profile_b_star_gbps(&c->prof[shown]) : 0.0,
+        .b_star_gbps = shown >= 0 ? wf_kv_profile_b_star_pipelined_gbps(&c->prof[shown],
+                                                                          c->o.pipeline_slices)
+                                   : 0.0,
         .slo_met = !(req->slo_ms > 0) || best_ms <= req->slo_ms,
         .bytes = req->bytes,
     };
@@ -194,6 +219,20 @@ void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size
     } else {
         op->streak = 0;
     }
+}
+
+void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decision *d,
+                                        size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
+                                        uint64_t total_ns, uint64_t now_ns) {
+    if (wire_ns > codec_ns || wire_ns == 0 || wire_bytes == 0 ||
+        (double)wire_bytes * 8.0 / (double)wire_ns > c->bw_gbps) {
+        wf_kv_controller_observe(c, d, wire_bytes, wire_ns, total_ns, now_ns);
+        return;
+    }
+    /* Codec-bound and below the estimate: no bandwidth sample (the residual is then judged
+     * against the model at the current B). */
+    c->st.lower_bound_samples++;
+    wf_kv_controller_observe(c, d, wire_bytes, 0, total_ns, now_ns);
 }
 
 void wf_kv_controller_get_stats(const wf_kv_controller *c, wf_kv_controller_stats *out) {

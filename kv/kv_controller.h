@@ -1,8 +1,15 @@
 /* The KV compression controller: per transfer of KV from a prefill to a decode worker, decides
  * whether to compress and with which profile (after KVServe's analytical model). Sending D bytes
  * of F16 KV raw takes D/B; through a profile of compression ratio CR and codec speed S (encode
- * and decode together) it takes D/S + D/(CR·B). So compression pays only when
+ * and decode together) it takes D/S + D/(CR·B) when the stages run one after the other. So
+ * compression pays only when
  *     B < B* = (1 - 1/CR) · S.
+ * A transfer cut into n layer slices is a pipeline (slice i is encoded while i-1 is on the
+ * wire and i-2 is decoded): with encode speed E, decode speed Dc and wire time per byte
+ * 1/(CR·B), it takes  D/n · (1/E + 1/Dc + 1/(CR·B)) + D·(n-1)/n · max(1/E, 1/Dc, 1/(CR·B))
+ * (the first slice fills the pipe, then the slowest stage sets the pace); options.
+ * pipeline_slices = n selects it (1: the serial sum above). Its B* (found numerically) tends
+ * to min(E, Dc) as n grows, against (1 - 1/CR)/(1/E + 1/Dc) without the pipeline.
  * Among the profiles that meet the request's accuracy budget (greedy-token agreement, measured
  * per model by weft-kvprof) and are not cooling down, it picks the smallest predicted time,
  * and flags a predicted SLO miss. It learns online: B is an EWMA of observed wire throughput
@@ -50,8 +57,11 @@ typedef struct wf_kv_profile_stats {
 
 /* Combined codec speed S (GB/s) of a profile: 1 / (1/enc + 1/dec). */
 double wf_kv_profile_speed_gbps(const wf_kv_profile_stats *s);
-/* B* in Gbps: the bandwidth below which this profile beats sending raw. */
+/* B* in Gbps: the bandwidth below which this profile beats sending raw (serial stages). */
 double wf_kv_profile_b_star_gbps(const wf_kv_profile_stats *s);
+/* The same for a transfer pipelined over n_slices layer slices (n_slices <= 1: the serial
+ * one); 0 when CR <= 1 (compression never pays). */
+double wf_kv_profile_b_star_pipelined_gbps(const wf_kv_profile_stats *s, int n_slices);
 
 /* A library of profiles, as weft-kvprof writes it (JSON, see deploy/kv-profiles.json). */
 typedef struct wf_kv_profile_lib {
@@ -87,9 +97,12 @@ typedef struct wf_kv_controller_options {
     int miss_limit;             /* consecutive misses that start a cool-down */
     uint64_t cooldown_ns;       /* how long a cooled-down profile is not chosen */
     double link_latency_ms;     /* fixed cost of any transfer (added to every option) */
+    int pipeline_slices;        /* layer slices a compressed transfer is pipelined over (1..4096;
+                                   1: encode, wire and decode one after the other) */
 } wf_kv_controller_options;
 
-/* Defaults: B0 10 Gbps, alphas 0.3, kv_accuracy 0.9, miss 1.5x, 3 misses, 5 s, latency 0. */
+/* Defaults: B0 10 Gbps, alphas 0.3, kv_accuracy 0.9, miss 1.5x, 3 misses, 5 s, latency 0,
+ * 1 slice. */
 void wf_kv_controller_options_init(wf_kv_controller_options *o);
 
 typedef struct wf_kv_transfer_req {
@@ -135,6 +148,14 @@ void wf_kv_controller_decide(wf_kv_controller *c, const wf_kv_transfer_req *req,
  * sample), the whole transfer (encode + wire + decode) took total_ns. */
 void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size_t wire_bytes,
                               uint64_t wire_ns, uint64_t total_ns, uint64_t now_ns);
+/* The same for a pipelined transfer, whose wire time is only known as the span its slices took:
+ * codec_ns is its slowest codec stage (encode or decode, whole transfer). When the span is not
+ * longer than that, the codec set the pace and wire_bytes / wire_ns only bounds B from below:
+ * it moves B only if above it (else a compressing controller would keep learning a slow link
+ * from its own transfers and never see that raw became faster). */
+void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decision *d,
+                                        size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
+                                        uint64_t total_ns, uint64_t now_ns);
 
 /* Per option state; index -1 is raw. */
 typedef struct wf_kv_option_state {
@@ -150,6 +171,7 @@ typedef struct wf_kv_controller_stats {
     uint64_t slo_miss_predicted; /* decisions whose best option was predicted over the SLO */
     uint64_t observed, misses, cooldowns;
     uint64_t bytes_in, bytes_wire; /* over observed transfers */
+    uint64_t lower_bound_samples;  /* codec-bound pipelined transfers that left B alone */
     double bandwidth_gbps;         /* current estimate of B */
 } wf_kv_controller_stats;
 

@@ -4,21 +4,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kv/codec.h"
 #include "proto/request.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
 
-#define HDR_MAGIC 0x584b4657u          /* "WFKX" */
-#define HDR_FIXED 16u                  /* u32 magic, u32 n_blocks, u64 frame length */
+#define HDR_MAGIC 0x324b4657u          /* "WFK2": the layer-sliced protocol */
+#define HDR_FIXED 20u                  /* u32 magic, n_blocks, n_tokens, n_slices, transfer id */
 #define HDR_MAX_BLOCKS 16384           /* 256k tokens of 16: far beyond any context */
 #define HDR_CAP (HDR_FIXED + 4u * HDR_MAX_BLOCKS)
+/* A transfer is cut into at most this many layer slices: enough that the pipeline's fill (one
+ * slice through every stage) is an eighth of the serial time, few enough that per-message
+ * costs (a rendezvous per slice over TCP) stay small. */
+#define MAX_SLICES 8
 
 typedef struct xfer_ack {
     int32_t status;                    /* wf_status of the decode */
     uint32_t pad;
-    uint64_t decode_ns;                /* how long the decode took (the sender's B excludes it) */
+    uint64_t tail_ns;                  /* decode of the last slice: after the wire was done (the
+                                        * sender's B excludes it) */
+    uint64_t decode_ns;                /* decode of every slice */
 } xfer_ack;
 
 typedef struct peer_rx {
@@ -36,8 +43,11 @@ struct wf_kv_xfer {
     int current;                       /* the profile the codec is set to (-1: none) */
     wf_kv_controller *ctl;
     double default_accuracy;
+    int n_slices;                      /* layer slices per transfer */
+    uint16_t next_id;                  /* the next transfer's id (never 0) */
     uint8_t *buf;                      /* frames, both directions */
     size_t cap;
+    wf_world_op ops[MAX_SLICES + 2];   /* a send: header, slices, ack */
     peer_rx rx[WF_KV_XFER_MAX_PEERS];
     wf_kv_xfer_stats st;
 };
@@ -76,6 +86,9 @@ wf_status wf_kv_xfer_new(const wf_kv_geometry *g, int max_tokens, const wf_kv_pr
     x->current = -1;
     x->force = -2;
     x->default_accuracy = o->default_accuracy;
+    x->n_slices = wf_kv_xfer_slices(g->n_layers);
+    /* Ids start where a restarted sender's earlier incarnation is unlikely to have been. */
+    x->next_id = (uint16_t)(wf_clock_now_ns() >> 10 ^ (uint64_t)getpid());
     wf_status st = copy_lib(&x->lib, lib);
     if (st != WF_OK) goto fail;
     if (x->lib.n > 0 && (x->lib.n_layers != g->n_layers || x->lib.n_kv_heads != g->n_kv_heads ||
@@ -108,6 +121,7 @@ wf_status wf_kv_xfer_new(const wf_kv_geometry *g, int max_tokens, const wf_kv_pr
     wf_kv_controller_options_init(&co);
     co.default_accuracy = o->default_accuracy;
     if (o->init_bandwidth_gbps > 0) co.init_bandwidth_gbps = o->init_bandwidth_gbps;
+    co.pipeline_slices = x->n_slices;
     if ((st = wf_kv_controller_new(&co, x->lib.items, x->lib.n, &x->ctl)) != WF_OK) {
         snprintf(err, errlen, "KV controller: %s", wf_status_str(st));
         goto fail;
@@ -147,17 +161,11 @@ int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes) {
     return ms > 2e9 ? 2000000000 : (int)ms;
 }
 
-/* Runs ops with the wait bound widened for bytes, then restores it. */
-static wf_status run_sized(wf_world *w, wf_world_op *ops, int n, size_t bytes) {
-    int base = wf_world_timeout_ms(w);
-    wf_world_set_timeout_ms(w, wf_kv_xfer_timeout_ms(base, bytes));
-    wf_status st = wf_world_run(w, ops, n);
-    wf_world_set_timeout_ms(w, base);
-    return st;
-}
-
-static wf_world_tag tag(uint8_t step) {
-    return (wf_world_tag){.kind = WF_WORLD_TAG_USER, .seq = WF_KV_XFER_SEQ, .step = step};
+/* The HEADER's tag has id 0 (a receive for it is always posted); the slices and the ACK carry
+ * the transfer's id, so that what is left of a transfer the sender gave up (a time-out, a peer
+ * replaced meanwhile) never matches a later transfer's receives. */
+static wf_world_tag tag(uint8_t step, uint16_t id) {
+    return (wf_world_tag){.kind = WF_WORLD_TAG_USER, .group = id, .seq = WF_KV_XFER_SEQ, .step = step};
 }
 
 void wf_kv_xfer_decide(wf_kv_xfer *x, size_t raw_bytes, double accuracy, uint32_t codec,
@@ -190,6 +198,27 @@ void wf_kv_xfer_observe_raw(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes
     x->st.wire_bytes += bytes;
 }
 
+int wf_kv_xfer_slices(int n_layers) { return n_layers < MAX_SLICES ? n_layers : MAX_SLICES; }
+
+/* Slice i of n over L layers: layers [l0, l1). */
+static void slice_range(int L, int n, int i, int *l0, int *l1) {
+    *l0 = (int)((long)L * i / n);
+    *l1 = (int)((long)L * (i + 1) / n);
+}
+
+/* Waits for ops posted earlier, the bound widened for bytes. */
+static wf_status wait_sized(wf_world *w, wf_world_op *ops, int n, size_t bytes) {
+    int base = wf_world_timeout_ms(w);
+    wf_world_set_timeout_ms(w, wf_kv_xfer_timeout_ms(base, bytes));
+    wf_status st = wf_world_wait(w, ops, n);
+    wf_world_set_timeout_ms(w, base);
+    return st;
+}
+
+/* The pipeline, sender side: the header goes first, then each layer slice is encoded and
+ * posted at once, so that slice i is on the wire (and being decoded by the peer) while slice
+ * i+1 is encoded; between slices the world is progressed so that posted sends keep moving.
+ * Every slice occupies its own part of the buffer: a posted send's bytes are never rewritten. */
 wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, const wf_kv_store *store,
                           const int32_t *blocks, int n_blocks, int n_tokens, int peer,
                           const int32_t *dst, int n_dst, size_t *wire_bytes, char *err, size_t errlen) {
@@ -210,46 +239,83 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
         }
         x->current = d->profile;
     }
-    size_t hdr_len = HDR_FIXED + 4u * (size_t)n_dst;
-    size_t fcap = wf_kv_codec_max_frame_bytes(x->codec, n_tokens);
-    if ((st = ensure_buf(x, hdr_len + fcap)) != WF_OK) return st;
-    uint8_t *frame = x->buf + hdr_len;
-    size_t flen = 0;
-    st = wf_kv_codec_encode(x->codec, store, blocks, n_blocks, n_tokens, frame, fcap, &flen, err, errlen);
-    if (st != WF_OK) return st;
-    uint64_t t_enc = wf_clock_now_ns();
-    uint32_t magic = HDR_MAGIC, nb = (uint32_t)n_dst;
-    uint64_t fl = flen;
-    memcpy(x->buf, &magic, 4);
-    memcpy(x->buf + 4, &nb, 4);
-    memcpy(x->buf + 8, &fl, 8);
+    int L = x->geo.n_layers, ns = x->n_slices;
+    size_t hdr_len = HDR_FIXED + 4u * (size_t)n_dst, total = hdr_len;
+    for (int i = 0; i < ns; i++) {
+        int l0, l1;
+        slice_range(L, ns, i, &l0, &l1);
+        total += wf_kv_codec_max_layers_bytes(x->codec, n_tokens, l1 - l0);
+    }
+    if ((st = ensure_buf(x, total)) != WF_OK) return st;
+    if (++x->next_id == 0) x->next_id = 1;
+    uint16_t id = x->next_id;
+    uint32_t hdr[5] = {HDR_MAGIC, (uint32_t)n_dst, (uint32_t)n_tokens, (uint32_t)ns, id};
+    memcpy(x->buf, hdr, HDR_FIXED);
     memcpy(x->buf + HDR_FIXED, dst, 4u * (size_t)n_dst);
     xfer_ack ack = {.status = -1};
-    wf_world_op ops[3] = {
-        {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(0), .buf = x->buf, .len = hdr_len},
-        {.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1), .buf = frame, .len = flen},
-        {.kind = WF_WORLD_RECV, .peer = peer, .tag = tag(2), .buf = &ack, .len = sizeof ack},
-    };
-    st = run_sized(w, ops, 3, hdr_len + flen);
+    wf_world_op *ops = x->ops;
+    ops[0] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(0, 0), .buf = x->buf, .len = hdr_len};
+    int posted = 0;
+    if ((st = wf_world_post(w, ops, 1)) != WF_OK) goto fail_post;
+    posted = 1;
+    size_t off = hdr_len, sent = hdr_len;
+    wf_status enc_st = WF_OK;
+    uint64_t t_first = 0, enc_ns = 0;
+    for (int i = 0; i < ns; i++) {
+        int l0, l1;
+        slice_range(L, ns, i, &l0, &l1);
+        size_t len = 0;
+        if (enc_st == WF_OK) {
+            uint64_t te = wf_clock_now_ns();
+            enc_st = wf_kv_codec_encode_layers(x->codec, store, blocks, n_blocks, n_tokens, l0, l1,
+                                               x->buf + off, total - off, &len, err, errlen);
+            /* A failed slice still goes, empty: the peer expects ns slices, refuses the empty
+             * one and answers, so both sides end the transfer cleanly. */
+            if (enc_st != WF_OK) len = 0;
+            enc_ns += wf_clock_now_ns() - te;
+        }
+        if (i == 0) t_first = wf_clock_now_ns();
+        ops[1 + i] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1, id),
+                                   .buf = x->buf + off, .len = len};
+        if ((st = wf_world_post(w, &ops[1 + i], 1)) != WF_OK) goto fail_post;
+        posted++;
+        off += len;
+        sent += len;
+        wf_world_test(w, ops, posted); /* keeps the posted slices moving */
+    }
+    ops[1 + ns] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = peer, .tag = tag(2, id), .buf = &ack,
+                                .len = sizeof ack};
+    if ((st = wf_world_post(w, &ops[1 + ns], 1)) != WF_OK) goto fail_post;
+    posted++;
+    st = wait_sized(w, ops, posted, sent);
     uint64_t t1 = wf_clock_now_ns();
     if (st != WF_OK) {
         snprintf(err, errlen, "compressed KV to rank %d: %s", peer, wf_world_error(w));
         return st;
     }
+    if (enc_st != WF_OK) return enc_st; /* err says why */
     if (ack.status != WF_OK) {
         snprintf(err, errlen, "rank %d could not decode the KV frame: %s", peer,
                  wf_status_str((wf_status)ack.status));
         return (wf_status)ack.status;
     }
-    *wire_bytes = hdr_len + flen;
-    /* The peer answers after decoding and says how long that took: the rest is the wire. */
-    uint64_t wire_ns = t1 - t_enc > ack.decode_ns ? t1 - t_enc - ack.decode_ns : 1;
-    wf_kv_controller_observe(x->ctl, d, *wire_bytes, wire_ns, t1 - t0, t1);
+    *wire_bytes = sent;
+    /* The wire's share of the pipeline: from the first slice ready to the last one decoded,
+     * less the last slice's decode. While the codec is the slowest stage this is longer than
+     * the wire needs: the controller then takes it as a lower bound on B only. */
+    uint64_t span = t1 - t_first;
+    uint64_t wire_ns = span > ack.tail_ns ? span - ack.tail_ns : 1;
+    uint64_t codec_ns = enc_ns > ack.decode_ns ? enc_ns : ack.decode_ns;
+    wf_kv_controller_observe_pipelined(x->ctl, d, *wire_bytes, wire_ns, codec_ns, t1 - t0, t1);
     x->st.compressed++;
     x->st.raw_bytes += wf_kv_codec_input_bytes(x->codec, n_tokens);
     x->st.wire_bytes += *wire_bytes;
     snprintf(x->st.last_profile, sizeof x->st.last_profile, "%s", x->lib.items[d->profile].profile.name);
     return WF_OK;
+fail_post:
+    snprintf(err, errlen, "compressed KV to rank %d: %s", peer, wf_world_error(w));
+    if (posted > 0) wf_world_cancel(w, ops, posted);
+    return st;
 }
 
 wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w) {
@@ -258,61 +324,113 @@ wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w) {
         peer_rx *p = &x->rx[r];
         if (r == me || p->posted || wf_world_peer_failed(w, r)) continue;
         if (!p->hdr && !(p->hdr = malloc(HDR_CAP))) return WF_ENOMEM;
-        p->op = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(0), .buf = p->hdr, .len = HDR_CAP};
+        p->op = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(0, 0), .buf = p->hdr, .len = HDR_CAP};
         if (wf_world_post(w, &p->op, 1) == WF_OK) p->posted = 1;
     }
     return WF_OK;
 }
 
-/* One HEADER from peer r arrived: receive the frame, decode it, answer. */
+/* The pipeline, receiver side. One HEADER from peer r arrived: receive the slices in turn,
+ * each into its own part of the buffer (slice i+1 arrives while slice i is decoded into the
+ * blocks), then answer. A slice that fails to decode fails the transfer, but the remaining slices are
+ * still taken off the wire so that the sender's wait ends with an answer. */
 static void handle(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int r) {
     peer_rx *p = &x->rx[r];
-    int32_t ack = WF_OK;
-    uint64_t t0 = 0;
+    int32_t status = WF_OK;
     char err[256] = "";
-    uint32_t magic, nb;
-    uint64_t flen;
+    uint32_t hdr[5];
     size_t got = p->op.received;
-    memcpy(&magic, p->hdr, 4);
-    memcpy(&nb, p->hdr + 4, 4);
-    memcpy(&flen, p->hdr + 8, 8);
-    bool hdr_ok = got >= HDR_FIXED && magic == HDR_MAGIC && nb <= HDR_MAX_BLOCKS &&
-                  got == HDR_FIXED + 4u * (size_t)nb;
-    size_t fcap = wf_kv_codec_max_frame_bytes(x->codec, x->max_tokens);
-    if (!hdr_ok || flen > fcap || ensure_buf(x, flen > 0 ? flen : 1) != WF_OK) {
-        /* Still take the frame off the wire so the sender's ACK wait ends with an answer. */
-        ack = hdr_ok && flen > fcap ? WF_ERANGE : WF_EPROTO;
+    memcpy(hdr, p->hdr, HDR_FIXED);
+    uint32_t nb = hdr[1], n_tokens = hdr[2], ns = hdr[3];
+    uint16_t id = (uint16_t)hdr[4];
+    int L = x->geo.n_layers;
+    if (got < HDR_FIXED || hdr[0] != HDR_MAGIC || nb > HDR_MAX_BLOCKS ||
+        got != HDR_FIXED + 4u * (size_t)nb || ns < 1 || ns > MAX_SLICES || ns > (uint32_t)L ||
+        id == 0 || hdr[4] > 0xffffu) {
+        status = WF_EPROTO;
         snprintf(err, sizeof err, "bad KV header from rank %d (%zu bytes)", r, got);
-        if (ensure_buf(x, 1 << 16) != WF_OK) return;
+    } else if (n_tokens < 1 || n_tokens > (uint32_t)x->max_tokens) {
+        status = WF_ERANGE;
+        snprintf(err, sizeof err, "KV of %u tokens from rank %d (this worker holds 1..%d)", n_tokens,
+                 r, x->max_tokens);
     }
-    wf_world_op fr = {.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1), .buf = x->buf,
-                      .len = ack == WF_OK ? flen : x->cap};
-    wf_status st = run_sized(w, &fr, 1, fr.len);
-    if (st != WF_OK) {
-        WF_LOG_WARN("worker", NULL, "KV frame from rank %d: %s", r, wf_world_error(w));
+    const int32_t *dst = (const int32_t *)(const void *)(p->hdr + HDR_FIXED);
+    for (uint32_t i = 0; status == WF_OK && i < nb; i++)
+        if (dst[i] < 0 || dst[i] >= store->n_blocks) {
+            status = WF_ERANGE;
+            snprintf(err, sizeof err, "destination block %d of %d", dst[i], store->n_blocks);
+        }
+    size_t slot = 0;
+    if (status != WF_EPROTO) {
+        /* The slice bound for the stated tokens (clamped: a refused header still drains). */
+        int bound_tokens = n_tokens > (uint32_t)x->max_tokens ? x->max_tokens : (int)n_tokens;
+        for (uint32_t i = 0; i < ns; i++) {
+            int l0, l1;
+            slice_range(L, (int)ns, (int)i, &l0, &l1);
+            size_t b = wf_kv_codec_max_layers_bytes(x->codec, bound_tokens, l1 - l0);
+            if (b > slot) slot = b;
+        }
+        if (ensure_buf(x, (size_t)ns * slot) != WF_OK) {
+            status = WF_ENOMEM;
+            slot = 0;
+        }
+    }
+    uint64_t dec_ns = 0, tail_ns = 0;
+    uint32_t done = 0; /* slices received (the receives of later ones are still posted) */
+    wf_world_op *rx = x->ops;
+    if (slot > 0) {
+        /* Every slice's receive is posted at once (matched in order: same tag), each into its
+         * own part of the buffer: the sender's rendezvous for slice i+1 proceeds while slice i
+         * is decoded, instead of waiting for a receive posted after it. */
+        for (uint32_t i = 0; i < ns; i++)
+            rx[i] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = r, .tag = tag(1, id),
+                                  .buf = x->buf + (size_t)i * slot, .len = slot};
+        if (wf_world_post(w, rx, (int)ns) != WF_OK) {
+            wf_world_cancel(w, rx, (int)ns);
+            goto lost;
+        }
+        for (uint32_t i = 0; i < ns; i++) {
+            wf_world_op *op = &rx[i];
+            if (wait_sized(w, op, 1, slot) != WF_OK) goto lost;
+            done = i + 1;
+            if (status != WF_OK) continue;
+            int l0, l1, n = 0;
+            slice_range(L, (int)ns, (int)i, &l0, &l1);
+            uint64_t t = wf_clock_now_ns();
+            /* The slice must be the one the header announced before a byte is written. */
+            wf_kv_frame_info fi;
+            status = wf_kv_frame_parse(op->buf, op->received, &fi, err, sizeof err);
+            if (status == WF_OK && (fi.n_layers != l1 - l0 || fi.n_tokens != (int)n_tokens)) {
+                status = WF_EFORMAT;
+                snprintf(err, sizeof err, "slice %u holds %d layers of %d tokens, the header "
+                         "announced %d of %u", i, fi.n_layers, fi.n_tokens, l1 - l0, n_tokens);
+            }
+            if (status == WF_OK)
+                status = wf_kv_codec_decode_layers(x->codec, op->buf, op->received, l0, store, dst,
+                                                   (int)nb, &n, err, sizeof err);
+            uint64_t dt = wf_clock_now_ns() - t;
+            dec_ns += dt;
+            if (i + 1 == ns) tail_ns = dt;
+            wf_world_test(w, rx + done, (int)(ns - done)); /* the next slices keep moving */
+        }
+    }
+    if (status != WF_OK) {
         x->st.receive_errors++;
-        return; /* the peer is gone or stuck: nobody waits for the ACK */
-    }
-    t0 = wf_clock_now_ns();
-    if (ack == WF_OK) {
-        const int32_t *dst = (const int32_t *)(const void *)(p->hdr + HDR_FIXED);
-        for (uint32_t i = 0; i < nb && ack == WF_OK; i++)
-            if (dst[i] < 0 || dst[i] >= store->n_blocks) ack = WF_ERANGE;
-        int n_tokens = 0;
-        if (ack == WF_OK)
-            ack = wf_kv_codec_decode(x->codec, x->buf, fr.received, store, dst, (int)nb, &n_tokens, err,
-                                     sizeof err);
-    }
-    if (ack != WF_OK) {
-        x->st.receive_errors++;
-        WF_LOG_WARN("worker", NULL, "KV frame from rank %d rejected: %s", r, err);
+        WF_LOG_WARN("worker", NULL, "KV from rank %d rejected: %s", r, err);
     } else {
         x->st.received++;
     }
-    xfer_ack reply = {.status = ack, .decode_ns = wf_clock_now_ns() - t0};
-    wf_world_op a = {.kind = WF_WORLD_SEND, .peer = r, .tag = tag(2), .buf = &reply, .len = sizeof reply};
+    xfer_ack reply = {.status = status, .tail_ns = tail_ns, .decode_ns = dec_ns};
+    wf_world_op a = {.kind = WF_WORLD_SEND, .peer = r, .tag = tag(2, id), .buf = &reply, .len = sizeof reply};
     if (wf_world_run(w, &a, 1) != WF_OK)
         WF_LOG_WARN("worker", NULL, "KV ack to rank %d: %s", r, wf_world_error(w));
+    return;
+lost:
+    /* The peer is gone or stuck: nobody waits for the ACK. A failed wait cancelled the receive
+     * it waited for; the later slices' receives are cancelled here, so the buffer is free. */
+    WF_LOG_WARN("worker", NULL, "KV slices from rank %d: %s", r, wf_world_error(w));
+    if (slot > 0 && done + 1 < ns) wf_world_cancel(w, rx + done + 1, (int)(ns - done - 1));
+    x->st.receive_errors++;
 }
 
 int wf_kv_xfer_poll(wf_kv_xfer *x, wf_world *w, wf_kv_store *store) {

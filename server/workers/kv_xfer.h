@@ -1,29 +1,34 @@
 /* Compressed KV transfers between worker processes (prefill -> decode), the codec half of
  * prefill/decode disaggregation. Raw KV goes by RMA put straight into the decode worker's
  * registered store (worker.c); when the prefill worker's controller (kv/kv_controller.h)
- * predicts that a profile is faster over the link it measures, the blocks are encoded into one
- * kv/codec.h frame and sent as tagged messages instead, and the decode worker decodes them into
- * the blocks the scheduler reserved:
+ * predicts that a profile is faster over the link it measures, the blocks are encoded and sent
+ * as tagged messages instead, and the decode worker decodes them into the blocks the scheduler
+ * reserved. A transfer is a pipeline of layer slices (8, or one per layer if fewer: kv/codec.h's
+ * wf_kv_codec_encode_layers), so encode, wire and decode overlap:
  *
  *     prefill rank                                  decode rank
- *     HEADER (magic, dst blocks, frame length) ──▶  checks the blocks, sizes its buffer
- *     FRAME  (the codec frame)                 ──▶  wf_kv_codec_decode into the blocks
- *                                              ◀──  ACK (status): only then does the prefill
- *                                                   worker answer its batch
+ *     HEADER (magic, tokens, slices, id, blocks) ─▶ checks the blocks, posts a receive per slice
+ *     encode slice 0; SLICE 0                  ──▶  receive slice 0
+ *     encode slice 1; SLICE 1                  ──▶  receive slice 1 while decoding slice 0
+ *     ...                                           ...
+ *                                              ◀──  ACK (status, decode times): only then does
+ *                                                   the prefill worker answer its batch
  *
  *     // both sides, once the store exists:
  *     wf_kv_xfer *x;
  *     wf_kv_xfer_new(&store.geometry, max_tokens, lib_or_NULL, &opts, &x, err, sizeof err);
  *     // decode side, in its loop:
  *     wf_kv_xfer_post(x, world);              // a HEADER receive from every other worker
- *     wf_kv_xfer_poll(x, world, &store);      // handles what arrived (decode + ACK)
+ *     wf_kv_xfer_poll(x, world, &store);      // handles what arrived (slices, decode, ACK)
  *     // prefill side, per sequence:
  *     wf_kv_decision d;
  *     wf_kv_xfer_decide(x, raw_bytes, accuracy, &d);     // d.profile < 0: put raw
  *     wf_kv_xfer_send(x, world, &d, &store, blocks, n, n_tokens, peer, dst_blocks, &st, ...);
  *
- * Tags: WF_WORLD_TAG_USER with seq WF_KV_XFER_SEQ and step 0 (header), 1 (frame), 2 (ack), so
- * they never match the coordinator's frames (seq 0). Not thread-safe: the worker's thread. */
+ * Tags: WF_WORLD_TAG_USER with seq WF_KV_XFER_SEQ and step 0 (header, group 0), 1 (slices), 2
+ * (ack); slices and ACK carry the transfer's id as their group, so what is left of a transfer
+ * the sender gave up never matches a later one. They never match the coordinator's frames
+ * (seq 0). Not thread-safe: the worker's thread. */
 #ifndef WF_SERVER_WORKERS_KV_XFER_H
 #define WF_SERVER_WORKERS_KV_XFER_H
 
@@ -41,6 +46,9 @@
  * takes 15 s, beyond a fixed 10 s bound). Dead peers are still seen at once. */
 int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes);
 #define WF_KV_XFER_MAX_PEERS WF_WORLD_MAX_RANKS
+/* Layer slices a compressed transfer of a model with n_layers is pipelined over (8, or one
+ * per layer when fewer); the controller's time model and B* use it. */
+int wf_kv_xfer_slices(int n_layers);
 
 typedef struct wf_kv_xfer_options {
     double default_accuracy;   /* kv_accuracy of requests that state none (0..1) */
@@ -64,9 +72,9 @@ void wf_kv_xfer_free(wf_kv_xfer *x, wf_world *w);
  * that profile id; an id the library lacks: raw). */
 void wf_kv_xfer_decide(wf_kv_xfer *x, size_t raw_bytes, double accuracy, uint32_t codec,
                        wf_kv_decision *d);
-/* Encodes positions [0, n_tokens) of blocks into a frame with d->profile, sends it to peer for
- * its blocks dst[0..n_dst) and waits for the peer's ACK. Reports the outcome to the controller.
- * *wire_bytes receives the frame's size. WF_OK, or why it failed (the peer's status, WF_EPEER,
+/* Encodes positions [0, n_tokens) of blocks with d->profile slice by slice, sending each as
+ * soon as it is encoded, to peer for its blocks dst[0..n_dst), and waits for the peer's ACK.
+ * Reports the outcome to the controller. *wire_bytes receives the bytes sent. WF_OK, or why it failed (the peer's status, WF_EPEER,
  * WF_ETIMEDOUT, the codec's). */
 wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, const wf_kv_store *store,
                           const int32_t *blocks, int n_blocks, int n_tokens, int peer,

@@ -23,8 +23,8 @@
 #include "proto/frame_control.h"
 #include "proto/frame_task.h"
 #include "sched/defaults.h"
+#include "server/workers/kv_xfer.h"
 #include "server/workers/pool_impl.h"
-#include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
 
 void wf_workers_params_init(wf_workers_params *p) {
@@ -1218,7 +1218,8 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
             o->codecs[c].cr = m->cr;
             o->codecs[c].enc_gbps = m->enc_gbps;
             o->codecs[c].dec_gbps = m->dec_gbps;
-            o->codecs[c].b_star_gbps = wf_kv_profile_b_star_gbps(&ps);
+            o->codecs[c].b_star_gbps =
+                wf_kv_profile_b_star_pipelined_gbps(&ps, wf_kv_xfer_slices(ws->p.kv.n_layers));
         }
     }
     pthread_mutex_unlock(&ws->lock);

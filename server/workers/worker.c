@@ -960,7 +960,8 @@ int wf_worker_main(const wf_worker_params *p) {
             for (int i = 0; i < lib.n; i++)
                 WF_LOG_INFO("worker", NULL, "rank %d: KV codec %s: encode %.3f GB/s, decode %.3f GB/s, "
                             "CR %.2f, B* %.2f Gbps", rank, lib.items[i].profile.name, lib.items[i].enc_gbps,
-                            lib.items[i].dec_gbps, lib.items[i].cr, wf_kv_profile_b_star_gbps(&lib.items[i]));
+                            lib.items[i].dec_gbps, lib.items[i].cr,
+                            wf_kv_profile_b_star_pipelined_gbps(&lib.items[i], wf_kv_xfer_slices(geo.n_layers)));
         }
         wf_kv_xfer_options xo;
         wf_kv_xfer_options_init(&xo);

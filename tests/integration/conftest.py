@@ -130,6 +130,35 @@ def health(d):
     return code, json.loads(body)
 
 
+def groups(d):
+    code, body = d.status("/admin/stats")
+    assert code == 200
+    return json.loads(body)["scheduler"]["groups"]
+
+
+def assert_no_blocks_held(d):
+    """Scratch blocks on the prefill workers (their heartbeats say) and the decode groups'
+    blocks in the scheduler all come back once nothing runs."""
+    deadline = time.monotonic() + 30
+    while True:
+        ws = admin_workers(d)
+        used = [w["kv_blocks_used"] for w in ws] + [g["kv_blocks_used"] for g in groups(d) if g["live"]]
+        if all(u == 0 for u in used):
+            return
+        assert time.monotonic() < deadline, (ws, groups(d))
+        time.sleep(0.2)
+
+
+def wait_all_live(d, n):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        code, h = health(d)
+        if h == {"status": "ok", "workers_live": n, "workers_total": n}:
+            return
+        time.sleep(0.2)
+    raise AssertionError(health(d))
+
+
 def run_weftd(*args, timeout=60):
     """weftd with bad flags: its exit code and output."""
     p = subprocess.run([os.path.join(BIN_DIR, "weftd"), "--model", MODEL, "--port", "0", *args],

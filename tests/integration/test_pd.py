@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process, complete,
-                      health, post, run_weftd)
+from conftest import (MODEL_ID, Weftd, admin_workers, assert_golden_equal_single_process,
+                      assert_no_blocks_held, complete, groups, health, post, run_weftd,
+                      wait_all_live)
 
 # 800 tokens: a prefill that takes a while on 1 core; a sanitizer build is 5-15x slower, so 200
 # tokens take as long there and keep the module's time in CI's budget.
@@ -33,25 +34,6 @@ def pd():
               "--worker-timeout-ms", "300000")
     yield d
     assert d.stop() == 0, d.logtext()
-
-
-def groups(d):
-    code, body = d.status("/admin/stats")
-    assert code == 200
-    return json.loads(body)["scheduler"]["groups"]
-
-
-def assert_no_blocks_held(d):
-    """Scratch blocks on the prefill workers (their heartbeats say) and the decode groups'
-    blocks in the scheduler all come back once nothing runs."""
-    deadline = time.monotonic() + 30
-    while True:
-        ws = admin_workers(d)
-        used = [w["kv_blocks_used"] for w in ws] + [g["kv_blocks_used"] for g in groups(d) if g["live"]]
-        if all(u == 0 for u in used):
-            return
-        assert time.monotonic() < deadline, (ws, groups(d))
-        time.sleep(0.2)
 
 
 def test_roles(pd):
@@ -79,25 +61,17 @@ def test_golden_outputs_equal_single_process(pd):
     assert_no_blocks_held(pd)
 
 
-def run_long(base, i, results, max_tokens=8):
+def run_long(base, i, results, max_tokens=8, codec=None):
     body = {"model": MODEL_ID, "prompt": LONG[:-1] + [300 + i], "max_tokens": max_tokens,
             "temperature": 0, "ignore_eos": True}
+    if codec:
+        body["kv_codec"] = codec
     try:
         r = post(base, "/v1/completions", body, timeout=300)
         results[i] = ("ok", r["usage"]["completion_tokens"], r["choices"][0]["text"])
     except Exception as e:  # noqa: BLE001 - recorded and asserted on below
         body = getattr(e, "read", lambda: b"")()
         results[i] = ("error", repr(e), body.decode(errors="replace"))
-
-
-def wait_all_live(d, n):
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        code, h = health(d)
-        if h == {"status": "ok", "workers_live": n, "workers_total": n}:
-            return
-        time.sleep(0.2)
-    raise AssertionError(health(d))
 
 
 def test_nothing_sent_to_a_busy_worker(pd):

@@ -689,6 +689,89 @@ START_TEST(parallel_layers_match_serial) {
 }
 END_TEST
 
+/* A transfer cut into layer slices (the pipelined path) decodes to exactly the KV the whole
+ * frame gives, serial or with layer chunks on threads, hybrid widths and rotation included;
+ * bad ranges and a slice that reaches beyond the last layer are refused. */
+START_TEST(layer_slices_match_whole_frame) {
+    rig r;
+    rig_init(&r, 7, 2, 64, 16 * 2 + 9);
+    wf_kv_geometry g = r.a.geometry;
+    wf_kv_store whole;
+    ck_assert_int_eq(wf_kv_store_init(&whole, &g, r.b.block_bytes * (size_t)r.b.n_blocks * 2u *
+                                                      (size_t)g.n_layers), WF_OK);
+    wf_kv_profile p;
+    wf_kv_profile_init(&p, "k4v4-rk-h", 4, 4);
+    p.rotate_k = true;
+    p.low_share = 0.3f;
+    p.low_k_bits = 2;
+    p.low_v_bits = 3;
+    int nth = 2;
+    for (int par = 0; par <= 1; par++) {
+        wf_kv_codec *enc, *dec;
+        ck_assert_int_eq(wf_kv_codec_new(&g, 128, &enc), WF_OK);
+        ck_assert_int_eq(wf_kv_codec_new(&g, 128, &dec), WF_OK);
+        if (par) {
+            ck_assert_int_eq(wf_kv_codec_set_parallel(enc, pthread_run, &nth, 2), WF_OK);
+            ck_assert_int_eq(wf_kv_codec_set_parallel(dec, pthread_run, &nth, 2), WF_OK);
+        }
+        ck_assert_int_eq(wf_kv_codec_set_profile(enc, &p, NULL, 77), WF_OK);
+        size_t cap = wf_kv_codec_max_frame_bytes(enc, r.n_tokens), len;
+        uint8_t *buf = malloc(cap);
+        int n;
+        char err[256] = "";
+        ck_assert_int_eq(wf_kv_codec_encode(enc, &r.a, r.blocks_a, r.n_blocks, r.n_tokens, buf, cap,
+                                            &len, err, sizeof err), WF_OK);
+        ck_assert_int_eq(wf_kv_codec_decode(dec, buf, len, &whole, r.blocks_b, r.n_blocks, &n, err,
+                                            sizeof err), WF_OK);
+        /* slices of 3, 1 and 3 layers */
+        int cuts[] = {0, 3, 4, 7};
+        for (int i = 0; i < 3; i++) {
+            int nl = cuts[i + 1] - cuts[i];
+            size_t scap = wf_kv_codec_max_layers_bytes(enc, r.n_tokens, nl);
+            ck_assert_uint_lt(scap, cap);
+            ck_assert_msg(wf_kv_codec_encode_layers(enc, &r.a, r.blocks_a, r.n_blocks, r.n_tokens,
+                                                    cuts[i], cuts[i + 1], buf, scap, &len, err,
+                                                    sizeof err) == WF_OK, "%s", err);
+            wf_kv_frame_info fi;
+            ck_assert_int_eq(wf_kv_frame_parse(buf, len, &fi, NULL, 0), WF_OK);
+            ck_assert_int_eq(fi.n_layers, nl);
+            /* as a whole frame it is refused: its layer count is not the model's */
+            ck_assert_int_eq(wf_kv_codec_decode(dec, buf, len, &r.b, r.blocks_b, r.n_blocks, &n,
+                                                err, sizeof err), WF_EFORMAT);
+            /* placed past the last layer: refused before writing */
+            ck_assert_int_eq(wf_kv_codec_decode_layers(dec, buf, len, 7 - nl + 1, &r.b, r.blocks_b,
+                                                       r.n_blocks, &n, err, sizeof err), WF_EFORMAT);
+            ck_assert_ptr_nonnull(strstr(err, "from layer"));
+            ck_assert_msg(wf_kv_codec_decode_layers(dec, buf, len, cuts[i], &r.b, r.blocks_b,
+                                                    r.n_blocks, &n, err, sizeof err) == WF_OK,
+                          "%s", err);
+            ck_assert_int_eq(n, r.n_tokens);
+        }
+        for (int l = 0; l < g.n_layers; l++)
+            for (int t = 0; t < r.n_tokens; t++) {
+                ck_assert_mem_eq(rig_row(&r.b, r.blocks_b, false, l, t),
+                                 rig_row(&whole, r.blocks_b, false, l, t), r.b.row_elems * 2);
+                ck_assert_mem_eq(rig_row(&r.b, r.blocks_b, true, l, t),
+                                 rig_row(&whole, r.blocks_b, true, l, t), r.b.row_elems * 2);
+            }
+        int bad[][2] = {{-1, 2}, {3, 3}, {5, 8}, {4, 2}};
+        for (int i = 0; i < 4; i++)
+            ck_assert_int_eq(wf_kv_codec_encode_layers(enc, &r.a, r.blocks_a, r.n_blocks, r.n_tokens,
+                                                       bad[i][0], bad[i][1], buf, cap, &len, err,
+                                                       sizeof err), WF_EINVAL);
+        /* a slice's buffer below its bound */
+        ck_assert_int_eq(wf_kv_codec_encode_layers(enc, &r.a, r.blocks_a, r.n_blocks, r.n_tokens, 0,
+                                                   2, buf, wf_kv_codec_max_layers_bytes(enc, r.n_tokens, 2) - 1,
+                                                   &len, err, sizeof err), WF_ERANGE);
+        free(buf);
+        wf_kv_codec_free(enc);
+        wf_kv_codec_free(dec);
+    }
+    wf_kv_store_free(&whole);
+    rig_free(&r);
+}
+END_TEST
+
 static Suite *codec_suite(void) {
     Suite *s = suite_create("kv_codec");
     TCase *t = tcase_create("codec");
@@ -704,6 +787,7 @@ static Suite *codec_suite(void) {
     tcase_add_test(t, sealed_corrupt_zstd_payload_rejected);
     tcase_add_test(t, encoder_argument_errors);
     tcase_add_test(t, parallel_layers_match_serial);
+    tcase_add_test(t, layer_slices_match_whole_frame);
     suite_add_tcase(s, t);
     return s;
 }

@@ -61,6 +61,82 @@ START_TEST(compress_on_slow_links_only) {
 }
 END_TEST
 
+/* Pipelined over n layer slices, the same profile (CR 4, 25 GB/s each way) costs
+ * D/n·(1/E + 1/Dc + 1/(CR·B)) + D·(n-1)/n·max(...) instead of the sum, so it still pays at
+ * 150 Gbps (serial B* 75 Gbps), and stops paying only near min(E, Dc) = 200 Gbps. */
+START_TEST(pipelined_model_and_boundary) {
+    wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 25.0, 0.99);
+    double bstar = wf_kv_profile_b_star_pipelined_gbps(&p, 30);
+    ck_assert_double_eq_tol(wf_kv_profile_b_star_pipelined_gbps(&p, 1), 75.0, 1e-9);
+    ck_assert(bstar > 150.0 && bstar < 200.0);
+    ck_assert(wf_kv_profile_b_star_pipelined_gbps(&p, 1000) > bstar);
+    ck_assert(wf_kv_profile_b_star_pipelined_gbps(&p, 1000) < 200.0);
+    wf_kv_profile_stats none = prof("none", 2, 1.0, 25.0, 0.99);
+    ck_assert_double_eq(wf_kv_profile_b_star_pipelined_gbps(&none, 30), 0.0);
+    double bws[] = {5, 25, 150, bstar - 0.01, bstar + 0.01, 250};
+    for (int i = 0; i < 6; i++) {
+        wf_kv_controller_options o;
+        wf_kv_controller_options_init(&o);
+        o.init_bandwidth_gbps = bws[i];
+        o.pipeline_slices = 30;
+        wf_kv_controller *c;
+        ck_assert_int_eq(wf_kv_controller_new(&o, &p, 1, &c), WF_OK);
+        wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
+        wf_kv_decision d;
+        wf_kv_controller_decide(c, &r, 0, &d);
+        ck_assert_int_eq(d.profile, bws[i] < bstar ? 0 : -1);
+        ck_assert_double_eq_tol(d.b_star_gbps, bstar, 1e-9);
+        if (i == 0) { /* 5 Gbps: the wire is the slowest stage */
+            double gb = 64.0 * MB / 1e9, e = 1 / 25.0, x = 1 / (4.0 * 5 / 8);
+            ck_assert_double_eq_tol(d.predicted_ms, gb * ((2 * e + x) / 30 + x * 29 / 30) * 1e3, 1e-9);
+        }
+        wf_kv_controller_free(c);
+    }
+    wf_kv_controller_options o;
+    wf_kv_controller_options_init(&o);
+    ck_assert_int_eq(o.pipeline_slices, 1);
+    wf_kv_controller *c;
+    o.pipeline_slices = 0;
+    ck_assert_int_eq(wf_kv_controller_new(&o, &p, 1, &c), WF_EINVAL);
+}
+END_TEST
+
+/* A codec-bound pipelined transfer's span only bounds B from below: below the estimate it
+ * leaves B alone (a compressing controller would otherwise learn a slow link from its own
+ * transfers and never go raw again), above it it is taken; a wire-bound one is a sample. */
+START_TEST(pipelined_samples_bound_bandwidth) {
+    wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 1.0, 0.99);
+    wf_kv_controller *c = make(&p, 1, 10);
+    wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
+    wf_kv_decision d;
+    wf_kv_controller_decide(c, &r, 0, &d);
+    /* First a raw sample: 8 Gbps. */
+    wf_kv_decision raw = d;
+    raw.profile = -1;
+    wf_kv_controller_observe(c, &raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1);
+    wf_kv_controller_stats st;
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
+    /* 16 MiB over 64 ms (2 Gbps) while the codec took 100 ms: codec-bound, below B: ignored. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 64000000ull, 100000000ull, 200000000ull, 2);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
+    ck_assert_uint_eq(st.lower_bound_samples, 1);
+    ck_assert_uint_eq(st.observed, 2);
+    /* Codec-bound but above B (16 Gbps): taken. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 8000000ull, 100000000ull, 200000000ull, 3);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0 + 0.3 * (16.0 * MB * 8 / 8e6 - 8.0), 1e-6);
+    double b = st.bandwidth_gbps;
+    /* Wire-bound (the span exceeds the codec's time): a sample even below B. */
+    wf_kv_controller_observe_pipelined(c, &d, 16 * MB, 200000000ull, 100000000ull, 300000000ull, 4);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, b + 0.3 * (16.0 * MB * 8 / 2e8 - b), 1e-6);
+    ck_assert_uint_eq(st.lower_bound_samples, 1);
+    wf_kv_controller_free(c);
+}
+END_TEST
+
 START_TEST(boundary_b_star) {
     wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 25.0, 0.99);
     for (int side = 0; side < 2; side++) {
@@ -397,6 +473,8 @@ static Suite *controller_suite(void) {
     TCase *t = tcase_create("controller");
     tcase_add_test(t, compress_on_slow_links_only);
     tcase_add_test(t, boundary_b_star);
+    tcase_add_test(t, pipelined_model_and_boundary);
+    tcase_add_test(t, pipelined_samples_bound_bandwidth);
     tcase_add_test(t, accuracy_budget_filters_profiles);
     tcase_add_test(t, switches_profile_after_4x_latency);
     tcase_add_test(t, cool_down_and_recovery);
