@@ -64,6 +64,17 @@ typedef struct wf_dit_router_stats {
     uint64_t rank_chunks[WF_WORKERS_MAX];  /* DENOISE chunks per worker index (a group's chunk
                                               counts on each member) */
     uint64_t rank_cfg_chunks[WF_WORKERS_MAX]; /* of which ran guidance-parallel (CFG) */
+    /* Latent bytes per worker index: sent worker to worker by a reshard (as the sender), from
+     * rank 0 to it (a chunk that began at home), from it to rank 0 (a result brought home: a
+     * member of a multi-rank group sends its whole buffer), and of those two, the ones of a
+     * latent in mid-trajectory (a chunk that began after step 0 from home, or a result home
+     * before the last step: what worker-held latents avoid). */
+    uint64_t rank_reshard_bytes[WF_WORKERS_MAX];
+    uint64_t rank_from_home_bytes[WF_WORKERS_MAX];
+    uint64_t rank_to_home_bytes[WF_WORKERS_MAX];
+    uint64_t rank_mid_home_bytes[WF_WORKERS_MAX];
+    uint64_t reshards;  /* chunks whose latent moved worker to worker to another placement */
+    uint64_t stays;     /* chunks whose latent stayed where the previous chunk left it */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
