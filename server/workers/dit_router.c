@@ -65,6 +65,7 @@ struct wf_dit_router {
     /* run's scratch, grown to the largest batch */
     int cap;
     wf_task *tasks;
+    wf_task *fetch;    /* run_fetch's chunks */
     int *idx, *todo, *tries, *wave, *begin;
     unsigned char *keepable; /* DENOISE task i may leave its result on its group */
     wf_dit_job *jobs;
@@ -110,6 +111,7 @@ static wf_status grow(wf_dit_router *r, int n) {
     GROW(r->tries, n);
     GROW(r->wave, n);
     GROW(r->begin, n);
+    GROW(r->fetch, n);
     GROW(r->keepable, n);
     GROW(r->jobs, n);
     GROW(r->ready, n);
@@ -312,9 +314,11 @@ static void count_moves(wf_dit_router *r, const wf_task *t, const wgroup *gr, wf
         return;
     }
     r->stats.reshards++;
-    for (int m = 0; m < h->n; m++)
-        r->stats.rank_reshard_bytes[h->w[m]] +=
-            wf_dit_sp_plan_bytes(&from, &to, r->patch, r->lat_c, r->lat_h, r->lat_w, 1, from.group.ranks[m]);
+    for (int m = 0; m < h->n; m++) {
+        size_t sent = wf_dit_sp_plan_bytes(&from, &to, r->patch, r->lat_c, r->lat_h, r->lat_w, 1, from.group.ranks[m]);
+        r->stats.rank_reshard_bytes[h->w[m]] += sent;
+        r->stats.rank_reshards[h->w[m]] += sent > 0;
+    }
 }
 
 /* Runs one wave: every group's tasks on its ranks at once. A latent at home goes out to every
@@ -510,10 +514,16 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
             if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, (double)(end - t0) / 1e6 / steps);
         }
+        /* Chunks that ran steps (a latent only fetched home ran none). */
+        uint64_t ran = 0;
+        for (int j = 0; j < gr->n; j++) {
+            int i = r->wave[gr->first + j];
+            ran += b->tasks[i].dit.step_end > r->begin[i];
+        }
         pthread_mutex_lock(&r->lock);
         for (int m = 0; group_ok && m < gr->n_ranks; m++) {
-            r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
-            if (gr->n_ranks > 1 && mode == WF_DIT_SP_CFG) r->stats.rank_cfg_chunks[gr->ranks[m]] += (uint64_t)gr->n;
+            r->stats.rank_chunks[gr->ranks[m]] += ran;
+            if (gr->n_ranks > 1 && mode == WF_DIT_SP_CFG) r->stats.rank_cfg_chunks[gr->ranks[m]] += ran;
         }
         pthread_mutex_unlock(&r->lock);
     }
@@ -540,6 +550,13 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
                           .latent_bytes = (double)(r->lat_floats * sizeof(float))};
+        /* Where its latent stays since its last chunk (worker indices are the policy's ranks):
+         * a policy that weighs moves sees them. */
+        const held *h = find_held(r, t->dit.latent.id);
+        if (h && h->n > 0) {
+            j->n_ranks = h->n;
+            memcpy(j->ranks, h->w, sizeof(int) * (size_t)h->n);
+        }
         r->ready[k] = j;
     }
     wf_dit_view v = {.now_ms = now_ms, .n_ranks = r->n_workers, .busy = busy,
@@ -623,6 +640,79 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
     }
 }
 
+/* Brings home the latents the batch decodes that are still on worker ranks (a decode in a
+ * batch of its own, as the image scheduler's calibration runs them; a chunk and its decode in
+ * one batch bring it home directly): each as a chunk of no steps on its holders, which send it
+ * home; one whose copy was lost runs its missing steps from the home copy on a live worker. */
+static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t cap) {
+    int n = 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        const held *h = t->kind == WF_TASK_DECODE_IMAGE ? find_held(r, t->dit.latent.id) : NULL;
+        if (!h) continue;
+        wf_task *f = &r->fetch[n++];
+        *f = *t;
+        f->kind = WF_TASK_DENOISE;
+        f->status = WF_IN_PROGRESS;
+        f->dit.step_begin = f->dit.step_end = h->step;
+        f->dit.image = (wf_artifact){0};
+        f->dit.pixels = NULL;
+        f->dit.pixels_cap = 0;
+        if (h->step > f->dit.num_steps) {
+            snprintf(msg, cap, "latent %llu: %d steps held of a %d-step schedule", (unsigned long long)h->id, h->step,
+                     f->dit.num_steps);
+            return WF_EINVAL;
+        }
+    }
+    if (n == 0) return WF_OK;
+    wf_task_batch fb = {.tasks = r->fetch, .n_tasks = n, .iteration = b->iteration};
+    for (int i = 0; i < n; i++) {
+        r->keepable[i] = 0;
+        r->tries[i] = 0;
+    }
+    for (;;) {
+        int live = -1, g = 0, at = 0;
+        for (int w = r->n_workers - 1; w >= 0; w--)
+            if (wf_workers_live(r->ws, w)) live = w;
+        bool pending = false;
+        for (int i = 0; i < n; i++) {
+            if (fb.tasks[i].status != WF_IN_PROGRESS) continue;
+            if (r->tries[i] >= WF_DIT_ROUTER_ATTEMPTS) {
+                snprintf(msg, cap, "latent %llu lost with its worker %d times", (unsigned long long)fb.tasks[i].dit.latent.id,
+                         WF_DIT_ROUTER_ATTEMPTS);
+                return WF_ECLOSED;
+            }
+            if (live < 0) {
+                snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+                return WF_ECLOSED;
+            }
+            pending = true;
+            /* Its group: the holders (no move), or a live worker that recomputes it. */
+            held *h = find_held(r, fb.tasks[i].dit.latent.id);
+            wgroup want = {.n_ranks = 1, .ranks = {live}};
+            if (h && h->n > 0 && held_intact(r, h)) {
+                want.n_ranks = h->n;
+                memcpy(want.ranks, h->w, sizeof(int) * (size_t)h->n);
+            }
+            int q = 0;
+            while (q < g && (r->groups[q].n_ranks != want.n_ranks ||
+                             memcmp(r->groups[q].ranks, want.ranks, sizeof(int) * (size_t)want.n_ranks)))
+                q++;
+            if (q == g) r->groups[g++] = want;
+            r->todo[i] = q;
+        }
+        if (!pending) return WF_OK;
+        for (int q = 0; q < g; q++) {
+            r->groups[q].first = at;
+            for (int i = 0; i < n; i++)
+                if (fb.tasks[i].status == WF_IN_PROGRESS && r->todo[i] == q) r->wave[at++] = i;
+            r->groups[q].n = at - r->groups[q].first;
+        }
+        wf_status st = run_wave(r, &fb, g, msg, cap);
+        if (st != WF_OK) return st;
+    }
+}
+
 /* Whether the batch also decodes or finishes latent `id` (then its chunk's result comes home). */
 static bool wanted_home(const wf_task_batch *b, uint64_t id) {
     for (int i = 0; i < b->n_tasks; i++) {
@@ -666,16 +756,8 @@ static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) 
     }
     st = run_denoise(r, b, msg, cap);
     if (st != WF_OK) return st;
-    /* Every latent decoded here came home with its last chunk (the image scheduler decodes in
-     * the batch of the chunk it shows). */
-    for (int i = 0; i < b->n_tasks; i++) {
-        wf_task *t = &b->tasks[i];
-        if (t->kind == WF_TASK_DECODE_IMAGE && find_held(r, t->dit.latent.id)) {
-            snprintf(msg, cap, "DECODE_IMAGE of latent %llu, which is still on worker ranks (no DENOISE chunk "
-                     "brought it home in this batch)", (unsigned long long)t->dit.latent.id);
-            return WF_EINVAL;
-        }
-    }
+    st = run_fetch(r, b, msg, cap);
+    if (st != WF_OK) return st;
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
 }
 
@@ -821,6 +903,7 @@ void wf_dit_router_free(wf_dit_router *r) {
     free(r->held);
     free(r->drops);
     free(r->begin);
+    free(r->fetch);
     free(r->keepable);
     wf_dit_policy_free(r->policy);
     free(r->tasks);

@@ -103,6 +103,58 @@ def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
         assert d.stop() == 0
 
 
+def latent_bytes(d):
+    """Latent bytes per path summed over the worker ranks, and reshards."""
+    ws = admin(d)["scheduler"]["workers"]
+    out = {k: sum(w["dit_latent_bytes"][k] for w in ws)
+           for k in ("worker", "from_rank0", "to_rank0", "mid_trajectory_rank0")}
+    out["reshards"] = sum(w["dit_reshards"] for w in ws)
+    return out
+
+
+def test_latents_stay_on_workers_between_chunks(reference):
+    # static:1 with one step per chunk: each image's 4 chunks run on one rank, and its latent
+    # stays there between them; only x_T goes out and the final latent comes home.
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:1")
+    try:
+        before = latent_bytes(d)
+        chunks0 = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"])
+        assert generate(d, REQUESTS[0]) == reference[0]
+        after = latent_bytes(d)
+        delta = {k: after[k] - before[k] for k in after}
+        chunks = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"]) - chunks0
+        assert chunks >= REQUESTS[0]["n"] * REQUESTS[0]["num_inference_steps"], chunks
+        # Not one byte of a latent through rank 0 between two chunks: x_T goes out with the
+        # first chunk and the latent comes home with the last (should a lane hand an image to
+        # the other, its rows move worker to worker).
+        assert delta["mid_trajectory_rank0"] == 0, delta
+        assert delta["from_rank0"] > 0 and delta["to_rank0"] > 0, delta
+        assert (delta["reshards"] > 0) == (delta["worker"] > 0), delta
+        metrics = d.status("/metrics")[1].decode()
+        for path in ("worker", "from_rank0", "to_rank0"):
+            assert f'path="{path}"' in metrics
+        assert "weft:worker_dit_reshards_total{" in metrics
+        assert "weft:worker_dit_latent_mid_rank0_bytes_total{" in metrics
+    finally:
+        assert d.stop() == 0
+
+
+def test_latents_move_worker_to_worker_when_the_group_changes(reference):
+    # static:2 on guided and unguided images, then elastic: groups change between chunks, so
+    # latents move between worker ranks (Ulysses rows <-> CFG whole <-> one rank), never
+    # through rank 0 in mid-trajectory; the bytes stay the in-process daemon's.
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "elastic")
+    try:
+        before = latent_bytes(d)
+        assert run_all(d) == reference
+        after = latent_bytes(d)
+        delta = {k: after[k] - before[k] for k in after}
+        assert delta["mid_trajectory_rank0"] == 0, delta
+        assert (delta["reshards"] > 0) == (delta["worker"] > 0), delta
+    finally:
+        assert d.stop() == 0
+
+
 def test_bad_dit_policy_is_refused_at_start():
     import subprocess
     from conftest import BIN_DIR
