@@ -363,6 +363,18 @@ static int body_errors(wf_world *w, int rank, void *arg) {
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &me, &two, ITEMS, 0) == ITEMS * c.n / 2 * sizeof(float), "bytes");
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &two, &me, ITEMS, 1) == ITEMS * c.n / 2 * sizeof(float), "bytes");
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &two, &me, ITEMS, 0) == 0, "bytes");
+        /* The runner-free plan a coordinator counts with (channels x side x side): the
+         * same bytes; {0} -> {1} moves every row; CFG {0,1} -> {1} moves nothing (1 holds it
+         * all); Ulysses {0,1} -> CFG {0,1}: each member sends the other its half. */
+        const int pch = wf_dit_get_config(c.model)->patch_size, sd = wf_dit_get_config(c.model)->sample_size;
+        const int ch = (int)(c.n / (size_t)(sd * sd));
+        wf_dit_placement one1 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r1, 1);
+        wf_dit_placement cfg2 = wf_dit_placement_make(WF_DIT_SP_CFG, r01, 2);
+        WT_CHECK(wf_dit_sp_plan_bytes(&me, &two, pch, ch, sd, sd, ITEMS, 0) ==
+                     wf_dit_sp_reshard_bytes(c.sp, &me, &two, ITEMS, 0), "plan bytes");
+        WT_CHECK(wf_dit_sp_plan_bytes(&me, &one1, pch, ch, sd, sd, 1, 0) == c.n * sizeof(float), "plan move");
+        WT_CHECK(wf_dit_sp_plan_bytes(&cfg2, &one1, pch, ch, sd, sd, 1, 0) == 0, "plan cfg");
+        WT_CHECK(wf_dit_sp_plan_bytes(&two, &cfg2, pch, ch, sd, sd, 1, 1) == c.n / 2 * sizeof(float), "plan u2c");
     }
     teardown(&c);
     return 0;
