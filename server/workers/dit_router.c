@@ -556,6 +556,8 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
         if (h && h->n > 0) {
             j->n_ranks = h->n;
             memcpy(j->ranks, h->w, sizeof(int) * (size_t)h->n);
+        } else if (h) {
+            j->steps_done = h->home_step; /* lost: it starts again from its home copy */
         }
         r->ready[k] = j;
     }
