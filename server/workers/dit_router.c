@@ -803,7 +803,8 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The measured cost model: for every degree P the model and the workers allow (1, 2, 4, ...),
  * the median of 7 timed one-step chunks of one image on ranks 1..P (after a warm-up), through
- * the same path as requests (latents out and back). */
+ * the dispatch path of requests (here each latent goes out from home and comes back: a step's
+ * time without a worker-to-worker move, which the cost model prices by bytes apart). */
 static void calibrate(wf_dit_router *r) {
     wf_dit_cost_measured(&r->cost);
     r->calibrating = true;
