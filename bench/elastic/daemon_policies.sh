@@ -41,14 +41,19 @@ step1=$(sed -n 's/.*DiT step on 1 worker rank(s): \([0-9.]*\) ms.*/\1/p' "$tmp/w
 stop
 echo "T_single: $TS"
 
-traffic() { # the workers' latent bytes per path, summed (absent before they were counted)
+traffic() { # the workers' latent bytes per path, summed over them, minus $tmp/traffic0 (the
+    # start-up's: the image scheduler's calibration decodes in batches of their own)
     curl -s "http://127.0.0.1:$PORT/admin/stats" | python3 -c '
 import json, sys
 ws = json.load(sys.stdin)["scheduler"]["workers"]
 if "dit_latent_bytes" not in ws[0]:
-    print("latent traffic: not reported by this build"); sys.exit()
+    sys.argv[1] == "base" or print("latent traffic: not reported by this build"); sys.exit()
 t = {k: sum(w["dit_latent_bytes"][k] for w in ws) for k in ws[0]["dit_latent_bytes"]}
-print("latent traffic: reshards %d, bytes %s" % (sum(w["dit_reshards"] for w in ws), t))'
+t["reshards"] = sum(w["dit_reshards"] for w in ws)
+if sys.argv[1] == "base":
+    json.dump(t, open(sys.argv[2], "w")); sys.exit()
+b = json.load(open(sys.argv[2]))
+print("latent traffic of the run: " + ", ".join("%s %d" % (k, t[k] - b[k]) for k in t))' "$1" "$tmp/traffic0"
 }
 
 for p in $POLICIES; do
@@ -59,12 +64,13 @@ for p in $POLICIES; do
         [ -n "${BEFORE_BIN:-}" ] && label="$p $side"
         start "$p" "$bin"
         grep '\[dit\]' "$tmp/weftd.log" | sed 's/^.*\[dit\] /  /'
+        traffic base
         "$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --t-single "$TS" \
             --rate "$RATE" --num-requests "$N" --label "$label" --json "$tmp/$p.$side.json" >"$tmp/$p.txt" 2>&1
         groups=$(curl -s "http://127.0.0.1:$PORT/admin/stats" |
                  python3 -c 'import json,sys; print(json.load(sys.stdin)["images"]["chunks_by_group_size"])')
         echo "== $label: chunks by group size $groups"
-        traffic
+        traffic run
         grep -E '^(SLO attainment|Image throughput|class|S |L |all )' "$tmp/$p.txt"
         stop
     done
