@@ -530,6 +530,36 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     return fatal;
 }
 
+/* Single-rank picks are interchangeable: one whose latent stays on another rank takes that
+ * rank when it is free or given to a pick whose latent is not there (they swap), so that a
+ * policy's choice of which free rank (a lane number) does not move latents for nothing. */
+static void keep_in_place(wf_dit_router *r, const wf_task_batch *b, const bool *busy, int k) {
+    for (int i = 0; i < k; i++) {
+        wf_dit_task *pi = &r->picks[i];
+        const held *h = find_held(r, b->tasks[r->todo[pi->job]].dit.latent.id);
+        if (pi->n_ranks != 1 || !h || h->n != 1 || h->w[0] == pi->ranks[0] || busy[h->w[0]]) continue;
+        int want = h->w[0], other = -1;
+        bool used = false;
+        for (int q = 0; q < k; q++) {
+            const wf_dit_task *pq = &r->picks[q];
+            for (int m = 0; m < pq->n_ranks; m++)
+                if (pq->ranks[m] == want) {
+                    used = true;
+                    other = pq->n_ranks == 1 ? q : -1;
+                }
+        }
+        if (!used) {
+            pi->ranks[0] = want;
+            continue;
+        }
+        if (other < 0) continue; /* in a multi-rank pick */
+        const held *ho = find_held(r, b->tasks[r->todo[r->picks[other].job]].dit.latent.id);
+        if (ho && ho->n == 1 && ho->w[0] == want) continue; /* that one stays there itself */
+        r->picks[other].ranks[0] = pi->ranks[0];
+        pi->ranks[0] = want;
+    }
+}
+
 /* The groups of the next wave for todo[0..n): the policy's picks (sched/dit_policy.h) over the
  * live workers, each its own group; when it picks nothing, one rank per task, the tasks spread
  * in blocks over the live workers. Returns the number of groups; 0 when no worker is live. */
@@ -564,6 +594,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     wf_dit_view v = {.now_ms = now_ms, .n_ranks = r->n_workers, .busy = busy,
                      .ready = r->ready, .n_ready = n};
     int k = wf_dit_policy_pick(r->policy, &v, r->picks, n);
+    keep_in_place(r, b, busy, k);
     int g = 0, at = 0;
     if (k > 0) {
         /* One group per pick (a policy gives each picked job its own free ranks, one job per
