@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (
 
 
 # The model's default guidance (2) runs guidance-parallel, guidance_scale 1 sequence-parallel.
-LONGS = {"cfg": LONG, "ulysses": dict(LONG, guidance_scale=1)}
+# (48 steps: long enough that the kill lands while the chunks run, however fast they go)
+LONGS = {"cfg": dict(LONG, num_inference_steps=48), "ulysses": dict(LONG, num_inference_steps=48, guidance_scale=1)}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not any(
                     r["steps_done"] > 0 for r in admin(d)["images"]["requests"]):
-                time.sleep(0.02)
+                time.sleep(0.005)
             os.kill(victim["pid"], signal.SIGKILL)
             results = [f.result(timeout=180) for f in futs]
         ok = 0
