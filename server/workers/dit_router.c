@@ -309,11 +309,8 @@ static void count_moves(wf_dit_router *r, const wf_task *t, const wgroup *gr, wf
     for (int m = 0; m < gr->n_ranks; m++) ranks[m] = wf_workers_rank(r->ws, gr->ranks[m]);
     wf_dit_placement to = wf_dit_placement_make(mode, ranks, gr->n_ranks);
     if (from.mode == to.mode && from.group.n_ranks == to.group.n_ranks &&
-        !memcmp(from.group.ranks, to.group.ranks, sizeof(int) * (size_t)to.group.n_ranks)) {
-        r->stats.stays++;
-        return;
-    }
-    r->stats.reshards++;
+        !memcmp(from.group.ranks, to.group.ranks, sizeof(int) * (size_t)to.group.n_ranks))
+        return; /* it stays where the previous chunk left it */
     for (int m = 0; m < h->n; m++) {
         size_t sent = wf_dit_sp_plan_bytes(&from, &to, r->patch, r->lat_c, r->lat_h, r->lat_w, 1, from.group.ranks[m]);
         r->stats.rank_reshard_bytes[h->w[m]] += sent;

@@ -80,8 +80,6 @@ typedef struct wf_dit_router_stats {
     uint64_t rank_to_home_bytes[WF_WORKERS_MAX];
     uint64_t rank_mid_home_bytes[WF_WORKERS_MAX];
     uint64_t rank_reshards[WF_WORKERS_MAX]; /* reshards in which it sent rows */
-    uint64_t reshards;  /* chunks whose latent moved worker to worker to another placement */
-    uint64_t stays;     /* chunks whose latent stayed where the previous chunk left it */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
