@@ -62,6 +62,8 @@ struct wf_dit_router {
     int lat_c, lat_h, lat_w;
     size_t lat_floats;
     bool calibrating;  /* every result goes home */
+    int hold_max;      /* latents a worker keeps between chunks at most (its slots, minus room
+                          for a batch's chunks from home) */
     /* run's scratch, grown to the largest batch */
     int cap;
     wf_task *tasks;
@@ -333,10 +335,20 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
         r->parts[w].status = WF_OK;
         r->parts[w].msg[0] = '\0';
     }
-    /* Held copies whose holders are gone restart from home; where each task begins. */
+    /* Held copies whose holders are gone restart from home; where each task begins; a result
+     * stays on its group only while every member has a free slot for it besides a batch's
+     * worth (else it comes home: the worker's latent table is bounded). */
+    int load[WF_WORKERS_MAX] = {0};
+    for (int q = 0; q < r->n_held; q++)
+        for (int m = 0; m < r->held[q].n; m++) load[r->held[q].w[m]]++;
     for (int g = 0; g < n_groups; g++)
         for (int j = 0; j < r->groups[g].n; j++) {
             int i = r->wave[r->groups[g].first + j];
+            const wgroup *gr = &r->groups[g];
+            bool fits = true;
+            for (int m = 0; m < gr->n_ranks; m++) fits &= load[gr->ranks[m]] < r->hold_max;
+            if (!fits) r->keepable[i] = 0;
+            for (int m = 0; r->keepable[i] && m < gr->n_ranks; m++) load[gr->ranks[m]]++;
             held *h = find_held(r, b->tasks[i].dit.latent.id);
             if (h && h->n > 0 && !held_intact(r, h)) {
                 WF_LOG_WARN("dit", NULL, "latent %llu lost with a worker rank: its chunk starts again at step %d",
@@ -894,6 +906,11 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
     r->model_cfg = c;
     r->tokens = (r->lat_h / r->patch) * (r->lat_w / r->patch);
     r->max_P = wf_dit_sp_fit(c, r->lat_h, r->lat_w, r->n_workers);
+    /* The workers open the DiT with the default options (worker.c): their latent slots. */
+    wf_dit_exec_options wo;
+    wf_dit_exec_options_init(&wo);
+    r->hold_max = wo.max_latents - in->max_items;
+    if (r->hold_max < 0) r->hold_max = 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     wf_status st = grow(r, 16);
