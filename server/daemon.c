@@ -231,6 +231,13 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->restarts = st[i].restarts;
         r->dit_chunks = i < WF_WORKERS_MAX ? ds.rank_chunks[i] : 0;
         r->dit_cfg_chunks = i < WF_WORKERS_MAX ? ds.rank_cfg_chunks[i] : 0;
+        if (i < WF_WORKERS_MAX) {
+            r->dit_reshards = ds.rank_reshards[i];
+            r->dit_reshard_bytes = ds.rank_reshard_bytes[i];
+            r->dit_from_home_bytes = ds.rank_from_home_bytes[i];
+            r->dit_to_home_bytes = ds.rank_to_home_bytes[i];
+            r->dit_mid_home_bytes = ds.rank_mid_home_bytes[i];
+        }
         snprintf(r->last_error, sizeof r->last_error, "%s", st[i].last_error);
         r->n_codecs = st[i].n_codecs < 16 ? st[i].n_codecs : 16;
         memcpy(r->codecs, st[i].codecs, (size_t)r->n_codecs * sizeof r->codecs[0]);

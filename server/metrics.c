@@ -250,6 +250,8 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
         {"weft:kv_transfers_compressed_total", "counter", "KV transfers sent through a codec profile (the controller's choice or --kv-codec)."},
         {"weft:worker_dit_chunks_total", "counter", "DiT DENOISE chunks the worker rank ran (a multi-rank chunk counts on each member)."},
         {"weft:worker_dit_cfg_chunks_total", "counter", "Of those, chunks run guidance-parallel (conditional and unconditional passes on two ranks)."},
+        {"weft:worker_dit_reshards_total", "counter", "DiT latent reshards in which the worker rank sent rows to other workers (a chunk boundary that changed the group)."},
+        {"weft:worker_dit_latent_mid_rank0_bytes_total", "counter", "DiT latent bytes between rank 0 and the worker rank in mid-trajectory (between two chunks; 0 while latents stay on workers)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -266,10 +268,23 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             }
             uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts, 0, r[i].kv_blocks_used,
                             r[i].transfers, r[i].transfers_failed, r[i].transfer_bytes, 0,
-                            r[i].transfers_compressed, r[i].dit_chunks, r[i].dit_cfg_chunks};
+                            r[i].transfers_compressed, r[i].dit_chunks, r[i].dit_cfg_chunks,
+                            r[i].dit_reshards, r[i].dit_mid_home_bytes};
             sample_u(b, fam[f].name, model, extra, v[f]);
         }
     }
+    /* One family, a sample per rank and path: worker to worker, from rank 0, to rank 0. */
+    static const char *const paths[] = {"worker", "from_rank0", "to_rank0"};
+    header(b, "weft:worker_dit_latent_bytes_total", "counter",
+           "DiT latent bytes moved, per path: sent by the worker rank to other workers (reshards), from rank 0 to it, from it to rank 0.");
+    for (int i = 0; i < n; i++)
+        for (int q = 0; q < 3; q++) {
+            char extra[96];
+            snprintf(extra, sizeof extra, ",rank=\"%d\",role=\"%s\",path=\"%s\"", r[i].rank,
+                     r[i].role[0] ? r[i].role : "worker", paths[q]);
+            uint64_t v[] = {r[i].dit_reshard_bytes, r[i].dit_from_home_bytes, r[i].dit_to_home_bytes};
+            sample_u(b, "weft:worker_dit_latent_bytes_total", model, extra, v[q]);
+        }
 }
 
 static void slo_count(wf_slo_class *c, bool ttft_met, bool tpot_met, int64_t sec) {

@@ -126,6 +126,10 @@ typedef struct wf_server_rank {
     char last_error[160];
     uint64_t dit_chunks;      /* DiT DENOISE chunks it ran (a multi-rank chunk counts on each member) */
     uint64_t dit_cfg_chunks;  /* of which guidance-parallel (CFG, two ranks) */
+    /* DiT latent bytes (server/workers/dit_router.h): sent by it to other workers (reshards,
+     * and how many it sent rows in), from rank 0 to it, from it to rank 0, and of those two the
+     * ones of latents in mid-trajectory (between two chunks) */
+    uint64_t dit_reshards, dit_reshard_bytes, dit_from_home_bytes, dit_to_home_bytes, dit_mid_home_bytes;
     int n_codecs;             /* KV codec profiles as the worker measured them at start-up */
     struct {
         char name[32];
@@ -138,7 +142,9 @@ typedef struct wf_server_rank {
 /* weft:worker_up, weft:worker_batches_total, weft:worker_restarts_total,
  * weft:worker_last_heartbeat_seconds, weft:worker_kv_blocks_used, weft:kv_transfers_total,
  * weft:kv_transfer_failures_total, weft:kv_transfer_bytes_total, weft:kv_transfer_seconds_total,
- * weft:worker_dit_chunks_total, weft:worker_dit_cfg_chunks_total, one sample per rank (labelled rank and role). */
+ * weft:worker_dit_chunks_total, weft:worker_dit_cfg_chunks_total, weft:worker_dit_reshards_total,
+ * weft:worker_dit_latent_bytes_total{path="worker"|"from_rank0"|"to_rank0"},
+ * weft:worker_dit_latent_mid_rank0_bytes_total, one sample per rank (labelled rank and role). */
 void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
 
 #endif

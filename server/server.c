@@ -420,6 +420,11 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
                        r[i].batches_in_flight, r[i].batches_running, (unsigned long long)r[i].frames_in,
                        (unsigned long long)r[i].frames_out, (unsigned long long)r[i].dit_chunks,
                        (unsigned long long)r[i].dit_cfg_chunks);
+        wf_jbuf_printf(b, ",\"dit_reshards\":%llu,\"dit_latent_bytes\":{\"worker\":%llu,\"from_rank0\":%llu,"
+                       "\"to_rank0\":%llu,\"mid_trajectory_rank0\":%llu}",
+                       (unsigned long long)r[i].dit_reshards, (unsigned long long)r[i].dit_reshard_bytes,
+                       (unsigned long long)r[i].dit_from_home_bytes, (unsigned long long)r[i].dit_to_home_bytes,
+                       (unsigned long long)r[i].dit_mid_home_bytes);
         wf_jbuf_printf(b, ",\"transfers_compressed\":%llu,\"codec_decisions\":{\"compress\":%llu,"
                        "\"link_fast\":%llu,\"no_profile\":%llu,\"cooling\":%llu},\"codec_last\":",
                        (unsigned long long)r[i].transfers_compressed,

@@ -3,6 +3,10 @@
 # mixed S/L image workload (weft-bench --workload images, S and L differ by steps) against each,
 # in one run; then the cost model's single-request prediction against the daemon's latency.
 #   bench/elastic/daemon_policies.sh [build-dir]   (RATE=20 N=300 POLICIES="static:1 static:2 elastic")
+# BEFORE_BIN=<another build's bin dir> runs each policy with that weftd first, then with this
+# build's, interleaved in one run (a before/after comparison on the same loaded host); each
+# run prints the workers' latent traffic (bytes worker to worker, from and to rank 0, and in
+# mid-trajectory) where the daemon reports it.
 set -eu
 BUILD=${1:-build}
 RATE=${RATE:-20}
@@ -14,8 +18,8 @@ CLASSES="--image-class S:8x8:5:1.5 --image-class L:8x8:45:6 --image-mix S=1,L=1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-start() { # policy -> weftd pid in $pid, log in $tmp/weftd.log
-    "$BUILD/bin/weftd" --model "$DIT" --workers 2 --dit-policy "$1" --threads 1 --port "$PORT" \
+start() { # policy [bin dir] -> weftd pid in $pid, log in $tmp/weftd.log
+    "${2:-$BUILD/bin}/weftd" --model "$DIT" --workers 2 --dit-policy "$1" --threads 1 --port "$PORT" \
         >"$tmp/weftd.log" 2>&1 &
     pid=$!
     i=0
@@ -37,16 +41,39 @@ step1=$(sed -n 's/.*DiT step on 1 worker rank(s): \([0-9.]*\) ms.*/\1/p' "$tmp/w
 stop
 echo "T_single: $TS"
 
+traffic() { # the workers' latent bytes per path, summed over them, minus $tmp/traffic0 (the
+    # start-up's: the image scheduler's calibration decodes in batches of their own)
+    curl -s "http://127.0.0.1:$PORT/admin/stats" | python3 -c '
+import json, sys
+ws = json.load(sys.stdin)["scheduler"]["workers"]
+if "dit_latent_bytes" not in ws[0]:
+    sys.argv[1] == "base" or print("latent traffic: not reported by this build"); sys.exit()
+t = {k: sum(w["dit_latent_bytes"][k] for w in ws) for k in ws[0]["dit_latent_bytes"]}
+t["reshards"] = sum(w["dit_reshards"] for w in ws)
+if sys.argv[1] == "base":
+    json.dump(t, open(sys.argv[2], "w")); sys.exit()
+b = json.load(open(sys.argv[2]))
+print("latent traffic of the run: " + ", ".join("%s %d" % (k, t[k] - b[k]) for k in t))' "$1" "$tmp/traffic0"
+}
+
 for p in $POLICIES; do
-    start "$p"
-    grep '\[dit\]' "$tmp/weftd.log" | sed 's/^.*\[dit\] /  /'
-    "$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --t-single "$TS" \
-        --rate "$RATE" --num-requests "$N" --label "$p" --json "$tmp/$p.json" >"$tmp/$p.txt" 2>&1
-    groups=$(curl -s "http://127.0.0.1:$PORT/admin/stats" |
-             python3 -c 'import json,sys; print(json.load(sys.stdin)["images"]["chunks_by_group_size"])')
-    echo "== $p: chunks by group size $groups"
-    grep -E '^(SLO attainment|Image throughput|class|S |L |all )' "$tmp/$p.txt"
-    stop
+    for side in ${BEFORE_BIN:+before} after; do
+        bin=$BUILD/bin
+        [ "$side" = before ] && bin=$BEFORE_BIN
+        label=$p
+        [ -n "${BEFORE_BIN:-}" ] && label="$p $side"
+        start "$p" "$bin"
+        grep '\[dit\]' "$tmp/weftd.log" | sed 's/^.*\[dit\] /  /'
+        traffic base
+        "$BUILD/bin/weft-bench" --port "$PORT" --workload images $CLASSES --t-single "$TS" \
+            --rate "$RATE" --num-requests "$N" --label "$label" --json "$tmp/$p.$side.json" >"$tmp/$p.txt" 2>&1
+        groups=$(curl -s "http://127.0.0.1:$PORT/admin/stats" |
+                 python3 -c 'import json,sys; print(json.load(sys.stdin)["images"]["chunks_by_group_size"])')
+        echo "== $label: chunks by group size $groups"
+        traffic run
+        grep -E '^(SLO attainment|Image throughput|class|S |L |all )' "$tmp/$p.txt"
+        stop
+    done
 done
 uptime
 

@@ -440,13 +440,13 @@ static void union_ranks(const wf_dit_placement *from, const wf_dit_placement *to
 /* The latent rows world rank src sends world rank dst: [*a, *b), empty when a >= b. Every
  * rank derives the same plan: a new holder takes each row it lacks from the old member holding
  * it (for an old replicated placement: old member d % n, d its index in the new group). */
-static void plan_rows(const wf_dit_sp *sp, const wf_dit_placement *from, const wf_dit_placement *to, int src,
+static void plan_rows(int patch, int height, const wf_dit_placement *from, const wf_dit_placement *to, int src,
                       int dst, int *a, int *b) {
     *a = *b = 0;
     int d = wf_gfc_group_index(&to->group, dst), s = wf_gfc_group_index(&from->group, src);
     if (d < 0 || s < 0 || src == dst) return;
     int n0, n1;
-    wf_dit_sp_rows(to, sp->patch, sp->height, d, &n0, &n1);
+    wf_dit_sp_rows(to, patch, height, d, &n0, &n1);
     if (replicated(from)) {
         if (wf_gfc_group_index(&from->group, dst) >= 0) return; /* already holds everything */
         if (s != d % from->group.n_ranks) return;
@@ -455,23 +455,28 @@ static void plan_rows(const wf_dit_sp *sp, const wf_dit_placement *from, const w
         return;
     }
     int s0, s1;
-    wf_dit_sp_rows(from, sp->patch, sp->height, s, &s0, &s1);
+    wf_dit_sp_rows(from, patch, height, s, &s0, &s1);
     *a = s0 > n0 ? s0 : n0;
     *b = s1 < n1 ? s1 : n1;
     if (*a >= *b) *a = *b = 0;
 }
 
-size_t wf_dit_sp_reshard_bytes(const wf_dit_sp *sp, const wf_dit_placement *from, const wf_dit_placement *to,
-                               int n_items, int world_rank) {
+size_t wf_dit_sp_plan_bytes(const wf_dit_placement *from, const wf_dit_placement *to, int patch, int channels,
+                            int height, int width, int n_items, int world_rank) {
     int ur[2 * WF_MAX_GROUP_RANKS], nu;
     union_ranks(from, to, ur, &nu);
     size_t bytes = 0;
     for (int j = 0; j < nu; j++) {
         int a, b;
-        plan_rows(sp, from, to, world_rank, ur[j], &a, &b);
-        bytes += (size_t)n_items * sp->in_c * (size_t)(b - a) * sp->width * sizeof(float);
+        plan_rows(patch, height, from, to, world_rank, ur[j], &a, &b);
+        bytes += (size_t)n_items * (size_t)channels * (size_t)(b - a) * (size_t)width * sizeof(float);
     }
     return bytes;
+}
+
+size_t wf_dit_sp_reshard_bytes(const wf_dit_sp *sp, const wf_dit_placement *from, const wf_dit_placement *to,
+                               int n_items, int world_rank) {
+    return wf_dit_sp_plan_bytes(from, to, sp->patch, sp->in_c, sp->height, sp->width, n_items, world_rank);
 }
 
 wf_status wf_dit_sp_reshard(wf_dit_sp *sp, const wf_dit_placement *from, const wf_dit_placement *to, int n_items,
@@ -496,21 +501,21 @@ wf_status wf_dit_sp_reshard(wf_dit_sp *sp, const wf_dit_placement *from, const w
     for (int s = 0; s < nu && !any; s++)
         for (int d = 0; d < nu && !any; d++) {
             int a, b;
-            plan_rows(sp, from, to, ur[s], ur[d], &a, &b);
+            plan_rows(sp->patch, sp->height, from, to, ur[s], ur[d], &a, &b);
             any = a < b;
         }
     if (!any) return WF_OK;
     size_t soff = 0, roff = 0;
     for (int j = 0; j < nu; j++) {
         int a, b;
-        plan_rows(sp, from, to, me, ur[j], &a, &b);
+        plan_rows(sp->patch, sp->height, from, to, me, ur[j], &a, &b);
         size_t per = (size_t)sp->in_c * (size_t)(b - a) * sp->width;
         sp->sdispl[j] = soff * sizeof(float);
         for (int i = 0; i < n_items && a < b; i++)
             pack_rows(sp, sp->rs_send + soff + (size_t)i * per, items[i].latent, sp->in_c, a, b);
         soff += (size_t)n_items * per;
         sp->scount[j] = (size_t)n_items * per * sizeof(float);
-        plan_rows(sp, from, to, ur[j], me, &a, &b);
+        plan_rows(sp->patch, sp->height, from, to, ur[j], me, &a, &b);
         per = (size_t)sp->in_c * (size_t)(b - a) * sp->width;
         sp->rdispl[j] = roff * sizeof(float);
         roff += (size_t)n_items * per;
@@ -524,7 +529,7 @@ wf_status wf_dit_sp_reshard(wf_dit_sp *sp, const wf_dit_placement *from, const w
         return wf_status_errorf(err, errlen, st, "dit sp: reshard all-to-all-v: %s", wf_world_error(sp->world));
     for (int j = 0; j < nu; j++) {
         int a, b;
-        plan_rows(sp, from, to, ur[j], me, &a, &b);
+        plan_rows(sp->patch, sp->height, from, to, ur[j], me, &a, &b);
         size_t per = (size_t)sp->in_c * (size_t)(b - a) * sp->width;
         for (int i = 0; i < n_items && a < b; i++)
             unpack_rows(sp, items[i].latent, sp->rs_recv + sp->rdispl[j] / sizeof(float) + (size_t)i * per,

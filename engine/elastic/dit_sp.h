@@ -103,6 +103,10 @@ wf_status wf_dit_sp_reshard(wf_dit_sp *sp, const wf_dit_placement *from,
                             const wf_dit_placement *to, int n_items, wf_dit_item *items,
                             char *err, size_t errlen);
 
+/* The bytes world_rank sends in a reshard from -> to of n_items latents of channels x height x
+ * width (patch: the model's), without a runner: what a coordinator counts for moves it plans. */
+size_t wf_dit_sp_plan_bytes(const wf_dit_placement *from, const wf_dit_placement *to, int patch, int channels,
+                            int height, int width, int n_items, int world_rank);
 /* Bytes this rank sends in reshard (for cost models and tests). */
 size_t wf_dit_sp_reshard_bytes(const wf_dit_sp *sp, const wf_dit_placement *from,
                                const wf_dit_placement *to, int n_items, int world_rank);

@@ -15,14 +15,17 @@
 #include "sched/dit_cost.h"
 #include "sched/dit_policy.h"
 
-/* One worker's part of a wave: the tasks of its group (its own copies: each member's TASK_EVENT
- * fills them) and a receive buffer per task (a member of a multi-rank group sends back its
- * whole buffer, of which only its rows are valid). */
+/* One worker's part of a wave: the tasks it takes part in, as a member of their group or as a
+ * holder of their latent (its own copies: its TASK_EVENT fills them), a buffer per task (a
+ * latent from home goes out of it, a result bound for home comes back into it: a member of a
+ * multi-rank group sends back its whole buffer, of which only its rows are valid), and which
+ * batch task each is (-1: a drop of a copy the router gave up). */
 typedef struct part {
     struct wf_dit_router *r;
     wf_task_batch b;
     wf_task *tasks;
-    float **lat;
+    float **buf, **out, **back;
+    int *widx;
     int cap;
     wf_status status;
     char msg[160];
@@ -35,6 +38,19 @@ typedef struct wgroup {
     int n, first;      /* batch task indices wave[first .. first + n) */
 } wgroup;
 
+/* A latent that stays on worker ranks between chunks (no entry: only at home, where the home
+ * copy is current). n == 0: the workers' copy was lost; the home copy is older (home_step) and
+ * the next chunk starts there. */
+typedef struct held {
+    uint64_t id;
+    int n;                             /* holders (worker indices, member order) */
+    int w[WF_DIT_MAX_RANKS];
+    uint32_t inc[WF_DIT_MAX_RANKS];    /* their incarnations when it got there */
+    wf_dit_sp_mode mode;               /* rows per member (ULYSSES, n > 1) or whole on each */
+    int step;                          /* steps the held latent has */
+    int home_step;                     /* steps the home copy has */
+} held;
+
 struct wf_dit_router {
     wf_dit_exec *local;
     wf_workers *ws;
@@ -45,15 +61,24 @@ struct wf_dit_router {
     int n_workers, tokens, max_P, patch;
     int lat_c, lat_h, lat_w;
     size_t lat_floats;
+    bool calibrating;  /* every result goes home */
+    int hold_max;      /* latents a worker keeps between chunks at most (its slots, minus room
+                          for a batch's chunks from home) */
     /* run's scratch, grown to the largest batch */
     int cap;
     wf_task *tasks;
-    int *idx, *todo, *tries, *wave;
+    wf_task *fetch;    /* run_fetch's chunks */
+    int *idx, *todo, *tries, *wave, *begin;
+    unsigned char *keepable; /* DENOISE task i may leave its result on its group */
     wf_dit_job *jobs;
     wf_dit_job **ready;
     wf_dit_task *picks;
     wgroup *groups;
     part parts[WF_WORKERS_MAX];
+    held *held;
+    int n_held, held_cap;
+    struct { int w; uint64_t id; } *drops;  /* copies to drop with the next wave */
+    int n_drops, drops_cap;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int left;          /* parts in flight (lock) */
@@ -87,6 +112,9 @@ static wf_status grow(wf_dit_router *r, int n) {
     GROW(r->todo, n);
     GROW(r->tries, n);
     GROW(r->wave, n);
+    GROW(r->begin, n);
+    GROW(r->fetch, n);
+    GROW(r->keepable, n);
     GROW(r->jobs, n);
     GROW(r->ready, n);
     GROW(r->picks, n);
@@ -95,18 +123,99 @@ static wf_status grow(wf_dit_router *r, int n) {
     return WF_OK;
 }
 
-static wf_status part_reserve(part *p, int n, size_t floats) {
-    if (n <= p->cap) return WF_OK;
-    GROW(p->tasks, n);
-    GROW(p->lat, n);
-    for (int i = p->cap; i < n; i++) p->lat[i] = NULL;
-    for (int i = p->cap; i < n; i++)
-        if (!(p->lat[i] = malloc(floats * sizeof(float)))) {
-            p->cap = i;
-            return WF_ENOMEM;
-        }
-    p->cap = n;
-    return WF_OK;
+/* Room for one more task in p; its index, or -1 (out of memory). */
+static int part_add(part *p, size_t floats) {
+    int n = p->b.n_tasks;
+    if (n == p->cap) {
+        int c = p->cap ? 2 * p->cap : 4;
+        wf_task *t = realloc(p->tasks, (size_t)c * sizeof *t);
+        if (t) p->tasks = t;
+        float **bf = realloc(p->buf, (size_t)c * sizeof *bf);
+        if (bf) p->buf = bf;
+        float **o = realloc(p->out, (size_t)c * sizeof *o);
+        if (o) p->out = o;
+        float **bk = realloc(p->back, (size_t)c * sizeof *bk);
+        if (bk) p->back = bk;
+        int *wi = realloc(p->widx, (size_t)c * sizeof *wi);
+        if (wi) p->widx = wi;
+        if (!t || !bf || !o || !bk || !wi) return -1;
+        for (int i = p->cap; i < c; i++) p->buf[i] = NULL;
+        p->cap = c;
+    }
+    if (!p->buf[n] && !(p->buf[n] = malloc(floats * sizeof(float)))) return -1;
+    p->out[n] = p->back[n] = NULL;
+    p->b.tasks = p->tasks;
+    p->b.n_tasks = n + 1;
+    return n;
+}
+
+static held *find_held(wf_dit_router *r, uint64_t id) {
+    for (int i = 0; i < r->n_held; i++)
+        if (r->held[i].id == id) return &r->held[i];
+    return NULL;
+}
+
+static void forget_held(wf_dit_router *r, held *h) {
+    if (h) *h = r->held[--r->n_held];
+}
+
+static held *make_held(wf_dit_router *r, uint64_t id) {
+    held *h = find_held(r, id);
+    if (h) return h;
+    if (r->n_held == r->held_cap) {
+        int c = r->held_cap ? 2 * r->held_cap : 16;
+        held *nh = realloc(r->held, (size_t)c * sizeof *nh);
+        if (!nh) return NULL;
+        r->held = nh;
+        r->held_cap = c;
+    }
+    h = &r->held[r->n_held++];
+    memset(h, 0, sizeof *h);
+    h->id = id;
+    return h;
+}
+
+static void add_drop(wf_dit_router *r, int w, uint64_t id) {
+    if (r->n_drops == r->drops_cap) {
+        int c = r->drops_cap ? 2 * r->drops_cap : 16;
+        void *nd = realloc(r->drops, (size_t)c * sizeof *r->drops);
+        if (!nd) return; /* the copy stays until the worker reuses or drops the slot */
+        r->drops = nd;
+        r->drops_cap = c;
+    }
+    r->drops[r->n_drops].w = w;
+    r->drops[r->n_drops++].id = id;
+}
+
+/* The workers' copy of h is given up (lost with a holder, or its request finished): the live
+ * holders of the same incarnation drop theirs with the next wave; the home copy remains. */
+static void release_held(wf_dit_router *r, held *h) {
+    for (int m = 0; m < h->n; m++)
+        if (wf_workers_live(r->ws, h->w[m]) && wf_workers_incarnation(r->ws, h->w[m]) == h->inc[m])
+            add_drop(r, h->w[m], h->id);
+    h->n = 0;
+}
+
+/* Whether every holder of h is still the process that got it. */
+static bool held_intact(wf_dit_router *r, const held *h) {
+    for (int m = 0; m < h->n; m++)
+        if (!wf_workers_live(r->ws, h->w[m]) || wf_workers_incarnation(r->ws, h->w[m]) != h->inc[m]) return false;
+    return true;
+}
+
+static wf_placement held_placement(const wf_dit_router *r, const held *h) {
+    wf_placement pl = {.kind = h->n == 1 ? WF_PLACEMENT_OWNER
+                               : h->mode == WF_DIT_SP_CFG ? WF_PLACEMENT_REPLICATED : WF_PLACEMENT_SHARDED,
+                       .shard_dim = 1 /* latent rows (C x H x W) */};
+    for (int m = 0; m < h->n; m++) pl.holders.ranks[m] = wf_workers_rank(r->ws, h->w[m]);
+    pl.holders.n_ranks = h->n;
+    pl.holders.id = wf_gfc_group_hash(pl.holders.ranks, h->n);
+    return pl;
+}
+
+static wf_dit_placement sp_placement(const wf_placement *p) {
+    return wf_dit_placement_make(p->kind == WF_PLACEMENT_REPLICATED ? WF_DIT_SP_CFG : WF_DIT_SP_ULYSSES,
+                                 p->holders.ranks, p->holders.n_ranks);
 }
 
 /* Runs the tasks of `kinds` (a bit per wf_task_kind) on the local executor, outputs copied back. */
@@ -132,76 +241,224 @@ static wf_dit_sp_mode group_mode(const wf_dit_router *r, const wf_task_batch *b,
     return wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, gr->n_ranks, gr->n, guided);
 }
 
-/* Runs one wave: every group's tasks on its ranks at once (each member gets the same tasks and
- * whole latents), then merges what came back into the home latents: member m of a group of P
- * contributes its rows. Tasks of a lost worker stay WF_IN_PROGRESS with one more try. Returns != WF_OK when the batch fails as a whole (msg). */
+static bool is_loss(wf_status st) {
+    return st == WF_ECLOSED || st == WF_EPEER || st == WF_ETIMEDOUT || st == WF_ENOTFOUND;
+}
+
+/* The index of batch task i in worker w's part of the wave, or -1. */
+static int part_slot(const part *p, int i) {
+    for (int k = 0; k < p->b.n_tasks; k++)
+        if (p->widx[k] == i) return k;
+    return -1;
+}
+
+/* Puts batch task i (of group gr, world group grp) into the part of worker w: as a member of
+ * the group or as a holder of its latent (h: the workers' copy, NULL when at home). */
+static wf_status wave_add(wf_dit_router *r, const wf_task_batch *b, int i, const wgroup *gr, const wf_group *grp,
+                          wf_dit_sp_mode mode, const held *h, int w, bool member) {
+    part *p = &r->parts[w];
+    int k = part_add(p, r->lat_floats);
+    if (k < 0) return WF_ENOMEM;
+    const wf_task *src = &b->tasks[i];
+    wf_task *t = &p->tasks[k];
+    *t = *src;
+    t->group = *grp;
+    t->status = WF_IN_PROGRESS;
+    t->dit.step_begin = r->begin[i];
+    bool keep = r->keepable[i] && !r->calibrating;
+    t->dit.image = (wf_artifact){.id = src->dit.latent.id};
+    if (keep) {
+        held to = {.n = gr->n_ranks, .mode = mode};
+        memcpy(to.w, gr->ranks, sizeof(int) * (size_t)gr->n_ranks);
+        t->dit.image.kind = WF_ARTIFACT_LATENT;
+        t->dit.image.placement = held_placement(r, &to);
+    }
+    if (h && h->n > 0) {
+        t->dit.latent.placement = held_placement(r, h);
+    } else {
+        t->dit.latent.placement = (wf_placement){.kind = WF_PLACEMENT_OWNER};
+        t->dit.latent.placement.holders.n_ranks = 1; /* rank 0: home */
+        if (member) {
+            p->out[k] = p->buf[k];
+            memcpy(p->buf[k], wf_dit_exec_latent(r->local, src->dit.latent.id, false), r->lat_floats * sizeof(float));
+        }
+    }
+    if (member && !keep) p->back[k] = p->buf[k];
+    p->widx[k] = i;
+    return WF_OK;
+}
+
+/* Counts a task's latent moves (stats, lock held). */
+static void count_moves(wf_dit_router *r, const wf_task *t, const wgroup *gr, wf_dit_sp_mode mode, const held *h,
+                        bool keep, int begin) {
+    size_t bytes = r->lat_floats * sizeof(float);
+    bool from_home = !h || h->n == 0;
+    for (int m = 0; m < gr->n_ranks; m++) {
+        int w = gr->ranks[m];
+        if (from_home) {
+            r->stats.rank_from_home_bytes[w] += bytes;
+            if (begin > 0) r->stats.rank_mid_home_bytes[w] += bytes;
+        }
+        if (!keep) {
+            r->stats.rank_to_home_bytes[w] += bytes;
+            if (t->dit.step_end < t->dit.num_steps) r->stats.rank_mid_home_bytes[w] += bytes;
+        }
+    }
+    if (from_home) return;
+    wf_placement hp = held_placement(r, h);
+    wf_dit_placement from = sp_placement(&hp);
+    int ranks[WF_DIT_MAX_RANKS];
+    for (int m = 0; m < gr->n_ranks; m++) ranks[m] = wf_workers_rank(r->ws, gr->ranks[m]);
+    wf_dit_placement to = wf_dit_placement_make(mode, ranks, gr->n_ranks);
+    if (from.mode == to.mode && from.group.n_ranks == to.group.n_ranks &&
+        !memcmp(from.group.ranks, to.group.ranks, sizeof(int) * (size_t)to.group.n_ranks))
+        return; /* it stays where the previous chunk left it */
+    for (int m = 0; m < h->n; m++) {
+        size_t sent = wf_dit_sp_plan_bytes(&from, &to, r->patch, r->lat_c, r->lat_h, r->lat_w, 1, from.group.ranks[m]);
+        r->stats.rank_reshard_bytes[h->w[m]] += sent;
+        r->stats.rank_reshards[h->w[m]] += sent > 0;
+    }
+}
+
+/* Runs one wave: every group's tasks on its ranks at once. A latent at home goes out to every
+ * member with the frame; one held by worker ranks moves from its holders to the group worker to
+ * worker (the holders take part in the wave for that); a result either stays on the group (the
+ * next chunk follows) or comes home, where member m of a group of P contributes its rows. First
+ * the copies the router gave up are dropped. Tasks whose latent was lost (a participant died or
+ * was replaced) stay WF_IN_PROGRESS with one more try and start again from their home copy.
+ * Returns != WF_OK when the batch fails as a whole (msg). */
 static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char *msg, size_t cap) {
     size_t bytes = r->lat_floats * sizeof(float);
-    pthread_mutex_lock(&r->lock);
-    r->left = 0;
-    pthread_mutex_unlock(&r->lock);
-    uint64_t t0 = wf_clock_now_ns();
-    for (int g = 0; g < n_groups; g++) {
+    for (int w = 0; w < r->n_workers; w++) {
+        r->parts[w].r = r;
+        r->parts[w].b = (wf_task_batch){.tasks = r->parts[w].tasks, .iteration = b->iteration};
+        r->parts[w].status = WF_OK;
+        r->parts[w].msg[0] = '\0';
+    }
+    /* Held copies whose holders are gone restart from home; where each task begins; a result
+     * stays on its group only while every member has a free slot for it besides a batch's
+     * worth (else it comes home: the worker's latent table is bounded). */
+    int load[WF_WORKERS_MAX] = {0};
+    for (int q = 0; q < r->n_held; q++)
+        for (int m = 0; m < r->held[q].n; m++) load[r->held[q].w[m]]++;
+    for (int g = 0; g < n_groups; g++)
+        for (int j = 0; j < r->groups[g].n; j++) {
+            int i = r->wave[r->groups[g].first + j];
+            const wgroup *gr = &r->groups[g];
+            bool fits = true;
+            for (int m = 0; m < gr->n_ranks; m++) fits &= load[gr->ranks[m]] < r->hold_max;
+            if (!fits) r->keepable[i] = 0;
+            for (int m = 0; r->keepable[i] && m < gr->n_ranks; m++) load[gr->ranks[m]]++;
+            held *h = find_held(r, b->tasks[i].dit.latent.id);
+            if (h && h->n > 0 && !held_intact(r, h)) {
+                WF_LOG_WARN("dit", NULL, "latent %llu lost with a worker rank: its chunk starts again at step %d",
+                            (unsigned long long)h->id, h->home_step);
+                release_held(r, h);
+            }
+            r->begin[i] = h && h->n == 0 ? h->home_step : b->tasks[i].dit.step_begin;
+        }
+    wf_status fail = WF_OK;
+    for (int d = 0; d < r->n_drops && fail == WF_OK; d++) {
+        part *p = &r->parts[r->drops[d].w];
+        int k = part_add(p, r->lat_floats);
+        if (k < 0) {
+            fail = WF_ENOMEM;
+            break;
+        }
+        /* A task in which the worker is neither member (group: rank 0) nor holder (home). */
+        wf_task *t = &p->tasks[k];
+        *t = (wf_task){.id = r->drops[d].id, .kind = WF_TASK_DENOISE, .status = WF_IN_PROGRESS,
+                       .dit = {.latent = {.id = r->drops[d].id, .kind = WF_ARTIFACT_LATENT}}};
+        t->group.n_ranks = 1;
+        t->group.id = wf_gfc_group_hash(t->group.ranks, 1);
+        t->dit.latent.placement.holders.n_ranks = 1;
+        p->widx[k] = -1;
+    }
+    r->n_drops = 0;
+    for (int g = 0; g < n_groups && fail == WF_OK; g++) {
         wgroup *gr = &r->groups[g];
         wf_group grp = {.n_ranks = gr->n_ranks};
         for (int m = 0; m < gr->n_ranks; m++) grp.ranks[m] = wf_workers_rank(r->ws, gr->ranks[m]);
         grp.id = wf_gfc_group_hash(grp.ranks, grp.n_ranks);
-        for (int m = 0; m < gr->n_ranks; m++) {
-            part *p = &r->parts[gr->ranks[m]];
-            p->r = r;
-            pthread_mutex_lock(&r->lock);
-            r->left++;
-            pthread_mutex_unlock(&r->lock);
-            if (part_reserve(p, gr->n, r->lat_floats) != WF_OK) {
-                /* Fails the batch, after the parts already dispatched have answered. */
-                part_done(p, NULL, WF_ENOMEM, "DiT router: out of memory");
-                continue;
+        wf_dit_sp_mode mode = group_mode(r, b, gr);
+        for (int j = 0; j < gr->n && fail == WF_OK; j++) {
+            int i = r->wave[gr->first + j];
+            const held *h = find_held(r, b->tasks[i].dit.latent.id);
+            for (int m = 0; m < gr->n_ranks && fail == WF_OK; m++)
+                fail = wave_add(r, b, i, gr, &grp, mode, h, gr->ranks[m], true);
+            for (int m = 0; h && m < h->n && fail == WF_OK; m++) {
+                bool member = false;
+                for (int q = 0; q < gr->n_ranks; q++) member |= gr->ranks[q] == h->w[m];
+                if (!member) fail = wave_add(r, b, i, gr, &grp, mode, h, h->w[m], false);
             }
-            p->status = WF_OK;
-            p->msg[0] = '\0';
-            p->b = (wf_task_batch){.tasks = p->tasks, .n_tasks = gr->n, .iteration = b->iteration,
-                                   .group = grp};
-            for (int j = 0; j < gr->n; j++) {
-                wf_task *t = &p->tasks[j];
-                *t = b->tasks[r->wave[gr->first + j]];
-                t->group = grp;
-                memcpy(p->lat[j], wf_dit_exec_latent(r->local, t->dit.latent.id, false), bytes);
-            }
-            wf_status st = wf_workers_dispatch_latents(r->ws, gr->ranks[m], &p->b, p->lat, bytes,
-                                                       part_done, p);
-            if (st != WF_OK) part_done(p, &p->b, st, "dispatch refused");
         }
+    }
+    if (fail != WF_OK) {
+        snprintf(msg, cap, "DiT router: out of memory");
+        return fail;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->left = 0;
+    for (int w = 0; w < r->n_workers; w++) r->left += r->parts[w].b.n_tasks > 0;
+    pthread_mutex_unlock(&r->lock);
+    uint64_t t0 = wf_clock_now_ns();
+    for (int w = 0; w < r->n_workers; w++) {
+        part *p = &r->parts[w];
+        if (p->b.n_tasks == 0) continue;
+        wf_status st = wf_workers_dispatch_latents(r->ws, w, &p->b, p->out, p->back, bytes, part_done, p);
+        if (st != WF_OK) part_done(p, &p->b, st, "dispatch refused");
     }
     pthread_mutex_lock(&r->lock);
     while (r->left > 0) pthread_cond_wait(&r->cond, &r->lock);
     pthread_mutex_unlock(&r->lock);
-    /* A group succeeded when all its members did. */
+    /* A task succeeded when every rank it involved did. */
     wf_status fatal = WF_OK;
     for (int g = 0; g < n_groups; g++) {
         wgroup *gr = &r->groups[g];
         wf_dit_sp_mode mode = group_mode(r, b, gr);
-        wf_status gst = WF_OK;
-        const char *gmsg = "";
-        bool lost = false;
-        for (int m = 0; m < gr->n_ranks; m++) {
-            part *p = &r->parts[gr->ranks[m]];
-            if (p->status == WF_OK) continue;
-            bool l = p->status == WF_ECLOSED || p->status == WF_EPEER || p->status == WF_ETIMEDOUT;
-            /* A member that saw a peer fail reports the peer's loss: the group is lost. */
-            lost |= l;
-            if (gst == WF_OK || l) {
-                gst = p->status;
-                gmsg = p->msg;
-            }
-        }
-        if (gst != WF_OK)
-            WF_LOG_WARN("dit", NULL, "DENOISE chunks on %d rank(s) from rank %d failed: %s%s",
-                        gr->n_ranks, wf_workers_rank(r->ws, gr->ranks[0]), gmsg,
-                        lost ? " (running them again)" : "");
+        bool group_ok = true;
         for (int j = 0; j < gr->n; j++) {
             int i = r->wave[gr->first + j];
             wf_task *t = &b->tasks[i];
+            held *h = find_held(r, t->dit.latent.id);
+            bool keep = r->keepable[i] && !r->calibrating;
+            wf_status gst = WF_OK;
+            const char *gmsg = "";
+            bool lost = false;
+            int involved[2 * WF_DIT_MAX_RANKS], n_inv = 0;
+            for (int m = 0; m < gr->n_ranks; m++) involved[n_inv++] = gr->ranks[m];
+            for (int m = 0; h && m < h->n; m++) {
+                bool member = false;
+                for (int q = 0; q < gr->n_ranks; q++) member |= gr->ranks[q] == h->w[m];
+                if (!member) involved[n_inv++] = h->w[m];
+            }
+            for (int v = 0; v < n_inv; v++) {
+                part *p = &r->parts[involved[v]];
+                int k = part_slot(p, i);
+                wf_status ts = k < 0 ? WF_EPROTO : p->tasks[k].status;
+                if (ts == WF_IN_PROGRESS) ts = p->status != WF_OK ? p->status : WF_EPROTO;
+                if (ts == WF_OK) continue;
+                bool l = is_loss(ts) || is_loss(p->status);
+                /* A member that saw a peer fail reports the peer's loss: the task is lost. */
+                lost |= l;
+                if (gst == WF_OK || l) {
+                    gst = ts;
+                    gmsg = p->msg;
+                }
+            }
             if (gst != WF_OK) {
+                group_ok = false;
+                WF_LOG_WARN("dit", NULL, "DENOISE chunk of latent %llu on %d rank(s) from rank %d failed: %s%s",
+                            (unsigned long long)t->dit.latent.id, gr->n_ranks,
+                            wf_workers_rank(r->ws, gr->ranks[0]), gmsg, lost ? " (running it again)" : "");
+                /* Members that kept a result drop it: the chunk runs again from home. */
+                for (int m = 0; keep && m < gr->n_ranks; m++) {
+                    part *p = &r->parts[gr->ranks[m]];
+                    int k = part_slot(p, i);
+                    if (k >= 0 && p->tasks[k].status == WF_OK && wf_workers_live(r->ws, gr->ranks[m]))
+                        add_drop(r, gr->ranks[m], t->dit.latent.id);
+                }
+                if (h && h->n > 0) release_held(r, h); /* holders dropped theirs on failure */
                 if (lost) {
                     r->tries[i]++; /* still in progress: its home latent is untouched */
                 } else if (fatal == WF_OK) {
@@ -210,17 +467,38 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 }
                 continue;
             }
-            const wf_task *got = &r->parts[gr->ranks[0]].tasks[j];
+            const part *p0 = &r->parts[gr->ranks[0]];
+            const wf_task *got = &p0->tasks[part_slot(p0, i)];
             t->status = got->status;
             t->t_begin_ns = got->t_begin_ns;
             t->t_end_ns = got->t_end_ns;
             t->group = got->group;
-            if (t->status != WF_OK) continue;
             t->dit.latent.kind = WF_ARTIFACT_LATENT;
             t->dit.latent.latent.step = got->dit.latent.latent.step;
+            pthread_mutex_lock(&r->lock);
+            count_moves(r, t, gr, mode, h, keep, r->begin[i]);
+            pthread_mutex_unlock(&r->lock);
+            if (keep) {
+                int home_step = h ? h->home_step : r->begin[i];
+                if (!h && !(h = make_held(r, t->dit.latent.id))) {
+                    fatal = WF_ENOMEM;
+                    snprintf(msg, cap, "DiT router: out of memory");
+                    continue;
+                }
+                h->n = gr->n_ranks;
+                h->mode = mode;
+                for (int m = 0; m < gr->n_ranks; m++) {
+                    h->w[m] = gr->ranks[m];
+                    h->inc[m] = wf_workers_incarnation(r->ws, gr->ranks[m]);
+                }
+                h->step = t->dit.step_end;
+                h->home_step = home_step;
+                continue;
+            }
+            forget_held(r, h);
             float *home = wf_dit_exec_latent(r->local, t->dit.latent.id, false);
             if (gr->n_ranks == 1 || mode == WF_DIT_SP_CFG) { /* every member holds the whole latent */
-                memcpy(home, r->parts[gr->ranks[0]].lat[j], bytes);
+                memcpy(home, p0->buf[part_slot(p0, i)], bytes);
                 continue;
             }
             wf_dit_placement pl = wf_dit_placement_make(mode, t->group.ranks, gr->n_ranks);
@@ -228,30 +506,67 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             for (int m = 0; m < gr->n_ranks; m++) {
                 int r0, r1;
                 wf_dit_sp_rows(&pl, r->patch, r->lat_h, m, &r0, &r1);
-                const float *src = r->parts[gr->ranks[m]].lat[j];
+                const part *pm = &r->parts[gr->ranks[m]];
+                const float *src = pm->buf[part_slot(pm, i)];
                 for (int c = 0; c < r->lat_c; c++)
                     memcpy(home + c * plane + (size_t)r0 * (size_t)r->lat_w,
                            src + c * plane + (size_t)r0 * (size_t)r->lat_w,
                            (size_t)(r1 - r0) * (size_t)r->lat_w * sizeof(float));
             }
         }
-        if (gst == WF_OK && gr->n == 1) {
+        if (group_ok && gr->n == 1) {
             /* The group's own time (dispatch to its last member's answer), as calibrated. */
             const wf_task *t = &b->tasks[r->wave[gr->first]];
-            int steps = t->dit.step_end - t->dit.step_begin;
+            int steps = t->dit.step_end - r->begin[r->wave[gr->first]];
             uint64_t end = t0;
             for (int m = 0; m < gr->n_ranks; m++)
                 if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
             if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, (double)(end - t0) / 1e6 / steps);
         }
+        /* Chunks that ran steps (a latent only fetched home ran none). */
+        uint64_t ran = 0;
+        for (int j = 0; j < gr->n; j++) {
+            int i = r->wave[gr->first + j];
+            ran += b->tasks[i].dit.step_end > r->begin[i];
+        }
         pthread_mutex_lock(&r->lock);
-        for (int m = 0; gst == WF_OK && m < gr->n_ranks; m++) {
-            r->stats.rank_chunks[gr->ranks[m]] += (uint64_t)gr->n;
-            if (gr->n_ranks > 1 && mode == WF_DIT_SP_CFG) r->stats.rank_cfg_chunks[gr->ranks[m]] += (uint64_t)gr->n;
+        for (int m = 0; group_ok && m < gr->n_ranks; m++) {
+            r->stats.rank_chunks[gr->ranks[m]] += ran;
+            if (gr->n_ranks > 1 && mode == WF_DIT_SP_CFG) r->stats.rank_cfg_chunks[gr->ranks[m]] += ran;
         }
         pthread_mutex_unlock(&r->lock);
     }
     return fatal;
+}
+
+/* Single-rank picks are interchangeable: one whose latent stays on another rank takes that
+ * rank when it is free or given to a pick whose latent is not there (they swap), so that a
+ * policy's choice of which free rank (a lane number) does not move latents for nothing. */
+static void keep_in_place(wf_dit_router *r, const wf_task_batch *b, const bool *busy, int k) {
+    for (int i = 0; i < k; i++) {
+        wf_dit_task *pi = &r->picks[i];
+        const held *h = find_held(r, b->tasks[r->todo[pi->job]].dit.latent.id);
+        if (pi->n_ranks != 1 || !h || h->n != 1 || h->w[0] == pi->ranks[0] || busy[h->w[0]]) continue;
+        int want = h->w[0], other = -1;
+        bool used = false;
+        for (int q = 0; q < k; q++) {
+            const wf_dit_task *pq = &r->picks[q];
+            for (int m = 0; m < pq->n_ranks; m++)
+                if (pq->ranks[m] == want) {
+                    used = true;
+                    other = pq->n_ranks == 1 ? q : -1;
+                }
+        }
+        if (!used) {
+            pi->ranks[0] = want;
+            continue;
+        }
+        if (other < 0) continue; /* in a multi-rank pick */
+        const held *ho = find_held(r, b->tasks[r->todo[r->picks[other].job]].dit.latent.id);
+        if (ho && ho->n == 1 && ho->w[0] == want) continue; /* that one stays there itself */
+        r->picks[other].ranks[0] = pi->ranks[0];
+        pi->ranks[0] = want;
+    }
 }
 
 /* The groups of the next wave for todo[0..n): the policy's picks (sched/dit_policy.h) over the
@@ -274,11 +589,21 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
                           .latent_bytes = (double)(r->lat_floats * sizeof(float))};
+        /* Where its latent stays since its last chunk (worker indices are the policy's ranks):
+         * a policy that weighs moves sees them. */
+        const held *h = find_held(r, t->dit.latent.id);
+        if (h && h->n > 0) {
+            j->n_ranks = h->n;
+            memcpy(j->ranks, h->w, sizeof(int) * (size_t)h->n);
+        } else if (h) {
+            j->steps_done = h->home_step; /* lost: it starts again from its home copy */
+        }
         r->ready[k] = j;
     }
     wf_dit_view v = {.now_ms = now_ms, .n_ranks = r->n_workers, .busy = busy,
                      .ready = r->ready, .n_ready = n};
     int k = wf_dit_policy_pick(r->policy, &v, r->picks, n);
+    keep_in_place(r, b, busy, k);
     int g = 0, at = 0;
     if (k > 0) {
         /* One group per pick (a policy gives each picked job its own free ranks, one job per
@@ -326,9 +651,9 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     return g;
 }
 
-/* Runs every DENOISE task still WF_IN_PROGRESS in waves until each has a result; a task of a
- * lost worker stays in progress (its home latent untouched) and runs in the next wave, at most
- * WF_DIT_ROUTER_ATTEMPTS times. */
+/* Runs every DENOISE task still WF_IN_PROGRESS in waves until each has a result; a task whose
+ * latent was lost with a worker stays in progress and runs in the next wave from its home copy,
+ * at most WF_DIT_ROUTER_ATTEMPTS times. */
 static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size_t cap) {
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
@@ -357,6 +682,90 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
     }
 }
 
+/* Brings home the latents the batch decodes that are still on worker ranks (a decode in a
+ * batch of its own, as the image scheduler's calibration runs them; a chunk and its decode in
+ * one batch bring it home directly): each as a chunk of no steps on its holders, which send it
+ * home; one whose copy was lost runs its missing steps from the home copy on a live worker. */
+static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t cap) {
+    int n = 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        const held *h = t->kind == WF_TASK_DECODE_IMAGE ? find_held(r, t->dit.latent.id) : NULL;
+        if (!h) continue;
+        wf_task *f = &r->fetch[n++];
+        *f = *t;
+        f->kind = WF_TASK_DENOISE;
+        f->status = WF_IN_PROGRESS;
+        f->dit.step_begin = f->dit.step_end = h->step;
+        f->dit.image = (wf_artifact){0};
+        f->dit.pixels = NULL;
+        f->dit.pixels_cap = 0;
+        if (h->step > f->dit.num_steps) {
+            snprintf(msg, cap, "latent %llu: %d steps held of a %d-step schedule", (unsigned long long)h->id, h->step,
+                     f->dit.num_steps);
+            return WF_EINVAL;
+        }
+    }
+    if (n == 0) return WF_OK;
+    wf_task_batch fb = {.tasks = r->fetch, .n_tasks = n, .iteration = b->iteration};
+    for (int i = 0; i < n; i++) {
+        r->keepable[i] = 0;
+        r->tries[i] = 0;
+    }
+    for (;;) {
+        int live = -1, g = 0, at = 0;
+        for (int w = r->n_workers - 1; w >= 0; w--)
+            if (wf_workers_live(r->ws, w)) live = w;
+        bool pending = false;
+        for (int i = 0; i < n; i++) {
+            if (fb.tasks[i].status != WF_IN_PROGRESS) continue;
+            if (r->tries[i] >= WF_DIT_ROUTER_ATTEMPTS) {
+                snprintf(msg, cap, "latent %llu lost with its worker %d times", (unsigned long long)fb.tasks[i].dit.latent.id,
+                         WF_DIT_ROUTER_ATTEMPTS);
+                return WF_ECLOSED;
+            }
+            if (live < 0) {
+                snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+                return WF_ECLOSED;
+            }
+            pending = true;
+            /* Its group: the holders (no move), or a live worker that recomputes it. */
+            held *h = find_held(r, fb.tasks[i].dit.latent.id);
+            wgroup want = {.n_ranks = 1, .ranks = {live}};
+            if (h && h->n > 0 && held_intact(r, h)) {
+                want.n_ranks = h->n;
+                memcpy(want.ranks, h->w, sizeof(int) * (size_t)h->n);
+            }
+            int q = 0;
+            while (q < g && (r->groups[q].n_ranks != want.n_ranks ||
+                             memcmp(r->groups[q].ranks, want.ranks, sizeof(int) * (size_t)want.n_ranks)))
+                q++;
+            if (q == g) r->groups[g++] = want;
+            r->todo[i] = q;
+        }
+        if (!pending) return WF_OK;
+        for (int q = 0; q < g; q++) {
+            r->groups[q].first = at;
+            for (int i = 0; i < n; i++)
+                if (fb.tasks[i].status == WF_IN_PROGRESS && r->todo[i] == q) r->wave[at++] = i;
+            r->groups[q].n = at - r->groups[q].first;
+        }
+        wf_status st = run_wave(r, &fb, g, msg, cap);
+        if (st != WF_OK) return st;
+    }
+}
+
+/* Whether the batch also decodes or finishes latent `id` (then its chunk's result comes home). */
+static bool wanted_home(const wf_task_batch *b, uint64_t id) {
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if ((t->kind == WF_TASK_DECODE_IMAGE && t->dit.latent.id == id) ||
+            (t->kind == WF_TASK_FINISH && t->finish.artifact.id == id))
+            return true;
+    }
+    return false;
+}
+
 static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     wf_dit_router *r = ctx;
     if (grow(r, b->n_tasks) != WF_OK) {
@@ -366,12 +775,30 @@ static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) 
     for (int i = 0; i < b->n_tasks; i++)
         if (b->tasks[i].kind == WF_TASK_PREFILL || b->tasks[i].kind == WF_TASK_DECODE)
             b->tasks[i].status = WF_EUNSUPPORTED;
+    /* A finished (or cancelled) latent that stays on worker ranks: they drop their copies. */
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        held *h = t->kind == WF_TASK_FINISH ? find_held(r, t->finish.artifact.id) : NULL;
+        if (!h) continue;
+        release_held(r, h);
+        forget_held(r, h);
+    }
+    if (r->n_drops > 0) {
+        wf_status st = run_wave(r, b, 0, msg, cap);
+        if (st != WF_OK) return st;
+    }
     /* FINISH first (frees slots), then ENCODE, as the in-process executor orders them. */
     wf_status st = run_local(r, b, 1u << WF_TASK_FINISH | 1u << WF_TASK_ENCODE, msg, cap);
     if (st != WF_OK) return st;
-    for (int i = 0; i < b->n_tasks; i++)
-        if (b->tasks[i].kind == WF_TASK_DENOISE) b->tasks[i].status = WF_IN_PROGRESS; /* until a wave gives it a result */
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        if (t->kind != WF_TASK_DENOISE) continue;
+        t->status = WF_IN_PROGRESS; /* until a wave gives it a result */
+        r->keepable[i] = t->dit.step_end < t->dit.num_steps && !wanted_home(b, t->dit.latent.id);
+    }
     st = run_denoise(r, b, msg, cap);
+    if (st != WF_OK) return st;
+    st = run_fetch(r, b, msg, cap);
     if (st != WF_OK) return st;
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
 }
@@ -416,9 +843,11 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The measured cost model: for every degree P the model and the workers allow (1, 2, 4, ...),
  * the median of 7 timed one-step chunks of one image on ranks 1..P (after a warm-up), through
- * the same path as requests (latents out and back). */
+ * the dispatch path of requests (here each latent goes out from home and comes back: a step's
+ * time without a worker-to-worker move, which the cost model prices by bytes apart). */
 static void calibrate(wf_dit_router *r) {
     wf_dit_cost_measured(&r->cost);
+    r->calibrating = true;
     float *home = wf_dit_exec_latent(r->local, CALIB_ID, true);
     if (!home) return;
     memset(home, 0, r->lat_floats * sizeof(float));
@@ -450,6 +879,7 @@ static void calibrate(wf_dit_router *r) {
                     ms[3], r->tokens);
     }
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
+    r->calibrating = false;
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
     pthread_mutex_lock(&r->lock);
     memset(&r->stats, 0, sizeof r->stats);
@@ -476,6 +906,11 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
     r->model_cfg = c;
     r->tokens = (r->lat_h / r->patch) * (r->lat_w / r->patch);
     r->max_P = wf_dit_sp_fit(c, r->lat_h, r->lat_w, r->n_workers);
+    /* The workers open the DiT with the default options (worker.c): their latent slots. */
+    wf_dit_exec_options wo;
+    wf_dit_exec_options_init(&wo);
+    r->hold_max = wo.max_latents - in->max_items;
+    if (r->hold_max < 0) r->hold_max = 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     wf_status st = grow(r, 16);
@@ -506,10 +941,18 @@ void wf_dit_router_free(wf_dit_router *r) {
     wf_exec_thread_free(r->thread);
     for (int w = 0; w < WF_WORKERS_MAX; w++) {
         part *p = &r->parts[w];
-        for (int i = 0; i < p->cap; i++) free(p->lat[i]);
-        free(p->lat);
+        for (int i = 0; i < p->cap; i++) free(p->buf[i]);
+        free(p->buf);
+        free(p->out);
+        free(p->back);
+        free(p->widx);
         free(p->tasks);
     }
+    free(r->held);
+    free(r->drops);
+    free(r->begin);
+    free(r->fetch);
+    free(r->keepable);
     wf_dit_policy_free(r->policy);
     free(r->tasks);
     free(r->idx);

@@ -10,14 +10,20 @@
  *     wf_dit_router_free(r);                                        // after the image scheduler
  *
  * Latents are artifacts whose home is the coordinator's latent table (the in-process
- * executor's): a DENOISE chunk sends its latent to the rank that runs it with the TASK_DISPATCH
- * and gets the result back with the BATCH_DONE (server/workers/pool.h:
- * wf_workers_dispatch_latents), and the home copy is only overwritten by a chunk that
- * succeeded. So every chunk may run on another rank, and a chunk lost with its worker (killed,
- * stuck) runs again from its last latent on a live rank (at most WF_DIT_ROUTER_ATTEMPTS times);
- * with no live worker left the batch fails with an error naming the ranks. The noise is a pure
- * function of (seed, image, step, element), so the images are bit-identical to the in-process
- * path whatever rank runs which chunk.
+ * executor's: ENCODE writes x_T there, DECODE_IMAGE reads it). A latent leaves home with its
+ * first chunk (sent right after the TASK_DISPATCH: server/workers/pool.h:
+ * wf_workers_dispatch_latents) and then stays on the ranks that ran its chunk; the next chunk's
+ * dispatch tells the old holders and the new members where it is (the task's
+ * dit.latent.placement), and they move the rows that change hands worker to worker
+ * (wf_dit_sp_reshard; nothing when the group and mode stay). It comes home (right after the
+ * BATCH_DONE) only with the chunk whose batch decodes or finishes it; a decode in a batch of its
+ * own first fetches it with a chunk of no steps. The home copy is refreshed only then: a latent
+ * lost with a worker (a holder killed or replaced, a chunk or reshard that failed with a peer or
+ * timed out) runs again from the home copy on a live rank (at most WF_DIT_ROUTER_ATTEMPTS
+ * times), and the live ranks still holding a copy drop it; with no live worker left the batch
+ * fails with an error naming the ranks. The noise is a pure function of (seed, image, step,
+ * element), so the images are bit-identical to the in-process path whatever rank runs which
+ * chunk and whatever was recomputed.
  *
  * Placement: at every chunk boundary (each batch: the image scheduler keeps one in flight per
  * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job
@@ -29,8 +35,8 @@
  * blocks that share a forward. A group of P > 1 ranks runs its chunk with sequence parallelism
  * (engine/elastic/dit_sp.h, Ulysses) or, on two ranks, guidance parallelism (CFG: the
  * conditional and unconditional passes on one member each), by wf_dit_sp_choose's fixed rule
- * that the members apply too (so the dispatch carries no mode); every member gets the whole
- * latent and the coordinator takes back each member's rows (under CFG both hold them all). The cost model the policy predicts with is measured here at
+ * that the members apply too (so the dispatch carries no mode); a latent from home goes whole to
+ * every member, and one coming home is taken from each member's rows (under CFG both hold them all). The cost model the policy predicts with is measured here at
  * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
  * time from dispatch to its last member's answer).
  *
@@ -64,6 +70,16 @@ typedef struct wf_dit_router_stats {
     uint64_t rank_chunks[WF_WORKERS_MAX];  /* DENOISE chunks per worker index (a group's chunk
                                               counts on each member) */
     uint64_t rank_cfg_chunks[WF_WORKERS_MAX]; /* of which ran guidance-parallel (CFG) */
+    /* Latent bytes per worker index: sent worker to worker by a reshard (as the sender), from
+     * rank 0 to it (a chunk that began at home), from it to rank 0 (a result brought home: a
+     * member of a multi-rank group sends its whole buffer), and of those two, the ones of a
+     * latent in mid-trajectory (a chunk that began after step 0 from home, or a result home
+     * before the last step: what worker-held latents avoid). */
+    uint64_t rank_reshard_bytes[WF_WORKERS_MAX];
+    uint64_t rank_from_home_bytes[WF_WORKERS_MAX];
+    uint64_t rank_to_home_bytes[WF_WORKERS_MAX];
+    uint64_t rank_mid_home_bytes[WF_WORKERS_MAX];
+    uint64_t rank_reshards[WF_WORKERS_MAX]; /* reshards in which it sent rows */
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);

@@ -84,14 +84,22 @@ static wf_status exec_dispatch(void *ctx, wf_task_batch *batch, wf_executor_done
 }
 
 wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
-                                      float *const *latents, size_t latent_bytes,
+                                      float *const *out, float *const *back, size_t latent_bytes,
                                       wf_executor_done_fn done, void *user) {
     if (i < 0 || i >= ws->n || !ws->dit_path || batch->n_tasks > 255 || latent_bytes == 0)
         return WF_EINVAL;
     for (int j = 0; j < batch->n_tasks; j++)
         if (batch->tasks[j].kind != WF_TASK_DENOISE) return WF_EINVAL;
     return queue_batch(&ws->w[i], &(queued){.batch = batch, .done = done, .user = user,
-                                            .lat = latents, .lat_bytes = latent_bytes});
+                                            .lat_out = out, .lat_back = back,
+                                            .lat_bytes = latent_bytes});
+}
+
+uint32_t wf_workers_incarnation(wf_workers *ws, int i) {
+    pthread_mutex_lock(&ws->lock);
+    uint32_t inc = i >= 0 && i < ws->n ? ws->w[i].pub.incarnation : 0;
+    pthread_mutex_unlock(&ws->lock);
+    return inc;
 }
 
 bool wf_workers_live(wf_workers *ws, int i) {
@@ -101,17 +109,22 @@ bool wf_workers_live(wf_workers *ws, int i) {
     return live;
 }
 
-/* The latents of a DiT batch, one tagged message each, to (send) or from (receive) the worker.
- * Comm thread. */
+/* The latents of a DiT batch, one tagged message each, to (send: out[j] set) or from
+ * (receive: back[j] set and the task succeeded, as its TASK_EVENT said; the worker applies the
+ * same rule) the worker. Comm thread. */
 static wf_status move_latents(wf_workers *ws, wk *k, const queued *q, bool send) {
-    int n = q->wire.n_tasks;
+    int n = q->wire.n_tasks, m = 0;
     wf_world_op ops[256];
-    for (int j = 0; j < n; j++)
-        ops[j] = (wf_world_op){.kind = send ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = k->rank,
-                               .tag = WF_WORKERS_LATENT_TAG(q->wire.iteration, j),
-                               .buf = q->lat[j], .len = q->lat_bytes};
-    wf_status st = wf_world_run(ws->world, ops, n);
-    for (int j = 0; st == WF_OK && !send && j < n; j++)
+    for (int j = 0; j < n; j++) {
+        float *buf = send ? (q->lat_out ? q->lat_out[j] : NULL) : (q->lat_back ? q->lat_back[j] : NULL);
+        if (!buf || (!send && q->wire.tasks[j].status != WF_OK)) continue;
+        ops[m++] = (wf_world_op){.kind = send ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = k->rank,
+                                 .tag = WF_WORKERS_LATENT_TAG(q->wire.iteration, j),
+                                 .buf = buf, .len = q->lat_bytes};
+    }
+    if (m == 0) return WF_OK;
+    wf_status st = wf_world_run(ws->world, ops, m);
+    for (int j = 0; st == WF_OK && !send && j < m; j++)
         if (ops[j].received != q->lat_bytes) st = WF_EPROTO;
     return st;
 }
@@ -621,9 +634,9 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         k->n_flight--;
         k->batches++;
         pthread_mutex_unlock(&ws->lock);
-        if (q.lat && d.status == WF_OK) {
-            /* The worker sends the results right after BATCH_DONE (it blocks until we take
-             * them, so both sides progress here). */
+        if (q.lat_back) {
+            /* The worker sends the results of the tasks that succeeded right after BATCH_DONE
+             * (it blocks until we take them, so both sides progress here). */
             wf_status ls = move_latents(ws, k, &q, false);
             if (ls != WF_OK) {
                 d.status = ls;
@@ -740,7 +753,7 @@ static void send_pending(wf_workers *ws, wk *k) {
             worker_down(ws, k, err);
             return;
         }
-        if (q.lat && (st = move_latents(ws, k, &q, true)) != WF_OK) {
+        if (q.lat_out && (st = move_latents(ws, k, &q, true)) != WF_OK) {
             snprintf(err, sizeof err, "sending latents: %s", wf_world_error(ws->world));
             worker_down(ws, k, err);
             return;

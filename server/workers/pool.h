@@ -145,15 +145,21 @@ void wf_workers_health(wf_workers *ws, int *live, int *total);
 int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap);
 /* Whether worker i is live (serving). Any thread. */
 bool wf_workers_live(wf_workers *ws, int i);
+/* Worker i's incarnation (its process's generation: a replacement has a new one), so that state
+ * a process held (a latent between DiT chunks) is known lost with it. */
+uint32_t wf_workers_incarnation(wf_workers *ws, int i);
 /* DiT chunks on worker i (server/workers/dit_router.h): like its executor's dispatch, for a
- * batch of DENOISE tasks only, whose latents cross with it. latents[j] (latent_bytes each) is
- * task j's latent: sent to the worker after the TASK_DISPATCH frame (tagged messages, the tag
- * WF_WORKERS_LATENT_TAG(iteration, j)), and overwritten with the worker's result when the batch
- * completes with WF_OK (received on the comm thread before done is called). On any other status
- * latents[j] may hold partial bytes. The array and the buffers must stay valid until done.
+ * batch of DENOISE tasks only, whose latents may cross with it. out[j] (latent_bytes; NULL:
+ * nothing) is sent to the worker after the TASK_DISPATCH frame (tagged messages, the tag
+ * WF_WORKERS_LATENT_TAG(iteration, j)); back[j] (NULL: nothing) receives the worker's result
+ * for task j when the worker's TASK_EVENT said the task succeeded (the worker sends exactly
+ * those; received on the comm thread before done is called). out or back may be NULL for none
+ * at all. A latent that stays on the worker ranks between chunks moves neither way (the worker
+ * moves it to the next group itself: server/workers/worker.c). The arrays and the buffers must
+ * stay valid until done; on a failure a back buffer may hold partial bytes.
  * WF_EINVAL (a task is not DENOISE, or more than 255 tasks), else as the executor's dispatch. */
 wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
-                                      float *const *latents, size_t latent_bytes,
+                                      float *const *out, float *const *back, size_t latent_bytes,
                                       wf_executor_done_fn done, void *user);
 /* The tag of task j's latent in the batch of wire iteration `it` (both directions): a USER tag
  * (no epoch in it, like the frames it travels with: a replacement admitted between the frame

@@ -30,7 +30,8 @@ typedef struct queued {
     wf_task_batch wire;              /* the same tasks under the wire iteration */
     wf_executor_done_fn done;
     void *user;
-    float *const *lat;               /* DiT: task j's latent goes out and comes back here */
+    float *const *lat_out;           /* DiT: task j's latent goes out from here (NULL: none) */
+    float *const *lat_back;          /* and comes back here (NULL: none) */
     size_t lat_bytes;
 } queued;
 

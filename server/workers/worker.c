@@ -173,6 +173,33 @@ static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t 
     return sp;
 }
 
+/* The stepper item of DENOISE task t on the latent buffer lat. */
+static wf_dit_item dit_item(const wf_task *t, float *lat) {
+    return (wf_dit_item){.latent = lat, .label = t->dit.class_label, .uncond_label = t->dit.negative_label,
+                         .guidance = t->dit.guidance_scale,
+                         .key = {.seed = t->dit.seed, .request = t->dit.noise_index},
+                         .step = t->dit.step_begin, .step_end = t->dit.step_end};
+}
+
+static bool same_group(const wf_group *a, const wf_group *b) {
+    return a->n_ranks == b->n_ranks && !memcmp(a->ranks, b->ranks, sizeof(int) * (size_t)a->n_ranks);
+}
+
+/* The mode group g runs in: wf_dit_sp_choose's rule over the batch's tasks of that group, the
+ * rule the coordinator's router applies too (a multi-rank group runs one task, so a rank that
+ * only hands its rows over sees the same tasks as the members). */
+static wf_dit_sp_mode dit_mode(const worker *w, const wf_task_batch *b, const wf_group *g) {
+    int n = 0, guided = 0;
+    for (int j = 0; j < b->n_tasks; j++)
+        if (same_group(&b->tasks[j].group, g)) {
+            n++;
+            guided += b->tasks[j].dit.guidance_scale > 1.0f;
+        }
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
+    return wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(w->dit)), in->latent_height, in->latent_width,
+                            g->n_ranks, n, guided);
+}
+
 /* DENOISE chunks over the batch's group of ranks (sequence or guidance parallelism,
  * engine/elastic/dit_sp.h): every member runs the same items on its rows of the latents (all
  * rows under guidance parallelism); the tasks share one sampler and
@@ -191,21 +218,12 @@ static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *ms
             snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler or step count");
             return WF_EINVAL;
         }
-        items[j] = (wf_dit_item){.latent = lat[j], .label = t->dit.class_label,
-                                 .uncond_label = t->dit.negative_label,
-                                 .guidance = t->dit.guidance_scale,
-                                 .key = {.seed = t->dit.seed, .request = t->dit.noise_index},
-                                 .step = t->dit.step_begin, .step_end = t->dit.step_end};
+        items[j] = dit_item(t, lat[j]);
     }
     wf_dit_sp *sp = get_sp(w, t0->dit.sampler, t0->dit.num_steps, msg, cap);
     if (!sp) return WF_EINVAL;
     /* Guidance or sequence parallelism: the rule the coordinator's router applies too. */
-    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
-    int guided = 0;
-    for (int j = 0; j < n; j++) guided += items[j].guidance > 1.0f;
-    wf_dit_sp_mode mode = wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(w->dit)), in->latent_height,
-                                           in->latent_width, b->group.n_ranks, n, guided);
-    wf_dit_placement pl = wf_dit_placement_make(mode, b->group.ranks, b->group.n_ranks);
+    wf_dit_placement pl = wf_dit_placement_make(dit_mode(w, b, &b->group), b->group.ranks, b->group.n_ranks);
     uint64_t t_begin = wf_clock_now_ns();
     wf_status st = wf_dit_sp_run(sp, wf_dit_exec_pool(w->dit), &pl, n, items, msg, cap);
     uint64_t t_end = wf_clock_now_ns();
@@ -543,54 +561,162 @@ static wf_status run_batch(worker *w, wf_task_batch *b, char *msg, size_t cap) {
     return bw.status;
 }
 
-/* A batch of DENOISE chunks: its latents arrive right after the frame (one tagged message per
- * task), run in slots of the DiT executor, and go back right after BATCH_DONE; the slots are
- * freed again, so a latent lives here only for its chunk (the coordinator holds it between
- * chunks and may send the next one to any rank). Every latent is received even when the batch
- * cannot run, so the coordinator's sends never wait for nothing. */
+/* Where a DENOISE task's latent is and where it goes (the coordinator's router says so,
+ * server/workers/dit_router.h): dit.latent.placement holds it now: no rank or rank 0 is home
+ * (the latent comes from rank 0 right after the frame); worker ranks hold it since the last
+ * chunk (OWNER: whole on one rank; REPLICATED: whole on each, as guidance parallelism leaves
+ * it; SHARDED: patch rows per member, as Ulysses leaves it). The task's group runs the chunk;
+ * dit.image of kind WF_ARTIFACT_LATENT keeps the result on the group's ranks, else it goes home
+ * right after BATCH_DONE. */
+static bool dit_home(const wf_placement *p) {
+    return p->holders.n_ranks == 0 || (p->holders.n_ranks == 1 && p->holders.ranks[0] == 0);
+}
+
+static wf_dit_placement dit_held(const wf_placement *p) {
+    if (p->kind == WF_PLACEMENT_OWNER && p->holders.n_ranks != 1) return wf_dit_placement_make(0, NULL, 0);
+    return wf_dit_placement_make(p->kind == WF_PLACEMENT_REPLICATED ? WF_DIT_SP_CFG : WF_DIT_SP_ULYSSES,
+                                 p->holders.ranks, p->holders.n_ranks);
+}
+
+static void dit_fail(wf_task *t, wf_status st, const char *why, wf_frame_batch_done *done, int rank) {
+    t->status = st;
+    if (done->status != WF_OK) return;
+    done->status = st;
+    snprintf(done->message, sizeof done->message, "worker rank %d: task %llu: %.900s", rank,
+             (unsigned long long)t->id, why);
+}
+
+/* Runs the member tasks of the batch (one group: this rank's in the wave) on their latents. */
+static void dit_run_members(worker *w, wf_task_batch *b, float *const *lat, const bool *member,
+                            wf_frame_batch_done *done, int rank) {
+    char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    int n = 0, steps = 0;
+    const wf_group *g = NULL;
+    for (int j = 0; j < b->n_tasks; j++)
+        if (member[j] && b->tasks[j].status == WF_OK) {
+            if (g && !same_group(g, &b->tasks[j].group)) {
+                dit_fail(&b->tasks[j], WF_EINVAL, "this rank is in two groups of one batch", done, rank);
+                continue;
+            }
+            g = &b->tasks[j].group;
+            n++;
+            steps += b->tasks[j].dit.step_end - b->tasks[j].dit.step_begin;
+        }
+    if (n == 0 || steps == 0) return; /* nothing to run (only moves) */
+    wf_task *sub = malloc((size_t)n * sizeof *sub);
+    float **sl = malloc((size_t)n * sizeof *sl);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    if (!sub || !sl || !idx) {
+        for (int j = 0; j < b->n_tasks; j++)
+            if (member[j] && b->tasks[j].status == WF_OK) dit_fail(&b->tasks[j], WF_ENOMEM, "out of memory", done, rank);
+        free(sub), free(sl), free(idx);
+        return;
+    }
+    int k = 0;
+    for (int j = 0; j < b->n_tasks; j++)
+        if (member[j] && b->tasks[j].status == WF_OK && same_group(g, &b->tasks[j].group)) {
+            sub[k] = b->tasks[j];
+            sl[k] = lat[j];
+            idx[k++] = j;
+        }
+    wf_task_batch sb = {.tasks = sub, .n_tasks = k, .group = *g, .iteration = b->iteration};
+    wf_status st = g->n_ranks > 1 ? run_sp(w, &sb, sl, msg, sizeof msg)
+                                  : wf_executor_run(wf_dit_exec_executor(w->dit), &sb, msg, sizeof msg);
+    for (int q = 0; q < k; q++) {
+        wf_task *t = &b->tasks[idx[q]];
+        t->t_begin_ns = sub[q].t_begin_ns;
+        t->t_end_ns = sub[q].t_end_ns;
+        t->dit.latent.latent.step = sub[q].dit.latent.latent.step;
+        wf_status ts = st != WF_OK ? st : sub[q].status;
+        if (ts != WF_OK) dit_fail(t, ts, msg[0] ? msg : wf_status_str(ts), done, rank);
+    }
+    free(sub), free(sl), free(idx);
+}
+
+/* A batch of DENOISE chunks of one wave (server/workers/dit_router.h): each task in which this
+ * rank holds the latent (its old group) or runs the chunk (its new group). In order: latents
+ * coming from home arrive (one tagged message per task, right after the frame); latents held
+ * by worker ranks move to the new group with wf_dit_sp_reshard, one task after the other in
+ * the batch's order (the same order on every rank, so these collectives never wait on each
+ * other in a cycle); the member tasks run; the results bound for home go back right after
+ * BATCH_DONE. A rank keeps a latent only as a member of a group that keeps it: an old holder
+ * drops its copy once it has handed its rows over, and every rank drops a task's latent when
+ * the task failed (the coordinator runs it again from its home copy). Every home latent is
+ * received even when its task cannot run, so the coordinator's sends never wait for nothing. */
 static wf_status run_dit(worker *w, wf_task_batch *b) {
-    char err[WF_FRAME_TASK_MESSAGE_MAX] = "", msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
+    char err[WF_FRAME_TASK_MESSAGE_MAX] = "", why[WF_FRAME_TASK_MESSAGE_MAX];
     wf_frame_batch_done done = {.iteration = b->iteration, .status = WF_OK};
-    int rank = wf_world_rank(w->world), n = b->n_tasks;
+    int rank = wf_world_rank(w->world), n = b->n_tasks, n_ops = 0;
     wf_world_op ops[256];
     float *lat[256];
+    bool member[256], keep[256], processed = false;
     size_t bytes = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0;
     if (!w->dit) {
         done.status = WF_EUNSUPPORTED;
-        snprintf(msg, sizeof msg, "no DiT model on this worker");
+        snprintf(done.message, sizeof done.message, "worker rank %d: no DiT model on this worker", rank);
     } else if (n > 255) {
         done.status = WF_EINVAL;
-        snprintf(msg, sizeof msg, "%d DENOISE tasks in one batch (at most 255)", n);
+        snprintf(done.message, sizeof done.message, "worker rank %d: %d DENOISE tasks in one batch (at most 255)",
+                 rank, n);
     } else {
+        processed = true;
         for (int j = 0; j < n; j++) {
             wf_task *t = &b->tasks[j];
-            lat[j] = t->kind == WF_TASK_DENOISE ? wf_dit_exec_latent(w->dit, t->dit.latent.id, true) : NULL;
-            if (!lat[j] && done.status == WF_OK) {
-                done.status = t->kind == WF_TASK_DENOISE ? WF_EFULL : WF_EINVAL;
-                snprintf(msg, sizeof msg, "task %d: %s", j,
-                         t->kind == WF_TASK_DENOISE ? "no free latent slot" : "not a DENOISE task");
+            t->status = WF_OK;
+            lat[j] = NULL;
+            member[j] = keep[j] = false;
+            if (t->kind != WF_TASK_DENOISE) {
+                dit_fail(t, WF_EINVAL, "not a DENOISE task", &done, rank);
+                continue;
             }
-            ops[j] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
-                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                   .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes};
+            member[j] = wf_gfc_group_index(&t->group, rank) >= 0;
+            keep[j] = member[j] && t->dit.image.kind == WF_ARTIFACT_LATENT;
+            bool home = dit_home(&t->dit.latent.placement);
+            if (!home && wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0) {
+                if (!(lat[j] = wf_dit_exec_latent(w->dit, t->dit.latent.id, false))) {
+                    snprintf(why, sizeof why, "latent %llu is not held here (a replaced rank?)",
+                             (unsigned long long)t->dit.latent.id);
+                    dit_fail(t, WF_ENOTFOUND, why, &done, rank);
+                }
+            } else if (member[j] && !(lat[j] = wf_dit_exec_latent(w->dit, t->dit.latent.id, true))) {
+                dit_fail(t, WF_EFULL, "no free latent slot", &done, rank);
+            } else if (!member[j]) {
+                /* Neither holder nor member: the coordinator gave up the copy this rank held
+                 * (a cancelled request, or one restarted from home): drop it. */
+                wf_dit_exec_latent_drop(w->dit, t->dit.latent.id);
+            }
+            if (home && member[j])
+                ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
+                                             .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                             .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes};
         }
-        wf_status st = wf_world_run(w->world, ops, n);
+        wf_status st = wf_world_run(w->world, ops, n_ops);
         if (st != WF_OK) return st; /* rank 0 is gone or stuck */
-        for (int j = 0; j < n && done.status == WF_OK; j++)
-            if (ops[j].received != bytes) {
-                done.status = WF_EPROTO;
-                snprintf(msg, sizeof msg, "latent %d: %zu bytes, expected %zu", j, ops[j].received, bytes);
+        for (int o = 0; o < n_ops; o++)
+            if (ops[o].received != bytes) {
+                snprintf(why, sizeof why, "latent: %zu bytes from rank 0, expected %zu", ops[o].received, bytes);
+                dit_fail(&b->tasks[ops[o].tag.step], WF_EPROTO, why, &done, rank);
             }
-        if (done.status == WF_OK && b->group.n_ranks > 1)
-            done.status = run_sp(w, b, lat, msg, sizeof msg);
-        else if (done.status == WF_OK)
-            done.status = wf_executor_run(wf_dit_exec_executor(w->dit), b, msg, sizeof msg);
+        /* Worker to worker: the slices that change hands, task by task in batch order. A rank
+         * whose part failed still takes part (with scratch rows), so the others never wait. */
+        for (int j = 0; j < n; j++) {
+            wf_task *t = &b->tasks[j];
+            if (t->kind != WF_TASK_DENOISE || dit_home(&t->dit.latent.placement)) continue;
+            bool holder = wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0;
+            if (!holder && !member[j]) continue;
+            wf_dit_placement from = dit_held(&t->dit.latent.placement);
+            wf_dit_placement to = wf_dit_placement_make(dit_mode(w, b, &t->group), t->group.ranks, t->group.n_ranks);
+            if (from.mode == to.mode && same_group(&from.group, &to.group)) continue; /* stays */
+            wf_dit_sp *sp = get_sp(w, t->dit.sampler, t->dit.num_steps, why, sizeof why);
+            wf_dit_item it = dit_item(t, lat[j] ? lat[j] : w->dit_scratch);
+            wf_status rs = sp ? wf_dit_sp_reshard(sp, &from, &to, 1, &it, why, sizeof why) : WF_EINVAL;
+            if (rs != WF_OK) dit_fail(t, rs, why, &done, rank);
+        }
+        dit_run_members(w, b, lat, member, &done, rank);
     }
     w->batches++;
     wf_status st = WF_OK;
-    if (done.status != WF_OK) {
-        snprintf(done.message, sizeof done.message, "worker rank %d: %s", rank, msg);
-    } else {
+    if (processed) {
         if (n > w->results_cap) {
             free(w->results);
             w->results_cap = 0;
@@ -602,15 +728,18 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
         st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_task_event, &ev, err, sizeof err);
     }
     if (st == WF_OK) st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
-    if (st == WF_OK && done.status == WF_OK) {
-        for (int j = 0; j < n; j++)
-            ops[j] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
-                                   .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                   .buf = lat[j], .len = bytes};
-        st = wf_world_run(w->world, ops, n);
-    }
-    for (int j = 0; w->dit && j < n && j < 256; j++)
-        if (b->tasks[j].kind == WF_TASK_DENOISE) wf_dit_exec_latent_drop(w->dit, b->tasks[j].dit.latent.id);
+    /* Home: the member results of tasks that succeeded and do not stay (pool.c receives
+     * exactly these, by the statuses of the TASK_EVENT). */
+    n_ops = 0;
+    for (int j = 0; processed && j < n; j++)
+        if (member[j] && !keep[j] && b->tasks[j].status == WF_OK)
+            ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
+                                         .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
+                                         .buf = lat[j], .len = bytes};
+    if (st == WF_OK && n_ops > 0) st = wf_world_run(w->world, ops, n_ops);
+    for (int j = 0; processed && j < n; j++)
+        if (lat[j] && !(keep[j] && b->tasks[j].status == WF_OK))
+            wf_dit_exec_latent_drop(w->dit, b->tasks[j].dit.latent.id);
     return st;
 }
 

@@ -48,9 +48,11 @@ typedef struct wf_worker_params {
      * number wf_vmodel_spec_num gives, the coordinator's; a bad one is a start-up failure */
     char *const *vmodels;
     int n_vmodels;
-    const char *dit_path;     /* a DiT whose DENOISE chunks this worker runs (NULL: none); the
-                                 latents cross with the TASK_DISPATCH as tagged messages
-                                 (server/workers/pool.h: wf_workers_dispatch_latents) */
+    const char *dit_path;     /* a DiT whose DENOISE chunks this worker runs (NULL: none); a
+                                 latent from home crosses with the TASK_DISPATCH as a tagged
+                                 message (server/workers/pool.h: wf_workers_dispatch_latents),
+                                 stays here between chunks and moves to the next group worker
+                                 to worker (server/workers/dit_router.h) */
     wf_frame_role pd_role;    /* declared to the coordinator (WORKER_INFO): prefill, decode or
                                  worker (any: the coordinator's slot decides) */
 } wf_worker_params;

@@ -59,6 +59,15 @@ def run_all(d):
         return list(pool.map(lambda r: generate(d, r), REQUESTS))
 
 
+def latent_bytes(d):
+    """Latent bytes per path summed over the worker ranks, and reshards."""
+    ws = admin(d)["scheduler"]["workers"]
+    out = {k: sum(w["dit_latent_bytes"][k] for w in ws)
+           for k in ("worker", "from_rank0", "to_rank0", "mid_trajectory_rank0")}
+    out["reshards"] = sum(w["dit_reshards"] for w in ws)
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference():
     d = Weftd("--model", DIT)
@@ -72,7 +81,13 @@ def reference():
 def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", policy)
     try:
+        moved0 = latent_bytes(d)
         assert run_all(d) == reference
+        # Latents stayed on the workers between chunks: none passed rank 0 in mid-trajectory;
+        # those whose group changed moved worker to worker.
+        moved = {k: v - moved0[k] for k, v in latent_bytes(d).items()}
+        assert moved["mid_trajectory_rank0"] == 0, moved
+        assert (moved["reshards"] > 0) == (moved["worker"] > 0), moved
         im = admin(d)["images"]
         chunks = im["chunks_by_group_size"]
         total = sum(r["n"] * r["num_inference_steps"] for r in REQUESTS)
@@ -99,6 +114,33 @@ def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
         assert "weft:image_chunks_by_group_size_total{" in metrics
         assert "weft:worker_dit_chunks_total{" in metrics
         assert "weft:worker_dit_cfg_chunks_total{" in metrics
+    finally:
+        assert d.stop() == 0
+
+
+def test_latents_stay_on_workers_between_chunks(reference):
+    # static:1 with one step per chunk: each image's 4 chunks run on one rank, and its latent
+    # stays there between them; only x_T goes out and the final latent comes home.
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:1")
+    try:
+        before = latent_bytes(d)
+        chunks0 = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"])
+        assert generate(d, REQUESTS[0]) == reference[0]
+        after = latent_bytes(d)
+        delta = {k: after[k] - before[k] for k in after}
+        chunks = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"]) - chunks0
+        assert chunks >= REQUESTS[0]["n"] * REQUESTS[0]["num_inference_steps"], chunks
+        # Not one byte of a latent through rank 0 between two chunks: x_T goes out with the
+        # first chunk and the latent comes home with the last (should a lane hand an image to
+        # the other, its rows move worker to worker).
+        assert delta["mid_trajectory_rank0"] == 0, delta
+        assert delta["from_rank0"] > 0 and delta["to_rank0"] > 0, delta
+        assert (delta["reshards"] > 0) == (delta["worker"] > 0), delta
+        metrics = d.status("/metrics")[1].decode()
+        for path in ("worker", "from_rank0", "to_rank0"):
+            assert f'path="{path}"' in metrics
+        assert "weft:worker_dit_reshards_total{" in metrics
+        assert "weft:worker_dit_latent_mid_rank0_bytes_total{" in metrics
     finally:
         assert d.stop() == 0
 

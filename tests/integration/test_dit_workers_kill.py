@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (
 
 
 # The model's default guidance (2) runs guidance-parallel, guidance_scale 1 sequence-parallel.
-LONGS = {"cfg": LONG, "ulysses": dict(LONG, guidance_scale=1)}
+# (48 steps: long enough that the kill lands while the chunks run, however fast they go)
+LONGS = {"cfg": dict(LONG, num_inference_steps=48), "ulysses": dict(LONG, num_inference_steps=48, guidance_scale=1)}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not any(
                     r["steps_done"] > 0 for r in admin(d)["images"]["requests"]):
-                time.sleep(0.02)
+                time.sleep(0.005)
             os.kill(victim["pid"], signal.SIGKILL)
             results = [f.result(timeout=180) for f in futs]
         ok = 0
@@ -88,5 +89,48 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
         before = admin(d)["images"]["chunks_by_group_size"].get("2", 0)
         assert generate(d, REQUESTS[1]) == reference["short"]
         assert admin(d)["images"]["chunks_by_group_size"].get("2", 0) > before
+    finally:
+        assert d.stop() == 0
+
+
+def test_worker_killed_while_it_holds_latents_between_chunks(reference):
+    # static:1: each image's latent stays on its lane's rank between chunks. Killing that rank
+    # loses it: the chunk starts again from the home copy (x_T, which ENCODE left at rank 0) on
+    # the live rank, and the bytes are the in-process daemon's. (Enough steps that the kill
+    # lands while the requests run.)
+    req = dict(prompt="3", n=2, seed=5, num_inference_steps=150, guidance_scale=1)
+    ref = Weftd("--model", DIT)
+    try:
+        expected = generate(ref, req)
+    finally:
+        assert ref.stop() == 0
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:1")
+    try:
+        victim = admin(d)["scheduler"]["workers"][0]
+        # (the image scheduler's start-up calibration decodes in batches of their own: those
+        # latents come home in mid-trajectory; compare counts)
+        mid0 = sum(w["dit_latent_bytes"]["mid_trajectory_rank0"] for w in admin(d)["scheduler"]["workers"])
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futs = [pool.submit(post, d, dict(model=DIT_ID, **req)) for _ in range(2)]
+            deadline = time.monotonic() + 60
+            done = []
+            while time.monotonic() < deadline and not done:
+                done = [r["steps_done"] for r in admin(d)["images"]["requests"] if r["steps_done"] > 1]
+                time.sleep(0.005)
+            os.kill(victim["pid"], signal.SIGKILL)
+            results = [f.result(timeout=180) for f in futs]
+        assert done and min(done) < req["num_inference_steps"], done  # killed mid-trajectory
+        ok = 0
+        for code, data in results:
+            if code == 200:
+                ok += 1
+                assert [base64.b64decode(x["b64_json"]) for x in json.loads(data)["data"]] == expected
+            else:
+                assert json.loads(data)["error"]["message"], data
+        assert ok >= 1, [(c, b[:300]) for c, b in results]
+        # Latents came home only at their last step, even across the restart.
+        ws = admin(d)["scheduler"]["workers"]
+        assert sum(w["dit_latent_bytes"]["mid_trajectory_rank0"] for w in ws) == mid0, ws
+        assert generate(d, REQUESTS[1]) == reference["short"]
     finally:
         assert d.stop() == 0

@@ -279,6 +279,48 @@ START_TEST(test_killed_member_restart) {
 }
 END_TEST
 
+/* A holder killed between chunks, before the reshard that moves its rows to a new group: the
+ * reshard fails on every other rank of the two groups with WF_EPEER or WF_ETIMEDOUT within the
+ * world's timeout (no hang), and the request restarts from x_T on {0, 2}, bit-identical. */
+static int body_killed_holder(wf_world *w, int rank, void *arg) {
+    (void)arg;
+    ctx c;
+    if (setup(&c, w)) return 1;
+    const int r01[] = {0, 1}, r02[] = {0, 2};
+    wf_dit_placement p01 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2);
+    wf_dit_placement p02 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r02, 2);
+    wf_dit_placement p0 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 1);
+    wf_world_set_timeout_ms(w, 60000);
+    if (start(&c, w, &p0) || move(&c, w, &p0, &p01) || run_on(&c, w, &p01, 4)) return 1;
+    if (rank == 1) raise(SIGKILL); /* holds rows 1/2 of every latent */
+    wf_world_set_timeout_ms(w, 4000);
+    uint64_t t0 = wf_clock_now_ns();
+    wf_status st = wf_dit_sp_reshard(c.sp, &p01, &p02, ITEMS, c.items, c.err, sizeof c.err);
+    double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+    WT_CHECK(st == WF_EPEER || st == WF_ETIMEDOUT, "rank %d: reshard with a dead holder: %s: %s", rank,
+             wf_status_name(st), c.err);
+    WT_CHECK(ms < 4000 + 3000, "rank %d: noticed after %.0f ms", rank, ms);
+    fprintf(stderr, "rank %d: reshard %s after %.0f ms: %s\n", rank, wf_status_name(st), ms, c.err);
+    wf_world_set_timeout_ms(w, 60000);
+    if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) || finish(&c, w, &p02, "restart"))
+        return 1;
+    teardown(&c);
+    return 0;
+}
+
+START_TEST(test_killed_holder_reshard) {
+    wt_env env = wt_env_default(3);
+    env.timeout_ms = 120000;
+    pid_t pids[3];
+    int codes[3];
+    for (int r = 0; r < 3; r++) pids[r] = wt_spawn(&env, r, body_killed_holder, NULL);
+    wt_wait(pids, 3, 200, codes);
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], 128 + SIGKILL);
+    ck_assert_int_eq(codes[2], 0);
+}
+END_TEST
+
 /* A generated DiT with learned sigma (8 output channels for 4, DDPM learned_range reads the
  * second half) and a 16x16 latent: Ulysses over 2 and 4 ranks and guidance-parallel pairs,
  * moving between them, still bit-identical. */
@@ -363,6 +405,18 @@ static int body_errors(wf_world *w, int rank, void *arg) {
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &me, &two, ITEMS, 0) == ITEMS * c.n / 2 * sizeof(float), "bytes");
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &two, &me, ITEMS, 1) == ITEMS * c.n / 2 * sizeof(float), "bytes");
         WT_CHECK(wf_dit_sp_reshard_bytes(c.sp, &two, &me, ITEMS, 0) == 0, "bytes");
+        /* The runner-free plan a coordinator counts with (channels x side x side): the
+         * same bytes; {0} -> {1} moves every row; CFG {0,1} -> {1} moves nothing (1 holds it
+         * all); Ulysses {0,1} -> CFG {0,1}: each member sends the other its half. */
+        const int pch = wf_dit_get_config(c.model)->patch_size, sd = wf_dit_get_config(c.model)->sample_size;
+        const int ch = (int)(c.n / (size_t)(sd * sd));
+        wf_dit_placement one1 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r1, 1);
+        wf_dit_placement cfg2 = wf_dit_placement_make(WF_DIT_SP_CFG, r01, 2);
+        WT_CHECK(wf_dit_sp_plan_bytes(&me, &two, pch, ch, sd, sd, ITEMS, 0) ==
+                     wf_dit_sp_reshard_bytes(c.sp, &me, &two, ITEMS, 0), "plan bytes");
+        WT_CHECK(wf_dit_sp_plan_bytes(&me, &one1, pch, ch, sd, sd, 1, 0) == c.n * sizeof(float), "plan move");
+        WT_CHECK(wf_dit_sp_plan_bytes(&cfg2, &one1, pch, ch, sd, sd, 1, 0) == 0, "plan cfg");
+        WT_CHECK(wf_dit_sp_plan_bytes(&two, &cfg2, pch, ch, sd, sd, 1, 1) == c.n / 2 * sizeof(float), "plan u2c");
     }
     teardown(&c);
     return 0;
@@ -382,6 +436,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elastic_invariance);
     tcase_add_test(tc, test_checks_and_errors);
     tcase_add_test(tc, test_killed_member_restart);
+    tcase_add_test(tc, test_killed_holder_reshard);
     tcase_add_test(tc, test_learned_sigma_model);
     suite_add_tcase(s, tc);
     return s;
