@@ -241,6 +241,13 @@ static wf_dit_sp_mode group_mode(const wf_dit_router *r, const wf_task_batch *b,
     return wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, gr->n_ranks, gr->n, guided);
 }
 
+/* The cost model's mode for a chunk of group gr: plain, or for guided images CFG (one half per
+ * rank, as wf_dit_sp_choose picks on 2 ranks) or Ulysses over both halves. */
+static wf_dit_cost_mode cost_mode(bool guided, int n_ranks, wf_dit_sp_mode sp) {
+    if (!guided) return WF_DIT_COST_PLAIN;
+    return n_ranks == 2 && sp == WF_DIT_SP_CFG ? WF_DIT_COST_CFG : WF_DIT_COST_GUIDED;
+}
+
 static bool is_loss(wf_status st) {
     return st == WF_ECLOSED || st == WF_EPEER || st == WF_ETIMEDOUT || st == WF_ENOTFOUND;
 }
@@ -521,7 +528,10 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             uint64_t end = t0;
             for (int m = 0; m < gr->n_ranks; m++)
                 if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
-            if (steps > 0) wf_dit_cost_observe(&r->cost, r->tokens, gr->n_ranks, (double)(end - t0) / 1e6 / steps);
+            if (steps > 0)
+                wf_dit_cost_observe_mode(&r->cost, r->tokens, gr->n_ranks,
+                                         cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, mode),
+                                         (double)(end - t0) / 1e6 / steps);
         }
         /* Chunks that ran steps (a latent only fetched home ran none). */
         uint64_t ran = 0;
@@ -588,6 +598,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
                           .steps_done = t->dit.step_begin, .max_P = r->max_P,
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
+                          .guided = t->dit.guidance_scale > 1.0f,
                           .latent_bytes = (double)(r->lat_floats * sizeof(float))};
         /* Where its latent stays since its last chunk (worker indices are the policy's ranks):
          * a policy that weighs moves sees them. */
@@ -841,42 +852,60 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks 1..P, added to the
+ * cost model under the mode the workers run it in. */
+static void calibrate_degree(wf_dit_router *r, wf_task *t, int P) {
+    wf_task_batch b = {.tasks = t, .n_tasks = 1};
+    bool guided = t->dit.guidance_scale > 1.0f;
+    wf_dit_cost_mode mode = cost_mode(guided, P, wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, P, 1, guided));
+    char msg[160] = "";
+    double ms[8];
+    int ok = 0;
+    for (int rep = 0; rep < 8; rep++) {
+        r->wave[0] = 0;
+        r->groups[0] = (wgroup){.n_ranks = P, .n = 1, .first = 0};
+        for (int m = 0; m < P; m++) r->groups[0].ranks[m] = m;
+        t->status = WF_IN_PROGRESS;
+        uint64_t t0 = wf_clock_now_ns();
+        if (run_wave(r, &b, 1, msg, sizeof msg) != WF_OK || t->status != WF_OK) break;
+        if (rep > 0) ms[ok++] = (double)(wf_clock_now_ns() - t0) / 1e6;
+    }
+    if (ok < 7) {
+        WF_LOG_WARN("dit", NULL, "calibrating %d rank(s), %s: %s: not used", P, wf_dit_cost_mode_name(mode), msg);
+        return;
+    }
+    qsort(ms, 7, sizeof ms[0], cmp_double);
+    wf_dit_cost_add_mode_point(&r->cost, r->tokens, P, mode, ms[3]);
+    if (mode == WF_DIT_COST_PLAIN)
+        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 7)", P, ms[3],
+                    r->tokens);
+    else
+        WF_LOG_INFO("dit", NULL, "DiT guided step on %d worker rank(s), %s mode: %.3f ms (%d tokens, median of 7)",
+                    P, wf_dit_cost_mode_name(mode), ms[3], r->tokens);
+}
+
 /* The measured cost model: for every degree P the model and the workers allow (1, 2, 4, ...),
- * the median of 7 timed one-step chunks of one image on ranks 1..P (after a warm-up), through
- * the dispatch path of requests (here each latent goes out from home and comes back: a step's
- * time without a worker-to-worker move, which the cost model prices by bytes apart). */
+ * an unguided and a guided image's step (the guided one in the mode the workers pick for it),
+ * through the dispatch path of requests (here each latent goes out from home and comes back: a
+ * step's time without a worker-to-worker move, which the cost model prices by bytes apart). A
+ * degree whose unguided step failed is not used at all. */
 static void calibrate(wf_dit_router *r) {
     wf_dit_cost_measured(&r->cost);
     r->calibrating = true;
     float *home = wf_dit_exec_latent(r->local, CALIB_ID, true);
     if (!home) return;
-    memset(home, 0, r->lat_floats * sizeof(float));
     wf_task t = {.id = CALIB_ID, .kind = WF_TASK_DENOISE,
                  .dit = {.class_label = 0, .negative_label = -1, .guidance_scale = 0, .sampler = -1,
                          .num_steps = 20, .step_begin = 0, .step_end = 1,
                          .latent = {.id = CALIB_ID, .kind = WF_ARTIFACT_LATENT}}};
-    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
-    char msg[160];
     for (int P = 1; P <= r->max_P; P *= 2) {
-        double ms[8];
-        int ok = 0;
-        for (int rep = 0; rep < 8; rep++) {
-            r->wave[0] = 0;
-            r->groups[0] = (wgroup){.n_ranks = P, .n = 1, .first = 0};
-            for (int m = 0; m < P; m++) r->groups[0].ranks[m] = m;
-            t.status = WF_IN_PROGRESS;
-            uint64_t t0 = wf_clock_now_ns();
-            if (run_wave(r, &b, 1, msg, sizeof msg) != WF_OK || t.status != WF_OK) break;
-            if (rep > 0) ms[ok++] = (double)(wf_clock_now_ns() - t0) / 1e6;
-        }
-        if (ok < 7) {
-            WF_LOG_WARN("dit", NULL, "calibrating %d rank(s): %s: degree not used", P, msg);
-            continue;
-        }
-        qsort(ms, 7, sizeof ms[0], cmp_double);
-        wf_dit_cost_add_point(&r->cost, r->tokens, P, ms[3]);
-        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 7)", P,
-                    ms[3], r->tokens);
+        memset(home, 0, r->lat_floats * sizeof(float));
+        t.dit.guidance_scale = 0;
+        calibrate_degree(r, &t, P);
+        if (!wf_dit_cost_allows(&r->cost, P)) continue;
+        memset(home, 0, r->lat_floats * sizeof(float));
+        t.dit.guidance_scale = 4.0f;
+        calibrate_degree(r, &t, P);
     }
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
     r->calibrating = false;
