@@ -155,8 +155,10 @@ void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {
     wf_quant_fill_panel_avx512(ops, vnni);
     ops[WF_GGML_TYPE_Q4_K].vec_dot = q4_K_vec_dot;
     ops[WF_GGML_TYPE_Q4_K].vec_dot_tile = q4_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q4_K].matvec = q4_K_matvec;
     ops[WF_GGML_TYPE_Q6_K].vec_dot = q6_K_vec_dot;
     ops[WF_GGML_TYPE_Q6_K].vec_dot_tile = q6_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q6_K].matvec = q6_K_matvec;
     ops[WF_GGML_TYPE_F32].vec_dot = f32_vec_dot;
     ops[WF_GGML_TYPE_F16].to_float = f16_to_float;
     ops[WF_GGML_TYPE_F16].vec_dot = f16_vec_dot;
