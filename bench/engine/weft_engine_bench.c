@@ -3,7 +3,12 @@
  * this machine's streaming read bandwidth and multiply-add ceiling, and peak resident memory.
  * One line of "key value" pairs per measurement on stdout.
  *
- *     weft_engine_bench MODEL THREADS [BATCH ...] */
+ *     weft_engine_bench MODEL THREADS [BATCH ...]
+ *
+ * WEFT_BENCH_DECODE_ONLY=1 skips the prefill and the machine measurements (for quick
+ * before/after runs of decode kernels). decode_b<N>_cpu is tokens per second of process CPU
+ * time: at one thread on a host shared with other work it is the rate while weft runs, which
+ * wall time is not (with more threads it also counts the pool's spinning). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +20,12 @@
 #include "engine/cpu/threadpool.h"
 #include "engine/engine.h"
 #include "kv/kv_store.h"
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -117,9 +128,11 @@ int main(int argc, char **argv) {
     int32_t prompt[512];
     for (int i = 0; i < 512; i++) prompt[i] = 100 + (i * 7919) % 30000;
 
+    const char *decode_only_env = getenv("WEFT_BENCH_DECODE_ONLY");
+    const int decode_only = decode_only_env && atoi(decode_only_env) != 0;
     /* prefill: 512 tokens in one forward pass (best of 3) */
     double best = 1e9;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 3 && !decode_only; rep++) {
         wf_task t = {.kind = WF_TASK_PREFILL, .llm.tokens = prompt, .llm.n_tokens = 512, .llm.pos = 0,
                      .llm.kv.block_table = bt, .llm.kv.n_blocks = per_seq};
         double t0 = now_s();
@@ -127,7 +140,7 @@ int main(int argc, char **argv) {
         double dt = now_s() - t0;
         if (dt < best) best = dt;
     }
-    printf("weft prefill_512 %.1f\n", 512.0 / best);
+    if (!decode_only) printf("weft prefill_512 %.1f\n", 512.0 / best);
     fflush(stdout);
 
     /* decode: B sequences with 64-token prompts, then 8 warm-up steps and 128 timed steps of
@@ -143,9 +156,12 @@ int main(int argc, char **argv) {
             last[s] = 1000 + s;
         }
         const int warmup = 8, steps = 128;
-        double t0 = 0;
+        double t0 = 0, c0 = 0;
         for (int step = 0; step < warmup + steps; step++) {
-            if (step == warmup) t0 = now_s();
+            if (step == warmup) {
+                t0 = now_s();
+                c0 = cpu_s();
+            }
             for (int s = 0; s < B; s++)
                 tasks[s] = (wf_task){.kind = WF_TASK_DECODE, .llm.tokens = &last[s], .llm.n_tokens = 1,
                                      .llm.pos = 64 + step, .llm.kv.block_table = bt + s * per_seq,
@@ -159,8 +175,9 @@ int main(int argc, char **argv) {
                 last[s] = best_t;
             }
         }
-        double dt = now_s() - t0;
+        double dt = now_s() - t0, dc = cpu_s() - c0;
         printf("weft decode_b%d %.1f\n", B, (double)B * steps / dt);
+        printf("weft decode_b%d_cpu %.1f\n", B, (double)B * steps / dc);
         fflush(stdout);
     }
     const size_t weight_bytes = info->weight_bytes;
@@ -171,6 +188,7 @@ int main(int argc, char **argv) {
     free(logits);
     wf_kv_store_free(&kv);
     wf_engine_free(e);
+    if (decode_only) return 0;
     /* the roofline's bandwidth: reading 1 GiB (DRAM) and reading a set the size of the
      * weights over and over, as decode does (on a big-L3 host part of it stays cached);
      * run.sh divides by the larger, so the share is not flattered by a small denominator */

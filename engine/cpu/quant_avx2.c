@@ -305,9 +305,11 @@ void wf_quant_fill_avx2(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {
     ops[WF_GGML_TYPE_Q4_K].to_float = q4_K_to_float;
     ops[WF_GGML_TYPE_Q4_K].vec_dot = q4_K_vec_dot;
     ops[WF_GGML_TYPE_Q4_K].vec_dot_tile = q4_K_vec_dot_tile;
+    ops[WF_GGML_TYPE_Q4_K].matvec = q4_K_matvec;
     ops[WF_GGML_TYPE_Q6_K].to_float = q6_K_to_float;
     ops[WF_GGML_TYPE_Q6_K].vec_dot = q6_K_vec_dot;
     ops[WF_GGML_TYPE_Q6_K].vec_dot_tile = q6_K_vec_dot_tile;
+    ops[WF_GGML_TYPE_Q6_K].matvec = q6_K_matvec;
     ops[WF_GGML_TYPE_Q8_K].to_float = q8_K_to_float;
     ops[WF_GGML_TYPE_Q8_K].from_float = q8_K_from_float;
     ops[WF_GGML_TYPE_Q8_K].from_float_ref = q8_K_from_float;

@@ -35,8 +35,10 @@ WF_TILE_DEFINE(q8_0_vnni, WF_TK_Q8_0, true)
  * variant for one activation row was no faster, so decode keeps the 256-bit tiles) */
 WF_KTILE_DEFINE(q4_K, wf_ktile_q4_K, 8)
 WF_KTILE_DEFINE(q6_K, wf_ktile_q6_K, 8)
-WF_KPAIR_DEFINE(q4_K, wf_kpair_q4_K)
-WF_KPAIR_DEFINE(q6_K, wf_kpair_q6_K)
+WF_KPAIR_DEFINE(q4_K, q4_K, wf_kpair_q4_K, false)
+WF_KPAIR_DEFINE(q6_K, q6_K, wf_kpair_q6_K, false)
+WF_KPAIR_DEFINE(q4_K_vnni, q4_K, wf_kpair_q4_K, true)
+WF_KPAIR_DEFINE(q6_K_vnni, q6_K, wf_kpair_q6_K, true)
 
 /* ---- activation quantisers: same bytes as the scalar and AVX2 paths ---------------------- */
 
@@ -154,9 +156,11 @@ void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {
 #undef SET_DOT
     wf_quant_fill_panel_avx512(ops, vnni);
     ops[WF_GGML_TYPE_Q4_K].vec_dot = q4_K_vec_dot;
-    ops[WF_GGML_TYPE_Q4_K].vec_dot_tile = q4_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q4_K].vec_dot_tile = vnni ? q4_K_vnni_vec_dot_kpair : q4_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q4_K].matvec = q4_K_matvec;
     ops[WF_GGML_TYPE_Q6_K].vec_dot = q6_K_vec_dot;
-    ops[WF_GGML_TYPE_Q6_K].vec_dot_tile = q6_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q6_K].vec_dot_tile = vnni ? q6_K_vnni_vec_dot_kpair : q6_K_vec_dot_kpair;
+    ops[WF_GGML_TYPE_Q6_K].matvec = q6_K_matvec;
     ops[WF_GGML_TYPE_F32].vec_dot = f32_vec_dot;
     ops[WF_GGML_TYPE_F16].to_float = f16_to_float;
     ops[WF_GGML_TYPE_F16].vec_dot = f16_vec_dot;

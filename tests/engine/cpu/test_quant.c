@@ -270,6 +270,64 @@ START_TEST(test_vec_dot_tile) {
 }
 END_TEST
 
+/* matvec, on every ISA path that has one (the K-quants' on AVX2 and AVX-512 too): three
+ * 16-row tiles at a padded stride, each output bit-identical to that path's vec_dot and close
+ * to the scalar reference's, nothing written past the rows asked for. */
+START_TEST(test_matvec) {
+    enum { ROWS = 3 * WF_QUANT_MATVEC_ROWS, PAD = 3 };
+    int checked = 0;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const wf_ggml_type t = all_types[ti];
+        const wf_quant_ops *ref = wf_quant_ops_for_isa(t, WF_CPU_ISA_SCALAR);
+        for (int isa = 0; isa <= (int)max_isa(); isa++) {
+            const wf_quant_ops *ops = wf_quant_ops_for_isa(t, (wf_cpu_isa)isa);
+            if (!ops->matvec) continue;
+            const wf_quant_ops *act = wf_quant_ops_for_isa(ops->vec_dot_type, (wf_cpu_isa)isa);
+            const int n = block_of(t) * (block_of(t) == 256 ? 3 : 9);
+            const size_t bx = row_bytes(t, n) + 6, by = row_bytes(ops->vec_dot_type, n);
+            char *w = calloc(ROWS, bx), *a = calloc(1, by);
+            float *f = malloc(sizeof(float) * (size_t)n);
+            for (int r = 0; r < ROWS; r++) {
+                fill(f, n, r % 3 == 0 ? 1 : r % 3 == 1 ? 5 : 6, 700 + r);
+                ops->from_float(f, w + (size_t)r * bx, n);
+            }
+            fill(f, n, 1, 800);
+            act->from_float(f, a, n);
+            /* the scalar bound: relative to sum |w_i a_i| of the dequantised rows */
+            float *da = malloc(sizeof(float) * (size_t)n), *dw = malloc(sizeof(float) * (size_t)n);
+            wf_quant_ops_for_isa(ops->vec_dot_type, WF_CPU_ISA_SCALAR)->to_float(a, da, n);
+            float out[ROWS + PAD];
+            memset(out, 0xff, sizeof out);
+            ops->matvec(n, out, w, bx, a, ROWS);
+            for (int r = 0; r < ROWS + PAD; r++) {
+                if (r >= ROWS) {
+                    uint32_t bits;
+                    memcpy(&bits, &out[r], 4);
+                    ck_assert_uint_eq(bits, 0xffffffffu);
+                    continue;
+                }
+                float one, scalar;
+                ops->vec_dot(n, &one, w + (size_t)r * bx, a);
+                ref->vec_dot(n, &scalar, w + (size_t)r * bx, a);
+                ck_assert_msg(memcmp(&one, &out[r], 4) == 0, "%s %s matvec row %d: %.9g vs vec_dot %.9g",
+                              wf_ggml_type_info_get(t)->name, wf_cpu_isa_name((wf_cpu_isa)isa), r,
+                              (double)out[r], (double)one);
+                ref->to_float(w + (size_t)r * bx, dw, n);
+                double mag = 0;
+                for (int i = 0; i < n; i++) mag += fabs((double)dw[i] * (double)da[i]);
+                ck_assert_msg(fabs((double)out[r] - (double)scalar) <= 1e-5 * mag + 1e-30,
+                              "%s %s matvec row %d: %.9g vs scalar %.9g", wf_ggml_type_info_get(t)->name,
+                              wf_cpu_isa_name((wf_cpu_isa)isa), r, (double)out[r], (double)scalar);
+            }
+            checked++;
+            free(w); free(a); free(f); free(da); free(dw);
+        }
+    }
+    /* AVX2 and up: at least the K-quants' matvecs ran */
+    if (max_isa() >= WF_CPU_ISA_AVX2) ck_assert_int_ge(checked, 2);
+}
+END_TEST
+
 /* The AVX-512 wide kernels, with and without VNNI (the table is filled directly, so a VNNI CPU
  * tests both): matvec over 32 rows and panel_dot over every row/column count, padded strides,
  * weights and activations with outliers, large values and zero blocks, bit-identical to the
@@ -467,6 +525,7 @@ static Suite *quant_suite(void) {
     tcase_add_test(tc, test_simd_quantise_dequantise);
     tcase_add_test(tc, test_vec_dot);
     tcase_add_test(tc, test_vec_dot_tile);
+    tcase_add_test(tc, test_matvec);
     tcase_add_test(tc, test_wide_kernels);
     tcase_add_test(tc, test_q8_activation_semantics);
     tcase_add_test(tc, test_gguf_py_fixtures);
