@@ -37,6 +37,10 @@ N_GEN = 12
 # requests); WEFT_PD_ALL_PROFILES=1 measures every shipped one (BENCHMARKS.md has that run).
 CI_PROFILES = ("k8v8", "k4v4", "k4v2", "k2v2")
 KVPROF_TOLERANCE = 0.03  # weft-kvprof --check's default
+AGREEMENT_CLIENTS = 8  # concurrent requests while measuring agreement
+# Tokens of each long request in the kill test: enough that the first is still decoding on the
+# victim when its KV has arrived (the kill comes then), few enough to keep the test short.
+KILL_TOKENS = 16
 LOG = [lambda: ""]  # the daemon's log, for failure messages
 
 
@@ -132,17 +136,21 @@ def test_agreement_per_profile(pd):
     # The uncompressed reference: the golden tokens themselves (test_pd shows raw PD serving
     # reproduces them); their pieces as the API spells them.
     refs = []
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    with concurrent.futures.ThreadPoolExecutor(AGREEMENT_CLIENTS) as pool:
         offs = list(pool.map(lambda c: gen(pd.base, c[0], N_GEN, "off"), cases))
     for (p, g), s in zip(cases, offs):
         assert len(s) == N_GEN
         refs.append((p, g, s))
+    # Every (profile, prompt) pair through one pool: more sequences per batch on the workers
+    # and no drain between profiles (the same requests, fewer batch steps).
+    jobs = [(prof["name"], r) for prof in lib for r in refs]
+    with concurrent.futures.ThreadPoolExecutor(AGREEMENT_CLIENTS) as pool:
+        res = list(pool.map(lambda j: agreement(pd.base, j[1][0], j[1][1], j[1][2], j[0]), jobs))
     report = []
     for prof in lib:
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            res = list(pool.map(lambda r: agreement(pd.base, r[0], r[1], r[2], prof["name"]), refs))
-        agree = sum(a for a, _ in res)
-        total = sum(t for _, t in res)
+        mine = [x for (name, _), x in zip(jobs, res) if name == prof["name"]]
+        agree = sum(a for a, _ in mine)
+        total = sum(t for _, t in mine)
         acc = agree / total
         se = math.sqrt(max(acc * (1 - acc), 1e-4) / total)
         report.append((prof["name"], prof["accuracy"], acc, total, se))
@@ -194,7 +202,8 @@ def test_decode_worker_killed_during_compressed_transfers(pd):
     shipped = [w for w in ws if w["role"] == "prefill"][0]["transfers_compressed"]
     results = {}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        futs = [pool.submit(run_long, pd.base, i, results, 32, "k4v4") for i in range(4)]
+        futs = [pool.submit(run_long, pd.base, i, results, KILL_TOKENS, "k4v4")
+                for i in range(4)]
         deadline = time.monotonic() + 120
         # Once the first prompt's KV has arrived: the others are being prefilled and sent.
         while time.monotonic() < deadline:
@@ -208,7 +217,7 @@ def test_decode_worker_killed_during_compressed_transfers(pd):
     for i in range(4):
         o = results[i]
         if o[0] == "ok":
-            assert o[1] == 32, o
+            assert o[1] == KILL_TOKENS, o
         else:
             assert "worker rank %d" % victim["rank"] in o[2] or "503" in o[1] or "no group" in o[2], (o, pd.logtext())
     assert any(results[i][0] == "error" for i in range(4))
