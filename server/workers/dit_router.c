@@ -528,10 +528,13 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             uint64_t end = t0;
             for (int m = 0; m < gr->n_ranks; m++)
                 if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
-            if (steps > 0)
+            if (steps > 0) {
+                pthread_mutex_lock(&r->lock); /* get_stats copies the model */
                 wf_dit_cost_observe_mode(&r->cost, r->tokens, gr->n_ranks,
                                          cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, mode),
                                          (double)(end - t0) / 1e6 / steps);
+                pthread_mutex_unlock(&r->lock);
+            }
         }
         /* Chunks that ran steps (a latent only fetched home ran none). */
         uint64_t ran = 0;
@@ -662,6 +665,34 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     return g;
 }
 
+/* A wave's overhead beyond its steps (the plan, the dispatch, the results home, the hand-off):
+ * its wall time since t0 minus the predicted steps of its slowest group, learnt as the cost
+ * model's chunk_ms so that the policy's remaining-time predictions include it. A wave with a
+ * failed chunk or one that ran no steps (a fetch) says nothing about it. */
+static void observe_wave(wf_dit_router *r, const wf_task_batch *b, int g, uint64_t t0) {
+    double wall = (double)(wf_clock_now_ns() - t0) / 1e6, pred = 0;
+    if (g <= 0) return;
+    for (int k = 0; k < g; k++) {
+        const wgroup *gr = &r->groups[k];
+        wf_dit_sp_mode sp = group_mode(r, b, gr);
+        double ms = 0;
+        for (int j = 0; j < gr->n; j++) {
+            int i = r->wave[gr->first + j];
+            const wf_task *t = &b->tasks[i];
+            int steps = t->dit.step_end - r->begin[i];
+            if (t->status != WF_OK || steps <= 0) return;
+            double step = wf_dit_cost_mode_step_ms(&r->cost, r->tokens, gr->n_ranks,
+                                                   cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, sp));
+            if (!(step > 0)) return;
+            ms += steps * step;
+        }
+        if (ms > pred) pred = ms;
+    }
+    pthread_mutex_lock(&r->lock);
+    wf_dit_cost_observe_chunk(&r->cost, wall - pred);
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* Runs every DENOISE task still WF_IN_PROGRESS in waves until each has a result; a task whose
  * latent was lost with a worker stays in progress and runs in the next wave from its home copy,
  * at most WF_DIT_ROUTER_ATTEMPTS times. */
@@ -683,6 +714,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
             r->todo[n++] = i;
         }
         if (n == 0) return WF_OK;
+        uint64_t t0 = wf_clock_now_ns();
         int g = plan_wave(r, b, n);
         if (g == 0) {
             snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
@@ -690,6 +722,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
         }
         wf_status st = run_wave(r, b, g, msg, cap);
         if (st != WF_OK) return st;
+        observe_wave(r, b, g, t0);
     }
 }
 
@@ -1000,6 +1033,8 @@ void wf_dit_router_free(wf_dit_router *r) {
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out) {
     pthread_mutex_lock(&r->lock);
     *out = r->stats;
+    out->cost = r->cost;
     pthread_mutex_unlock(&r->lock);
+    out->tokens = r->tokens;
     snprintf(out->policy, sizeof out->policy, "%s", r->policy_name);
 }

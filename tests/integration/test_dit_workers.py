@@ -68,10 +68,32 @@ def latent_bytes(d):
     return out
 
 
+def dit_cost(d, policy):
+    """/admin/stats' cost model, checked for shape and consistency."""
+    c = admin(d)["dit_cost"]
+    assert c["policy"] == policy and c["source"] == "measured" and c["tokens"] > 0, c
+    degrees = {g["ranks"]: g for g in c["degrees"]}
+    # Calibrated at start on 1 and 2 ranks: an unguided and a guided step each, the guided
+    # one on 2 ranks guidance-parallel (CFG), as the workers run it.
+    assert set(degrees) == {1, 2}, c
+    assert set(degrees[1]["modes"]) == {"plain", "guided"}, c
+    assert {"plain", "cfg"} <= set(degrees[2]["modes"]), c
+    for g in c["degrees"]:
+        assert g["correction"] > 0, g
+        for mode in g["modes"].values():
+            assert mode["measured_ms"] > 0, g
+            assert mode["predicted_ms"] == pytest.approx(mode["measured_ms"] * g["correction"], rel=1e-6), g
+    assert c["chunk_ms"] >= 0 and c["chunk_observations"] >= 0 and c["request_ms"] >= 0, c
+    assert c["reshard"]["latency_ms"] > 0 and c["reshard"]["ms_per_mib"] > 0, c
+    assert c["group_form_ms"] == 0, c  # group-free collectives
+    return c
+
+
 @pytest.fixture(scope="module")
 def reference():
     d = Weftd("--model", DIT)
     try:
+        assert "dit_cost" not in admin(d)  # in-process: no worker ranks, no policy
         yield [generate(d, r) for r in REQUESTS]
     finally:
         assert d.stop() == 0
@@ -124,8 +146,13 @@ def test_latents_stay_on_workers_between_chunks(reference):
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:1")
     try:
         before = latent_bytes(d)
+        cost0 = dit_cost(d, "static:1")
         chunks0 = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"])
         assert generate(d, REQUESTS[0]) == reference[0]
+        # Every wave that ran steps taught the model its chunk overhead (one per chunk
+        # boundary at least: 4 one-step chunks).
+        cost = dit_cost(d, "static:1")
+        assert cost["chunk_observations"] >= cost0["chunk_observations"] + REQUESTS[0]["num_inference_steps"], (cost0, cost)
         after = latent_bytes(d)
         delta = {k: after[k] - before[k] for k in after}
         chunks = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"]) - chunks0
