@@ -84,6 +84,7 @@ struct wf_dit_router {
     int left;          /* parts in flight (lock) */
     wf_dit_router_stats stats; /* lock */
     char policy_name[64];
+    uint64_t wave_group_ns; /* the last wave's slowest group: dispatch to its last answer */
 };
 
 static void part_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
@@ -409,6 +410,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     for (int w = 0; w < r->n_workers; w++) r->left += r->parts[w].b.n_tasks > 0;
     pthread_mutex_unlock(&r->lock);
     uint64_t t0 = wf_clock_now_ns();
+    r->wave_group_ns = 0;
     for (int w = 0; w < r->n_workers; w++) {
         part *p = &r->parts[w];
         if (p->b.n_tasks == 0) continue;
@@ -521,13 +523,14 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                            (size_t)(r1 - r0) * (size_t)r->lat_w * sizeof(float));
             }
         }
+        uint64_t end = t0;
+        for (int m = 0; m < gr->n_ranks; m++)
+            if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
+        if (end - t0 > r->wave_group_ns) r->wave_group_ns = end - t0;
         if (group_ok && gr->n == 1) {
             /* The group's own time (dispatch to its last member's answer), as calibrated. */
             const wf_task *t = &b->tasks[r->wave[gr->first]];
             int steps = t->dit.step_end - r->begin[r->wave[gr->first]];
-            uint64_t end = t0;
-            for (int m = 0; m < gr->n_ranks; m++)
-                if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
             if (steps > 0) {
                 pthread_mutex_lock(&r->lock); /* get_stats copies the model */
                 wf_dit_cost_observe_mode(&r->cost, r->tokens, gr->n_ranks,
@@ -666,30 +669,23 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
 }
 
 /* A wave's overhead beyond its steps (the plan, the dispatch, the results home, the hand-off):
- * its wall time since t0 minus the predicted steps of its slowest group, learnt as the cost
- * model's chunk_ms so that the policy's remaining-time predictions include it. A wave with a
- * failed chunk or one that ran no steps (a fetch) says nothing about it. */
+ * its wall time since t0 minus its slowest group's own time (dispatch to its last member's
+ * answer: what the online correction fits the step model to), learnt as the cost model's
+ * chunk_ms so that the policy's remaining-time predictions include it. (Against the predicted
+ * steps instead, it would inherit the correction's lag.) A wave with a failed chunk or one
+ * that ran no steps (a fetch) says nothing about it. */
 static void observe_wave(wf_dit_router *r, const wf_task_batch *b, int g, uint64_t t0) {
-    double wall = (double)(wf_clock_now_ns() - t0) / 1e6, pred = 0;
-    if (g <= 0) return;
+    uint64_t wall = wf_clock_now_ns() - t0;
+    if (g <= 0 || r->wave_group_ns == 0) return;
     for (int k = 0; k < g; k++) {
         const wgroup *gr = &r->groups[k];
-        wf_dit_sp_mode sp = group_mode(r, b, gr);
-        double ms = 0;
         for (int j = 0; j < gr->n; j++) {
             int i = r->wave[gr->first + j];
-            const wf_task *t = &b->tasks[i];
-            int steps = t->dit.step_end - r->begin[i];
-            if (t->status != WF_OK || steps <= 0) return;
-            double step = wf_dit_cost_mode_step_ms(&r->cost, r->tokens, gr->n_ranks,
-                                                   cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, sp));
-            if (!(step > 0)) return;
-            ms += steps * step;
+            if (b->tasks[i].status != WF_OK || b->tasks[i].dit.step_end <= r->begin[i]) return;
         }
-        if (ms > pred) pred = ms;
     }
     pthread_mutex_lock(&r->lock);
-    wf_dit_cost_observe_chunk(&r->cost, wall - pred);
+    wf_dit_cost_observe_chunk(&r->cost, (double)wall / 1e6 - (double)r->wave_group_ns / 1e6);
     pthread_mutex_unlock(&r->lock);
 }
 
