@@ -85,6 +85,10 @@ struct wf_dit_router {
     wf_dit_router_stats stats; /* lock */
     char policy_name[64];
     uint64_t wave_group_ns; /* the last wave's slowest group: dispatch to its last answer */
+    uint64_t last_end_ns;   /* when the previous batch returned to the image scheduler */
+    uint64_t handoff_ns;    /* this batch's: since then, when it continues a held latent (the
+                               image scheduler's hand-off between two chunks); its first wave
+                               counts it */
 };
 
 static void part_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
@@ -668,8 +672,9 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     return g;
 }
 
-/* A wave's overhead beyond its steps (the plan, the dispatch, the results home, the hand-off):
- * its wall time since t0 minus its slowest group's own time (dispatch to its last member's
+/* A wave's overhead beyond its steps (the plan, the dispatch, the results home; for a batch's
+ * first wave also the image scheduler's hand-off since the previous batch, handoff_ns): its
+ * wall time since t0 minus its slowest group's own time (dispatch to its last member's
  * answer: what the online correction fits the step model to), learnt as the cost model's
  * chunk_ms so that the policy's remaining-time predictions include it. (Against the predicted
  * steps instead, it would inherit the correction's lag.) A wave with a failed chunk or one
@@ -684,8 +689,10 @@ static void observe_wave(wf_dit_router *r, const wf_task_batch *b, int g, uint64
             if (b->tasks[i].status != WF_OK || b->tasks[i].dit.step_end <= r->begin[i]) return;
         }
     }
+    double handoff_ms = (double)r->handoff_ns / 1e6;
+    r->handoff_ns = 0;
     pthread_mutex_lock(&r->lock);
-    wf_dit_cost_observe_chunk(&r->cost, (double)wall / 1e6 - (double)r->wave_group_ns / 1e6);
+    wf_dit_cost_observe_chunk(&r->cost, handoff_ms + (double)wall / 1e6 - (double)r->wave_group_ns / 1e6);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -806,8 +813,7 @@ static bool wanted_home(const wf_task_batch *b, uint64_t id) {
     return false;
 }
 
-static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
-    wf_dit_router *r = ctx;
+static wf_status run_batch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t cap) {
     if (grow(r, b->n_tasks) != WF_OK) {
         snprintf(msg, cap, "DiT router: out of memory for %d tasks", b->n_tasks);
         return WF_ENOMEM;
@@ -841,6 +847,25 @@ static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) 
     st = run_fetch(r, b, msg, cap);
     if (st != WF_OK) return st;
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
+}
+
+/* A batch, and the hand-off before it: the time since the previous batch returned, when this
+ * one continues a latent held on the workers (its previous chunk ran in that batch, and the
+ * image scheduler has been turning it into this one since; otherwise the gap is idle time). */
+static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    wf_dit_router *r = ctx;
+    uint64_t start = wf_clock_now_ns();
+    r->handoff_ns = 0;
+    for (int i = 0; r->last_end_ns && i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if (t->kind == WF_TASK_DENOISE && t->dit.step_begin > 0 && find_held(r, t->dit.latent.id)) {
+            r->handoff_ns = start - r->last_end_ns;
+            break;
+        }
+    }
+    wf_status st = run_batch(r, b, msg, cap);
+    r->last_end_ns = wf_clock_now_ns();
+    return st;
 }
 
 static bool router_supports(void *ctx, wf_task_kind kind) {

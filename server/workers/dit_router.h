@@ -84,7 +84,8 @@ typedef struct wf_dit_router_stats {
     uint64_t rank_reshards[WF_WORKERS_MAX]; /* reshards in which it sent rows */
     /* The cost model the policy predicts with, as it stands: the calibrated points, the online
      * corrections per degree, chunk_ms as learnt from the waves that ran (chunk_obs of them:
-     * a wave's wall time, plan to results handled, minus its slowest group's own time)
+     * a wave's wall time, plan to results handled, minus its slowest group's own time,
+     * plus for a batch's first wave the image scheduler's hand-off since the previous batch)
      * and the reshard terms. tokens: the DiT's image (the points' size). */
     wf_dit_cost cost;
     int tokens;
