@@ -199,29 +199,32 @@ def test_worker_to_worker_reshard_keeps_png_bytes():
         want = [generate(ref, long_req), generate(ref, short_req)]
     finally:
         assert ref.stop() == 0
-    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "elastic")
-    try:
-        for attempt in range(4):
-            before = latent_bytes(d)
-            with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                first = pool.submit(generate, d, long_req)
-                # Wait until the first image runs, with most of its steps left.
-                give_up = time.monotonic() + 60
-                while time.monotonic() < give_up:
-                    reqs = admin(d)["images"]["requests"]
-                    if reqs and reqs[0]["steps_done"] >= 2:
-                        break
-                else:
-                    pytest.fail("the first image never started")
-                second = pool.submit(generate, d, short_req)
-                got = [first.result(), second.result()]
-            assert got == want
-            moved = {k: v - before[k] for k, v in latent_bytes(d).items()}
-            assert moved["mid_trajectory_rank0"] == 0, moved
-            assert (moved["reshards"] > 0) == (moved["worker"] > 0), moved
-            if moved["worker"] > 0:
-                return
-        pytest.skip("the elastic policy kept every latent on its rank in 4 tries (2 ranks not "
-                    f"faster in the measured model: {admin(d)['dit_cost']['degrees']})")
-    finally:
-        assert d.stop() == 0
+    # A daemon's calibration decides whether 2 ranks beat 1: a few daemons, a few tries each.
+    for _ in range(3):
+        d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "elastic")
+        try:
+            for attempt in range(3):
+                before = latent_bytes(d)
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    first = pool.submit(generate, d, long_req)
+                    # Wait until the first image runs, with most of its steps left.
+                    give_up = time.monotonic() + 60
+                    while time.monotonic() < give_up:
+                        reqs = admin(d)["images"]["requests"]
+                        if reqs and reqs[0]["steps_done"] >= 2:
+                            break
+                    else:
+                        pytest.fail("the first image never started")
+                    second = pool.submit(generate, d, short_req)
+                    got = [first.result(), second.result()]
+                assert got == want
+                moved = {k: v - before[k] for k, v in latent_bytes(d).items()}
+                assert moved["mid_trajectory_rank0"] == 0, moved
+                assert (moved["reshards"] > 0) == (moved["worker"] > 0), moved
+                if moved["worker"] > 0:
+                    return
+            degrees = admin(d)["dit_cost"]["degrees"]
+        finally:
+            assert d.stop() == 0
+    pytest.skip("the elastic policy kept every latent on its rank in 3 daemons x 3 tries (2 ranks "
+                f"not faster in the measured model: {degrees})")
