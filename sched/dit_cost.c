@@ -174,3 +174,11 @@ double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes) {
     if (bytes <= 0) return 0.0;
     return c->reshard_lat_ms + bytes / (1024.0 * 1024.0) * c->reshard_ms_per_mib;
 }
+
+void wf_dit_cost_observe_chunk(wf_dit_cost *c, double overhead_ms) {
+    if (overhead_ms != overhead_ms) return; /* NaN */
+    /* The first observation replaces the start value (a file's or 0), as a calibration would. */
+    double v = c->chunk_obs == 0 ? overhead_ms : (1 - c->corr_weight) * c->chunk_ms + c->corr_weight * overhead_ms;
+    c->chunk_ms = v > 0 ? v : 0;
+    c->chunk_obs++;
+}

@@ -7,6 +7,7 @@
  *     double ms = wf_dit_cost_step_ms(&c, 4096, 2);    // 0.1323*4096/1.82 + 20 = 317.7 ms
  *     wf_dit_cost_add_point(&c, 256, 2, 41.0);         // measured (bench/elastic): a table
  *     wf_dit_cost_observe(&c, 256, 2, 45.1);           // online correction of degree 2
+ *     wf_dit_cost_observe_chunk(&c, 0.8);              // a chunk's hand-off, learnt online
  *     wf_dit_cost_mode m;                              // a guided image on 2 ranks: CFG or
  *     double g = wf_dit_cost_guided_ms(&c, 4096, 2, &m); // Ulysses, whichever is faster
  *
@@ -66,7 +67,9 @@ typedef struct wf_dit_cost {
     double reshard_lat_ms, reshard_ms_per_mib; /* reshard = lat + bytes / MiB * per_mib */
     double latent_bytes_per_token;       /* synthetic CFG exchange (default 64) */
     double chunk_ms;                     /* per task, outside the step: the daemon's plan,
-                                          * dispatch and hand-off of a DENOISE chunk (0 here) */
+                                          * dispatch and hand-off of a DENOISE chunk (0 here;
+                                          * a daemon learns it: observe_chunk) */
+    int chunk_obs;                       /* observations observe_chunk averaged in */
     double request_ms;                   /* per request, outside the DENOISE chunks: ENCODE,
                                           * DECODE_IMAGE, PNG, HTTP (0 here) */
     double group_form_ms;                /* per group formed for the first time (0: group-free;
@@ -98,6 +101,11 @@ const char *wf_dit_cost_mode_name(wf_dit_cost_mode mode);
 void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms);
 /* An observed step of a mode (corrects the degree against that mode's prediction). */
 void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
+/* A DENOISE chunk's overhead as observed: its wall time minus the predicted time of its steps
+ * (may be < 0 when the steps ran faster than predicted: noise that averages out). chunk_ms
+ * becomes its exponentially weighted mean (weight corr_weight; the first observation replaces
+ * the start value), never below 0. */
+void wf_dit_cost_observe_chunk(wf_dit_cost *c, double overhead_ms);
 double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes);
 
 #endif

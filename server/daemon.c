@@ -245,6 +245,61 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
     return n;
 }
 
+static void write_ms(wf_jbuf *b, const char *key, double ms) {
+    wf_jbuf_printf(b, "\"%s\":", key);
+    wf_jbuf_num(b, ms);
+}
+#endif
+
+void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
+#ifdef WEFT_HAVE_WORKERS
+    wf_daemon *d = ctx;
+    if (!d->dit_router) return;
+    wf_dit_router_stats ds;
+    wf_dit_router_get_stats(d->dit_router, &ds);
+    const wf_dit_cost *c = &ds.cost;
+    wf_jbuf_cstr(b, ",\"dit_cost\":{\"policy\":");
+    wf_jbuf_str(b, ds.policy, strlen(ds.policy));
+    wf_jbuf_printf(b, ",\"source\":\"%s\",\"tokens\":%d,\"degrees\":[", c->n_points ? "measured" : "synthetic",
+                   ds.tokens);
+    /* Per degree: the online correction, and per mode the step as calibrated (measured_ms,
+     * the model before correction) and as predicted now (x correction). */
+    for (int P = 1, first = 1; P <= WF_DIT_COST_MAX_P; P++) {
+        if (!wf_dit_cost_allows(c, P)) continue;
+        wf_jbuf_printf(b, "%s{\"ranks\":%d,\"correction\":", first ? "" : ",", P);
+        wf_jbuf_num(b, c->corr[P]);
+        wf_jbuf_cstr(b, ",\"modes\":{");
+        for (int m = 0, fm = 1; m < WF_DIT_COST_MODES; m++) {
+            double ms = wf_dit_cost_mode_step_ms(c, ds.tokens, P, (wf_dit_cost_mode)m);
+            if (!(ms > 0)) continue;
+            wf_jbuf_printf(b, "%s\"%s\":{", fm ? "" : ",", wf_dit_cost_mode_name((wf_dit_cost_mode)m));
+            write_ms(b, "measured_ms", ms / c->corr[P]);
+            wf_jbuf_cstr(b, ",");
+            write_ms(b, "predicted_ms", ms);
+            wf_jbuf_cstr(b, "}");
+            fm = 0;
+        }
+        wf_jbuf_cstr(b, "}}");
+        first = 0;
+    }
+    wf_jbuf_cstr(b, "],");
+    write_ms(b, "chunk_ms", c->chunk_ms);
+    wf_jbuf_printf(b, ",\"chunk_observations\":%d,", c->chunk_obs);
+    write_ms(b, "request_ms", c->request_ms);
+    wf_jbuf_cstr(b, ",\"reshard\":{");
+    write_ms(b, "latency_ms", c->reshard_lat_ms);
+    wf_jbuf_cstr(b, ",");
+    write_ms(b, "ms_per_mib", c->reshard_ms_per_mib);
+    wf_jbuf_cstr(b, "},");
+    write_ms(b, "group_form_ms", c->group_form_ms);
+    wf_jbuf_cstr(b, "}");
+#else
+    (void)ctx;
+    (void)b;
+#endif
+}
+
+#ifdef WEFT_HAVE_WORKERS
 /* A virtual model added at run time: on every live worker before its requests are admitted. */
 static wf_status daemon_vm_publish(void *ctx, uint32_t num, const wf_vmodel_spec *spec, char *err,
                                    size_t errlen) {

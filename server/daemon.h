@@ -87,6 +87,9 @@ const wf_server_image_model *wf_daemon_image_models(wf_daemon *d, int *n);
 wf_sched *wf_daemon_sched(wf_daemon *d);
 /* The core-sharing gate (NULL without --share-cores or DiTs); *late: claims, not batches. */
 struct wf_gate *wf_daemon_gate(wf_daemon *d, bool *late);
+/* For wf_server_set_dit_cost (ctx: the daemon): appends `,"dit_cost":{...}` when the DiT runs
+ * on worker ranks (--workers), nothing otherwise. */
+void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b);
 /* Stops admitting and cancels whatever still runs after deadline_ms; returns when idle. The
  * FINISHED events go to the server's queue: call before wf_server_free on a fast exit. */
 void wf_daemon_drain(wf_daemon *d, int deadline_ms);

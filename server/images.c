@@ -583,6 +583,7 @@ static void write_cores(wf_server *s, wf_jbuf *b) {
 
 void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
     write_cores(s, b);
+    if (s->dit_cost) s->dit_cost(s->dit_cost_ctx, b);
     if (!s->images) return;
     wf_image_sched_stats st;
     wf_image_sched_get_stats(s->images, &st);

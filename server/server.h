@@ -150,6 +150,9 @@ void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_i
  * edf) rather than composed batches. */
 struct wf_gate;
 void wf_server_set_gate(wf_server *s, struct wf_gate *gate, bool late);
+/* /admin/stats' "dit_cost" (the DiT cost model the --dit-policy predicts with; fn NULL: none):
+ * fn appends `,"dit_cost":{...}` to b, on the loop thread; ctx must outlive the server. */
+void wf_server_set_dit_cost(wf_server *s, void (*fn)(void *ctx, wf_jbuf *b), void *ctx);
 /* The queue image events arrive on (pass to wf_image_sched_submit; unbounded). */
 wf_handoff *wf_server_image_events(wf_server *s);
 /* Loading failed: /health reports the message with 503 until the process exits. */

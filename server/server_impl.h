@@ -64,6 +64,8 @@ struct wf_server {
     wf_image_sched *images;
     struct wf_gate *gate; /* --share-cores (sched/gate.h), NULL: none */
     bool gate_late;
+    void (*dit_cost)(void *ctx, wf_jbuf *b); /* /admin/stats' "dit_cost" (NULL: none) */
+    void *dit_cost_ctx;
     wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
     int n_image_models;
     wf_handoff image_events;

@@ -84,6 +84,11 @@ struct wf_dit_router {
     int left;          /* parts in flight (lock) */
     wf_dit_router_stats stats; /* lock */
     char policy_name[64];
+    uint64_t wave_group_ns; /* the last wave's slowest group: dispatch to its last answer */
+    uint64_t last_end_ns;   /* when the previous batch returned to the image scheduler */
+    uint64_t handoff_ns;    /* this batch's: since then, when it continues a held latent (the
+                               image scheduler's hand-off between two chunks); its first wave
+                               counts it */
 };
 
 static void part_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
@@ -409,6 +414,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     for (int w = 0; w < r->n_workers; w++) r->left += r->parts[w].b.n_tasks > 0;
     pthread_mutex_unlock(&r->lock);
     uint64_t t0 = wf_clock_now_ns();
+    r->wave_group_ns = 0;
     for (int w = 0; w < r->n_workers; w++) {
         part *p = &r->parts[w];
         if (p->b.n_tasks == 0) continue;
@@ -521,17 +527,21 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                            (size_t)(r1 - r0) * (size_t)r->lat_w * sizeof(float));
             }
         }
+        uint64_t end = t0;
+        for (int m = 0; m < gr->n_ranks; m++)
+            if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
+        if (end - t0 > r->wave_group_ns) r->wave_group_ns = end - t0;
         if (group_ok && gr->n == 1) {
             /* The group's own time (dispatch to its last member's answer), as calibrated. */
             const wf_task *t = &b->tasks[r->wave[gr->first]];
             int steps = t->dit.step_end - r->begin[r->wave[gr->first]];
-            uint64_t end = t0;
-            for (int m = 0; m < gr->n_ranks; m++)
-                if (r->parts[gr->ranks[m]].done_ns > end) end = r->parts[gr->ranks[m]].done_ns;
-            if (steps > 0)
+            if (steps > 0) {
+                pthread_mutex_lock(&r->lock); /* get_stats copies the model */
                 wf_dit_cost_observe_mode(&r->cost, r->tokens, gr->n_ranks,
                                          cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, mode),
                                          (double)(end - t0) / 1e6 / steps);
+                pthread_mutex_unlock(&r->lock);
+            }
         }
         /* Chunks that ran steps (a latent only fetched home ran none). */
         uint64_t ran = 0;
@@ -662,6 +672,30 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     return g;
 }
 
+/* A wave's overhead beyond its steps (the plan, the dispatch, the results home; for a batch's
+ * first wave also the image scheduler's hand-off since the previous batch, handoff_ns): its
+ * wall time since t0 minus its slowest group's own time (dispatch to its last member's
+ * answer: what the online correction fits the step model to), learnt as the cost model's
+ * chunk_ms so that the policy's remaining-time predictions include it. (Against the predicted
+ * steps instead, it would inherit the correction's lag.) A wave with a failed chunk or one
+ * that ran no steps (a fetch) says nothing about it. */
+static void observe_wave(wf_dit_router *r, const wf_task_batch *b, int g, uint64_t t0) {
+    uint64_t wall = wf_clock_now_ns() - t0;
+    if (g <= 0 || r->wave_group_ns == 0) return;
+    for (int k = 0; k < g; k++) {
+        const wgroup *gr = &r->groups[k];
+        for (int j = 0; j < gr->n; j++) {
+            int i = r->wave[gr->first + j];
+            if (b->tasks[i].status != WF_OK || b->tasks[i].dit.step_end <= r->begin[i]) return;
+        }
+    }
+    double handoff_ms = (double)r->handoff_ns / 1e6;
+    r->handoff_ns = 0;
+    pthread_mutex_lock(&r->lock);
+    wf_dit_cost_observe_chunk(&r->cost, handoff_ms + (double)wall / 1e6 - (double)r->wave_group_ns / 1e6);
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* Runs every DENOISE task still WF_IN_PROGRESS in waves until each has a result; a task whose
  * latent was lost with a worker stays in progress and runs in the next wave from its home copy,
  * at most WF_DIT_ROUTER_ATTEMPTS times. */
@@ -683,6 +717,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
             r->todo[n++] = i;
         }
         if (n == 0) return WF_OK;
+        uint64_t t0 = wf_clock_now_ns();
         int g = plan_wave(r, b, n);
         if (g == 0) {
             snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
@@ -690,6 +725,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
         }
         wf_status st = run_wave(r, b, g, msg, cap);
         if (st != WF_OK) return st;
+        observe_wave(r, b, g, t0);
     }
 }
 
@@ -777,8 +813,7 @@ static bool wanted_home(const wf_task_batch *b, uint64_t id) {
     return false;
 }
 
-static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
-    wf_dit_router *r = ctx;
+static wf_status run_batch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t cap) {
     if (grow(r, b->n_tasks) != WF_OK) {
         snprintf(msg, cap, "DiT router: out of memory for %d tasks", b->n_tasks);
         return WF_ENOMEM;
@@ -812,6 +847,25 @@ static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) 
     st = run_fetch(r, b, msg, cap);
     if (st != WF_OK) return st;
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
+}
+
+/* A batch, and the hand-off before it: the time since the previous batch returned, when this
+ * one continues a latent held on the workers (its previous chunk ran in that batch, and the
+ * image scheduler has been turning it into this one since; otherwise the gap is idle time). */
+static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    wf_dit_router *r = ctx;
+    uint64_t start = wf_clock_now_ns();
+    r->handoff_ns = 0;
+    for (int i = 0; r->last_end_ns && i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if (t->kind == WF_TASK_DENOISE && t->dit.step_begin > 0 && find_held(r, t->dit.latent.id)) {
+            r->handoff_ns = start - r->last_end_ns;
+            break;
+        }
+    }
+    wf_status st = run_batch(r, b, msg, cap);
+    r->last_end_ns = wf_clock_now_ns();
+    return st;
 }
 
 static bool router_supports(void *ctx, wf_task_kind kind) {
@@ -1000,6 +1054,8 @@ void wf_dit_router_free(wf_dit_router *r) {
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out) {
     pthread_mutex_lock(&r->lock);
     *out = r->stats;
+    out->cost = r->cost;
     pthread_mutex_unlock(&r->lock);
+    out->tokens = r->tokens;
     snprintf(out->policy, sizeof out->policy, "%s", r->policy_name);
 }

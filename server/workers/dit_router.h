@@ -38,7 +38,8 @@
  * that the members apply too (so the dispatch carries no mode); a latent from home goes whole to
  * every member, and one coming home is taken from each member's rows (under CFG both hold them all). The cost model the policy predicts with is measured here at
  * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
- * time from dispatch to its last member's answer).
+ * time from dispatch to its last member's answer); its chunk_ms (what a chunk costs beyond its
+ * steps: the plan, the dispatch, the results home) is learnt from every wave that ran steps.
  *
  * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
  * thread. The local executor and the pool must outlive the router. */
@@ -49,6 +50,7 @@
 
 #include "engine/dit/dit_exec.h"
 #include "proto/task.h"
+#include "sched/dit_cost.h"
 #include "server/workers/pool.h"
 
 #define WF_DIT_ROUTER_ATTEMPTS 3
@@ -80,6 +82,13 @@ typedef struct wf_dit_router_stats {
     uint64_t rank_to_home_bytes[WF_WORKERS_MAX];
     uint64_t rank_mid_home_bytes[WF_WORKERS_MAX];
     uint64_t rank_reshards[WF_WORKERS_MAX]; /* reshards in which it sent rows */
+    /* The cost model the policy predicts with, as it stands: the calibrated points, the online
+     * corrections per degree, chunk_ms as learnt from the waves that ran (chunk_obs of them:
+     * a wave's wall time, plan to results handled, minus its slowest group's own time,
+     * plus for a batch's first wave the image scheduler's hand-off since the previous batch)
+     * and the reshard terms. tokens: the DiT's image (the points' size). */
+    wf_dit_cost cost;
+    int tokens;
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);

@@ -96,8 +96,17 @@ def measure_and_compare(d, steps_ms, tokens):
     request_ms = med[a] - a * slope
     chunk_ms = slope - steps_ms[1]
     seen = (after["step_ms_sum"] - before["step_ms_sum"]) / max(1, after["steps"] - before["steps"])
+    # The daemon's own model (/admin/stats dit_cost): its corrected step and the chunk_ms it
+    # learnt from its waves (the router's part of what is measured here from outside).
+    code, body = d.status("/admin/stats")
+    assert code == 200
+    own = json.loads(body)["dit_cost"]
+    own_step = {g["ranks"]: g["modes"]["plain"]["predicted_ms"] for g in own["degrees"]}
+    assert own["chunk_observations"] > 0 and own["chunk_ms"] >= 0, own
     print(f"calibrated T(1)={steps_ms[1]:.3f} ms ({tokens} tokens); measured per step {slope:.3f} ms "
-          f"(scheduler sees {seen:.3f}), chunk_ms={chunk_ms:.3f}, request_ms={request_ms:.3f}")
+          f"(scheduler sees {seen:.3f}), chunk_ms={chunk_ms:.3f}, request_ms={request_ms:.3f}; "
+          f"daemon's own model: T(1)={own_step[1]:.3f} ms, chunk_ms={own['chunk_ms']:.3f} "
+          f"({own['chunk_observations']} waves)")
     assert slope > 0, med
     with tempfile.NamedTemporaryFile("w", suffix=".cost", delete=False) as f:
         for P, ms in sorted(steps_ms.items()):

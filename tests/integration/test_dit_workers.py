@@ -9,6 +9,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import time
 
 import pytest
 
@@ -68,10 +69,32 @@ def latent_bytes(d):
     return out
 
 
+def dit_cost(d, policy):
+    """/admin/stats' cost model, checked for shape and consistency."""
+    c = admin(d)["dit_cost"]
+    assert c["policy"] == policy and c["source"] == "measured" and c["tokens"] > 0, c
+    degrees = {g["ranks"]: g for g in c["degrees"]}
+    # Calibrated at start on 1 and 2 ranks: an unguided and a guided step each, the guided
+    # one on 2 ranks guidance-parallel (CFG), as the workers run it.
+    assert set(degrees) == {1, 2}, c
+    assert set(degrees[1]["modes"]) == {"plain", "guided"}, c
+    assert {"plain", "cfg"} <= set(degrees[2]["modes"]), c
+    for g in c["degrees"]:
+        assert g["correction"] > 0, g
+        for mode in g["modes"].values():
+            assert mode["measured_ms"] > 0, g
+            assert mode["predicted_ms"] == pytest.approx(mode["measured_ms"] * g["correction"], rel=1e-6), g
+    assert c["chunk_ms"] >= 0 and c["chunk_observations"] >= 0 and c["request_ms"] >= 0, c
+    assert c["reshard"]["latency_ms"] > 0 and c["reshard"]["ms_per_mib"] > 0, c
+    assert c["group_form_ms"] == 0, c  # group-free collectives
+    return c
+
+
 @pytest.fixture(scope="module")
 def reference():
     d = Weftd("--model", DIT)
     try:
+        assert "dit_cost" not in admin(d)  # in-process: no worker ranks, no policy
         yield [generate(d, r) for r in REQUESTS]
     finally:
         assert d.stop() == 0
@@ -124,8 +147,13 @@ def test_latents_stay_on_workers_between_chunks(reference):
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:1")
     try:
         before = latent_bytes(d)
+        cost0 = dit_cost(d, "static:1")
         chunks0 = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"])
         assert generate(d, REQUESTS[0]) == reference[0]
+        # Every wave that ran steps taught the model its chunk overhead (one per chunk
+        # boundary at least: 4 one-step chunks).
+        cost = dit_cost(d, "static:1")
+        assert cost["chunk_observations"] >= cost0["chunk_observations"] + REQUESTS[0]["num_inference_steps"], (cost0, cost)
         after = latent_bytes(d)
         delta = {k: after[k] - before[k] for k in after}
         chunks = sum(w["dit_chunks"] for w in admin(d)["scheduler"]["workers"]) - chunks0
@@ -154,3 +182,49 @@ def test_bad_dit_policy_is_refused_at_start():
     r = subprocess.run([exe, "--model", DIT, "--workers", "2", "--dit-policy", "fastest"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--dit-policy 'fastest'" in r.stderr, r.stderr
+
+
+def test_worker_to_worker_reshard_keeps_png_bytes():
+    # Elastic on 2 ranks: an image alone may get both (its best fit is 1 rank; the leftover
+    # goes to it when the measured model says 2 ranks are faster); a second request arriving
+    # mid-way takes a rank of its own, so the first one's group changes and its rows move
+    # worker to worker. The PNG bytes are those of the in-process run all the same. Whether
+    # 2 ranks beat 1 for this tiny DiT is the machine's own measurement (close on a loaded
+    # host), so the pattern is tried a few times and the test is skipped, saying so, when the
+    # policy never moved a latent.
+    long_req = dict(LONG, num_inference_steps=200, guidance_scale=1)
+    short_req = REQUESTS[0]
+    ref = Weftd("--model", DIT)
+    try:
+        want = [generate(ref, long_req), generate(ref, short_req)]
+    finally:
+        assert ref.stop() == 0
+    # A daemon's calibration decides whether 2 ranks beat 1: a few daemons, a few tries each.
+    for _ in range(3):
+        d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "elastic")
+        try:
+            for attempt in range(3):
+                before = latent_bytes(d)
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    first = pool.submit(generate, d, long_req)
+                    # Wait until the first image runs, with most of its steps left.
+                    give_up = time.monotonic() + 60
+                    while time.monotonic() < give_up:
+                        reqs = admin(d)["images"]["requests"]
+                        if reqs and reqs[0]["steps_done"] >= 2:
+                            break
+                    else:
+                        pytest.fail("the first image never started")
+                    second = pool.submit(generate, d, short_req)
+                    got = [first.result(), second.result()]
+                assert got == want
+                moved = {k: v - before[k] for k, v in latent_bytes(d).items()}
+                assert moved["mid_trajectory_rank0"] == 0, moved
+                assert (moved["reshards"] > 0) == (moved["worker"] > 0), moved
+                if moved["worker"] > 0:
+                    return
+            degrees = admin(d)["dit_cost"]["degrees"]
+        finally:
+            assert d.stop() == 0
+    pytest.skip("the elastic policy kept every latent on its rank in 3 daemons x 3 tries (2 ranks "
+                f"not faster in the measured model: {degrees})")

@@ -156,6 +156,37 @@ END_TEST
  * it on one rank (2 x 135.5 x 50 = 13.5 s); on 2 ranks guidance-parallel takes 6.78 s, Ulysses
  * 8.44 s: with CFG the best fit is 2 ranks in CFG mode; on a model without CFG it is 4 ranks
  * (Ulysses 7.07 s). An unguided job's task is PLAIN. Static lanes of 2 run it in CFG mode. */
+/* The chunk overhead learnt online: the first observation replaces the start value, then an
+ * EWMA (weight corr_weight) that converges to the mean of noisy observations and never goes
+ * below 0; the policy's remaining-time prediction includes what it learnt. */
+START_TEST(test_cost_chunk_overhead_online) {
+    wf_dit_cost c;
+    wf_dit_cost_synthetic(&c);
+    c.chunk_ms = 5;
+    wf_dit_cost_observe_chunk(&c, 2.0);
+    ck_assert_double_eq_tol(c.chunk_ms, 2.0, 1e-12);
+    ck_assert_int_eq(c.chunk_obs, 1);
+    wf_dit_cost_observe_chunk(&c, 4.0);
+    ck_assert_double_eq_tol(c.chunk_ms, 0.9 * 2.0 + 0.1 * 4.0, 1e-12);
+    /* noisy around 3 ms (alternating 1 and 5): the mean stays near 3 */
+    for (int i = 0; i < 400; i++) wf_dit_cost_observe_chunk(&c, i % 2 ? 5.0 : 1.0);
+    ck_assert_double_eq_tol(c.chunk_ms, 3.0, 0.25);
+    /* steps faster than predicted: negative overheads pull it to 0, not below */
+    for (int i = 0; i < 400; i++) wf_dit_cost_observe_chunk(&c, -1.0);
+    ck_assert_double_eq_tol(c.chunk_ms, 0.0, 1e-12);
+    ck_assert_int_eq(c.chunk_obs, 802);
+    wf_dit_cost_observe_chunk(&c, 0.0 / 0.0); /* NaN: ignored */
+    ck_assert_int_eq(c.chunk_obs, 802);
+    /* the policy's remaining time of a job counts one chunk_ms per chunk left */
+    c.chunk_ms = 0;
+    wf_dit_job j = {.id = 0, .tokens = 1024, .steps = 20, .steps_done = 10, .max_P = 8,
+                    .arrival_ms = 0, .deadline_ms = 1e9};
+    double base = wf_dit_policy_remaining_ms(&c, &j, 1, false, 5);
+    c.chunk_ms = 7;
+    ck_assert_double_eq_tol(wf_dit_policy_remaining_ms(&c, &j, 1, false, 5) - base, 2 * 7.0, 1e-9);
+}
+END_TEST
+
 START_TEST(test_elastic_guided_degree) {
     wf_dit_policy *p = policy("elastic", 4);
     bool busy[4] = {true, true, false, false};
@@ -452,6 +483,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_cost_synthetic_and_table);
     tcase_add_test(tc, test_cost_guided_modes);
+    tcase_add_test(tc, test_cost_chunk_overhead_online);
     tcase_add_test(tc, test_elastic_guided_degree);
     tcase_add_test(tc, test_elastic_cheap_growth);
     tcase_add_test(tc, test_policy_names);
