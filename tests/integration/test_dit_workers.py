@@ -213,6 +213,7 @@ def test_worker_to_worker_reshard_keeps_png_bytes():
                         reqs = admin(d)["images"]["requests"]
                         if reqs and reqs[0]["steps_done"] >= 2:
                             break
+                        time.sleep(0.005)  # leave the cores to the daemon between polls
                     else:
                         pytest.fail("the first image never started")
                     second = pool.submit(generate, d, short_req)
