@@ -266,16 +266,21 @@ static int body_killed_member(wf_world *w, int rank, void *arg) {
     return 0;
 }
 
-START_TEST(test_killed_member_restart) {
+/* Three ranks run body; rank 1 kills itself, the others must finish cleanly. */
+static void run_with_rank1_killed(int (*body)(wf_world *, int, void *)) {
     wt_env env = wt_env_default(3);
     env.timeout_ms = 120000;
     pid_t pids[3];
     int codes[3];
-    for (int r = 0; r < 3; r++) pids[r] = wt_spawn(&env, r, body_killed_member, NULL);
+    for (int r = 0; r < 3; r++) pids[r] = wt_spawn(&env, r, body, NULL);
     wt_wait(pids, 3, 200, codes);
     ck_assert_int_eq(codes[0], 0);
     ck_assert_int_eq(codes[1], 128 + SIGKILL);
     ck_assert_int_eq(codes[2], 0);
+}
+
+START_TEST(test_killed_member_restart) {
+    run_with_rank1_killed(body_killed_member);
 }
 END_TEST
 
@@ -309,15 +314,7 @@ static int body_killed_holder(wf_world *w, int rank, void *arg) {
 }
 
 START_TEST(test_killed_holder_reshard) {
-    wt_env env = wt_env_default(3);
-    env.timeout_ms = 120000;
-    pid_t pids[3];
-    int codes[3];
-    for (int r = 0; r < 3; r++) pids[r] = wt_spawn(&env, r, body_killed_holder, NULL);
-    wt_wait(pids, 3, 200, codes);
-    ck_assert_int_eq(codes[0], 0);
-    ck_assert_int_eq(codes[1], 128 + SIGKILL);
-    ck_assert_int_eq(codes[2], 0);
+    run_with_rank1_killed(body_killed_holder);
 }
 END_TEST
 
