@@ -1245,6 +1245,18 @@ static wf_status setup_ucx(wf_world *w, char *err, size_t errlen) {
     ucs_status_t st = ucp_config_read(NULL, NULL, &config); /* UCX_* from the environment */
     if (st != UCS_OK)
         return wf_status_errorf(err, errlen, WF_EIO, "UCX config: %s", ucs_status_string(st));
+    /* UCX's own registration cache finds regions again by address and drops stale ones on the
+     * same memory events as the world's cache (world_mem.c). Without them (TSan builds,
+     * UCX_MEM_EVENTS=no) UCX 1.13 handed an allocation that reused a freed buffer's addresses
+     * the old region, shared-memory key included: a peer's put into it through mapped memory
+     * hit a segment that was gone (test_gfc under TSan, 1 run in 3). So it is off then,
+     * unless UCX_RCACHE_ENABLE says otherwise. */
+    if (!wf__mcache_events() && !getenv("UCX_RCACHE_ENABLE")) {
+        st = ucp_config_modify(config, "RCACHE_ENABLE", "n");
+        if (st != UCS_OK)
+            WF_LOG_WARN("world", NULL, "UCX: could not turn its registration cache off: %s",
+                        ucs_status_string(st));
+    }
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
                            .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
                            .mt_workers_shared = 0};

@@ -76,6 +76,8 @@ typedef struct wf__mcache wf__mcache;
  * (UCX_MEM_EVENTS=no) registrations of caller memory are not kept: each lasts until the next
  * expose, which is enough for blocking collectives that expose one buffer at a time. */
 wf__mcache *wf__mcache_create(void *ucp_ctx);
+/* 1 if UCX's memory events reach this process (installs the handler once; never under TSan). */
+int wf__mcache_events(void);
 void wf__mcache_destroy(wf__mcache *c);
 int wf__mcache_cached(const wf__mcache *c);
 wf_status wf__mcache_expose(wf__mcache *c, void *buf, size_t len, wf_world_region *out,

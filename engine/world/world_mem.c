@@ -77,13 +77,18 @@ static void install_handler(void) {
 #endif
 }
 
+int wf__mcache_events(void) {
+    pthread_once(&g_events_once, install_handler);
+    return g_events;
+}
+
 wf__mcache *wf__mcache_create(void *ucp_ctx) {
     wf__mcache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->ctx = ucp_ctx;
-    pthread_once(&g_events_once, install_handler);
+    int events = wf__mcache_events();
     pthread_mutex_lock(&g_lock);
-    c->cached = g_events;
+    c->cached = events;
     c->next = g_caches;
     g_caches = c;
     pthread_mutex_unlock(&g_lock);
