@@ -112,6 +112,9 @@ typedef struct wf_image_event {
     uint64_t t_ns;
     uint64_t queued_ns, started_ns, finished_ns; /* FINISHED: the request's times */
     int steps_run;               /* FINISHED: denoising steps applied over its images */
+    bool alone;                  /* FINISHED: no other request of its model was held meanwhile
+                                  * (its time is its own: what a cost model's request_ms fits) */
+    int group_size;              /* FINISHED: ranks of its last DENOISE chunk (0: none ran) */
 } wf_image_event;
 
 typedef struct wf_image_sched wf_image_sched;

@@ -29,6 +29,7 @@ struct wf_daemon {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
     wf_dit_router *dit_router;  /* the DiT's DENOISE chunks on the workers */
+    int dit_router_model;       /* its image scheduler model id */
     int vm_wait_ms;             /* run-time virtual models: how long the workers may take */
 #endif
     wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
@@ -129,6 +130,9 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         int id;
         st = wf_image_sched_add_model(d->images, ex, &g, &id);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
+#ifdef WEFT_HAVE_WORKERS
+        if (d->workers) d->dit_router_model = id;
+#endif
         if (d->gate && !p->share_batch && (st = wf_image_sched_set_turns(d->images, id, d->gated_dits[i])) != WF_OK)
             return wf_status_errorf(err, errlen, st, "image scheduler turns: %s", wf_status_str(st));
         const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
@@ -251,6 +255,21 @@ static void write_ms(wf_jbuf *b, const char *key, double ms) {
 }
 #endif
 
+void wf_daemon_observe_image(void *ctx, int sched_model, int steps, bool guided, int group_size, double ms) {
+#ifdef WEFT_HAVE_WORKERS
+    wf_daemon *d = ctx;
+    if (d->dit_router && sched_model == d->dit_router_model)
+        wf_dit_router_observe_request(d->dit_router, steps, guided, group_size, ms);
+#else
+    (void)ctx;
+    (void)sched_model;
+    (void)steps;
+    (void)guided;
+    (void)group_size;
+    (void)ms;
+#endif
+}
+
 void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
 #ifdef WEFT_HAVE_WORKERS
     wf_daemon *d = ctx;
@@ -286,6 +305,7 @@ void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
     write_ms(b, "chunk_ms", c->chunk_ms);
     wf_jbuf_printf(b, ",\"chunk_observations\":%d,", c->chunk_obs);
     write_ms(b, "request_ms", c->request_ms);
+    wf_jbuf_printf(b, ",\"request_observations\":%d", c->request_obs);
     wf_jbuf_cstr(b, ",\"reshard\":{");
     write_ms(b, "latency_ms", c->reshard_lat_ms);
     wf_jbuf_cstr(b, ",");
