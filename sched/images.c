@@ -1191,6 +1191,13 @@ void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out) {
     pthread_mutex_unlock(&s->lock);
 }
 
+void wf_image_sched_reset_stats(wf_image_sched *s) {
+    pthread_mutex_lock(&s->lock);
+    memset(&s->stats, 0, sizeof s->stats);
+    for (int i = 0; i < s->n_models; i++) memset(&s->models[i].stats, 0, sizeof s->models[i].stats);
+    pthread_mutex_unlock(&s->lock);
+}
+
 bool wf_image_sched_get_model_stats(wf_image_sched *s, int model_id, wf_image_sched_stats *out) {
     if (model_id < 0 || model_id >= s->n_models) return false;
     const model *m = &s->models[model_id];

@@ -190,6 +190,9 @@ typedef struct wf_image_sched_stats {
 } wf_image_sched_stats;
 
 void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out);
+/* Zeroes the counters (all and per model): after requests of the server's own, e.g. a start-up
+ * calibration, that its users did not send. */
+void wf_image_sched_reset_stats(wf_image_sched *s);
 /* The same counters for one model (running: its unfinished requests). false: no such model. */
 bool wf_image_sched_get_model_stats(wf_image_sched *s, int model, wf_image_sched_stats *out);
 

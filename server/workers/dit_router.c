@@ -992,9 +992,7 @@ static void calibrate(wf_dit_router *r) {
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
     r->calibrating = false;
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
-    pthread_mutex_lock(&r->lock);
-    memset(&r->stats, 0, sizeof r->stats);
-    pthread_mutex_unlock(&r->lock);
+    wf_dit_router_reset_stats(r);
 }
 
 wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *policy, int chunk_steps,
@@ -1078,6 +1076,12 @@ void wf_dit_router_free(wf_dit_router *r) {
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);
+}
+
+void wf_dit_router_reset_stats(wf_dit_router *r) {
+    pthread_mutex_lock(&r->lock);
+    memset(&r->stats, 0, sizeof r->stats);
+    pthread_mutex_unlock(&r->lock);
 }
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out) {

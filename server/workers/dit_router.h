@@ -96,6 +96,8 @@ typedef struct wf_dit_router_stats {
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
+/* Zeroes the counters (not the cost model): after the daemon's own start-up requests. */
+void wf_dit_router_reset_stats(wf_dit_router *r);
 /* A request of one image served alone (no other request of the model held meanwhile) took ms
  * from its arrival to its answer, over `steps` steps on groups of P ranks (its last chunk's):
  * the cost model's request_ms learns the part its steps and chunks do not explain. Any
