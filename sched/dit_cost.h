@@ -32,7 +32,8 @@
  * Overheads. What a served request takes beyond its steps: chunk_ms per DENOISE task (the
  * scheduler's plan, the dispatch to the ranks and the completion's hand-off: per step with
  * one-step chunks) and request_ms once (ENCODE, DECODE_IMAGE, PNG, HTTP). Both 0 in GF-DiT's
- * synthetic model; measured against a real daemon they close the simulator's gap to it
+ * synthetic model; a daemon learns both (observe_chunk from its waves, observe_request from
+ * requests served alone), and with them the simulator replays its lone-request latency
  * (BENCHMARKS.md, tests/integration/test_dit_sim_daemon.py).
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_COST_H
