@@ -112,7 +112,8 @@ def measure_and_compare(d):
     counts = (FIT, HELD_OUT)
     lat = {s: [] for s in counts}
     snaps = []
-    before = admin(d)["images"]
+    first = admin(d)
+    before = first["images"]
     for _ in range(ROUNDS):
         for s in counts:
             lat[s].append(one_request(d, s))
@@ -122,6 +123,8 @@ def measure_and_compare(d):
     se = {s: stderr_of_median(v) for s, v in lat.items()}
     own, chunk_ms, request_ms = median_model(snaps)
     assert own["source"] == "measured" and own["chunk_observations"] > 0 and own["request_observations"] > 0, own
+    # Every lone request of the rounds was learnt (the last one when the next batch runs).
+    assert own["request_observations"] >= first["dit_cost"]["request_observations"] + 2 * ROUNDS - 1, own
     seen = (after["images"]["step_ms_sum"] - before["step_ms_sum"]) / max(1, after["images"]["steps"] - before["steps"])
     # What only the client sees: the daemon's model at FIT steps against the measured median.
     inside_fit = simulate_model(own, chunk_ms, request_ms, FIT)
