@@ -34,6 +34,9 @@ struct wf_daemon {
     wf_dit_router *dit_router;  /* the DiT's DENOISE chunks on the workers */
     int dit_router_model;       /* its image scheduler model id */
     int dit_router_dit;         /* its index in dits */
+    wf_handoff calib_events;    /* calibrate_requests' events: freed after the image scheduler
+                                 * (a push reads the queue after the consumer has its item) */
+    bool calib_events_init;
     int vm_wait_ms;             /* run-time virtual models: how long the workers may take */
 #endif
     wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
@@ -92,8 +95,9 @@ static wf_status dit_check_schedule(void *ctx, int sampler, int steps, char *err
  * DECODE_IMAGE), each timed from its submit to its PNG's base64 (the answer's body; the HTTP
  * exchange is not there yet). Their chunks teach chunk_ms too. A failure only logs. */
 static void calibrate_requests(wf_daemon *d) {
-    wf_handoff events;
-    if (wf_handoff_init(&events, 0, NULL, NULL) != WF_OK) return;
+    if (wf_handoff_init(&d->calib_events, 0, NULL, NULL) != WF_OK) return;
+    d->calib_events_init = true;
+    wf_handoff *events = &d->calib_events;
     const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dits[d->dit_router_dit]);
     wf_image_spec spec = {.model = d->dit_router_model, .n = 1, .class_label = 0, .negative_label = -1,
                           .guidance_scale = in->default_guidance, .sampler = -1,
@@ -104,7 +108,7 @@ static void calibrate_requests(wf_daemon *d) {
         wf_image_request *req;
         char why[160] = "";
         uint64_t t0 = wf_clock_now_ns();
-        wf_status st = wf_image_sched_submit(d->images, &spec, &events, NULL, &req, why, sizeof why, NULL);
+        wf_status st = wf_image_sched_submit(d->images, &spec, events, NULL, &req, why, sizeof why, NULL);
         if (st != WF_OK) {
             WF_LOG_WARN("dit", NULL, "request calibration: %s %s", wf_status_str(st), why);
             break;
@@ -114,12 +118,12 @@ static void calibrate_requests(wf_daemon *d) {
         wf_image_event *fin = NULL;
         bool cancelled = false;
         while (!fin) {
-            if (!wf_handoff_wait(&events, 30000) && !cancelled) {
+            if (!wf_handoff_wait(events, 30000) && !cancelled) {
                 WF_LOG_WARN("dit", NULL, "request calibration: no answer in 30 s, cancelled");
                 wf_image_sched_cancel(d->images, req);
                 cancelled = true;
             }
-            for (wf_handoff_item *it = wf_handoff_take_all(&events), *next; it; it = next) {
+            for (wf_handoff_item *it = wf_handoff_take_all(events), *next; it; it = next) {
                 next = it->next;
                 wf_image_event *ev = (wf_image_event *)it;
                 if (ev->kind == WF_IMAGE_EVENT_FINISHED) fin = ev;
@@ -146,7 +150,6 @@ static void calibrate_requests(wf_daemon *d) {
     }
     wf_jbuf_free(&png);
     wf_jbuf_free(&b64);
-    wf_handoff_free(&events);
     /* Nobody sent these: the counters start from the first served request. */
     wf_image_sched_reset_stats(d->images);
     wf_dit_router_reset_stats(d->dit_router);
@@ -252,6 +255,10 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
 static void close_dits(wf_daemon *d) {
     wf_image_sched_free(d->images); /* first: no batch in flight afterwards */
     d->images = NULL;
+    if (d->calib_events_init) { /* nothing pushes into it any more; its events were taken */
+        wf_handoff_free(&d->calib_events);
+        d->calib_events_init = false;
+    }
     for (int i = 0; i < d->n_dits; i++) {
         wf_gated_executor_free(d->gated_dits[i]);
         d->gated_dits[i] = NULL;
