@@ -182,3 +182,27 @@ void wf_dit_cost_observe_chunk(wf_dit_cost *c, double overhead_ms) {
     c->chunk_ms = v > 0 ? v : 0;
     c->chunk_obs++;
 }
+
+static int cmp_ms(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void wf_dit_cost_observe_request(wf_dit_cost *c, double overhead_ms) {
+    if (overhead_ms != overhead_ms) return; /* NaN */
+    c->request_win[c->request_obs++ % WF_DIT_COST_REQUEST_WINDOW] = overhead_ms;
+    int n = c->request_obs < WF_DIT_COST_REQUEST_WINDOW ? c->request_obs : WF_DIT_COST_REQUEST_WINDOW;
+    double w[WF_DIT_COST_REQUEST_WINDOW];
+    memcpy(w, c->request_win, sizeof(double) * (size_t)n);
+    qsort(w, (size_t)n, sizeof w[0], cmp_ms);
+    double med = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+    c->request_ms = med > 0 ? med : 0;
+}
+
+double wf_dit_cost_alone_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, int steps,
+                            int chunk_steps) {
+    double step = wf_dit_cost_mode_step_ms(c, tokens, P, mode);
+    if (!(step > 0) || steps < 0 || chunk_steps < 1) return -1.0;
+    int chunks = (steps + chunk_steps - 1) / chunk_steps;
+    return steps * step + chunks * c->chunk_ms + c->request_ms;
+}

@@ -8,6 +8,7 @@
  *     wf_dit_cost_add_point(&c, 256, 2, 41.0);         // measured (bench/elastic): a table
  *     wf_dit_cost_observe(&c, 256, 2, 45.1);           // online correction of degree 2
  *     wf_dit_cost_observe_chunk(&c, 0.8);              // a chunk's hand-off, learnt online
+ *     wf_dit_cost_observe_request(&c, 1.1);            // a lone request's rest (ENCODE, PNG..)
  *     wf_dit_cost_mode m;                              // a guided image on 2 ranks: CFG or
  *     double g = wf_dit_cost_guided_ms(&c, 4096, 2, &m); // Ulysses, whichever is faster
  *
@@ -31,7 +32,8 @@
  * Overheads. What a served request takes beyond its steps: chunk_ms per DENOISE task (the
  * scheduler's plan, the dispatch to the ranks and the completion's hand-off: per step with
  * one-step chunks) and request_ms once (ENCODE, DECODE_IMAGE, PNG, HTTP). Both 0 in GF-DiT's
- * synthetic model; measured against a real daemon they close the simulator's gap to it
+ * synthetic model; a daemon learns both (observe_chunk from its waves, observe_request from
+ * requests served alone), and with them the simulator replays its lone-request latency
  * (BENCHMARKS.md, tests/integration/test_dit_sim_daemon.py).
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_COST_H
@@ -43,6 +45,7 @@
 
 #define WF_DIT_COST_MAX_P 64
 #define WF_DIT_COST_MAX_POINTS 64
+#define WF_DIT_COST_REQUEST_WINDOW 15 /* lone requests request_ms is the median of */
 
 typedef enum wf_dit_cost_mode {
     WF_DIT_COST_PLAIN = 0,  /* an unguided image (one forward per step), Ulysses over P */
@@ -71,7 +74,10 @@ typedef struct wf_dit_cost {
                                           * a daemon learns it: observe_chunk) */
     int chunk_obs;                       /* observations observe_chunk averaged in */
     double request_ms;                   /* per request, outside the DENOISE chunks: ENCODE,
-                                          * DECODE_IMAGE, PNG, HTTP (0 here) */
+                                          * DECODE_IMAGE, PNG, HTTP (0 here; a daemon learns
+                                          * it: observe_request) */
+    int request_obs;                     /* observations observe_request took in */
+    double request_win[WF_DIT_COST_REQUEST_WINDOW]; /* its latest ones (ring) */
     double group_form_ms;                /* per group formed for the first time (0: group-free;
                                           * GF-DiT measured ~778 ms per new communicator) */
 } wf_dit_cost;
@@ -106,6 +112,17 @@ void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mod
  * becomes its exponentially weighted mean (weight corr_weight; the first observation replaces
  * the start value), never below 0. */
 void wf_dit_cost_observe_chunk(wf_dit_cost *c, double overhead_ms);
+/* A request's overhead as observed: the wall time of a request served alone minus its
+ * predicted steps and chunks (wf_dit_cost_alone_ms with request_ms left out). request_ms
+ * becomes the median of the latest WF_DIT_COST_REQUEST_WINDOW (never below 0): lone requests
+ * are few, and a daemon's first ones (code and buffers paged in) or one preempted by another
+ * process would hold a mean up for long. */
+void wf_dit_cost_observe_request(wf_dit_cost *c, double overhead_ms);
+/* A lone request's predicted latency: steps x the step of (P, mode) + one chunk_ms per
+ * chunk of chunk_steps steps + request_ms (what weft-dit-sim --alone charges); < 0 when the
+ * degree or the mode is not allowed. */
+double wf_dit_cost_alone_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, int steps,
+                            int chunk_steps);
 double wf_dit_cost_reshard_ms(const wf_dit_cost *c, double bytes);
 
 #endif

@@ -53,6 +53,7 @@ struct wf_image_request {
     int in_flight;     /* tasks dispatched, not completed */
     int steps_done, images_done;
     int group_size;    /* ranks of its last DENOISE chunk */
+    bool shared;       /* another request of its model was held at some time of its life */
     long remaining;     /* image-steps still counted in the model's remaining */
     uint64_t queued_ns, started_ns;
     wf_image_event *finished_ev;
@@ -546,6 +547,8 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     ev->started_ns = r->started_ns;
     ev->finished_ns = ev->t_ns = wf_clock_now_ns();
     ev->steps_run = r->steps_done;
+    ev->alone = !r->shared;
+    ev->group_size = r->group_size;
     pthread_mutex_lock(&s->lock);
     unlink_held(m, r);
     s->unfinished--;
@@ -893,7 +896,10 @@ static void handle_msg(wf_image_sched *s, msg *mg) {
         {
             model *m = model_of(s, r);
             wf_image_request **p = &m->head;
-            while (*p) p = &(*p)->next;
+            while (*p) {
+                (*p)->shared = r->shared = true; /* neither ran alone */
+                p = &(*p)->next;
+            }
             *p = r;
         }
         break;
@@ -1182,6 +1188,13 @@ void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out) {
     pthread_mutex_lock(&s->lock);
     *out = s->stats;
     out->running = s->held;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void wf_image_sched_reset_stats(wf_image_sched *s) {
+    pthread_mutex_lock(&s->lock);
+    memset(&s->stats, 0, sizeof s->stats);
+    for (int i = 0; i < s->n_models; i++) memset(&s->models[i].stats, 0, sizeof s->models[i].stats);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -112,6 +112,9 @@ typedef struct wf_image_event {
     uint64_t t_ns;
     uint64_t queued_ns, started_ns, finished_ns; /* FINISHED: the request's times */
     int steps_run;               /* FINISHED: denoising steps applied over its images */
+    bool alone;                  /* FINISHED: no other request of its model was held meanwhile
+                                  * (its time is its own: what a cost model's request_ms fits) */
+    int group_size;              /* FINISHED: ranks of its last DENOISE chunk (0: none ran) */
 } wf_image_event;
 
 typedef struct wf_image_sched wf_image_sched;
@@ -187,6 +190,9 @@ typedef struct wf_image_sched_stats {
 } wf_image_sched_stats;
 
 void wf_image_sched_get_stats(wf_image_sched *s, wf_image_sched_stats *out);
+/* Zeroes the counters (all and per model): after requests of the server's own, e.g. a start-up
+ * calibration, that its users did not send. */
+void wf_image_sched_reset_stats(wf_image_sched *s);
 /* The same counters for one model (running: its unfinished requests). false: no such model. */
 bool wf_image_sched_get_model_stats(wf_image_sched *s, int model, wf_image_sched_stats *out);
 

@@ -9,11 +9,14 @@
 
 #include "engine/dit/dit_exec.h"
 #include "engine/engine.h"
+#include "proto/base/clock.h"
+#include "proto/base/handoff.h"
 #include "proto/base/log.h"
 #include "sched/cost_model.h"
 #include "sched/defaults.h"
 #include "sched/gate.h"
 #include "server/engine_backend.h"
+#include "server/png.h"
 #ifdef WEFT_HAVE_WORKERS
 #include "kv/kv_controller.h"
 #include "server/workers/dit_router.h"
@@ -29,6 +32,11 @@ struct wf_daemon {
 #ifdef WEFT_HAVE_WORKERS
     wf_workers *workers;
     wf_dit_router *dit_router;  /* the DiT's DENOISE chunks on the workers */
+    int dit_router_model;       /* its image scheduler model id */
+    int dit_router_dit;         /* its index in dits */
+    wf_handoff calib_events;    /* calibrate_requests' events: freed after the image scheduler
+                                 * (a push reads the queue after the consumer has its item) */
+    bool calib_events_init;
     int vm_wait_ms;             /* run-time virtual models: how long the workers may take */
 #endif
     wf_dit_exec *dits[WF_SERVER_MAX_IMAGE_MODELS];
@@ -77,6 +85,77 @@ static wf_status dit_check_schedule(void *ctx, int sampler, int steps, char *err
 }
 
 /* The DiTs: one executor each, all under one image scheduler. */
+#ifdef WEFT_HAVE_WORKERS
+#define CALIB_REQUESTS 5
+#define CALIB_REQUEST_STEPS 4
+
+/* The cost model's request_ms measured at start-up, as the served requests then correct it
+ * (wf_daemon_observe_image): CALIB_REQUESTS one-image requests of the model the DiT router
+ * serves, one at a time through the image scheduler (ENCODE, DENOISE chunks on the workers,
+ * DECODE_IMAGE), each timed from its submit to its PNG's base64 (the answer's body; the HTTP
+ * exchange is not there yet). Their chunks teach chunk_ms too. A failure only logs. */
+static void calibrate_requests(wf_daemon *d) {
+    if (wf_handoff_init(&d->calib_events, 0, NULL, NULL) != WF_OK) return;
+    d->calib_events_init = true;
+    wf_handoff *events = &d->calib_events;
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dits[d->dit_router_dit]);
+    wf_image_spec spec = {.model = d->dit_router_model, .n = 1, .class_label = 0, .negative_label = -1,
+                          .guidance_scale = in->default_guidance, .sampler = -1,
+                          .num_steps = CALIB_REQUEST_STEPS, .seed = 1};
+    wf_jbuf png = {0}, b64 = {0};
+    for (int k = 0; k < CALIB_REQUESTS; k++) {
+        snprintf(spec.id, sizeof spec.id, "calibration-%d", k);
+        wf_image_request *req;
+        char why[160] = "";
+        uint64_t t0 = wf_clock_now_ns();
+        wf_status st = wf_image_sched_submit(d->images, &spec, events, NULL, &req, why, sizeof why, NULL);
+        if (st != WF_OK) {
+            WF_LOG_WARN("dit", NULL, "request calibration: %s %s", wf_status_str(st), why);
+            break;
+        }
+        /* FINISHED always comes (a lost worker fails the request): until then the scheduler
+         * holds req and pushes into events. A slow one is cancelled, not abandoned. */
+        wf_image_event *fin = NULL;
+        bool cancelled = false;
+        while (!fin) {
+            if (!wf_handoff_wait(events, 30000) && !cancelled) {
+                WF_LOG_WARN("dit", NULL, "request calibration: no answer in 30 s, cancelled");
+                wf_image_sched_cancel(d->images, req);
+                cancelled = true;
+            }
+            for (wf_handoff_item *it = wf_handoff_take_all(events), *next; it; it = next) {
+                next = it->next;
+                wf_image_event *ev = (wf_image_event *)it;
+                if (ev->kind == WF_IMAGE_EVENT_FINISHED) fin = ev;
+                else wf_image_event_free(ev);
+            }
+        }
+        st = fin->status;
+        if (st == WF_OK) {
+            wf_jbuf_reset(&png);
+            wf_jbuf_reset(&b64);
+            st = wf_png_encode(wf_image_request_pixels(req), in->image_width, in->image_height,
+                               in->image_channels, &png);
+            if (st == WF_OK) wf_base64_append(&b64, png.data, png.len);
+        }
+        double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
+        if (st == WF_OK && fin->alone)
+            wf_dit_router_observe_request(d->dit_router, fin->steps_run, spec.guidance_scale > 1.0f,
+                                          fin->group_size, ms);
+        else
+            WF_LOG_WARN("dit", NULL, "request calibration: %s %s", wf_status_str(st), fin->message);
+        wf_image_event_free(fin);
+        wf_image_sched_release(d->images, req);
+        if (st != WF_OK) break;
+    }
+    wf_jbuf_free(&png);
+    wf_jbuf_free(&b64);
+    /* Nobody sent these: the counters start from the first served request. */
+    wf_image_sched_reset_stats(d->images);
+    wf_dit_router_reset_stats(d->dit_router);
+}
+#endif
+
 static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, size_t errlen) {
     if (p->n_dits <= 0) return WF_OK;
     if (p->n_dits > WF_SERVER_MAX_IMAGE_MODELS)
@@ -129,6 +208,12 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         int id;
         st = wf_image_sched_add_model(d->images, ex, &g, &id);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "image scheduler model: %s", wf_status_str(st));
+#ifdef WEFT_HAVE_WORKERS
+        if (d->workers) {
+            d->dit_router_model = id;
+            d->dit_router_dit = i;
+        }
+#endif
         if (d->gate && !p->share_batch && (st = wf_image_sched_set_turns(d->images, id, d->gated_dits[i])) != WF_OK)
             return wf_status_errorf(err, errlen, st, "image scheduler turns: %s", wf_status_str(st));
         const char *name = p->dit_names && p->dit_names[i] ? p->dit_names[i] : NULL;
@@ -161,12 +246,19 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
     }
     st = wf_image_sched_start(d->images);
     if (st != WF_OK) return wf_status_errorf(err, errlen, st, "starting the image scheduler: %s", wf_status_str(st));
+#ifdef WEFT_HAVE_WORKERS
+    if (d->dit_router) calibrate_requests(d);
+#endif
     return WF_OK;
 }
 
 static void close_dits(wf_daemon *d) {
     wf_image_sched_free(d->images); /* first: no batch in flight afterwards */
     d->images = NULL;
+    if (d->calib_events_init) { /* nothing pushes into it any more; its events were taken */
+        wf_handoff_free(&d->calib_events);
+        d->calib_events_init = false;
+    }
     for (int i = 0; i < d->n_dits; i++) {
         wf_gated_executor_free(d->gated_dits[i]);
         d->gated_dits[i] = NULL;
@@ -251,6 +343,21 @@ static void write_ms(wf_jbuf *b, const char *key, double ms) {
 }
 #endif
 
+void wf_daemon_observe_image(void *ctx, int sched_model, int steps, bool guided, int group_size, double ms) {
+#ifdef WEFT_HAVE_WORKERS
+    wf_daemon *d = ctx;
+    if (d->dit_router && sched_model == d->dit_router_model)
+        wf_dit_router_observe_request(d->dit_router, steps, guided, group_size, ms);
+#else
+    (void)ctx;
+    (void)sched_model;
+    (void)steps;
+    (void)guided;
+    (void)group_size;
+    (void)ms;
+#endif
+}
+
 void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
 #ifdef WEFT_HAVE_WORKERS
     wf_daemon *d = ctx;
@@ -286,6 +393,7 @@ void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
     write_ms(b, "chunk_ms", c->chunk_ms);
     wf_jbuf_printf(b, ",\"chunk_observations\":%d,", c->chunk_obs);
     write_ms(b, "request_ms", c->request_ms);
+    wf_jbuf_printf(b, ",\"request_observations\":%d", c->request_obs);
     wf_jbuf_cstr(b, ",\"reshard\":{");
     write_ms(b, "latency_ms", c->reshard_lat_ms);
     wf_jbuf_cstr(b, ",");

@@ -90,6 +90,9 @@ struct wf_gate *wf_daemon_gate(wf_daemon *d, bool *late);
 /* For wf_server_set_dit_cost (ctx: the daemon): appends `,"dit_cost":{...}` when the DiT runs
  * on worker ranks (--workers), nothing otherwise. */
 void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b);
+/* A lone image request answered (wf_server_set_dit_cost's observe): to the DiT router's cost
+ * model when sched_model is the model it serves. */
+void wf_daemon_observe_image(void *ctx, int sched_model, int steps, bool guided, int group_size, double ms);
 /* Stops admitting and cancels whatever still runs after deadline_ms; returns when idle. The
  * FINISHED events go to the server's queue: call before wf_server_free on a fast exit. */
 void wf_daemon_drain(wf_daemon *d, int deadline_ms);

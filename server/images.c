@@ -28,6 +28,8 @@ struct wf_img_gen {
     const wf_server_image_model *model;
     int n, num_steps;
     int64_t created;
+    uint64_t arrived_ns;       /* when its handler started: its answer's wall time from there */
+    bool guided;               /* guidance_scale > 1 (two forwards a step) */
     bool streaming;
     uint64_t deadline_ns;
     int priority;              /* the SLO class its metrics count in */
@@ -96,6 +98,7 @@ static const char *const known_keys[] = {
     "output_compression", NULL};
 
 void wf__images_handle(wf_server *s, wf_http_request *req) {
+    uint64_t arrived_ns = wf_clock_now_ns();
     if (!s->ready) {
         wf__server_error(s, req, 503, "server_error", NULL, NULL, 5, "the model is still loading");
         return;
@@ -327,6 +330,8 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     g->format = format;
     g->quality = quality;
     g->created = (int64_t)time(NULL);
+    g->arrived_ns = arrived_ns;
+    g->guided = spec.guidance_scale > 1.0f;
     snprintf(g->id, sizeof g->id, "img-%016" PRIx64, wf_clock_now_ns() ^ ((uint64_t)++s->next_id << 40));
     snprintf(spec.id, sizeof spec.id, "%s", g->id);
     spec.progress = stream;
@@ -521,6 +526,11 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                                  wf_image_format_name(g->format));
             else
                 wf__server_respond(s, g->http, 200, "application/json", NULL, b->data, b->len);
+            /* A lone one-image answer tells the cost model what a request costs beyond its
+             * chunks (PNG and the HTTP answer included). */
+            if (ok && !b->failed && ev->alone && g->n == 1 && s->image_observe)
+                s->image_observe(s->dit_cost_ctx, g->model->sched_model, ev->steps_run, g->guided,
+                                 ev->group_size, (double)(wf_clock_now_ns() - g->arrived_ns) / 1e6);
         }
         g->http = NULL;
     }

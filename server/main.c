@@ -136,7 +136,7 @@ static void on_loaded(uv_async_t *a) {
     int n_images = 0;
     const wf_server_image_model *images = wf_daemon_image_models(d->engine, &n_images);
     wf_server_set_images(d->server, wf_daemon_images(d->engine), images, n_images);
-    wf_server_set_dit_cost(d->server, wf_daemon_write_dit_cost, d->engine);
+    wf_server_set_dit_cost(d->server, wf_daemon_write_dit_cost, wf_daemon_observe_image, d->engine);
     bool late;
     struct wf_gate *gate = wf_daemon_gate(d->engine, &late);
     if (gate) wf_server_set_gate(d->server, gate, late);

@@ -774,8 +774,12 @@ void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_i
     s->n_image_models = n < WF_SERVER_MAX_IMAGE_MODELS ? n : WF_SERVER_MAX_IMAGE_MODELS;
     for (int i = 0; i < s->n_image_models; i++) s->image_models[i] = models[i];
 }
-void wf_server_set_dit_cost(wf_server *s, void (*fn)(void *ctx, wf_jbuf *b), void *ctx) {
+void wf_server_set_dit_cost(wf_server *s, void (*fn)(void *ctx, wf_jbuf *b),
+                            void (*observe)(void *ctx, int sched_model, int steps, bool guided, int group_size,
+                                            double ms),
+                            void *ctx) {
     s->dit_cost = fn;
+    s->image_observe = observe;
     s->dit_cost_ctx = ctx;
 }
 wf_http_server *wf_server_http(wf_server *s) { return s->http; }

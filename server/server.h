@@ -151,8 +151,14 @@ void wf_server_set_images(wf_server *s, wf_image_sched *sched, const wf_server_i
 struct wf_gate;
 void wf_server_set_gate(wf_server *s, struct wf_gate *gate, bool late);
 /* /admin/stats' "dit_cost" (the DiT cost model the --dit-policy predicts with; fn NULL: none):
- * fn appends `,"dit_cost":{...}` to b, on the loop thread; ctx must outlive the server. */
-void wf_server_set_dit_cost(wf_server *s, void (*fn)(void *ctx, wf_jbuf *b), void *ctx);
+ * fn appends `,"dit_cost":{...}` to b, on the loop thread; ctx must outlive the server.
+ * observe (NULL: none), on the loop thread: a one-image request of image scheduler model
+ * sched_model that ran alone was answered ms after its handler started, `steps` steps, its
+ * last chunk on group_size ranks (the cost model learns its request_ms from it). */
+void wf_server_set_dit_cost(wf_server *s, void (*fn)(void *ctx, wf_jbuf *b),
+                            void (*observe)(void *ctx, int sched_model, int steps, bool guided, int group_size,
+                                            double ms),
+                            void *ctx);
 /* The queue image events arrive on (pass to wf_image_sched_submit; unbounded). */
 wf_handoff *wf_server_image_events(wf_server *s);
 /* Loading failed: /health reports the message with 503 until the process exits. */

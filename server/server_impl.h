@@ -66,6 +66,8 @@ struct wf_server {
     bool gate_late;
     void (*dit_cost)(void *ctx, wf_jbuf *b); /* /admin/stats' "dit_cost" (NULL: none) */
     void *dit_cost_ctx;
+    void (*image_observe)(void *ctx, int sched_model, int steps, bool guided, int group_size,
+                          double ms); /* a lone request answered (NULL: none) */
     wf_server_image_model image_models[WF_SERVER_MAX_IMAGE_MODELS];
     int n_image_models;
     wf_handoff image_events;

@@ -51,6 +51,15 @@ typedef struct held {
     int home_step;                     /* steps the home copy has */
 } held;
 
+/* A request served alone (wf_dit_router_observe_request), learnt by the router's thread: the
+ * cost model has one owner, which the policy reads without a lock. */
+typedef struct lone_req {
+    int steps, P;
+    bool guided;
+    double ms;
+} lone_req;
+#define WF_DIT_ROUTER_LONE_MAX 16 /* more between two batches: the rest add nothing new */
+
 struct wf_dit_router {
     wf_dit_exec *local;
     wf_workers *ws;
@@ -58,7 +67,7 @@ struct wf_dit_router {
     wf_dit_policy *policy;
     wf_dit_cost cost;
     const wf_dit_config *model_cfg;
-    int n_workers, tokens, max_P, patch;
+    int n_workers, tokens, max_P, patch, chunk_steps;
     int lat_c, lat_h, lat_w;
     size_t lat_floats;
     bool calibrating;  /* every result goes home */
@@ -86,6 +95,8 @@ struct wf_dit_router {
     char policy_name[64];
     uint64_t wave_group_ns; /* the last wave's slowest group: dispatch to its last answer */
     uint64_t last_end_ns;   /* when the previous batch returned to the image scheduler */
+    lone_req lone[WF_DIT_ROUTER_LONE_MAX]; /* lock: observed, not yet learnt */
+    int n_lone;
     uint64_t handoff_ns;    /* this batch's: since then, when it continues a held latent (the
                                image scheduler's hand-off between two chunks); its first wave
                                counts it */
@@ -849,12 +860,29 @@ static wf_status run_batch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
     return run_local(r, b, 1u << WF_TASK_DECODE_IMAGE, msg, cap);
 }
 
+/* request_ms from the requests served alone since the last batch: each one's wall time minus
+ * what its steps and chunks take by the model now, in the mode its chunks ran (the workers'
+ * rule for one image on its P ranks). */
+static void learn_requests(wf_dit_router *r) {
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->n_lone; i++) {
+        const lone_req *q = &r->lone[i];
+        wf_dit_cost_mode mode = cost_mode(
+            q->guided, q->P, wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, q->P, 1, q->guided));
+        double all = wf_dit_cost_alone_ms(&r->cost, r->tokens, q->P, mode, q->steps, r->chunk_steps);
+        if (all >= 0) wf_dit_cost_observe_request(&r->cost, q->ms - (all - r->cost.request_ms));
+    }
+    r->n_lone = 0;
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* A batch, and the hand-off before it: the time since the previous batch returned, when this
  * one continues a latent held on the workers (its previous chunk ran in that batch, and the
  * image scheduler has been turning it into this one since; otherwise the gap is idle time). */
 static wf_status router_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     wf_dit_router *r = ctx;
     uint64_t start = wf_clock_now_ns();
+    learn_requests(r);
     r->handoff_ns = 0;
     for (int i = 0; r->last_end_ns && i < b->n_tasks; i++) {
         const wf_task *t = &b->tasks[i];
@@ -964,9 +992,7 @@ static void calibrate(wf_dit_router *r) {
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
     r->calibrating = false;
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
-    pthread_mutex_lock(&r->lock);
-    memset(&r->stats, 0, sizeof r->stats);
-    pthread_mutex_unlock(&r->lock);
+    wf_dit_router_reset_stats(r);
 }
 
 wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *policy, int chunk_steps,
@@ -1001,9 +1027,10 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
         wf_dit_router_free(r);
         return wf_status_errorf(err, errlen, st, "out of memory");
     }
+    r->chunk_steps = chunk_steps > 0 ? chunk_steps : 1;
     calibrate(r);
     if (!policy) policy = r->n_workers >= 2 ? "elastic" : "static:1";
-    if ((st = wf_dit_policy_new(policy, r->n_workers, &r->cost, chunk_steps > 0 ? chunk_steps : 1,
+    if ((st = wf_dit_policy_new(policy, r->n_workers, &r->cost, r->chunk_steps,
                                 &r->policy, err, errlen)) != WF_OK) {
         wf_dit_router_free(r);
         return st;
@@ -1051,6 +1078,12 @@ void wf_dit_router_free(wf_dit_router *r) {
     free(r);
 }
 
+void wf_dit_router_reset_stats(wf_dit_router *r) {
+    pthread_mutex_lock(&r->lock);
+    memset(&r->stats, 0, sizeof r->stats);
+    pthread_mutex_unlock(&r->lock);
+}
+
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out) {
     pthread_mutex_lock(&r->lock);
     *out = r->stats;
@@ -1058,4 +1091,11 @@ void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out) {
     pthread_mutex_unlock(&r->lock);
     out->tokens = r->tokens;
     snprintf(out->policy, sizeof out->policy, "%s", r->policy_name);
+}
+
+void wf_dit_router_observe_request(wf_dit_router *r, int steps, bool guided, int P, double ms) {
+    pthread_mutex_lock(&r->lock);
+    if (r->n_lone < WF_DIT_ROUTER_LONE_MAX)
+        r->lone[r->n_lone++] = (lone_req){.steps = steps, .guided = guided, .P = P < 1 ? 1 : P, .ms = ms};
+    pthread_mutex_unlock(&r->lock);
 }

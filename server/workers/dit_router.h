@@ -7,6 +7,7 @@
  *     wf_image_sched_add_model(images, wf_dit_router_executor(r), &geometry, &model);
  *     ...
  *     wf_dit_router_stats st; wf_dit_router_get_stats(r, &st);     // chunks per rank
+ *     wf_dit_router_observe_request(r, 20, true, 1, 12.3);          // a lone request's wall time
  *     wf_dit_router_free(r);                                        // after the image scheduler
  *
  * Latents are artifacts whose home is the coordinator's latent table (the in-process
@@ -39,13 +40,16 @@
  * every member, and one coming home is taken from each member's rows (under CFG both hold them all). The cost model the policy predicts with is measured here at
  * start (one-step chunks per degree) and corrected by every single-chunk group that runs (its
  * time from dispatch to its last member's answer); its chunk_ms (what a chunk costs beyond its
- * steps: the plan, the dispatch, the results home) is learnt from every wave that ran steps.
+ * steps: the plan, the dispatch, the results home) is learnt from every wave that ran steps, and
+ * its request_ms (what a request costs beyond its chunks: ENCODE, DECODE_IMAGE, PNG, HTTP) from
+ * the wall times of requests served alone (wf_dit_router_observe_request).
  *
  * Thread-safety: the executor runs batches on its own thread, one at a time; stats from any
  * thread. The local executor and the pool must outlive the router. */
 #ifndef WF_SERVER_WORKERS_DIT_ROUTER_H
 #define WF_SERVER_WORKERS_DIT_ROUTER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/dit/dit_exec.h"
@@ -92,5 +96,12 @@ typedef struct wf_dit_router_stats {
 } wf_dit_router_stats;
 
 void wf_dit_router_get_stats(wf_dit_router *r, wf_dit_router_stats *out);
+/* Zeroes the counters (not the cost model): after the daemon's own start-up requests. */
+void wf_dit_router_reset_stats(wf_dit_router *r);
+/* A request of one image served alone (no other request of the model held meanwhile) took ms
+ * from its arrival to its answer, over `steps` steps on groups of P ranks (its last chunk's):
+ * the cost model's request_ms learns the part its steps and chunks do not explain. Any
+ * thread. */
+void wf_dit_router_observe_request(wf_dit_router *r, int steps, bool guided, int P, double ms);
 
 #endif

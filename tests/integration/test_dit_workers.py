@@ -85,6 +85,7 @@ def dit_cost(d, policy):
             assert mode["measured_ms"] > 0, g
             assert mode["predicted_ms"] == pytest.approx(mode["measured_ms"] * g["correction"], rel=1e-6), g
     assert c["chunk_ms"] >= 0 and c["chunk_observations"] >= 0 and c["request_ms"] >= 0, c
+    assert c["request_observations"] > 0, c  # the start-up requests at least
     assert c["reshard"]["latency_ms"] > 0 and c["reshard"]["ms_per_mib"] > 0, c
     assert c["group_form_ms"] == 0, c  # group-free collectives
     return c

@@ -187,6 +187,38 @@ START_TEST(test_cost_chunk_overhead_online) {
 }
 END_TEST
 
+/* The request overhead learnt from lone requests: the median of the latest
+ * WF_DIT_COST_REQUEST_WINDOW, so a first slow request (code paged in) or one preempted does not
+ * hold it up; never below 0; a lone request's predicted latency is steps x T + chunks x
+ * chunk_ms + request_ms (chunks of chunk_steps, the last one partial). */
+START_TEST(test_cost_request_overhead_online) {
+    wf_dit_cost c;
+    wf_dit_cost_synthetic(&c);
+    wf_dit_cost_observe_request(&c, 900.0); /* the daemon's first request */
+    ck_assert_double_eq_tol(c.request_ms, 900.0, 1e-12);
+    wf_dit_cost_observe_request(&c, 1.0);
+    ck_assert_double_eq_tol(c.request_ms, 450.5, 1e-12); /* two: their mean */
+    wf_dit_cost_observe_request(&c, 1.2);
+    ck_assert_double_eq_tol(c.request_ms, 1.2, 1e-12);   /* the outlier no longer counts */
+    for (int i = 0; i < 40; i++) wf_dit_cost_observe_request(&c, i % 7 == 0 ? 50.0 : 2.0);
+    ck_assert_double_eq_tol(c.request_ms, 2.0, 1e-12);
+    ck_assert_int_eq(c.request_obs, 43);
+    wf_dit_cost_observe_request(&c, 0.0 / 0.0); /* NaN: ignored */
+    ck_assert_int_eq(c.request_obs, 43);
+    for (int i = 0; i < WF_DIT_COST_REQUEST_WINDOW; i++) wf_dit_cost_observe_request(&c, -3.0);
+    ck_assert_double_eq_tol(c.request_ms, 0.0, 1e-12);
+    /* alone: 10 steps of 1024 tokens on 1 rank (135.48 ms each), chunks of 4 (3 chunks) */
+    c.chunk_ms = 2;
+    c.request_ms = 30;
+    ck_assert_double_eq_tol(wf_dit_cost_alone_ms(&c, 1024, 1, WF_DIT_COST_PLAIN, 10, 4),
+                            10 * 0.1323 * 1024 + 3 * 2.0 + 30.0, 1e-9);
+    ck_assert_double_eq_tol(wf_dit_cost_alone_ms(&c, 1024, 1, WF_DIT_COST_GUIDED, 10, 1),
+                            10 * 2 * 0.1323 * 1024 + 10 * 2.0 + 30.0, 1e-9);
+    ck_assert(wf_dit_cost_alone_ms(&c, 1024, 3, WF_DIT_COST_PLAIN, 10, 1) < 0); /* no degree 3 */
+    ck_assert(wf_dit_cost_alone_ms(&c, 1024, 1, WF_DIT_COST_PLAIN, 10, 0) < 0);
+}
+END_TEST
+
 START_TEST(test_elastic_guided_degree) {
     wf_dit_policy *p = policy("elastic", 4);
     bool busy[4] = {true, true, false, false};
@@ -484,6 +516,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_cost_synthetic_and_table);
     tcase_add_test(tc, test_cost_guided_modes);
     tcase_add_test(tc, test_cost_chunk_overhead_online);
+    tcase_add_test(tc, test_cost_request_overhead_online);
     tcase_add_test(tc, test_elastic_guided_degree);
     tcase_add_test(tc, test_elastic_cheap_growth);
     tcase_add_test(tc, test_policy_names);

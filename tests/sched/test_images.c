@@ -280,6 +280,8 @@ static int first_finished(bool fcfs) {
             if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
                 int i = (int)((outcome *)ev->user - out);
                 ck_assert_int_eq(ev->status, WF_OK);
+                ck_assert(!ev->alone); /* they shared the model's batches */
+                ck_assert_int_eq(ev->group_size, 1); /* an in-process executor's */
                 if (first < 0) first = i;
                 wf_image_sched_release(f.s, reqs[i]);
                 left--;
@@ -442,7 +444,7 @@ static void close_fake(fake_fixture *f) {
     wf_handoff_free(&f->events);
 }
 
-/* Waits for req's FINISHED (the only request in flight on f) and releases it. */
+/* Waits for req's FINISHED (the only request in flight on f: it ran alone) and releases it. */
 static wf_status finish_one(fake_fixture *f, wf_image_request *req, int *images) {
     *images = 0;
     for (;;) {
@@ -453,6 +455,7 @@ static wf_status finish_one(fake_fixture *f, wf_image_request *req, int *images)
             ck_assert_ptr_eq(ev->request, req);
             wf_image_event_kind kind = ev->kind;
             wf_status st = ev->status;
+            if (kind == WF_IMAGE_EVENT_FINISHED) ck_assert(ev->alone); /* no other request held */
             if (kind == WF_IMAGE_EVENT_IMAGE) (*images)++;
             wf_image_event_free(ev);
             if (kind == WF_IMAGE_EVENT_FINISHED) {
