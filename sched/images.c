@@ -1216,6 +1216,7 @@ int wf_image_sched_size_costs(wf_image_sched *s, int model_id, wf_image_size_cos
         const size_cost *z = &m->sizes[i];
         out[n++] = (wf_image_size_cost){.width = z->width, .height = z->height, .scale = z->scale,
                                         .correction = z->correction, .measured = z->measured,
+                                        .step_ms = m->cost_ok ? step_ms(m, i, 1) : 0,
                                         .held_images = z->held_images};
     }
     pthread_mutex_unlock(&s->lock);

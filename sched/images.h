@@ -180,6 +180,7 @@ typedef struct wf_image_size_cost {
     double scale;       /* latent positions over the native size's */
     double correction;
     bool measured;      /* a batch of this size ran (the native size: calibrated) */
+    double step_ms;     /* the prediction for a one-image step of this size */
     int held_images;
 } wf_image_size_cost;
 /* The model's size entries (the native one first); returns how many were written (<= cap). */

@@ -648,9 +648,9 @@ void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
         wf_jbuf_cstr(b, ":[");
         for (int k = 0; k < n; k++)
             wf_jbuf_printf(b, "%s{\"size\":\"%dx%d\",\"scale\":%.4f,\"correction\":%.4f,\"measured\":%s,"
-                              "\"held_images\":%d}",
+                              "\"step_ms\":%.4f,\"held_images\":%d}",
                            k ? "," : "", sz[k].width, sz[k].height, sz[k].scale, sz[k].correction,
-                           sz[k].measured ? "true" : "false", sz[k].held_images);
+                           sz[k].measured ? "true" : "false", sz[k].step_ms, sz[k].held_images);
         wf_jbuf_cstr(b, "]");
     }
     wf_jbuf_cstr(b, "},\"requests\":[");
