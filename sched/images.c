@@ -67,7 +67,8 @@ struct wf_image_request {
 /* One image size's share of the cost model (see wf_image_sched_cost). */
 typedef struct size_cost {
     int width, height, lat_h, lat_w;
-    double scale;          /* latent positions over the native size's */
+    double scale;          /* predicted step work over the native size's */
+    double decode_scale;   /* latent positions over the native size's */
     double correction;     /* measured over predicted, smoothed */
     /* The smallest correction ever measured (calibration counts as 1): a floor on how fast a
      * step can be, so that "misses even alone" is said only when it provably does. */
@@ -191,7 +192,8 @@ wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_i
                                    int *out_id) {
     if (s->started || !ex.ops || !g || g->max_items < 1 || g->max_latents < 1 || g->width < 1 ||
         g->height < 1 || g->channels < 1 || g->latent_height < 1 || g->latent_width < 1 ||
-        g->size_multiple < 0 || (g->size_multiple > 0 && g->max_pixels < (long)g->width * g->height))
+        g->size_multiple < 0 || (g->size_multiple > 0 && g->max_pixels < (long)g->width * g->height) ||
+        !(g->attn_share >= 0 && g->attn_share <= 1))
         return WF_EINVAL;
     if (s->n_models >= WF_IMAGE_SCHED_MAX_MODELS) return WF_EFULL;
     model *m = &s->models[s->n_models];
@@ -210,7 +212,8 @@ wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_i
     }
     m->done_msg.kind = MSG_DONE;
     m->sizes[0] = (size_cost){.width = g->width, .height = g->height, .lat_h = g->latent_height,
-                              .lat_w = g->latent_width, .scale = 1, .correction = 1, .min_correction = 1};
+                              .lat_w = g->latent_width, .scale = 1, .decode_scale = 1, .correction = 1,
+                              .min_correction = 1};
     m->n_sizes = 1;
     if (out_id) *out_id = s->n_models;
     s->n_models++;
@@ -321,7 +324,7 @@ static double step_ms(const model *m, int size, int images) {
 
 static double decode_ms(const model *m, int size) {
     const size_cost *z = &m->sizes[size];
-    return m->decode_ms * z->scale * z->correction;
+    return m->decode_ms * z->decode_scale * z->correction;
 }
 
 /* The entry of the image size w x h (s->lock held): the existing one, else a new one (or the
@@ -339,8 +342,9 @@ static int size_entry(model *m, int w, int h) {
     if (victim < 0) return -1;
     const size_cost *n0 = &m->sizes[0];
     int lh = h * m->g.latent_height / m->g.height, lw = w * m->g.latent_width / m->g.width;
+    double r = (double)lh * lw / ((double)n0->lat_h * n0->lat_w), f = m->g.attn_share;
     m->sizes[victim] = (size_cost){.width = w, .height = h, .lat_h = lh, .lat_w = lw,
-                                   .scale = (double)lh * lw / ((double)n0->lat_h * n0->lat_w),
+                                   .scale = (1 - f) * r + f * r * r, .decode_scale = r,
                                    .correction = n0->correction,
                                    .min_correction = n0->min_correction};
     return victim;
@@ -396,9 +400,8 @@ static double alone_floor_ms(const model *m, int z, int n, int steps) {
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
     int per_wave = n < m->g.max_items ? n : m->g.max_items;
     const size_cost *sz = &m->sizes[z];
-    double k = sz->scale * sz->min_correction;
-    double step = (m->cost_a + m->cost_c * per_wave) * k;
-    return (double)steps * waves * step + n * m->decode_ms * k;
+    double step = (m->cost_a + m->cost_c * per_wave) * sz->scale * sz->min_correction;
+    return (double)steps * waves * step + n * m->decode_ms * sz->decode_scale * sz->min_correction;
 }
 
 static void unlink_held(model *m, wf_image_request *r) {
@@ -1134,7 +1137,8 @@ static void calibrate(wf_image_sched *s, model *m) {
     pthread_mutex_lock(&s->lock);
     size_cost *n0 = &m->sizes[0];
     *n0 = (size_cost){.width = m->g.width, .height = m->g.height, .lat_h = m->g.latent_height,
-                      .lat_w = m->g.latent_width, .scale = 1, .correction = 1, .min_correction = 1,
+                      .lat_w = m->g.latent_width, .scale = 1, .decode_scale = 1, .correction = 1,
+                      .min_correction = 1,
                       .measured = t1 >= 0};
     if (m->n_sizes < 1) m->n_sizes = 1;
     if (t1 >= 0) {

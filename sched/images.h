@@ -75,6 +75,10 @@ typedef struct wf_image_geometry {
      * native size only. */
     int size_multiple;
     long max_pixels;
+    /* The share of a native step's work that grows with the square of the latent positions
+     * (attention; the rest grows linearly): a size with r times the positions is first
+     * predicted at (1 - attn_share) r + attn_share r^2 times the native step. 0: linear. */
+    double attn_share;
     int max_items;               /* images per forward */
     int max_latents;             /* latents the executor holds at once */
 } wf_image_geometry;
@@ -168,16 +172,16 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
 /* The cost model of a model: ms per denoising step of a batch of b images = (a + c b) x
  * correction, plus decode_ms x correction per image for its DECODE_IMAGE (the VAE of a latent
  * model), at the native size. false before calibration.
- * Other sizes: each size held gets an entry with scale = its latent positions over the native
- * ones (a step's work grows about linearly with the tokens at these sizes; the decode's with
- * the pixels) and its own correction, which starts as the native one's and is set by the first
+ * Other sizes: each size held gets an entry with scale = the step's work over the native one's
+ * predicted from r, its latent positions over the native ones ((1 - attn_share) r +
+ * attn_share r^2; the decode's work scales with r) and its own correction, which starts as the native one's and is set by the first
  * batch that runs at that size (measured lazily), then corrected online like the native one:
  * a step of b images of that size takes (a + c b) x scale x correction ms. */
 bool wf_image_sched_cost(wf_image_sched *s, int model, double *a, double *c, double *decode_ms,
                          double *correction);
 typedef struct wf_image_size_cost {
     int width, height;  /* image size */
-    double scale;       /* latent positions over the native size's */
+    double scale;       /* predicted step work over the native size's (see above) */
     double correction;
     bool measured;      /* a batch of this size ran (the native size: calibrated) */
     double step_ms;     /* the prediction for a one-image step of this size */

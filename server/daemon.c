@@ -111,7 +111,8 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                .max_items = in->max_items,
                                .max_latents = in->max_latents,
                                .size_multiple = in->size_multiple,
-                               .max_pixels = in->max_pixels};
+                               .max_pixels = in->max_pixels,
+                               .attn_share = in->attn_share};
         /* Only the native size when it is the only one allowed */
         if (in->max_pixels <= (long)in->image_width * in->image_height) g.size_multiple = 0;
         wf_executor ex = wf_dit_exec_executor(d->dits[i]);

@@ -424,6 +424,12 @@ wf_status wf_dit_exec_open(const wf_dit_exec_options *o, wf_dit_exec **out, char
         if ((st = wf_dit_reserve_tokens(x->model, (int)tokens, err, errlen)) != WF_OK) goto fail;
     }
     const wf_dit_config *c = wf_dit_get_config(x->model);
+    {
+        /* attention's multiply-adds: 2 T^2 D per block and row (wf_dit_forward_macs) */
+        double T = (double)(c->sample_size / c->patch_size) * (c->sample_size / c->patch_size);
+        double total = wf_dit_forward_macs(x->model, 1, c->sample_size, c->sample_size);
+        x->info.attn_share = total > 0 ? c->depth * 2.0 * T * T * c->hidden / total : 0;
+    }
     const char *scfg = wf_dit_get_paths(x->model)->scheduler_config;
     if (scfg) {
         if ((st = wf_dit_sampler_config_load(scfg, &x->base_cfg, err, errlen)) != WF_OK) goto fail;

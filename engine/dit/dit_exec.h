@@ -63,6 +63,8 @@ typedef struct wf_dit_exec_info {
     /* Other sizes: an image side must be a multiple of size_multiple (the VAE's upscale x the
      * patch size: latent sides are patch multiples), and width x height at most max_pixels. */
     int image_scale;            /* image pixels per latent position along a side (VAE) */
+    double attn_share;          /* of a native forward's multiply-adds, attention's (they
+                                 * grow with the square of the positions, the rest linearly) */
     int size_multiple;
     long max_pixels;
     int num_classes;            /* labels 0..num_classes-1; num_classes is the null class */

@@ -402,7 +402,9 @@ def test_mixed_size_load(weftd):
     st = json.loads(body)["images"]
     assert st["failed"] == 0
     sizes = {c["size"]: c for c in st["cost_by_size"][DIT_ID]}
-    assert sizes["8x8"]["scale"] == 1 and sizes["16x8"]["scale"] == 2 and sizes["8x16"]["scale"] == 2
+    # twice the positions: twice the linear work, four times attention's (a small share here)
+    assert sizes["8x8"]["scale"] == 1 and 2 <= sizes["16x8"]["scale"] < 2.5
+    assert sizes["8x16"]["scale"] == sizes["16x8"]["scale"]
     assert sizes["16x8"]["measured"] and sizes["8x16"]["measured"] and sizes["16x8"]["correction"] > 0
 
 
