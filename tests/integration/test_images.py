@@ -367,6 +367,20 @@ def test_openai_client_other_sizes(client):
         assert agree >= 0.6, (size, agree)
 
 
+def test_stream_other_size_with_previews(weftd):
+    """Streaming an 8x16 image: its previews and final image are 8 wide and 16 high, the final
+    one the same bytes as without streaming."""
+    events = stream_events(weftd, {"model": DIT_ID, "prompt": "5", "seed": 4, "size": "8x16",
+                                   "num_inference_steps": 6, "preview_every": 2})
+    partial = [e for e in events if e["type"] == "image_generation.partial_image"]
+    done = [e for e in events if e["type"] == "image_generation.completed"]
+    assert len(partial) == 2 and len(done) == 1 and done[0]["size"] == "8x16"
+    for e in partial + done:
+        assert read_png(base64.b64decode(e["b64_json"])).shape == (16, 8, 1)
+    (png,) = generate(weftd, model=DIT_ID, prompt="5", seed=4, size="8x16", num_inference_steps=6)
+    assert base64.b64decode(done[0]["b64_json"]) == png
+
+
 def test_bad_size_says_what_can_be_made(weftd):
     code, _, data = post(weftd, "/v1/images/generations", {"model": DIT_ID, "prompt": "3", "size": "10x7"})
     assert code == 400
