@@ -775,6 +775,39 @@ START_TEST(other_sizes_batch_apart) {
 }
 END_TEST
 
+/* Admission predicts a request with its size's cost: with 5 ms native steps (a sleep: never
+ * faster), 10 steps of a 16x16 image (4 x the latent positions, predicted 4 x the step before
+ * any ran) cannot meet 150 ms even alone, while a native one can. */
+START_TEST(admission_per_size) {
+    fake_fixture f;
+    open_fake_sized(&f, 5000, 5000, 4, 256);
+    char why[300];
+    wf_image_request *req;
+    wf_image_spec wide = {.model = f.model, .n = 1, .num_steps = 10, .width = 16, .height = 16,
+                          .deadline_ns = wf_clock_now_ns() + 150ull * 1000000ull};
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &wide, &f.events, NULL, &req, why, sizeof why, NULL), WF_EOVERLOAD);
+    ck_assert_msg(strstr(why, "even alone"), "%s", why);
+    wf_image_spec native = {.model = f.model, .n = 1, .num_steps = 10,
+                            .deadline_ns = wf_clock_now_ns() + 150ull * 1000000ull};
+    ck_assert_msg(wf_image_sched_submit(f.s, &native, &f.events, NULL, &req, why, sizeof why, NULL) == WF_OK, "%s",
+                  why);
+    int images;
+    finish_one(&f, req, &images);
+    ck_assert_int_eq(images, 1);
+    /* without a deadline the 16x16 one runs, and its size's entry is measured */
+    wide.deadline_ns = 0;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &wide, &f.events, NULL, &req, why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(finish_one(&f, req, &images), WF_OK);
+    ck_assert_int_eq(images, 1);
+    wf_image_size_cost sz[WF_IMAGE_MAX_SIZES];
+    ck_assert_int_eq(wf_image_sched_size_costs(f.s, f.model, sz, WF_IMAGE_MAX_SIZES), 2);
+    ck_assert_int_eq(sz[1].width, 16);
+    ck_assert_double_eq(sz[1].scale, 4.0);
+    ck_assert(sz[1].measured);
+    close_fake(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("sched/images");
     TCase *tc = tcase_create("core");
@@ -790,6 +823,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, admission_counts_only_work_due_earlier);
     tcase_add_test(tc, late_binding_joins_work_that_arrives_while_waiting);
     tcase_add_test(tc, other_sizes_batch_apart);
+    tcase_add_test(tc, admission_per_size);
     suite_add_tcase(s, tc);
     return s;
 }
