@@ -23,7 +23,8 @@
  * (chunk_steps steps each) of up to max_items images of all running requests of that size, each
  * at its own step, so requests of one model and resolution share every forward pass and a new
  * request joins at the next step boundary; the size is the one of the first request in the
- * plan's order with denoising to do, and requests of other sizes wait for a later batch; its ENCODE rides in the same batch (the executor runs ENCODE before DENOISE before
+ * plan's order with denoising to do, so a request of another size waits until the requests of
+ * other sizes ordered before it (earlier deadline, ...) have no denoising left; its ENCODE rides in the same batch (the executor runs ENCODE before DENOISE before
  * DECODE_IMAGE), and an image whose last chunk runs also gets its DECODE_IMAGE there. Order:
  * earliest deadline first, then priority (larger first), then arrival. With batching off, one
  * request runs at a time (its n images together): the baseline the benchmark compares with.
