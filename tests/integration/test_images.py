@@ -389,6 +389,30 @@ def test_bad_size_says_what_can_be_made(weftd):
     assert "multiples of 2" in err["message"] and "256" in err["message"] and '"16x8"' in err["message"], err
 
 
+def test_image_max_pixels_flag():
+    """--image-max-pixels bounds the sizes (and the buffers reserved for them); the native
+    pixel count serves the native size only."""
+    d = Weftd("--image-max-pixels", "128", model=DIT, llm_flags=False)
+    try:
+        models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
+        assert models[DIT_ID]["max_pixels"] == 128
+        assert len(generate(d, model=DIT_ID, prompt="2", size="16x8", num_inference_steps=4)) == 1
+        code, _, data = post(d, "/v1/images/generations", {"model": DIT_ID, "prompt": "2", "size": "16x16"})
+        err = json.loads(data)["error"]
+        assert code == 400 and err["param"] == "size" and "at most 128 pixels" in err["message"], data
+    finally:
+        assert d.stop() == 0
+    d = Weftd("--image-max-pixels", "64", model=DIT, llm_flags=False)
+    try:
+        models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
+        assert "max_pixels" not in models[DIT_ID]
+        code, _, data = post(d, "/v1/images/generations", {"model": DIT_ID, "prompt": "2", "size": "16x8"})
+        assert code == 400 and "only size" in json.loads(data)["error"]["message"], data
+        assert len(generate(d, model=DIT_ID, prompt="2", size="8x8", num_inference_steps=4)) == 1
+    finally:
+        assert d.stop() == 0
+
+
 def test_mixed_size_load(weftd):
     """Native and wider requests at once, joining at staggered times: each size runs in batches
     of its own size (one forward is one latent grid), every request completes with images of
