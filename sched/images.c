@@ -322,7 +322,7 @@ static double step_ms(const model *m, int size, int images) {
     return (m->cost_a + m->cost_c * images) * z->scale * z->correction;
 }
 
-static double decode_ms(const model *m, int size) {
+static double decode_cost_ms(const model *m, int size) {
     const size_cost *z = &m->sizes[size];
     return m->decode_ms * z->decode_scale * z->correction;
 }
@@ -373,7 +373,7 @@ static double predict_ms(const wf_image_sched *s, const model *m, const wf_image
                          double *drain_ms) {
     int n = spec->n, steps = spec->num_steps;
     double full = step_ms(m, z, m->g.max_items);
-    double decode = n * decode_ms(m, z); /* its images' DECODE_IMAGE tasks */
+    double decode = n * decode_cost_ms(m, z); /* its images' DECODE_IMAGE tasks */
     bool all = m->active_images + n > m->g.max_latents;
     long ahead = 0;
     int ahead_images = 0, same_active = m->sizes[z].held_images;
@@ -818,7 +818,7 @@ static bool turn_held(wf_image_sched *s, model *m) {
     if (decodes > images) decodes = images;
     pthread_mutex_lock(&s->lock);
     double pred = m->cost_ok && images && first
-                      ? step_ms(m, first->size, images) * s->o.chunk_steps + decodes * decode_ms(m, first->size)
+                      ? step_ms(m, first->size, images) * s->o.chunk_steps + decodes * decode_cost_ms(m, first->size)
                       : 0;
     pthread_mutex_unlock(&s->lock);
     if (wf_gated_executor_claim(m->turns, deadline, pred, on_grant, s) != WF_OK) return true;
