@@ -46,6 +46,9 @@ struct wf_image_request {
     uint8_t *pixels;
     uint8_t *preview;  /* n images' latest previews (spec.preview_every > 0), else NULL */
     size_t image_bytes;
+    int width, height;      /* its image size (spec's, or the native one) */
+    int lat_h, lat_w;       /* its latent grid */
+    int size;               /* its entry in the model's sizes (held: the entry stays its own) */
     item *items;
     bool cancelled, failed, finished, released;
     wf_status status;
@@ -61,6 +64,20 @@ struct wf_image_request {
     wf_image_request *held_next; /* the model's held list (s->lock): admission's view */
     bool planned;           /* plan_model's mark */
 };
+
+/* One image size's share of the cost model (see wf_image_sched_cost). */
+typedef struct size_cost {
+    int width, height, lat_h, lat_w;
+    double scale;          /* predicted step work over the native size's */
+    double decode_scale;   /* latent positions over the native size's */
+    double correction;     /* measured over predicted, smoothed */
+    /* The smallest correction ever measured (calibration counts as 1): a floor on how fast a
+     * step can be, so that "misses even alone" is said only when it provably does. */
+    double min_correction;
+    bool measured;
+    int held_images;       /* images of unfinished requests of this size */
+    uint64_t used_ns;
+} size_cost;
 
 typedef struct task_ref {
     wf_image_request *req;
@@ -84,12 +101,13 @@ typedef struct model {
     char batch_message[160];
     uint64_t dispatched_ns;
     /* The cost model, under the scheduler's lock: one denoising step of a batch of b images
-     * takes (a + c * b) * correction ms. Calibrated at start, corrected online. */
-    double cost_a, cost_c, correction;
-    double decode_ms;    /* one DECODE_IMAGE (the VAE for latent models) */
-    /* The smallest correction ever measured (calibration counts as 1): a floor on how fast a
-     * step can be, so that "misses even alone" is said only when it provably does. */
-    double min_correction;
+     * of size z takes (a + c * b) * sizes[z].scale * sizes[z].correction ms. Calibrated at
+     * start for the native size (sizes[0]), scaled for the others, corrected online. */
+    double cost_a, cost_c;
+    double decode_ms;    /* one DECODE_IMAGE (the VAE for latent models), native size */
+    size_cost sizes[WF_IMAGE_MAX_SIZES];
+    int n_sizes;
+    int batch_size;      /* the size of the batch in flight (-1: no DENOISE in it) */
     bool cost_ok;
     bool probe_wanted;       /* a refusal said "even alone": re-measure once idle */
     uint64_t measured_ns;    /* the last calibration, probe or batch that measured a step */
@@ -174,7 +192,9 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
 wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
                                    int *out_id) {
     if (s->started || !ex.ops || !g || g->max_items < 1 || g->max_latents < 1 || g->width < 1 ||
-        g->height < 1 || g->channels < 1)
+        g->height < 1 || g->channels < 1 || g->latent_height < 1 || g->latent_width < 1 ||
+        g->size_multiple < 0 || (g->size_multiple > 0 && g->max_pixels < (long)g->width * g->height) ||
+        !(g->attn_share >= 0 && g->attn_share <= 1))
         return WF_EINVAL;
     if (s->n_models >= WF_IMAGE_SCHED_MAX_MODELS) return WF_EFULL;
     model *m = &s->models[s->n_models];
@@ -192,6 +212,10 @@ wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_i
         return WF_ENOMEM;
     }
     m->done_msg.kind = MSG_DONE;
+    m->sizes[0] = (size_cost){.width = g->width, .height = g->height, .lat_h = g->latent_height,
+                              .lat_w = g->latent_width, .scale = 1, .decode_scale = 1, .correction = 1,
+                              .min_correction = 1};
+    m->n_sizes = 1;
     if (out_id) *out_id = s->n_models;
     s->n_models++;
     return WF_OK;
@@ -250,8 +274,8 @@ static void emit_image(wf_image_request *r, int index, const wf_image_geometry *
     }
     ev->index = index;
     ev->pixels = r->pixels + (size_t)index * r->image_bytes;
-    ev->width = g->width;
-    ev->height = g->height;
+    ev->width = r->width;
+    ev->height = r->height;
     ev->channels = g->channels;
     push_event(r, ev);
 }
@@ -274,8 +298,8 @@ static void emit_preview(wf_image_request *r, int index, const wf_image_geometry
     uint8_t *px = (uint8_t *)(ev + 1);
     memcpy(px, r->preview + (size_t)index * r->image_bytes, r->image_bytes);
     ev->pixels = px;
-    ev->width = g->width;
-    ev->height = g->height;
+    ev->width = r->width;
+    ev->height = r->height;
     ev->channels = g->channels;
     push_event(r, ev);
 }
@@ -292,10 +316,39 @@ static void fail_request(wf_image_request *r, wf_status st, const char *fmt, ...
 
 /* ---- submit / cancel / release --------------------------------------------------------- */
 
-static double step_ms(const model *m, int images) {
+static double step_ms(const model *m, int size, int images) {
     if (images > m->g.max_items) images = m->g.max_items;
     if (images < 1) images = 1;
-    return (m->cost_a + m->cost_c * images) * m->correction;
+    const size_cost *z = &m->sizes[size];
+    return (m->cost_a + m->cost_c * images) * z->scale * z->correction;
+}
+
+static double decode_cost_ms(const model *m, int size) {
+    const size_cost *z = &m->sizes[size];
+    return m->decode_ms * z->decode_scale * z->correction;
+}
+
+/* The entry of the image size w x h (s->lock held): the existing one, else a new one (or the
+ * least recently used entry no held request has), scaled from the native size and starting
+ * with its corrections. -1: every entry is held. */
+static int size_entry(model *m, int w, int h) {
+    int victim = -1;
+    for (int i = 0; i < m->n_sizes; i++) {
+        if (m->sizes[i].width == w && m->sizes[i].height == h) return i;
+        if (i > 0 && m->sizes[i].held_images == 0 &&
+            (victim < 0 || m->sizes[i].used_ns < m->sizes[victim].used_ns))
+            victim = i;
+    }
+    if (m->n_sizes < WF_IMAGE_MAX_SIZES) victim = m->n_sizes++;
+    if (victim < 0) return -1;
+    const size_cost *n0 = &m->sizes[0];
+    int lh = h * m->g.latent_height / m->g.height, lw = w * m->g.latent_width / m->g.width;
+    double r = (double)lh * lw / ((double)n0->lat_h * n0->lat_w), f = m->g.attn_share;
+    m->sizes[victim] = (size_cost){.width = w, .height = h, .lat_h = lh, .lat_w = lw,
+                                   .scale = (1 - f) * r + f * r * r, .decode_scale = r,
+                                   .correction = n0->correction,
+                                   .min_correction = n0->min_correction};
+    return victim;
 }
 
 /* Whether held request r is planned before a new request of spec: earliest deadline, then
@@ -309,42 +362,47 @@ static bool due_before(const wf_image_sched *s, const wf_image_request *r, const
     return true;
 }
 
-/* Predicted ms until a new request of spec finishes, and the ms the work ahead of it needs to
- * drain (s->lock held). Step-level batching runs up to max_items images per forward: while all
- * fit, everyone advances at the batch's step time. Beyond, the plan goes earliest deadline
- * first, so only the work due before it is ahead, served max_items images at a time; unless
- * its images would not get latents at once (the held images fill the executor's latents and
- * keep them until they finish): then all held work is ahead. */
-static double predict_ms(const wf_image_sched *s, const model *m, const wf_image_spec *spec,
+/* Predicted ms until a new request of spec (of size z) finishes, and the ms the work ahead of
+ * it needs to drain (s->lock held). Step-level batching runs up to max_items images of one
+ * size per forward: while all of its size fit, they advance together at the batch's step time.
+ * Beyond, the plan goes earliest deadline first, so only the work due before it is ahead,
+ * served max_items images at a time; unless its images would not get latents at once (the
+ * held images fill the executor's latents and keep them until they finish): then all held
+ * work is ahead. Held work of other sizes runs in batches of its own: what of it is ahead
+ * drains first, at its size's full-batch rate. */
+static double predict_ms(const wf_image_sched *s, const model *m, const wf_image_spec *spec, int z,
                          double *drain_ms) {
     int n = spec->n, steps = spec->num_steps;
-    double full = step_ms(m, m->g.max_items);
-    double decode = n * m->decode_ms * m->correction; /* its images' DECODE_IMAGE tasks */
-    long ahead = m->remaining;
-    int ahead_images = m->active_images;
-    if (m->active_images + n <= m->g.max_latents) {
-        ahead = 0;
-        ahead_images = 0;
-        for (const wf_image_request *r = m->held; r; r = r->held_next)
-            if (due_before(s, r, spec)) {
-                ahead += r->remaining;
-                ahead_images += r->spec.n;
-            }
+    double full = step_ms(m, z, m->g.max_items);
+    double decode = n * decode_cost_ms(m, z); /* its images' DECODE_IMAGE tasks */
+    bool all = m->active_images + n > m->g.max_latents;
+    long ahead = 0;
+    int ahead_images = 0, same_active = m->sizes[z].held_images;
+    double other_ms = 0;
+    for (const wf_image_request *r = m->held; r; r = r->held_next) {
+        if (!all && !due_before(s, r, spec)) continue;
+        if (r->size == z) {
+            ahead += r->remaining;
+            ahead_images += r->spec.n;
+        } else {
+            other_ms += (double)r->remaining / m->g.max_items * step_ms(m, r->size, m->g.max_items);
+        }
     }
-    *drain_ms = (double)ahead / m->g.max_items * full;
-    if (m->active_images + n <= m->g.max_items) return steps * step_ms(m, m->active_images + n) + decode;
-    if (ahead_images + n <= m->g.max_items) return steps * full + decode;
+    *drain_ms = other_ms + (double)ahead / m->g.max_items * full;
+    if (same_active + n <= m->g.max_items) return other_ms + steps * step_ms(m, z, same_active + n) + decode;
+    if (ahead_images + n <= m->g.max_items) return other_ms + steps * full + decode;
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
     return *drain_ms + (double)steps * waves * full + decode;
 }
 
-/* The least a request of n images x steps can take on an idle model: its images in waves of
- * max_items at the fastest steps measured so far (s->lock held). */
-static double alone_floor_ms(const model *m, int n, int steps) {
+/* The least a request of n images x steps of size z can take on an idle model: its images in
+ * waves of max_items at the fastest steps measured so far (s->lock held). */
+static double alone_floor_ms(const model *m, int z, int n, int steps) {
     int waves = (n + m->g.max_items - 1) / m->g.max_items;
     int per_wave = n < m->g.max_items ? n : m->g.max_items;
-    double step = (m->cost_a + m->cost_c * per_wave) * m->min_correction;
-    return (double)steps * waves * step + n * m->decode_ms * m->min_correction;
+    const size_cost *sz = &m->sizes[z];
+    double step = (m->cost_a + m->cost_c * per_wave) * sz->scale * sz->min_correction;
+    return (double)steps * waves * step + n * m->decode_ms * sz->decode_scale * sz->min_correction;
 }
 
 static void unlink_held(model *m, wf_image_request *r) {
@@ -374,17 +432,35 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
                  m->g.max_latents);
         return WF_EINVAL;
     }
+    int width = spec->width ? spec->width : m->g.width, height = spec->height ? spec->height : m->g.height;
+    if (width != m->g.width || height != m->g.height) {
+        int k = m->g.size_multiple;
+        if (k < 1 || width < k || height < k || width % k || height % k ||
+            (long)width * height > m->g.max_pixels) {
+            if (k < 1)
+                snprintf(why, whylen, "size %dx%d: this model makes %dx%d only", width, height, m->g.width,
+                         m->g.height);
+            else
+                snprintf(why, whylen, "size %dx%d: sides must be multiples of %d and width x height at most %ld",
+                         width, height, k, m->g.max_pixels);
+            return WF_EINVAL;
+        }
+    }
     pthread_mutex_lock(&s->lock);
     wf_status st = WF_OK;
-    if (s->draining || s->stopping) {
+    int z = size_entry(m, width, height);
+    if (z < 0) {
+        snprintf(why, whylen, "%d other image sizes are in progress: retry shortly", WF_IMAGE_MAX_SIZES);
+        st = WF_EFULL;
+    } else if (s->draining || s->stopping) {
         snprintf(why, whylen, "the server is shutting down");
         st = WF_EBUSY;
     } else if (s->held >= s->o.queue_size) {
         snprintf(why, whylen, "%d image requests are already queued", s->held);
         st = WF_EFULL;
     } else if (spec->deadline_ns && m->cost_ok) {
-        double drain_ms, ms = predict_ms(s, m, spec, &drain_ms);
-        double best_ms = alone_floor_ms(m, spec->n, spec->num_steps);
+        double drain_ms, ms = predict_ms(s, m, spec, z, &drain_ms);
+        double best_ms = alone_floor_ms(m, z, spec->n, spec->num_steps);
         uint64_t now = wf_clock_now_ns();
         double left = spec->deadline_ns > now ? (double)(spec->deadline_ns - now) / 1e6 : 0;
         if (best_ms > left) {
@@ -395,7 +471,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
             if (retry_after_s) *retry_after_s = drain_ms / 1000.0;
             /* The floor may itself be stale (calibrated on a busy machine): have it re-measured
              * as soon as the model is idle, so a refusal like this one cannot last. */
-            m->probe_wanted = true;
+            if (z == 0) m->probe_wanted = true; /* the probe measures the native size */
             st = WF_EOVERLOAD;
         } else if (ms > left && m->active_images > 0) {
             /* Only the held work stands in the way: come back once it drained. An idle model
@@ -424,9 +500,11 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     model *mm = &s->models[spec->model];
     mm->remaining += (long)spec->n * spec->num_steps;
     mm->active_images += spec->n;
+    mm->sizes[z].held_images += spec->n;
+    mm->sizes[z].used_ns = wf_clock_now_ns();
     pthread_mutex_unlock(&s->lock);
     wf_image_request *r = calloc(1, sizeof *r);
-    size_t image_bytes = (size_t)m->g.width * (size_t)m->g.height * (size_t)m->g.channels;
+    size_t image_bytes = (size_t)width * (size_t)height * (size_t)m->g.channels;
     if (r) {
         r->items = calloc((size_t)spec->n, sizeof *r->items);
         r->pixels = malloc(image_bytes * (size_t)spec->n);
@@ -446,6 +524,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         s->unfinished--;
         m->remaining -= (long)spec->n * spec->num_steps;
         m->active_images -= spec->n;
+        m->sizes[z].held_images -= spec->n;
         s->stats.rejected++;
         m->stats.rejected++;
         pthread_cond_broadcast(&s->idle);
@@ -458,6 +537,11 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
     r->user = user;
     r->finished_ev->user = user;
     r->image_bytes = image_bytes;
+    r->width = width;
+    r->height = height;
+    r->size = z;
+    r->lat_h = m->sizes[z].lat_h;
+    r->lat_w = m->sizes[z].lat_w;
     r->remaining = (long)spec->n * spec->num_steps;
     r->queued_ns = wf_clock_now_ns();
     r->submit_msg.kind = MSG_SUBMIT;
@@ -481,6 +565,7 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
         s->unfinished--;
         m->remaining -= (long)spec->n * spec->num_steps;
         m->active_images -= spec->n;
+        m->sizes[z].held_images -= spec->n;
         pthread_cond_broadcast(&s->idle);
         pthread_mutex_unlock(&s->lock);
         snprintf(why, whylen, "the image scheduler is stopped");
@@ -554,6 +639,7 @@ static void maybe_finish(wf_image_sched *s, model *m, wf_image_request *r) {
     s->unfinished--;
     m->remaining -= r->remaining;
     m->active_images -= r->spec.n;
+    m->sizes[r->size].held_images -= r->spec.n;
     r->remaining = 0;
     pthread_cond_broadcast(&s->idle);
     for (int k = 0; k < 2; k++) {
@@ -619,6 +705,9 @@ static wf_task *add_task(wf_image_sched *s, model *m, wf_image_request *r, int i
     d->seed = r->spec.seed;
     d->noise_index = (uint32_t)index;
     d->latent = (wf_artifact){.id = it->latent_id, .kind = WF_ARTIFACT_LATENT};
+    d->latent.latent.channels = m->g.latent_channels;
+    d->latent.latent.height = r->lat_h; /* ENCODE makes the latent of this grid */
+    d->latent.latent.width = r->lat_w;
     d->latent.latent.step = it->step;
     if (kind == WF_TASK_DECODE_IMAGE) {
         d->pixels = r->pixels + (size_t)index * r->image_bytes;
@@ -639,6 +728,7 @@ static void plan_request(wf_image_sched *s, model *m, wf_image_request *r, int *
             continue;
         }
         if (*denoise >= m->g.max_items) continue;
+        if (m->batch_size >= 0 && m->batch_size != r->size) continue; /* another size's batch */
         if (it->state == ITEM_NEW) {
             if (m->latents_used >= m->g.max_latents) continue;
             it->latent_id = s->next_artifact++;
@@ -654,6 +744,7 @@ static void plan_request(wf_image_sched *s, model *m, wf_image_request *r, int *
             t->dit.step_begin = it->step;
             t->dit.step_end = end;
             (*denoise)++;
+            m->batch_size = r->size;
             int every = r->spec.preview_every;
             if (end == r->spec.num_steps) {
                 add_task(s, m, r, i, WF_TASK_DECODE_IMAGE);
@@ -695,18 +786,23 @@ static bool has_work(const wf_image_request *r) {
 /* A gated model (m->turns) plans only on a granted turn: without one, it posts (or updates)
  * its claim and returns false. The claim carries the earliest deadline among requests with
  * work to plan and the cost model's time for the batch they would make (one chunk of steps
- * for up to max_items images, plus a decode per image finishing), so the gate weighs it
- * against text work by when it must start. Nothing to plan: the claim is withdrawn. */
+ * for up to max_items images of the size the plan would pick, plus a decode per image
+ * finishing), so the gate weighs it against text work by when it must start. Nothing to plan:
+ * the claim is withdrawn. */
 static bool turn_held(wf_image_sched *s, model *m) {
     if (!m->turns) return true;
     uint64_t deadline = 0;
     int images = 0, decodes = 0;
     bool any = false;
+    const wf_image_request *first = NULL; /* the plan's first: its size makes the batch */
+    for (wf_image_request *r = m->head; r; r = r->next)
+        if (has_work(r) && !r->cancelled && !r->failed && (!first || before(s, r, first))) first = r;
     for (wf_image_request *r = m->head; r; r = r->next) {
         if (!has_work(r)) continue;
         any = true;
         if (r->cancelled || r->failed) continue; /* only FINISH tasks: no deadline of their own */
         if (r->spec.deadline_ns && (!deadline || r->spec.deadline_ns < deadline)) deadline = r->spec.deadline_ns;
+        if (r->size != first->size) continue;
         for (int i = 0; i < r->spec.n; i++) {
             const item *it = &r->items[i];
             if (it->state != ITEM_NEW && it->state != ITEM_READY) continue;
@@ -724,7 +820,9 @@ static bool turn_held(wf_image_sched *s, model *m) {
     if (images > m->g.max_items) images = m->g.max_items;
     if (decodes > images) decodes = images;
     pthread_mutex_lock(&s->lock);
-    double pred = m->cost_ok && images ? step_ms(m, images) * s->o.chunk_steps + decodes * m->decode_ms * m->correction : 0;
+    double pred = m->cost_ok && images && first
+                      ? step_ms(m, first->size, images) * s->o.chunk_steps + decodes * decode_cost_ms(m, first->size)
+                      : 0;
     pthread_mutex_unlock(&s->lock);
     if (wf_gated_executor_claim(m->turns, deadline, pred, on_grant, s) != WF_OK) return true;
     return wf_gated_executor_granted(m->turns);
@@ -741,6 +839,7 @@ static void plan_model(wf_image_sched *s, model *m) {
         return;
     }
     m->batch = (wf_task_batch){.tasks = m->tasks, .n_tasks = 0};
+    m->batch_size = -1;
     int denoise = 0;
     /* Without batching one request runs at a time (until it ends): the solo one. */
     if (!s->o.batching && (!m->solo || m->solo->cancelled || m->solo->failed)) {
@@ -862,13 +961,18 @@ static void complete_model(wf_image_sched *s, model *m) {
          * calibrated, smoothed so that stale estimates decay toward fresh measurements within
          * a few dozen steps (a model calibrated on a busy machine recovers as soon as batches
          * run, and the idle rule of submit makes sure some do). */
-        if (m->cost_ok && m->batch_status == WF_OK) {
-            double pred = step_ms(m, n_images) / m->correction;
+        if (m->cost_ok && m->batch_status == WF_OK && m->batch_size >= 0) {
+            size_cost *z = &m->sizes[m->batch_size];
+            double pred = step_ms(m, m->batch_size, n_images) / z->correction;
             if (pred > 0) {
                 double ratio = ms / pred;
-                m->correction = (1 - CORRECTION_ALPHA) * m->correction + CORRECTION_ALPHA * ratio;
-                if (ratio < m->min_correction) m->min_correction = ratio;
-                m->measured_ns = now;
+                /* A size's first batch replaces the guess scaled from the native size (the
+                 * lazy measurement); later ones correct it. */
+                z->correction = z->measured ? (1 - CORRECTION_ALPHA) * z->correction + CORRECTION_ALPHA * ratio
+                                            : ratio;
+                if (ratio < z->min_correction || !z->measured) z->min_correction = ratio;
+                z->measured = true;
+                if (m->batch_size == 0) m->measured_ns = now;
             }
         }
     }
@@ -1037,13 +1141,18 @@ static void calibrate(wf_image_sched *s, model *m) {
     free(px);
     free(step);
     pthread_mutex_lock(&s->lock);
-    m->correction = m->min_correction = 1.0;
+    size_cost *n0 = &m->sizes[0];
+    *n0 = (size_cost){.width = m->g.width, .height = m->g.height, .lat_h = m->g.latent_height,
+                      .lat_w = m->g.latent_width, .scale = 1, .decode_scale = 1, .correction = 1,
+                      .min_correction = 1,
+                      .measured = t1 >= 0};
+    if (m->n_sizes < 1) m->n_sizes = 1;
     if (t1 >= 0) {
         double one = t1, full = tn >= 0 ? tn : one;
         m->cost_c = big > 1 && full > one ? (full - one) / (big - 1) : 0;
         m->cost_a = one - m->cost_c > 0 ? one - m->cost_c : 0;
         m->decode_ms = td > 0 ? td : 0;
-        if (t1 > 0 && t1_min > 0) m->min_correction = t1_min / t1;
+        if (t1 > 0 && t1_min > 0) n0->min_correction = t1_min / t1;
         m->measured_ns = wf_clock_now_ns();
         m->cost_ok = true;
         WF_LOG_INFO("images", NULL, "cost model: step_ms = %.3f + %.3f x images (%d-image step %.3f ms), "
@@ -1083,12 +1192,13 @@ static void maybe_probe(wf_image_sched *s, model *m) {
     m->probed_ns = now;
     m->probe_wanted = false;
     if (t > 0 && one > 0) {
-        double old = m->correction;
-        m->correction = t / one;
-        if (fastest / one < m->min_correction) m->min_correction = fastest / one;
+        size_cost *n0 = &m->sizes[0];
+        double old = n0->correction;
+        n0->correction = t / one;
+        if (fastest / one < n0->min_correction) n0->min_correction = fastest / one;
         m->measured_ns = now;
         WF_LOG_DEBUG("images", NULL, "idle probe: one-image step %.3f ms, correction %.3f -> %.3f",
-                     t, old, m->correction);
+                     t, old, n0->correction);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -1102,9 +1212,25 @@ bool wf_image_sched_cost(wf_image_sched *s, int model_id, double *a, double *c, 
     *a = m->cost_a;
     *c = m->cost_c;
     *decode_ms = m->decode_ms;
-    *correction = m->correction;
+    *correction = m->sizes[0].correction;
     pthread_mutex_unlock(&s->lock);
     return ok;
+}
+
+int wf_image_sched_size_costs(wf_image_sched *s, int model_id, wf_image_size_cost *out, int cap) {
+    if (model_id < 0 || model_id >= s->n_models) return 0;
+    pthread_mutex_lock(&s->lock);
+    const model *m = &s->models[model_id];
+    int n = 0;
+    for (int i = 0; i < m->n_sizes && n < cap; i++) {
+        const size_cost *z = &m->sizes[i];
+        out[n++] = (wf_image_size_cost){.width = z->width, .height = z->height, .scale = z->scale,
+                                        .correction = z->correction, .measured = z->measured,
+                                        .step_ms = m->cost_ok ? step_ms(m, i, 1) : 0,
+                                        .held_images = z->held_images};
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 wf_status wf_image_sched_start(wf_image_sched *s) {
@@ -1217,6 +1343,8 @@ void wf_image_sched_foreach(wf_image_sched *s, void (*fn)(const wf_image_snapsho
         for (const wf_image_request *r = s->models[i].head; r; r = r->next) {
             wf_image_snapshot snap = {.model = i,
                                       .n = r->spec.n,
+                                      .width = r->width,
+                                      .height = r->height,
                                       .num_steps = r->spec.num_steps,
                                       .priority = r->spec.priority,
                                       .steps_done = r->steps_done,

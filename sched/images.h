@@ -19,10 +19,12 @@
  *     wf_image_sched_release(s, req);       // after FINISHED: frees the request
  *     wf_image_sched_free(s);
  *
- * Batching: every plan gathers, for one model, the DENOISE chunks (chunk_steps steps each) of
- * up to max_items images of all running requests, each at its own step, so requests of one
- * model and resolution share every forward pass and a new request joins at the next step
- * boundary; its ENCODE rides in the same batch (the executor runs ENCODE before DENOISE before
+ * Batching: every plan gathers, for one model and one image size, the DENOISE chunks
+ * (chunk_steps steps each) of up to max_items images of all running requests of that size, each
+ * at its own step, so requests of one model and resolution share every forward pass and a new
+ * request joins at the next step boundary; the size is the one of the first request in the
+ * plan's order with denoising to do, so a request of another size waits until the requests of
+ * other sizes ordered before it (earlier deadline, ...) have no denoising left; its ENCODE rides in the same batch (the executor runs ENCODE before DENOISE before
  * DECODE_IMAGE), and an image whose last chunk runs also gets its DECODE_IMAGE there. Order:
  * earliest deadline first, then priority (larger first), then arrival. With batching off, one
  * request runs at a time (its n images together): the baseline the benchmark compares with.
@@ -51,6 +53,9 @@
 #define WF_IMAGE_SCHED_MAX_MODELS 16
 #define WF_DEFAULT_IMAGE_CHUNK_STEPS 1
 #define WF_IMAGE_MAX_GROUP 8
+/* Image sizes a model's cost model tells apart at once (sizes of held requests; a size nobody
+ * holds gives its entry up to a new one). */
+#define WF_IMAGE_MAX_SIZES 16
 
 typedef struct wf_image_sched_options {
     int chunk_steps;  /* denoising steps per DENOISE task (default 1: join at every step) */
@@ -64,8 +69,17 @@ void wf_image_sched_options_init(wf_image_sched_options *o);
 
 /* What a model's executor produces and holds. */
 typedef struct wf_image_geometry {
-    int width, height, channels; /* of DECODE_IMAGE's 8-bit output */
-    int latent_channels, latent_height, latent_width;
+    int width, height, channels; /* of DECODE_IMAGE's 8-bit output at the native size */
+    int latent_channels, latent_height, latent_width; /* the native latent */
+    /* Other sizes (engine/dit/dit_exec.h): image sides multiples of size_multiple, the latent's
+     * side = the image's x latent_width / width, width x height at most max_pixels. 0: the
+     * native size only. */
+    int size_multiple;
+    long max_pixels;
+    /* The share of a native step's work that grows with the square of the latent positions
+     * (attention; the rest grows linearly): a size with r times the positions is first
+     * predicted at (1 - attn_share) r + attn_share r^2 times the native step. 0: linear. */
+    double attn_share;
     int max_items;               /* images per forward */
     int max_latents;             /* latents the executor holds at once */
 } wf_image_geometry;
@@ -74,6 +88,7 @@ typedef struct wf_image_spec {
     char id[WF_REQUEST_ID_MAX];
     int model;              /* from wf_image_sched_add_model */
     int n;                  /* images, >= 1 */
+    int width, height;      /* image size; 0 x 0: the model's native size */
     int32_t class_label;
     int32_t negative_label; /* < 0: the null class */
     float guidance_scale;   /* <= 1: none */
@@ -149,7 +164,9 @@ wf_status wf_image_sched_start(wf_image_sched *s);
  *    ones fit in one batch (max_items) they all advance together, else the work ahead drains
  *    max_items at a time, where "ahead" follows the plan's order (the held requests due before
  *    it: earlier deadline, then higher priority, then earlier arrival), or is all held work
- *    when its images would not get latents at once (max_latents).
+ *    when its images would not get latents at once (max_latents). Step times are those of
+ *    each request's size; held work of another size never shares its batches: what of it is
+ *    ahead drains before (at that size's full-batch rate), the rest after.
  * A model holding no images admits whatever does not miss even alone: a stale prediction (e.g.
  * calibrated on a busy machine) must not refuse forever, and the batches it then runs correct
  * the model. */
@@ -158,9 +175,24 @@ wf_status wf_image_sched_submit(wf_image_sched *s, const wf_image_spec *spec, wf
                                 double *retry_after_s);
 /* The cost model of a model: ms per denoising step of a batch of b images = (a + c b) x
  * correction, plus decode_ms x correction per image for its DECODE_IMAGE (the VAE of a latent
- * model). false before calibration. */
+ * model), at the native size. false before calibration.
+ * Other sizes: each size held gets an entry with scale = the step's work over the native one's
+ * predicted from r, its latent positions over the native ones ((1 - attn_share) r +
+ * attn_share r^2; the decode's work scales with r) and its own correction, which starts as the native one's and is set by the first
+ * batch that runs at that size (measured lazily), then corrected online like the native one:
+ * a step of b images of that size takes (a + c b) x scale x correction ms. */
 bool wf_image_sched_cost(wf_image_sched *s, int model, double *a, double *c, double *decode_ms,
                          double *correction);
+typedef struct wf_image_size_cost {
+    int width, height;  /* image size */
+    double scale;       /* predicted step work over the native size's (see above) */
+    double correction;
+    bool measured;      /* a batch of this size ran (the native size: calibrated) */
+    double step_ms;     /* the prediction for a one-image step of this size */
+    int held_images;
+} wf_image_size_cost;
+/* The model's size entries (the native one first); returns how many were written (<= cap). */
+int wf_image_sched_size_costs(wf_image_sched *s, int model, wf_image_size_cost *out, int cap);
 void wf_image_sched_cancel(wf_image_sched *s, wf_image_request *req);
 /* The request's images, n x height x width x channels bytes: image i is complete once its
  * IMAGE event arrived; valid until release. */
@@ -199,6 +231,7 @@ bool wf_image_sched_get_model_stats(wf_image_sched *s, int model, wf_image_sched
 typedef struct wf_image_snapshot {
     char id[WF_REQUEST_ID_MAX];
     int model, n, num_steps;
+    int width, height;  /* its image size */
     int priority;       /* its SLO class */
     int steps_done;     /* summed over its images */
     int images_done;

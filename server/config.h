@@ -42,6 +42,7 @@ typedef struct wf_config {
     char *dit_policy;       /* --dit-policy (with --workers) */
     int image_batching;     /* 1: step-level batching across image requests */
     int image_max_batch;    /* images per DiT forward */
+    long image_max_pixels;  /* largest image a DiT serves (0: 4 x native) */
     char *image_order;      /* "edf" (default, NULL) or "fcfs": the image scheduler's order */
     int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
     char *share_turns;      /* "batch" (default, NULL): composed batches; "edf": late-bound claims */

@@ -175,6 +175,7 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         xo.n_threads = p->n_threads;
         xo.max_items = p->image_max_batch > 0 ? p->image_max_batch : 8;
         if (xo.max_latents < 2 * xo.max_items) xo.max_latents = 2 * xo.max_items;
+        xo.max_pixels = p->image_max_pixels;
         char xerr[400];
         st = wf_dit_exec_open(&xo, &d->dits[i], xerr, sizeof xerr);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "DiT %s: %s", p->dit_paths[i], xerr);
@@ -187,7 +188,12 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                .latent_height = in->latent_height,
                                .latent_width = in->latent_width,
                                .max_items = in->max_items,
-                               .max_latents = in->max_latents};
+                               .max_latents = in->max_latents,
+                               .size_multiple = in->size_multiple,
+                               .max_pixels = in->max_pixels,
+                               .attn_share = in->attn_share};
+        /* Only the native size when it is the only one allowed */
+        if (in->max_pixels <= (long)in->image_width * in->image_height) g.size_multiple = 0;
         wf_executor ex = wf_dit_exec_executor(d->dits[i]);
 #ifdef WEFT_HAVE_WORKERS
         if (d->workers) {
@@ -198,6 +204,9 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                         &d->dit_router, rerr, sizeof rerr)) != WF_OK)
                 return wf_status_errorf(err, errlen, st, "--dit-policy: %s", rerr);
             ex = wf_dit_router_executor(d->dit_router);
+            /* Worker ranks exchange latents of the native size (dit_router, dit_sp): other
+             * sizes are served in-process only. */
+            g.size_multiple = 0;
         }
 #endif
         if (d->gate) {

@@ -61,6 +61,7 @@ typedef struct wf_daemon_params {
     bool image_fcfs;         /* image requests by arrival only (default: EDF) */
     const char *dit_policy;   /* --dit-policy with --workers (sched/dit_policy.h); NULL: default */
     int image_max_batch;
+    long image_max_pixels; /* largest image size a DiT serves (0: 4 x its native pixels) */
     /* With DiTs beside the in-process LLM: LLM and DiT batches take turns on the cores
      * (sched/gate.h) instead of running their thread pools at once. Default true. */
     bool share_cores;

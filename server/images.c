@@ -27,6 +27,7 @@ struct wf_img_gen {
     wf_image_request *req;
     const wf_server_image_model *model;
     int n, num_steps;
+    int width, height;         /* the size asked for (the model's when not) */
     int64_t created;
     uint64_t arrived_ns;       /* when its handler started: its answer's wall time from there */
     bool guided;               /* guidance_scale > 1 (two forwards a step) */
@@ -61,6 +62,35 @@ static void on_abort(wf_http_request *req, void *user) {
     /* The scheduler stops it at its next step boundary and frees its latents; FINISHED
      * follows and frees g. */
     wf_image_sched_cancel(g->s->images, g->req);
+}
+
+/* What sizes model m can make, for the message of a refused 'size': the rule and examples
+ * (the native size, twice it in one dimension and in both, where they fit). */
+static void size_help(const wf_server_image_model *m, char *out, size_t cap) {
+    const wf_image_geometry *g = &m->geometry;
+    if (g->size_multiple < 1) {
+        snprintf(out, cap, "use \"%dx%d\" (or \"auto\"): the only size it makes", g->width, g->height);
+        return;
+    }
+    int n = snprintf(out, cap, "use \"WxH\" with W and H multiples of %d and W x H at most %ld pixels, e.g. "
+                     "\"%dx%d\" (native)", g->size_multiple, g->max_pixels, g->width, g->height);
+    const int ex[3][2] = {{2 * g->width, g->height}, {g->width, 2 * g->height}, {2 * g->width, 2 * g->height}};
+    for (int i = 0; i < 3 && n > 0 && (size_t)n < cap; i++)
+        if ((long)ex[i][0] * ex[i][1] <= g->max_pixels)
+            n += snprintf(out + n, cap - (size_t)n, ", \"%dx%d\"", ex[i][0], ex[i][1]);
+}
+
+/* Parses 'size' ("WxH" or "auto") into *w, *h for model m: false when it cannot be made. */
+static bool size_parse(const wf_server_image_model *m, const char *sz, int *w, int *h) {
+    const wf_image_geometry *g = &m->geometry;
+    *w = g->width;
+    *h = g->height;
+    if (strcmp(sz, "auto") == 0) return true;
+    char tail = 0;
+    if (sscanf(sz, "%dx%d%c", w, h, &tail) != 2) return false;
+    if (*w == g->width && *h == g->height) return true;
+    int k = g->size_multiple;
+    return k > 0 && *w >= k && *h >= k && *w % k == 0 && *h % k == 0 && (long)*w * *h <= g->max_pixels;
 }
 
 /* A label from a JSON int or class-name string; -1 (with *bad set) when unknown. */
@@ -159,15 +189,16 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     }
     /* size */
     v = json_object_get(root, "size");
+    spec.width = m->geometry.width;
+    spec.height = m->geometry.height;
     if (v && !json_is_null(v)) {
-        int w = 0, h = 0;
-        char tail = 0;
         if (!json_is_string(v)) BAD("size", "'size' must be a string such as \"%dx%d\"", m->geometry.width, m->geometry.height);
         const char *sz = json_string_value(v);
-        if (strcmp(sz, "auto") != 0 &&
-            (sscanf(sz, "%dx%d%c", &w, &h, &tail) != 2 || w != m->geometry.width || h != m->geometry.height))
-            BAD("size", "'size' %.40s is not supported by %.200s: use \"%dx%d\" (or \"auto\")", sz,
-                m->id, m->geometry.width, m->geometry.height);
+        if (!size_parse(m, sz, &spec.width, &spec.height)) {
+            char help[300];
+            size_help(m, help, sizeof help);
+            BAD("size", "'size' %.40s cannot be made by %.200s: %s", sz, m->id, help);
+        }
     }
     /* response_format, output_format */
     v = json_object_get(root, "response_format");
@@ -323,6 +354,8 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     g->http = req;
     g->model = m;
     g->n = spec.n;
+    g->width = spec.width;
+    g->height = spec.height;
     g->num_steps = spec.num_steps;
     g->streaming = stream;
     g->deadline_ns = spec.deadline_ns;
@@ -508,14 +541,14 @@ static void on_event(wf_server *s, wf_image_event *ev) {
             wf_http_stream_end(g->http);
         } else {
             const wf_image_geometry *geo = &g->model->geometry;
-            size_t bytes = (size_t)geo->width * (size_t)geo->height * (size_t)geo->channels;
+            size_t bytes = (size_t)g->width * (size_t)g->height * (size_t)geo->channels;
             const uint8_t *px = wf_image_request_pixels(g->req);
             bool ok = true;
             wf_jbuf_printf(b, "{\"created\":%lld,\"data\":[", (long long)g->created);
             for (int i = 0; i < g->n; i++) {
                 if (i) wf_jbuf_cstr(b, ",");
-                wf_image_event img = {.pixels = px + (size_t)i * bytes, .width = geo->width,
-                                      .height = geo->height, .channels = geo->channels};
+                wf_image_event img = {.pixels = px + (size_t)i * bytes, .width = g->width,
+                                      .height = g->height, .channels = geo->channels};
                 write_image_json(b, g, &img, &ok);
             }
             wf_jbuf_cstr(b, "]");
@@ -568,9 +601,9 @@ static void admin_one(const wf_image_snapshot *snap, void *user) {
         if (a->s->image_models[i].sched_model == snap->model) model = a->s->image_models[i].id;
     wf_jbuf_cstr(b, ",\"model\":");
     wf_jbuf_str(b, model, strlen(model));
-    wf_jbuf_printf(b, ",\"priority\":%d,\"n\":%d,\"num_inference_steps\":%d,\"steps_done\":%d,\"images_done\":%d,"
+    wf_jbuf_printf(b, ",\"size\":\"%dx%d\",\"priority\":%d,\"n\":%d,\"num_inference_steps\":%d,\"steps_done\":%d,\"images_done\":%d,"
                       "\"progress\":%.4f,\"age_ms\":%.1f,\"cancelled\":%s,\"group_size\":%d}",
-                   snap->priority, snap->n, snap->num_steps, snap->steps_done, snap->images_done,
+                   snap->width, snap->height, snap->priority, snap->n, snap->num_steps, snap->steps_done, snap->images_done,
                    (double)snap->steps_done / ((double)snap->n * snap->num_steps), snap->age_ms,
                    snap->cancelled ? "true" : "false", snap->group_size);
 }
@@ -613,6 +646,23 @@ void wf__images_write_admin(wf_server *s, wf_jbuf *b) {
             wf_jbuf_printf(b, "%s\"%d\":%llu", first ? "" : ",", P, (unsigned long long)st.chunks_by_group[P]);
             first = 0;
         }
+    /* the cost model per image size of each model (native first: calibrated; others scaled
+     * from it until their first batch measured them) */
+    wf_jbuf_cstr(b, "},\"cost_by_size\":{");
+    for (int i = 0; i < s->n_image_models; i++) {
+        const wf_server_image_model *m = &s->image_models[i];
+        wf_image_size_cost sz[WF_IMAGE_MAX_SIZES];
+        int n = wf_image_sched_size_costs(s->images, m->sched_model, sz, WF_IMAGE_MAX_SIZES);
+        if (i) wf_jbuf_cstr(b, ",");
+        wf_jbuf_str(b, m->id, strlen(m->id));
+        wf_jbuf_cstr(b, ":[");
+        for (int k = 0; k < n; k++)
+            wf_jbuf_printf(b, "%s{\"size\":\"%dx%d\",\"scale\":%.4f,\"correction\":%.4f,\"measured\":%s,"
+                              "\"step_ms\":%.4f,\"held_images\":%d}",
+                           k ? "," : "", sz[k].width, sz[k].height, sz[k].scale, sz[k].correction,
+                           sz[k].measured ? "true" : "false", sz[k].step_ms, sz[k].held_images);
+        wf_jbuf_cstr(b, "]");
+    }
     wf_jbuf_cstr(b, "},\"requests\":[");
     admin_ctx a = {.s = s, .b = b};
     wf_image_sched_foreach(s->images, admin_one, &a);

@@ -85,6 +85,7 @@ static void *load_main(void *arg) {
     p.image_batching = d->cfg.image_batching != 0;
     p.image_fcfs = d->cfg.image_order && strcmp(d->cfg.image_order, "fcfs") == 0;
     p.image_max_batch = d->cfg.image_max_batch;
+    p.image_max_pixels = d->cfg.image_max_pixels;
     p.share_cores = d->cfg.share_cores != 0;
     p.share_batch = !d->cfg.share_turns || strcmp(d->cfg.share_turns, "edf") != 0;
     p.share_min = d->cfg.share_min;

@@ -150,8 +150,13 @@ static void write_image_model(wf_server *s, wf_jbuf *b, const wf_server_image_mo
     wf_jbuf_cstr(b, "{\"id\":");
     wf_jbuf_str(b, m->id, strlen(m->id));
     wf_jbuf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"weft\","
-                      "\"type\":\"image\",\"size\":\"%dx%d\",\"num_classes\":%d}",
+                      "\"type\":\"image\",\"size\":\"%dx%d\",\"num_classes\":%d",
                    (long long)s->created_unix, m->geometry.width, m->geometry.height, m->num_classes);
+    /* other sizes: sides multiples of size_multiple, at most max_pixels pixels */
+    if (m->geometry.size_multiple > 0)
+        wf_jbuf_printf(b, ",\"size_multiple\":%d,\"max_pixels\":%ld", m->geometry.size_multiple,
+                       m->geometry.max_pixels);
+    wf_jbuf_cstr(b, "}");
 }
 
 static void h_models(wf_server *s, wf_http_request *req) {

@@ -6,6 +6,8 @@
 # second so that both score against the same deadlines.
 #   [WEFTD=path/to/weftd] bench/imagebench/run.sh [BUILD_DIR] [PROFILE] [SECONDS] [LOAD]
 # e.g. bench/imagebench/run.sh build foreground_burst 60 0.8
+# BENCH_ARGS="..." adds weft-bench arguments to both runs, e.g. classes of other image sizes:
+#   BENCH_ARGS="--image-class S:8x8:5:1.5:100 --image-class M:16x8:15:2:50 --image-class L:16x16:45:6:0"
 # BUSY_START=N runs N busy-looping processes while weftd starts (and calibrates its image cost
 # model), stopped once it answers /health: a start-up on a busy machine, reproducibly.
 set -euo pipefail
@@ -33,6 +35,9 @@ done
 for b in "${busy[@]}"; do kill "$b"; done
 common=(--workload images --port "$port" --profile "$profile" --profile-duration "$secs"
         --target-load "$load" --seed "${SEED:-1}" --no-progress)
+# shellcheck disable=SC2206  # word splitting of BENCH_ARGS is the point
+extra=(${BENCH_ARGS:-})
+common+=("${extra[@]}")
 # T_SINGLE=S=ms,M=ms,L=ms pins the deadlines (both runs) instead of calibrating them here:
 # to compare two weftd builds against the same deadlines.
 pin=()

@@ -187,9 +187,12 @@ wf_status wf__dit_check_forward(const wf_dit *m, const wf_threadpool *pool, int 
     if (height < p || width < p || height % p || width % p)
         return wf_status_errorf(err, errlen, WF_EINVAL, "size %dx%d is not a positive multiple of the patch size %d",
                                 height, width, p);
-    if (height > m->max_h || width > m->max_w)
+    if (m->max_h && (height > m->max_h || width > m->max_w))
         return wf_status_errorf(err, errlen, WF_EINVAL, "size %dx%d above the maximum %dx%d reserved at load",
                                 height, width, m->max_h, m->max_w);
+    if ((long)(height / p) * (width / p) > m->max_tokens)
+        return wf_status_errorf(err, errlen, WF_EINVAL, "size %dx%d has %d patches, above the %d reserved at load",
+                                height, width, (height / p) * (width / p), m->max_tokens);
     if (wf_threadpool_size((wf_threadpool *)pool) > m->max_threads)
         return wf_status_errorf(err, errlen, WF_EINVAL, "pool of %d threads, buffers reserved for %d",
                                 wf_threadpool_size((wf_threadpool *)pool), m->max_threads);

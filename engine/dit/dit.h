@@ -22,8 +22,8 @@
  * Statuses: load returns WF_ENOTFOUND/WF_EIO (files), WF_EFORMAT (corrupt safetensors or JSON,
  * missing tensor, mismatched shape, per-block copies that differ), WF_EUNSUPPORTED (an
  * activation, norm or dtype this build does not run), WF_ENOMEM; err names the file, tensor or
- * key. forward returns WF_EINVAL (size not divisible by the patch, batch or size above the
- * reserved maximum, label out of range, pool larger than reserved), with a message. */
+ * key. forward returns WF_EINVAL (size not divisible by the patch, batch or size (or patch
+ * count, with max_tokens) above the reserved maximum, label out of range, pool larger than reserved), with a message. */
 #ifndef WF_ENGINE_DIT_DIT_H
 #define WF_ENGINE_DIT_DIT_H
 
@@ -70,6 +70,9 @@ typedef struct wf_dit_options {
     int max_batch;      /* forward batches up to this (default 4) */
     int max_height;     /* largest latent height/width forward accepts; 0 = sample_size */
     int max_width;
+    int max_tokens;     /* > 0: forward accepts any grid of at most this many patches (any
+                         * shape, max_height/max_width then unused): other image sizes than
+                         * the native one with memory bounded by the token count */
     int n_threads;      /* largest pool forward will run on; 0 = online cores */
     bool bf16;          /* hold weights as bf16 */
     int timestep_shift; /* -1 = the layout's convention */
@@ -86,6 +89,11 @@ wf_dit_options wf_dit_options_default(void);
 wf_status wf_dit_load(const char *path, const wf_dit_options *opt, wf_dit **out, char *err,
                       size_t errlen);
 void wf_dit_free(wf_dit *m);
+
+/* Re-reserves the forward's buffers for grids of up to max_tokens patches of any shape (as
+ * wf_dit_options.max_tokens; max_batch and threads kept), e.g. once the config is known. Not
+ * during a forward. WF_EINVAL, WF_ENOMEM (the model then has no buffers: free it). */
+wf_status wf_dit_reserve_tokens(wf_dit *m, int max_tokens, char *err, size_t errlen);
 
 const wf_dit_config *wf_dit_get_config(const wf_dit *m);
 const wf_dit_paths *wf_dit_get_paths(const wf_dit *m);

@@ -17,7 +17,8 @@
 
 typedef struct latent_slot {
     uint64_t id; /* 0: free */
-    float *data;
+    int h, w;    /* its latent grid (ENCODE's size) */
+    float *data; /* room for the largest latent */
 } latent_slot;
 
 typedef struct sched_entry {
@@ -35,7 +36,8 @@ struct wf_dit_exec {
     wf_dit_sampler_config base_cfg;
     wf_exec_thread *thread;
     latent_slot *slots;
-    size_t latent_size, image_size;
+    size_t latent_size, image_size; /* of the native size */
+    size_t max_points;              /* latent positions of the largest size */
     float *image;                /* VAE output scratch (latent models) */
     wf_dit_item *items;          /* max_items */
     wf_task **item_task;         /* the DENOISE task of each item */
@@ -147,6 +149,8 @@ float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create) {
     for (int i = 0; i < x->info.max_latents; i++)
         if (x->slots[i].id == 0) {
             x->slots[i].id = id;
+            x->slots[i].h = x->info.latent_height; /* from another rank: native (dit_router) */
+            x->slots[i].w = x->info.latent_width;
             return x->slots[i].data;
         }
     return NULL;
@@ -168,22 +172,36 @@ static wf_dit_noise_key task_key(const wf_task *t) {
     return (wf_dit_noise_key){.seed = t->dit.seed, .request = t->dit.noise_index};
 }
 
+/* Whether an h x w latent grid can run: patch multiples within the reserved points. */
+static bool latent_size_ok(const wf_dit_exec *x, int h, int w) {
+    int p = wf_dit_get_config(x->model)->patch_size;
+    return h >= p && w >= p && h % p == 0 && w % p == 0 && (size_t)h * (size_t)w <= x->max_points;
+}
+
 static wf_status run_encode(wf_dit_exec *x, wf_task *t, char *err, size_t errlen) {
     const wf_dit_schedule *s = get_schedule(x, t->dit.sampler, t->dit.num_steps, err, errlen);
     if (!s) return WF_EINVAL;
+    int h = t->dit.latent.latent.height, w = t->dit.latent.latent.width;
+    if (h == 0 && w == 0) {
+        h = x->info.latent_height;
+        w = x->info.latent_width;
+    }
+    if (!latent_size_ok(x, h, w)) return WF_EINVAL;
     if (find_slot(x, t->dit.latent.id)) return WF_EINVAL; /* the id is taken */
     latent_slot *slot = NULL;
     for (int i = 0; !slot && i < x->info.max_latents; i++)
         if (x->slots[i].id == 0) slot = &x->slots[i];
     if (!slot || t->dit.latent.id == 0) return WF_EFULL;
     slot->id = t->dit.latent.id;
-    wf_dit_noise_fill_parallel(x->pool, task_key(t), WF_DIT_NOISE_STEP_INIT, 0, slot->data,
-                               x->latent_size);
-    wf_dit_scale(slot->data, x->latent_size, wf_dit_schedule_init_sigma(s));
+    slot->h = h;
+    slot->w = w;
+    size_t n = (size_t)x->info.latent_channels * (size_t)h * (size_t)w;
+    wf_dit_noise_fill_parallel(x->pool, task_key(t), WF_DIT_NOISE_STEP_INIT, 0, slot->data, n);
+    wf_dit_scale(slot->data, n, wf_dit_schedule_init_sigma(s));
     t->dit.latent.kind = WF_ARTIFACT_LATENT;
     t->dit.latent.latent.channels = x->info.latent_channels;
-    t->dit.latent.latent.height = x->info.latent_height;
-    t->dit.latent.latent.width = x->info.latent_width;
+    t->dit.latent.latent.height = h;
+    t->dit.latent.latent.width = w;
     t->dit.latent.latent.step = 0;
     return WF_OK;
 }
@@ -198,15 +216,19 @@ static wf_status run_decode(wf_dit_exec *x, wf_task *t) {
     latent_slot *slot = find_slot(x, t->dit.latent.id);
     if (!slot) return WF_ENOTFOUND;
     const wf_dit_exec_info *in = &x->info;
-    size_t hw = (size_t)in->image_height * (size_t)in->image_width;
+    int ih = slot->h * in->image_scale, iw = slot->w * in->image_scale;
+    size_t hw = (size_t)ih * (size_t)iw;
     if (!t->dit.pixels || t->dit.pixels_cap < hw * (size_t)in->image_channels) return WF_EINVAL;
     const float *img = slot->data;
     if (x->vae) {
-        if (wf_dit_vae_decode(x->vae, slot->data, in->latent_height, in->latent_width,
-                              x->image) != WF_OK)
+        if (wf_dit_vae_decode(x->vae, slot->data, slot->h, slot->w, x->image) != WF_OK)
             return WF_EINVAL;
         img = x->image;
     }
+    t->dit.image = (wf_artifact){.id = t->dit.image.id, .kind = WF_ARTIFACT_IMAGE};
+    t->dit.image.image.channels = in->image_channels;
+    t->dit.image.image.height = ih;
+    t->dit.image.image.width = iw;
     /* planar [C][H][W] -> interleaved H x W x C, as PNG rows want */
     for (size_t p = 0; p < hw; p++)
         for (int c = 0; c < in->image_channels; c++)
@@ -214,52 +236,73 @@ static wf_status run_decode(wf_dit_exec *x, wf_task *t) {
     return WF_OK;
 }
 
-/* Runs the DENOISE tasks of the batch, up to max_items per stepper run. */
+/* Checks DENOISE task t and fills item *it from it; false (t->status set) when it cannot run. */
+static bool denoise_item(wf_dit_exec *x, wf_task *t, wf_dit_item *it, latent_slot **slot_out) {
+    latent_slot *slot = find_slot(x, t->dit.latent.id);
+    char serr[160];
+    const wf_dit_schedule *s = get_schedule(x, t->dit.sampler, t->dit.num_steps, serr, sizeof serr);
+    int null = x->info.num_classes;
+    if (!slot || !s) {
+        t->status = slot ? WF_EINVAL : WF_ENOTFOUND;
+        return false;
+    }
+    if (t->dit.step_begin < 0 || t->dit.step_begin > t->dit.step_end ||
+        t->dit.step_end > t->dit.num_steps || t->dit.class_label < 0 ||
+        t->dit.class_label > null || t->dit.negative_label > null) {
+        t->status = WF_EINVAL;
+        return false;
+    }
+    *it = (wf_dit_item){.latent = slot->data,
+                        .label = t->dit.class_label,
+                        .uncond_label = t->dit.negative_label,
+                        .guidance = t->dit.guidance_scale,
+                        .key = task_key(t),
+                        .step = t->dit.step_begin,
+                        .step_end = t->dit.step_end,
+                        .schedule = s};
+    *slot_out = slot;
+    return true;
+}
+
+/* Runs the DENOISE tasks of the batch: those of one latent size together, up to max_items per
+ * stepper run (a forward runs one grid; the image scheduler batches one size at a time, so
+ * a batch normally holds one). */
 static wf_status run_denoise(wf_dit_exec *x, wf_task_batch *b, char *err, size_t errlen) {
-    int n = 0;
-    for (int i = 0; i <= b->n_tasks; i++) {
-        if (i < b->n_tasks) {
+    for (int i = 0; i < b->n_tasks; i++)
+        if (b->tasks[i].kind == WF_TASK_DENOISE) b->tasks[i].status = WF_IN_PROGRESS; /* not run yet */
+    for (;;) {
+        int n = 0, h = 0, w = 0;
+        for (int i = 0; i < b->n_tasks && n < x->info.max_items; i++) {
             wf_task *t = &b->tasks[i];
-            if (t->kind != WF_TASK_DENOISE) continue;
+            if (t->kind != WF_TASK_DENOISE || t->status != WF_IN_PROGRESS) continue;
             t->t_begin_ns = wf_clock_now_ns();
-            latent_slot *slot = find_slot(x, t->dit.latent.id);
-            char serr[160];
-            const wf_dit_schedule *s = get_schedule(x, t->dit.sampler, t->dit.num_steps, serr, sizeof serr);
-            int null = x->info.num_classes;
-            if (!slot || !s) {
-                t->status = slot ? WF_EINVAL : WF_ENOTFOUND;
-                continue;
+            latent_slot *slot = NULL;
+            if (!denoise_item(x, t, &x->items[n], &slot)) continue;
+            if (n == 0) {
+                h = slot->h;
+                w = slot->w;
+            } else if (slot->h != h || slot->w != w) {
+                continue; /* another size: a later run */
             }
-            if (t->dit.step_begin < 0 || t->dit.step_begin > t->dit.step_end ||
-                t->dit.step_end > t->dit.num_steps || t->dit.class_label < 0 ||
-                t->dit.class_label > null || t->dit.negative_label > null) {
-                t->status = WF_EINVAL;
-                continue;
-            }
-            x->items[n] = (wf_dit_item){.latent = slot->data,
-                                        .label = t->dit.class_label,
-                                        .uncond_label = t->dit.negative_label,
-                                        .guidance = t->dit.guidance_scale,
-                                        .key = task_key(t),
-                                        .step = t->dit.step_begin,
-                                        .step_end = t->dit.step_end,
-                                        .schedule = s};
+            t->status = WF_EBUSY;
             x->item_task[n++] = t;
         }
-        if (n == 0 || (n < x->info.max_items && i < b->n_tasks)) continue;
-        wf_status st = wf_dit_stepper_run(x->stepper, x->pool, n, x->items, err, errlen);
+        if (n == 0) return WF_OK;
+        wf_status st = wf_dit_stepper_set_size(x->stepper, h, w, err, errlen);
+        if (st == WF_OK) st = wf_dit_stepper_run(x->stepper, x->pool, n, x->items, err, errlen);
         if (st != WF_OK) return st;
         uint64_t now = wf_clock_now_ns();
         for (int k = 0; k < n; k++) {
             wf_task *t = x->item_task[k];
             t->status = WF_OK;
             t->dit.latent.kind = WF_ARTIFACT_LATENT;
+            t->dit.latent.latent.channels = x->info.latent_channels;
+            t->dit.latent.latent.height = h;
+            t->dit.latent.latent.width = w;
             t->dit.latent.latent.step = x->items[k].step;
             t->t_end_ns = now;
         }
-        n = 0;
     }
-    return WF_OK;
 }
 
 static wf_status exec_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
@@ -336,7 +379,8 @@ wf_executor wf_dit_exec_executor(wf_dit_exec *x) {
 wf_status wf_dit_exec_open(const wf_dit_exec_options *o, wf_dit_exec **out, char *err,
                            size_t errlen) {
     *out = NULL;
-    if (!o || !o->model_path || o->max_items < 1 || o->max_latents < 1 || o->n_threads < 0) {
+    if (!o || !o->model_path || o->max_items < 1 || o->max_latents < 1 || o->n_threads < 0 ||
+        o->max_pixels < 0) {
         snprintf(err, errlen, "dit executor: bad options");
         return WF_EINVAL;
     }
@@ -349,8 +393,43 @@ wf_status wf_dit_exec_open(const wf_dit_exec_options *o, wf_dit_exec **out, char
     wf_dit_options mo = wf_dit_options_default();
     mo.max_batch = 2 * o->max_items;
     mo.n_threads = o->n_threads;
+    /* Then, knowing the config (sample_size, patch and whether a VAE upscales), the buffers
+     * for the largest image: the forward's by its patch count. */
     if ((st = wf_dit_load(o->model_path, &mo, &x->model, err, errlen)) != WF_OK) goto fail;
+    int up = 1;
+    {
+        const wf_dit_config *c0 = wf_dit_get_config(x->model);
+        const char *vae_dir = wf_dit_get_paths(x->model)->vae_dir;
+        if (vae_dir) {
+            char vpath[4096];
+            wf_dit_vae_config vc;
+            snprintf(vpath, sizeof vpath, "%s/config.json", vae_dir);
+            if ((st = wf_dit_vae_config_load(vpath, &vc, err, errlen)) != WF_OK) goto fail;
+            up = 1 << (vc.n_blocks - 1);
+        }
+        long native_px = (long)c0->sample_size * up * c0->sample_size * up;
+        long max_px = o->max_pixels > 0 ? o->max_pixels : 4 * native_px;
+        if (max_px < native_px) max_px = native_px;
+        x->max_points = (size_t)(max_px / ((long)up * up));
+        x->info.max_pixels = max_px;
+        x->info.image_scale = up;
+        x->info.size_multiple = up * c0->patch_size;
+        int p = c0->patch_size;
+        size_t tokens = x->max_points / ((size_t)p * (size_t)p);
+        if (tokens > (1 << 20)) {
+            st = wf_status_errorf(err, errlen, WF_EINVAL, "dit executor: max_pixels %ld is above %d patches",
+                                  max_px, 1 << 20);
+            goto fail;
+        }
+        if ((st = wf_dit_reserve_tokens(x->model, (int)tokens, err, errlen)) != WF_OK) goto fail;
+    }
     const wf_dit_config *c = wf_dit_get_config(x->model);
+    {
+        /* attention's multiply-adds: 2 T^2 D per block and row (wf_dit_forward_macs) */
+        double T = (double)(c->sample_size / c->patch_size) * (c->sample_size / c->patch_size);
+        double total = wf_dit_forward_macs(x->model, 1, c->sample_size, c->sample_size);
+        x->info.attn_share = total > 0 ? c->depth * 2.0 * T * T * c->hidden / total : 0;
+    }
     const char *scfg = wf_dit_get_paths(x->model)->scheduler_config;
     if (scfg) {
         if ((st = wf_dit_sampler_config_load(scfg, &x->base_cfg, err, errlen)) != WF_OK) goto fail;
@@ -371,25 +450,30 @@ wf_status wf_dit_exec_open(const wf_dit_exec_options *o, wf_dit_exec **out, char
         snprintf(err, errlen, "dit executor: cannot start threads");
         goto fail;
     }
-    st = wf_dit_vae_open(x->model, c->sample_size, c->sample_size, x->pool, &x->vae, err, errlen);
+    /* the VAE's scratch is sized by points: sample_size x (enough columns) covers them all */
+    st = wf_dit_vae_open(x->model, c->sample_size,
+                         (int)((x->max_points + (size_t)c->sample_size - 1) / (size_t)c->sample_size),
+                         x->pool, &x->vae, err, errlen);
     if (st != WF_OK && st != WF_ENOTFOUND) goto fail;
     in->latent_model = x->vae != NULL;
-    int up = x->vae ? wf_dit_vae_upscale(x->vae) : 1;
     in->image_channels = x->vae ? 3 : c->in_channels;
     in->image_height = in->image_width = c->sample_size * up;
     if ((st = wf_dit_stepper_new(x->model, &x->base_cfg, 1, o->max_items, c->sample_size,
                                  c->sample_size, &x->stepper, err, errlen)) != WF_OK)
         goto fail;
+    if ((st = wf_dit_stepper_reserve(x->stepper, x->max_points, err, errlen)) != WF_OK) goto fail;
     st = WF_ENOMEM;
     x->latent_size = wf_dit_stepper_latent_size(x->stepper);
-    x->image_size = (size_t)in->image_channels * (size_t)in->image_height * (size_t)in->image_width;
+    /* the VAE's output of the largest image */
+    x->image_size = (size_t)in->image_channels * x->max_points * (size_t)up * (size_t)up;
     x->slots = calloc((size_t)o->max_latents, sizeof *x->slots);
     x->items = calloc((size_t)o->max_items, sizeof *x->items);
     x->item_task = calloc((size_t)o->max_items, sizeof *x->item_task);
     if (x->vae && !(x->image = malloc(sizeof(float) * x->image_size))) goto nomem;
     if (!x->slots || !x->items || !x->item_task) goto nomem;
     for (int i = 0; i < o->max_latents; i++)
-        if (!(x->slots[i].data = malloc(sizeof(float) * x->latent_size))) goto nomem;
+        if (!(x->slots[i].data = malloc(sizeof(float) * (size_t)in->latent_channels * x->max_points)))
+            goto nomem;
     if ((st = wf_exec_thread_new("dit", 4, exec_run, x, &x->thread)) != WF_OK) {
         snprintf(err, errlen, "dit executor: cannot start its thread: %s", wf_status_str(st));
         goto fail;

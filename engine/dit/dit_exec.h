@@ -13,10 +13,14 @@
  *     wf_dit_exec_free(x);                                       // after the last batch completed
  *
  * Tasks (wf_task_dit): ENCODE takes a free latent slot for latent.id and fills it with the
- * noise of (seed, noise_index) times the schedule's initial sigma; DENOISE runs steps
+ * noise of (seed, noise_index) times the schedule's initial sigma, on the latent grid of
+ * latent.latent.height x width (0 x 0: the native one; any patch multiples within
+ * info.max_pixels: the positions are computed for that grid, the DiT's 2-D sin-cos embedding
+ * extends to any), and the slot keeps that size for the tasks that follow; DENOISE runs steps
  * [step_begin, step_end) of every DENOISE task of the batch together (engine/dit/dit_step.h:
- * one forward per round over all items, each at its own step, with its own sampler, step count,
- * guidance and labels); DECODE_IMAGE writes the image as 8-bit pixels, row-major H x W x C
+ * one forward per round over all items of one latent size, each at its own step, with its own
+ * sampler, step count, guidance and labels; items of other sizes run as further forwards);
+ * DECODE_IMAGE writes the image (of its latent's size) as 8-bit pixels, row-major H x W x C
  * ([-1, 1] mapped to 0..255, rounded, clamped) into task.dit.pixels (pixels_cap bytes) after
  * the VAE for latent models; FINISH frees latent.id's slot. sampler < 0 means the model's own
  * scheduler config; another wf_dit_sampler_kind keeps the model's training schedule
@@ -47,13 +51,22 @@ typedef struct wf_dit_exec_options {
     int n_threads;   /* 0: one per core */
     int max_items;   /* images denoised in one forward (guided ones take 2 rows); default 8 */
     int max_latents; /* latents held at once; default 64 */
+    long max_pixels; /* largest image (width x height pixels) ENCODE accepts; 0: 4 x the
+                      * native size's (the buffers, latents included, are sized for it) */
 } wf_dit_exec_options;
 
 void wf_dit_exec_options_init(wf_dit_exec_options *o);
 
 typedef struct wf_dit_exec_info {
-    int image_width, image_height, image_channels; /* what DECODE_IMAGE writes */
-    int latent_width, latent_height, latent_channels;
+    int image_width, image_height, image_channels; /* the native size DECODE_IMAGE writes */
+    int latent_width, latent_height, latent_channels; /* the native latent */
+    /* Other sizes: an image side must be a multiple of size_multiple (the VAE's upscale x the
+     * patch size: latent sides are patch multiples), and width x height at most max_pixels. */
+    int image_scale;            /* image pixels per latent position along a side (VAE) */
+    double attn_share;          /* of a native forward's multiply-adds, attention's (they
+                                 * grow with the square of the positions, the rest linearly) */
+    int size_multiple;
+    long max_pixels;
     int num_classes;            /* labels 0..num_classes-1; num_classes is the null class */
     int n_class_names;          /* from model_index.json "weft_class_names"; 0: none */
     char **class_names;
@@ -85,9 +98,9 @@ wf_executor wf_dit_exec_executor(wf_dit_exec *x);
 wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_steps, char *err,
                                      size_t errlen);
 
-/* Latents as artifacts that cross processes (server/workers/dit_router.h): the table entry of
- * latent `id` (latent_channels x latent_height x latent_width floats, wf_dit_exec_latent_floats
- * of them). create: take a free slot for an id not held yet (a latent arriving from another
+/* Latents as artifacts that cross processes (server/workers/dit_router.h, native size only):
+ * the table entry of latent `id` (latent_channels x latent_height x latent_width floats,
+ * wf_dit_exec_latent_floats of them: a native latent; a slot has room for the largest). create: take a free slot for an id not held yet (a latent arriving from another
  * rank); NULL when the id is not held (create false), or no slot is free, or id is 0. drop frees
  * the slot (no-op for an unknown id). Only while no batch of this executor runs (the caller
  * orders them: e.g. a worker between its blocking runs, a router between its phases). */

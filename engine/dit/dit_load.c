@@ -385,10 +385,14 @@ static wf_status reserve(wf_dit *m, const wf_dit_options *opt, char *err, size_t
     m->max_h = opt->max_height > 0 ? opt->max_height : c->sample_size;
     m->max_w = opt->max_width > 0 ? opt->max_width : c->sample_size;
     m->max_tokens = (m->max_h / p) * (m->max_w / p);
+    if (opt->max_tokens > 0) { /* any shape of at most max_tokens patches */
+        m->max_tokens = opt->max_tokens;
+        m->max_h = m->max_w = 0;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->max_threads = opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
-    if (m->max_tokens < 1)
-        return wf_status_errorf(err, errlen, WF_EINVAL, "max size %dx%d is below the patch size %d", m->max_h,
+    if (m->max_tokens < 1 || m->max_tokens > (1 << 20))
+        return wf_status_errorf(err, errlen, WF_EINVAL, "max size %dx%d is below the patch size %d (or above 2^20 patches)", m->max_h,
                                 m->max_w, p);
     size_t rows = (size_t)m->max_batch * m->max_tokens, B = (size_t)m->max_batch;
     int kmax = c->ffn > D ? c->ffn : D;
@@ -424,6 +428,18 @@ static wf_status reserve(wf_dit *m, const wf_dit_options *opt, char *err, size_t
 
 /* ---- load / free / detect ------------------------------------------------------------------ */
 
+static void free_buffers(wf_dit *m) {
+    void **bufs[] = {(void **)&m->patches, (void **)&m->h,     (void **)&m->xn,     (void **)&m->qkv,
+                     (void **)&m->att,     (void **)&m->tmp,   (void **)&m->ff,     (void **)&m->tok_out,
+                     (void **)&m->xb,      (void **)&m->tfreq, (void **)&m->temb,   (void **)&m->cond,
+                     (void **)&m->silu_c,  (void **)&m->mod,   (void **)&m->fmod,   (void **)&m->attn_scratch,
+                     (void **)&m->pos,     (void **)&m->silu_blk};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
 void wf__dit_destroy(wf_dit *m) {
     if (!m) return;
     wf__dit_linear_free(&m->x_embed);
@@ -447,12 +463,17 @@ void wf__dit_destroy(wf_dit *m) {
         }
     free(m->blocks);
     free(m->label_table);
-    void *bufs[] = {m->patches, m->h,    m->xn,   m->qkv,    m->att,    m->tmp,  m->ff,
-                    m->tok_out, m->xb,   m->tfreq, m->temb,  m->cond,   m->silu_c, m->mod,
-                    m->fmod,    m->attn_scratch, m->pos, m->silu_blk};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free_buffers(m);
     for (int i = 0; i < 6; i++) free(m->path_buf[i]);
     free(m);
+}
+
+wf_status wf_dit_reserve_tokens(wf_dit *m, int max_tokens, char *err, size_t errlen) {
+    if (max_tokens < 1) return wf_status_errorf(err, errlen, WF_EINVAL, "max_tokens %d below 1", max_tokens);
+    if (max_tokens == m->max_tokens && m->max_h == 0) return WF_OK;
+    wf_dit_options o = {.max_batch = m->max_batch, .n_threads = m->max_threads, .max_tokens = max_tokens};
+    free_buffers(m);
+    return reserve(m, &o, err, errlen);
 }
 
 void wf_dit_free(wf_dit *m) { wf__dit_destroy(m); }

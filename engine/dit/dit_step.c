@@ -14,6 +14,7 @@ struct wf_dit_stepper {
     int max_items, height, width;
     int in_c, out_c, null_label;
     size_t plane;
+    size_t cap_plane; /* the buffers' latent points */
     /* forward rows: up to 2 x max_items (cond + uncond per guided item) */
     float *x, *t, *out;
     int32_t *y;
@@ -42,7 +43,7 @@ wf_status wf_dit_stepper_new(wf_dit *model, const wf_dit_sampler_config *cfg, in
     sp->in_c = c->in_channels;
     sp->out_c = c->out_channels;
     sp->null_label = c->num_classes;
-    sp->plane = (size_t)height * (size_t)width;
+    sp->plane = sp->cap_plane = (size_t)height * (size_t)width;
     st = wf_dit_schedule_new(cfg, n_steps, &sp->sched, err, errlen);
     if (st != WF_OK)
         goto fail;
@@ -78,6 +79,38 @@ void wf_dit_stepper_free(wf_dit_stepper *sp) {
     free(sp->row_item);
     free(sp->active);
     free(sp);
+}
+
+wf_status wf_dit_stepper_reserve(wf_dit_stepper *sp, size_t points, char *err, size_t errlen) {
+    if (points < 1 || points > ((size_t)1 << 24)) {
+        snprintf(err, errlen, "dit stepper: %zu latent points outside 1..2^24", points);
+        return WF_EINVAL;
+    }
+    if (points <= sp->cap_plane) return WF_OK;
+    size_t rows = 2 * (size_t)sp->max_items;
+    float *x = realloc(sp->x, sizeof(float) * rows * (size_t)sp->in_c * points);
+    if (x) sp->x = x;
+    float *o = x ? realloc(sp->out, sizeof(float) * rows * (size_t)sp->out_c * points) : NULL;
+    if (o) sp->out = o;
+    if (!x || !o) {
+        snprintf(err, errlen, "dit stepper: out of memory for latents of %zu points", points);
+        return WF_ENOMEM;
+    }
+    sp->cap_plane = points;
+    return WF_OK;
+}
+
+wf_status wf_dit_stepper_set_size(wf_dit_stepper *sp, int height, int width, char *err,
+                                  size_t errlen) {
+    if (height < 1 || width < 1 || (size_t)height * (size_t)width > sp->cap_plane) {
+        snprintf(err, errlen, "dit stepper: latent %dx%d outside the %zu points reserved", height,
+                 width, sp->cap_plane);
+        return WF_EINVAL;
+    }
+    sp->height = height;
+    sp->width = width;
+    sp->plane = (size_t)height * (size_t)width;
+    return WF_OK;
 }
 
 const wf_dit_schedule *wf_dit_stepper_schedule(const wf_dit_stepper *sp) { return sp->sched; }

@@ -60,7 +60,16 @@ wf_status wf_dit_stepper_new(wf_dit *model, const wf_dit_sampler_config *cfg, in
 void wf_dit_stepper_free(wf_dit_stepper *sp); /* NULL is a no-op */
 
 const wf_dit_schedule *wf_dit_stepper_schedule(const wf_dit_stepper *sp);
-/* Floats in one latent: in_channels x height x width. */
+/* Other resolutions (image sizes other than the model's native one): reserve grows the
+ * buffers to latents of up to `points` = height x width positions (allocates; at set-up, not
+ * between runs of a batch), set_size picks the grid the next runs use (any height x width of at
+ * most the reserved points; the model must accept it: patch multiples within its max_tokens).
+ * WF_EINVAL (bad sizes, above the reservation; err says which), WF_ENOMEM. */
+wf_status wf_dit_stepper_reserve(wf_dit_stepper *sp, size_t points, char *err, size_t errlen);
+wf_status wf_dit_stepper_set_size(wf_dit_stepper *sp, int height, int width, char *err,
+                                  size_t errlen);
+
+/* Floats in one latent: in_channels x height x width (the current size). */
 size_t wf_dit_stepper_latent_size(const wf_dit_stepper *sp);
 
 /* item->latent = standard normal noise of (key, WF_DIT_NOISE_STEP_INIT) x init sigma. */

@@ -636,7 +636,9 @@ static void upsample2x(const float *in, float *out, int c, int h, int w) {
 }
 
 wf_status wf_dit_vae_decode(wf_dit_vae *v, const float *latent, int h, int w, float *image) {
-    if (!v || !latent || !image || h < 1 || w < 1 || h > v->max_h || w > v->max_w ||
+    /* Every buffer is sized by the latent's point count, so any shape of at most
+     * max_h x max_w points decodes (other image sizes than the native one). */
+    if (!v || !latent || !image || h < 1 || w < 1 ||
         (size_t)h * (size_t)w > (size_t)v->max_h * (size_t)v->max_w)
         return WF_EINVAL;
     const wf_dit_vae_config *c = &v->cfg;

@@ -88,7 +88,9 @@ void wf_dit_vae_free(wf_dit_vae *vae); /* NULL is a no-op */
 int wf_dit_vae_upscale(const wf_dit_vae *vae);
 
 /* image[out_channels][h*up][w*up] = decode(latent[latent_channels][h][w]), where up =
- * wf_dit_vae_upscale. WF_EINVAL: NULL pointers, h or w < 1 or above the load-time maximum.
+ * wf_dit_vae_upscale. Any shape of at most max_h x max_w latent points (the scratch is sized by
+ * the point count): 2 x 8 decodes on a VAE made for 4 x 4. WF_EINVAL: NULL pointers, h or w < 1
+ * or h x w above the load-time maximum.
  * No allocation. */
 wf_status wf_dit_vae_decode(wf_dit_vae *vae, const float *latent, int h, int w, float *image);
 

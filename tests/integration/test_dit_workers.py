@@ -125,6 +125,13 @@ def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
         assert sum(ranks) >= sum(int(p) * n for p, n in chunks.items()), (ranks, chunks)
         if policy != "elastic":
             assert all(n > 0 for n in ranks), ranks
+        if policy == "static:1":
+            # worker ranks exchange native-size latents: other sizes are refused, saying so
+            code, data = post(d, {"model": DIT_ID, "prompt": "3", "size": "16x8"})
+            err = json.loads(data)["error"]
+            assert code == 400 and err["param"] == "size" and "only size" in err["message"], data
+            models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
+            assert "size_multiple" not in models[DIT_ID], models[DIT_ID]
         # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
         # both members), the unguided request's run Ulysses; one rank is neither.
         cfg = [w["dit_cfg_chunks"] for w in admin(d)["scheduler"]["workers"]]

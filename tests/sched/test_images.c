@@ -372,6 +372,8 @@ typedef struct fake_exec {
     _Atomic int forward_us, decode_us;
     _Atomic int forwards;
     _Atomic int batches, first_encodes; /* batches run; ENCODE tasks in the first (reset by tests) */
+    _Atomic int mixed_sizes;            /* batches whose DENOISE tasks had different latent sizes */
+    _Atomic int wide_encodes;           /* ENCODE tasks of a 4 x 8 latent */
 } fake_exec;
 
 static bool fake_supports(void *ctx, wf_task_kind kind) {
@@ -387,8 +389,19 @@ static void sleep_us(int us) {
 
 static wf_status fake_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
     fake_exec *x = ctx;
-    int steps = 0, decodes = 0, encodes = 0;
+    int steps = 0, decodes = 0, encodes = 0, lat_h = 0, lat_w = 0;
     for (int i = 0; i < b->n_tasks; i++) encodes += b->tasks[i].kind == WF_TASK_ENCODE;
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if (t->kind == WF_TASK_ENCODE && t->dit.latent.latent.height == 4 && t->dit.latent.latent.width == 8)
+            x->wide_encodes++;
+        if (t->kind != WF_TASK_DENOISE) continue;
+        if (lat_h && (t->dit.latent.latent.height != lat_h || t->dit.latent.latent.width != lat_w)) x->mixed_sizes++;
+        lat_h = t->dit.latent.latent.height;
+        lat_w = t->dit.latent.latent.width;
+    }
+    /* a forward's time grows with its latent's positions (native: 4 x 4) */
+    int points = lat_h * lat_w > 16 ? lat_h * lat_w : 16;
     if (x->batches++ == 0) x->first_encodes = encodes;
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
@@ -405,7 +418,7 @@ static wf_status fake_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn 
     }
     for (int k = 0; k < steps; k++) {
         x->forwards++;
-        sleep_us(x->forward_us);
+        sleep_us(x->forward_us * points / 16);
     }
     sleep_us(decodes * x->decode_us);
     done(user, b, WF_OK, NULL);
@@ -422,7 +435,8 @@ typedef struct fake_fixture {
     wf_handoff events;
 } fake_fixture;
 
-static void open_fake(fake_fixture *f, int calib_forward_us, int run_forward_us) {
+static void open_fake_sized(fake_fixture *f, int calib_forward_us, int run_forward_us, int size_multiple,
+                            long max_pixels) {
     memset(f, 0, sizeof *f);
     f->x.forward_us = calib_forward_us;
     f->x.decode_us = 100;
@@ -430,12 +444,17 @@ static void open_fake(fake_fixture *f, int calib_forward_us, int run_forward_us)
     wf_image_sched_options_init(&o);
     ck_assert_int_eq(wf_image_sched_new(&o, &f->s), WF_OK);
     wf_image_geometry g = {.width = 8, .height = 8, .channels = 1, .latent_channels = 4,
-                           .latent_height = 4, .latent_width = 4, .max_items = 4, .max_latents = 8};
+                           .latent_height = 4, .latent_width = 4, .max_items = 4, .max_latents = 8,
+                           .size_multiple = size_multiple, .max_pixels = max_pixels};
     wf_executor ex = {.ops = &fake_ops, .ctx = &f->x};
     ck_assert_int_eq(wf_image_sched_add_model(f->s, ex, &g, &f->model), WF_OK);
     ck_assert_int_eq(wf_image_sched_start(f->s), WF_OK);
     f->x.forward_us = run_forward_us; /* the machine got quiet (or warm) after start-up */
     ck_assert_int_eq(wf_handoff_init(&f->events, 0, NULL, NULL), WF_OK);
+}
+
+static void open_fake(fake_fixture *f, int calib_forward_us, int run_forward_us) {
+    open_fake_sized(f, calib_forward_us, run_forward_us, 0, 0);
 }
 
 static void close_fake(fake_fixture *f) {
@@ -697,6 +716,101 @@ START_TEST(late_binding_joins_work_that_arrives_while_waiting) {
 }
 END_TEST
 
+/* Image sizes other than the native 8x8 (latent 4x4; here sides multiples of 4, at most 256
+ * pixels): refused with a reason when they cannot be made; a native and a 16x8 request at once
+ * run in batches of one size each (the 16x8 one's ENCODE makes a 4x8 latent), their IMAGE
+ * events carry their own sizes, and the cost model has an entry per size, scaled by the latent
+ * positions and measured by the size's own batches. */
+START_TEST(other_sizes_batch_apart) {
+    fake_fixture f;
+    open_fake_sized(&f, 300, 300, 4, 256);
+    char why[200];
+    wf_image_request *req;
+    wf_image_spec bad = {.model = f.model, .n = 1, .num_steps = 4, .width = 10, .height = 8};
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &bad, &f.events, NULL, &req, why, sizeof why, NULL), WF_EINVAL);
+    ck_assert_msg(strstr(why, "multiples of 4") && strstr(why, "256"), "%s", why);
+    bad.width = 32;
+    bad.height = 16; /* 512 pixels */
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &bad, &f.events, NULL, &req, why, sizeof why, NULL), WF_EINVAL);
+    wf_image_spec a = {.model = f.model, .n = 2, .num_steps = 6, .class_label = 1};
+    wf_image_spec b = {.model = f.model, .n = 2, .num_steps = 6, .class_label = 2, .width = 16, .height = 8};
+    wf_image_request *ra, *rb;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &a, &f.events, NULL, &ra, why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &b, &f.events, NULL, &rb, why, sizeof why, NULL), WF_OK);
+    int finished = 0, images_a = 0, images_b = 0;
+    while (finished < 2) {
+        ck_assert(wf_handoff_wait(&f.events, 30000));
+        for (wf_handoff_item *it = wf_handoff_take_all(&f.events), *next; it; it = next) {
+            next = it->next;
+            wf_image_event *ev = (wf_image_event *)it;
+            if (ev->kind == WF_IMAGE_EVENT_IMAGE) {
+                bool is_a = ev->request == ra;
+                ck_assert_int_eq(ev->width, is_a ? 8 : 16);
+                ck_assert_int_eq(ev->height, 8);
+                /* the fake writes the label into every byte: the whole image is there */
+                for (int p = 0; p < ev->width * ev->height; p++) ck_assert_int_eq(ev->pixels[p], is_a ? 1 : 2);
+                if (is_a) images_a++;
+                else images_b++;
+            } else if (ev->kind == WF_IMAGE_EVENT_FINISHED) {
+                ck_assert_int_eq(ev->status, WF_OK);
+                finished++;
+                wf_image_sched_release(f.s, ev->request);
+            }
+            wf_image_event_free(ev);
+        }
+    }
+    ck_assert_int_eq(images_a, 2);
+    ck_assert_int_eq(images_b, 2);
+    ck_assert_int_eq(f.x.mixed_sizes, 0);
+    ck_assert_int_eq(f.x.wide_encodes, 2);
+    wf_image_size_cost sz[WF_IMAGE_MAX_SIZES];
+    int n = wf_image_sched_size_costs(f.s, f.model, sz, WF_IMAGE_MAX_SIZES);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(sz[0].width, 8);
+    ck_assert(sz[0].measured);
+    ck_assert_double_eq(sz[0].scale, 1.0);
+    ck_assert_int_eq(sz[1].width, 16);
+    ck_assert_int_eq(sz[1].height, 8);
+    ck_assert_double_eq(sz[1].scale, 2.0);
+    ck_assert(sz[1].measured && sz[1].correction > 0);
+    ck_assert_int_eq(sz[1].held_images, 0);
+    close_fake(&f);
+}
+END_TEST
+
+/* Admission predicts a request with its size's cost: with 5 ms native steps (a sleep: never
+ * faster), 10 steps of a 16x16 image (4 x the latent positions, predicted 4 x the step before
+ * any ran) cannot meet 150 ms even alone, while a native one can. */
+START_TEST(admission_per_size) {
+    fake_fixture f;
+    open_fake_sized(&f, 5000, 5000, 4, 256);
+    char why[300];
+    wf_image_request *req;
+    wf_image_spec wide = {.model = f.model, .n = 1, .num_steps = 10, .width = 16, .height = 16,
+                          .deadline_ns = wf_clock_now_ns() + 150ull * 1000000ull};
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &wide, &f.events, NULL, &req, why, sizeof why, NULL), WF_EOVERLOAD);
+    ck_assert_msg(strstr(why, "even alone"), "%s", why);
+    wf_image_spec native = {.model = f.model, .n = 1, .num_steps = 10,
+                            .deadline_ns = wf_clock_now_ns() + 150ull * 1000000ull};
+    ck_assert_msg(wf_image_sched_submit(f.s, &native, &f.events, NULL, &req, why, sizeof why, NULL) == WF_OK, "%s",
+                  why);
+    int images;
+    finish_one(&f, req, &images);
+    ck_assert_int_eq(images, 1);
+    /* without a deadline the 16x16 one runs, and its size's entry is measured */
+    wide.deadline_ns = 0;
+    ck_assert_int_eq(wf_image_sched_submit(f.s, &wide, &f.events, NULL, &req, why, sizeof why, NULL), WF_OK);
+    ck_assert_int_eq(finish_one(&f, req, &images), WF_OK);
+    ck_assert_int_eq(images, 1);
+    wf_image_size_cost sz[WF_IMAGE_MAX_SIZES];
+    ck_assert_int_eq(wf_image_sched_size_costs(f.s, f.model, sz, WF_IMAGE_MAX_SIZES), 2);
+    ck_assert_int_eq(sz[1].width, 16);
+    ck_assert_double_eq(sz[1].scale, 4.0);
+    ck_assert(sz[1].measured);
+    close_fake(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("sched/images");
     TCase *tc = tcase_create("core");
@@ -711,6 +825,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, refusals_say_why_and_when);
     tcase_add_test(tc, admission_counts_only_work_due_earlier);
     tcase_add_test(tc, late_binding_joins_work_that_arrives_while_waiting);
+    tcase_add_test(tc, other_sizes_batch_apart);
+    tcase_add_test(tc, admission_per_size);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -120,6 +120,63 @@ START_TEST(schedules_and_classes) {
 }
 END_TEST
 
+/* Other sizes than the native 8x8: a 16-wide, 8-high image beside a native one in one batch
+ * (the executor runs one forward per latent size), the native image unchanged by its company,
+ * the decoded image of the asked size; sizes it cannot make fail alone. */
+START_TEST(other_sizes) {
+    wf_dit_exec *x = open_exec(4);
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(x);
+    ck_assert_int_eq(in->size_multiple, 2); /* patch 2, no VAE */
+    ck_assert_int_eq(in->image_scale, 1);
+    ck_assert_int_eq(in->max_pixels, 4 * 64); /* the default: 4 x the native pixels */
+    uint8_t alone[64], native[64], wide[128];
+    ck_assert_int_eq(run_whole(x, alone, sizeof alone), 6);
+    wf_task fin = dit_task(WF_TASK_FINISH, 1, 0, 0);
+    ck_assert_int_eq(run(x, &fin, 1), WF_OK);
+    wf_task t[6] = {dit_task(WF_TASK_ENCODE, 1, 0, 0),       dit_task(WF_TASK_ENCODE, 2, 0, 0),
+                    dit_task(WF_TASK_DENOISE, 2, 0, 6),      dit_task(WF_TASK_DENOISE, 1, 0, 6),
+                    dit_task(WF_TASK_DECODE_IMAGE, 1, 6, 6), dit_task(WF_TASK_DECODE_IMAGE, 2, 6, 6)};
+    t[1].dit.latent.latent.height = 8;
+    t[1].dit.latent.latent.width = 16;
+    t[4].dit.pixels = native;
+    t[4].dit.pixels_cap = sizeof native;
+    t[5].dit.pixels = wide;
+    t[5].dit.pixels_cap = sizeof wide;
+    ck_assert_int_eq(run(x, t, 6), WF_OK);
+    for (int i = 0; i < 6; i++) ck_assert_int_eq(t[i].status, WF_OK);
+    ck_assert_int_eq(t[1].dit.latent.latent.width, 16);
+    ck_assert_int_eq(t[2].dit.latent.latent.step, 6);
+    ck_assert_int_eq(t[2].dit.latent.latent.width, 16);
+    ck_assert_int_eq(t[5].dit.image.image.width, 16);
+    ck_assert_int_eq(t[5].dit.image.image.height, 8);
+    ck_assert_int_eq(t[4].dit.image.image.width, 8);
+    ck_assert_int_eq(memcmp(alone, native, sizeof native), 0);
+    int lo = 255, hi = 0; /* a real image, not a constant */
+    for (size_t i = 0; i < sizeof wide; i++) {
+        lo = wide[i] < lo ? wide[i] : lo;
+        hi = wide[i] > hi ? wide[i] : hi;
+    }
+    ck_assert_int_gt(hi - lo, 64);
+    /* a 16x8 image does not fit a native-size buffer; sizes it cannot make */
+    wf_task e[4] = {dit_task(WF_TASK_DECODE_IMAGE, 2, 6, 6), dit_task(WF_TASK_ENCODE, 3, 0, 0),
+                    dit_task(WF_TASK_ENCODE, 4, 0, 0), dit_task(WF_TASK_ENCODE, 5, 0, 0)};
+    e[0].dit.pixels = native;
+    e[0].dit.pixels_cap = sizeof native;
+    e[1].dit.latent.latent.height = 7; /* not a patch multiple */
+    e[1].dit.latent.latent.width = 8;
+    e[2].dit.latent.latent.height = 32; /* 512 pixels > 256 */
+    e[2].dit.latent.latent.width = 16;
+    e[3].dit.latent.latent.height = 32; /* 256: the largest, any shape */
+    e[3].dit.latent.latent.width = 8;
+    ck_assert_int_eq(run(x, e, 4), WF_OK);
+    ck_assert_int_eq(e[0].status, WF_EINVAL);
+    ck_assert_int_eq(e[1].status, WF_EINVAL);
+    ck_assert_int_eq(e[2].status, WF_EINVAL);
+    ck_assert_int_eq(e[3].status, WF_OK);
+    wf_dit_exec_free(x);
+}
+END_TEST
+
 /* A latent that moves between executors (a worker rank's and the coordinator's tables, as
  * server/workers/dit_router.h moves it): steps 0..3 on one, 3..6 on the other, the same image. */
 START_TEST(latents_cross_executors) {
@@ -170,6 +227,7 @@ static Suite *dit_exec_suite(void) {
     tcase_add_test(tc, trajectory_and_task_errors);
     tcase_add_test(tc, schedules_and_classes);
     tcase_add_test(tc, latents_cross_executors);
+    tcase_add_test(tc, other_sizes);
     suite_add_tcase(s, tc);
     return s;
 }

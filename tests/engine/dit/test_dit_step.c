@@ -1,7 +1,8 @@
 /* engine/dit/dit_step.c on the default DiT (deploy/models/weft-dit-fmnist): a request's latents
  * are bit-identical alone and inside a batch of 8 with mixed labels, guidance scales and step
  * indices; with 1 and 2 threads; and when steps 0..20 run as 0..7 then 7..20 on another stepper
- * (the state between steps is only latent, step, key). Plus argument errors and the VAE hook of a
+ * (the state between steps is only latent, step, key); on another latent grid than the native
+ * one (reserved by points and patches). Plus argument errors and the VAE hook of a
  * pixel-space model.
  * weft-test: labels=unit timeout=600 */
 #include <check.h>
@@ -222,6 +223,45 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* Another latent grid than the native one (an image twice as wide): the stepper's buffers are
+ * reserved by point count, the model's by patch count (wf_dit_reserve_tokens); sizes above
+ * either fail with a message, not silently. */
+START_TEST(test_other_size) {
+    const wf_dit_config *c = wf_dit_get_config(model);
+    int side = c->sample_size, p = c->patch_size;
+    wf_dit_stepper *sp = new_stepper(1);
+    ck_assert_int_eq(wf_dit_stepper_reserve(sp, 0, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_stepper_reserve(sp, (size_t)2 * side * side, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_stepper_set_size(sp, side, 3 * side, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "reserved"));
+    ck_assert_int_eq(wf_dit_stepper_set_size(sp, side, 2 * side, err, sizeof err), WF_OK);
+    size_t n = wf_dit_stepper_latent_size(sp);
+    ck_assert_uint_eq(n, (size_t)c->in_channels * side * 2 * side);
+    float *lat = malloc(sizeof(float) * n);
+    ck_assert(lat);
+    wf_dit_item it = item(lat, 3, 4.0f, 11, 0);
+    it.step_end = 2;
+    wf_dit_stepper_init_latent(sp, &it);
+    /* the model reserved the native grid's patches only */
+    ck_assert_int_eq(wf_dit_stepper_run(sp, NULL, 1, &it, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "reserved at load"), "%s", err);
+    ck_assert_int_eq(wf_dit_reserve_tokens(model, 2 * (side / p) * (side / p), err, sizeof err), WF_OK);
+    it.step = 0;
+    ck_assert_msg(wf_dit_stepper_run(sp, NULL, 1, &it, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(it.step, 2);
+    for (size_t i = 0; i < n; i++) ck_assert(isfinite(lat[i]));
+    /* any shape of as many patches; not more */
+    ck_assert_int_eq(wf_dit_stepper_set_size(sp, 2 * side, side, err, sizeof err), WF_OK);
+    it.step = 0;
+    ck_assert_msg(wf_dit_stepper_run(sp, NULL, 1, &it, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_int_eq(wf_dit_reserve_tokens(model, (side / p) * (side / p), err, sizeof err), WF_OK);
+    it.step = 0;
+    ck_assert_int_eq(wf_dit_stepper_run(sp, NULL, 1, &it, err, sizeof err), WF_EINVAL);
+    free(lat);
+    wf_dit_stepper_free(sp);
+}
+END_TEST
+
 START_TEST(test_pixel_space_model_has_no_vae) {
     wf_dit_vae *vae = (wf_dit_vae *)&err; /* overwritten with NULL */
     ck_assert_int_eq(wf_dit_vae_open(model, 32, 32, NULL, &vae, err, sizeof err), WF_ENOTFOUND);
@@ -238,6 +278,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_alone_equals_in_batch);
     tcase_add_test(tc, test_threads_do_not_matter);
     tcase_add_test(tc, test_chunked_steps_on_another_stepper);
+    tcase_add_test(tc, test_other_size);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_pixel_space_model_has_no_vae);
     suite_add_tcase(s, tc);

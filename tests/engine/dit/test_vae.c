@@ -315,6 +315,18 @@ START_TEST(test_load_errors) {
     ck_assert_int_eq(wf_dit_vae_decode(vae, latent, 0, 4, img), WF_EINVAL);
     ck_assert_int_eq(wf_dit_vae_decode(vae, NULL, 4, 4, img), WF_EINVAL);
     ck_assert_int_eq(wf_dit_vae_decode(vae, latent, 2, 3, img), WF_OK); /* smaller is fine */
+    /* any shape of at most 4 x 4 points (another image size than the native one), the same
+     * pixels as a decoder made for exactly that shape */
+    for (int i = 0; i < 2 * 16; i++) latent[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+    ck_assert_int_eq(wf_dit_vae_decode(vae, latent, 2, 8, img), WF_OK);
+    ck_assert_int_eq(wf_dit_vae_decode(vae, latent, 1, 17, img), WF_EINVAL); /* 17 points */
+    wf_dit_vae *exact = NULL;
+    float img2[3 * 10 * 10];
+    ck_assert_int_eq(wf_dit_vae_new(&cfg, lookup, &s, 2, 8, NULL, &exact, err, sizeof err), WF_OK);
+    ck_assert_int_eq(wf_dit_vae_decode(exact, latent, 2, 8, img2), WF_OK);
+    int up = wf_dit_vae_upscale(vae);
+    ck_assert_int_eq(memcmp(img, img2, sizeof(float) * (size_t)cfg.out_channels * 2 * up * 8 * up), 0);
+    wf_dit_vae_free(exact);
     wf_dit_vae_free(vae);
     wf_dit_vae_free(NULL);
     free_store(&s);
