@@ -153,6 +153,15 @@ static int target_by_name(const char *const *names, const char *s, size_t len) {
     return -1;
 }
 
+/* The error of a file reader, prefixed with "lora: " and the path unless the reader's message
+ * starts with it already (wf_gguf_open's and wf_safetensors_open's do). */
+static wf_status reader_error(wf_status st, const char *path, const char *msg, char *err,
+                              size_t errlen) {
+    if (strncmp(msg, path, strlen(path)) == 0)
+        return wf_status_errorf(err, errlen, st, "lora: %s", msg);
+    return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, msg);
+}
+
 /* ---- GGUF (llama.cpp) ------------------------------------------------------------------- */
 
 static bool gguf_str_is(const wf_gguf *g, const char *key, const char *want, char *got,
@@ -251,7 +260,7 @@ static wf_status read_stream(const char *path, char **data, size_t *size, char *
 static wf_status load_gguf(const wf_model *m, const char *path, bool stream, wf_lora *l,
                            char *err, size_t errlen) {
     wf_gguf *g;
-    char e2[200];
+    char e2[512];
     char *mem = NULL; /* a stream's bytes, alive until wf_gguf_close */
     size_t mem_size = 0;
     wf_status st;
@@ -260,7 +269,7 @@ static wf_status load_gguf(const wf_model *m, const char *path, bool stream, wf_
                 : wf_gguf_open(path, &g, e2, sizeof e2);
     if (st != WF_OK) {
         free(mem);
-        return wf_status_errorf(err, errlen, st, "lora: %s: %s", path, e2);
+        return reader_error(st, path, e2, err, errlen);
     }
     char got[64];
     if (!gguf_str_is(g, "general.type", "adapter", got, sizeof got)) {
@@ -458,9 +467,9 @@ static wf_status load_peft(const wf_model *m, const char *dir, const char *st_pa
     wf_status st = peft_read_config(cfg_path, &c, err, errlen);
     wf_safetensors *sf = NULL;
     if (st != WF_OK) goto done;
-    char e2[200];
+    char e2[512];
     if ((st = wf_safetensors_open(st_path, &sf, e2, sizeof e2)) != WF_OK) {
-        st = wf_status_errorf(err, errlen, st, "lora: %s: %s", st_path, e2);
+        st = reader_error(st, st_path, e2, err, errlen);
         goto done;
     }
     /* alpha such that alpha / r is PEFT's factor: lora_alpha / r, or / sqrt(r) with rsLoRA */

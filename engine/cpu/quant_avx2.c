@@ -24,7 +24,9 @@ static void f32_vec_dot(int n, float *s, const void *vx, const void *vy) {
     /* ggml's reduce order over its 4 accumulators: (acc0 + acc2) + (acc1 + acc3) */
     float sum = wf_hsum_ps8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]),
                                           _mm256_add_ps(acc[1], acc[3])));
-    for (; i < n; i++) sum += x[i] * y[i];
+    /* leftovers (all of a rank-8 B product): rounded product, then add, as llama.cpp's build
+     * computes them; a fused multiply-add here flips a last bit now and then */
+    for (; i < n; i++) sum += wf_no_contract_f32(x[i] * y[i]);
     *s = sum;
 }
 

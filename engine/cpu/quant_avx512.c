@@ -122,7 +122,9 @@ static void f32_vec_dot(int n, float *s, const void *vx, const void *vy) {
     /* ggml's GGML_F32x16_REDUCE order, (acc0 + acc2) + (acc1 + acc3): LoRA's f32 A/B products
      * then round as llama.cpp's do */
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
-    for (; i < n; i++) sum += x[i] * y[i];
+    /* leftovers (all of a rank-8 B product): rounded product, then add, as llama.cpp's build
+     * computes them; a fused multiply-add here flips a last bit now and then */
+    for (; i < n; i++) sum += wf_no_contract_f32(x[i] * y[i]);
     *s = sum;
 }
 

@@ -93,6 +93,13 @@ static inline __m256 wf_no_contract(__m256 v) {
     return v;
 }
 
+/* The scalar form: a product rounded to float before the add that follows it, as ggml's
+ * leftover loops compute (its F32 dot product adds x[i]*y[i] unfused). */
+static inline float wf_no_contract_f32(float v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
 /* Q8_K quantisation of one 256-element block exactly as ggml's quantize_row_q8_K_ref: the
  * signed value of largest magnitude (first one on ties) sets iscale = -127/max; quants are
  * nearest_int(iscale * x), i.e. round half to even (its magic-number trick, for the |v| <= 127

@@ -43,7 +43,7 @@ typedef struct pvm {
     bool argv;
     uint64_t acked;
     bool failed;
-    char error[300];
+    char error[352]; /* "worker rank R could not load it: " + its message */
 } pvm;
 
 /* A VMODEL frame waiting to go to a worker (sent only while it runs no batch). */

@@ -114,7 +114,8 @@ int wf__pool_vm_ack(wf_workers *ws, wk *k, const wf_frame_vmodel_ack *a, uint32_
     if (v && a->status == WF_OK) v->acked |= 1ull << k->index;
     if (v && a->status != WF_OK && !syncing && !v->argv) {
         v->failed = true;
-        snprintf(v->error, sizeof v->error, "worker rank %d: %s", k->rank, a->message);
+        snprintf(v->error, sizeof v->error, "worker rank %d could not load it: %s", k->rank,
+                 a->message);
     }
     if (syncing && a->status == WF_OK && --k->sync_left == 0) {
         k->syncing = false;

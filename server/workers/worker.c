@@ -900,12 +900,13 @@ static int serve(worker *w) {
     }
 }
 
-/* Loads v's adapters into this engine and binds them to num (the coordinator's number). */
+/* Loads v's adapters into this engine and binds them to num (the coordinator's number). err
+ * says what failed (the caller names the virtual model). */
 static wf_status vm_add(worker *w, uint32_t num, const wf_vmodel_spec *v, char *err, size_t errlen) {
     for (int i = 0; i < w->n_vms; i++)
         if (w->vms[i].num == num)
-            return wf_status_errorf(err, errlen, WF_EINVAL, "virtual model %s: number %u is bound "
-                                    "already", v->id, (unsigned)num);
+            return wf_status_errorf(err, errlen, WF_EINVAL, "number %u is bound already",
+                                    (unsigned)num);
     if (w->n_vms == w->cap_vms) {
         int cap = w->cap_vms ? 2 * w->cap_vms : 8;
         void *q = realloc(w->vms, (size_t)cap * sizeof *w->vms);
@@ -920,7 +921,7 @@ static wf_status vm_add(worker *w, uint32_t num, const wf_vmodel_spec *v, char *
         char e2[400];
         st = wf_engine_lora_load(w->engine, v->paths[k], &e.l[k], e2, sizeof e2);
         if (st != WF_OK) {
-            wf_errorf(err, errlen, "virtual model '%s': adapter %s: %s", v->id, v->paths[k], e2);
+            wf_errorf(err, errlen, "adapter %s: %s", v->paths[k], e2);
             break;
         }
         e.n = k + 1;
@@ -957,6 +958,7 @@ static wf_status handle_vmodel(worker *w, const wf_frame_view *f) {
     wf_frame_vmodel m;
     char err[400] = "";
     wf_status st = WF_OK;
+    bool logged = false;
     size_t need = wf_link_arena_bound(f->hdr.payload_len);
     uint8_t *mem = malloc(need);
     wf_frame_arena arena;
@@ -982,6 +984,9 @@ static wf_status handle_vmodel(worker *w, const wf_frame_view *f) {
                  * process started) is replaced */
                 vm_remove(w, m.num);
                 st = vm_add(w, m.num, &v, err, sizeof err);
+                if ((logged = st != WF_OK))
+                    WF_LOG_WARN("worker", NULL, "rank %d: virtual model '%s' (%u): %s",
+                                wf_world_rank(w->world), v.id, (unsigned)m.num, err);
                 wf_vmodel_spec_free(&v);
             }
         }
@@ -990,7 +995,7 @@ static wf_status handle_vmodel(worker *w, const wf_frame_view *f) {
     if (st != WF_OK && ack.num == 0) return WF_EPROTO; /* undecodable: nothing to answer */
     ack.status = st;
     snprintf(ack.message, sizeof ack.message, "%s", st == WF_OK ? "" : err);
-    if (st != WF_OK)
+    if (st != WF_OK && !logged)
         WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
     char e3[256];
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_vmodel_ack, &ack, e3, sizeof e3);
@@ -1005,7 +1010,9 @@ static wf_status bind_vmodels(worker *w, char *err, size_t errlen) {
         char e2[400];
         wf_status st = wf_vmodel_spec_from_text(p->vmodels[i], &v, e2, sizeof e2);
         if (st != WF_OK) return wf_status_errorf(err, errlen, st, "--vmodel: %s", e2);
-        st = vm_add(w, wf_vmodel_spec_num(&v), &v, err, errlen);
+        char e3[400];
+        st = vm_add(w, wf_vmodel_spec_num(&v), &v, e3, sizeof e3);
+        if (st != WF_OK) wf_errorf(err, errlen, "virtual model '%s': %s", v.id, e3);
         wf_vmodel_spec_free(&v);
         if (st != WF_OK) return st;
     }
