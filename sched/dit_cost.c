@@ -3,6 +3,7 @@
 #include "sched/dit_cost.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,11 @@ void wf_dit_cost_synthetic(wf_dit_cost *c) {
 
 void wf_dit_cost_measured(wf_dit_cost *c) { common_init(c); }
 
+/* Times above this (11.6 days) are typos; refusing them keeps every prediction finite. */
+#define MAX_MS 1e9
+
 wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms) {
-    if (tokens < 1 || P < 1 || P > WF_DIT_COST_MAX_P || !(ms > 0) || c->n_points >= WF_DIT_COST_MAX_POINTS ||
+    if (tokens < 1 || P < 1 || P > WF_DIT_COST_MAX_P || !(ms > 0) || !(ms <= MAX_MS) || c->n_points >= WF_DIT_COST_MAX_POINTS ||
         (unsigned)mode >= WF_DIT_COST_MODES || (mode == WF_DIT_COST_CFG && P != 2))
         return WF_EINVAL;
     c->pts[c->n_points++] = (wf_dit_cost_point){tokens, P, ms, mode};
@@ -58,6 +62,13 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
     wf_status st = WF_OK;
     while (fgets(line, sizeof line, f)) {
         ln++;
+        /* A longer line would come back in pieces, and a long comment's tail would read as
+         * a point. */
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(err, (size_t)errlen, "%s:%d: line longer than %d characters", path, ln, (int)sizeof line - 2);
+            st = WF_EFORMAT;
+            break;
+        }
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         int tokens, P;
@@ -65,8 +76,8 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
         char word[16] = "plain", extra;
         if (sscanf(line, " %15[a-z] %lf %c", word, &ms, &extra) == 2) { /* an overhead */
             double *to = !strcmp(word, "chunk") ? &c->chunk_ms : !strcmp(word, "request") ? &c->request_ms : NULL;
-            if (!to || !(ms >= 0)) {
-                snprintf(err, (size_t)errlen, "%s:%d: expected \"chunk MS\" or \"request MS\" (>= 0)", path, ln);
+            if (!to || !(ms >= 0) || !(ms <= MAX_MS)) {
+                snprintf(err, (size_t)errlen, "%s:%d: expected \"chunk MS\" or \"request MS\" (0 to 1e9)", path, ln);
                 st = WF_EFORMAT;
                 break;
             }
@@ -81,7 +92,7 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
             if (!strcmp(word, mode_names[m])) mode = m;
         if ((n != 3 && n != 4) || mode < 0 || wf_dit_cost_add_mode_point(c, tokens, P, mode, ms) != WF_OK) {
             snprintf(err, (size_t)errlen,
-                     "%s:%d: expected \"tokens P ms [plain|guided|cfg]\" (positive; cfg only at P = 2; at most %d lines)",
+                     "%s:%d: expected \"tokens P ms [plain|guided|cfg]\" (ms up to 1e9; cfg only at P = 2; at most %d lines)",
                      path, ln, WF_DIT_COST_MAX_POINTS);
             st = WF_EFORMAT;
             break;

@@ -86,13 +86,14 @@ typedef struct wf_dit_cost {
 void wf_dit_cost_synthetic(wf_dit_cost *c);
 /* An empty measured model (no degree allowed until points are added). */
 void wf_dit_cost_measured(wf_dit_cost *c);
-/* WF_EINVAL (bad values, table full). Points of one degree may come in any order. */
+/* WF_EINVAL (bad values: ms must be in (0, 1e9]; table full). Points of one degree may come in
+ * any order. */
 wf_status wf_dit_cost_add_point(wf_dit_cost *c, int tokens, int P, double ms);
 /* A point of a mode; WF_EINVAL also for CFG with P != 2. */
 wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
 /* Reads "tokens P ms [plain|guided|cfg]" lines ('#' comments; no mode: plain), and the
- * overheads "chunk MS" and "request MS" (chunk_ms, request_ms), into a measured model.
- * WF_ENOTFOUND, WF_EFORMAT. */
+ * overheads "chunk MS" and "request MS" (chunk_ms, request_ms, 0 to 1e9), into a measured
+ * model; lines of up to 254 characters. WF_ENOTFOUND, WF_EFORMAT (err names the line). */
 wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen);
 
 bool wf_dit_cost_allows(const wf_dit_cost *c, int P);

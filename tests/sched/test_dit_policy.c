@@ -87,6 +87,25 @@ START_TEST(test_cost_synthetic_and_table) {
     fclose(f);
     ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
     ck_assert_ptr_nonnull(strstr(err, ":2:"));
+    /* Infinite (or absurd) times and overheads are refused (they would poison every prediction), and so
+     * is a line too long to read whole (a long comment's tail read as a point). */
+    const char *bad[] = {"256 1 100\n256 2 inf\n", "256 1 100\nchunk inf\n", "256 1 100\nrequest nan\n", "256 1 100\n256 2 2e9\n"};
+    for (int b = 0; b < 4; b++) {
+        f = fopen(path, "w");
+        fputs(bad[b], f);
+        fclose(f);
+        ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
+        ck_assert_ptr_nonnull(strstr(err, ":2:"));
+        ck_assert_ptr_nonnull(strstr(err, "1e9"));
+    }
+    ck_assert_int_eq(wf_dit_cost_add_point(&m, 256, 1, 1.0 / 0.0), WF_EINVAL);
+    f = fopen(path, "w");
+    fprintf(f, "256 1 100\n#");
+    for (int i = 0; i < 300; i++) fputc(i < 290 ? 'x' : ' ', f);
+    fprintf(f, "512 2 1\n");
+    fclose(f);
+    ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(err, ":2: line longer than"));
     unlink(path);
     ck_assert_int_eq(wf_dit_cost_load(&m, "/nonexistent/cost.txt", err, sizeof err), WF_ENOTFOUND);
 }
