@@ -361,26 +361,13 @@ out:
 #define IP_DONE 11
 enum { IP_DECLINED = 0, IP_SWAPPED = 1, IP_MISMATCH = 2 };
 
-/* Exchanges a[0..n) and b[0..n) through a buffer small enough to stay in L1; memcpy picks its
- * SIMD width at run time. */
-static void swap_bytes(uint8_t *a, uint8_t *b, size_t n) {
-    _Alignas(64) uint8_t tmp[4096];
-    while (n) {
-        size_t k = n < sizeof tmp ? n : sizeof tmp;
-        memcpy(tmp, a, k);
-        memcpy(a, b, k);
-        memcpy(b, tmp, k);
-        a += k, b += k, n -= k;
-    }
-}
-
-/* Swaps this member's half of the pair (me, j): mine is its block for j, theirs j's block for
- * it (mapped here); `both`: the other half too (the peer declined). */
-static void swap_half(int me, int j, uint8_t *mine, uint8_t *theirs, size_t len, int both) {
+/* Swaps one half of the pair (me, j): mine is this member's block for j, theirs j's block for
+ * it (mapped here). `own`: the half of this member (the lower index takes the first), else
+ * the other one (the peer declined). */
+static void swap_half(int me, int j, uint8_t *mine, uint8_t *theirs, size_t len, int own) {
     size_t h = len / 2;
-    if (both) swap_bytes(mine, theirs, len);
-    else if (me < j) swap_bytes(mine, theirs, h);
-    else swap_bytes(mine + h, theirs + h, len - h);
+    if ((me < j) == (own != 0)) wf__world_swap(mine, theirs, h);
+    else wf__world_swap(mine + h, theirs + h, len - h);
 }
 
 /* Step 4: the pairs marked in `fb` by copies to scratch and the exchange. */
@@ -470,7 +457,7 @@ static wf_status alltoallv_in_place(wf_world *w, const wf_group *g, const coll *
         if (wf_world_region_check(r, ops[i].received) != WF_OK || r->len != cnt[j]) {
             fout[j] = IP_MISMATCH;
         } else if ((peer_ptr[j] = wf__world_region_map(w, ops[i].peer, r))) {
-            swap_half(me, j, buf + dsp[j], peer_ptr[j], cnt[j], 0);
+            swap_half(me, j, buf + dsp[j], peer_ptr[j], cnt[j], 1);
             fout[j] = IP_SWAPPED;
         }
     }
@@ -493,10 +480,7 @@ static wf_status alltoallv_in_place(wf_world *w, const wf_group *g, const coll *
         if (a == IP_MISMATCH || b > IP_MISMATCH || b == IP_MISMATCH) {
             mismatch = WF_EPROTO;
         } else if (a == IP_SWAPPED && b == IP_DECLINED) {
-            /* The peer's half, swapped back and forth would be a no-op: swap just that one. */
-            size_t h = cnt[j] / 2;
-            if (me < j) swap_bytes(buf + dsp[j] + h, peer_ptr[j] + h, cnt[j] - h);
-            else swap_bytes(buf + dsp[j], peer_ptr[j], h);
+            swap_half(me, j, buf + dsp[j], peer_ptr[j], cnt[j], 0); /* the peer's half */
             dout[j] = cnt[j];
             ops[k++] = op_send(g, c, j, &dout[j], sizeof dout[j], IP_DONE);
         } else if (a == IP_DECLINED && b == IP_SWAPPED) {

@@ -114,5 +114,8 @@ void wf__world_copy(void *dst, const void *src, size_t n);
 /* The same with the choice made by the caller (stream: 1), e.g. for a piece of a larger copy. */
 void wf__world_copy_as(void *dst, const void *src, size_t n, int stream);
 size_t wf__world_stream_min(void);
+/* Exchanges a[0..n) and b[0..n) (not overlapping): the in-place all-to-all's swap of a pair's
+ * blocks through mapped memory. SIMD width chosen at run time. */
+void wf__world_swap(void *a, void *b, size_t n);
 
 #endif
