@@ -16,7 +16,9 @@
  *   memcpy:    single-thread memcpy bandwidth at the same sizes, for scale.
  * Usage: weft-bench-comm formation N | coll N | a2a N | memcpy
  *        weft-bench-comm size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc|inplace
- *        (inplace: all-to-all only, send == recv in one wf_world_mem_alloc buffer) */
+ *        (inplace: all-to-all only, send == recv in one wf_world_mem_alloc buffer; BATCH, default
+ *        1: collectives per repetition, back to back between the barriers, as nccl-tests and
+ *        ucx_perftest time them; the times printed are per collective) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +280,7 @@ typedef struct size_args {
     int reps;
     int alloc;      /* buffers from wf_world_mem_alloc (1) or malloc (0) */
     int in_place;   /* all-to-all with send == recv (in one wf_world_mem_alloc buffer) */
+    int batch;      /* collectives per repetition, back to back (times are per collective) */
 } size_args;
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -321,10 +324,12 @@ static int body_size(wf_world *w, int rank, void *arg) {
         double c0, d0, c1, d1;
         sched_times(&c0, &d0);
         uint64_t t0 = wf_clock_now_ns();
-        wf_status st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
-                       : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
-                                                : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src,
-                                                                            (float *)(void *)dst, blk / 4);
+        wf_status st = WF_OK;
+        for (int b = 0; b < a->batch && st == WF_OK; b++)
+            st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
+                 : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
+                                          : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src,
+                                                                      (float *)(void *)dst, blk / 4);
         if (st != WF_OK) {
             fprintf(stderr, "%s: %s\n", cname[a->coll], wf_world_error(w));
             return 1;
@@ -332,9 +337,9 @@ static int body_size(wf_world *w, int rank, void *arg) {
         sched_times(&c1, &d1); /* this rank's part ends here; the barrier waits for all */
         if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
         if (rep > 0) { /* rep 0 warms up */
-            t[rep - 1] = (double)(wf_clock_now_ns() - t0) / 1e3;
-            cpu[rep - 1] = (c1 - c0) / 1e3;
-            dly[rep - 1] = (d1 - d0) / 1e3;
+            t[rep - 1] = (double)(wf_clock_now_ns() - t0) / 1e3 / a->batch;
+            cpu[rep - 1] = (c1 - c0) / 1e3 / a->batch;
+            dly[rep - 1] = (d1 - d0) / 1e3 / a->batch;
         }
     }
     memcpy(all + (size_t)rank * 2 * (size_t)a->reps, cpu, sizeof(double) * (size_t)a->reps);
@@ -419,7 +424,7 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) {
         fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy | "
-                        "size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc|inplace\n",
+                        "size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc|inplace [BATCH]\n",
                 argv[0]);
         return 2;
     }
@@ -429,8 +434,8 @@ int main(int argc, char **argv) {
     env.sym_size = 1u << 20;
     if (strcmp(argv[1], "size") == 0) {
         size_args sa = {.coll = -1};
-        if (argc != 7) {
-            fprintf(stderr, "size: needs N COLLECTIVE BYTES REPS alloc|malloc|inplace\n");
+        if (argc != 7 && argc != 8) {
+            fprintf(stderr, "size: needs N COLLECTIVE BYTES REPS alloc|malloc|inplace [BATCH]\n");
             return 2;
         }
         for (int c = 0; c < C_N; c++)
@@ -438,12 +443,13 @@ int main(int argc, char **argv) {
         sa.bytes = strtoull(argv[4], NULL, 10);
         sa.reps = atoi(argv[5]);
         sa.in_place = strcmp(argv[6], "inplace") == 0;
+        sa.batch = argc == 8 ? atoi(argv[7]) : 1;
         sa.alloc = sa.in_place || strcmp(argv[6], "alloc") == 0;
         if ((sa.coll != C_ALLTOALL && sa.coll != C_ALLGATHER && sa.coll != C_REDUCE_SCATTER) ||
             sa.bytes < 4u * (size_t)n || sa.reps < 1 || (!sa.alloc && strcmp(argv[6], "malloc")) ||
-            (sa.in_place && sa.coll != C_ALLTOALL)) {
+            (sa.in_place && sa.coll != C_ALLTOALL) || sa.batch < 1) {
             fprintf(stderr, "size: COLLECTIVE is alltoall, allgather or reduce_scatter; BYTES >= "
-                            "4 * N; REPS >= 1; alloc, malloc or inplace (alltoall only)\n");
+                            "4 * N; REPS >= 1; alloc, malloc or inplace (alltoall only); BATCH >= 1\n");
             return 2;
         }
         return wt_run(&env, body_size, &sa, 1200) == 0 ? 0 : 1;
