@@ -412,8 +412,9 @@ static wf_status alltoallv_in_place(wf_world *w, const wf_group *g, const coll *
     }
     if (!n_large) return in_place_by_copy(w, g, c, buf, cnt, dsp, fb);
 
-    wf_world_region *rin = malloc(sizeof *rin * (size_t)n * 2), *rout = rin + n, mine = {0};
+    wf_world_region *rin = malloc(sizeof *rin * (size_t)n * 2), mine = {0};
     if (!rin) return WF_ENOMEM;
+    wf_world_region *rout = rin + n;
     /* Only memory peers can map is worth registering here: a peer that cannot map declines. */
     if (wf__world_mem_owned(w, lo, (size_t)(hi - lo)) &&
         wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine) != WF_OK)
