@@ -326,10 +326,11 @@ static int body_size(wf_world *w, int rank, void *arg) {
         uint64_t t0 = wf_clock_now_ns();
         wf_status st = WF_OK;
         for (int b = 0; b < a->batch && st == WF_OK; b++)
-            st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
-                 : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
-                                          : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src,
-                                                                      (float *)(void *)dst, blk / 4);
+            st = a->coll == C_ALLTOALL ? wf_gfc_alltoall(w, &g, src, dst, blk)
+                 : a->coll == C_ALLGATHER
+                     ? wf_gfc_allgather(w, &g, src, dst, blk)
+                     : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src, (float *)(void *)dst,
+                                                 blk / 4);
         if (st != WF_OK) {
             fprintf(stderr, "%s: %s\n", cname[a->coll], wf_world_error(w));
             return 1;
@@ -375,8 +376,9 @@ static int body_size(wf_world *w, int rank, void *arg) {
         double f = (double)(n - 1) / n, med = t[a->reps / 2], mean = sum / a->reps;
         printf("| %s | %s | %d | %zu KiB | %d | %.0f us | %.0f us | %.0f us | %.2f GB/s | "
                "%.2f GB/s | %.2f GB/s | %.0f us | %.0f us |\n",
-               cname[a->coll], a->in_place ? "in place" : a->alloc ? "wf_world_mem_alloc" : "malloc",
-               n, S >> 10, a->reps,
+               cname[a->coll],
+               a->in_place ? "in place" : a->alloc ? "wf_world_mem_alloc" : "malloc", n, S >> 10,
+               a->reps,
                t[0], med, mean, f * (double)S / (t[0] * 1e3), f * (double)S / (med * 1e3),
                f * (double)S / (mean * 1e3), cpu_med, wait_med);
         fflush(stdout);
@@ -424,7 +426,8 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) {
         fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy | "
-                        "size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc|inplace [BATCH]\n",
+                        "size N alltoall|allgather|reduce_scatter BYTES REPS "
+                        "alloc|malloc|inplace [BATCH]\n",
                 argv[0]);
         return 2;
     }
@@ -449,7 +452,8 @@ int main(int argc, char **argv) {
             sa.bytes < 4u * (size_t)n || sa.reps < 1 || (!sa.alloc && strcmp(argv[6], "malloc")) ||
             (sa.in_place && sa.coll != C_ALLTOALL) || sa.batch < 1) {
             fprintf(stderr, "size: COLLECTIVE is alltoall, allgather or reduce_scatter; BYTES >= "
-                            "4 * N; REPS >= 1; alloc, malloc or inplace (alltoall only); BATCH >= 1\n");
+                            "4 * N; REPS >= 1; alloc, malloc or inplace (alltoall only); "
+                            "BATCH >= 1\n");
             return 2;
         }
         return wt_run(&env, body_size, &sa, 1200) == 0 ? 0 : 1;
