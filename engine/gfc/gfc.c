@@ -354,8 +354,8 @@ out:
  *      see it, neither touches anything, both return WF_EPROTO);
  *   3. when one of the two declined, the other swaps the remaining half and sends a done
  *      message; when both did, the pair is done;
- *   4. small pairs and pairs neither member maps: their blocks are copied to scratch first,
- *      then moved by the ordinary exchange from there into place. */
+ *   4. small pairs and pairs neither member maps: their blocks are copied aside first, then
+ *      moved by the ordinary exchange from there into place. */
 #define IP_REGION 9
 #define IP_FLAG 10
 #define IP_DONE 11
@@ -370,7 +370,9 @@ static void swap_half(int me, int j, uint8_t *mine, uint8_t *theirs, size_t len,
     else wf__world_swap(mine + h, theirs + h, len - h);
 }
 
-/* Step 4: the pairs marked in `fb` by copies to scratch and the exchange. */
+/* Step 4: the pairs marked in `fb` by copies aside and the exchange. The copies are only sent
+ * from (no peer writes them), so plain memory serves; the world scratch (registered, grown and
+ * replaced on demand) stays with the collectives that receive into it. */
 static wf_status in_place_by_copy(wf_world *w, const wf_group *g, const coll *c, uint8_t *buf,
                                   const size_t *cnt, const size_t *dsp, const uint8_t *fb) {
     size_t total = 0;
@@ -378,7 +380,7 @@ static wf_status in_place_by_copy(wf_world *w, const wf_group *g, const coll *c,
     for (int j = 0; j < c->n; j++)
         if (fb[j]) total += cnt[j], any = 1;
     if (!any) return WF_OK;
-    uint8_t *tmp = wf__world_scratch(w, total ? total : 1);
+    uint8_t *tmp = malloc(total ? total : 1);
     if (!tmp) return WF_ENOMEM;
     xchg x;
     xchg_init(&x, c->n);
@@ -391,7 +393,9 @@ static wf_status in_place_by_copy(wf_world *w, const wf_group *g, const coll *c,
         x.rptr[j] = buf + dsp[j];
         off += cnt[j];
     }
-    return exchange(w, g, c, &x, 0);
+    wf_status st = exchange(w, g, c, &x, 0);
+    free(tmp);
+    return st;
 }
 
 static wf_status alltoallv_in_place(wf_world *w, const wf_group *g, const coll *c, void *vbuf,

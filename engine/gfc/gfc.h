@@ -86,7 +86,7 @@ wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void
  * wf_world_mem_alloc, peers on one host) swap them through the mapping, each member half of
  * the bytes, with no copy of the own block (BENCHMARKS.md, 2 ranks on one host: 2.4-2.7x the
  * median bus bandwidth of the out-of-place all-to-all at 1 MiB, 3-9x at 4 MiB); other pairs
- * are copied to world scratch, then sent. */
+ * are copied aside, then sent. */
 wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
                            const size_t *send_counts, const size_t *send_displs, void *recv,
                            const size_t *recv_counts, const size_t *recv_displs);
