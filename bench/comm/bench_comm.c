@@ -7,14 +7,18 @@
  *   coll:      latency and bus bandwidth of each collective by size (NCCL's bus-bandwidth
  *              factors), timed on rank 0 between barriers;
  *   a2a:       all-to-all by path (tagged messages; puts into malloc'd buffers; puts into
- *              wf_world_mem_alloc buffers): best and mean time, bus bandwidth of both;
+ *              wf_world_mem_alloc buffers; in place in a wf_world_mem_alloc buffer, where
+ *              pairs swap their blocks): best and mean time, bus bandwidth of both;
  *   size:      one collective at one size, many repetitions: best, median and mean time and the
  *              bus bandwidth of each (on a shared host the median is the figure to compare),
  *              then the medians (over repetitions, of the slowest rank) of CPU time used and of
  *              time spent runnable but waiting for a core (/proc/self/schedstat);
  *   memcpy:    single-thread memcpy bandwidth at the same sizes, for scale.
  * Usage: weft-bench-comm formation N | coll N | a2a N | memcpy
- *        weft-bench-comm size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc */
+ *        weft-bench-comm size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc|inplace
+ *        (inplace: all-to-all only, send == recv in one wf_world_mem_alloc buffer; BATCH, default
+ *        1: collectives per repetition, back to back between the barriers, as nccl-tests and
+ *        ucx_perftest time them; the times printed are per collective) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,10 +201,12 @@ static int body_coll(wf_world *w, int rank, void *arg) {
 /* ---- all-to-all by path ------------------------------------------------------------------------
  * The same all-to-all three ways in one run: tagged messages only (the path before puts; put
  * threshold SIZE_MAX), puts into malloc'd receive buffers (registered and cached by gfc), and
- * puts into buffers from wf_world_mem_alloc (reachable through shared memory). */
-enum { P_MSG, P_PUT_MALLOC, P_PUT_ALLOC, P_N };
+ * puts into buffers from wf_world_mem_alloc (reachable through shared memory); and in place in
+ * one wf_world_mem_alloc buffer (send == recv: the pairs swap their blocks through the mapping). */
+enum { P_MSG, P_PUT_MALLOC, P_PUT_ALLOC, P_IN_PLACE, P_N };
 static const char *pname[P_N] = {"tagged messages", "puts, malloc'd buffers",
-                                 "puts, wf_world_mem_alloc buffers"};
+                                 "puts, wf_world_mem_alloc buffers",
+                                 "in place, wf_world_mem_alloc buffer"};
 
 static int body_a2a(wf_world *w, int rank, void *arg) {
     int n = wf_world_size(w);
@@ -211,16 +217,16 @@ static int body_a2a(wf_world *w, int rank, void *arg) {
     size_t max = 64u << 20;
     for (int p = 0; p < P_N; p++) {
         uint8_t *a, *b;
-        if (p == P_PUT_ALLOC) {
+        if (p == P_PUT_ALLOC || p == P_IN_PLACE) {
             a = wf_world_mem_alloc(w, max);
-            b = wf_world_mem_alloc(w, max);
+            b = p == P_IN_PLACE ? a : wf_world_mem_alloc(w, max);
         } else {
             a = malloc(max);
             b = malloc(max);
         }
         if (!a || !b) return 1;
         memset(a, 1, max);
-        memset(b, 0, max);
+        if (b != a) memset(b, 0, max);
         wf_gfc_set_put_threshold(w, p == P_MSG ? SIZE_MAX : 65536);
         wf_gfc_set_put_caller_memory(w, p == P_PUT_MALLOC);
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
@@ -248,9 +254,9 @@ static int body_a2a(wf_world *w, int rank, void *arg) {
                        f * (double)S / (sum / iters * 1e-6) / 1e9);
             fflush(stdout);
         }
-        if (p == P_PUT_ALLOC) {
+        if (p == P_PUT_ALLOC || p == P_IN_PLACE) {
             wf_world_mem_free(w, a);
-            wf_world_mem_free(w, b);
+            if (b != a) wf_world_mem_free(w, b);
         } else {
             free(a);
             free(b);
@@ -273,6 +279,8 @@ typedef struct size_args {
     size_t bytes;   /* S: each rank's whole send buffer */
     int reps;
     int alloc;      /* buffers from wf_world_mem_alloc (1) or malloc (0) */
+    int in_place;   /* all-to-all with send == recv (in one wf_world_mem_alloc buffer) */
+    int batch;      /* collectives per repetition, back to back (times are per collective) */
 } size_args;
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -302,7 +310,7 @@ static int body_size(wf_world *w, int rank, void *arg) {
     /* Ranks may outnumber cores: waiting ones sleep (see wf_world_set_idle_sleep). */
     wf_world_set_idle_sleep(w, 1);
     uint8_t *src = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
-    uint8_t *dst = a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
+    uint8_t *dst = a->in_place ? src : a->alloc ? wf_world_mem_alloc(w, S) : malloc(S);
     double *t = malloc(sizeof(double) * (size_t)a->reps);
     /* Per repetition and rank: CPU time and run-queue delay (us), to tell work from waiting
      * for a core on a loaded host. */
@@ -310,16 +318,19 @@ static int body_size(wf_world *w, int rank, void *arg) {
     double *all = malloc(sizeof(double) * 2 * (size_t)a->reps * (size_t)n);
     if (!src || !dst || !t || !cpu || !dly || !all) return 1;
     memset(src, 1, S);
-    memset(dst, 0, S);
+    if (dst != src) memset(dst, 0, S);
     for (int rep = 0; rep <= a->reps; rep++) {
         if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
         double c0, d0, c1, d1;
         sched_times(&c0, &d0);
         uint64_t t0 = wf_clock_now_ns();
-        wf_status st = a->coll == C_ALLTOALL    ? wf_gfc_alltoall(w, &g, src, dst, blk)
-                       : a->coll == C_ALLGATHER ? wf_gfc_allgather(w, &g, src, dst, blk)
-                                                : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src,
-                                                                            (float *)(void *)dst, blk / 4);
+        wf_status st = WF_OK;
+        for (int b = 0; b < a->batch && st == WF_OK; b++)
+            st = a->coll == C_ALLTOALL ? wf_gfc_alltoall(w, &g, src, dst, blk)
+                 : a->coll == C_ALLGATHER
+                     ? wf_gfc_allgather(w, &g, src, dst, blk)
+                     : wf_gfc_reduce_scatter_f32(w, &g, (float *)(void *)src, (float *)(void *)dst,
+                                                 blk / 4);
         if (st != WF_OK) {
             fprintf(stderr, "%s: %s\n", cname[a->coll], wf_world_error(w));
             return 1;
@@ -327,9 +338,9 @@ static int body_size(wf_world *w, int rank, void *arg) {
         sched_times(&c1, &d1); /* this rank's part ends here; the barrier waits for all */
         if (wf_gfc_barrier(w, &g) != WF_OK) return 1;
         if (rep > 0) { /* rep 0 warms up */
-            t[rep - 1] = (double)(wf_clock_now_ns() - t0) / 1e3;
-            cpu[rep - 1] = (c1 - c0) / 1e3;
-            dly[rep - 1] = (d1 - d0) / 1e3;
+            t[rep - 1] = (double)(wf_clock_now_ns() - t0) / 1e3 / a->batch;
+            cpu[rep - 1] = (c1 - c0) / 1e3 / a->batch;
+            dly[rep - 1] = (d1 - d0) / 1e3 / a->batch;
         }
     }
     memcpy(all + (size_t)rank * 2 * (size_t)a->reps, cpu, sizeof(double) * (size_t)a->reps);
@@ -365,14 +376,16 @@ static int body_size(wf_world *w, int rank, void *arg) {
         double f = (double)(n - 1) / n, med = t[a->reps / 2], mean = sum / a->reps;
         printf("| %s | %s | %d | %zu KiB | %d | %.0f us | %.0f us | %.0f us | %.2f GB/s | "
                "%.2f GB/s | %.2f GB/s | %.0f us | %.0f us |\n",
-               cname[a->coll], a->alloc ? "wf_world_mem_alloc" : "malloc", n, S >> 10, a->reps,
+               cname[a->coll],
+               a->in_place ? "in place" : a->alloc ? "wf_world_mem_alloc" : "malloc", n, S >> 10,
+               a->reps,
                t[0], med, mean, f * (double)S / (t[0] * 1e3), f * (double)S / (med * 1e3),
                f * (double)S / (mean * 1e3), cpu_med, wait_med);
         fflush(stdout);
     }
     if (a->alloc) {
         wf_world_mem_free(w, src);
-        wf_world_mem_free(w, dst);
+        if (dst != src) wf_world_mem_free(w, dst);
     } else {
         free(src);
         free(dst);
@@ -413,7 +426,8 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) {
         fprintf(stderr, "usage: %s formation N | coll N | a2a N | memcpy | "
-                        "size N alltoall|allgather|reduce_scatter BYTES REPS alloc|malloc\n",
+                        "size N alltoall|allgather|reduce_scatter BYTES REPS "
+                        "alloc|malloc|inplace [BATCH]\n",
                 argv[0]);
         return 2;
     }
@@ -423,19 +437,23 @@ int main(int argc, char **argv) {
     env.sym_size = 1u << 20;
     if (strcmp(argv[1], "size") == 0) {
         size_args sa = {.coll = -1};
-        if (argc != 7) {
-            fprintf(stderr, "size: needs N COLLECTIVE BYTES REPS alloc|malloc\n");
+        if (argc != 7 && argc != 8) {
+            fprintf(stderr, "size: needs N COLLECTIVE BYTES REPS alloc|malloc|inplace [BATCH]\n");
             return 2;
         }
         for (int c = 0; c < C_N; c++)
             if (strcmp(argv[3], cname[c]) == 0) sa.coll = c;
         sa.bytes = strtoull(argv[4], NULL, 10);
         sa.reps = atoi(argv[5]);
-        sa.alloc = strcmp(argv[6], "alloc") == 0;
+        sa.in_place = strcmp(argv[6], "inplace") == 0;
+        sa.batch = argc == 8 ? atoi(argv[7]) : 1;
+        sa.alloc = sa.in_place || strcmp(argv[6], "alloc") == 0;
         if ((sa.coll != C_ALLTOALL && sa.coll != C_ALLGATHER && sa.coll != C_REDUCE_SCATTER) ||
-            sa.bytes < 4u * (size_t)n || sa.reps < 1 || (!sa.alloc && strcmp(argv[6], "malloc"))) {
+            sa.bytes < 4u * (size_t)n || sa.reps < 1 || (!sa.alloc && strcmp(argv[6], "malloc")) ||
+            (sa.in_place && sa.coll != C_ALLTOALL) || sa.batch < 1) {
             fprintf(stderr, "size: COLLECTIVE is alltoall, allgather or reduce_scatter; BYTES >= "
-                            "4 * N; REPS >= 1; alloc or malloc\n");
+                            "4 * N; REPS >= 1; alloc, malloc or inplace (alltoall only); "
+                            "BATCH >= 1\n");
             return 2;
         }
         return wt_run(&env, body_size, &sa, 1200) == 0 ? 0 : 1;

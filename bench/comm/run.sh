@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Comm benchmarks in one run: weft's group formation and collectives, all-to-all by path
-# (tagged messages, puts into malloc'd buffers, puts into wf_world_mem_alloc buffers), UCX's own
+# (tagged messages, puts into malloc'd buffers, puts into wf_world_mem_alloc buffers, in place in
+# a wf_world_mem_alloc buffer), UCX's own
 # ucx_perftest (ucp_put_bw, ucp_am_bw between two processes on loopback, same UCX_TLS) and memcpy.
 #   bench/comm/run.sh [BUILD_DIR] [RANKS...]     (default: build, ranks 2 4 8)
 # BEFORE_BIN=path/to/an/older/weft-bench-comm also runs its collectives in the same run.

@@ -4,6 +4,7 @@
  * transfers beat ring pipelines here. */
 #include "engine/gfc/gfc.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,190 @@ out:
     return st;
 }
 
+/* ---- in-place all-to-all(-v): pairs swap their blocks ------------------------------------------
+ * send == recv: member i's block for j (cnt[j] bytes at dsp[j]) is replaced by j's block for i,
+ * which is as long (checked). Out of place every member copies all of its S bytes (its puts and
+ * its own slice), so on one host bus bandwidth cannot pass (n-1)/n of one core's copy bandwidth
+ * (BENCHMARKS.md). In place the own block stays where it is, and when both members of a pair
+ * map each other's buffer (wf_world_mem_alloc memory, one host) they swap the pair's two blocks
+ * through the mapping, each swapping one half: a core moves half of the pair's bytes, both at
+ * once. A pair at or above the put threshold, in steps (tags IP_*, apart from exchange()'s, so
+ * a member calling in place never matches one that does not: both time out):
+ *   1. each member sends its block's region (id 0 when it cannot be mapped);
+ *   2. on the peer's region, a member that maps it swaps its half (the lower group index the
+ *      first half) and sends SWAPPED, else DECLINED (MISMATCH when the lengths disagree: both
+ *      see it, neither touches anything, both return WF_EPROTO);
+ *   3. when one of the two declined, the other swaps the remaining half and sends a done
+ *      message; when both did, the pair is done;
+ *   4. small pairs and pairs neither member maps: their blocks are copied aside first, then
+ *      moved by the ordinary exchange from there into place. */
+#define IP_REGION 9
+#define IP_FLAG 10
+#define IP_DONE 11
+enum { IP_DECLINED = 0, IP_SWAPPED = 1, IP_MISMATCH = 2 };
+
+/* Swaps one half of the pair (me, j): mine is this member's block for j, theirs j's block for
+ * it (mapped here). `own`: the half of this member (the lower index takes the first), else
+ * the other one (the peer declined). */
+static void swap_half(int me, int j, uint8_t *mine, uint8_t *theirs, size_t len, int own) {
+    size_t h = len / 2;
+    if ((me < j) == (own != 0)) wf__world_swap(mine, theirs, h);
+    else wf__world_swap(mine + h, theirs + h, len - h);
+}
+
+/* Step 4: the pairs marked in `fb` by copies aside and the exchange. The copies are only sent
+ * from (no peer writes them), so plain memory serves; the world scratch (registered, grown and
+ * replaced on demand) stays with the collectives that receive into it. */
+static wf_status in_place_by_copy(wf_world *w, const wf_group *g, const coll *c, uint8_t *buf,
+                                  const size_t *cnt, const size_t *dsp, const uint8_t *fb) {
+    size_t total = 0;
+    int any = 0;
+    for (int j = 0; j < c->n; j++)
+        if (fb[j]) total += cnt[j], any = 1;
+    if (!any) return WF_OK;
+    uint8_t *tmp = malloc(total ? total : 1);
+    if (!tmp) return WF_ENOMEM;
+    xchg x;
+    xchg_init(&x, c->n);
+    size_t off = 0;
+    for (int j = 0; j < c->n; j++) {
+        if (!fb[j]) continue;
+        wf__world_copy(tmp + off, buf + dsp[j], cnt[j]);
+        x.sptr[j] = tmp + off;
+        x.scnt[j] = x.rcnt[j] = cnt[j];
+        x.rptr[j] = buf + dsp[j];
+        off += cnt[j];
+    }
+    wf_status st = exchange(w, g, c, &x, 0);
+    free(tmp);
+    return st;
+}
+
+static wf_status alltoallv_in_place(wf_world *w, const wf_group *g, const coll *c, void *vbuf,
+                                    const size_t *cnt, const size_t *dsp) {
+    uint8_t *buf = vbuf;
+    size_t thresh = wf__world_put_threshold(w);
+    int n = c->n, me = c->me, n_large = 0;
+    uint8_t fb[WF_MAX_GROUP_RANKS] = {0}, *lo = NULL, *hi = NULL;
+    for (int j = 0; j < n; j++) {
+        if (j == me) continue;
+        if (cnt[j] < thresh) {
+            fb[j] = 1;
+            continue;
+        }
+        n_large++;
+        if (!lo || buf + dsp[j] < lo) lo = buf + dsp[j];
+        if (!hi || buf + dsp[j] + cnt[j] > hi) hi = buf + dsp[j] + cnt[j];
+    }
+    if (!n_large) return in_place_by_copy(w, g, c, buf, cnt, dsp, fb);
+
+    wf_world_region *rin = malloc(sizeof *rin * (size_t)n * 2), mine = {0};
+    if (!rin) return WF_ENOMEM;
+    wf_world_region *rout = rin + n;
+    /* Only memory peers can map is worth registering here: a peer that cannot map declines. */
+    if (wf__world_mem_owned(w, lo, (size_t)(hi - lo)) &&
+        wf_world_mem_expose(w, lo, (size_t)(hi - lo), &mine) != WF_OK)
+        memset(&mine, 0, offsetof(wf_world_region, rkey));
+    uint64_t fin[WF_MAX_GROUP_RANKS], fout[WF_MAX_GROUP_RANKS], din[WF_MAX_GROUP_RANKS],
+        dout[WF_MAX_GROUP_RANKS];
+    uint8_t *peer_ptr[WF_MAX_GROUP_RANKS] = {0};
+    wf_world_op ops[MAX_XOPS];
+    int k = 0;
+    /* Regions and flags in (posted first, so that they land in place), regions out. */
+    for (int i = 1; i < n; i++) {
+        int from = (me - i + n) % n;
+        if (!fb[from]) ops[k++] = op_recv(g, c, from, &rin[from], sizeof rin[from], IP_REGION);
+    }
+    int kr = k;
+    for (int i = 1; i < n; i++) {
+        int from = (me - i + n) % n;
+        if (!fb[from]) ops[k++] = op_recv(g, c, from, &fin[from], sizeof fin[from], IP_FLAG);
+    }
+    for (int i = 1; i < n; i++) {
+        int to = (me + i) % n;
+        if (fb[to]) continue;
+        rout[to] = mine;
+        rout[to].addr = (uint64_t)(uintptr_t)(buf + dsp[to]);
+        rout[to].len = cnt[to];
+        ops[k++] = op_send(g, c, to, &rout[to], wf_world_region_wire_size(&rout[to]), IP_REGION);
+    }
+    wf_status st = wf_world_post(w, ops, k), mismatch = WF_OK;
+    if (st != WF_OK) {
+        wf_world_cancel(w, ops, k);
+        goto out;
+    }
+    st = wait_part(w, ops, k, 0, kr);
+    if (st != WF_OK) goto out;
+    /* Step 2: the own halves, then the flags. */
+    int kf = k;
+    for (int i = 0; i < kr; i++) {
+        int j = wf_gfc_group_index(g, ops[i].peer);
+        const wf_world_region *r = &rin[j];
+        fout[j] = IP_DECLINED;
+        if (wf_world_region_check(r, ops[i].received) != WF_OK || r->len != cnt[j]) {
+            fout[j] = IP_MISMATCH;
+        } else if ((peer_ptr[j] = wf__world_region_map(w, ops[i].peer, r))) {
+            swap_half(me, j, buf + dsp[j], peer_ptr[j], cnt[j], 1);
+            fout[j] = IP_SWAPPED;
+        }
+    }
+    /* The swapped bytes are visible to the peer before the flag that tells it so. */
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < kr; i++) {
+        int j = wf_gfc_group_index(g, ops[i].peer);
+        ops[k++] = op_send(g, c, j, &fout[j], sizeof fout[j], IP_FLAG);
+    }
+    st = wf_world_post(w, ops + kf, k - kf);
+    if (st == WF_OK) st = wait_part(w, ops, k, kr, kr);
+    else wf_world_cancel(w, ops, k);
+    if (st != WF_OK) goto out;
+    atomic_thread_fence(memory_order_acquire);
+    /* Step 3: the halves a peer declined; done messages for them. */
+    int kd = k;
+    for (int i = 0; i < kr; i++) {
+        int j = wf_gfc_group_index(g, ops[i].peer);
+        uint64_t a = fout[j], b = ops[kr + i].received == sizeof fin[j] ? fin[j] : IP_MISMATCH;
+        if (a == IP_MISMATCH || b > IP_MISMATCH || b == IP_MISMATCH) {
+            mismatch = WF_EPROTO;
+        } else if (a == IP_SWAPPED && b == IP_DECLINED) {
+            swap_half(me, j, buf + dsp[j], peer_ptr[j], cnt[j], 0); /* the peer's half */
+            dout[j] = cnt[j];
+            ops[k++] = op_send(g, c, j, &dout[j], sizeof dout[j], IP_DONE);
+        } else if (a == IP_DECLINED && b == IP_SWAPPED) {
+            ops[k++] = op_recv(g, c, j, &din[j], sizeof din[j], IP_DONE);
+        } else if (a == IP_DECLINED && b == IP_DECLINED) {
+            fb[j] = 1;
+        }
+    }
+    atomic_thread_fence(memory_order_release);
+    if (k > kd) {
+        st = wf_world_post(w, ops + kd, k - kd);
+        if (st != WF_OK) {
+            wf_world_cancel(w, ops, k);
+            goto out;
+        }
+    }
+    /* Step 4 while the done messages travel (a member never waits for anything before it
+     * sends them, so no member of step 4 waits on one still in step 3). */
+    st = in_place_by_copy(w, g, c, buf, cnt, dsp, fb);
+    if (st != WF_OK) {
+        wf_world_cancel(w, ops, k);
+        goto out;
+    }
+    st = wf_world_wait(w, ops, k);
+    if (st != WF_OK) goto out;
+    atomic_thread_fence(memory_order_acquire);
+    for (int i = kd; i < k; i++) {
+        int j = wf_gfc_group_index(g, ops[i].peer);
+        if (ops[i].kind == WF_WORLD_RECV && (ops[i].received != sizeof din[j] || din[j] != cnt[j]))
+            st = WF_EPROTO;
+    }
+    if (st == WF_OK) st = mismatch;
+out:
+    free(rin);
+    return st;
+}
+
 wf_status wf_gfc_broadcast(wf_world *w, const wf_group *g, int root, void *buf, size_t len) {
     coll c;
     wf_status st = begin(w, g, &c);
@@ -372,6 +557,12 @@ wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
         x.rcnt[j] = recv_counts[j];
     }
     if (send_counts[c.me] != recv_counts[c.me]) return WF_EINVAL;
+    if (send == recv) {
+        for (int j = 0; j < c.n; j++)
+            if (send_counts[j] != recv_counts[j] || send_displs[j] != recv_displs[j])
+                return WF_EINVAL; /* in place: one layout for both */
+        return alltoallv_in_place(w, g, &c, recv, recv_counts, recv_displs);
+    }
     x.self_dst = x.rptr[c.me];
     x.self_src = x.sptr[c.me];
     x.self_len = send_counts[c.me];

@@ -849,6 +849,19 @@ int wf__world_mem_owned(wf_world *w, const void *buf, size_t len) {
     return wf__mcache_owned(w->mc, buf, len);
 }
 int wf__world_put_caller_memory(const wf_world *w) { return w->put_caller_memory; }
+
+void *wf__world_region_map(wf_world *w, int r, const wf_world_region *reg) {
+    if (!w || r < 0 || r >= w->n || r == w->rank || !reg || reg->id == 0 || reg->len == 0)
+        return NULL;
+    ucp_ep_h ep;
+    ucp_rkey_h rkey;
+    void *p;
+    if (get_ep(w, r, &ep) != WF_OK || region_rkey(w, r, ep, reg, &rkey) != WF_OK) return NULL;
+    /* Not mapped here (another host, memory UCX reaches only by CMA or a network): NULL, and
+     * the caller moves the data another way. */
+    if (ucp_rkey_ptr(rkey, reg->addr, &p) != UCS_OK) return NULL;
+    return p;
+}
 void wf__world_set_put_caller_memory(wf_world *w, int on) { w->put_caller_memory = on != 0; }
 size_t wf__world_put_threshold(const wf_world *w) { return w->put_threshold; }
 void wf__world_set_put_threshold(wf_world *w, size_t bytes) { w->put_threshold = bytes; }

@@ -103,6 +103,11 @@ void wf__world_set_put_caller_memory(wf_world *w, int on);
 /* Whether buf[0..len) lies in one block of wf_world_mem_alloc memory. */
 int wf__world_mem_owned(wf_world *w, const void *buf, size_t len);
 
+/* Where peer r's exposed region (received from it) is mapped in this process, for loads and
+ * stores of reg->len bytes from the returned address; NULL when this process cannot map it
+ * (r on another host, memory not allocated by UCX in shared memory, a key UCX refuses). */
+void *wf__world_region_map(wf_world *w, int r, const wf_world_region *reg);
+
 /* ---- world_copy.c --------------------------------------------------------------------------- */
 /* memcpy, with stores that bypass the cache for copies of at least wf__world_stream_min()
  * bytes (a quarter of the last-level cache); the stores are fenced before it returns, so
@@ -111,5 +116,8 @@ void wf__world_copy(void *dst, const void *src, size_t n);
 /* The same with the choice made by the caller (stream: 1), e.g. for a piece of a larger copy. */
 void wf__world_copy_as(void *dst, const void *src, size_t n, int stream);
 size_t wf__world_stream_min(void);
+/* Exchanges a[0..n) and b[0..n) (not overlapping): the in-place all-to-all's swap of a pair's
+ * blocks through mapped memory. SIMD width chosen at run time. */
+void wf__world_swap(void *a, void *b, size_t n);
 
 #endif

@@ -5,6 +5,7 @@
  * above the put threshold): sizes straddling it, the registration cache's reuse and its
  * invalidation when a buffer is unmapped and mapped again, overlapping groups using it at the
  * same time, 0-byte slices among large ones, mismatched sizes giving an error, not a hang.
+ * Odd-numbered all-to-all(-v) items of the plans run in place (test_gfc_inplace: the swap).
  * weft-test: labels=net,slow timeout=400 */
 #include <check.h>
 #include <stdlib.h>
@@ -119,29 +120,41 @@ static int run_item(wf_world *w, const item *p, int t) {
         b = malloc(sz * (size_t)n + 1);
         for (int k = 0; k < n; k++)
             for (size_t i = 0; i < sz; i++) a[(size_t)k * sz + i] = gen_byte(t, me, k, i);
-        st = wf_gfc_alltoall(w, &g, a, b, sz);
+        if (t % 2) { /* in place */
+            memcpy(b, a, sz * (size_t)n);
+            st = wf_gfc_alltoall(w, &g, b, b, sz);
+        } else {
+            st = wf_gfc_alltoall(w, &g, a, b, sz);
+        }
         for (int k = 0; st == WF_OK && k < n; k++)
             for (size_t i = 0; i < sz; i++)
                 WT_CHECK(b[(size_t)k * sz + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);
         break;
     case K_ALLTOALLV: {
         size_t sc[8], sd[8], rc[8], rd[8], stot = 0, rtot = 0;
+        int in_place = t % 2; /* in place: one layout, a pair's two counts equal */
         for (int k = 0; k < n; k++) {
-            sc[k] = v_count(t, me, k, sz);
-            rc[k] = v_count(t, k, me, sz);
+            sc[k] = in_place ? v_count(t, me < k ? me : k, me < k ? k : me, sz)
+                             : v_count(t, me, k, sz);
+            rc[k] = in_place ? sc[k] : v_count(t, k, me, sz);
         }
         /* Displacements in reverse member order, with gaps: nothing assumes a packed layout. */
         for (int k = n - 1; k >= 0; k--) {
             sd[k] = stot;
             stot += sc[k] + 3;
-            rd[k] = rtot;
-            rtot += rc[k] + 5;
+            rd[k] = in_place ? sd[k] : rtot;
+            rtot += in_place ? sc[k] + 3 : rc[k] + 5;
         }
         a = malloc(stot + 1);
         b = calloc(1, rtot + 1);
         for (int k = 0; k < n; k++)
             for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = gen_byte(t, me, k, i);
-        st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
+        if (in_place) {
+            memcpy(b, a, stot);
+            st = wf_gfc_alltoallv(w, &g, b, sc, sd, b, rc, rd);
+        } else {
+            st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
+        }
         for (int k = 0; st == WF_OK && k < n; k++)
             for (size_t i = 0; i < rc[k]; i++)
                 WT_CHECK(b[rd[k] + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);

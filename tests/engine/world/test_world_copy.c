@@ -1,6 +1,7 @@
 /* engine/world/world_copy.c: the writer-side copy of puts into mapped memory gives the bytes of
  * memcpy for every length and alignment, on the streaming path (stores that bypass the cache)
- * as on the ordinary one, and never writes outside the destination.
+ * as on the ordinary one, and never writes outside the destination; the swap of two blocks
+ * (the in-place all-to-all's) likewise.
  * weft-test: labels=unit timeout=60 */
 #include <check.h>
 #include <pthread.h>
@@ -71,6 +72,38 @@ START_TEST(test_stream_min_concurrent_first_use) {
 }
 END_TEST
 
+/* wf__world_swap: both blocks exchanged for every length around the 64-byte step and every
+ * relative alignment, nothing outside them written. */
+static void check_swap(size_t n, size_t ao, size_t bo) {
+    size_t cap = n + 2 * GUARD + 16;
+    uint8_t *x = malloc(cap), *y = malloc(cap);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(y);
+    memset(x, 0xA5, cap);
+    memset(y, 0x5A, cap);
+    uint8_t *a = x + GUARD + ao, *b = y + GUARD + bo;
+    for (size_t i = 0; i < n; i++) a[i] = pattern(i), b[i] = pattern(i + 7777);
+    wf__world_swap(a, b, n);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != pattern(i + 7777) || b[i] != pattern(i))
+            ck_abort_msg("swap n %zu a+%zu b+%zu: byte %zu", n, ao, bo, i);
+    for (size_t i = 0; i < GUARD + ao; i++) ck_assert_uint_eq(x[i], 0xA5);
+    for (size_t i = GUARD + ao + n; i < cap; i++) ck_assert_uint_eq(x[i], 0xA5);
+    for (size_t i = 0; i < GUARD + bo; i++) ck_assert_uint_eq(y[i], 0x5A);
+    for (size_t i = GUARD + bo + n; i < cap; i++) ck_assert_uint_eq(y[i], 0x5A);
+    free(x);
+    free(y);
+}
+
+START_TEST(test_swap_lengths_alignments) {
+    static const size_t lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4099, 65536 + 13};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t ao = 0; ao < 16; ao += 3)
+            for (size_t bo = 0; bo < 16; bo += 5) check_swap(lens[li], ao, bo);
+    check_swap(3u << 20, 1, 0); /* several MiB, unaligned */
+}
+END_TEST
+
 static Suite *copy_suite(void) {
     Suite *s = suite_create("world_copy");
     TCase *tc = tcase_create("copy");
@@ -78,6 +111,7 @@ static Suite *copy_suite(void) {
     tcase_add_test(tc, test_stream_min_concurrent_first_use);
     tcase_add_test(tc, test_copy_small_all_alignments);
     tcase_add_test(tc, test_copy_streaming_threshold);
+    tcase_add_test(tc, test_swap_lengths_alignments);
     suite_add_tcase(s, tc);
     return s;
 }
