@@ -103,7 +103,10 @@ static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vn
 
 /* Whether the kernel forms a weight block's 16 products dx * dy with one multiply by the
  * panel's row scales (wf_panel_block.s) and hands each register its pair with a permute,
- * instead of one multiply per register: the same products, rounded once, so the same bits. */
+ * instead of one multiply per register: the same products, rounded once, so the same bits.
+ * Q8_0 only: 1.12x for its panels (Gemma's output matrix), 0.91x for Q5_0's, whose nibble
+ * and fifth-bit unpacking competes with the permutes (BENCHMARKS.md); the Q4_x types keep
+ * per-lane scales for the high nibbles and m * s. */
 static WF_INLINE bool permuted_scales(wf_tile_kind k, bool vnni) {
     return k == WF_TK_Q8_0;
 }
