@@ -59,7 +59,9 @@ typedef struct {
      * 16 in lanes 4-7 and 12-15 where the kernel keeps high nibbles in place (see
      * quant_panel_avx512.c), which leaves every product dx * dy exact */
     float scale[WF_QUANT_PANEL_ROWS / 2][16];
-    float s[WF_QUANT_PANEL_ROWS]; /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: 0 */
+    /* Q8_1: d * sum(qs) as stored (fp16 -> float); Q8_0: each row's d, from which the Q8_0
+     * kernel forms one weight block's 16 products dx * dy with one multiply */
+    float s[WF_QUANT_PANEL_ROWS];
 } wf_panel_block;
 /* followed, for weight types whose quants carry an offset (Q4_0: 8, Q5_0: 16, Q8_0 stored with
  * +128 to make it unsigned), by the starting value of each int32 lane of pair j (lanes as in

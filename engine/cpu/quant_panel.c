@@ -44,6 +44,7 @@ void wf_quant_panel_pack_layout(wf_ggml_type wtype, bool high_nibbles_in_place, 
                 const wf_block_q8_0 *b = (const void *)blk;
                 memcpy(pb->qs[r], b->qs, WF_QK);
                 d = wf_fp16_to_fp32(b->d);
+                pb->s[r] = d;
             }
             for (int lane = 0; lane < 8; lane++)
                 pb->scale[r / 2][8 * (r % 2) + lane] = high_nibbles_in_place && lane >= 4 ? d / 16 : d;

@@ -101,10 +101,34 @@ static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vn
     return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
 }
 
+/* Whether the kernel forms a weight block's 16 products dx * dy with one multiply by the
+ * panel's row scales (wf_panel_block.s) and hands each register its pair with a permute,
+ * instead of one multiply per register: the same products, rounded once, so the same bits.
+ * Q8_0 only: 1.12x for its panels (Gemma's output matrix), 0.91x for Q5_0's, whose nibble
+ * and fifth-bit unpacking competes with the permutes (BENCHMARKS.md); the Q4_x types keep
+ * per-lane scales for the high nibbles and m * s. */
+static WF_INLINE bool permuted_scales(wf_tile_kind k, bool vnni) {
+    return k == WF_TK_Q8_0;
+}
+
+/* [2j x 8, 2j + 1 x 8]: the permute that gives pair j's registers their products. */
+static const int32_t pair_indices[PANEL_PAIRS][16] __attribute__((aligned(64))) = {
+#define PAIR_INDEX(j) {2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, \
+                       2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1}
+    PAIR_INDEX(0), PAIR_INDEX(1), PAIR_INDEX(2), PAIR_INDEX(3),
+    PAIR_INDEX(4), PAIR_INDEX(5), PAIR_INDEX(6), PAIR_INDEX(7)
+#undef PAIR_INDEX
+};
+static WF_INLINE __m512i pair_index(int j) {
+    /* a load, not built in registers: compilers rebuild constants inside the loop otherwise */
+    return _mm512_load_si512((const void *)pair_indices[j]);
+}
+
 /* NR weight rows x NP pairs of panel rows. */
 static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, bool vnni, int n,
                                    float *s, size_t ss, const void *vx, size_t bx,
                                    const void *panel, int nc) {
+    const bool permuted = permuted_scales(k, vnni);
     const bool has_min = k == WF_TK_Q4_1 || k == WF_TK_Q5_1;
     const bool has_offset = k == WF_TK_Q4_0 || k == WF_TK_Q5_0 || k == WF_TK_Q8_0;
     const size_t wbs = wf_tile_block_bytes(k);
@@ -134,6 +158,7 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
                 summs[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(wsc)),
                                            _mm512_load_ps(pb->s), summs[r]);
             const __m512i wq = weight_quants_pair(k, vnni, blk, NULL);
+            const __m512 products = permuted ? _mm512_mul_ps(dx, _mm512_load_ps(pb->s)) : dx;
             WF_UNROLL
             for (int j = 0; j < NP; j++) {
                 const __m512i yq = _mm512_load_si512((const void *)pb->qs[2 * j]);
@@ -141,7 +166,8 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
                                                  : _mm512_setzero_si512();
                 const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
                 /* dx * dy of both outputs, each rounded once as ggml's scalar product */
-                const __m512 d = _mm512_mul_ps(dx, _mm512_load_ps(pb->scale[j]));
+                const __m512 d = permuted ? _mm512_permutexvar_ps(pair_index(j), products)
+                                          : _mm512_mul_ps(dx, _mm512_load_ps(pb->scale[j]));
                 acc[r][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[r][j]);
             }
         }
