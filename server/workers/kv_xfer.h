@@ -55,6 +55,13 @@ typedef struct wf_kv_xfer_options {
     const char *force_profile; /* a profile name: always that one; "off": never compress; NULL
                                   or "auto": the controller decides */
     double init_bandwidth_gbps;/* the controller's B before its first sample */
+    double compress_margin;    /* the controller's (kv_controller.h): 0.2 by default */
+    /* Encode and decode of each layer slice split over a pool (wf_kv_codec_set_parallel; the
+     * frames are byte-identical): run NULL or par_workers <= 1 keeps them serial. The pool is
+     * the caller's, used only by this object's thread, and must outlive it. */
+    wf_kv_parallel_fn par_run;
+    void *par_pool;
+    int par_workers;
 } wf_kv_xfer_options;
 
 void wf_kv_xfer_options_init(wf_kv_xfer_options *o);
