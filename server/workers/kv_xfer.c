@@ -320,6 +320,13 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     wf_kv_controller_observe_codec(x->ctl, d->profile, wf_kv_codec_input_bytes(x->codec, n_tokens),
                                    enc_ns, ack.decode_ns, t1);
     wf_kv_controller_observe_pipelined(x->ctl, d, *wire_bytes, wire_ns, codec_ns, t1 - t0, t1);
+    /* Where the time went, per transfer: what explains a slow one afterwards. */
+    WF_LOG_INFO("worker", NULL, "KV to rank %d: %s, %zu -> %zu bytes, encode %.1f ms, decode %.1f "
+                 "ms (last slice %.1f), first slice ready %.1f ms, wire %.1f ms, total %.1f ms", peer,
+                 x->lib.items[d->profile].profile.name, wf_kv_codec_input_bytes(x->codec, n_tokens),
+                 *wire_bytes, (double)enc_ns / 1e6, (double)ack.decode_ns / 1e6,
+                 (double)ack.tail_ns / 1e6, (double)(t_first - t0) / 1e6, (double)wire_ns / 1e6,
+                 (double)(t1 - t0) / 1e6);
     x->st.compressed++;
     x->st.raw_bytes += wf_kv_codec_input_bytes(x->codec, n_tokens);
     x->st.wire_bytes += *wire_bytes;

@@ -1095,7 +1095,8 @@ int wf_worker_main(const wf_worker_params *p) {
     }
     w.kv_on = true;
     {
-        if (p->kv_profiles) codec_pool_open(&w, n_threads, geo.n_layers);
+        if (p->kv_profiles)
+            codec_pool_open(&w, p->kv_codec_threads > 0 ? p->kv_codec_threads : n_threads, geo.n_layers);
         if (p->kv_profiles && wf_kv_profile_lib_load(p->kv_profiles, &lib, err, sizeof err) != WF_OK) {
             char m[600];
             snprintf(m, sizeof m, "--kv-profiles %s: %s", p->kv_profiles, err);
