@@ -325,8 +325,7 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     posted = 1;
     size_t sent = hdr_len;
     uint64_t t_first = 0;
-    static enc_job job; /* one send at a time per process (the worker's thread) */
-    job = (enc_job){.x = x, .store = store, .blocks = blocks, .n_blocks = n_blocks,
+    enc_job job = {.x = x, .store = store, .blocks = blocks, .n_blocks = n_blocks,
                     .n_tokens = n_tokens, .ns = ns, .total = total, .st = WF_OK, .efd = x->efd};
     job.off[0] = hdr_len;
     atomic_init(&job.ready, 0);

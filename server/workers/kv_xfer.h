@@ -4,7 +4,10 @@
  * predicts that a profile is faster over the link it measures, the blocks are encoded and sent
  * as tagged messages instead, and the decode worker decodes them into the blocks the scheduler
  * reserved. A transfer is a pipeline of layer slices (8, or one per layer if fewer: kv/codec.h's
- * wf_kv_codec_encode_layers), so encode, wire and decode overlap:
+ * wf_kv_codec_encode_layers), so encode, wire and decode overlap. The sender encodes on a thread
+ * of its own while the caller's thread posts each slice as soon as it is ready and progresses
+ * the world (UCX over TCP moves a posted message only while the sender progresses); encode and
+ * decode of a slice may also be split over a pool (options par_run):
  *
  *     prefill rank                                  decode rank
  *     HEADER (magic, tokens, slices, id, blocks) ─▶ checks the blocks, posts a receive per slice
