@@ -9,16 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A profile whose speeds were learnt from transfers gets its start-up speeds back after this
+ * many cool-downs without a transfer (the load that slowed it may be gone; a profile judged
+ * too slow would otherwise never be tried again). Rare, since each retry may lose to raw. */
+#define CODEC_FORGET 6u
+
 typedef struct option {
     uint64_t chosen, observed, misses, cooldowns;
     int streak;           /* consecutive misses */
     double residual;      /* EWMA observed / model */
     uint64_t cool_until;  /* now_ns before which the option is not chosen */
+    uint64_t codec_seen;  /* now_ns of the last observe_codec (0: never: the prior holds) */
 } option;
 
 struct wf_kv_controller {
     wf_kv_controller_options o;
     wf_kv_profile_stats *prof;
+    wf_kv_profile_stats *prior; /* the speeds given at _new, restored after cooldown_ns unseen */
     int n;
     option *opt; /* n + 1: opt[0] is raw, opt[i + 1] profile i */
     double bw_gbps;
@@ -67,6 +74,8 @@ void wf_kv_controller_options_init(wf_kv_controller_options *o) {
         .cooldown_ns = 5000000000ull,
         .link_latency_ms = 0.0,
         .pipeline_slices = 1,
+        .compress_margin = 0.0,
+        .codec_alpha = 0.5,
     };
 }
 
@@ -88,7 +97,8 @@ wf_status wf_kv_controller_new(const wf_kv_controller_options *o,
         !(o->bandwidth_alpha > 0 && o->bandwidth_alpha <= 1) ||
         !(o->residual_alpha > 0 && o->residual_alpha <= 1) || !(o->miss_factor >= 1) ||
         o->miss_limit < 1 || !(o->link_latency_ms >= 0) || o->pipeline_slices < 1 ||
-        o->pipeline_slices > 4096)
+        o->pipeline_slices > 4096 || !(o->compress_margin >= 0 && o->compress_margin <= 0.9) ||
+        !(o->codec_alpha > 0 && o->codec_alpha <= 1))
         return WF_EINVAL;
     for (int i = 0; i < n; i++)
         if (!(profiles[i].cr > 0) || !(profiles[i].enc_gbps > 0) || !(profiles[i].dec_gbps > 0))
@@ -96,12 +106,14 @@ wf_status wf_kv_controller_new(const wf_kv_controller_options *o,
     wf_kv_controller *c = calloc(1, sizeof *c);
     if (!c) return WF_ENOMEM;
     c->prof = malloc((size_t)(n ? n : 1) * sizeof *c->prof);
+    c->prior = malloc((size_t)(n ? n : 1) * sizeof *c->prior);
     c->opt = calloc((size_t)n + 1, sizeof *c->opt);
-    if (!c->prof || !c->opt) {
+    if (!c->prof || !c->prior || !c->opt) {
         wf_kv_controller_free(c);
         return WF_ENOMEM;
     }
     if (n) memcpy(c->prof, profiles, (size_t)n * sizeof *profiles);
+    if (n) memcpy(c->prior, profiles, (size_t)n * sizeof *profiles);
     c->n = n;
     c->o = *o;
     c->bw_gbps = o->init_bandwidth_gbps;
@@ -113,6 +125,7 @@ wf_status wf_kv_controller_new(const wf_kv_controller_options *o,
 void wf_kv_controller_free(wf_kv_controller *c) {
     if (!c) return;
     free(c->prof);
+    free(c->prior);
     free(c->opt);
     free(c);
 }
@@ -138,12 +151,20 @@ void wf_kv_controller_decide(wf_kv_controller *c, const wf_kv_transfer_req *req,
     double budget = req->accuracy >= 0 ? req->accuracy : c->o.default_accuracy;
     int best = -1, n_accurate = 0, best_eligible = -1;
     double raw_model = model_ms(c, -1, req->bytes);
-    double best_ms = raw_model * c->opt[0].residual, best_model = raw_model;
+    double raw_ms = raw_model * c->opt[0].residual;
+    /* A profile must beat raw by the margin: the bar it is compared against. */
+    double best_ms = raw_ms * (1.0 - c->o.compress_margin), best_model = raw_model;
     double fastest_ms = INFINITY;
     for (int i = 0; i < c->n; i++) {
         if (c->prof[i].accuracy < budget) continue;
         n_accurate++;
         if (cooling(c, i, now_ns)) continue;
+        option *op = &c->opt[i + 1];
+        if (op->codec_seen && now_ns - op->codec_seen > CODEC_FORGET * c->o.cooldown_ns) {
+            c->prof[i].enc_gbps = c->prior[i].enc_gbps;
+            c->prof[i].dec_gbps = c->prior[i].dec_gbps;
+            op->codec_seen = 0;
+        }
         double m = model_ms(c, i, req->bytes), t = m * c->opt[i + 1].residual;
         if (t < fastest_ms) {
             fastest_ms = t;
@@ -159,13 +180,14 @@ void wf_kv_controller_decide(wf_kv_controller *c, const wf_kv_transfer_req *req,
                           : n_accurate == 0 ? WF_KV_REASON_NO_PROFILE
                           : best_eligible < 0 ? WF_KV_REASON_COOLING
                                               : WF_KV_REASON_LINK_FAST;
+    if (best < 0) best_ms = raw_ms;
     int shown = best >= 0 ? best : best_eligible;
     *out = (wf_kv_decision){
         .profile = best,
         .reason = reason,
         .predicted_ms = best_ms,
         .model_ms = best_model,
-        .raw_ms = raw_model * c->opt[0].residual,
+        .raw_ms = raw_ms,
         .bandwidth_gbps = c->bw_gbps,
         .b_star_gbps = shown >= 0 ? wf_kv_profile_b_star_pipelined_gbps(&c->prof[shown],
                                                                           c->o.pipeline_slices)
@@ -233,6 +255,22 @@ void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decisio
      * against the model at the current B). */
     c->st.lower_bound_samples++;
     wf_kv_controller_observe(c, d, wire_bytes, 0, total_ns, now_ns);
+}
+
+void wf_kv_controller_observe_codec(wf_kv_controller *c, int profile, size_t in_bytes,
+                                    uint64_t enc_ns, uint64_t dec_ns, uint64_t now_ns) {
+    if (profile < 0 || profile >= c->n || in_bytes == 0) return;
+    c->opt[profile + 1].codec_seen = now_ns ? now_ns : 1;
+    wf_kv_profile_stats *p = &c->prof[profile];
+    double a = c->o.codec_alpha, gb = (double)in_bytes;
+    /* GB/s = bytes / ns; an EWMA of the times per byte (not of the speeds), so that one
+     * preempted, very slow sample weighs by the time it cost. */
+    if (enc_ns > 0) p->enc_gbps = 1.0 / ((1 - a) / p->enc_gbps + a * (double)enc_ns / gb);
+    if (dec_ns > 0) p->dec_gbps = 1.0 / ((1 - a) / p->dec_gbps + a * (double)dec_ns / gb);
+}
+
+const wf_kv_profile_stats *wf_kv_controller_profile(const wf_kv_controller *c, int index) {
+    return index >= 0 && index < c->n ? &c->prof[index] : NULL;
 }
 
 void wf_kv_controller_get_stats(const wf_kv_controller *c, wf_kv_controller_stats *out) {
@@ -340,8 +378,10 @@ size_t wf_kv_controller_format_json(const wf_kv_controller *c, char *buf, size_t
         emit(&b, "%s{\"profile\":\"%s\"", i > -1 ? "," : "", name);
         if (i >= 0) {
             const wf_kv_profile_stats *p = &c->prof[i];
-            emit(&b, ",\"cr\":%.4g,\"speed_gbps\":%.4g,\"b_star_gbps\":%.4g,\"accuracy\":%.4g",
-                 p->cr, wf_kv_profile_speed_gbps(p), wf_kv_profile_b_star_gbps(p), p->accuracy);
+            emit(&b, ",\"cr\":%.4g,\"enc_gbps\":%.4g,\"dec_gbps\":%.4g,\"speed_gbps\":%.4g,"
+                     "\"b_star_gbps\":%.4g,\"accuracy\":%.4g",
+                 p->cr, p->enc_gbps, p->dec_gbps, wf_kv_profile_speed_gbps(p),
+                 wf_kv_profile_b_star_pipelined_gbps(p, c->o.pipeline_slices), p->accuracy);
         }
         emit(&b, ",\"chosen\":%llu,\"observed\":%llu,\"misses\":%llu,\"cooldowns\":%llu,"
                  "\"residual\":%.4g,\"cooling\":%s}",

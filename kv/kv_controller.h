@@ -87,6 +87,12 @@ void wf_kv_profile_lib_free(wf_kv_profile_lib *lib);
 wf_status wf_kv_profile_lib_measure(wf_kv_profile_lib *lib, const wf_kv_store *kv,
                                     const int32_t *blocks, int n_blocks, int n_tokens,
                                     uint64_t budget_ns, char *err, size_t errlen);
+/* The same with the codec split over n_workers threads (wf_kv_codec_set_parallel: run NULL is
+ * the serial one), as the transfers that will use these speeds code. */
+wf_status wf_kv_profile_lib_measure_parallel(wf_kv_profile_lib *lib, const wf_kv_store *kv,
+                                             const int32_t *blocks, int n_blocks, int n_tokens,
+                                             uint64_t budget_ns, wf_kv_parallel_fn run, void *pool,
+                                             int n_workers, char *err, size_t errlen);
 
 typedef struct wf_kv_controller_options {
     double init_bandwidth_gbps; /* B before the first observation */
@@ -99,10 +105,15 @@ typedef struct wf_kv_controller_options {
     double link_latency_ms;     /* fixed cost of any transfer (added to every option) */
     int pipeline_slices;        /* layer slices a compressed transfer is pipelined over (1..4096;
                                    1: encode, wire and decode one after the other) */
+    double compress_margin;     /* 0..0.9: a profile must be predicted at most (1 - margin) x
+                                   raw's time to be chosen (a loaded CPU's codec speed varies
+                                   more than a link's rate: losing to raw costs more than
+                                   a small missed gain) */
+    double codec_alpha;         /* EWMA weight of a codec speed observed on a real transfer */
 } wf_kv_controller_options;
 
-/* Defaults: B0 10 Gbps, alphas 0.3, kv_accuracy 0.9, miss 1.5x, 3 misses, 5 s, latency 0,
- * 1 slice. */
+/* Defaults: B0 10 Gbps, alphas 0.3 (codec 0.5), kv_accuracy 0.9, miss 1.5x, 3 misses, 5 s,
+ * latency 0, 1 slice, margin 0. */
 void wf_kv_controller_options_init(wf_kv_controller_options *o);
 
 typedef struct wf_kv_transfer_req {
@@ -156,6 +167,19 @@ void wf_kv_controller_observe(wf_kv_controller *c, const wf_kv_decision *d, size
 void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decision *d,
                                         size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
                                         uint64_t total_ns, uint64_t now_ns);
+
+/* The codec speeds a real transfer through profile `profile` showed: in_bytes of F16 KV took
+ * enc_ns to encode and dec_ns to decode (sums over its slices, on the cores and under the load
+ * the transfer had, parallel coding included; 0: not measured). They move the profile's
+ * enc/dec speeds (EWMA of the time per byte, codec_alpha), the start-up figures being the
+ * prior, so a codec that runs slower than measured at start-up stops being chosen where it
+ * loses to raw. A profile not observed for 6 x cooldown_ns gets its prior back (the load that
+ * slowed it may be gone; else it would never be tried again). Call it before the transfer's
+ * observe so that the residual is judged with the corrected speeds. */
+void wf_kv_controller_observe_codec(wf_kv_controller *c, int profile, size_t in_bytes,
+                                    uint64_t enc_ns, uint64_t dec_ns, uint64_t now_ns);
+/* A profile's current figures (its speeds as corrected by observe_codec); NULL if out of range. */
+const wf_kv_profile_stats *wf_kv_controller_profile(const wf_kv_controller *c, int index);
 
 /* Per option state; index -1 is raw. */
 typedef struct wf_kv_option_state {

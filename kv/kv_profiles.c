@@ -220,10 +220,22 @@ done:
 wf_status wf_kv_profile_lib_measure(wf_kv_profile_lib *lib, const wf_kv_store *kv,
                                     const int32_t *blocks, int n_blocks, int n_tokens,
                                     uint64_t budget_ns, char *err, size_t errlen) {
+    return wf_kv_profile_lib_measure_parallel(lib, kv, blocks, n_blocks, n_tokens, budget_ns, NULL,
+                                              NULL, 1, err, errlen);
+}
+
+wf_status wf_kv_profile_lib_measure_parallel(wf_kv_profile_lib *lib, const wf_kv_store *kv,
+                                             const int32_t *blocks, int n_blocks, int n_tokens,
+                                             uint64_t budget_ns, wf_kv_parallel_fn run, void *pool,
+                                             int n_workers, char *err, size_t errlen) {
     if (lib->n == 0) return WF_OK;
     wf_kv_codec *c;
     wf_status st = wf_kv_codec_new(&kv->geometry, n_tokens > 0 ? n_tokens : 1, &c);
     if (st != WF_OK) return wf_status_errorf(err, errlen, st, "kv codec for the measurement");
+    if (run && (st = wf_kv_codec_set_parallel(c, run, pool, n_workers)) != WF_OK) {
+        wf_kv_codec_free(c);
+        return wf_status_errorf(err, errlen, st, "kv codec on %d threads", n_workers);
+    }
     wf_kv_store out;
     size_t cap = wf_kv_codec_max_frame_bytes(c, n_tokens);
     uint8_t *frame = malloc(cap);

@@ -82,6 +82,7 @@ static const option_spec options[] = {
     {"decode-workers", OPT_INT, FIELD(decode_workers), 0, 63, "M", "prefill/decode disaggregation: M worker processes decode (each one scheduler group; needs --prefill-workers)"},
     {"kv-profiles", OPT_STRING, FIELD(kv_profiles), 0, 0, "FILE", "prefill/decode: the KV codec profile library (weft-kvprof's JSON, e.g. deploy/kv-profiles.json); without it KV always crosses raw"},
     {"kv-codec", OPT_STRING, FIELD(kv_codec), 0, 0, "auto|off|NAME", "prefill/decode: auto (the controller compresses when the link is the bottleneck; default), off, or always the named profile"},
+    {"kv-codec-threads", OPT_INT, FIELD(kv_codec_threads), 0, 256, "N", "prefill/decode: threads each worker encodes and decodes KV with (0: one per core of the worker, default; 1: serial)"},
     {"kv-accuracy", OPT_DOUBLE, FIELD(kv_accuracy), 0, 1, "X", "prefill/decode: the least greedy-token agreement a compressed transfer may cost (default 0.9)"},
     {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
     {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},

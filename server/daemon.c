@@ -466,6 +466,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.kv_profiles = p->kv_profiles;
     wp.kv_codec = p->kv_codec;
     wp.kv_accuracy = p->kv_accuracy;
+    wp.kv_codec_threads = p->kv_codec_threads;
     wp.vmodels = p->vmodels;
     wp.n_vmodels = p->n_vmodels;
     if (p->n_dits > 1)

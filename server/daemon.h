@@ -72,6 +72,7 @@ typedef struct wf_daemon_params {
     bool kv_window_release;
     const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
     double kv_accuracy;
+    int kv_codec_threads;
     char *const *vmodels;     /* --vmodel declarations, passed on to started workers */
     int n_vmodels;
 } wf_daemon_params;

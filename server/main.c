@@ -93,6 +93,7 @@ static void *load_main(void *arg) {
     p.kv_profiles = d->cfg.kv_profiles;
     p.kv_codec = d->cfg.kv_codec;
     p.kv_accuracy = d->cfg.kv_accuracy;
+    p.kv_codec_threads = d->cfg.kv_codec_threads;
     p.vmodels = d->cfg.vmodels;
     p.n_vmodels = (int)d->cfg.n_vmodels;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
@@ -245,6 +246,7 @@ static int run_worker(const wf_config *cfg) {
     p.kv_profiles = cfg->kv_profiles;
     if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
     p.kv_accuracy = cfg->kv_accuracy;
+    p.kv_codec_threads = cfg->kv_codec_threads;
     p.vmodels = cfg->vmodels;
     p.n_vmodels = (int)cfg->n_vmodels;
     if (cfg->n_dits > 1) {

@@ -39,8 +39,9 @@ shape() { # rate: token bucket on both ends; the burst covers 4 ms at the rate (
   ip netns exec $NS_B tc qdisc replace dev vpdB root tbf rate "$rate" burst "$burst" latency 200ms
 }
 
+# EXTRA: more weftd flags for both processes, e.g. EXTRA="--kv-codec-threads 1".
 COMMON=(--model "$MODEL" --kv-memory-mb 640 --max-running 8 --kv-profiles "$PROFILES"
-        --worker-timeout-ms 1800000 --heartbeat-ms 500)
+        --worker-timeout-ms 1800000 --heartbeat-ms 500 ${EXTRA:-})
 
 pd_start() { # tag: starts the pair (logs $OUT/coordinator-tag.log, decode-tag.log), waits for health
   local tag=$1

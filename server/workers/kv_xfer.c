@@ -1,9 +1,12 @@
 /* Compressed KV transfers between workers: see kv_xfer.h. */
 #include "server/workers/kv_xfer.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "kv/codec.h"
@@ -50,12 +53,66 @@ struct wf_kv_xfer {
     wf_world_op ops[MAX_SLICES + 2];   /* a send: header, slices, ack */
     peer_rx rx[WF_KV_XFER_MAX_PEERS];
     wf_kv_xfer_stats st;
+    int efd;                           /* the encoder thread's "slice ready" (-1: none) */
 };
+
+static void slice_range(int L, int n, int i, int *l0, int *l1);
+
+/* A send's encoder: a thread encodes the slices one after the other while the worker's thread
+ * posts each one as soon as it is ready and keeps progressing the world, so that slice i
+ * really is on the wire while slice i+1 is encoded (UCX over TCP moves a posted message only
+ * while someone progresses the sender's worker: with encode and progress on one thread the wire
+ * idled during every encode, measured as total = encode + wire). */
+typedef struct enc_job {
+    wf_kv_xfer *x;
+    const wf_kv_store *store;
+    const int32_t *blocks;
+    int n_blocks, n_tokens, ns;
+    size_t total;
+    size_t off[MAX_SLICES + 1];        /* slice i is buf[off[i], off[i + 1]) */
+    atomic_int ready;                  /* slices encoded (off[] written before the increment) */
+    wf_status st;
+    char err[256];
+    uint64_t enc_ns;
+    int efd;
+} enc_job;
+
+static void *enc_main(void *arg) {
+    enc_job *j = arg;
+    wf_kv_xfer *x = j->x;
+    for (int i = 0; i < j->ns; i++) {
+        int l0, l1;
+        slice_range(x->geo.n_layers, j->ns, i, &l0, &l1);
+        size_t len = 0;
+        if (j->st == WF_OK) {
+            uint64_t te = wf_clock_now_ns();
+            j->st = wf_kv_codec_encode_layers(x->codec, j->store, j->blocks, j->n_blocks,
+                                              j->n_tokens, l0, l1, x->buf + j->off[i],
+                                              j->total - j->off[i], &len, j->err, sizeof j->err);
+            /* A failed slice still goes, empty: the peer expects ns slices, refuses the empty
+             * one and answers, so both sides end the transfer cleanly. */
+            if (j->st != WF_OK) len = 0;
+            j->enc_ns += wf_clock_now_ns() - te;
+        }
+        j->off[i + 1] = j->off[i] + len;
+        atomic_store_explicit(&j->ready, i + 1, memory_order_release);
+        if (j->efd >= 0) {
+            uint64_t one = 1;
+            ssize_t r = write(j->efd, &one, sizeof one);
+            (void)r;
+        }
+    }
+    return NULL;
+}
 
 void wf_kv_xfer_options_init(wf_kv_xfer_options *o) {
     memset(o, 0, sizeof *o);
     o->default_accuracy = 0.9;
     o->init_bandwidth_gbps = 10;
+    /* Measured (BENCHMARKS.md, bench/pd): the same compressed transfer varies by 2x and more
+     * between runs on a loaded host while a raw one varies less; a profile predicted within
+     * 20 % of raw is as likely to lose as to win. */
+    o->compress_margin = 0.2;
 }
 
 static wf_status copy_lib(wf_kv_profile_lib *dst, const wf_kv_profile_lib *src) {
@@ -87,6 +144,7 @@ wf_status wf_kv_xfer_new(const wf_kv_geometry *g, int max_tokens, const wf_kv_pr
     x->force = -2;
     x->default_accuracy = o->default_accuracy;
     x->n_slices = wf_kv_xfer_slices(g->n_layers);
+    x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); /* -1: the posting loop polls instead */
     /* Ids start where a restarted sender's earlier incarnation is unlikely to have been. */
     x->next_id = (uint16_t)(wf_clock_now_ns() >> 10 ^ (uint64_t)getpid());
     wf_status st = copy_lib(&x->lib, lib);
@@ -117,11 +175,17 @@ wf_status wf_kv_xfer_new(const wf_kv_geometry *g, int max_tokens, const wf_kv_pr
         snprintf(err, errlen, "KV codec: %s", wf_status_str(st));
         goto fail;
     }
+    if (o->par_run && o->par_workers > 1 &&
+        (st = wf_kv_codec_set_parallel(x->codec, o->par_run, o->par_pool, o->par_workers)) != WF_OK) {
+        snprintf(err, errlen, "KV codec on %d threads: %s", o->par_workers, wf_status_str(st));
+        goto fail;
+    }
     wf_kv_controller_options co;
     wf_kv_controller_options_init(&co);
     co.default_accuracy = o->default_accuracy;
     if (o->init_bandwidth_gbps > 0) co.init_bandwidth_gbps = o->init_bandwidth_gbps;
     co.pipeline_slices = x->n_slices;
+    co.compress_margin = o->compress_margin;
     if ((st = wf_kv_controller_new(&co, x->lib.items, x->lib.n, &x->ctl)) != WF_OK) {
         snprintf(err, errlen, "KV controller: %s", wf_status_str(st));
         goto fail;
@@ -142,6 +206,7 @@ void wf_kv_xfer_free(wf_kv_xfer *x, wf_world *w) {
     }
     wf_kv_controller_free(x->ctl);
     wf_kv_codec_free(x->codec);
+    if (x->efd >= 0) close(x->efd);
     wf_kv_profile_lib_free(&x->lib);
     free(x->buf);
     free(x);
@@ -258,31 +323,42 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     int posted = 0;
     if ((st = wf_world_post(w, ops, 1)) != WF_OK) goto fail_post;
     posted = 1;
-    size_t off = hdr_len, sent = hdr_len;
-    wf_status enc_st = WF_OK;
-    uint64_t t_first = 0, enc_ns = 0;
-    for (int i = 0; i < ns; i++) {
-        int l0, l1;
-        slice_range(L, ns, i, &l0, &l1);
-        size_t len = 0;
-        if (enc_st == WF_OK) {
-            uint64_t te = wf_clock_now_ns();
-            enc_st = wf_kv_codec_encode_layers(x->codec, store, blocks, n_blocks, n_tokens, l0, l1,
-                                               x->buf + off, total - off, &len, err, errlen);
-            /* A failed slice still goes, empty: the peer expects ns slices, refuses the empty
-             * one and answers, so both sides end the transfer cleanly. */
-            if (enc_st != WF_OK) len = 0;
-            enc_ns += wf_clock_now_ns() - te;
+    size_t sent = hdr_len;
+    uint64_t t_first = 0;
+    enc_job job = {.x = x, .store = store, .blocks = blocks, .n_blocks = n_blocks,
+                    .n_tokens = n_tokens, .ns = ns, .total = total, .st = WF_OK, .efd = x->efd};
+    job.off[0] = hdr_len;
+    atomic_init(&job.ready, 0);
+    pthread_t th;
+    bool threaded = pthread_create(&th, NULL, enc_main, &job) == 0;
+    if (!threaded) enc_main(&job); /* no thread: encode first, then send (still correct) */
+    int n_sl = 0;                  /* slices posted */
+    while (n_sl < ns) {
+        int ready = atomic_load_explicit(&job.ready, memory_order_acquire);
+        for (; n_sl < ready; n_sl++) {
+            if (n_sl == 0) t_first = wf_clock_now_ns();
+            size_t len = job.off[n_sl + 1] - job.off[n_sl];
+            ops[1 + n_sl] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1, id),
+                                          .buf = x->buf + job.off[n_sl], .len = len};
+            if ((st = wf_world_post(w, &ops[1 + n_sl], 1)) != WF_OK) break;
+            posted++;
+            sent += len;
         }
-        if (i == 0) t_first = wf_clock_now_ns();
-        ops[1 + i] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = peer, .tag = tag(1, id),
-                                   .buf = x->buf + off, .len = len};
-        if ((st = wf_world_post(w, &ops[1 + i], 1)) != WF_OK) goto fail_post;
-        posted++;
-        off += len;
-        sent += len;
+        if (st != WF_OK || n_sl == ns) break;
         wf_world_test(w, ops, posted); /* keeps the posted slices moving */
+        /* Sleeps until UCX has work or the encoder signals a slice (at most 1 ms). */
+        if (x->efd >= 0) {
+            wf_world_wait_event(w, x->efd, 1);
+            uint64_t drained;
+            ssize_t r = read(x->efd, &drained, sizeof drained);
+            (void)r;
+        }
     }
+    if (threaded) pthread_join(th, NULL); /* the encoder writes x->buf: joined before any exit */
+    if (st != WF_OK) goto fail_post;
+    wf_status enc_st = job.st;
+    uint64_t enc_ns = job.enc_ns;
+    if (enc_st != WF_OK) snprintf(err, errlen, "%s", job.err);
     ops[1 + ns] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = peer, .tag = tag(2, id), .buf = &ack,
                                 .len = sizeof ack};
     if ((st = wf_world_post(w, &ops[1 + ns], 1)) != WF_OK) goto fail_post;
@@ -306,7 +382,17 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     uint64_t span = t1 - t_first;
     uint64_t wire_ns = span > ack.tail_ns ? span - ack.tail_ns : 1;
     uint64_t codec_ns = enc_ns > ack.decode_ns ? enc_ns : ack.decode_ns;
+    /* The codec's real speed on this transfer first (the residual is then judged with it). */
+    wf_kv_controller_observe_codec(x->ctl, d->profile, wf_kv_codec_input_bytes(x->codec, n_tokens),
+                                   enc_ns, ack.decode_ns, t1);
     wf_kv_controller_observe_pipelined(x->ctl, d, *wire_bytes, wire_ns, codec_ns, t1 - t0, t1);
+    /* Where the time went, per transfer: what explains a slow one afterwards. */
+    WF_LOG_INFO("worker", NULL, "KV to rank %d: %s, %zu -> %zu bytes, encode %.1f ms, decode %.1f "
+                 "ms (last slice %.1f), first slice ready %.1f ms, wire %.1f ms, total %.1f ms", peer,
+                 x->lib.items[d->profile].profile.name, wf_kv_codec_input_bytes(x->codec, n_tokens),
+                 *wire_bytes, (double)enc_ns / 1e6, (double)ack.decode_ns / 1e6,
+                 (double)ack.tail_ns / 1e6, (double)(t_first - t0) / 1e6, (double)wire_ns / 1e6,
+                 (double)(t1 - t0) / 1e6);
     x->st.compressed++;
     x->st.raw_bytes += wf_kv_codec_input_bytes(x->codec, n_tokens);
     x->st.wire_bytes += *wire_bytes;

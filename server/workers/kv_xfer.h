@@ -4,7 +4,10 @@
  * predicts that a profile is faster over the link it measures, the blocks are encoded and sent
  * as tagged messages instead, and the decode worker decodes them into the blocks the scheduler
  * reserved. A transfer is a pipeline of layer slices (8, or one per layer if fewer: kv/codec.h's
- * wf_kv_codec_encode_layers), so encode, wire and decode overlap:
+ * wf_kv_codec_encode_layers), so encode, wire and decode overlap. The sender encodes on a thread
+ * of its own while the caller's thread posts each slice as soon as it is ready and progresses
+ * the world (UCX over TCP moves a posted message only while the sender progresses); encode and
+ * decode of a slice may also be split over a pool (options par_run):
  *
  *     prefill rank                                  decode rank
  *     HEADER (magic, tokens, slices, id, blocks) ─▶ checks the blocks, posts a receive per slice
@@ -55,6 +58,13 @@ typedef struct wf_kv_xfer_options {
     const char *force_profile; /* a profile name: always that one; "off": never compress; NULL
                                   or "auto": the controller decides */
     double init_bandwidth_gbps;/* the controller's B before its first sample */
+    double compress_margin;    /* the controller's (kv_controller.h): 0.2 by default */
+    /* Encode and decode of each layer slice split over a pool (wf_kv_codec_set_parallel; the
+     * frames are byte-identical): run NULL or par_workers <= 1 keeps them serial. The pool is
+     * the caller's, used only by this object's thread, and must outlive it. */
+    wf_kv_parallel_fn par_run;
+    void *par_pool;
+    int par_workers;
 } wf_kv_xfer_options;
 
 void wf_kv_xfer_options_init(wf_kv_xfer_options *o);

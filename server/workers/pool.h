@@ -81,6 +81,7 @@ typedef struct wf_workers_params {
     const char *kv_profiles;  /* passed to started workers: KV codec library (NULL: raw) */
     const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
     double kv_accuracy;       /* 0: the workers' default */
+    int kv_codec_threads;     /* 0: the workers' default (one per core) */
     char *const *vmodels;     /* --vmodel declarations every started worker loads (copied:
                                * replacements get those not removed since) */
     int n_vmodels;

@@ -23,6 +23,7 @@
 #include "sched/defaults.h"
 #include "server/vmodels.h"
 #include "engine/cpu/quant.h"
+#include "engine/cpu/threadpool.h"
 #include "server/workers/kv_xfer.h"
 #include "server/workers/pool.h"
 #include "server/workers/seq_history.h"
@@ -129,6 +130,7 @@ typedef struct worker {
     } *vms;
     int n_vms, cap_vms;
     wf_kv_xfer *xfer;                /* codec path (both directions) */
+    wf_threadpool *codec_pool;       /* its encodes and decodes, split by layers (NULL: serial) */
     wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
     float *dit_scratch;              /* receives a latent that has no slot (then fails) */
     struct {                         /* multi-rank steppers per (sampler, step count), LRU */
@@ -438,6 +440,27 @@ static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_
  * store, which nobody has reserved before the worker says it is ready. */
 #define CODEC_TOKENS 256
 #define CODEC_BUDGET_MS 300
+static void codec_pool_run(void *pool, void (*fn)(void *ctx, int ith, int nth), void *ctx) {
+    wf_threadpool_run(pool, fn, ctx);
+}
+
+/* The codec's own pool (not the engine's: a decode worker decodes KV while its engine runs a
+ * batch on the engine's pool): one thread per core of this worker, at most one per layer of a
+ * slice (the codec splits a slice by layers). NULL (serial) on one core. */
+static void codec_pool_open(worker *w, int n_threads, int n_layers) {
+    int per_slice = (n_layers + wf_kv_xfer_slices(n_layers) - 1) / wf_kv_xfer_slices(n_layers);
+    wf_threadpool *tp = wf_threadpool_new(n_threads);
+    if (tp && wf_threadpool_size(tp) > per_slice) {
+        wf_threadpool_free(tp);
+        tp = wf_threadpool_new(per_slice);
+    }
+    if (tp && wf_threadpool_size(tp) <= 1) {
+        wf_threadpool_free(tp);
+        tp = NULL;
+    }
+    w->codec_pool = tp; /* a pool that cannot start leaves the codec serial */
+}
+
 static wf_status measure_codecs(worker *w, wf_kv_profile_lib *lib, char *err, size_t errlen) {
     const wf_kv_store *kv = &w->kv;
     int bs = kv->geometry.block_size, n_blocks = (CODEC_TOKENS + bs - 1) / bs;
@@ -468,8 +491,11 @@ static wf_status measure_codecs(worker *w, wf_kv_profile_lib *lib, char *err, si
         }
     double cr[WF_FRAME_MAX_CODECS];
     for (int i = 0; i < lib->n && i < WF_FRAME_MAX_CODECS; i++) cr[i] = lib->items[i].cr;
-    wf_status st = wf_kv_profile_lib_measure(lib, kv, blocks, n_blocks, CODEC_TOKENS,
-                                             (uint64_t)CODEC_BUDGET_MS * 1000000ull, err, errlen);
+    /* On as many threads as the transfers will code with: the controller's S includes that. */
+    wf_status st = wf_kv_profile_lib_measure_parallel(
+        lib, kv, blocks, n_blocks, CODEC_TOKENS, (uint64_t)CODEC_BUDGET_MS * 1000000ull,
+        w->codec_pool ? codec_pool_run : NULL, w->codec_pool,
+        w->codec_pool ? wf_threadpool_size(w->codec_pool) : 1, err, errlen);
     for (int i = 0; i < lib->n && i < WF_FRAME_MAX_CODECS; i++) lib->items[i].cr = cr[i];
     return st;
 }
@@ -1076,6 +1102,8 @@ int wf_worker_main(const wf_worker_params *p) {
     }
     w.kv_on = true;
     {
+        if (p->kv_profiles)
+            codec_pool_open(&w, p->kv_codec_threads > 0 ? p->kv_codec_threads : n_threads, geo.n_layers);
         if (p->kv_profiles && wf_kv_profile_lib_load(p->kv_profiles, &lib, err, sizeof err) != WF_OK) {
             char m[600];
             snprintf(m, sizeof m, "--kv-profiles %s: %s", p->kv_profiles, err);
@@ -1094,15 +1122,22 @@ int wf_worker_main(const wf_worker_params *p) {
             goto out;
         } else {
             for (int i = 0; i < lib.n; i++)
-                WF_LOG_INFO("worker", NULL, "rank %d: KV codec %s: encode %.3f GB/s, decode %.3f GB/s, "
-                            "CR %.2f, B* %.2f Gbps", rank, lib.items[i].profile.name, lib.items[i].enc_gbps,
-                            lib.items[i].dec_gbps, lib.items[i].cr,
+                WF_LOG_INFO("worker", NULL, "rank %d: KV codec %s: encode %.3f GB/s, decode %.3f GB/s "
+                            "(%d threads), CR %.2f, B* %.2f Gbps", rank, lib.items[i].profile.name,
+                            lib.items[i].enc_gbps,
+                            lib.items[i].dec_gbps, w.codec_pool ? wf_threadpool_size(w.codec_pool) : 1,
+                            lib.items[i].cr,
                             wf_kv_profile_b_star_pipelined_gbps(&lib.items[i], wf_kv_xfer_slices(geo.n_layers)));
         }
         wf_kv_xfer_options xo;
         wf_kv_xfer_options_init(&xo);
         xo.force_profile = p->kv_codec;
         xo.default_accuracy = p->kv_accuracy;
+        if (w.codec_pool) {
+            xo.par_run = codec_pool_run;
+            xo.par_pool = w.codec_pool;
+            xo.par_workers = wf_threadpool_size(w.codec_pool);
+        }
         wf_status xs = wf_kv_xfer_new(&geo, p->max_batch_tokens, p->kv_profiles ? &lib : NULL, &xo,
                                       &w.xfer, err, sizeof err);
         if (xs != WF_OK) {
@@ -1152,6 +1187,7 @@ out:
     free(w.pd_tables);
     free(w.pd_ops);
     wf_kv_xfer_free(w.xfer, w.world);
+    wf_threadpool_free(w.codec_pool);
     for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);
     wf_dit_exec_free(w.dit);
     free(w.dit_scratch);

@@ -706,6 +706,9 @@ START_TEST(layer_slices_match_whole_frame) {
     p.low_k_bits = 2;
     p.low_v_bits = 3;
     int nth = 2;
+    /* The serial slices' bytes: the parallel ones (the workers' codec pool) must equal them. */
+    uint8_t *serial_slice[3] = {NULL, NULL, NULL};
+    size_t serial_len[3] = {0, 0, 0};
     for (int par = 0; par <= 1; par++) {
         wf_kv_codec *enc, *dec;
         ck_assert_int_eq(wf_kv_codec_new(&g, 128, &enc), WF_OK);
@@ -735,6 +738,15 @@ START_TEST(layer_slices_match_whole_frame) {
             wf_kv_frame_info fi;
             ck_assert_int_eq(wf_kv_frame_parse(buf, len, &fi, NULL, 0), WF_OK);
             ck_assert_int_eq(fi.n_layers, nl);
+            if (!par) {
+                serial_slice[i] = malloc(len);
+                memcpy(serial_slice[i], buf, len);
+                serial_len[i] = len;
+            } else {
+                ck_assert_uint_eq(len, serial_len[i]);
+                ck_assert_mem_eq(buf, serial_slice[i], len);
+                free(serial_slice[i]);
+            }
             /* as a whole frame it is refused: its layer count is not the model's */
             ck_assert_int_eq(wf_kv_codec_decode(dec, buf, len, &r.b, r.blocks_b, r.n_blocks, &n,
                                                 err, sizeof err), WF_EFORMAT);

@@ -137,6 +137,76 @@ START_TEST(pipelined_samples_bound_bandwidth) {
 }
 END_TEST
 
+/* The 1 Gbit/s case of bench/pd (BENCHMARKS.md, "Compressed transfers as a pipeline of layer
+ * slices"): a 2048-token prompt is 47.2 MB of F16 KV, UCX achieved 0.908 Gbit/s, 8 layer slices,
+ * the worker's margin 0.2. k4v4-nr (CR 4.06): start-up speeds on two threads of the loaded
+ * host 0.9 / 1.45 GB/s -> compress (predicted ~0.2 s against raw 0.416 s). The transfer it made
+ * showed the codec at 0.118 GB/s encode and 0.157 decode (0.518 s, 0.80x raw): once those
+ * speeds are observed it goes raw, and it stays raw until 6 cool-downs passed without a
+ * compressed transfer (then the start-up speeds hold again). The margin: a profile predicted
+ * at 0.9x raw's time is not chosen with margin 0.2, and is with margin 0. */
+START_TEST(one_gbit_measured_codec_speeds) {
+    wf_kv_profile_stats p = prof("k4v4-nr", 1, 4.06, 1.0, 0.915);
+    p.enc_gbps = 0.9;
+    p.dec_gbps = 1.45;
+    wf_kv_controller_options o;
+    wf_kv_controller_options_init(&o);
+    o.init_bandwidth_gbps = 0.908;
+    o.pipeline_slices = 8;
+    o.compress_margin = 0.2;
+    wf_kv_controller *c;
+    ck_assert_int_eq(wf_kv_controller_new(&o, &p, 1, &c), WF_OK);
+    size_t D = 47200000;
+    wf_kv_transfer_req r = {.bytes = D, .accuracy = -1};
+    wf_kv_decision d;
+    wf_kv_controller_decide(c, &r, 1000, &d);
+    ck_assert_int_eq(d.profile, 0);
+    ck_assert_int_eq(d.reason, WF_KV_REASON_COMPRESS);
+    ck_assert_double_eq_tol(d.raw_ms, 47.2e-3 / (0.908 / 8) * 1e3, 1e-6); /* 415.9 ms */
+    ck_assert(d.predicted_ms < 0.8 * d.raw_ms);
+    /* The transfer as it went: encode 0.400 s, decode 0.300 s, 11.3 MB wire, 0.518 s total. */
+    uint64_t t = 2000000000ull;
+    wf_kv_controller_observe_codec(c, 0, D, 400000000ull, 300000000ull, t);
+    const wf_kv_profile_stats *q = wf_kv_controller_profile(c, 0);
+    ck_assert(q->enc_gbps < 0.25 && q->dec_gbps < 0.35); /* EWMA of time per byte, weight 0.5 */
+    wf_kv_controller_observe_pipelined(c, &d, 11300000, 100000000ull, 400000000ull, 518000000ull, t);
+    wf_kv_controller_decide(c, &r, t + 1, &d);
+    ck_assert_int_eq(d.profile, -1);
+    ck_assert_int_eq(d.reason, WF_KV_REASON_LINK_FAST);
+    /* Raw transfers at the link's rate keep it raw... */
+    for (int i = 0; i < 5; i++) {
+        wf_kv_controller_observe(c, &d, D, 415900000ull, 415900000ull, t + 2 + (uint64_t)i);
+        wf_kv_controller_decide(c, &r, t + 3 + (uint64_t)i, &d);
+        ck_assert_int_eq(d.profile, -1);
+    }
+    /* ... until the learnt speeds are forgotten (6 cool-downs of 5 s): compressing again. */
+    wf_kv_controller_decide(c, &r, t + 31000000000ull, &d);
+    ck_assert_int_eq(d.profile, 0);
+    ck_assert_double_eq(wf_kv_controller_profile(c, 0)->enc_gbps, 0.9);
+    wf_kv_controller_free(c);
+
+    /* The margin: a profile predicted at ~0.9x raw (CR 4.36, 0.145 GB/s each way: k4v3 at the
+     * speeds a loaded single thread measured) goes only with margin 0. */
+    wf_kv_profile_stats k = prof("k4v3", 2, 4.36, 0.145, 0.931);
+    for (int m = 0; m < 2; m++) {
+        o.compress_margin = m ? 0.0 : 0.2;
+        ck_assert_int_eq(wf_kv_controller_new(&o, &k, 1, &c), WF_OK);
+        wf_kv_controller_decide(c, &r, 0, &d);
+        double ratio = d.profile >= 0 ? d.predicted_ms / d.raw_ms : 0;
+        if (m) {
+            ck_assert_int_eq(d.profile, 0);
+            ck_assert(ratio > 0.8 && ratio < 1.0);
+        } else {
+            ck_assert_int_eq(d.profile, -1);
+            ck_assert_double_eq(d.predicted_ms, d.raw_ms);
+        }
+        wf_kv_controller_free(c);
+    }
+    o.compress_margin = 0.95;
+    ck_assert_int_eq(wf_kv_controller_new(&o, &k, 1, &c), WF_EINVAL);
+}
+END_TEST
+
 START_TEST(boundary_b_star) {
     wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 25.0, 0.99);
     for (int side = 0; side < 2; side++) {
@@ -475,6 +545,7 @@ static Suite *controller_suite(void) {
     tcase_add_test(t, boundary_b_star);
     tcase_add_test(t, pipelined_model_and_boundary);
     tcase_add_test(t, pipelined_samples_bound_bandwidth);
+    tcase_add_test(t, one_gbit_measured_codec_speeds);
     tcase_add_test(t, accuracy_budget_filters_profiles);
     tcase_add_test(t, switches_profile_after_4x_latency);
     tcase_add_test(t, cool_down_and_recovery);
