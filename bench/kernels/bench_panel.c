@@ -35,7 +35,7 @@ static float frand(unsigned *s) {
 int main(int argc, char **argv) {
     const char *type_name = "q8_0";
     int n_out = 32768, k = 640, m = 32, threads = 1, reps = 15;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
@@ -52,7 +52,6 @@ int main(int argc, char **argv) {
                             "[--threads T] [--reps R]\n", argv[0]);
             return 2;
         }
-        i++;
     }
     static const struct { const char *name; wf_ggml_type t; } types[] = {
         {"q8_0", WF_GGML_TYPE_Q8_0}, {"q5_0", WF_GGML_TYPE_Q5_0}, {"q4_0", WF_GGML_TYPE_Q4_0},
