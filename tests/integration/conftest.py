@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -74,9 +75,9 @@ class Weftd:
             time.sleep(0.2)
         raise RuntimeError(f"weftd not ready after {timeout} s:\n{self.logtext()}")
 
-    def logtext(self):
+    def logtext(self, tail=4000):
         with open(self.log.name, errors="replace") as f:
-            return f.read()[-4000:]
+            return f.read()[-tail:]
 
     def stop(self, timeout=60):
         if self.proc.poll() is None:
@@ -86,6 +87,9 @@ class Weftd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc.returncode != 0:
+            # What made it fail (a sanitizer's report ends the log) goes with the test's output.
+            sys.stderr.write(f"weftd exited with {self.proc.returncode}; the end of its log:\n{self.logtext(16000)}\n")
         os.unlink(self.log.name)
         return self.proc.returncode
 

@@ -230,6 +230,9 @@ static int check_allreduce(wf_world *w, const wf_group *g, size_t count) {
 
 static int body_survivor(wf_world *w, int rank, void *varg) {
     fail_arg *arg = varg;
+    /* The epoch before any failure: a slow survivor may apply the replacement's entry while its
+     * own collective is still failing, so an epoch read after that can be the new one already. */
+    uint32_t epoch = wf_world_epoch(w);
     int ranks[FAIL_N] = {0, 1, 2, 3};
     wf_group g;
     wf_gfc_group_init(&g, ranks, FAIL_N);
@@ -254,7 +257,6 @@ static int body_survivor(wf_world *w, int rank, void *varg) {
     fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, wf_status_name(rc), ms,
             wf_world_error(w));
     /* The replacement: rank 0 admits it, the others learn of it over UCX. */
-    uint32_t epoch = wf_world_epoch(w);
     if (rank == 0) {
         int slot = -1;
         WT_CHECK(wf_world_admit(w, &slot) == WF_OK, "admit: %s", wf_world_error(w));
