@@ -704,6 +704,9 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
     return WF_OK;
 
 fail_start:
+#ifdef WEFT_HAVE_WORKERS
+    wf_workers_detach(d->workers);
+#endif
     wf_sched_free(d->sched);
 fail_sched:
     wf_gated_executor_free(d->gated_llm);
@@ -741,7 +744,11 @@ void wf_daemon_drain(wf_daemon *d, int deadline_ms) {
 void wf_daemon_close(wf_daemon *d) {
     if (!d) return;
     /* Scheduler first (no batch in flight after it), then the engine (its executor thread),
-     * then the KV store both used. */
+     * then the KV store both used. The pool's thread stops adding groups first (a worker
+     * restarted just before the stop became ready while the scheduler was being freed). */
+#ifdef WEFT_HAVE_WORKERS
+    wf_workers_detach(d->workers);
+#endif
     wf_sched_free(d->sched);
     close_dits(d);
     wf_gated_executor_free(d->gated_llm); /* after the scheduler that used it */

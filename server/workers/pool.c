@@ -471,7 +471,9 @@ static void worker_down(wf_workers *ws, wk *k, const char *why) {
     if (k->link.posted) wf_world_cancel(ws->world, &k->link.recv, 1);
     k->link.posted = 0;
     fail_batches(ws, k, msg);
+    pthread_mutex_lock(&ws->sched_lock);
     if (group >= 0 && ws->sched) wf_sched_remove_group(ws->sched, group, msg);
+    pthread_mutex_unlock(&ws->sched_lock);
     if (k->spawned_here && k->pid > 0) kill(k->pid, SIGKILL); /* stuck rather than dead: make sure */
     schedule_respawn(ws, k);
 }
@@ -488,7 +490,9 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     kv->k = kv->v = NULL;
     pthread_mutex_unlock(&ws->lock);
     int group = -1;
-    if (ws->sched && !k->prefill) {
+    pthread_mutex_lock(&ws->sched_lock);
+    bool attached = ws->sched != NULL;
+    if (attached && !k->prefill) {
         wf_status st = wf_sched_add_group(ws->sched, kv, wf_workers_executor(ws, k->index), k->rank,
                                           &group);
         if (st != WF_OK) {
@@ -497,12 +501,13 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
             group = -1;
         }
     }
+    pthread_mutex_unlock(&ws->sched_lock);
     pthread_mutex_lock(&ws->lock);
     k->state = WF_WORKER_LIVE;
     k->group = group;
     pthread_mutex_unlock(&ws->lock);
     k->live_since_ns = wf_clock_now_ns();
-    if (ws->sched) WF_LOG_INFO("workers", NULL, "worker rank %d is back as group %d", k->rank, group);
+    if (attached) WF_LOG_INFO("workers", NULL, "worker rank %d is back as group %d", k->rank, group);
 }
 
 /* ---- frames from a worker ------------------------------------------------------------------ */
@@ -1080,6 +1085,7 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     ws->n = p->n_workers;
     ws->wake_fd = -1;
     pthread_mutex_init(&ws->lock, NULL);
+    pthread_mutex_init(&ws->sched_lock, NULL);
     ws->host = strdup(p->host);
     ws->exe = strdup(p->exe);
     ws->model_path = strdup(p->model_path);
@@ -1182,10 +1188,19 @@ wf_executor wf_workers_executor(wf_workers *ws, int i) {
 bool wf_workers_is_prefill(const wf_workers *ws, int i) { return ws->w[i].prefill; }
 
 void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids) {
+    pthread_mutex_lock(&ws->sched_lock);
     pthread_mutex_lock(&ws->lock);
     ws->sched = s;
     for (int i = 0; i < ws->n; i++) ws->w[i].group = group_ids[i];
     pthread_mutex_unlock(&ws->lock);
+    pthread_mutex_unlock(&ws->sched_lock);
+}
+
+void wf_workers_detach(wf_workers *ws) {
+    if (!ws) return;
+    pthread_mutex_lock(&ws->sched_lock);
+    ws->sched = NULL;
+    pthread_mutex_unlock(&ws->sched_lock);
 }
 
 void wf_workers_health(wf_workers *ws, int *live, int *total) {
@@ -1293,5 +1308,6 @@ void wf_workers_close(wf_workers *ws) {
     free(ws->dit_path);
     wf__pool_vm_free(ws);
     pthread_mutex_destroy(&ws->lock);
+    pthread_mutex_destroy(&ws->sched_lock);
     free(ws);
 }

@@ -140,6 +140,9 @@ wf_executor wf_workers_executor(wf_workers *ws, int i);
 bool wf_workers_is_prefill(const wf_workers *ws, int i);
 /* Hands the scheduler and worker i's group ids (from wf_sched_add_group) to the pool. */
 void wf_workers_attach(wf_workers *ws, wf_sched *s, const int *group_ids);
+/* Takes the scheduler back: when it returns the pool no longer calls into it (a worker that
+ * becomes ready later gets no group), so it can be freed. Before wf_sched_free. */
+void wf_workers_detach(wf_workers *ws);
 /* Live and total workers. */
 void wf_workers_health(wf_workers *ws, int *live, int *total);
 /* Fills up to cap entries; returns the number of workers. */

@@ -111,7 +111,10 @@ struct wf_workers {
     bool thread_on;
     int wake_fd;                     /* eventfd: dispatch and close wake the thread */
     bool stopping;
-    wf_sched *sched;                 /* set by attach */
+    wf_sched *sched;                 /* set by attach, cleared by detach */
+    /* Held by the comm thread around its calls into the scheduler (a group added or removed)
+     * and by attach/detach: once detach returns, the scheduler can be freed. */
+    pthread_mutex_t sched_lock;
     uint64_t next_iteration;
     unsigned prefill_rr;             /* round-robin start of pick_prefill (lock) */
     uint8_t *arena_mem;
