@@ -956,6 +956,7 @@ static int send_frame(int fd, const wf__wbuf *b, uint64_t deadline) {
 
 /* Reads one length-prefixed frame and decodes it. */
 static wf_status recv_msg(int fd, uint64_t deadline, wf__world_msg *m) {
+    memset(m, 0, sizeof *m);
     uint8_t len4[4];
     int rc = io_full(fd, len4, 4, 0, deadline);
     if (rc) return rc == -ETIMEDOUT ? WF_ETIMEDOUT : WF_EIO;
@@ -1028,6 +1029,31 @@ static int accept_one(const wf_world *w, int lfd, uint64_t deadline) {
     }
 }
 
+/* Rank 0: whether a joiner's hello (read with status rs) can be taken. One of another bootstrap
+ * version, for another world size, or garbage is logged and told why (best effort: a joiner
+ * that can read the refusal reports it at once instead of waiting out its join time-out); *m is
+ * then freed. */
+static wf_status take_hello(wf_world *w, int fd, wf_status rs, wf__world_msg *m, uint64_t deadline) {
+    wf_status why = WF_EPROTO;
+    if (rs == WF_OK && m->type == WF__WORLD_MSG_HELLO && m->n_ranks == w->n) return WF_OK;
+    if (rs == WF_OK && m->type == WF__WORLD_MSG_HELLO) {
+        WF_LOG_WARN("world", NULL, "bootstrap: a joiner expects a world of %d ranks, this one has "
+                    "%d; refused", m->n_ranks, w->n);
+        why = WF_EINVAL;
+    } else if (WF__WORLD_MSG_FAMILY(m->type) == WF__WORLD_MSG_FAMILY(WF__WORLD_MSG_HELLO) &&
+               WF__WORLD_MSG_VERSION_OF(m->type) != WF__WORLD_MSG_VERSION) {
+        WF_LOG_WARN("world", NULL, "bootstrap: a joiner speaks bootstrap version %c, this "
+                    "coordinator %c (mixed weft releases?); refused",
+                    WF__WORLD_MSG_VERSION_OF(m->type), WF__WORLD_MSG_VERSION);
+    } else {
+        WF_LOG_WARN("world", NULL, "bootstrap: a joiner sent a bad hello (%s)",
+                    wf_status_name(rs == WF_OK ? WF_EPROTO : rs));
+    }
+    wf__world_msg_free(m);
+    if (rs != WF_EIO && rs != WF_ETIMEDOUT) send_welcome(w, fd, -1, why, deadline);
+    return why;
+}
+
 /* Rank 0: gathers the n - 1 hellos, assigns the slots, sends everyone the table. */
 static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
@@ -1066,23 +1092,16 @@ static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
             goto out;
         }
         wf__world_msg m;
-        wf_status rs = recv_msg(fd, deadline, &m);
-        if (rs == WF_OK && (m.type != WF__WORLD_MSG_HELLO || m.n_ranks != n)) {
-            wf__world_msg_free(&m);
-            rs = WF_EPROTO;
-        }
-        int dup = 0;
-        for (int i = 0; rs == WF_OK && i < n_conn; i++) dup |= m.rank >= 0 && hellos[i].rank == m.rank;
-        if (rs == WF_OK && (dup || m.rank == 0)) {
-            WF_LOG_WARN("world", NULL, "bootstrap: slot %d claimed twice; refused", m.rank);
-            send_welcome(w, fd, m.rank, WF_EINVAL, deadline);
-            wf__world_msg_free(&m);
+        if (take_hello(w, fd, recv_msg(fd, deadline, &m), &m, deadline) != WF_OK) {
             close(fd);
             continue;
         }
-        if (rs != WF_OK) {
-            WF_LOG_WARN("world", NULL, "bootstrap: a joiner sent a bad hello (%s)",
-                        wf_status_name(rs));
+        int dup = 0;
+        for (int i = 0; i < n_conn; i++) dup |= m.rank >= 0 && hellos[i].rank == m.rank;
+        if (dup || m.rank == 0) {
+            WF_LOG_WARN("world", NULL, "bootstrap: slot %d claimed twice; refused", m.rank);
+            send_welcome(w, fd, m.rank, WF_EINVAL, deadline);
+            wf__world_msg_free(&m);
             close(fd);
             continue;
         }
@@ -1168,12 +1187,23 @@ static wf_status join(wf_world *w, char *err, size_t errlen) {
     } else if (send_frame(fd, &b, deadline) != 0) {
         st = wf_status_errorf(err, errlen, WF_EIO, "sending hello to the coordinator failed");
     } else if ((st = recv_msg(fd, deadline, &m)) != WF_OK) {
-        wf_errorf(err, errlen, "no rank table from the coordinator: %s", wf_status_str(st));
-    } else if (m.type != WF__WORLD_MSG_WELCOME || m.n_ranks != w->n) {
+        if (WF__WORLD_MSG_FAMILY(m.type) == WF__WORLD_MSG_FAMILY(WF__WORLD_MSG_WELCOME) &&
+            WF__WORLD_MSG_VERSION_OF(m.type) != WF__WORLD_MSG_VERSION)
+            st = wf_status_errorf(err, errlen, WF_EPROTO, "the coordinator speaks world bootstrap "
+                                  "version %c, this process %c: run one weft release on every rank",
+                                  WF__WORLD_MSG_VERSION_OF(m.type), WF__WORLD_MSG_VERSION);
+        else
+            wf_errorf(err, errlen, "no rank table from the coordinator: %s", wf_status_str(st));
+    } else if (m.type != WF__WORLD_MSG_WELCOME) {
         st = wf_status_errorf(err, errlen, WF_EPROTO, "bad answer from the coordinator");
+    } else if (m.status != WF_OK && m.n_ranks != w->n) {
+        st = wf_status_errorf(err, errlen, (wf_status)m.status, "the coordinator's world has %d "
+                              "ranks, this process was started for %d", m.n_ranks, w->n);
     } else if (m.status != WF_OK) {
         st = wf_status_errorf(err, errlen, (wf_status)m.status, "the coordinator refused slot %d: %s",
                               w->cfg.rank, wf_status_str((wf_status)m.status));
+    } else if (m.n_ranks != w->n) {
+        st = wf_status_errorf(err, errlen, WF_EPROTO, "bad answer from the coordinator");
     } else {
         w->rank = m.rank;
         w->epoch = m.epoch;
@@ -1199,13 +1229,12 @@ wf_status wf_world_admit(wf_world *w, int *rank_out) {
                         w->cfg.join_timeout_ms);
         if (fd < 0) return fail(w, WF_EIO, -1, "accept: %s", strerror(-fd));
         wf__world_msg m;
-        wf_status st = recv_msg(fd, deadline, &m);
-        if (st != WF_OK) {
+        if (take_hello(w, fd, recv_msg(fd, deadline, &m), &m, deadline) != WF_OK) {
             close(fd);
             continue;
         }
         int r = m.rank;
-        if (m.type != WF__WORLD_MSG_HELLO || m.n_ranks != w->n || r <= 0) {
+        if (r <= 0) {
             /* A replacement must name its slot; rank 0 cannot be replaced. */
             send_welcome(w, fd, 0, WF_EINVAL, deadline);
             wf__world_msg_free(&m);
@@ -1217,7 +1246,7 @@ wf_status wf_world_admit(wf_world *w, int *rank_out) {
         apply_entry(w, r, &m.entries[0]);
         wf__world_msg_free(&m);
         w->epoch++;
-        st = send_welcome(w, fd, r, WF_OK, deadline);
+        wf_status st = send_welcome(w, fd, r, WF_OK, deadline);
         close(fd);
         if (st != WF_OK) WF_LOG_WARN("world", NULL, "welcome to the replacement of rank %d failed", r);
         /* Tell everyone else; a rank that is itself dead is skipped, not waited for. */

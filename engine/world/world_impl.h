@@ -12,6 +12,13 @@
 #define WF__WORLD_MAX_BLOB 65536u        /* bound of a worker address or packed rkey */
 #define WF__WORLD_MAX_FRAME (32u << 20)  /* bound of one bootstrap frame */
 
+/* A message type is three letters and the bootstrap version ("WFH1"). A peer of another version
+ * is told so, not dropped: a refusing WELCOME is the 20-byte header alone, a layout every
+ * version keeps, so the other side can read it and name both versions. */
+#define WF__WORLD_MSG_VERSION '1'
+#define WF__WORLD_MSG_FAMILY(type) ((type) & 0x00FFFFFFu)
+#define WF__WORLD_MSG_VERSION_OF(type) ((char)((type) >> 24))
+
 enum {
     WF__WORLD_MSG_HELLO = 0x31484657u,   /* "WFH1": joiner -> coordinator */
     WF__WORLD_MSG_WELCOME = 0x31574657u, /* "WFW1": coordinator -> joiner, the rank table */
@@ -56,7 +63,9 @@ typedef struct wf__world_msg {
 } wf__world_msg;
 
 /* Parses one message from untrusted bytes. Returns WF_OK, WF_EFORMAT (malformed, truncated,
- * out-of-range fields), WF_ENOMEM. On error *out holds nothing to free. */
+ * out-of-range fields, another version), WF_ENOMEM. On error *out holds nothing to free; its
+ * header fields (type, rank, n_ranks, status) are kept as read, so that a caller can tell a
+ * message of another version from garbage. */
 wf_status wf__world_msg_decode(const uint8_t *p, size_t n, wf__world_msg *out);
 void wf__world_msg_free(wf__world_msg *m);
 

@@ -1,7 +1,8 @@
 /* engine/world: formation over the TCP bootstrap, tagged messages, RMA puts with flags, puts
  * into exposed regions (caller memory and wf_world_mem_alloc memory) with a flush, waits that
  * sleep on UCX's wake-up descriptor and are woken by small and large messages, join
- * time-outs, a killed and a stopped peer named within the time-out, and a replacement rejoining.
+ * time-outs, joiners of another bootstrap version or world size told why, a killed and a
+ * stopped peer named within the time-out, and a replacement rejoining.
  * Real processes over loopback.
  * weft-test: labels=net timeout=240 */
 #include <check.h>
@@ -107,6 +108,113 @@ START_TEST(test_join_timeout_names_missing) {
     int code;
     wt_wait(&joiner, 1, 30, &code);
     ck_assert_int_eq(code, 100); /* the joiner got no table and said so */
+}
+END_TEST
+
+/* ---- joiners of another version or world size are told why ---------------------------------- */
+/* Sends one bootstrap frame to 127.0.0.1:port (retrying the connect for up to 10 s) and decodes
+ * the answer into *reply. Returns the decode status, or WF_EIO when no answer came. */
+static wf_status raw_bootstrap(int port, const wf__wbuf *frame, wf__world_msg *reply) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = -1;
+    for (int i = 0; i < 1000 && fd < 0; i++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            fd = -1;
+            usleep(10000);
+        }
+    }
+    if (fd < 0) return WF_EIO;
+    uint8_t len[4] = {(uint8_t)frame->len, (uint8_t)(frame->len >> 8), 0, 0}, in[4096];
+    size_t got = 0;
+    ssize_t k = 0;
+    if (send(fd, len, 4, MSG_NOSIGNAL) != 4 ||
+        send(fd, frame->p, frame->len, MSG_NOSIGNAL) != (ssize_t)frame->len) {
+        close(fd);
+        return WF_EIO;
+    }
+    while (got < sizeof in && (k = recv(fd, in + got, sizeof in - got, 0)) > 0) got += (size_t)k;
+    close(fd);
+    if (got < 4) return WF_EIO;
+    return wf__world_msg_decode(in + 4, got - 4, reply);
+}
+
+static void raw_header(wf__wbuf *b, uint32_t type, int32_t rank, int32_t n, int32_t status) {
+    wf__wbuf_u32(b, type);
+    wf__wbuf_u32(b, (uint32_t)rank);
+    wf__wbuf_u32(b, (uint32_t)n);
+    wf__wbuf_u32(b, (uint32_t)status);
+    wf__wbuf_u32(b, 0);
+}
+
+static int body_size_two(wf_world *w, int rank, void *arg) {
+    WT_CHECK(wf_world_size(w) == 2, "size %d", wf_world_size(w));
+    return 0;
+}
+
+START_TEST(test_joiners_of_another_version_or_size_refused) {
+    wt_env env = wt_env_default(2);
+    pid_t pids[2] = {wt_spawn(&env, 0, body_size_two, NULL), 0};
+    /* A hello of bootstrap version 2 (header only: its layout is not ours to know). */
+    wf__wbuf v2 = {0};
+    raw_header(&v2, (WF__WORLD_MSG_HELLO & 0x00FFFFFFu) | ((uint32_t)'2' << 24), -1, 2, 0);
+    wf__world_msg reply;
+    ck_assert_int_eq(raw_bootstrap(env.port, &v2, &reply), WF_OK);
+    ck_assert_uint_eq(reply.type, WF__WORLD_MSG_WELCOME);
+    ck_assert_int_eq(reply.status, WF_EPROTO);
+    wf__world_msg_free(&reply);
+    free(v2.p);
+    /* A real joiner started for a world of 3 is told the coordinator's size. */
+    wt_env three = env;
+    three.n = 3;
+    three.join_timeout_ms = 10000;
+    wf_world_config cfg = wt_config(&three, 1);
+    wf_world *w = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "world has 2 ranks") && strstr(err, "started for 3"), "error: %s", err);
+    /* The coordinator kept its slot open for the right joiner. */
+    pids[1] = wt_spawn(&env, 1, body_size_two, NULL);
+    int codes[2];
+    ck_assert_int_eq(wt_wait(pids, 2, 60, codes), 0);
+}
+END_TEST
+
+START_TEST(test_joiner_names_the_coordinators_version) {
+    wt_env env = wt_env_default(2);
+    env.join_timeout_ms = 10000;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)env.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 4), 0);
+    fflush(NULL);
+    pid_t coordinator = fork();
+    if (coordinator == 0) {
+        /* A coordinator of bootstrap version 2 refuses with the frozen header-only WELCOME. */
+        int fd = accept(lfd, NULL, NULL);
+        uint8_t in[4096];
+        if (fd < 0 || recv(fd, in, sizeof in, 0) <= 0) _exit(1);
+        wf__wbuf b = {0};
+        raw_header(&b, (WF__WORLD_MSG_WELCOME & 0x00FFFFFFu) | ((uint32_t)'2' << 24), -1, 2,
+                   WF_EPROTO);
+        uint8_t len[4] = {(uint8_t)b.len, 0, 0, 0};
+        if (send(fd, len, 4, MSG_NOSIGNAL) != 4 || send(fd, b.p, b.len, MSG_NOSIGNAL) != (ssize_t)b.len)
+            _exit(1);
+        close(fd);
+        _exit(0);
+    }
+    close(lfd);
+    wf_world_config cfg = wt_config(&env, 1);
+    wf_world *w = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_EPROTO);
+    ck_assert_msg(strstr(err, "version 2") && strstr(err, "this process 1"), "error: %s", err);
+    int code;
+    ck_assert_int_eq(wt_wait(&coordinator, 1, 30, &code), 0);
 }
 END_TEST
 
@@ -524,6 +632,8 @@ static Suite *world_suite(void) {
     tcase_add_test(tc, test_put_into_exposed_regions);
     tcase_add_test(tc, test_sleeping_wait_wakes);
     tcase_add_test(tc, test_join_timeout_names_missing);
+    tcase_add_test(tc, test_joiners_of_another_version_or_size_refused);
+    tcase_add_test(tc, test_joiner_names_the_coordinators_version);
     tcase_add_test(tc, test_killed_peer_then_replacement);
     tcase_add_test(tc, test_stopped_peer_then_replacement);
     tcase_add_test(tc, test_flag_wait_sees_a_replaced_peer);
