@@ -169,16 +169,9 @@ static uint16_t bf16_up(float s) {
     return (uint16_t)(b >> 16);
 }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
 static inline int qmax_of(int bits) { return (1 << (bits - 1)) - 1; }
 
-static float scale_of(float absmax, int qmax) { return bf16_to_f32(bf16_up(absmax / (float)qmax)); }
+static float scale_of(float absmax, int qmax) { return wf_bf16_to_fp32(bf16_up(absmax / (float)qmax)); }
 
 float wf_kv_quantize_row(const float *x, int n, int bits, uint8_t *codes) {
     const wf__kvc_kernels *k = wf__kvc_kernels_best();
@@ -626,7 +619,7 @@ static uint8_t *encode_keys(const wf_kv_codec *c, scratch *w, const wf_kv_store 
             }
             for (int i = 0; i < d; i++, o += 2) {
                 uint16_t sb = bf16_up(m[i] / (float)qmax);
-                float sc = bf16_to_f32(sb);
+                float sc = wf_bf16_to_fp32(sb);
                 put16(o, sb);
                 inv[i] = sc > 0 ? 1.0f / sc : 0.0f;
             }
@@ -659,7 +652,7 @@ static uint8_t *encode_values(const wf_kv_codec *c, scratch *w, const wf_kv_stor
                 k->fwht(r, d);
             }
             uint16_t sb = bf16_up(k->absmax(r, d) / (float)qmax);
-            float sc = bf16_to_f32(sb), iv = sc > 0 ? 1.0f / sc : 0.0f;
+            float sc = wf_bf16_to_fp32(sb), iv = sc > 0 ? 1.0f / sc : 0.0f;
             put16(o, sb);
             o += 2;
             k->fill(inv, iv, d);
@@ -837,7 +830,7 @@ static const uint8_t *decode_keys(const wf_kv_codec *c, scratch *w, const wf_kv_
                 continue;
             }
             const float *si = signs_of(c, c->signs_inv, l, h, 0);
-            for (int i = 0; i < d; i++, in += 2) sc[i] = bf16_to_f32(get16(in));
+            for (int i = 0; i < d; i++, in += 2) sc[i] = wf_bf16_to_fp32(get16(in));
             for (int t = 0; t < T; t++) {
                 in = get_codes(k, in, sc, bits, w->codes, r, d);
                 if (rot) {
@@ -867,7 +860,7 @@ static const uint8_t *decode_values(const wf_kv_codec *c, scratch *w, const wf_k
                 in += (size_t)d * 2;
                 continue;
             }
-            float v = bf16_to_f32(get16(in));
+            float v = wf_bf16_to_fp32(get16(in));
             in += 2;
             k->fill(sc, v, d);
             in = get_codes(k, in, sc, bits, w->codes, r, d);

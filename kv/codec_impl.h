@@ -43,8 +43,7 @@ const wf__kvc_kernels *wf__kvc_kernels_best(void);
 /* A named level ("scalar", "avx2", "avx512") if this CPU runs it, else NULL. For tests. */
 const wf__kvc_kernels *wf__kvc_kernels_by_name(const char *name);
 
-/* Scalar conversions shared by every level (tails, scales). */
-float wf__kvc_f16_to_f32(uint16_t h);
-uint16_t wf__kvc_f32_to_f16(float f);
+/* Scalar conversions shared by every level (tails, scales): proto/base/half.h. */
+#include "proto/base/half.h"
 
 #endif

@@ -1,5 +1,5 @@
-/* The KV codec's row kernels: the scalar reference every SIMD level is checked against, the
- * scalar half-precision conversions, and the run-time choice of level. */
+/* The KV codec's row kernels: the scalar reference every SIMD level is checked against, and the
+ * run-time choice of level. */
 #include "kv/codec_impl.h"
 
 #include <math.h>
@@ -10,56 +10,12 @@
 #include <cpuid.h>
 #endif
 
-float wf__kvc_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise the significand */
-            uint32_t e = 113;
-            while (!(mant & 0x400u)) {
-                mant <<= 1;
-                e--;
-            }
-            bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) { /* inf, or NaN made quiet as F16C does */
-        bits = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t wf__kvc_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
-    if (ax >= 0x38800000u) {                                  /* a normal half */
-        uint32_t r = ax - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u); /* round to nearest even on the 13 dropped bits */
-        return (uint16_t)(sign | (r >> 13));
-    }
-    if (ax < 0x33000000u) return sign; /* below half the smallest subnormal */
-    uint32_t e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e, q = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return (uint16_t)(sign | q);
-}
-
 static void scalar_f16_to_f32(const uint16_t *src, float *dst, int n) {
-    for (int i = 0; i < n; i++) dst[i] = wf__kvc_f16_to_f32(src[i]);
+    for (int i = 0; i < n; i++) dst[i] = wf_fp16_to_fp32(src[i]);
 }
 
 static void scalar_f32_to_f16(const float *src, uint16_t *dst, int n) {
-    for (int i = 0; i < n; i++) dst[i] = wf__kvc_f32_to_f16(src[i]);
+    for (int i = 0; i < n; i++) dst[i] = wf_fp32_to_fp16(src[i]);
 }
 
 static void scalar_mul(float *x, const float *s, int n) {

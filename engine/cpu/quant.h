@@ -26,15 +26,7 @@
 
 #include "engine/cpu/features.h"
 #include "engine/ggml_types.h"
-
-/* IEEE half -> float (exact) and float -> half, rounding to nearest even exactly as F16C's
- * VCVTPS2PH with imm 0 does (overflow -> inf, NaN stays NaN, subnormals kept). */
-float wf_fp16_to_fp32(uint16_t h);
-uint16_t wf_fp32_to_fp16(float f);
-/* bfloat16 -> float (exact: the top 16 bits of a float). */
-float wf_bf16_to_fp32(uint16_t h);
-/* float -> bfloat16, rounding to nearest even; NaN stays a quiet NaN (as ggml). */
-uint16_t wf_fp32_to_bf16(float f);
+#include "proto/base/half.h" /* wf_fp16_to_fp32 and friends */
 
 typedef struct wf_quant_ops {
     /* the type activations are quantised to for vec_dot (as ggml: Q4_0/Q5_0/Q8_0 -> Q8_0,

@@ -29,15 +29,15 @@ static float gauss(void) {
 START_TEST(f16_round_trip_every_half) {
     for (uint32_t h = 0; h < 65536; h++) {
         if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) continue; /* NaN: payload quieted */
-        float f = wf__kvc_f16_to_f32((uint16_t)h);
-        ck_assert_uint_eq(wf__kvc_f32_to_f16(f), h);
+        float f = wf_fp16_to_fp32((uint16_t)h);
+        ck_assert_uint_eq(wf_fp32_to_fp16(f), h);
     }
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(65504.0f), 0x7bffu);
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(65520.0f), 0x7c00u);  /* ties to even: infinity */
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(5.9604645e-8f), 1u);  /* smallest subnormal */
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(2.9802322e-8f), 0u);  /* half of it: ties to even */
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00u);
-    ck_assert_uint_eq(wf__kvc_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02u);
+    ck_assert_uint_eq(wf_fp32_to_fp16(65504.0f), 0x7bffu);
+    ck_assert_uint_eq(wf_fp32_to_fp16(65520.0f), 0x7c00u);  /* ties to even: infinity */
+    ck_assert_uint_eq(wf_fp32_to_fp16(5.9604645e-8f), 1u);  /* smallest subnormal */
+    ck_assert_uint_eq(wf_fp32_to_fp16(2.9802322e-8f), 0u);  /* half of it: ties to even */
+    ck_assert_uint_eq(wf_fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00u);
+    ck_assert_uint_eq(wf_fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02u);
 }
 END_TEST
 
@@ -242,8 +242,8 @@ static void rig_init(rig *r, int n_layers, int n_heads, int head_dim, int n_toke
             for (size_t i = 0; i < 16 * r->a.row_elems; i++) {
                 int ch = (int)(i % (size_t)head_dim);
                 float kk = gauss() * (ch == 3 || ch == 17 ? 12.0f : 1.0f) + (ch == 9 ? 4.0f : 0);
-                k[i] = wf__kvc_f32_to_f16(kk);
-                v[i] = wf__kvc_f32_to_f16(gauss() * 0.5f);
+                k[i] = wf_fp32_to_fp16(kk);
+                v[i] = wf_fp32_to_fp16(gauss() * 0.5f);
             }
         }
     memset(r->b.k, 0xAB, r->b.block_bytes * (size_t)r->b.n_blocks * (size_t)n_layers);
@@ -289,7 +289,7 @@ static size_t round_trip(rig *r, const wf_kv_profile *p, const float *importance
                 wf_kv_hadamard_signs(0xfeed, l, h, false, d, sg);
                 for (int t = 0; t < T; t++) {
                     const uint16_t *x = rig_row(&r->a, r->blocks_a, false, l, g0 + t) + h * d;
-                    for (int i = 0; i < d; i++) rows[t][i] = wf__kvc_f16_to_f32(x[i]);
+                    for (int i = 0; i < d; i++) rows[t][i] = wf_fp16_to_fp32(x[i]);
                     if (p->rotate_k) wf_kv_hadamard_forward(rows[t], d, sg);
                     for (int i = 0; i < d; i++) cmax[i] = fmaxf(cmax[i], fabsf(rows[t][i]));
                 }
@@ -307,7 +307,7 @@ static size_t round_trip(rig *r, const wf_kv_profile *p, const float *importance
                             ck_assert_uint_eq(x[i], y[i]);
                             continue;
                         }
-                        float xf = wf__kvc_f16_to_f32(x[i]), yf = wf__kvc_f16_to_f32(y[i]);
+                        float xf = wf_fp16_to_fp32(x[i]), yf = wf_fp16_to_fp32(y[i]);
                         e2 += (xf - yf) * (xf - yf);
                         n2 += xf * xf;
                         float step = cmax[i] / (float)((1 << (kbits - 1)) - 1) * (1 + 1.0f / 64);
@@ -331,7 +331,7 @@ static size_t round_trip(rig *r, const wf_kv_profile *p, const float *importance
                     continue;
                 }
                 float xr[128], e2 = 0, n2 = 0;
-                for (int i = 0; i < d; i++) xr[i] = wf__kvc_f16_to_f32(x[i]);
+                for (int i = 0; i < d; i++) xr[i] = wf_fp16_to_fp32(x[i]);
                 if (p->rotate_v) {
                     float sg[128];
                     wf_kv_hadamard_signs(0xfeed, l, h, true, d, sg);
@@ -341,7 +341,7 @@ static size_t round_trip(rig *r, const wf_kv_profile *p, const float *importance
                 for (int i = 0; i < d; i++) amax = fmaxf(amax, fabsf(xr[i]));
                 float step = amax / (float)((1 << (vbits - 1)) - 1) * (1 + 1.0f / 64);
                 for (int i = 0; i < d; i++) {
-                    float xf = wf__kvc_f16_to_f32(x[i]), yf = wf__kvc_f16_to_f32(y[i]);
+                    float xf = wf_fp16_to_fp32(x[i]), yf = wf_fp16_to_fp32(y[i]);
                     e2 += (xf - yf) * (xf - yf);
                     n2 += xf * xf;
                     if (!p->rotate_v)

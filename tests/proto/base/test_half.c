@@ -1,15 +1,16 @@
-/* engine/cpu/fp16.c: half <-> float conversion against the F16C instructions (all 65536
+/* proto/base/half.c: half <-> float conversion against the F16C instructions (all 65536
  * halves, every rounding midpoint and its neighbours, random floats, NaN payloads) and
  * bfloat16 rounding. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "check_main.h"
-#include "engine/cpu/features.h"
-#include "engine/cpu/quant.h"
+#include "proto/base/half.h"
 
 static uint32_t fbits(float f) {
     uint32_t u;
@@ -26,7 +27,10 @@ static float bitsf(uint32_t u) {
 __attribute__((target("f16c"))) static float hw_h2f(uint16_t h) { return _cvtsh_ss(h); }
 __attribute__((target("f16c"))) static uint16_t hw_f2h(float f) { return _cvtss_sh(f, 0); }
 
-static bool have_f16c(void) { return wf_cpu_features_get()->f16c; }
+static bool have_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+}
 
 START_TEST(test_half_to_float_all) {
     for (uint32_t h = 0; h < 65536; h++) {

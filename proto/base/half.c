@@ -3,7 +3,7 @@
  * Scalar kernels use these; SIMD kernels use the instructions themselves. */
 #include <string.h>
 
-#include "engine/cpu/quant.h"
+#include "proto/base/half.h"
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
