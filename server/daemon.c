@@ -173,8 +173,7 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
         wf_dit_exec_options_init(&xo);
         xo.model_path = p->dit_paths[i];
         xo.n_threads = p->n_threads;
-        xo.max_items = p->image_max_batch > 0 ? p->image_max_batch : 8;
-        if (xo.max_latents < 2 * xo.max_items) xo.max_latents = 2 * xo.max_items;
+        wf_dit_exec_options_set_batch(&xo, p->image_max_batch);
         xo.max_pixels = p->image_max_pixels;
         char xerr[400];
         st = wf_dit_exec_open(&xo, &d->dits[i], xerr, sizeof xerr);
@@ -474,6 +473,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
                                 "--workers serves one DiT model (got %d): drop --workers or all but one DiT",
                                 p->n_dits);
     wp.dit_path = p->n_dits == 1 ? p->dit_paths[0] : NULL;
+    wp.dit_max_items = p->image_max_batch;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;

@@ -66,6 +66,11 @@ void wf_dit_exec_options_init(wf_dit_exec_options *o) {
     o->max_latents = 64;
 }
 
+void wf_dit_exec_options_set_batch(wf_dit_exec_options *o, int max_items) {
+    if (max_items > 0) o->max_items = max_items;
+    if (o->max_latents < 2 * o->max_items) o->max_latents = 2 * o->max_items;
+}
+
 const wf_dit_exec_info *wf_dit_exec_get_info(const wf_dit_exec *x) { return &x->info; }
 
 int wf_dit_exec_class_index(const wf_dit_exec *x, const char *name) {

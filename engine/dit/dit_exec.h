@@ -56,6 +56,10 @@ typedef struct wf_dit_exec_options {
 } wf_dit_exec_options;
 
 void wf_dit_exec_options_init(wf_dit_exec_options *o);
+/* Sets images per forward pass (max_items; <= 0 keeps the default) and raises max_latents to
+ * twice that if it is lower: weftd and its worker ranks open a DiT through this one rule, so
+ * the coordinator knows the latent slots a worker has. */
+void wf_dit_exec_options_set_batch(wf_dit_exec_options *o, int max_items);
 
 typedef struct wf_dit_exec_info {
     int image_width, image_height, image_channels; /* the native size DECODE_IMAGE writes */

@@ -1015,10 +1015,9 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
     r->model_cfg = c;
     r->tokens = (r->lat_h / r->patch) * (r->lat_w / r->patch);
     r->max_P = wf_dit_sp_fit(c, r->lat_h, r->lat_w, r->n_workers);
-    /* The workers open the DiT with the default options (worker.c): their latent slots. */
-    wf_dit_exec_options wo;
-    wf_dit_exec_options_init(&wo);
-    r->hold_max = wo.max_latents - in->max_items;
+    /* The workers open the DiT with the coordinator's batch size through the same rule
+     * (wf_dit_exec_options_set_batch), so they have as many latent slots as it has. */
+    r->hold_max = in->max_latents - in->max_items;
     if (r->hold_max < 0) r->hold_max = 0;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);

@@ -342,12 +342,12 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
     int argc = 0;
     while (base[argc]) argc++;
-    /* the base, 8 optional KV arguments, 2 for a DiT, 2 for a PD role, 2 per virtual model,
+    /* the base, 8 optional KV arguments, 4 for a DiT, 2 for a PD role, 2 per virtual model,
      * the NULL */
     /* The lock is held until the fork: argv points at the set's declarations (the child only
      * execs). Those added at run time are sent when it joins. */
     pthread_mutex_lock(&ws->lock);
-    char **argv = calloc((size_t)argc + 13 + 2 * (size_t)ws->n_vms, sizeof *argv);
+    char **argv = calloc((size_t)argc + 15 + 2 * (size_t)ws->n_vms, sizeof *argv);
     if (!argv) {
         pthread_mutex_unlock(&ws->lock);
         return WF_ENOMEM;
@@ -378,9 +378,15 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         argv[argc++] = "--kv-accuracy";
         argv[argc++] = acc;
     }
+    char dmi[16];
     if (ws->dit_path) { /* a second --model: the worker sorts LLM and DiT as weftd does */
         argv[argc++] = "--model";
         argv[argc++] = ws->dit_path;
+        if (ws->p.dit_max_items > 0) {
+            snprintf(dmi, sizeof dmi, "%d", ws->p.dit_max_items);
+            argv[argc++] = "--image-max-batch";
+            argv[argc++] = dmi;
+        }
     }
     if (ws->p.n_prefill > 0 && replacement) {
         /* A replacement fills its slot's role. A first start declares none: slots are dealt in

@@ -87,6 +87,8 @@ typedef struct wf_workers_params {
     int n_vmodels;
     const char *dit_path;     /* a DiT the workers also load (their DENOISE chunks: see
                                  wf_workers_dispatch_latents); NULL: none */
+    int dit_max_items;        /* images per DiT forward pass on the workers, as on the
+                                 coordinator (--image-max-batch; 0: the DiT default) */
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;

@@ -133,6 +133,7 @@ typedef struct worker {
     wf_threadpool *codec_pool;       /* its encodes and decodes, split by layers (NULL: serial) */
     wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
     float *dit_scratch;              /* receives a latent that has no slot (then fails) */
+    wf_dit_item *sp_items;           /* a multi-rank batch's items (max_items of them) */
     struct {                         /* multi-rank steppers per (sampler, step count), LRU */
         int sampler, n_steps;
         uint64_t used;
@@ -144,8 +145,6 @@ typedef struct worker {
     bool done_fd_on;
     uint64_t last_hb_ns;             /* the last heartbeat sent */
 } worker;
-
-#define SP_MAX_ITEMS 8
 
 /* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
  * one is replaced). NULL with msg on error. */
@@ -165,7 +164,7 @@ static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t 
     wf_dit_exec_sampler_config(w->dit, sampler, &cfg);
     const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
     wf_dit_sp *sp = NULL;
-    if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, SP_MAX_ITEMS, in->latent_height,
+    if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, in->max_items, in->latent_height,
                       in->latent_width, w->world, &sp, msg, cap) != WF_OK)
         return NULL;
     w->sps[victim].sp = sp;
@@ -207,12 +206,13 @@ static wf_dit_sp_mode dit_mode(const worker *w, const wf_task_batch *b, const wf
  * rows under guidance parallelism); the tasks share one sampler and
  * step count (the coordinator's router groups them so). */
 static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *msg, size_t cap) {
-    int n = b->n_tasks;
-    if (n > SP_MAX_ITEMS) {
-        snprintf(msg, cap, "%d tasks in one multi-rank batch (at most %d)", n, SP_MAX_ITEMS);
+    int n = b->n_tasks, max_items = wf_dit_exec_get_info(w->dit)->max_items;
+    if (n > max_items) {
+        snprintf(msg, cap, "%d tasks in one multi-rank batch, this worker takes %d (start it with "
+                 "the coordinator's --image-max-batch)", n, max_items);
         return WF_EINVAL;
     }
-    wf_dit_item items[SP_MAX_ITEMS];
+    wf_dit_item *items = w->sp_items;
     const wf_task *t0 = &b->tasks[0];
     for (int j = 0; j < n; j++) {
         const wf_task *t = &b->tasks[j];
@@ -1158,9 +1158,11 @@ int wf_worker_main(const wf_worker_params *p) {
         wf_dit_exec_options_init(&xo);
         xo.model_path = p->dit_path;
         xo.n_threads = n_threads;
+        wf_dit_exec_options_set_batch(&xo, p->dit_max_items);
         char xerr[400];
         if (wf_dit_exec_open(&xo, &w.dit, xerr, sizeof xerr) != WF_OK ||
-            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats(w.dit) * sizeof(float)))) {
+            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats(w.dit) * sizeof(float))) ||
+            !(w.sp_items = calloc((size_t)wf_dit_exec_get_info(w.dit)->max_items, sizeof *w.sp_items))) {
             snprintf(err, sizeof err, "DiT %s: %s", p->dit_path, w.dit ? "out of memory" : xerr);
             WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
             wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
@@ -1191,6 +1193,7 @@ out:
     for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);
     wf_dit_exec_free(w.dit);
     free(w.dit_scratch);
+    free(w.sp_items);
     wf_engine_free(w.engine);
     for (int i = 0; i < w.n_vms; i++)
         for (int k = 0; k < w.vms[i].n; k++) wf_lora_free(w.vms[i].l[k]);

@@ -56,6 +56,8 @@ typedef struct wf_worker_params {
                                  to worker (server/workers/dit_router.h) */
     wf_frame_role pd_role;    /* declared to the coordinator (WORKER_INFO): prefill, decode or
                                  worker (any: the coordinator's slot decides) */
+    int dit_max_items;        /* images per DiT forward pass (--image-max-batch; 0: default),
+                                 the coordinator's: its batches and latent slots assume it */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

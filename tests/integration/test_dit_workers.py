@@ -237,3 +237,23 @@ def test_worker_to_worker_reshard_keeps_png_bytes():
             assert d.stop() == 0
     pytest.skip("the elastic policy kept every latent on its rank in 3 daemons x 3 tries (2 ranks "
                 f"not faster in the measured model: {degrees})")
+
+
+def test_worker_ranks_take_the_coordinators_batch_size():
+    # --image-max-batch above the DiT's default (8): the workers open the DiT with the
+    # coordinator's batch size and latent slots (the same rule, wf_dit_exec_options_set_batch),
+    # so a chunk of 10 unguided images is one forward pass on a worker rank, and the PNG bytes
+    # are those of the in-process run.
+    big = dict(prompt="7", n=10, seed=5, num_inference_steps=2, guidance_scale=1)  # 10 rows
+    ref = Weftd("--model", DIT)
+    try:
+        want = generate(ref, big)
+    finally:
+        assert ref.stop() == 0
+    d = Weftd("--model", DIT, "--workers", "2", "--heartbeat-ms", "200", "--image-max-batch", "10",
+              "--dit-policy", "static:1")
+    try:
+        assert generate(d, big) == want
+        assert admin(d)["images"]["chunks_by_group_size"].get("1", 0) >= 20
+    finally:
+        assert d.stop() == 0
