@@ -3,7 +3,8 @@
  * formats. Input: byte 0 = format (mod 5, 0 = detect), byte 1 = flags (bit 0: generation
  * prompt, bit 1: custom bos/eos), then NUL-separated fields: template, then role/content
  * pairs. Checks: no crash or out-of-bounds read; a failure sets a message and no output; a
- * successful ChatML/Mistral render contains the turn contents verbatim. */
+ * successful ChatML/Mistral render contains the turn contents verbatim.
+ * weft-fuzz: covers=engine/chat.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* libFuzzer target: diffusers scheduler_config.json and vae/config.json parsers on arbitrary
  * bytes. A parsed scheduler config must build a schedule whose steps give finite results; every
- * failure must carry a message. Never a crash or a leak. */
+ * failure must carry a message. Never a crash or a leak.
+ * weft-fuzz: covers=engine/dit/sampler.c,engine/dit/vae.c */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
  * weftd --dit-cost and weft-dit-sim --cost) on any bytes. A file it accepts must give a model
  * whose promises hold: at least one point, every point positive and finite with a valid degree
  * and mode, finite non-negative overheads, and finite predictions for every degree it allows.
- * A refusal must name the problem. */
+ * A refusal must name the problem.
+ * weft-fuzz: covers=sched/dit_cost.c */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>

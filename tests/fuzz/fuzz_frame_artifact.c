@@ -1,5 +1,6 @@
 /* libFuzzer target for the artifact transfer frame decoders (proto/frame_artifact.h): see
- * fuzz_frame_common.h for what each input goes through. */
+ * fuzz_frame_common.h for what each input goes through.
+ * weft-fuzz: covers=proto/frame.c,proto/frame_artifact.c */
 #include "fuzz_frame_common.h"
 #include "proto/frame_artifact.h"
 

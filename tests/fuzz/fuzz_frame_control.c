@@ -1,5 +1,6 @@
 /* libFuzzer target for the control frame decoders (proto/frame_control.h) and the envelope and
- * streaming reader (proto/frame.h): see fuzz_frame_common.h for what each input goes through. */
+ * streaming reader (proto/frame.h): see fuzz_frame_common.h for what each input goes through.
+ * weft-fuzz: covers=proto/frame.c,proto/frame_control.c */
 #include "fuzz_frame_common.h"
 #include "proto/frame_control.h"
 

@@ -1,6 +1,7 @@
 /* libFuzzer target for the task frame decoders (proto/frame_task.h): see fuzz_frame_common.h
  * for what each input goes through. A dispatch that decodes also drives the worker's reply path:
- * its outputs go into a TASK_EVENT that must decode and apply back onto the batch. */
+ * its outputs go into a TASK_EVENT that must decode and apply back onto the batch.
+ * weft-fuzz: covers=proto/frame.c,proto/frame_task.c */
 #include "fuzz_frame_common.h"
 #include "proto/frame_task.h"
 

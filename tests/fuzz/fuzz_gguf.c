@@ -1,6 +1,7 @@
 /* libFuzzer target for the GGUF reader: open any bytes with wf_gguf_open_memory and, when that
  * succeeds, walk every key with every getter, every string-array element and every tensor's
- * first and last data byte (ASan catches anything outside the input). */
+ * first and last data byte (ASan catches anything outside the input).
+ * weft-fuzz: covers=engine/gguf.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /* libFuzzer target: arbitrary bytes through the HTTP request path (llhttp, limits, pipelining,
  * chunked bodies, responses) over a loopback connection. The first byte picks how the input is
  * split into reads and how the handler answers, so partial reads and streamed responses get
- * exercised too. Small limits make 413/431 reachable. */
+ * exercised too. Small limits make 413/431 reachable.
+ * weft-fuzz: covers=server/http.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

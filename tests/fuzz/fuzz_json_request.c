@@ -1,5 +1,6 @@
 /* libFuzzer target: the OpenAI request decoder on arbitrary bytes, as chat and as completions.
- * Every outcome must be WF_OK or a 400/503 error with a message, never a crash or a leak. */
+ * Every outcome must be WF_OK or a 400/503 error with a message, never a crash or a leak.
+ * weft-fuzz: covers=server/openai.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

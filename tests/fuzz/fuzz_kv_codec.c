@@ -10,7 +10,8 @@
  * slice's model has l0 layers before it, l0 = bits 2-3); a decoded frame is encoded again
  * (losslessly, the same layers) and must decode to the same KV. A frame that does not parse
  * still goes through the decoder of a fixed small model (4 layers), a slice starting at
- * bits 2-4 minus 2 (-2..5, so bad ranges too), which must refuse it. */
+ * bits 2-4 minus 2 (-2..5, so bad ranges too), which must refuse it.
+ * weft-fuzz: covers=kv/codec.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,8 @@
  *           left), then L bytes of it, then the adapter_model.safetensors bytes
  * A load either succeeds with every pair readable (A: rank x n_in, B: n_out x rank of the
  * backbone's weight; ASan catches a short buffer) or fails with a message and no adapter.
- * Seeds: scripts/make_lora_corpus.py. */
+ * Seeds: scripts/make_lora_corpus.py.
+ * weft-fuzz: covers=engine/lora.c,engine/gguf.c */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
  * text, and the --image-class and --mix parsers on the same text. A parsed profile must keep
  * the promises of its header (valid classes, phases in time order without overlap, finite
  * non-negative rates), and sampling it must give ascending arrivals inside its phases with
- * classes of weight > 0. A failure must name the problem. */
+ * classes of weight > 0. A failure must name the problem.
+ * weft-fuzz: covers=sched/workload/profile.c */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

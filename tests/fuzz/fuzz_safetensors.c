@@ -1,6 +1,7 @@
 /* libFuzzer target for the safetensors reader: open any bytes with wf_safetensors_open_memory
  * and, when that succeeds, check every tensor is found by name and read its first and last data
- * bytes and convert its first elements (ASan catches anything outside the input). */
+ * bytes and convert its first elements (ASan catches anything outside the input).
+ * weft-fuzz: covers=engine/dit/safetensors.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /* libFuzzer target: any bytes through the default model's tokenizer (byte-level BPE, special
  * tokens parsed and not), then back through the streaming detokenizer. Checks the invariants
  * a server relies on: no crash, ids inside the vocabulary, the detokenizer never writes past its
- * cap and only emits whole UTF-8 characters. The vocabulary loads once per process. */
+ * cap and only emits whole UTF-8 characters. The vocabulary loads once per process.
+ * weft-fuzz: covers=engine/tokenizer.c,engine/unicode.c */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

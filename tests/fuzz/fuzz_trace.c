@@ -1,7 +1,8 @@
 /* libFuzzer target for the trace reader of weft-bench's --trace and weft-dit-sim's --trace
  * (GF-DiT's workload JSON, sched/workload/workload.h). The reader takes a path, so each input is written to a scratch file. A
  * read trace must give requests sorted by arrival, each of a valid class of the profile; a
- * failure must name the problem and leave nothing allocated. */
+ * failure must name the problem and leave nothing allocated.
+ * weft-fuzz: covers=sched/workload/trace.c */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

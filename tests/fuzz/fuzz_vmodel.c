@@ -2,7 +2,8 @@
  * grammar on the input as text, and the JSON form (config file, POST /admin/models) on the
  * same bytes when they parse as JSON. A parsed spec must hold what the grammar promises (an id,
  * 1..WF_VMODEL_MAX_ADAPTERS non-empty paths of exactly the bytes given, finite scales, a weight
- * in (0, 1e6]); a failure must say why and leave nothing allocated (LSan). */
+ * in (0, 1e6]); a failure must say why and leave nothing allocated (LSan).
+ * weft-fuzz: covers=server/vmodels.c */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>

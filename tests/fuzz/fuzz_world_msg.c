@@ -1,6 +1,7 @@
 /* libFuzzer target for the world's bootstrap and membership messages (engine/world/world_wire.c):
  * arbitrary bytes as they would arrive from a joiner or the coordinator. Checks: no crash or
- * out-of-bounds read; a decoded message re-encodes to as many bytes as it came from. */
+ * out-of-bounds read; a decoded message re-encodes to as many bytes as it came from.
+ * weft-fuzz: covers=engine/world/world_wire.c */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
