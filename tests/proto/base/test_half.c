@@ -27,9 +27,14 @@ static float bitsf(uint32_t u) {
 __attribute__((target("f16c"))) static float hw_h2f(uint16_t h) { return _cvtsh_ss(h); }
 __attribute__((target("f16c"))) static uint16_t hw_f2h(float f) { return _cvtss_sh(f, 0); }
 
+/* Asked once: CPUID traps to the hypervisor in a VM, and the checks call this millions of times. */
 static bool have_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    static int known = -1;
+    if (known < 0) {
+        unsigned a, b, c, d;
+        known = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    }
+    return known;
 }
 
 START_TEST(test_half_to_float_all) {
