@@ -19,22 +19,8 @@
 #include "check_main.h"
 #include "engine/gfc/gfc.h"
 #include "engine/world/world.h"
+#include "engine/gfc/gfc_blocks.h"
 #include "engine/world/world_launch.h"
-
-static uint32_t mix(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-static uint8_t gen_byte(int call, int src, int dst, size_t i) {
-    return (uint8_t)mix((uint32_t)call * 0x9E3779B1u ^
-                        mix((uint32_t)src * 0x85EBCA77u ^
-                            mix((uint32_t)dst * 0xC2B2AE3Du ^ mix((uint32_t)i))));
-}
 
 /* The bytes each pair exchanges in call `call` (the same both ways): below, at and above the
  * put threshold, odd, empty. */
@@ -42,7 +28,7 @@ static size_t pair_count(int call, int a, int b) {
     static const size_t c[] = {0, 1, 4097, 65535, 65536, 65536 + 7, 262147, (1u << 20) + 1,
                                3u << 20};
     int lo = a < b ? a : b, hi = a < b ? b : a;
-    return c[mix((uint32_t)(call * 64 + lo * 8 + hi)) % (sizeof c / sizeof c[0])];
+    return c[wt_mix((uint32_t)(call * 64 + lo * 8 + hi)) % (sizeof c / sizeof c[0])];
 }
 
 typedef struct mode {
@@ -72,17 +58,14 @@ static int body_swap(wf_world *w, int rank, void *arg) {
         }
         WT_CHECK(off <= cap, "layout fits");
         memset(buf, 0xEE, off);
-        for (int j = 0; j < n; j++)
-            for (size_t i = 0; i < cnt[j]; i++) buf[dsp[j] + i] = gen_byte(call, me, j, i);
+        wt_blocks_fill(buf, n, cnt, dsp, call, me);
         wf_world_stats s0, s1;
         wf_world_get_stats(w, &s0);
         wf_status st = wf_gfc_alltoallv(w, &g, buf, cnt, dsp, buf, cnt, dsp);
         WT_CHECK(st == WF_OK, "call %d: %s: %s", call, wf_status_name(st), wf_world_error(w));
         wf_world_get_stats(w, &s1);
+        WT_CHECK(wt_blocks_check(buf, n, cnt, dsp, call, me) == 0, "call %d", call);
         for (int j = 0; j < n; j++) {
-            for (size_t i = 0; i < cnt[j]; i++)
-                WT_CHECK(buf[dsp[j] + i] == gen_byte(call, j, me, i),
-                         "call %d: block from member %d byte %zu of %zu", call, j, i, cnt[j]);
             size_t end = dsp[j] + cnt[j], gap = j > 0 ? dsp[j - 1] : off;
             for (size_t i = end; i < gap; i++)
                 WT_CHECK(buf[i] == 0xEE, "call %d: byte %zu after block %d written", call, i, j);
@@ -135,21 +118,17 @@ END_TEST
 
 /* The plain all-to-all in place, 1 MiB per rank (the benchmark's case), 2 ranks. */
 static int body_alltoall(wf_world *w, int rank, void *arg) {
-    int ranks[2] = {0, 1};
-    wf_group g;
-    wf_gfc_group_init(&g, ranks, 2);
-    size_t per = 1u << 19;
+    (void)arg;
+    wf_group g = wt_group_first(2);
+    size_t per = 1u << 19, cnt[2], dsp[2];
+    wt_blocks_even(cnt, dsp, 2, per);
     uint8_t *buf = wf_world_mem_alloc(w, 2 * per);
     WT_CHECK(buf, "wf_world_mem_alloc");
     for (int call = 0; call < 3; call++) {
-        for (int j = 0; j < 2; j++)
-            for (size_t i = 0; i < per; i++) buf[(size_t)j * per + i] = gen_byte(call, rank, j, i);
+        wt_blocks_fill(buf, 2, cnt, dsp, call, rank);
         wf_status st = wf_gfc_alltoall(w, &g, buf, buf, per);
         WT_CHECK(st == WF_OK, "alltoall: %s", wf_world_error(w));
-        for (int j = 0; j < 2; j++)
-            for (size_t i = 0; i < per; i++)
-                WT_CHECK(buf[(size_t)j * per + i] == gen_byte(call, j, rank, i),
-                         "call %d block %d byte %zu", call, j, i);
+        WT_CHECK(wt_blocks_check(buf, 2, cnt, dsp, call, rank) == 0, "call %d", call);
     }
     wf_world_mem_free(w, buf);
     return wf_gfc_barrier(w, &g) == WF_OK ? 0 : 1;
@@ -164,9 +143,8 @@ END_TEST
 /* Sizes that disagree on a large pair: WF_EPROTO on both members, nothing swapped; then the
  * group works again. A send/recv layout that differs in place: WF_EINVAL, nothing sent. */
 static int body_mismatch(wf_world *w, int rank, void *arg) {
-    int ranks[2] = {0, 1};
-    wf_group g;
-    wf_gfc_group_init(&g, ranks, 2);
+    (void)arg;
+    wf_group g = wt_group_first(2);
     size_t big = 1u << 18;
     uint8_t *buf = wf_world_mem_alloc(w, 4 * big);
     WT_CHECK(buf, "wf_world_mem_alloc");
@@ -214,34 +192,20 @@ static void die_now(int sig) {
     kill(getpid(), SIGKILL);
 }
 
-static void kill_fill(uint8_t *buf, int call, int me) {
-    for (int j = 0; j < 2; j++)
-        for (size_t i = 0; i < KILL_BLK; i++) buf[(size_t)j * KILL_BLK + i] = gen_byte(call, me, j, i);
-}
+static const size_t kill_cnt[2] = {KILL_BLK, KILL_BLK}, kill_dsp[2] = {0, KILL_BLK};
 
-/* Checks the two blocks after a call that went through. */
-static int kill_check(const uint8_t *buf, int call, int me) {
-    for (int j = 0; j < 2; j++)
-        for (size_t i = 0; i < KILL_BLK; i++)
-            WT_CHECK(buf[(size_t)j * KILL_BLK + i] == gen_byte(call, j, me, i),
-                     "call %d block %d byte %zu", call, j, i);
-    return 0;
-}
-
-/* Fills the two blocks (dsp 0 and KILL_BLK) with call's bytes, swaps in place, checks. */
+/* Fills the two blocks with call's bytes, swaps in place, checks. */
 static int kill_swap_ok(wf_world *w, const wf_group *g, uint8_t *buf, int call) {
     int me = wf_gfc_group_index(g, wf_world_rank(w));
-    kill_fill(buf, call, me);
+    wt_blocks_fill(buf, 2, kill_cnt, kill_dsp, call, me);
     wf_status st = wf_gfc_alltoall(w, g, buf, buf, KILL_BLK);
     WT_CHECK(st == WF_OK, "call %d: %s: %s", call, wf_status_name(st), wf_world_error(w));
-    return kill_check(buf, call, me);
+    return wt_blocks_check(buf, 2, kill_cnt, kill_dsp, call, me);
 }
 
 static int body_kill(wf_world *w, int rank, void *arg) {
     (void)arg;
-    int ranks[2] = {0, 1};
-    wf_group g;
-    wf_gfc_group_init(&g, ranks, 2);
+    wf_group g = wt_group_first(2);
     uint32_t epoch = wf_world_epoch(w);
     uint8_t *buf = wf_world_mem_alloc(w, 2 * KILL_BLK);
     WT_CHECK(buf, "wf_world_mem_alloc");
@@ -260,7 +224,7 @@ static int body_kill(wf_world *w, int rank, void *arg) {
         sigaction(SIGBUS, &sa, NULL);
         for (int call = 1; call <= KILL_CALLS; call++) {
             WT_CHECK(mprotect(buf + KILL_PAGE, 4096, PROT_READ | PROT_WRITE) == 0, "mprotect");
-            kill_fill(buf, call, rank);
+            wt_blocks_fill(buf, 2, kill_cnt, kill_dsp, call, rank);
             WT_CHECK(mprotect(buf + KILL_PAGE, 4096, PROT_READ) == 0, "mprotect");
             wf_status st = wf_gfc_alltoall(w, &g, buf, buf, KILL_BLK);
             WT_CHECK(st == WF_OK, "victim's call %d: %s", call, wf_status_name(st));
@@ -273,12 +237,12 @@ static int body_kill(wf_world *w, int rank, void *arg) {
     int call = 1;
     double ms = 0;
     for (; call <= KILL_CALLS; call++) {
-        kill_fill(buf, call, rank);
+        wt_blocks_fill(buf, 2, kill_cnt, kill_dsp, call, rank);
         uint64_t t0 = wf_clock_now_ns();
         st = wf_gfc_alltoall(w, &g, buf, buf, KILL_BLK);
         ms = (double)(wf_clock_now_ns() - t0) / 1e6;
         if (st != WF_OK) break;
-        if (kill_check(buf, call, rank)) return 1;
+        if (wt_blocks_check(buf, 2, kill_cnt, kill_dsp, call, rank)) return 1;
     }
     WT_CHECK(st == WF_EPEER, "survivor got %s: %s", wf_status_name(st), wf_world_error(w));
     WT_CHECK(wf_world_error_rank(w) == 1, "blamed rank %d: %s", wf_world_error_rank(w),
@@ -286,11 +250,11 @@ static int body_kill(wf_world *w, int rank, void *arg) {
     WT_CHECK(ms < KILL_TIMEOUT_MS + 2000, "noticed after %.0f ms", ms);
     /* The own block and nothing else intact; the block for rank 1 old or swapped byte by byte. */
     for (size_t i = 0; i < KILL_BLK; i++)
-        WT_CHECK(buf[i] == gen_byte(call, 0, 0, i), "own block byte %zu changed", i);
+        WT_CHECK(buf[i] == wt_gen_byte(call, 0, 0, i), "own block byte %zu changed", i);
     uint8_t *pair = buf + KILL_BLK;
     size_t swapped[2] = {0, 0}, differ[2] = {0, 0};
     for (size_t i = 0; i < KILL_BLK; i++) {
-        uint8_t old = gen_byte(call, 0, 1, i), now = gen_byte(call, 1, 0, i);
+        uint8_t old = wt_gen_byte(call, 0, 1, i), now = wt_gen_byte(call, 1, 0, i);
         WT_CHECK(pair[i] == old || pair[i] == now, "pair byte %zu neither old nor swapped", i);
         int part = i >= KILL_PAGE;
         differ[part] += old != now;
@@ -315,9 +279,7 @@ static int body_kill(wf_world *w, int rank, void *arg) {
 static int body_kill_replacement(wf_world *w, int rank, void *arg) {
     (void)arg;
     WT_CHECK(rank == 1 && wf_world_incarnation(w, 1) == 2, "replacement of rank 1");
-    int ranks[2] = {0, 1};
-    wf_group g;
-    wf_gfc_group_init(&g, ranks, 2);
+    wf_group g = wt_group_first(2);
     uint8_t *buf = wf_world_mem_alloc(w, 2 * KILL_BLK);
     WT_CHECK(buf, "wf_world_mem_alloc");
     if (kill_swap_ok(w, &g, buf, 100)) return 1;
