@@ -219,17 +219,22 @@ static int body_kill(wf_world *w, int rank, void *arg) {
     wf_world_get_stats(w, &s1);
     int mapped = (s1.bytes_sent - s0.bytes_sent) + (s1.bytes_put - s0.bytes_put) < KILL_BLK;
     if (rank == 1) {
+        /* Every way out of here but the kill is VICTIM_RETURNED: the parent tells them apart. */
         struct sigaction sa = {.sa_handler = die_now};
         sigaction(SIGSEGV, &sa, NULL);
         sigaction(SIGBUS, &sa, NULL);
         for (int call = 1; call <= KILL_CALLS; call++) {
-            WT_CHECK(mprotect(buf + KILL_PAGE, 4096, PROT_READ | PROT_WRITE) == 0, "mprotect");
+            if (mprotect(buf + KILL_PAGE, 4096, PROT_READ | PROT_WRITE) != 0) break;
             wt_blocks_fill(buf, 2, kill_cnt, kill_dsp, call, rank);
-            WT_CHECK(mprotect(buf + KILL_PAGE, 4096, PROT_READ) == 0, "mprotect");
+            if (mprotect(buf + KILL_PAGE, 4096, PROT_READ) != 0) break;
             wf_status st = wf_gfc_alltoall(w, &g, buf, buf, KILL_BLK);
-            WT_CHECK(st == WF_OK, "victim's call %d: %s", call, wf_status_name(st));
+            if (st != WF_OK) {
+                fprintf(stderr, "the victim's call %d failed: %s: %s\n", call,
+                        wf_status_name(st), wf_world_error(w));
+                break;
+            }
         }
-        fprintf(stderr, "the victim's swaps went through %d times without faulting\n", KILL_CALLS);
+        fprintf(stderr, "the victim's swaps did not fault\n");
         _exit(VICTIM_RETURNED);
     }
     wf_world_set_timeout_ms(w, KILL_TIMEOUT_MS);
