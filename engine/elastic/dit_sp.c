@@ -19,8 +19,11 @@ struct wf_dit_sp {
     float *x, *out, *t;
     int32_t *y;
     int *row_item, *active;
-    /* Ulysses: all-to-all staging, the gathered q|k|v of this member's heads, their output */
-    float *a2a_send, *a2a_recv, *gqkv, *gatt;
+    /* Ulysses: the all-to-all's buffer (in place; from the world's memory when it gives it, so
+     * that the pairs of members on one host swap through the mapping), the gathered q|k|v of
+     * this member's heads, their output */
+    float *a2a, *gqkv, *gatt;
+    bool a2a_world;
     /* one item's slice packed channel-major for the sampler: latent, model output, noise */
     float *cx, *cm, *cz;
     /* CFG: this member's guided outputs, and both members' */
@@ -145,8 +148,9 @@ wf_status wf_dit_sp_new(wf_dit *model, const wf_dit_sampler_config *cfg, int n_s
     sp->active = malloc(sizeof(int) * (size_t)max_items);
     /* Ulysses buffers hold rows x T/P tokens x 3D (or T tokens x 3D/P): P >= 2 when used */
     size_t half = (3 * tok + 1) / 2;
-    sp->a2a_send = malloc(sizeof(float) * half);
-    sp->a2a_recv = malloc(sizeof(float) * half);
+    sp->a2a = wf_world_mem_alloc(world, sizeof(float) * half);
+    sp->a2a_world = sp->a2a != NULL;
+    if (!sp->a2a) sp->a2a = malloc(sizeof(float) * half); /* in place works on any memory */
     sp->gqkv = malloc(sizeof(float) * half);
     sp->gatt = malloc(sizeof(float) * ((tok + 1) / 2));
     sp->cx = malloc(sizeof(float) * sp->lat_sz);
@@ -157,7 +161,7 @@ wf_status wf_dit_sp_new(wf_dit *model, const wf_dit_sampler_config *cfg, int n_s
     /* a row goes to at most two new holders (a CFG pair), so a rank sends at most 2 latents */
     sp->rs_send = malloc(sizeof(float) * 2 * (size_t)max_items * sp->lat_sz);
     sp->rs_recv = malloc(sizeof(float) * (size_t)max_items * sp->lat_sz);
-    if (!sp->x || !sp->out || !sp->t || !sp->y || !sp->row_item || !sp->active || !sp->a2a_send || !sp->a2a_recv ||
+    if (!sp->x || !sp->out || !sp->t || !sp->y || !sp->row_item || !sp->active || !sp->a2a ||
         !sp->gqkv || !sp->gatt || !sp->cx || !sp->cm || !sp->cz || !sp->g_send || !sp->g_recv || !sp->rs_send ||
         !sp->rs_recv) {
         wf_dit_sp_free(sp);
@@ -170,8 +174,10 @@ wf_status wf_dit_sp_new(wf_dit *model, const wf_dit_sampler_config *cfg, int n_s
 void wf_dit_sp_free(wf_dit_sp *sp) {
     if (!sp) return;
     wf_dit_schedule_free(sp->sched);
-    float *bufs[] = {sp->x,  sp->out, sp->t,  sp->a2a_send, sp->a2a_recv, sp->gqkv,    sp->gatt,   sp->cx,
-                     sp->cm, sp->cz,  sp->g_send, sp->g_recv, sp->rs_send, sp->rs_recv};
+    if (sp->a2a_world) wf_world_mem_free(sp->world, sp->a2a);
+    else free(sp->a2a);
+    float *bufs[] = {sp->x,  sp->out,    sp->t,      sp->gqkv,    sp->gatt,   sp->cx,
+                     sp->cm, sp->cz,     sp->g_send, sp->g_recv, sp->rs_send, sp->rs_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(sp->y);
     free(sp->row_item);
@@ -227,7 +233,9 @@ static wf_status attn_local(void *user, wf_threadpool *pool, float *qkv, float *
 
 /* Ulysses: member i holds tokens [i*Tl, (i+1)*Tl) with every head; one all-to-all gives it the
  * whole sequence for heads [i*H/P, (i+1)*H/P), attention runs there, a second all-to-all
- * returns each member its tokens with every head. */
+ * returns each member its tokens with every head. Both all-to-alls run in place (every block
+ * is as long as the one it is swapped with): pairs of members on one host swap their blocks
+ * through the mapping, and the own block does not move. */
 static wf_status attn_ulysses(void *user, wf_threadpool *pool, float *qkv, float *att, int batch, int ntok,
                               char *err, size_t errlen) {
     wf_dit_sp *sp = user;
@@ -237,9 +245,9 @@ static wf_status attn_ulysses(void *user, wf_threadpool *pool, float *qkv, float
         for (int b = 0; b < batch; b++)
             for (int k = 0; k < Tl; k++)
                 for (int part = 0; part < 3; part++)
-                    memcpy(sp->a2a_send + ((((size_t)j * batch + b) * Tl + k) * 3 + part) * Dl,
+                    memcpy(sp->a2a + ((((size_t)j * batch + b) * Tl + k) * 3 + part) * Dl,
                            qkv + ((size_t)b * Tl + k) * 3 * D + (size_t)part * D + (size_t)j * Dl, dsz);
-    wf_status st = wf_gfc_alltoall(sp->world, sp->g, sp->a2a_send, sp->a2a_recv,
+    wf_status st = wf_gfc_alltoall(sp->world, sp->g, sp->a2a, sp->a2a,
                                    (size_t)batch * Tl * 3 * dsz);
     if (st != WF_OK)
         return wf_status_errorf(err, errlen, st, "dit sp: all-to-all before attention: %s",
@@ -249,14 +257,14 @@ static wf_status attn_ulysses(void *user, wf_threadpool *pool, float *qkv, float
             for (int k = 0; k < Tl; k++)
                 for (int part = 0; part < 3; part++)
                     memcpy(sp->gqkv + (((size_t)b * T + (size_t)j * Tl + k) * 3 + part) * Dl,
-                           sp->a2a_recv + ((((size_t)j * batch + b) * Tl + k) * 3 + part) * Dl, dsz);
+                           sp->a2a + ((((size_t)j * batch + b) * Tl + k) * 3 + part) * Dl, dsz);
     wf__dit_attention(pool, sp->gqkv, sp->gatt, batch, T, sp->heads / P, sp->hd, sp->model->attn_scratch);
     for (int j = 0; j < P; j++)
         for (int b = 0; b < batch; b++)
             for (int k = 0; k < Tl; k++)
-                memcpy(sp->a2a_send + (((size_t)j * batch + b) * Tl + k) * Dl,
+                memcpy(sp->a2a + (((size_t)j * batch + b) * Tl + k) * Dl,
                        sp->gatt + ((size_t)b * T + (size_t)j * Tl + k) * Dl, dsz);
-    st = wf_gfc_alltoall(sp->world, sp->g, sp->a2a_send, sp->a2a_recv, (size_t)batch * Tl * dsz);
+    st = wf_gfc_alltoall(sp->world, sp->g, sp->a2a, sp->a2a, (size_t)batch * Tl * dsz);
     if (st != WF_OK)
         return wf_status_errorf(err, errlen, st, "dit sp: all-to-all after attention: %s",
                                 wf_world_error(sp->world));
@@ -264,7 +272,7 @@ static wf_status attn_ulysses(void *user, wf_threadpool *pool, float *qkv, float
         for (int b = 0; b < batch; b++)
             for (int k = 0; k < Tl; k++)
                 memcpy(att + ((size_t)b * Tl + k) * D + (size_t)j * Dl,
-                       sp->a2a_recv + (((size_t)j * batch + b) * Tl + k) * Dl, dsz);
+                       sp->a2a + (((size_t)j * batch + b) * Tl + k) * Dl, dsz);
     return WF_OK;
 }
 

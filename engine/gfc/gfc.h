@@ -86,7 +86,12 @@ wf_status wf_gfc_alltoall(wf_world *w, const wf_group *g, const void *send, void
  * wf_world_mem_alloc, peers on one host) swap them through the mapping, each member half of
  * the bytes, with no copy of the own block (BENCHMARKS.md, 2 ranks on one host: 2.4-2.7x the
  * median bus bandwidth of the out-of-place all-to-all at 1 MiB, 3-9x at 4 MiB); other pairs
- * are copied aside, then sent. */
+ * are copied aside, then sent. When an in-place call fails (a member died or timed out), the
+ * blocks for the other members are undefined: each byte holds its old value or the peer's (a
+ * swap may have stopped part-way; a dead peer may have swapped part of its half; a live one
+ * still inside the call may go on swapping its half until its own call returns). This member's
+ * own block and the bytes outside the blocks are untouched (tested with a member killed
+ * mid-swap). */
 wf_status wf_gfc_alltoallv(wf_world *w, const wf_group *g, const void *send,
                            const size_t *send_counts, const size_t *send_displs, void *recv,
                            const size_t *recv_counts, const size_t *recv_displs);

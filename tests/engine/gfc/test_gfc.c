@@ -16,6 +16,7 @@
 #include "engine/gfc/gfc.h"
 #include "engine/world/world.h"
 #include "engine/world/world_impl.h" /* wf__world_mem_cached */
+#include "engine/gfc/gfc_blocks.h"
 #include "engine/world/world_launch.h"
 
 enum { K_BARRIER, K_BCAST, K_ALLGATHER, K_ALLTOALL, K_ALLTOALLV, K_RS, K_AR, K_P2P, K_COUNT };
@@ -28,33 +29,16 @@ typedef struct item {
     int ranks[8], n;
 } item;
 
-static uint32_t mix(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-static uint32_t h4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-    return mix(a * 0x9E3779B1u ^ mix(b * 0x85EBCA77u ^ mix(c * 0xC2B2AE3Du ^ mix(d))));
-}
-
-static uint8_t gen_byte(int it, int src, int dst, size_t i) {
-    return (uint8_t)h4((uint32_t)it, (uint32_t)src, (uint32_t)dst, (uint32_t)i);
-}
-
 /* Values of very different magnitudes, so that a different summation order would show. */
 static float gen_float(int it, int member, size_t i) {
-    uint32_t h = h4((uint32_t)it, (uint32_t)member, 77u, (uint32_t)i);
+    uint32_t h = wt_h4((uint32_t)it, (uint32_t)member, 77u, (uint32_t)i);
     float v = (float)((int)(h % 2001u) - 1000);
     int e = (int)((h >> 11) % 24u) - 12;
     return e >= 0 ? v * (float)(1u << e) : v / (float)(1u << -e);
 }
 
 static size_t v_count(int it, int src, int dst, size_t size) {
-    return size ? h4((uint32_t)it, (uint32_t)src, (uint32_t)dst, 5u) % (size + 1) : 0;
+    return size ? wt_h4((uint32_t)it, (uint32_t)src, (uint32_t)dst, 5u) % (size + 1) : 0;
 }
 
 static const size_t sizes[] = {0, 1, 3, 64, 4096, 12345, 65536, 262147, 1u << 20};
@@ -64,25 +48,25 @@ static void make_plan(item *plan, int n_items, int world, uint32_t seed) {
     uint32_t s = seed;
     for (int t = 0; t < n_items; t++) {
         item *p = &plan[t];
-        s = mix(s + 1);
+        s = wt_mix(s + 1);
         p->kind = (int)(s % K_COUNT);
-        s = mix(s + 1);
+        s = wt_mix(s + 1);
         p->size = sizes[s % (sizeof sizes / sizeof sizes[0])];
         if (p->kind == K_RS || p->kind == K_AR) p->size /= 4; /* floats */
-        s = mix(s + 1);
+        s = wt_mix(s + 1);
         p->n = 1 + (int)(s % (uint32_t)world);
         if (p->kind == K_P2P && p->n < 2 && world >= 2) p->n = 2;
         int perm[8];
         for (int i = 0; i < world; i++) perm[i] = i;
         for (int i = world - 1; i > 0; i--) {
-            s = mix(s + 1);
+            s = wt_mix(s + 1);
             int j = (int)(s % (uint32_t)(i + 1));
             int tmp = perm[i];
             perm[i] = perm[j];
             perm[j] = tmp;
         }
         memcpy(p->ranks, perm, sizeof(int) * (size_t)p->n);
-        s = mix(s + 1);
+        s = wt_mix(s + 1);
         p->root = (int)(s % (uint32_t)p->n);
     }
 }
@@ -101,35 +85,35 @@ static int run_item(wf_world *w, const item *p, int t) {
         break;
     case K_BCAST:
         a = malloc(sz + 1);
-        for (size_t i = 0; i < sz; i++) a[i] = me == p->root ? gen_byte(t, p->root, 0, i) : 0;
+        for (size_t i = 0; i < sz; i++) a[i] = me == p->root ? wt_gen_byte(t, p->root, 0, i) : 0;
         st = wf_gfc_broadcast(w, &g, p->root, a, sz);
         for (size_t i = 0; st == WF_OK && i < sz; i++)
-            WT_CHECK(a[i] == gen_byte(t, p->root, 0, i), "item %d bcast byte %zu", t, i);
+            WT_CHECK(a[i] == wt_gen_byte(t, p->root, 0, i), "item %d bcast byte %zu", t, i);
         break;
     case K_ALLGATHER:
         a = malloc(sz + 1);
         b = malloc(sz * (size_t)n + 1);
-        for (size_t i = 0; i < sz; i++) a[i] = gen_byte(t, me, 0, i);
+        for (size_t i = 0; i < sz; i++) a[i] = wt_gen_byte(t, me, 0, i);
         st = wf_gfc_allgather(w, &g, a, b, sz);
         for (int k = 0; st == WF_OK && k < n; k++)
             for (size_t i = 0; i < sz; i++)
-                WT_CHECK(b[(size_t)k * sz + i] == gen_byte(t, k, 0, i), "item %d from %d", t, k);
+                WT_CHECK(b[(size_t)k * sz + i] == wt_gen_byte(t, k, 0, i), "item %d from %d", t, k);
         break;
-    case K_ALLTOALL:
+    case K_ALLTOALL: {
+        size_t cnt[8], dsp[8];
+        wt_blocks_even(cnt, dsp, n, sz);
         a = malloc(sz * (size_t)n + 1);
         b = malloc(sz * (size_t)n + 1);
-        for (int k = 0; k < n; k++)
-            for (size_t i = 0; i < sz; i++) a[(size_t)k * sz + i] = gen_byte(t, me, k, i);
+        wt_blocks_fill(a, n, cnt, dsp, t, me);
         if (t % 2) { /* in place */
             memcpy(b, a, sz * (size_t)n);
             st = wf_gfc_alltoall(w, &g, b, b, sz);
         } else {
             st = wf_gfc_alltoall(w, &g, a, b, sz);
         }
-        for (int k = 0; st == WF_OK && k < n; k++)
-            for (size_t i = 0; i < sz; i++)
-                WT_CHECK(b[(size_t)k * sz + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);
+        WT_CHECK(st != WF_OK || wt_blocks_check(b, n, cnt, dsp, t, me) == 0, "item %d", t);
         break;
+    }
     case K_ALLTOALLV: {
         size_t sc[8], sd[8], rc[8], rd[8], stot = 0, rtot = 0;
         int in_place = t % 2; /* in place: one layout, a pair's two counts equal */
@@ -147,17 +131,14 @@ static int run_item(wf_world *w, const item *p, int t) {
         }
         a = malloc(stot + 1);
         b = calloc(1, rtot + 1);
-        for (int k = 0; k < n; k++)
-            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = gen_byte(t, me, k, i);
+        wt_blocks_fill(a, n, sc, sd, t, me);
         if (in_place) {
             memcpy(b, a, stot);
             st = wf_gfc_alltoallv(w, &g, b, sc, sd, b, rc, rd);
         } else {
             st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
         }
-        for (int k = 0; st == WF_OK && k < n; k++)
-            for (size_t i = 0; i < rc[k]; i++)
-                WT_CHECK(b[rd[k] + i] == gen_byte(t, k, me, i), "item %d from %d", t, k);
+        WT_CHECK(st != WF_OK || wt_blocks_check(b, n, rc, rd, t, me) == 0, "item %d", t);
         break;
     }
     case K_RS:
@@ -196,7 +177,7 @@ static int run_item(wf_world *w, const item *p, int t) {
         if (n < 2) break;
         a = malloc(sz + 1);
         b = malloc(sz + 1);
-        for (size_t i = 0; i < sz; i++) a[i] = gen_byte(t, me, 1, i);
+        for (size_t i = 0; i < sz; i++) a[i] = wt_gen_byte(t, me, 1, i);
         int next = (me + 1) % n, prev = (me + n - 1) % n;
         size_t got = 0;
         /* Even members send first: blocking rendezvous sends need the peer's receive. */
@@ -209,7 +190,7 @@ static int run_item(wf_world *w, const item *p, int t) {
         }
         WT_CHECK(st != WF_OK || got == sz, "item %d got %zu", t, got);
         for (size_t i = 0; st == WF_OK && i < sz; i++)
-            WT_CHECK(b[i] == gen_byte(t, prev, 1, i), "item %d byte %zu", t, i);
+            WT_CHECK(b[i] == wt_gen_byte(t, prev, 1, i), "item %d byte %zu", t, i);
         break;
     }
     }
@@ -356,13 +337,13 @@ END_TEST
 static int a2a_check(wf_world *w, const wf_group *g, uint8_t *a, uint8_t *b, size_t per, int t) {
     int me = wf_gfc_group_index(g, wf_world_rank(w));
     for (int k = 0; k < g->n_ranks; k++)
-        for (size_t i = 0; i < per; i++) a[(size_t)k * per + i] = gen_byte(t, me, k, i);
+        for (size_t i = 0; i < per; i++) a[(size_t)k * per + i] = wt_gen_byte(t, me, k, i);
     memset(b, 0, per * (size_t)g->n_ranks);
     wf_status st = wf_gfc_alltoall(w, g, a, b, per);
     WT_CHECK(st == WF_OK, "alltoall %d: %s", t, wf_world_error(w));
     for (int k = 0; k < g->n_ranks; k++)
         for (size_t i = 0; i < per; i++)
-            WT_CHECK(b[(size_t)k * per + i] == gen_byte(t, k, me, i), "call %d from %d byte %zu",
+            WT_CHECK(b[(size_t)k * per + i] == wt_gen_byte(t, k, me, i), "call %d from %d byte %zu",
                      t, k, i);
     return 0;
 }
@@ -472,7 +453,7 @@ static int body_mapped_odd(wf_world *w, int rank, void *arg) {
         }
         WT_CHECK(so <= cap && ro <= cap, "plan %d fits", t);
         for (int j = 0; j < n; j++)
-            for (size_t i = 0; i < sc[j]; i++) send[sd[j] + i] = gen_byte(4000 + t, me, j, i);
+            for (size_t i = 0; i < sc[j]; i++) send[sd[j] + i] = wt_gen_byte(4000 + t, me, j, i);
         memset(recv, 0xEE, ro);
         wf_world_get_stats(w, &s0);
         wf_status st = wf_gfc_alltoallv(w, &g, send, sc, sd, recv, rc, rd);
@@ -480,7 +461,7 @@ static int body_mapped_odd(wf_world *w, int rank, void *arg) {
         wf_world_get_stats(w, &s1);
         for (int j = 0; j < n; j++) {
             for (size_t i = 0; i < rc[j]; i++)
-                WT_CHECK(recv[rd[j] + i] == gen_byte(4000 + t, j, me, i),
+                WT_CHECK(recv[rd[j] + i] == wt_gen_byte(4000 + t, j, me, i),
                          "call %d: from member %d byte %zu of %zu", t, j, i, rc[j]);
             /* The gaps between slices stay untouched. */
             size_t end = rd[j] + rc[j], gap = j + 1 < n ? rd[j + 1] : ro;
@@ -554,12 +535,12 @@ static int body_zero_slices(wf_world *w, int rank, void *arg) {
         wf_gfc_set_put_caller_memory(w, t % 2); /* puts, then messages after a decline */
         uint8_t *a = malloc(stot + 1), *b = calloc(1, rtot + 1);
         for (int k = 0; k < 3; k++)
-            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = gen_byte(5000 + t, me, k, i);
+            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = wt_gen_byte(5000 + t, me, k, i);
         wf_status st = wf_gfc_alltoallv(w, &g, a, sc, sd, b, rc, rd);
         WT_CHECK(st == WF_OK, "alltoallv: %s", wf_world_error(w));
         for (int k = 0; k < 3; k++)
             for (size_t i = 0; i < rc[k]; i++)
-                WT_CHECK(b[rd[k] + i] == gen_byte(5000 + t, k, me, i), "from %d byte %zu", k, i);
+                WT_CHECK(b[rd[k] + i] == wt_gen_byte(5000 + t, k, me, i), "from %d byte %zu", k, i);
         free(a);
         free(b);
     }

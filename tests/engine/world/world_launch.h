@@ -34,6 +34,7 @@ typedef struct wt_env {
     int timeout_ms;
     int join_timeout_ms;
     size_t sym_size;
+    int local_fast_path; /* wf_world_config's */
 } wt_env;
 
 typedef int (*wt_rank_fn)(wf_world *w, int rank, void *arg);
@@ -65,7 +66,8 @@ static inline int wt_free_port(void) {
 
 static inline wt_env wt_env_default(int n) {
     return (wt_env){.n = n, .port = wt_free_port(), .timeout_ms = 20000,
-                    .join_timeout_ms = 30000, .sym_size = 1u << 20};
+                    .join_timeout_ms = 30000, .sym_size = 1u << 20,
+                    .local_fast_path = 1};
 }
 
 static inline wf_world_config wt_config(const wt_env *env, int rank) {
@@ -77,6 +79,7 @@ static inline wf_world_config wt_config(const wt_env *env, int rank) {
     cfg.timeout_ms = env->timeout_ms;
     cfg.join_timeout_ms = env->join_timeout_ms;
     cfg.sym_size = env->sym_size;
+    cfg.local_fast_path = env->local_fast_path;
     return cfg;
 }
 
