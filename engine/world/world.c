@@ -169,6 +169,22 @@ static int peer_process_gone(const wf_world *w, const wf__world_entry *e) {
 }
 
 /* ---- endpoints ---------------------------------------------------------------------------- */
+/* Whether UCX_TLS (NULL: unset) leaves UCX a shared-memory transport between local ranks. When
+ * it does not (e.g. "tcp,self"), local endpoints gain nothing from going without peer-error
+ * handling, and without it UCX 1.13 aborts the process when a peer dies while its puts, emulated
+ * over TCP, are answered (ucp_put_handler: "unexpected error: Endpoint timeout"). */
+static int tls_has_shared_memory(const char *tls) {
+    if (!tls || !*tls || tls[0] == '^') return 1; /* unset, or a list of exclusions */
+    static const char *const shm[] = {"all", "sm", "shm", "posix", "sysv", "cma", "xpmem", "knem"};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", tls);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        for (size_t i = 0; i < sizeof shm / sizeof shm[0]; i++)
+            if (strcmp(t, shm[i]) == 0) return 1;
+    return 0;
+}
+
 static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
     wf_world *w = arg;
     for (int r = 0; r < w->n; r++) {
@@ -1386,6 +1402,7 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     wf_world *w = calloc(1, sizeof *w);
     if (!w) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
     w->cfg = *cfg;
+    if (!tls_has_shared_memory(getenv("UCX_TLS"))) w->cfg.local_fast_path = 0;
     snprintf(w->host_arg, sizeof w->host_arg, "%s", cfg->host);
     w->cfg.host = w->host_arg;
     w->n = cfg->n_ranks;

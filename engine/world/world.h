@@ -56,7 +56,8 @@ typedef struct wf_world_config {
      * handling, so that UCX may use shared memory and CMA for them (UCX 1.13 offers peer-error
      * handling only over TCP: with it every byte between two local ranks went over loopback
      * TCP, see BENCHMARKS.md). Their failures are still found: the /proc liveness check, and
-     * the wait bound for a stuck one. 0: every endpoint with UCX's peer-error handling. */
+     * the wait bound for a stuck one. 0: every endpoint with UCX's peer-error handling (what
+     * the world also does when UCX_TLS names no shared-memory transport, e.g. "tcp,self"). */
     int local_fast_path;
     int join_timeout_ms;    /* bound for the whole world to form (or a replacement to join) */
     /* Optional, rank 0: polled (every 100 ms) while waiting for joiners; nonzero gives up at
