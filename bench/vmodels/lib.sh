@@ -12,3 +12,16 @@ wait_ready() { # PORT LOG
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.2; done
   echo "weftd on $1 not ready; end of its log:" >&2; tail -20 "${2:-/dev/null}" >&2; exit 1
 }
+
+# One random rank-8 adapter per task, OUT/t<i>.gguf, made as tests/engine/data/lora/smollm2.gguf
+# is (all seven projections of layers 0, 9, 18, 29), each from its own seed.
+make_adapters() { # OUT N
+  python3 - "$1" "$2" "$MODEL" <<'PY'
+import sys
+sys.path.insert(0, "scripts")
+import make_lora_fixtures as fx
+out, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for t in range(n):
+    fx.make_adapter("t%d" % t, model, 8, 16.0, [0, 9, 18, 29], list(fx.GGUF_NAMES), 9000 + t, out)
+PY
+}

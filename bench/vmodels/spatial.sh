@@ -15,7 +15,12 @@
 # fraction of its share each weftd used while the load ran (spatial: also the fraction of CFS
 # periods in which a process hit its quota and was throttled). Needs root (cgroups).
 #   bench/vmodels/spatial.sh [N=4] [RATE=0.4] [NREQ=24] [ROUNDS=2] [INPUT=64] [OUTPUT=32]
-# WEFT_CPU_PERIOD_US sets the CFS period (default 100000, the kernel's).
+# WEFT_CPU_PERIOD_US sets the CFS period (default 100000, the kernel's). WEFT_BENCH_CPU_SHARES=S
+# runs everything measured (weftd of both sides and the load generators) inside one cgroup of
+# cpu weight S (v1 cpu.shares; v2 cpu.weight S*100/1024): on a host shared with other jobs, a
+# large S (e.g. 262144) lets the measured processes run when they are runnable, as on an idle
+# host, instead of each thread getting 1/(runnable threads) of a core, which would hand the
+# spatial side N threads' worth of the host against the virtual side's `cores` threads.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/vmodels/lib.sh
@@ -37,6 +42,15 @@ else echo "no cgroup cpu controller found (v2 cpu.max or v1 cpu.cfs_quota_us)" >
 if [ "$CGV" = 2 ] && ! grep -qw cpu "$CGROOT/cgroup.subtree_control"; then
   echo +cpu >"$CGROOT/cgroup.subtree_control"
 fi
+CGP=- # the parent of everything measured ("-": none, the caller's cgroup)
+if [ -n "${WEFT_BENCH_CPU_SHARES:-}" ]; then
+  CGP="$CGROOT/weft-bench-$$"
+  mkdir "$CGP"
+  if [ "$CGV" = 2 ]; then
+    w=$((WEFT_BENCH_CPU_SHARES * 100 / 1024)); [ "$w" -ge 1 ] || w=1; [ "$w" -le 10000 ] || w=10000
+    echo "$w" >"$CGP/cpu.weight"; echo +cpu >"$CGP/cgroup.subtree_control"
+  else echo "$WEFT_BENCH_CPU_SHARES" >"$CGP/cpu.shares"; fi
+fi
 
 PIDS=(); CGS=()
 stop_all() {
@@ -45,10 +59,14 @@ stop_all() {
   for c in "${CGS[@]:-}"; do [ -n "$c" ] && rmdir "$c" 2>/dev/null || true; done
   PIDS=(); CGS=()
 }
-trap stop_all EXIT
+trap 'stop_all; [ "$CGP" = - ] || rmdir "$CGP"' EXIT
+in_cg() { # CGROUP|- CMD... &: CMD inside the cgroup (every thread it starts too). Only with &:
+  # the background subshell becomes CMD (exec), so $! is CMD's pid.
+  exec bash -c '[ "$1" = - ] || echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$@"
+}
 
 cg_make() { # NAME -> prints the cgroup's directory, quota QUOTA_US per PERIOD_US
-  local d="$CGROOT/weft-spatial-$$-$1"
+  local d; d="$([ "$CGP" = - ] && echo "$CGROOT" || echo "$CGP")/weft-spatial-$$-$1"
   mkdir "$d"
   if [ "$CGV" = 2 ]; then echo "$QUOTA_US $PERIOD_US" >"$d/cpu.max"
   else echo "$PERIOD_US" >"$d/cpu.cfs_period_us"; echo "$QUOTA_US" >"$d/cpu.cfs_quota_us"; fi
@@ -59,23 +77,12 @@ cg_throttled() { # DIR -> "periods throttled"
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# One random rank-8 adapter per task, as tests/engine/data/lora/smollm2.gguf is made (all seven
-# projections of layers 0, 9, 18, 29), each from its own seed.
-python3 - "$OUT" "$N" "$MODEL" <<'EOF'
-import sys
-sys.path.insert(0, "scripts")
-import make_lora_fixtures as fx
-out, n, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-for t in range(n):
-    fx.make_adapter("t%d" % t, model, 8, 16.0, [0, 9, 18, 29], list(fx.GGUF_NAMES), 9000 + t, out)
-EOF
+make_adapters "$OUT" "$N"
 
 start_weftd() { # LOG CGROUP|- CPUS THREADS POLICY [vmodel flags...]: starts one weftd, prints PORT
   local log=$1 cg=$2 cpus=$3 th=$4 pol=$5; shift 5
   local p; p=$(free_port)
-  # The shell puts itself in the cgroup, then becomes weftd: every thread starts inside it.
-  bash -c '[ "$1" = - ] || echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
-    taskset -c "$cpus" "$BIN/weftd" --model "$MODEL" --port "$p" --threads "$th" --policy "$pol" \
+  in_cg "$cg" taskset -c "$cpus" "$BIN/weftd" --model "$MODEL" --port "$p" --threads "$th" --policy "$pol" \
     "${WEFTD_FLAGS[@]}" "$@" >"$log" 2>&1 &
   PIDS+=($!)
   echo "$p" >"$log.port"
@@ -87,7 +94,7 @@ run_side() { # SIDE ROUND
   if [ "$side" = virtual ]; then
     local vm=()
     for t in $(seq 0 $((N - 1))); do vm+=(--vmodel "id=t$t,adapter=$OUT/t$t.gguf"); done
-    start_weftd "$OUT/$tag.log" - "0-$((CORES - 1))" "$CORES" fair "${vm[@]}"
+    start_weftd "$OUT/$tag.log" "$CGP" "0-$((CORES - 1))" "$CORES" fair "${vm[@]}"
     wait_ready "$(cat "$OUT/$tag.log.port")" "$OUT/$tag.log"
     for t in $(seq 0 $((N - 1))); do ports+=("$(cat "$OUT/$tag.log.port")"); done
   else
@@ -105,8 +112,8 @@ run_side() { # SIDE ROUND
   for c in "${CGS[@]:-}"; do [ -n "$c" ] && th0+=("$(cg_throttled "$c")"); done
   w0=$(date +%s.%N)
   for t in $(seq 0 $((N - 1))); do
-    "$BIN/weft-bench" --port "${ports[$t]}" --model "t$t" --rate "$TASK_RATE" \
-      --num-requests "$TASK_NREQ" --input-len "$INPUT" --output-len "$OUTPUT" \
+    in_cg "$CGP" "$BIN/weft-bench" --port "${ports[$t]}" --model "t$t" --rate "$TASK_RATE" \
+      --num-requests "$TASK_NREQ" --duration 3600 --input-len "$INPUT" --output-len "$OUTPUT" \
       --seed "$((r * 1000 + t))" --label "$tag-t$t" --no-progress --csv "$OUT/$tag-t$t.csv" \
       >"$OUT/$tag-t$t.txt" 2>&1 &
     loads+=($!)
@@ -134,4 +141,4 @@ for r in $(seq 0 $((ROUNDS - 1))); do
 done
 python3 bench/vmodels/spatial_report.py "$OUT" "$N" all "$(getconf CLK_TCK)"
 echo "N=$N tasks, $RATE requests/s in total, $NREQ requests per side and round, cgroup v$CGV quota" \
-  "${QUOTA_US}us per ${PERIOD_US}us; results in $OUT"
+  "${QUOTA_US}us per ${PERIOD_US}us, cpu shares ${WEFT_BENCH_CPU_SHARES:-none}; results in $OUT"
