@@ -8,7 +8,8 @@
 # and p99 end-to-end latency alone and with the noisy one, the ratio (issue #17's goal: p99
 # within 2x under fair), and how many of the noisy tenant's requests were served.
 #   bench/vmodels/noisy.sh [RATE=0.2] [NREQ=8] [INPUT=64] [OUTPUT=32]
-# WEFT_NOISY_FLAGS adds weftd flags (e.g. "--max-running 8") to every phase.
+# WEFT_NOISY_FLAGS adds weftd flags (e.g. "--max-running 8") to every phase; WEFT_NOISY_QUOTA
+# adds options to the noisy tenant's --vmodel (e.g. ",max_running=4").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/vmodels/lib.sh
@@ -24,7 +25,7 @@ run() { # POLICY PHASE
   local tag="$1-$2" p t light=() noisy=""
   p=$(free_port)
   "$BIN/weftd" --model "$MODEL" --port "$p" --threads "$CORES" --policy "$1" "${WEFTD_FLAGS[@]}" ${WEFT_NOISY_FLAGS:-} \
-    --vmodel "id=t0,adapter=$OUT/t0.gguf" --vmodel "id=t1,adapter=$OUT/t1.gguf" \
+    --vmodel "id=t0,adapter=$OUT/t0.gguf${WEFT_NOISY_QUOTA:-}" --vmodel "id=t1,adapter=$OUT/t1.gguf" \
     --vmodel "id=t2,adapter=$OUT/t2.gguf" --vmodel "id=t3,adapter=$OUT/t3.gguf" \
     >"$OUT/$tag.log" 2>&1 &
   WP=$!
