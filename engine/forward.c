@@ -12,6 +12,7 @@
 
 #include "engine/attention.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/no_contract.h"
 #include "engine/cpu/quant.h"
 
 struct wf_forward {
@@ -570,10 +571,9 @@ static void add_lora(wf_forward *f, wf_lora_target target, const float *x, int n
                 float *yr = y + (size_t)f->lrow[r] * n_out;
                 const float *d = f->lout + (size_t)r * n_out;
                 float sc = f->lscale[r];
-                for (int o = 0; o < n_out; o++) {
-                    float u = d[o] * sc; /* ggml_scale, then ggml_add: two roundings */
-                    yr[o] = yr[o] + u;
-                }
+                /* ggml_scale, then ggml_add: two roundings. The barrier keeps them two where
+                 * the target has fma (-mfma, aarch64), which GCC would otherwise fuse. */
+                for (int o = 0; o < n_out; o++) yr[o] = yr[o] + wf_no_contract_f32(d[o] * sc);
             }
         }
     }

@@ -10,8 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-2}; RATE=${2:-1}; NREQ=${3:-20}; INPUT=${4:-64}; OUTPUT=${5:-32}
-BIN=${WEFT_BIN_DIR:-build/bin}
-MODEL=${WEFT_MODEL:-/usr/local/share/weft/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+source bench/vmodels/lib.sh
 ADAPTER=tests/engine/data/lora/smollm2.gguf
 CORES=$(nproc)
 OUT=$(mktemp -d /tmp/weft-vm-lat-XXXXXX)
@@ -19,17 +18,14 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ready() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.2; done; echo "weftd on $1 not ready" >&2; exit 1; }
 vflags() { for t in $(seq 0 $((N - 1))); do echo --vmodel "id=t$t,adapter=$ADAPTER"; done; }
 
 start() { # PORT THREADS CPUS POLICY [vmodels...]
   local p=$1 th=$2 cpus=$3 pol=$4; shift 4
   taskset -c "$cpus" "$BIN/weftd" --model "$MODEL" --port "$p" --threads "$th" --policy "$pol" \
-    --kv-memory-mb 128 --cost-model 0.5,0.05,2,0.0005 --fixed-cost-model \
-    --default-ttft-ms 600000 "$@" >"$OUT/weftd-$p.log" 2>&1 &
+    "${WEFTD_FLAGS[@]}" "$@" >"$OUT/weftd-$p.log" 2>&1 &
   PIDS+=($!)
-  wait_ready "$p"
+  wait_ready "$p" "$OUT/weftd-$p.log"
 }
 
 load() { # LABEL PORT MODEL
@@ -53,7 +49,7 @@ EOF
 }
 
 for mode in virtual fifo; do
-  P=$(port)
+  P=$(free_port)
   start "$P" "$CORES" "0-$((CORES - 1))" "$([ $mode = virtual ] && echo fair || echo fcfs)" $(vflags)
   LOADS=()
   for t in $(seq 0 $((N - 1))); do load "$mode-t$t" "$P" "t$t" "$t"; LOADS+=($!); done
@@ -66,7 +62,7 @@ done
 per=$((CORES / N)); [ "$per" -ge 1 ] || per=1
 PORTS=()
 for t in $(seq 0 $((N - 1))); do
-  P=$(port); PORTS+=("$P")
+  P=$(free_port); PORTS+=("$P")
   lo=$(( (t * per) % CORES )); hi=$(( lo + per - 1 ))
   start "$P" "$per" "$lo-$hi" fcfs --vmodel "id=t$t,adapter=$ADAPTER"
 done

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/cpu/no_contract.h" /* wf_no_contract_f32: the scalar form, for leftover loops */
+
 /* Horizontal sum of 8 floats in a fixed order: (hi + lo) pairwise, then 2, then 1. */
 static inline float wf_hsum_ps8(__m256 x) {
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
@@ -89,13 +91,6 @@ static inline int wf_q8_block_avx2(const float *x, float *d_out, int8_t *qs) {
  * contracts vector intrinsics under -ffp-contract=fast): dequantisers round twice, like the
  * scalar path. */
 static inline __m256 wf_no_contract(__m256 v) {
-    __asm__("" : "+x"(v));
-    return v;
-}
-
-/* The scalar form: a product rounded to float before the add that follows it, as ggml's
- * leftover loops compute (its F32 dot product adds x[i]*y[i] unfused). */
-static inline float wf_no_contract_f32(float v) {
     __asm__("" : "+x"(v));
     return v;
 }
