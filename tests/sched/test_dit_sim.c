@@ -89,6 +89,39 @@ START_TEST(test_single_request_latency) {
 }
 END_TEST
 
+/* Where the latency goes: two S jobs at once. static:1 on one rank: the second waits the
+ * first's 6774 ms, each uses T_single of rank-time, no rank idles; the second ends at 2 x
+ * T_single, past its 1.5 x, so its rank-time counts as spent on a miss. rssp on 3 ranks: each
+ * takes 2 ranks (efficiency 0.72 >= 0.7; 3 is not an allowed degree), so the second waits
+ * 4721.6 ms with the third rank idle, each costs 2 x 4721.6 rank-ms and both make it; with
+ * deadlines at T_single the second misses. */
+START_TEST(test_latency_breakdown) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 1;
+    wf_dit_sim_job two[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 0, .cls = 0}};
+    wf_dit_sim_report r;
+    double t1 = 50 * 0.1323 * 1024, t2 = 50 * (0.1323 * 1024 / 1.82 + 20);
+    run(&cfg, "static:1", two, 2, &r);
+    ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t1 / 2, 1e-6);
+    ck_assert_double_eq_tol(r.cls_rank_ms_mean[0], t1, 1e-6);
+    ck_assert_double_eq_tol(r.idle_waiting_rank_ms, 0, 1e-9);
+    ck_assert_int_eq(r.n_missed, 1);
+    ck_assert_double_eq_tol(r.missed_rank_ms, t1, 1e-6);
+    cfg.n_ranks = 3;
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t2 / 2, 1e-6);
+    ck_assert_double_eq_tol(r.cls_rank_ms_mean[0], 2 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.idle_waiting_rank_ms, t2, 1e-6);
+    ck_assert_int_eq(r.n_missed, 0);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 0, 1e-9);
+    cfg.classes[0].alpha = 1.0;
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_int_eq(r.n_missed, 1);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 2 * t2, 1e-6);
+}
+END_TEST
+
 /* Guided images: T_single is two forwards on one rank; alone under elastic a guided S runs on
  * 2 ranks in guidance-parallel mode (faster than Ulysses in the synthetic model); static:1 on
  * one rank. */
@@ -396,6 +429,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_latency_breakdown);
     tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
     tcase_add_test(tc, test_workload_profiles);
