@@ -4,7 +4,9 @@
  * same ranks, plus one group formation when communicators are charged); its workloads are
  * GF-DiT's profiles as sched/workload/profiles/NAME.profile define them (the same arrivals weft-bench
  * samples, phase by phase, rates scaled to the load and the rank count) or a weft-bench trace
- * replayed request for request; bad policies, profiles and jobs are refused. */
+ * replayed request for request; the report's latency breakdown (waits, rank-time per job,
+ * ranks idle while jobs wait, rank-time on misses) is what hand-made runs give; bad policies,
+ * profiles and jobs are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
