@@ -37,6 +37,13 @@
  *             those ranks are lent: a job later in deadline order takes them back when waiting
  *             for the lender's chunk to end would cost its deadline, and otherwise waits (one
  *             job twice as fast beats two at once at the same throughput: lower mean latency).
+ *             Overload triage (Moore-Hodgson's rule for the fewest late jobs on one machine,
+ *             the cluster seen as one server of 0.8 x n_ranks single-rank work per ms): in
+ *             deadline order the jobs' single-rank work is summed; where the sum would end
+ *             past a job's deadline, the job with the most work so far (not the only one) is
+ *             set aside: it is treated as late for this pick (no best fit, only the ranks the
+ *             others leave), so that under an overload the ranks EDF would give to a long job
+ *             go to several shorter ones that can still make it.
  *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
  *             chunk's end.
  * Not thread-safe: one owner. */
@@ -102,8 +109,9 @@ struct wf_dit_policy {
     int rssp_n, rssp_tokens[8], rssp_P[8]; /* rssp table (empty: efficiency rule) */
     /* pick's scratch, per ready job; grown when the ready list outgrows it */
     int cap, *idx, *deg;
-    bool *late, *demoted;
+    bool *late, *demoted, *aside;
     int *grown;
+    double *work;
 };
 
 /* spec: "static:K", "rssp", "rssp:T=P,...", "elastic". WF_EINVAL naming the problem. */

@@ -123,6 +123,7 @@ typedef struct sim {
     uint64_t *formed; /* ids of groups formed so far (open addressing, 0 = empty) */
     size_t formed_cap, n_formed;
     double busy_rank_ms;
+    double *run_ms, *rank_ms; /* per job: its tasks' time and rank-time so far */
     int tasks, reshards;
 } sim;
 
@@ -188,6 +189,8 @@ static void start_task(sim *s, const wf_dit_task *t, double now) {
     j->n_ranks = t->n_ranks;
     memcpy(j->ranks, t->ranks, sizeof(int) * (size_t)t->n_ranks);
     s->busy_rank_ms += ms * t->n_ranks;
+    s->run_ms[j->id] += ms;
+    s->rank_ms[j->id] += ms * t->n_ranks;
     s->tasks++;
 }
 
@@ -227,8 +230,10 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
     wf_dit_task *tasks = calloc((size_t)cfg->n_ranks, sizeof *tasks);
     bool *taken = calloc((size_t)n + 1, sizeof *taken);
     double *lat = calloc((size_t)n + 1, sizeof *lat), *norm = calloc((size_t)n + 1, sizeof *norm);
+    s.run_ms = calloc((size_t)n + 1, sizeof *s.run_ms);
+    s.rank_ms = calloc((size_t)n + 1, sizeof *s.rank_ms);
     st = WF_ENOMEM;
-    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm) {
+    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm || !s.run_ms || !s.rank_ms) {
         wf_status_errorf(err, errlen, st, "dit sim: out of memory for %d jobs", n);
         goto out;
     }
@@ -246,7 +251,7 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
         j->deadline_ms = j->arrival_ms + alpha * wf_dit_sim_single_ms(cfg, j->cls);
         j->latent_bytes = cfg->latent_bytes_per_token * c->tokens;
     }
-    int next = 0, done = 0;
+    int next = 0, done = 0, idle_waiting = 0; /* free ranks while jobs wait, since `now` */
     double now = n ? specs[0].arrival_ms : 0, first = now, last = now;
     while (done < n) {
         /* the next event: an arrival or the earliest task end */
@@ -257,6 +262,7 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
                                   "dit sim: policy %s left %d jobs waiting with every rank idle", policy, s.n_ready);
             goto out;
         }
+        rep->idle_waiting_rank_ms += idle_waiting * (t - now);
         now = t;
         for (int i = 0; i < s.n_run;) {
             running *r = &s.run[i];
@@ -272,7 +278,9 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
                 lat[j->id] = fin - j->arrival_ms;
                 norm[j->id] = lat[j->id] / wf_dit_sim_single_ms(cfg, j->cls);
                 rep->cls_jobs[j->cls]++;
-                if (fin > j->deadline_ms) rep->cls_missed[j->cls]++;
+                if (fin > j->deadline_ms) rep->cls_missed[j->cls]++, rep->missed_rank_ms += s.rank_ms[j->id];
+                rep->cls_wait_mean_ms[j->cls] += lat[j->id] - s.run_ms[j->id] - cfg->cost.request_ms;
+                rep->cls_rank_ms_mean[j->cls] += s.rank_ms[j->id];
                 done++;
                 last = fmax(last, fin);
                 wf_dit_policy_complete(pol, j, now);
@@ -312,6 +320,9 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
             else s.ready[w++] = s.ready[i];
         }
         s.n_ready = w;
+        idle_waiting = 0;
+        if (s.n_ready)
+            for (int r = 0; r < cfg->n_ranks; r++) idle_waiting += !s.busy[r];
     }
     rep->n_jobs = n;
     for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) rep->n_missed += rep->cls_missed[c];
@@ -322,7 +333,11 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
         rep->cls_latency_mean_ms[s.jobs[i].cls] += lat[i];
     }
     for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
-        if (rep->cls_jobs[c]) rep->cls_latency_mean_ms[c] /= rep->cls_jobs[c];
+        if (rep->cls_jobs[c]) {
+            rep->cls_latency_mean_ms[c] /= rep->cls_jobs[c];
+            rep->cls_wait_mean_ms[c] /= rep->cls_jobs[c];
+            rep->cls_rank_ms_mean[c] /= rep->cls_jobs[c];
+        }
     if (n > 0) {
         rep->latency_mean_ms = sum / n;
         rep->norm_latency_mean = nsum / n;
@@ -348,5 +363,7 @@ out:
     free(taken);
     free(lat);
     free(norm);
+    free(s.run_ms);
+    free(s.rank_ms);
     return st;
 }

@@ -456,6 +456,42 @@ START_TEST(test_elastic_late_job_aging) {
 }
 END_TEST
 
+/* Overload triage (Moore-Hodgson on the cluster as one server of 0.8 x its ranks): one rank,
+ * a 50-step job (27.09 s of work) due at 30 s and two 20-step ones (10.84 s each) due at 31
+ * and 32 s (less than 4x apart: no demotion). EDF alone would run the long one and both short
+ * ones would miss; the summed work passes the first short job's deadline (37.93 s / 0.8 =
+ * 47.4 s > 31 s), so the job with the most work is set aside (it alone misses) and the first
+ * short one takes the rank. */
+START_TEST(test_elastic_triage_sets_long_job_aside) {
+    wf_dit_policy *p = policy("elastic", 1);
+    bool busy[1] = {false};
+    wf_dit_job jobs[3] = {job(0, 4096, 30000), job(1, 4096, 31000), job(2, 4096, 32000)};
+    jobs[1].steps = jobs[2].steps = 20;
+    wf_dit_task t[16];
+    ck_assert_int_eq(pick(p, 1, busy, jobs, 3, t), 1);
+    ck_assert_int_eq(t[0].job, 1);
+    /* alone it is never set aside for its own work (27.09 s / 0.8 = 33.9 s is past its 30 s,
+     * but the whole cluster is what it can have, and it fits) */
+    ck_assert_int_eq(pick(p, 1, busy, jobs, 1, t), 1);
+    ck_assert_int_eq(t[0].job, 0);
+    /* a short job due late enough for both (37.93 s / 0.8 = 47.4 s <= 60 s): EDF */
+    jobs[1].deadline_ms = 60000;
+    ck_assert_int_eq(pick(p, 1, busy, jobs, 2, t), 1);
+    ck_assert_int_eq(t[0].job, 0);
+    /* a job late anyway (due before its own time) takes no part: it neither fills the sum
+     * (6.77 + 27.09 s / 0.8 would pass 30 s and set the long job aside) nor is chosen */
+    wf_dit_job more[2] = {job(0, 1024, 1000), job(1, 4096, 30000)};
+    ck_assert_int_eq(pick(p, 1, busy, more, 2, t), 1);
+    ck_assert_int_eq(t[0].job, 1);
+    /* of equal jobs the one due first is set aside (the furthest behind; one of the two misses
+     * either way: 54.2 s of work, the second due at 50 s): the second takes the rank */
+    wf_dit_job two[2] = {job(0, 4096, 30000), job(1, 4096, 50000)};
+    ck_assert_int_eq(pick(p, 1, busy, two, 2, t), 1);
+    ck_assert_int_eq(t[0].job, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 /* A job keeps the ranks it held when they are free (no reshard). */
 START_TEST(test_elastic_keeps_ranks) {
     wf_dit_policy *p = policy("elastic", 8);
@@ -545,6 +581,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elastic_late_jobs_one_rank);
     tcase_add_test(tc, test_elastic_keeps_ranks);
     tcase_add_test(tc, test_elastic_late_job_aging);
+    tcase_add_test(tc, test_elastic_triage_sets_long_job_aside);
     tcase_add_test(tc, test_static_lanes);
     tcase_add_test(tc, test_rssp);
     suite_add_tcase(s, tc);

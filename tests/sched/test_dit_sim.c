@@ -4,7 +4,9 @@
  * same ranks, plus one group formation when communicators are charged); its workloads are
  * GF-DiT's profiles as sched/workload/profiles/NAME.profile define them (the same arrivals weft-bench
  * samples, phase by phase, rates scaled to the load and the rank count) or a weft-bench trace
- * replayed request for request; bad policies, profiles and jobs are refused. */
+ * replayed request for request; the report's latency breakdown (waits, rank-time per job,
+ * ranks idle while jobs wait, rank-time on misses) is what hand-made runs give; bad policies,
+ * profiles and jobs are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +88,39 @@ START_TEST(test_single_request_latency) {
     run(&cfg, "static:8", &l, 1, &r);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_int_eq(r.cls_missed[2], 1);
+}
+END_TEST
+
+/* Where the latency goes: two S jobs at once. static:1 on one rank: the second waits the
+ * first's 6774 ms, each uses T_single of rank-time, no rank idles; the second ends at 2 x
+ * T_single, past its 1.5 x, so its rank-time counts as spent on a miss. rssp on 3 ranks: each
+ * takes 2 ranks (efficiency 0.72 >= 0.7; 3 is not an allowed degree), so the second waits
+ * 4721.6 ms with the third rank idle, each costs 2 x 4721.6 rank-ms and both make it; with
+ * deadlines at T_single the second misses. */
+START_TEST(test_latency_breakdown) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 1;
+    wf_dit_sim_job two[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 0, .cls = 0}};
+    wf_dit_sim_report r;
+    double t1 = 50 * 0.1323 * 1024, t2 = 50 * (0.1323 * 1024 / 1.82 + 20);
+    run(&cfg, "static:1", two, 2, &r);
+    ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t1 / 2, 1e-6);
+    ck_assert_double_eq_tol(r.cls_rank_ms_mean[0], t1, 1e-6);
+    ck_assert_double_eq_tol(r.idle_waiting_rank_ms, 0, 1e-9);
+    ck_assert_int_eq(r.n_missed, 1);
+    ck_assert_double_eq_tol(r.missed_rank_ms, t1, 1e-6);
+    cfg.n_ranks = 3;
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t2 / 2, 1e-6);
+    ck_assert_double_eq_tol(r.cls_rank_ms_mean[0], 2 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.idle_waiting_rank_ms, t2, 1e-6);
+    ck_assert_int_eq(r.n_missed, 0);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 0, 1e-9);
+    cfg.classes[0].alpha = 1.0;
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_int_eq(r.n_missed, 1);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 2 * t2, 1e-6);
 }
 END_TEST
 
@@ -396,6 +431,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_latency_breakdown);
     tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
     tcase_add_test(tc, test_workload_profiles);

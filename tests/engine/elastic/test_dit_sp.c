@@ -226,6 +226,38 @@ START_TEST(test_elastic_invariance) {
 }
 END_TEST
 
+/* The kill tests' placements: rank 0 alone, the group {0, 1} that loses rank 1, and {0, 2}
+ * where the request restarts. */
+typedef struct kill_groups {
+    wf_dit_placement p0, p01, p02;
+} kill_groups;
+
+static kill_groups make_kill_groups(void) {
+    static const int r01[] = {0, 1}, r02[] = {0, 2};
+    return (kill_groups){wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 1),
+                         wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2),
+                         wf_dit_placement_make(WF_DIT_SP_ULYSSES, r02, 2)};
+}
+
+/* The kill tests' first chunks: the model set up, the request started on rank 0, moved to {0,
+ * 1} and 4 steps run there. */
+static int run_before_kill(ctx *c, wf_world *w, const kill_groups *g) {
+    if (setup(c, w)) return 1;
+    wf_world_set_timeout_ms(w, 60000);
+    return start(c, w, &g->p0) || move(c, w, &g->p0, &g->p01) || run_on(c, w, &g->p01, 4);
+}
+
+/* The restart from x_T on {0, 2} (item 1 two steps late, as the reference), bit-identical to the
+ * single-rank run; tears the model down. */
+static int restart_on_02(ctx *c, wf_world *w, const kill_groups *g) {
+    wf_world_set_timeout_ms(w, 60000);
+    if (start(c, w, &g->p0) || move(c, w, &g->p0, &g->p02) || run_on(c, w, &g->p02, STEPS) ||
+        finish(c, w, &g->p02, "restart"))
+        return 1;
+    teardown(c);
+    return 0;
+}
+
 /* A member killed during a 2-rank step: the survivor's run fails with WF_EPEER or
  * WF_ETIMEDOUT within the world's timeout (no hang); since a trajectory is a pure function of
  * its key, the request restarts from x_T on other ranks ({0, 2}) and still ends bit-identical
@@ -233,37 +265,23 @@ END_TEST
 static int body_killed_member(wf_world *w, int rank, void *arg) {
     (void)arg;
     ctx c;
-    if (setup(&c, w)) return 1;
-    const int r01[] = {0, 1}, r02[] = {0, 2};
-    wf_dit_placement p01 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2);
-    wf_dit_placement p02 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r02, 2);
-    wf_dit_placement p0 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 1);
+    kill_groups g = make_kill_groups();
     if (rank == 2) { /* joins the restart: waits for the survivor's failure detection */
-        wf_world_set_timeout_ms(w, 60000);
-        if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) ||
-            finish(&c, w, &p02, "restart"))
-            return 1;
-        teardown(&c);
-        return 0;
+        if (setup(&c, w)) return 1;
+        return restart_on_02(&c, w, &g);
     }
-    wf_world_set_timeout_ms(w, 60000);
-    if (start(&c, w, &p0) || move(&c, w, &p0, &p01) || run_on(&c, w, &p01, 4)) return 1;
+    if (run_before_kill(&c, w, &g)) return 1;
     if (rank == 1) raise(SIGKILL); /* dies between chunks: rank 0 is already in the next */
     wf_world_set_timeout_ms(w, 4000);
     for (int i = 0; i < ITEMS; i++) c.items[i].step_end = 8;
     uint64_t t0 = wf_clock_now_ns();
-    wf_status st = wf_dit_sp_run(c.sp, c.pool, &p01, ITEMS, c.items, c.err, sizeof c.err);
+    wf_status st = wf_dit_sp_run(c.sp, c.pool, &g.p01, ITEMS, c.items, c.err, sizeof c.err);
     double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
     WT_CHECK(st == WF_EPEER || st == WF_ETIMEDOUT, "run with a dead member: %s: %s", wf_status_name(st), c.err);
     WT_CHECK(strstr(c.err, "rank 1") != NULL, "%s", c.err);
     WT_CHECK(ms < 4000 + 3000, "noticed after %.0f ms", ms);
     fprintf(stderr, "rank 0: %s after %.0f ms: %s\n", wf_status_name(st), ms, c.err);
-    /* restart from x_T on {0, 2} (item 1 two steps late, as the reference) */
-    wf_world_set_timeout_ms(w, 60000);
-    if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) || finish(&c, w, &p02, "restart"))
-        return 1;
-    teardown(&c);
-    return 0;
+    return restart_on_02(&c, w, &g);
 }
 
 /* Three ranks run body; rank 1 kills itself, the others must finish cleanly. */
@@ -290,27 +308,18 @@ END_TEST
 static int body_killed_holder(wf_world *w, int rank, void *arg) {
     (void)arg;
     ctx c;
-    if (setup(&c, w)) return 1;
-    const int r01[] = {0, 1}, r02[] = {0, 2};
-    wf_dit_placement p01 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2);
-    wf_dit_placement p02 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r02, 2);
-    wf_dit_placement p0 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 1);
-    wf_world_set_timeout_ms(w, 60000);
-    if (start(&c, w, &p0) || move(&c, w, &p0, &p01) || run_on(&c, w, &p01, 4)) return 1;
+    kill_groups g = make_kill_groups();
+    if (run_before_kill(&c, w, &g)) return 1;
     if (rank == 1) raise(SIGKILL); /* holds rows 1/2 of every latent */
     wf_world_set_timeout_ms(w, 4000);
     uint64_t t0 = wf_clock_now_ns();
-    wf_status st = wf_dit_sp_reshard(c.sp, &p01, &p02, ITEMS, c.items, c.err, sizeof c.err);
+    wf_status st = wf_dit_sp_reshard(c.sp, &g.p01, &g.p02, ITEMS, c.items, c.err, sizeof c.err);
     double ms = (double)(wf_clock_now_ns() - t0) / 1e6;
     WT_CHECK(st == WF_EPEER || st == WF_ETIMEDOUT, "rank %d: reshard with a dead holder: %s: %s", rank,
              wf_status_name(st), c.err);
     WT_CHECK(ms < 4000 + 3000, "rank %d: noticed after %.0f ms", rank, ms);
     fprintf(stderr, "rank %d: reshard %s after %.0f ms: %s\n", rank, wf_status_name(st), ms, c.err);
-    wf_world_set_timeout_ms(w, 60000);
-    if (start(&c, w, &p0) || move(&c, w, &p0, &p02) || run_on(&c, w, &p02, STEPS) || finish(&c, w, &p02, "restart"))
-        return 1;
-    teardown(&c);
-    return 0;
+    return restart_on_02(&c, w, &g);
 }
 
 START_TEST(test_killed_holder_reshard) {
