@@ -465,9 +465,11 @@ static wf_status measure_codecs(worker *w, wf_kv_profile_lib *lib, char *err, si
     const wf_kv_store *kv = &w->kv;
     int bs = kv->geometry.block_size, n_blocks = (CODEC_TOKENS + bs - 1) / bs;
     if (lib->n == 0) return WF_OK;
-    if (n_blocks > kv->n_blocks)
+    /* every layer's blocks [0, n_blocks) are written: a split store's local region too */
+    int have = kv->n_swa_blocks > 0 && kv->n_swa_blocks < kv->n_blocks ? kv->n_swa_blocks : kv->n_blocks;
+    if (n_blocks > have)
         return wf_status_errorf(err, errlen, WF_EINVAL, "KV cache of %d blocks is too small to measure the "
-                                "codec on %d tokens", kv->n_blocks, CODEC_TOKENS);
+                                "codec on %d tokens", have, CODEC_TOKENS);
     int32_t blocks[64];
     if (n_blocks > 64) n_blocks = 64;
     uint64_t s = 0x9e3779b97f4a7c15ull;
