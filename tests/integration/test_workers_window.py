@@ -5,15 +5,17 @@ its group two tables and the tasks carry the local one (TASK_DISPATCH 1.3). Two 
 than the window, one per worker: the first is llama.cpp's greedy continuation of its 520-token
 prompt (the stored golden fixture), the second equals a single-process daemon's; every worker's
 group released the local blocks behind the window (counted per group in /admin/stats) and holds
-none afterwards."""
+none afterwards; a worker killed and restarted comes back with the same split store."""
 import concurrent.futures
 import json
 import os
+import signal
+import time
 import urllib.request
 
 import pytest
 
-from conftest import TESTS, Weftd, post
+from conftest import TESTS, Weftd, admin_workers, post
 
 GEMMA = os.environ.get("WEFT_TEST_GEMMA_MODEL",
                        "/usr/local/share/weft/models/gemma-3-270m-q4_k_m.gguf")
@@ -83,6 +85,21 @@ def test_workers_split_store_matches_llama_cpp_and_releases_per_worker():
         assert all(r >= least for r in per_group), per_group
         assert st["kv_swa_blocks_released"] == sum(per_group)
         assert all(g["kv_swa_blocks_used"] == 0 and g["kv_blocks_used"] == 0 for g in groups)
+        # a replacement process splits its store again and its new group gets a split pool
+        totals = {g["rank"]: (g["kv_blocks_total"], g["kv_swa_blocks_total"]) for g in groups}
+        victim = admin_workers(d)[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            w = [w for w in admin_workers(d) if w["rank"] == victim["rank"]][0]
+            if w["state"] == "live" and w["pid"] != victim["pid"] and w["group"] >= 0:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"worker rank {victim['rank']} did not come back:\n{d.logtext()}")
+        back = [g for g in sched_stats(d)["groups"] if g["live"] and g["rank"] == victim["rank"]]
+        assert len(back) == 1 and back[0]["id"] == w["group"]
+        assert (back[0]["kv_blocks_total"], back[0]["kv_swa_blocks_total"]) == totals[victim["rank"]]
     finally:
         assert d.stop() == 0, d.logtext()
     single = Weftd("--max-running", "4", model=GEMMA)
