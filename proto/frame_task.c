@@ -341,8 +341,7 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
  * sample's fixed fields (SAMPLE_MIN minus its two count fields), an i32 or logit_bias array with
  * its alignment padding to its count field and elements (at most 2x; a KV block table's count
  * and entries also pay for the task's rebuilt sliding-window table: 2 x (4n + 3) <= 2 x (4 + 4n)),
- * and the padding of each
- * task's samples/params arrays to the task (16 bytes). So no payload can use more than its
+ * and the padding of each task's samples/params arrays to the task (16 bytes). So no payload can use more than its
  * length times the largest of these ratios, plus that padding. */
 size_t wf_frame_task_dispatch_arena_bound(size_t payload_len) {
     size_t ratio = max3(ceil_div(sizeof(wf_task), TASK_MIN),
