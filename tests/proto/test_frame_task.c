@@ -839,17 +839,30 @@ START_TEST(dispatch_arena_exhaustion) {
 }
 END_TEST
 
-/* The arena bound holds for the frames that expand the most: many minimal tasks, and tasks
- * with many minimal samples. */
+/* The arena bound holds for the frames that expand the most: many minimal tasks, tasks with
+ * many minimal samples, and LLM tasks whose one-block KV table comes with a local table (the
+ * decoder rebuilds it whole). */
 START_TEST(dispatch_arena_bound_worst_case) {
     static wf_task tasks[WF_FRAME_MAX_TASKS];
     static wf_task_sample samples[WF_FRAME_MAX_SAMPLES];
     static wf_sampling_params params;
+    static const int32_t one_block[1] = {7}, one_released[1] = {-1};
     memset(tasks, 0, sizeof tasks);
     for (int i = 0; i < WF_FRAME_MAX_TASKS; i++) tasks[i].kind = WF_TASK_FINISH;
     wf_task_batch b = {.tasks = tasks, .n_tasks = WF_FRAME_MAX_TASKS};
     char err[256];
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2) {
+            memset(tasks, 0, sizeof tasks);
+            for (int i = 0; i < WF_FRAME_MAX_TASKS; i++) {
+                tasks[i].kind = WF_TASK_DECODE;
+                tasks[i].llm.kv.kind = WF_ARTIFACT_KV;
+                tasks[i].llm.kv.block_table = one_block;
+                tasks[i].llm.kv.n_blocks = 1;
+                tasks[i].llm.kv.swa_block_table = one_released;
+            }
+            b.n_tasks = WF_FRAME_MAX_TASKS;
+        }
         if (pass == 1) {
             for (int i = 0; i < WF_FRAME_MAX_SAMPLES; i++) samples[i].params = &params;
             for (int i = 0; i < 16; i++) {
