@@ -367,14 +367,7 @@ static void rope_apply(const wf_model_hparams *hp, const float *cache, float *x)
             x[i0 + 1] = fmaf(x0, s, x1 * c);
         }
     } else {
-        int h = n / 2;
-        for (int i0 = 0; i0 < n; i0 += 2) {
-            const float c = cache[i0], s = cache[i0 + 1];
-            const int ic = i0 / 2;
-            const float x0 = x[ic], x1 = x[ic + h];
-            x[ic] = fmaf(x0, c, -(x1 * s));
-            x[ic + h] = fmaf(x0, s, x1 * c);
-        }
+        wf_attn_rope_neox(cache, n, x); /* the same operations, eight pairs at a time */
     }
 }
 
