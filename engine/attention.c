@@ -180,6 +180,20 @@ void wf_attn_geglu(const uint16_t *tab, size_t n, float *gate, const float *up) 
     }
 }
 
+void wf_attn_rope_neox(const float *cache, int n_rot, float *x) {
+    if (simd_level() >= 1) {
+        wf_attn_rope_neox_avx2(cache, n_rot, x);
+        return;
+    }
+    const int h = n_rot / 2;
+    for (int k = 0; k < h; k++) {
+        const float c = cache[2 * k], s = cache[2 * k + 1];
+        const float x0 = x[k], x1 = x[k + h];
+        x[k] = fmaf(x0, c, -(x1 * s));
+        x[k + h] = fmaf(x0, s, x1 * c);
+    }
+}
+
 void wf_attn_swiglu(size_t n, float *gate, const float *up) {
     if (simd_level() >= 1) {
         wf_attn_swiglu_avx2(n, gate, up);

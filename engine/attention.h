@@ -86,6 +86,12 @@ void wf_attn_swiglu(size_t n, float *gate, const float *up);
  * at or below -10 give 0, at or above 10 give x * up. */
 void wf_attn_geglu(const uint16_t *tab, size_t n, float *gate, const float *up);
 
+/* NEOX-style rotary embedding of one head (Gemma 3, Qwen): pairs (x[k], x[k + n_rot/2]) turned
+ * by cache[2k] (cos) and cache[2k + 1] (sin) as llama.cpp's compiled rotate_pairs does:
+ * x0' = fma(x0, cos, -(x1 * sin)), x1' = fma(x0, sin, x1 * cos). The AVX2 path does eight pairs
+ * at once with the same fused operations (the portable one calls fmaf per element). */
+void wf_attn_rope_neox(const float *cache, int n_rot, float *x);
+
 /* internal: scores of positions below first set to -inf, *mx recomputed over the rest. */
 void wf__attn_mask_prefix(float *sc, int first, int n_pos, float *mx);
 
@@ -96,6 +102,7 @@ void wf_attn_group_avx512(const float *q, int n_q, int head_dim, float scale,
                           const wf_attn_kv_view *kv, int n_pos, wf_attn_scratch *s, float *out);
 void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up);
 void wf_attn_geglu_avx2(const uint16_t *tab, size_t n, float *gate, const float *up);
+void wf_attn_rope_neox_avx2(const float *cache, int n_rot, float *x);
 void wf_attn_group_avx2(const float *q, int n_q, int head_dim, float scale,
                         const wf_attn_kv_view *kv, int n_pos, wf_attn_scratch *s, float *out);
 

@@ -278,6 +278,29 @@ void wf_attn_swiglu_avx2(size_t n, float *gate, const float *up) {
 
 /* The conversions inline (F16C, the same round-to-nearest-even as wf_fp32_to_fp16), 8 lanes
  * at a time; only the table lookups stay scalar. The out-of-range cases are blended in. */
+void wf_attn_rope_neox_avx2(const float *cache, int n_rot, float *x) {
+    const int h = n_rot / 2;
+    int k = 0;
+    for (; k + 8 <= h; k += 8) {
+        /* cache holds (cos, sin) pairs: split 16 floats into 8 cos and 8 sin in order */
+        const __m256 a = _mm256_loadu_ps(cache + 2 * k), b = _mm256_loadu_ps(cache + 2 * k + 8);
+        const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+            _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+        const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+            _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+        const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + h);
+        /* fmsub(x0, c, x1 * s) = fma(x0, c, -(x1 * s)): one rounding of the same exact value */
+        _mm256_storeu_ps(x + k, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+        _mm256_storeu_ps(x + k + h, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+    }
+    for (; k < h; k++) {
+        const float c = cache[2 * k], s = cache[2 * k + 1];
+        const float x0 = x[k], x1 = x[k + h];
+        x[k] = fmaf(x0, c, -(x1 * s));
+        x[k + h] = fmaf(x0, s, x1 * c);
+    }
+}
+
 void wf_attn_geglu_avx2(const uint16_t *tab, size_t n, float *gate, const float *up) {
     const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
     size_t i = 0;

@@ -47,9 +47,7 @@ size_t wf_kv_store_offset(const wf_kv_store *s, int layer, int block, int v) {
     return (v ? slab_bytes(s) : 0) + wf_kv_store_slab_off(s, layer, block);
 }
 
-wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *g, void *mem, size_t bytes) {
-    wf_status st = wf_kv_store_layout(store, g, bytes);
-    if (st != WF_OK) return st;
+static wf_status place_in(wf_kv_store *store, void *mem) {
     if (!mem || ((uintptr_t)mem & 63)) {
         memset(store, 0, sizeof *store);
         return WF_EINVAL;
@@ -59,6 +57,11 @@ wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *g, void 
     store->v = (unsigned char *)mem + slab;
     store->borrowed = 1;
     return WF_OK;
+}
+
+wf_status wf_kv_store_init_in(wf_kv_store *store, const wf_kv_geometry *g, void *mem, size_t bytes) {
+    wf_status st = wf_kv_store_layout(store, g, bytes);
+    return st == WF_OK ? place_in(store, mem) : st;
 }
 
 static wf_status alloc_slabs(wf_kv_store *store) {
@@ -73,13 +76,11 @@ static wf_status alloc_slabs(wf_kv_store *store) {
     return WF_OK;
 }
 
-wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes,
-                               int swa_blocks) {
+/* The split layout of budget_bytes (no memory): local blocks capped at the unsplit count. */
+static wf_status layout_swa(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes,
+                            int swa_blocks) {
     memset(store, 0, sizeof *store);
-    if (!g->swa_layers) {
-        wf_status st = layout(store, g, budget_bytes);
-        return st == WF_OK ? alloc_slabs(store) : st;
-    }
+    if (!g->swa_layers) return layout(store, g, budget_bytes);
     int n_swa = __builtin_popcountll(g->swa_layers);
     if (g->n_layers <= 0 || (g->n_layers < 64 && (g->swa_layers >> g->n_layers) != 0) ||
         n_swa >= g->n_layers || g->swa_window <= 0 || swa_blocks <= 0)
@@ -103,7 +104,26 @@ wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *g, size
     store->n_blocks = (int)global;
     store->n_swa_blocks = swa_blocks;
     store->swa_base = store->block_bytes * (size_t)(g->n_layers - n_swa) * global;
-    return alloc_slabs(store);
+    return WF_OK;
+}
+
+wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes,
+                               int swa_blocks) {
+    wf_status st = layout_swa(store, g, budget_bytes, swa_blocks);
+    return st == WF_OK ? alloc_slabs(store) : st;
+}
+
+wf_status wf_kv_store_init_swa_in(wf_kv_store *store, const wf_kv_geometry *g, void *mem,
+                                  size_t bytes, int swa_blocks) {
+    wf_status st = layout_swa(store, g, bytes, swa_blocks);
+    return st == WF_OK ? place_in(store, mem) : st;
+}
+
+int wf_kv_swa_blocks_wanted(const wf_kv_geometry *g, int max_running, int max_batch_tokens) {
+    if (!g->swa_layers || g->block_size <= 0 || g->swa_window <= 0) return 0;
+    long bs = g->block_size;
+    long n = (long)max_running * ((g->swa_window + bs - 1) / bs + 2) + (max_batch_tokens + bs - 1) / bs;
+    return n > INT32_MAX ? INT32_MAX : n < 1 ? 1 : (int)n;
 }
 
 wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *g, size_t budget_bytes) {

@@ -72,6 +72,16 @@ wf_status wf_kv_store_init(wf_kv_store *store, const wf_kv_geometry *geometry,
  * >= 64 or >= n_layers, every layer local) or a budget below one block of each kind. */
 wf_status wf_kv_store_init_swa(wf_kv_store *store, const wf_kv_geometry *geometry,
                                size_t budget_bytes, int swa_blocks);
+/* wf_kv_store_init_swa laid out in caller memory (as wf_kv_store_init_in): a worker process's
+ * split store in its registered buffer. Peers cannot address it (wf_kv_store_layout refuses
+ * split geometries), so prefill/decode transfers need unsplit stores. */
+wf_status wf_kv_store_init_swa_in(wf_kv_store *store, const wf_kv_geometry *geometry, void *mem,
+                                  size_t bytes, int swa_blocks);
+/* The local blocks weftd gives a split store: every running sequence's window (plus the block
+ * being written and a partial one) and one batch of prompt chunks, so that sequences shorter
+ * than the window are never bound by them below max_running. 0 when geometry is not split. The
+ * in-process store and worker processes size theirs alike. */
+int wf_kv_swa_blocks_wanted(const wf_kv_geometry *geometry, int max_running, int max_batch_tokens);
 /* Whether layer l keeps its blocks in the sliding-window region. */
 static inline int wf_kv_store_layer_is_swa(const wf_kv_store *s, int layer) {
     return layer < 64 && (int)((s->geometry.swa_layers >> layer) & 1u);

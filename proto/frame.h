@@ -98,7 +98,8 @@
  * REJECT (3), coordinator -> peer: u16 version_min, u16 version_max (the coordinator's),
  *   i32 status (a wf_status), str<256> reason.
  * HEARTBEAT (5): u64 seq, u64 time_ns, u32 kv_blocks_used (<= total), u32 kv_blocks_total,
- *   u32 queued_batches.
+ *   u32 queued_batches; since 1.3: u32 kv_swa_blocks_total (the sliding-window layers' blocks
+ *   of a store split by layer kind, kv/kv_store.h; 0: not split, and for older frames).
  * CANCEL (6): u8 scope (wf_frame_cancel_scope), u64 id (request seq or batch iteration).
  * DRAIN (7): u64 deadline_ns (0: none).
  * SHUTDOWN (8), ERROR (9): i32 status, str<256> message.
@@ -140,6 +141,12 @@
  *   Since 1.2, after that: bool history_reset (forget every kept history first), u32 n_drop
  *   (<= WF_FRAME_MAX_HISTORY_DROP), n_drop x u64 seq (histories to forget), applied before
  *   the tasks.
+ *   Since 1.3, after that: u32 n (= n_tasks), n x (i32 swa_lo (-1..WF_FRAME_MAX_BLOCKS),
+ *   i32s swa_blocks): an LLM task's sliding-window layers' block table (a KV store split by
+ *   layer kind, kv/kv_store.h), indexed like its kv block table: entries [0, swa_lo) were
+ *   released behind the window (decoded as -1), the count is n_blocks - swa_lo and each entry
+ *   >= 0. swa_lo -1 with no entries: no local table (an unsplit store, every task of another
+ *   kind, and every task of a 1.0-1.2 frame).
  *   Task outputs (status, times, sample outputs) travel back in TASK_EVENT.
  * TASK_EVENT (17), rank -> coordinator: u64 iteration, u32 n_results (<= WF_FRAME_MAX_TASKS),
  *   per result: u64 task_id, u8 kind, i32 status, str<1024> message, u64 t_begin_ns,
@@ -169,7 +176,7 @@
 #define WF_FRAME_MAGIC "WFRM"
 #define WF_FRAME_HEADER_SIZE 24
 #define WF_FRAME_VERSION_MAJOR 1
-#define WF_FRAME_VERSION_MINOR 2
+#define WF_FRAME_VERSION_MINOR 3
 /* A version as one number, (major << 8) | minor, as HELLO/WELCOME/REJECT carry it. */
 #define WF_FRAME_VERSION ((uint16_t)((WF_FRAME_VERSION_MAJOR << 8) | WF_FRAME_VERSION_MINOR))
 /* The largest payload length field a frame can carry (u32). Receivers pass a smaller limit. */

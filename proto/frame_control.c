@@ -250,6 +250,7 @@ wf_status wf_frame_encode_heartbeat(const wf_frame_heartbeat *m, void *buf, size
     wf__fw_u32(&w, m->kv_blocks_used);
     wf__fw_u32(&w, m->kv_blocks_total);
     wf__fw_u32(&w, m->queued_batches);
+    wf__fw_u32(&w, m->kv_swa_blocks_total); /* 1.3 */
     return wf__fw_finish(&w, WF_FRAME_HEARTBEAT, len);
 }
 
@@ -262,6 +263,7 @@ wf_status wf_frame_decode_heartbeat(const wf_frame_view *f, wf_frame_heartbeat *
     out->kv_blocks_used = wf__fr_u32(&r, "kv_blocks_used");
     out->kv_blocks_total = wf__fr_u32(&r, "kv_blocks_total");
     out->queued_batches = wf__fr_u32(&r, "queued_batches");
+    out->kv_swa_blocks_total = r.major > 1 || r.minor >= 3 ? wf__fr_u32(&r, "kv_swa_blocks_total") : 0;
     if (r.st == WF_OK && out->kv_blocks_used > out->kv_blocks_total)
         wf__fr_fail(&r, WF_ERANGE, "kv_blocks_used %u > kv_blocks_total %u", out->kv_blocks_used,
                     out->kv_blocks_total);

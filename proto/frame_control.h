@@ -107,6 +107,10 @@ typedef struct wf_frame_heartbeat {
     uint64_t time_ns;                  /* sender's CLOCK_MONOTONIC */
     uint32_t kv_blocks_used, kv_blocks_total;
     uint32_t queued_batches;
+    /* 1.3: the sliding-window layers' blocks of a KV store split by layer kind
+     * (kv/kv_store.h; kv_blocks_* then count the global layers' blocks); 0: not split (and in
+     * 1.0-1.2 frames) */
+    uint32_t kv_swa_blocks_total;
 } wf_frame_heartbeat;
 
 typedef enum wf_frame_cancel_scope {

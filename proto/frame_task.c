@@ -103,6 +103,29 @@ static void fw_task(wf__fw *w, const wf_task *t) {
     }
 }
 
+/* A local table holds released entries (-1) before swa_lo and blocks from there on
+ * (kv/paged.h), so only [swa_lo, n_blocks) crosses: a long sequence's frame grows with its
+ * window, not its context. -1: no local table (unsplit store, or not an LLM task). */
+static void fw_swa_table(wf__fw *w, const wf_task *t) {
+    const wf_artifact *kv = kind_is_llm(t->kind) ? &t->llm.kv : NULL;
+    if (!kv || !kv->swa_block_table) {
+        wf__fw_i32(w, -1);
+        wf__fw_u32(w, 0);
+        return;
+    }
+    const int32_t *tab = kv->swa_block_table;
+    int n = kv->n_blocks, lo = 0;
+    while (lo < n && tab[lo] == -1) lo++;
+    for (int i = lo; i < n; i++)
+        if (tab[i] < 0) {
+            wf__fw_fail(w, "task %llu: kv.swa_block_table[%d] = %d: released entries (-1) must "
+                        "precede held blocks", (unsigned long long)t->id, i, tab[i]);
+            return;
+        }
+    wf__fw_i32(w, lo);
+    wf__fw_i32s(w, tab + lo, n - lo, WF_FRAME_MAX_BLOCKS, "task.kv.swa_block_table");
+}
+
 wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, size_t cap,
                                         size_t *len, char *err, size_t errlen) {
     wf__fw w;
@@ -136,6 +159,9 @@ wf_status wf_frame_encode_task_dispatch(const wf_task_batch *batch, void *buf, s
     wf__fw_bool(&w, batch->history_reset);
     wf__fw_u32(&w, (uint32_t)batch->n_history_drop);
     for (int i = 0; i < batch->n_history_drop && w.st == WF_OK; i++) wf__fw_u64(&w, batch->history_drop[i]);
+    /* 1.3: per task, the sliding-window layers' table of a split KV store. */
+    wf__fw_u32(&w, (uint32_t)batch->n_tasks);
+    for (int i = 0; i < batch->n_tasks && w.st == WF_OK; i++) fw_swa_table(&w, &batch->tasks[i]);
     return wf__fw_finish(&w, WF_FRAME_TASK_DISPATCH, len);
 }
 
@@ -217,6 +243,36 @@ static void fr_task(wf__fr *r, wf_task *t) {
         wf__fr_artifact(r, &t->finish.artifact, "task.artifact");
 }
 
+/* The whole table is rebuilt (-1 before swa_lo), indexed like the block table: its bytes are
+ * charged to the block table's on the wire (wf_frame_task_dispatch_arena_bound). */
+static void fr_swa_table(wf__fr *r, wf_task *t, uint32_t i) {
+    int32_t lo = wf__fr_i32_range(r, -1, WF_FRAME_MAX_BLOCKS, "task.kv.swa_lo");
+    uint32_t count = wf__fr_count(r, WF_FRAME_MAX_BLOCKS, 4, "task.kv.swa_block_table");
+    if (r->st != WF_OK) return;
+    if (lo < 0) {
+        if (count != 0) wf__fr_fail(r, WF_EPROTO, "task %u: swa_block_table entries without swa_lo", i);
+        return;
+    }
+    if (!kind_is_llm(t->kind)) {
+        wf__fr_fail(r, WF_EPROTO, "task %u: swa_block_table on a task that is not PREFILL or DECODE", i);
+        return;
+    }
+    int n = t->llm.kv.n_blocks;
+    if (lo > n || count != (uint32_t)(n - lo)) {
+        wf__fr_fail(r, WF_EPROTO, "task %u: swa_block_table of %u entries from %d does not match "
+                    "the %d-block table", i, count, lo, n);
+        return;
+    }
+    int32_t *tab = n ? wf__fr_alloc(r, (size_t)n * 4, _Alignof(int32_t), "swa_block_table") : NULL;
+    if (n && !tab) return;
+    for (int j = 0; j < lo; j++) tab[j] = -1;
+    for (int j = lo; j < n && r->st == WF_OK; j++)
+        tab[j] = wf__fr_i32_range(r, 0, INT32_MAX, "task.kv.swa_block_table");
+    /* non-NULL even for 0 blocks: the sender's store is split */
+    static const int32_t no_blocks[1] = {-1};
+    t->llm.kv.swa_block_table = tab ? tab : no_blocks;
+}
+
 wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *arena,
                                         wf_task_batch *out, char *err, size_t errlen) {
     wf__fr r;
@@ -268,6 +324,12 @@ wf_status wf_frame_decode_task_dispatch(const wf_frame_view *f, wf_frame_arena *
             out->n_history_drop = drop ? (int)nd : 0;
         }
     }
+    if (r.st == WF_OK && frame_at_least(&r, 3)) {
+        uint32_t m = wf__fr_u32(&r, "n_swa_tables");
+        if (r.st == WF_OK && m != n)
+            wf__fr_fail(&r, WF_EPROTO, "%u swa tables for %u tasks", m, n);
+        for (uint32_t i = 0; i < m && r.st == WF_OK; i++) fr_swa_table(&r, &out->tasks[i], i);
+    }
     return wf__fr_end(&r);
 }
 
@@ -277,8 +339,9 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 /* Every allocation is charged to wire bytes of its own that no other allocation is charged to:
  * a wf_task to its task's fixed fields (>= TASK_MIN bytes), a sample and its params to the
  * sample's fixed fields (SAMPLE_MIN minus its two count fields), an i32 or logit_bias array with
- * its alignment padding to its count field and elements (at most 2x), and the padding of each
- * task's samples/params arrays to the task (16 bytes). So no payload can use more than its
+ * its alignment padding to its count field and elements (at most 2x; a KV block table's count
+ * and entries also pay for the task's rebuilt sliding-window table: 2 x (4n + 3) <= 2 x (4 + 4n)),
+ * and the padding of each task's samples/params arrays to the task (16 bytes). So no payload can use more than its
  * length times the largest of these ratios, plus that padding. */
 size_t wf_frame_task_dispatch_arena_bound(size_t payload_len) {
     size_t ratio = max3(ceil_div(sizeof(wf_task), TASK_MIN),

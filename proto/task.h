@@ -90,9 +90,10 @@ typedef struct wf_artifact {
         struct { /* KV */
             const int32_t *block_table; /* blocks covering the sequence's positions */
             int n_blocks;
-            /* In-process only (not in frames): with a KV store split by layer kind
-             * (kv/kv_store.h), the sliding-window layers' table, indexed like block_table,
-             * entries behind the window released (-1). NULL otherwise. */
+            /* With a KV store split by layer kind (kv/kv_store.h), the sliding-window
+             * layers' table, indexed like block_table, entries behind the window released
+             * (-1). NULL otherwise. Crosses in TASK_DISPATCH (1.3) for PREFILL and DECODE
+             * tasks only. */
             const int32_t *swa_block_table;
         };
         struct {

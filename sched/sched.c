@@ -815,6 +815,7 @@ static void publish(wf_sched *s) {
             gs->kv_blocks_used = u.used;
             gs->kv_swa_blocks_total = u.swa_n_blocks;
             gs->kv_swa_blocks_used = u.swa_used;
+            gs->kv_swa_released = u.swa_released;
             gs->batches_in_flight = ln->busy ? 1 : 0;
             gs->iterations = g->iterations;
             gs->failed_batches = g->failed_batches;

@@ -203,6 +203,7 @@ typedef struct wf_sched_group_stats {
     /* A KV store split by layer kind (kv/kv_store.h): the sliding-window layers' blocks, apart
      * from the global ones counted above (0 when not split). */
     int kv_swa_blocks_total, kv_swa_blocks_used;
+    uint64_t kv_swa_released;         /* local blocks released behind the window so far */
     int batches_in_flight;
     uint64_t iterations;              /* batches completed */
     uint64_t failed_batches;

@@ -64,7 +64,7 @@ static const option_spec options[] = {
     {"queue-size", OPT_INT, FIELD(queue_size), 1, 1 << 20, "N", "pending requests before 503 (default " WF_DEFAULT_STR(WF_DEFAULT_QUEUE_SIZE) ")"},
     {"policy", OPT_STRING, FIELD(policy), 0, 0, "NAME", "scheduling policy: fcfs, priority, slo, fair (weighted fair queueing across virtual models) (default " WF_DEFAULT_POLICY ")"},
     {"kv-memory-mb", OPT_LONG, FIELD(kv_memory_mb), 1, 1L << 30, "MB", "KV-cache memory budget (default " WF_DEFAULT_STR(WF_DEFAULT_KV_MEMORY_MB) ")"},
-    {"kv-window-release", OPT_BOOL, FIELD(kv_window_release), 0, 1, NULL, "models with sliding-window layers (Gemma 3): those layers keep their own KV blocks, only the window's, so a long sequence's KV follows the window there (default true; false: every layer keeps the whole context, as before; in-process engine only, worker processes keep every layer's blocks)"},
+    {"kv-window-release", OPT_BOOL, FIELD(kv_window_release), 0, 1, NULL, "models with sliding-window layers (Gemma 3): those layers keep their own KV blocks, only the window's, so a long sequence's KV follows the window there (default true; false: every layer keeps the whole context, as before; worker processes split alike, except with --prefill roles)"},
     {"max-batch-tokens", OPT_INT, FIELD(max_batch_tokens), 1, 1 << 20, "N", "token budget per iteration (default " WF_DEFAULT_STR(WF_DEFAULT_MAX_BATCH_TOKENS) ")"},
     {"default-ttft-ms", OPT_DOUBLE, FIELD(default_ttft_ms), 0, 1e9, "MS", "TTFT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TTFT_MS) ")"},
     {"default-tpot-ms", OPT_DOUBLE, FIELD(default_tpot_ms), 0, 1e9, "MS", "TPOT target when a request names none (default " WF_DEFAULT_STR(WF_DEFAULT_TPOT_MS) ")"},

@@ -454,7 +454,11 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.port = p->world_port;
     wp.exe = p->exe;
     wp.model_path = p->model_path;
-    wp.kv = wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
+    /* Workers split their KV stores as the in-process one, except with prefill/decode roles:
+     * a prefill rank puts blocks into a decode rank's store addressed from its size alone. */
+    wp.kv = p->kv_window_release && p->n_prefill == 0
+                ? wf_engine_kv_geometry_swa(d->engine, WF_DEFAULT_KV_BLOCK_SIZE)
+                : wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
     wp.kv_memory_mb = p->kv_memory_mb;
     wp.max_batch_tokens = pd_batch_tokens(p, wf_engine_info(d->engine));
     wp.max_running = p->max_running;
@@ -573,21 +577,12 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
         wf_kv_geometry geo = p->kv_window_release
                                  ? wf_engine_kv_geometry_swa(d->engine, WF_DEFAULT_KV_BLOCK_SIZE)
                                  : wf_engine_kv_geometry(d->engine, WF_DEFAULT_KV_BLOCK_SIZE);
-        /* Local layers' blocks: every running sequence's window (plus the block being
-         * written and a partial one) and one batch of prompt chunks, so that sequences
-         * shorter than the window are never bound by them below --max-running; the store
-         * caps them at what the unsplit layout holds, so a split is never worse for any
-         * length, and the rest of the budget holds global layers' blocks: the context of
-         * long sequences. */
-        int bs = WF_DEFAULT_KV_BLOCK_SIZE;
-        long swa_blocks = 0;
-        if (geo.swa_layers) {
-            swa_blocks = (long)p->max_running * ((geo.swa_window + bs - 1) / bs + 2) +
-                         (p->max_batch_tokens + bs - 1) / bs;
-            if (swa_blocks > INT32_MAX) swa_blocks = INT32_MAX;
-        }
+        /* Local layers' blocks for --max-running windows (wf_kv_swa_blocks_wanted), capped
+         * at what the unsplit layout holds, so a split is never worse for any length; the rest
+         * of the budget holds global layers' blocks: the context of long sequences. */
+        int swa_blocks = wf_kv_swa_blocks_wanted(&geo, p->max_running, p->max_batch_tokens);
         st = geo.swa_layers
-                 ? wf_kv_store_init_swa(&d->kv, &geo, (size_t)p->kv_memory_mb << 20, (int)swa_blocks)
+                 ? wf_kv_store_init_swa(&d->kv, &geo, (size_t)p->kv_memory_mb << 20, swa_blocks)
                  : wf_kv_store_init(&d->kv, &geo, (size_t)p->kv_memory_mb << 20);
         if (st != WF_OK) {
             snprintf(err, errlen, "KV cache of %ld MiB: %s", p->kv_memory_mb, wf_status_str(st));

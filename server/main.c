@@ -247,6 +247,7 @@ static int run_worker(const wf_config *cfg) {
     if (cfg->kv_codec) p.kv_codec = cfg->kv_codec;
     p.kv_accuracy = cfg->kv_accuracy;
     p.kv_codec_threads = cfg->kv_codec_threads;
+    p.kv_window_release = cfg->kv_window_release != 0;
     p.vmodels = cfg->vmodels;
     p.n_vmodels = (int)cfg->n_vmodels;
     if (cfg->n_dits > 1) {

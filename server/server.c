@@ -503,11 +503,12 @@ static void write_groups(wf_jbuf *b, const wf_sched_stats *st) {
                        g->id, g->slot, g->rank, g->live ? "true" : "false");
         wf_jbuf_str(b, g->executor, strnlen(g->executor, sizeof g->executor));
         wf_jbuf_printf(b, ",\"running\":%d,\"waiting\":%d,\"kv_blocks_used\":%d,\"kv_blocks_total\":%d,"
-                       "\"kv_swa_blocks_used\":%d,\"kv_swa_blocks_total\":%d,"
+                       "\"kv_swa_blocks_used\":%d,\"kv_swa_blocks_total\":%d,\"kv_swa_blocks_released\":%llu,"
                        "\"batches_in_flight\":%d,\"iterations\":%llu,\"failed_batches\":%llu,"
                        "\"last_error\":",
                        g->running, g->waiting, g->kv_blocks_used, g->kv_blocks_total,
-                       g->kv_swa_blocks_used, g->kv_swa_blocks_total, g->batches_in_flight, (unsigned long long)g->iterations,
+                       g->kv_swa_blocks_used, g->kv_swa_blocks_total,
+                       (unsigned long long)g->kv_swa_released, g->batches_in_flight, (unsigned long long)g->iterations,
                        (unsigned long long)g->failed_batches);
         if (g->last_error[0]) wf_jbuf_str(b, g->last_error, strnlen(g->last_error, sizeof g->last_error));
         else wf_jbuf_cstr(b, "null");

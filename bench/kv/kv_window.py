@@ -11,8 +11,12 @@ For each mode: start weftd, then
   2. --n such requests at once (distinct prompts: no prefix sharing): the most running at once
      (sampled every 50 ms) and the wall time.
 
+With --workers N the daemon serves through N worker processes, each with its own KV store of
+--kv-memory-mb: pool blocks and "what fits" are then one worker's (its group in /admin/stats),
+and the long sequence runs on one of them.
+
 Usage: python3 bench/kv/kv_window.py [--bin build/bin] [--kv-memory-mb 96] [--max-running 8]
-       [--prompt-tokens 2000] [--max-tokens 16] [--n 0]
+       [--prompt-tokens 2000] [--max-tokens 16] [--n 0] [--workers 0]
 """
 import argparse
 import json
@@ -87,6 +91,15 @@ class Sampler(threading.Thread):
             time.sleep(0.05)
 
 
+def pool_stats(args, st):
+    """The pools one sequence can use: the daemon's, or with workers the first worker's group."""
+    if not args.workers:
+        return st
+    g = [x for x in st["groups"] if x["live"]]
+    assert len(g) == args.workers, g
+    return g[0]
+
+
 def run_mode(args, release):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -95,7 +108,8 @@ def run_mode(args, release):
                              "--threads", str(args.threads), "--kv-memory-mb", str(args.kv_memory_mb),
                              "--cost-model", "0.5,0.05,2,0.0005", "--fixed-cost-model",
                              "--default-ttft-ms", "3600000", "--default-tpot-ms", "3600000",
-                             "--max-running", str(args.max_running), f"--kv-window-release={'true' if release else 'false'}"],
+                             "--max-running", str(args.max_running), f"--kv-window-release={'true' if release else 'false'}",
+                             *(["--workers", str(args.workers)] if args.workers else [])],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):
@@ -104,7 +118,7 @@ def run_mode(args, release):
                     break
             except OSError:
                 time.sleep(0.2)
-        st = get(base, "/admin/stats")["scheduler"]
+        st = pool_stats(args, get(base, "/admin/stats")["scheduler"])
         out = {"mode": "release" if release else "keep", "blocks_total": st["kv_blocks_total"],
                "swa_blocks_total": st["kv_swa_blocks_total"]}
         # 1. one long generation
@@ -164,10 +178,11 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-running", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=0, help="serve through N worker processes")
     args = ap.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}, "
           f"Gemma 3 270M, --kv-memory-mb {args.kv_memory_mb}, {args.n} requests of ~{args.prompt_tokens} "
-          f"prompt + {args.max_tokens} tokens")
+          f"prompt + {args.max_tokens} tokens" + (f", --workers {args.workers} (pools per worker)" if args.workers else ""))
     rows = [run_mode(args, False), run_mode(args, True)]
     print("| local layers' KV | pool blocks (global / local) | one long sequence decoding: tokens, "
           "blocks held (global / local) | its KV MiB | local blocks at its peak (prefill chunk) | "

@@ -339,7 +339,10 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           "--world-size", n_ranks, "--rank", rank, "--worker-cores", k->cores,
                           "--model", ws->model_path, "--kv-memory-mb", kvmb, "--max-batch-tokens",
                           mbt, "--max-running", mr, "--log-level", ws->log_level, "--heartbeat-ms",
-                          hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt, NULL};
+                          hb, "--worker-timeout-ms", to, "--join-timeout-ms", jt,
+                          /* split KV stores only where the group's geometry is split */
+                          ws->p.kv.swa_layers ? "--kv-window-release=true" : "--kv-window-release=false",
+                          NULL};
     int argc = 0;
     while (base[argc]) argc++;
     /* the base, 8 optional KV arguments, 4 for a DiT, 2 for a PD role, 2 per virtual model,
@@ -490,6 +493,12 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     pthread_mutex_lock(&ws->lock); /* wf_workers_stats reads n_blocks */
     kv->geometry = ws->p.kv;
     kv->n_blocks = (int)kv_blocks;
+    /* split as its heartbeat said: a worker started by hand may keep one table */
+    kv->n_swa_blocks = (int)k->swa_blocks;
+    if (!k->swa_blocks) {
+        kv->geometry.swa_layers = 0;
+        kv->geometry.swa_window = 0;
+    }
     kv->elem_bytes = ws->p.kv.dtype == WF_KV_DTYPE_F32 ? 4 : 2;
     kv->row_elems = (size_t)ws->p.kv.n_kv_heads * (size_t)ws->p.kv.head_dim;
     kv->block_bytes = (size_t)ws->p.kv.block_size * kv->row_elems * kv->elem_bytes;
@@ -597,6 +606,13 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
                 worker_down(ws, k, "it reports no KV memory");
                 return;
             }
+            if (hb.kv_swa_blocks_total && (!ws->p.kv.swa_layers || k->prefill)) {
+                worker_down(ws, k, "its KV store is split by layer kind but this world's stores "
+                            "are not (prefill/decode roles or --kv-window-release=false): start it "
+                            "with --kv-window-release=false");
+                return;
+            }
+            k->swa_blocks = hb.kv_swa_blocks_total;
             /* It serves once it holds every virtual model added at run time (those declared
              * at start it loaded before this heartbeat). */
             int sync = wf__pool_vm_sync(ws, k, hb.kv_blocks_total);

@@ -71,7 +71,8 @@ typedef struct wf_workers_params {
     int port;                 /* 0: a free port */
     const char *exe;          /* the weftd binary for started workers */
     const char *model_path;
-    wf_kv_geometry kv;        /* the model's KV geometry (block accounting) */
+    wf_kv_geometry kv;        /* the model's KV geometry (block accounting); swa_layers set:
+                                 workers split their stores by layer kind (kv/kv_store.h) */
     long kv_memory_mb;        /* per worker */
     int max_batch_tokens, max_running;
     const char *log_level;

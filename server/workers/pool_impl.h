@@ -91,6 +91,8 @@ typedef struct wk {
     bool syncing;                    /* joining: loading the run-time virtual models (lock) */
     int sync_left;                   /* their acks still to come (lock) */
     uint32_t sync_kv;                /* its first heartbeat's KV blocks, for worker_ready */
+    uint32_t swa_blocks;             /* its first heartbeat's sliding-window layers' blocks
+                                      * (0: its store is not split) (comm thread) */
     uint64_t sync_since_ns;          /* when it was given the set (lock) */
     /* copies of the comm thread's own fields, for wf_workers_stats (published under the lock) */
     struct {

@@ -465,9 +465,11 @@ static wf_status measure_codecs(worker *w, wf_kv_profile_lib *lib, char *err, si
     const wf_kv_store *kv = &w->kv;
     int bs = kv->geometry.block_size, n_blocks = (CODEC_TOKENS + bs - 1) / bs;
     if (lib->n == 0) return WF_OK;
-    if (n_blocks > kv->n_blocks)
+    /* every layer's blocks [0, n_blocks) are written: a split store's local region too */
+    int have = kv->n_swa_blocks > 0 && kv->n_swa_blocks < kv->n_blocks ? kv->n_swa_blocks : kv->n_blocks;
+    if (n_blocks > have)
         return wf_status_errorf(err, errlen, WF_EINVAL, "KV cache of %d blocks is too small to measure the "
-                                "codec on %d tokens", kv->n_blocks, CODEC_TOKENS);
+                                "codec on %d tokens", have, CODEC_TOKENS);
     int32_t blocks[64];
     if (n_blocks > 64) n_blocks = 64;
     uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -520,7 +522,8 @@ static wf_status send_info(worker *w, const wf_kv_profile_lib *lib) {
 static wf_status send_heartbeat(worker *w) {
     wf_frame_heartbeat hb = {.seq = w->hb_seq++, .time_ns = wf_clock_now_ns(),
                              .kv_blocks_used = (uint32_t)w->blocks_used,
-                             .kv_blocks_total = (uint32_t)w->kv.n_blocks};
+                             .kv_blocks_total = (uint32_t)w->kv.n_blocks,
+                             .kv_swa_blocks_total = (uint32_t)w->kv.n_swa_blocks};
     char err[256];
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
@@ -1092,8 +1095,18 @@ int wf_worker_main(const wf_worker_params *p) {
         wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
         goto out;
     }
-    wf_kv_geometry geo = wf_engine_kv_geometry(w.engine, WF_DEFAULT_KV_BLOCK_SIZE);
-    if (wf_kv_store_init_in(&w.kv, &geo, wf_world_sym(w.world), wf_world_sym_size(w.world)) != WF_OK ||
+    /* The same split as the in-process store (server/daemon.c); the coordinator learns it from
+     * the heartbeat and gives this group a split pool whose tasks carry local tables. */
+    bool split = p->kv_window_release && p->pd_role == WF_FRAME_ROLE_WORKER;
+    wf_kv_geometry geo = split ? wf_engine_kv_geometry_swa(w.engine, WF_DEFAULT_KV_BLOCK_SIZE)
+                               : wf_engine_kv_geometry(w.engine, WF_DEFAULT_KV_BLOCK_SIZE);
+    wf_status kst = geo.swa_layers
+                        ? wf_kv_store_init_swa_in(&w.kv, &geo, wf_world_sym(w.world),
+                                                  wf_world_sym_size(w.world),
+                                                  wf_kv_swa_blocks_wanted(&geo, p->max_running,
+                                                                          p->max_batch_tokens))
+                        : wf_kv_store_init_in(&w.kv, &geo, wf_world_sym(w.world), wf_world_sym_size(w.world));
+    if (kst != WF_OK ||
         !(w.blk_used = calloc((size_t)w.kv.n_blocks, 1))) {
         snprintf(err, sizeof err, "KV cache of %ld MiB cannot be allocated", p->kv_memory_mb);
         WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
@@ -1169,9 +1182,9 @@ int wf_worker_main(const wf_worker_params *p) {
             goto out;
         }
     }
-    WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks: ready", rank,
-                (int)getpid(), n_threads, p->cores ? " on CPUs " : "", p->cores ? p->cores : "",
-                w.kv.n_blocks);
+    WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks (%d of the "
+                "sliding-window layers): ready", rank, (int)getpid(), n_threads,
+                p->cores ? " on CPUs " : "", p->cores ? p->cores : "", w.kv.n_blocks, w.kv.n_swa_blocks);
     if (send_info(&w, &lib) != WF_OK) {
         WF_LOG_WARN("worker", NULL, "rank %d: rank 0 unreachable (%s): exiting", rank, wf_world_error(w.world));
         rc = 0;

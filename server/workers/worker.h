@@ -10,8 +10,9 @@
  *
  * Protocol (proto/ frames, tag WF_WORLD_TAG_USER, all with rank 0): once the engine is loaded
  * and its KV codec profiles measured, the worker sends WORKER_INFO (its declared role, the
- * codec speeds it measured), then HEARTBEAT (kv_blocks_total = its KV blocks: the coordinator sizes the
- * group's block accounting from it; that first heartbeat means "ready"), then one HEARTBEAT per
+ * codec speeds it measured), then HEARTBEAT (kv_blocks_total = its KV blocks, and
+ * kv_swa_blocks_total its sliding-window layers' blocks when its store is split: the coordinator
+ * sizes the group's block accounting from them; that first heartbeat means "ready"), then one HEARTBEAT per
  * heartbeat_ms while idle. Virtual models' adapters (p.vmodels) are loaded before that first
  * heartbeat; those added at run time come as VMODEL frames (add: load and bind to the
  * coordinator's number, replacing a binding of that number; remove: unbind and free), each
@@ -58,6 +59,11 @@ typedef struct wf_worker_params {
                                  worker (any: the coordinator's slot decides) */
     int dit_max_items;        /* images per DiT forward pass (--image-max-batch; 0: default),
                                  the coordinator's: its batches and latent slots assume it */
+    bool kv_window_release;   /* a model with sliding-window layers (Gemma 3) gets a KV store
+                                 split by layer kind (kv/kv_store.h), its local blocks sized by
+                                 wf_kv_swa_blocks_wanted, the count in its heartbeats; not for
+                                 a declared prefill or decode role (peers address unsplit
+                                 stores only) */
 } wf_worker_params;
 
 void wf_worker_params_init(wf_worker_params *p);

@@ -426,6 +426,34 @@ START_TEST(test_geglu_paths_agree) {
 }
 END_TEST
 
+/* NEOX RoPE: the AVX2 path equals the portable one bit for bit (head sizes with and without a
+ * tail shorter than a vector, values that make the fused operations differ from mul + add). */
+START_TEST(test_rope_neox_paths_agree) {
+    static const int sizes[] = {256, 128, 64, 40, 18, 2};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int n = sizes[si];
+        float cache[256], x1[256], x2[256];
+        for (int i = 0; i < n; i += 2) {
+            const float th = (float)i * 0.37f + 0.1f;
+            cache[i] = cosf(th) * 1.0000001f;
+            cache[i + 1] = sinf(th);
+        }
+        for (int i = 0; i < n; i++) x1[i] = (float)((i * 7919) % 211 - 105) * 0.0173f + 1e-7f * (float)i;
+        x1[1] = 3.0e38f; /* large products: a separate rounding would overflow or differ */
+        x1[n / 2 + 1] = -2.9e38f;
+        memcpy(x2, x1, sizeof x1);
+        ck_assert_int_ge(wf_attn_set_simd(1), 1);
+        wf_attn_rope_neox(cache, n, x1);
+        wf_attn_set_simd(0);
+        wf_attn_rope_neox(cache, n, x2);
+        wf_attn_set_simd(2);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(memcmp(&x1[i], &x2[i], 4) == 0, "n %d i %d: %a vs %a", n, i, (double)x1[i],
+                          (double)x2[i]);
+    }
+}
+END_TEST
+
 /* ---- sliding-window KV release (Gemma 3) ---- */
 
 /* Greedy generation through a paged pool over a store split by layer kind (kv/paged.h), as the
@@ -582,6 +610,7 @@ static Suite *forward_suite(void) {
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_expf_matches_libm);
     tcase_add_test(tc, test_geglu_paths_agree);
+    tcase_add_test(tc, test_rope_neox_paths_agree);
     tcase_add_test(tc, test_attention_paths_agree);
     tcase_add_test(tc, test_golden_default_model);
     tcase_add_test(tc, test_golden_chunked_prefill);

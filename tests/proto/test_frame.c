@@ -241,7 +241,7 @@ START_TEST(envelope_rejections) {
     len = make_drain(5);
     rewrite_header(2, 3, WF_FRAME_DRAIN, 0);
     expect_open(len, 1 << 20, WF_EUNSUPPORTED, "version 2.3");
-    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.2");
+    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.3");
     /* unknown type */
     len = make_drain(5);
     rewrite_header(1, 0, 99, 0);
@@ -496,7 +496,8 @@ START_TEST(small_control_frames_roundtrip) {
     for (int i = 0; i < 50; i++) {
         wf_frame_heartbeat hb = {.seq = trng_u64(&r), .time_ns = trng_u64(&r),
                                  .kv_blocks_total = (uint32_t)trng_int(&r, 0, 100000),
-                                 .queued_batches = (uint32_t)trng_int(&r, 0, 9)};
+                                 .queued_batches = (uint32_t)trng_int(&r, 0, 9),
+                                 .kv_swa_blocks_total = (uint32_t)trng_int(&r, 0, 3000)};
         hb.kv_blocks_used = (uint32_t)trng_int(&r, 0, (int)hb.kv_blocks_total);
         ck_assert_int_eq(wf_frame_encode_heartbeat(&hb, buf, sizeof buf, &len, err, sizeof err),
                          WF_OK);
@@ -508,9 +509,17 @@ START_TEST(small_control_frames_roundtrip) {
         ck_assert_uint_eq(hd.kv_blocks_used, hb.kv_blocks_used);
         ck_assert_uint_eq(hd.kv_blocks_total, hb.kv_blocks_total);
         ck_assert_uint_eq(hd.queued_batches, hb.queued_batches);
+        ck_assert_uint_eq(hd.kv_swa_blocks_total, hb.kv_swa_blocks_total);
         if (i == 0) {
             check_truncations(buf, len, dec_heartbeat);
             maybe_write_seed("frame_control", "heartbeat", buf, len);
+            /* a 1.2 heartbeat (without kv_swa_blocks_total) decodes as an unsplit store */
+            buf[5] = 2;
+            reseal(buf, (uint32_t)(len - 4 - WF_FRAME_HEADER_SIZE));
+            f = open_ok(len - 4);
+            ck_assert_int_eq(wf_frame_decode_heartbeat(&f, &hd, err, sizeof err), WF_OK);
+            ck_assert_uint_eq(hd.kv_swa_blocks_total, 0);
+            ck_assert_uint_eq(hd.queued_batches, hb.queued_batches);
         }
 
         wf_frame_cancel c = {.scope = (wf_frame_cancel_scope)trng_int(&r, 0, 1),

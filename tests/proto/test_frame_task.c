@@ -12,6 +12,9 @@
 #include "proto/frame.h"
 #include "proto/frame_task.h"
 
+/* The 1.3 trailer of a one-task batch without a local table: u32 n, i32 swa_lo, u32 count. */
+#define TRAILER_1_3 12u
+
 /* ---- random batches (storage bump-allocated from a static pool) ------------------------------ */
 
 static uint8_t pool[8 << 20];
@@ -109,6 +112,12 @@ static void rand_task(trng *r, wf_task *t, int kind) {
         l->tokens = rand_i32s(r, l->n_tokens, 50000);
         l->pos = trng_int(r, 0, 4096);
         rand_artifact(r, &l->kv, WF_ARTIFACT_KV);
+        if (trng_int(r, 0, 1)) { /* 1.3: a split store's local table, released entries first */
+            int32_t *swa = palloc(sizeof *swa * (size_t)(l->kv.n_blocks + 1));
+            int lo = trng_int(r, 0, l->kv.n_blocks);
+            for (int i = 0; i < l->kv.n_blocks; i++) swa[i] = i < lo ? -1 : trng_int(r, 0, 100000);
+            l->kv.swa_block_table = swa;
+        }
         l->n_samples = trng_int(r, 0, 3);
         l->samples = l->n_samples ? palloc(sizeof *l->samples * (size_t)l->n_samples) : NULL;
         for (int i = 0; i < l->n_samples; i++) {
@@ -244,6 +253,9 @@ static void cmp_task(const wf_task *a, const wf_task *b) {
         cmp_i32s(a->llm.tokens, b->llm.tokens, a->llm.n_tokens);
         ck_assert_int_eq(a->llm.pos, b->llm.pos);
         cmp_artifact(&a->llm.kv, &b->llm.kv);
+        ck_assert_int_eq(a->llm.kv.swa_block_table == NULL, b->llm.kv.swa_block_table == NULL);
+        if (a->llm.kv.swa_block_table)
+            cmp_i32s(a->llm.kv.swa_block_table, b->llm.kv.swa_block_table, a->llm.kv.n_blocks);
         ck_assert_int_eq(a->llm.n_samples, b->llm.n_samples);
         for (int i = 0; i < a->llm.n_samples; i++) {
             const wf_task_sample *x = &a->llm.samples[i], *y = &b->llm.samples[i];
@@ -589,8 +601,9 @@ START_TEST(dispatch_rejects_bad_fields) {
     patch_u32(161, 2);
     expect_decode(len, WF_ERANGE, "history");
     /* 170 bytes of the task, then the 1.1 trailer: u32 n + (f32 kv_accuracy, u32 kv_codec,
-     * u32 noise_index), then the 1.2 one: bool history_reset, u32 n_history_drop */
-    ck_assert_uint_eq(payload_len(), 191);
+     * u32 noise_index), then the 1.2 one: bool history_reset, u32 n_history_drop, then the 1.3
+     * one */
+    ck_assert_uint_eq(payload_len(), 191 + TRAILER_1_3);
     len = known_batch(WF_TASK_DECODE);
     frame_buf[WF_FRAME_HEADER_SIZE + 186] = 2;
     expect_decode(len, WF_EPROTO, "history_reset");
@@ -613,15 +626,17 @@ START_TEST(dispatch_rejects_bad_fields) {
 }
 END_TEST
 
-/* known_batch(WF_TASK_DECODE) as an older version wrote it: without the 1.2 sample fields (seq,
- * history_base at 149..157), the 1.2 trailer (5 bytes) and, for 1.0, the 1.1 one (16 bytes).
- * Returns the frame's length. */
+/* known_batch(WF_TASK_DECODE) as an older version wrote it: without the 1.3 trailer and, before
+ * 1.2, the 1.2 sample fields (seq, history_base at 149..157), the 1.2 trailer (5 bytes) and, for
+ * 1.0, the 1.1 one (16 bytes). Returns the frame's length. */
 static size_t older_decode_frame(int minor) {
     size_t len = known_batch(WF_TASK_DECODE);
     uint8_t *pl = frame_buf + WF_FRAME_HEADER_SIZE;
-    size_t plen = len - WF_FRAME_HEADER_SIZE;
-    memmove(pl + 149, pl + 161, plen - 161);
-    plen -= 12 + 5 + (minor == 0 ? 16 : 0);
+    size_t plen = len - WF_FRAME_HEADER_SIZE - TRAILER_1_3;
+    if (minor < 2) {
+        memmove(pl + 149, pl + 161, plen - 161);
+        plen -= 12 + 5 + (minor == 0 ? 16 : 0);
+    }
     frame_buf[5] = (uint8_t)minor;
     reseal(frame_buf, (uint32_t)plen);
     return WF_FRAME_HEADER_SIZE + plen;
@@ -632,9 +647,9 @@ static size_t older_decode_frame(int minor) {
  * frames carry each history whole and decode with history_base and seq 0. */
 START_TEST(dispatch_kv_trailer) {
     size_t len = known_batch(WF_TASK_DECODE);
-    uint32_t plen = payload_len();
+    uint32_t plen = payload_len() - TRAILER_1_3;
     /* trailer: n at plen - 21, kv_accuracy at plen - 17, kv_codec at plen - 13, noise_index at
-     * plen - 9; then the 1.2 trailer (5 bytes) */
+     * plen - 9; then the 1.2 trailer (5 bytes) (plen: the payload without the 1.3 trailer) */
     float acc = 0.75f;
     uint32_t bits;
     memcpy(&bits, &acc, 4);
@@ -642,7 +657,7 @@ START_TEST(dispatch_kv_trailer) {
     patch_u32(plen - 13, 5);
     wf_task_batch d;
     char err[256] = "";
-    reseal(frame_buf, plen);
+    reseal(frame_buf, plen + TRAILER_1_3);
     ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
     ck_assert(d.tasks[0].llm.kv_accuracy == 0.75f);
     ck_assert_uint_eq(d.tasks[0].llm.kv_codec, 5);
@@ -655,11 +670,13 @@ START_TEST(dispatch_kv_trailer) {
     expect_decode(len, WF_EPROTO, "kv_accuracy values");
     /* the same frame as 1.0 and 1.1 */
     wf_task_batch d0;
-    for (int minor = 0; minor <= 1; minor++) {
+    for (int minor = 0; minor <= 2; minor++) {
         len = older_decode_frame(minor);
         ck_assert_int_eq(decode_batch(len, &d0, sizeof arena_mem, err, sizeof err), WF_OK);
         ck_assert(d0.tasks[0].llm.kv_accuracy == 0.0f && d0.tasks[0].llm.kv_codec == 0);
         ck_assert_int_eq(d0.tasks[0].llm.n_samples, 1);
+        ck_assert_ptr_null(d0.tasks[0].llm.kv.swa_block_table);
+        if (minor == 2) continue; /* 1.2 carries histories by sequence */
         ck_assert_int_eq(d0.tasks[0].llm.samples[0].history_base, 0);
         ck_assert_uint_eq(d0.tasks[0].llm.samples[0].seq, 0);
         ck_assert(!d0.history_reset && d0.n_history_drop == 0);
@@ -671,7 +688,7 @@ START_TEST(dispatch_kv_trailer) {
     patch_u32(plen - 9, 1);
     expect_decode(len, WF_EPROTO, "noise_index");
     len = known_batch(WF_TASK_DENOISE);
-    uint32_t dlen = payload_len();
+    uint32_t dlen = payload_len() - TRAILER_1_3;
     patch_u32(dlen - 13, 5);
     expect_decode(len, WF_EPROTO, "kv_codec");
     len = known_batch(WF_TASK_DENOISE);
@@ -679,9 +696,94 @@ START_TEST(dispatch_kv_trailer) {
     expect_decode(len, WF_EPROTO, "kv_accuracy");
     len = known_batch(WF_TASK_DENOISE);
     patch_u32(dlen - 9, 3);
-    reseal(frame_buf, dlen);
+    reseal(frame_buf, dlen + TRAILER_1_3);
     ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
     ck_assert_uint_eq(d.tasks[0].dit.noise_index, 3);
+}
+END_TEST
+
+/* 1.3: a split store's local table crosses as (swa_lo, entries from swa_lo), decodes whole with
+ * -1 before swa_lo, and is refused when it does not match the block table, holds a negative
+ * entry, or comes with a task that is not PREFILL/DECODE; the encoder refuses a released entry
+ * after a held block. */
+static int32_t swa_kv[5] = {10, 11, 12, 13, 14};
+static int32_t swa_local[5] = {-1, -1, -1, 3, 4};
+static wf_task swa_tasks[2];
+
+static size_t swa_batch(void) {
+    memset(swa_tasks, 0, sizeof swa_tasks);
+    swa_tasks[0].id = 1;
+    swa_tasks[0].kind = WF_TASK_PREFILL;
+    swa_tasks[0].llm.kv.kind = WF_ARTIFACT_KV;
+    swa_tasks[0].llm.kv.block_table = swa_kv;
+    swa_tasks[0].llm.kv.n_blocks = 5;
+    swa_tasks[0].llm.kv.swa_block_table = swa_local;
+    swa_tasks[1].id = 2;
+    swa_tasks[1].kind = WF_TASK_FINISH;
+    wf_task_batch b = {.tasks = swa_tasks, .n_tasks = 2, .iteration = 3};
+    return encode_batch(&b);
+}
+
+START_TEST(dispatch_swa_table) {
+    size_t len = swa_batch();
+    uint32_t plen = payload_len();
+    /* trailer (28 bytes): n at plen - 28; task 0: swa_lo at plen - 24, count at plen - 20,
+     * entries at plen - 16 and plen - 12; task 1: swa_lo at plen - 8, count at plen - 4 */
+    wf_task_batch d;
+    char err[256] = "";
+    ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
+    ck_assert_ptr_nonnull(d.tasks[0].llm.kv.swa_block_table);
+    cmp_i32s(d.tasks[0].llm.kv.swa_block_table, swa_local, 5);
+    ck_assert_int_eq(d.tasks[0].llm.kv.n_blocks, 5);
+    /* the bytes are the same as decode-then-encode gives */
+    static uint8_t first[4096];
+    memcpy(first, frame_buf, len);
+    ck_assert_uint_eq(encode_batch(&d), len);
+    ck_assert(memcmp(first, frame_buf, len) == 0);
+    /* every entry released (a sequence whose window lies past its held blocks) */
+    swa_local[3] = swa_local[4] = -1;
+    len = swa_batch();
+    ck_assert_int_eq(decode_batch(len, &d, sizeof arena_mem, err, sizeof err), WF_OK);
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(d.tasks[0].llm.kv.swa_block_table[i], -1);
+    swa_local[3] = 3;
+    swa_local[4] = 4;
+    /* the same batch as 1.2 wrote it (no trailer): no local table */
+    len = swa_batch();
+    frame_buf[5] = 2;
+    reseal(frame_buf, plen - 28);
+    ck_assert_msg(decode_batch(len - 28, &d, sizeof arena_mem, err, sizeof err) == WF_OK, "%s", err);
+    ck_assert_ptr_null(d.tasks[0].llm.kv.swa_block_table);
+    /* rejections */
+    len = swa_batch();
+    patch_u32(plen - 28, 1);
+    expect_decode(len, WF_EPROTO, "swa tables for 2 tasks");
+    len = swa_batch();
+    patch_u32(plen - 24, 4); /* swa_lo 4: one entry expected, two carried */
+    expect_decode(len, WF_EPROTO, "does not match");
+    len = swa_batch();
+    patch_u32(plen - 24, 6); /* past the block table */
+    expect_decode(len, WF_EPROTO, "does not match");
+    len = swa_batch();
+    patch_u32(plen - 24, (uint32_t)-2);
+    expect_decode(len, WF_ERANGE, "swa_lo");
+    len = swa_batch();
+    patch_u32(plen - 12, (uint32_t)-1);
+    expect_decode(len, WF_ERANGE, "swa_block_table");
+    len = swa_batch();
+    patch_u32(plen - 8, 0); /* a FINISH task with a (0-entry) table */
+    expect_decode(len, WF_EPROTO, "not PREFILL or DECODE");
+    len = swa_batch();
+    patch_u32(plen - 4, 1); /* entries without swa_lo */
+    expect_decode(len, WF_EFORMAT, "swa_block_table");
+    /* the encoder: a released entry after a held block */
+    swa_batch();
+    swa_local[4] = -1;
+    wf_task_batch b = {.tasks = swa_tasks, .n_tasks = 2};
+    size_t n;
+    ck_assert_int_eq(wf_frame_encode_task_dispatch(&b, frame_buf, sizeof frame_buf, &n, err, sizeof err),
+                     WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "swa_block_table[4] = -1"));
+    swa_local[4] = 4;
 }
 END_TEST
 
@@ -737,17 +839,30 @@ START_TEST(dispatch_arena_exhaustion) {
 }
 END_TEST
 
-/* The arena bound holds for the frames that expand the most: many minimal tasks, and tasks
- * with many minimal samples. */
+/* The arena bound holds for the frames that expand the most: many minimal tasks, tasks with
+ * many minimal samples, and LLM tasks whose one-block KV table comes with a local table (the
+ * decoder rebuilds it whole). */
 START_TEST(dispatch_arena_bound_worst_case) {
     static wf_task tasks[WF_FRAME_MAX_TASKS];
     static wf_task_sample samples[WF_FRAME_MAX_SAMPLES];
     static wf_sampling_params params;
+    static const int32_t one_block[1] = {7}, one_released[1] = {-1};
     memset(tasks, 0, sizeof tasks);
     for (int i = 0; i < WF_FRAME_MAX_TASKS; i++) tasks[i].kind = WF_TASK_FINISH;
     wf_task_batch b = {.tasks = tasks, .n_tasks = WF_FRAME_MAX_TASKS};
     char err[256];
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2) {
+            memset(tasks, 0, sizeof tasks);
+            for (int i = 0; i < WF_FRAME_MAX_TASKS; i++) {
+                tasks[i].kind = WF_TASK_DECODE;
+                tasks[i].llm.kv.kind = WF_ARTIFACT_KV;
+                tasks[i].llm.kv.block_table = one_block;
+                tasks[i].llm.kv.n_blocks = 1;
+                tasks[i].llm.kv.swa_block_table = one_released;
+            }
+            b.n_tasks = WF_FRAME_MAX_TASKS;
+        }
         if (pass == 1) {
             for (int i = 0; i < WF_FRAME_MAX_SAMPLES; i++) samples[i].params = &params;
             for (int i = 0; i < 16; i++) {
@@ -1076,6 +1191,7 @@ static Suite *frame_task_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, dispatch_roundtrip_random);
     tcase_add_test(tc, dispatch_kv_trailer);
+    tcase_add_test(tc, dispatch_swa_table);
     tcase_add_test(tc, dispatch_truncated_everywhere);
     tcase_add_test(tc, dispatch_encode_needs_room);
     tcase_add_test(tc, dispatch_encode_refuses_invalid);
