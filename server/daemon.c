@@ -204,9 +204,6 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                         &d->dit_router, rerr, sizeof rerr)) != WF_OK)
                 return wf_status_errorf(err, errlen, st, "--dit-policy: %s", rerr);
             ex = wf_dit_router_executor(d->dit_router);
-            /* Worker ranks exchange latents of the native size (dit_router, dit_sp): other
-             * sizes are served in-process only. */
-            g.size_multiple = 0;
         }
 #endif
         if (d->gate) {
@@ -474,6 +471,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
                                 "--workers serves one DiT model (got %d): drop --workers or all but one DiT",
                                 p->n_dits);
     wp.dit_path = p->n_dits == 1 ? p->dit_paths[0] : NULL;
+    wp.image_max_pixels = p->image_max_pixels;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;

@@ -254,6 +254,7 @@ static int run_worker(const wf_config *cfg) {
         return 1;
     }
     p.dit_path = cfg->n_dits == 1 ? cfg->dit_models[0] : NULL;
+    p.image_max_pixels = cfg->image_max_pixels;
     if (cfg->pd_role) p.pd_role = strcmp(cfg->pd_role, "prefill") == 0 ? WF_FRAME_ROLE_PREFILL : WF_FRAME_ROLE_DECODE;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);
