@@ -626,6 +626,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
              * even behind a stream of earlier deadlines of the other. */
             wf_gate_set_share(d->gate, 0, p->share_min);
             wf_gate_set_share(d->gate, 1, p->share_min);
+            wf_gate_set_lookahead(d->gate, !p->share_batch && p->share_ahead);
         }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {
