@@ -127,7 +127,7 @@ static wf_status move_latents(wf_workers *ws, wk *k, const queued *q, bool send)
         if (!buf || (!send && q->wire.tasks[j].status != WF_OK)) continue;
         ops[m++] = (wf_world_op){.kind = send ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = k->rank,
                                  .tag = WF_WORKERS_LATENT_TAG(q->wire.iteration, j),
-                                 .buf = buf, .len = wf_workers_latent_bytes(&q->batch->tasks[j], q->lat_bytes)};
+                                 .buf = buf, .len = wf_workers_latent_bytes(&q->wire.tasks[j], q->lat_bytes)};
     }
     if (m == 0) return WF_OK;
     wf_status st = wf_world_run(ws->world, ops, m);
