@@ -61,6 +61,13 @@ void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns);
 /* wf_gate_acquire_by(g, cls, 0). */
 void wf_gate_acquire(wf_gate *g, int cls);
 void wf_gate_release(wf_gate *g, int cls);
+/* Look-ahead (default off): while a batch runs, the claim next in the order is granted at once
+ * (its callback runs then), so its scheduler composes its batch during the running one and
+ * that batch runs as soon as the turn passes (one thread wake-up between turns, as a composed
+ * batch waiting at the gate has, instead of two); the batch is then bound up to one batch
+ * early. Nothing else is granted while that reservation stands; an unclaim gives it up. */
+void wf_gate_set_lookahead(wf_gate *g, bool on);
+bool wf_gate_lookahead(wf_gate *g);
 /* Minimum fraction (0..1, exclusive; 0: none) of the served time class cls gets while it waits. */
 void wf_gate_set_share(wf_gate *g, int cls, double share);
 /* Turns taken by class so far; of them, those given by the share rule rather than the key. */

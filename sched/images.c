@@ -189,6 +189,34 @@ wf_status wf_image_sched_new(const wf_image_sched_options *o, wf_image_sched **o
     return WF_OK;
 }
 
+/* A side of "WxH": 1-9 digits (below 10^9: no overflow), no leading zero; the end in *end. */
+static int size_side(const char *p, const char **end) {
+    int v = 0, n = 0;
+    if (*p == '0') return -1;
+    while (*p >= '0' && *p <= '9' && n < 9) v = v * 10 + (*p++ - '0'), n++;
+    *end = p;
+    return n ? v : -1;
+}
+
+bool wf_image_size_parse(const wf_image_geometry *g, const char *size, int *w, int *h) {
+    *w = g->width;
+    *h = g->height;
+    if (strcmp(size, "auto") == 0) return true;
+    const char *p;
+    int W = size_side(size, &p);
+    if (W < 0 || *p != 'x') return false;
+    int H = size_side(p + 1, &p);
+    if (H < 0 || *p) return false;
+    bool ok = (W == g->width && H == g->height) ||
+              (g->size_multiple > 0 && W >= g->size_multiple && H >= g->size_multiple &&
+               W % g->size_multiple == 0 && H % g->size_multiple == 0 && (long)W * H <= g->max_pixels);
+    if (ok) {
+        *w = W;
+        *h = H;
+    }
+    return ok;
+}
+
 wf_status wf_image_sched_add_model(wf_image_sched *s, wf_executor ex, const wf_image_geometry *g,
                                    int *out_id) {
     if (s->started || !ex.ops || !g || g->max_items < 1 || g->max_latents < 1 || g->width < 1 ||

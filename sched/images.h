@@ -84,6 +84,12 @@ typedef struct wf_image_geometry {
     int max_latents;             /* latents the executor holds at once */
 } wf_image_geometry;
 
+/* Parses an OpenAI 'size' for a model of geometry g: "auto" (the native size) or "WxH" (decimal
+ * digits only, no sign, space or leading zero) that g can make (the native size, or sides
+ * multiples of g->size_multiple with W x H at most g->max_pixels). True with *w, *h set; false
+ * when it cannot be made (then *w, *h hold the native size). */
+bool wf_image_size_parse(const wf_image_geometry *g, const char *size, int *w, int *h);
+
 typedef struct wf_image_spec {
     char id[WF_REQUEST_ID_MAX];
     int model;              /* from wf_image_sched_add_model */

@@ -203,9 +203,6 @@ static wf_status open_dits(wf_daemon *d, const wf_daemon_params *p, char *err, s
                                         &d->dit_router, rerr, sizeof rerr)) != WF_OK)
                 return wf_status_errorf(err, errlen, st, "--dit-policy: %s", rerr);
             ex = wf_dit_router_executor(d->dit_router);
-            /* Worker ranks exchange latents of the native size (dit_router, dit_sp): other
-             * sizes are served in-process only. */
-            g.size_multiple = 0;
         }
 #endif
         if (d->gate) {
@@ -478,6 +475,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
                                 p->n_dits);
     wp.dit_path = p->n_dits == 1 ? p->dit_paths[0] : NULL;
     wp.dit_max_items = p->image_max_batch;
+    wp.image_max_pixels = p->image_max_pixels;
     wf_status st = wf_workers_open(&wp, &d->workers, err, errlen);
     if (st != WF_OK) return st;
     *kv_tokens = 0;
@@ -623,6 +621,7 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
              * even behind a stream of earlier deadlines of the other. */
             wf_gate_set_share(d->gate, 0, p->share_min);
             wf_gate_set_share(d->gate, 1, p->share_min);
+            wf_gate_set_lookahead(d->gate, !p->share_batch && p->share_ahead);
         }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {

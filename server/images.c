@@ -80,19 +80,6 @@ static void size_help(const wf_server_image_model *m, char *out, size_t cap) {
             n += snprintf(out + n, cap - (size_t)n, ", \"%dx%d\"", ex[i][0], ex[i][1]);
 }
 
-/* Parses 'size' ("WxH" or "auto") into *w, *h for model m: false when it cannot be made. */
-static bool size_parse(const wf_server_image_model *m, const char *sz, int *w, int *h) {
-    const wf_image_geometry *g = &m->geometry;
-    *w = g->width;
-    *h = g->height;
-    if (strcmp(sz, "auto") == 0) return true;
-    char tail = 0;
-    if (sscanf(sz, "%dx%d%c", w, h, &tail) != 2) return false;
-    if (*w == g->width && *h == g->height) return true;
-    int k = g->size_multiple;
-    return k > 0 && *w >= k && *h >= k && *w % k == 0 && *h % k == 0 && (long)*w * *h <= g->max_pixels;
-}
-
 /* A label from a JSON int or class-name string; -1 (with *bad set) when unknown. */
 static int label_of(const wf_server_image_model *m, json_t *v, bool *bad) {
     *bad = false;
@@ -194,7 +181,7 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) BAD("size", "'size' must be a string such as \"%dx%d\"", m->geometry.width, m->geometry.height);
         const char *sz = json_string_value(v);
-        if (!size_parse(m, sz, &spec.width, &spec.height)) {
+        if (!wf_image_size_parse(&m->geometry, sz, &spec.width, &spec.height)) {
             char help[300];
             size_help(m, help, sizeof help);
             BAD("size", "'size' %.40s cannot be made by %.200s: %s", sz, m->id, help);
@@ -559,9 +546,11 @@ static void on_event(wf_server *s, wf_image_event *ev) {
                                  wf_image_format_name(g->format));
             else
                 wf__server_respond(s, g->http, 200, "application/json", NULL, b->data, b->len);
-            /* A lone one-image answer tells the cost model what a request costs beyond its
-             * chunks (PNG and the HTTP answer included). */
-            if (ok && !b->failed && ev->alone && g->n == 1 && s->image_observe)
+            /* A lone one-image answer of the native size tells the cost model what a request
+             * costs beyond its chunks (PNG and the HTTP answer included; the router's request
+             * model is the native size's). */
+            if (ok && !b->failed && ev->alone && g->n == 1 && s->image_observe &&
+                g->width == g->model->geometry.width && g->height == g->model->geometry.height)
                 s->image_observe(s->dit_cost_ctx, g->model->sched_model, ev->steps_run, g->guided,
                                  ev->group_size, (double)(wf_clock_now_ns() - g->arrived_ns) / 1e6);
         }
@@ -619,7 +608,8 @@ static void write_cores(wf_server *s, wf_jbuf *b) {
     if (!s->gate) return;
     wf_jbuf_printf(b, ",\"cores\":{\"turns_mode\":\"%s\",\"turns\":{\"text\":%llu,\"images\":%llu},"
                       "\"share_turns\":{\"text\":%llu,\"images\":%llu}}",
-                   s->gate_late ? "edf" : "batch", (unsigned long long)wf_gate_turns(s->gate, 0),
+                   !s->gate_late ? "batch" : wf_gate_lookahead(s->gate) ? "ahead" : "edf",
+                   (unsigned long long)wf_gate_turns(s->gate, 0),
                    (unsigned long long)wf_gate_turns(s->gate, 1), (unsigned long long)wf_gate_share_turns(s->gate, 0),
                    (unsigned long long)wf_gate_share_turns(s->gate, 1));
 }

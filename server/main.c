@@ -87,7 +87,9 @@ static void *load_main(void *arg) {
     p.image_max_batch = d->cfg.image_max_batch;
     p.image_max_pixels = d->cfg.image_max_pixels;
     p.share_cores = d->cfg.share_cores != 0;
-    p.share_batch = !d->cfg.share_turns || strcmp(d->cfg.share_turns, "edf") != 0;
+    p.share_batch = !d->cfg.share_turns ||
+                    (strcmp(d->cfg.share_turns, "edf") != 0 && strcmp(d->cfg.share_turns, "ahead") != 0);
+    p.share_ahead = d->cfg.share_turns && strcmp(d->cfg.share_turns, "ahead") == 0;
     p.share_min = d->cfg.share_min;
     p.kv_window_release = d->cfg.kv_window_release != 0;
     p.kv_profiles = d->cfg.kv_profiles;
@@ -256,6 +258,7 @@ static int run_worker(const wf_config *cfg) {
     }
     p.dit_path = cfg->n_dits == 1 ? cfg->dit_models[0] : NULL;
     p.dit_max_items = cfg->image_max_batch;
+    p.image_max_pixels = cfg->image_max_pixels;
     if (cfg->pd_role) p.pd_role = strcmp(cfg->pd_role, "prefill") == 0 ? WF_FRAME_ROLE_PREFILL : WF_FRAME_ROLE_DECODE;
     signal(SIGPIPE, SIG_IGN);
     return wf_worker_main(&p);

@@ -13,7 +13,8 @@
 # ORDERS="edf fcfs fcfs edf" alternates repetitions (each a fresh weftd) to show the noise.
 # A run is named by its image order (edf, fcfs: the cores' turns are weftd's default) or by a
 # scheduling configuration: unified (--share-turns edf --image-order edf: text and image work
-# in one EDF order), gate (--share-turns batch --image-order edf: the earlier turns, batches
+# in one EDF order), ahead (--share-turns ahead: that order, the next claim granted while a
+# batch runs), gate (--share-turns batch --image-order edf: the earlier turns, batches
 # composed at once and ordered at the gate, with the minimum shares), prev (the same with
 # --share-min 0: the turns exactly as before the unified order) or gate-fcfs (--share-turns
 # batch --image-order fcfs: images first-come-first-served). CHAT_SLO=TTFT_MS,TPOT_MS sends the chat requests
@@ -42,11 +43,12 @@ for conf in ${ORDERS:-edf fcfs}; do
   turns=()
   case $conf in
     unified) order=edf; turns=(--share-turns edf) ;;
+    ahead) order=edf; turns=(--share-turns ahead) ;;
     gate) order=edf; turns=(--share-turns batch) ;;
     prev) order=edf; turns=(--share-turns batch --share-min 0) ;;
     gate-fcfs) order=fcfs; turns=(--share-turns batch) ;;
     edf|fcfs) order=$conf ;;
-    *) echo "unknown run '$conf' (edf, fcfs, unified, gate, prev, gate-fcfs)" >&2; exit 2 ;;
+    *) echo "unknown run '$conf' (edf, fcfs, unified, ahead, gate, prev, gate-fcfs)" >&2; exit 2 ;;
   esac
   runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -65,7 +67,8 @@ for conf in ${ORDERS:-edf fcfs}; do
     --dit "$(basename "$dit")" --duration "$((secs + ${CHAT_EXTRA_S:-20}))" --chat-clients "${CHAT_CLIENTS:-2}" \
     --phases chat ${CHAT_SLO:+--chat-slo "$CHAT_SLO"} >"$out/chat-$tag.json" &
   chat=$!
-  echo "== run $tag: image order $order ${turns[*]} (chat clients: ${CHAT_CLIENTS:-2})"
+  echo "== run $tag: image order $order ${turns[*]} (chat clients: ${CHAT_CLIENTS:-2}); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  cut -d' ' -f1 /proc/loadavg >"$out/load-$tag.txt"
   sleep 2 # the chat streams are running before T_single is measured
   pin=()
   [ -n "$tsingle" ] && pin=(--t-single "$tsingle")
@@ -84,6 +87,8 @@ print(",".join("%s=%.3f" % (c["name"], c["t_single_ms"]) for c in r["classes"] i
   # turns per class on the shared cores, and those the minimum share gave (/admin/stats "cores")
   curl -sf "http://127.0.0.1:$port/admin/stats" | python3 -c 'import json,sys; print("cores:", json.load(sys.stdin).get("cores"))' \
     | tee "$out/cores-$tag.txt"
+  cut -d' ' -f1 /proc/loadavg >>"$out/load-$tag.txt"
+  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
   kill -TERM $pid
   wait $pid || true
   pid=
@@ -91,18 +96,19 @@ done
 python3 - "$out" "${runs[@]}" <<'PY'
 import json, sys
 out, runs = sys.argv[1], sys.argv[2:]
-print("| run | class | SLO attainment (met/issued) | refused | p50 s | p99 s |")
-print("|---|---|---|---|---|---|")
+print("| run | class | SLO attainment (met/issued) | refused | p50 s | p99 s |  load avg (1 min) at start / end |")
+print("|---|---|---|---|---|---|---|")
 for tag in runs:
     r = json.load(open(f"{out}/{tag}.json"))["runs"][0]
     chat = json.loads(open(f"{out}/chat-{tag}.json").read().splitlines()[0])
     fmt = lambda v: "-" if v is None else "%.2f" % (v / 1000)
+    load = " / ".join(open(f"{out}/load-{tag}.txt").read().split())
     for c in r["classes"] + [dict(r, name="all")]:
         print(f"| {tag} | {c['name']} | {c['slo_attainment']:.3f} ({c['slo_met']}/{c['issued']}) | {c['refused']} "
-              f"| {fmt(c.get('median_latency_ms'))} | {fmt(c.get('p99_latency_ms'))} |")
+              f"| {fmt(c.get('median_latency_ms'))} | {fmt(c.get('p99_latency_ms'))} | {load} |")
     if "chat_slo_attainment" in chat:
         print(f"| {tag} | text | {chat['chat_slo_attainment']:.3f} ({chat['chat_slo_met']}/{chat['chat_requests']}) "
-              f"| | | |")
+              f"| | | | |")
     print(f"| {tag} | chat | {chat['chat_tokens_s']} tokens/s, ITL p50 {chat['itl_p50_ms']} ms, "
-          f"p99 {chat['itl_p99_ms']} ms | | | |")
+          f"p99 {chat['itl_p99_ms']} ms | | | | |")
 PY

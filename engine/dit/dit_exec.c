@@ -147,18 +147,41 @@ static latent_slot *find_slot(wf_dit_exec *x, uint64_t id) {
     return NULL;
 }
 
+static bool latent_size_ok(const wf_dit_exec *x, int h, int w);
+
+float *wf_dit_exec_latent_sized(wf_dit_exec *x, uint64_t id, int h, int w) {
+    if (h == 0 && w == 0) {
+        h = x->info.latent_height;
+        w = x->info.latent_width;
+    }
+    latent_slot *slot = find_slot(x, id);
+    if (slot) return slot->h == h && slot->w == w ? slot->data : NULL;
+    if (id == 0 || !latent_size_ok(x, h, w)) return NULL;
+    for (int i = 0; i < x->info.max_latents; i++)
+        if (x->slots[i].id == 0) {
+            x->slots[i].id = id;
+            x->slots[i].h = h; /* from another rank: the size its task states */
+            x->slots[i].w = w;
+            return x->slots[i].data;
+        }
+    return NULL;
+}
+
 float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create) {
     latent_slot *slot = find_slot(x, id);
     if (slot) return slot->data;
     if (!create || id == 0) return NULL;
-    for (int i = 0; i < x->info.max_latents; i++)
-        if (x->slots[i].id == 0) {
-            x->slots[i].id = id;
-            x->slots[i].h = x->info.latent_height; /* from another rank: native (dit_router) */
-            x->slots[i].w = x->info.latent_width;
-            return x->slots[i].data;
+    return wf_dit_exec_latent_sized(x, id, 0, 0);
+}
+
+bool wf_dit_exec_latent_dims(const wf_dit_exec *x, uint64_t id, int *h, int *w) {
+    for (int i = 0; id && i < x->info.max_latents; i++)
+        if (x->slots[i].id == id) {
+            *h = x->slots[i].h;
+            *w = x->slots[i].w;
+            return true;
         }
-    return NULL;
+    return false;
 }
 
 void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id) {
@@ -167,6 +190,9 @@ void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id) {
 }
 
 size_t wf_dit_exec_latent_floats(const wf_dit_exec *x) { return x->latent_size; }
+size_t wf_dit_exec_latent_floats_max(const wf_dit_exec *x) {
+    return (size_t)x->info.latent_channels * x->max_points;
+}
 wf_dit *wf_dit_exec_model(wf_dit_exec *x) { return x->model; }
 wf_threadpool *wf_dit_exec_pool(wf_dit_exec *x) { return x->pool; }
 void wf_dit_exec_sampler_config(const wf_dit_exec *x, int sampler, wf_dit_sampler_config *cfg) {

@@ -102,15 +102,22 @@ wf_executor wf_dit_exec_executor(wf_dit_exec *x);
 wf_status wf_dit_exec_check_schedule(const wf_dit_exec *x, int sampler, int n_steps, char *err,
                                      size_t errlen);
 
-/* Latents as artifacts that cross processes (server/workers/dit_router.h, native size only):
- * the table entry of latent `id` (latent_channels x latent_height x latent_width floats,
- * wf_dit_exec_latent_floats of them: a native latent; a slot has room for the largest). create: take a free slot for an id not held yet (a latent arriving from another
- * rank); NULL when the id is not held (create false), or no slot is free, or id is 0. drop frees
- * the slot (no-op for an unknown id). Only while no batch of this executor runs (the caller
- * orders them: e.g. a worker between its blocking runs, a router between its phases). */
+/* Latents as artifacts that cross processes (server/workers/dit_router.h): the table entry of
+ * latent `id` (latent_channels x latent_height x latent_width floats, wf_dit_exec_latent_floats
+ * of them: a native latent; a slot has room for the largest, wf_dit_exec_latent_floats_max).
+ * create: take a free slot for an id not held yet (a latent arriving from another rank) at
+ * the native size; NULL when the id is not held (create false), or no slot is free, or id is 0.
+ * wf_dit_exec_latent_sized creates (or finds) one of h x w latent positions (0 x 0: native;
+ * NULL also when this executor cannot run that grid, or the id is held at another size);
+ * wf_dit_exec_latent_dims tells a held latent's grid (false: not held). drop frees the slot
+ * (no-op for an unknown id). Only while no batch of this executor runs (the caller orders
+ * them: e.g. a worker between its blocking runs, a router between its phases). */
 float *wf_dit_exec_latent(wf_dit_exec *x, uint64_t id, bool create);
+float *wf_dit_exec_latent_sized(wf_dit_exec *x, uint64_t id, int h, int w);
+bool wf_dit_exec_latent_dims(const wf_dit_exec *x, uint64_t id, int *h, int *w);
 void wf_dit_exec_latent_drop(wf_dit_exec *x, uint64_t id);
 size_t wf_dit_exec_latent_floats(const wf_dit_exec *x);
+size_t wf_dit_exec_latent_floats_max(const wf_dit_exec *x);
 
 /* What a multi-rank stepper over the same model needs (engine/elastic/dit_sp.h on a worker
  * rank): the model, the thread pool and the sampler config of `sampler` (< 0: the model's).

@@ -70,6 +70,7 @@ struct wf_dit_router {
     int n_workers, tokens, max_P, patch, chunk_steps;
     int lat_c, lat_h, lat_w;
     size_t lat_floats;
+    size_t lat_max;    /* floats of the largest latent (a part's buffers hold any size) */
     bool calibrating;  /* every result goes home */
     int hold_max;      /* latents a worker keeps between chunks at most (its slots, minus room
                           for a batch's chunks from home) */
@@ -163,6 +164,35 @@ static int part_add(part *p, size_t floats) {
     p->b.tasks = p->tasks;
     p->b.n_tasks = n + 1;
     return n;
+}
+
+/* Task t's latent grid: its home copy's (the size its ENCODE made); native when not at home. */
+static void task_grid(const wf_dit_router *r, const wf_task *t, int *h, int *w) {
+    if (!wf_dit_exec_latent_dims(r->local, t->dit.latent.id, h, w)) {
+        *h = r->lat_h;
+        *w = r->lat_w;
+    }
+}
+
+/* Another size than the native one: its chunks run on one rank, from home and back home (the
+ * sequence-parallel split, the worker-to-worker moves and the held copies are the native
+ * grid's), and its tokens price it in the cost model (linear in tokens beyond the points). */
+static bool task_native(const wf_dit_router *r, const wf_task *t) {
+    int h, w;
+    task_grid(r, t, &h, &w);
+    return h == r->lat_h && w == r->lat_w;
+}
+
+static size_t task_floats(const wf_dit_router *r, const wf_task *t) {
+    int h, w;
+    task_grid(r, t, &h, &w);
+    return (size_t)r->lat_c * (size_t)h * (size_t)w;
+}
+
+static int task_tokens(const wf_dit_router *r, const wf_task *t) {
+    int h, w;
+    task_grid(r, t, &h, &w);
+    return (h / r->patch) * (w / r->patch);
 }
 
 static held *find_held(wf_dit_router *r, uint64_t id) {
@@ -280,11 +310,18 @@ static int part_slot(const part *p, int i) {
 static wf_status wave_add(wf_dit_router *r, const wf_task_batch *b, int i, const wgroup *gr, const wf_group *grp,
                           wf_dit_sp_mode mode, const held *h, int w, bool member) {
     part *p = &r->parts[w];
-    int k = part_add(p, r->lat_floats);
+    int k = part_add(p, r->lat_max);
     if (k < 0) return WF_ENOMEM;
     const wf_task *src = &b->tasks[i];
     wf_task *t = &p->tasks[k];
     *t = *src;
+    /* The grid on the wire: the worker sizes the latent's message and its slot by it. */
+    int lh, lw;
+    task_grid(r, src, &lh, &lw);
+    t->dit.latent.kind = WF_ARTIFACT_LATENT;
+    t->dit.latent.latent.channels = r->lat_c;
+    t->dit.latent.latent.height = lh;
+    t->dit.latent.latent.width = lw;
     t->group = *grp;
     t->status = WF_IN_PROGRESS;
     t->dit.step_begin = r->begin[i];
@@ -303,7 +340,8 @@ static wf_status wave_add(wf_dit_router *r, const wf_task_batch *b, int i, const
         t->dit.latent.placement.holders.n_ranks = 1; /* rank 0: home */
         if (member) {
             p->out[k] = p->buf[k];
-            memcpy(p->buf[k], wf_dit_exec_latent(r->local, src->dit.latent.id, false), r->lat_floats * sizeof(float));
+            memcpy(p->buf[k], wf_dit_exec_latent(r->local, src->dit.latent.id, false),
+                   task_floats(r, src) * sizeof(float));
         }
     }
     if (member && !keep) p->back[k] = p->buf[k];
@@ -314,7 +352,7 @@ static wf_status wave_add(wf_dit_router *r, const wf_task_batch *b, int i, const
 /* Counts a task's latent moves (stats, lock held). */
 static void count_moves(wf_dit_router *r, const wf_task *t, const wgroup *gr, wf_dit_sp_mode mode, const held *h,
                         bool keep, int begin) {
-    size_t bytes = r->lat_floats * sizeof(float);
+    size_t bytes = task_floats(r, t) * sizeof(float);
     bool from_home = !h || h->n == 0;
     for (int m = 0; m < gr->n_ranks; m++) {
         int w = gr->ranks[m];
@@ -383,7 +421,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     wf_status fail = WF_OK;
     for (int d = 0; d < r->n_drops && fail == WF_OK; d++) {
         part *p = &r->parts[r->drops[d].w];
-        int k = part_add(p, r->lat_floats);
+        int k = part_add(p, r->lat_max);
         if (k < 0) {
             fail = WF_ENOMEM;
             break;
@@ -522,7 +560,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             forget_held(r, h);
             float *home = wf_dit_exec_latent(r->local, t->dit.latent.id, false);
             if (gr->n_ranks == 1 || mode == WF_DIT_SP_CFG) { /* every member holds the whole latent */
-                memcpy(home, p0->buf[part_slot(p0, i)], bytes);
+                memcpy(home, p0->buf[part_slot(p0, i)], task_floats(r, t) * sizeof(float));
                 continue;
             }
             wf_dit_placement pl = wf_dit_placement_make(mode, t->group.ranks, gr->n_ranks);
@@ -548,7 +586,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
             int steps = t->dit.step_end - r->begin[r->wave[gr->first]];
             if (steps > 0) {
                 pthread_mutex_lock(&r->lock); /* get_stats copies the model */
-                wf_dit_cost_observe_mode(&r->cost, r->tokens, gr->n_ranks,
+                wf_dit_cost_observe_mode(&r->cost, task_tokens(r, t), gr->n_ranks,
                                          cost_mode(t->dit.guidance_scale > 1.0f, gr->n_ranks, mode),
                                          (double)(end - t0) / 1e6 / steps);
                 pthread_mutex_unlock(&r->lock);
@@ -615,12 +653,12 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     for (int k = 0; k < n; k++) {
         const wf_task *t = &b->tasks[r->todo[k]];
         wf_dit_job *j = &r->jobs[k];
-        *j = (wf_dit_job){.id = k, .tokens = r->tokens, .steps = t->dit.num_steps,
-                          .steps_done = t->dit.step_begin, .max_P = r->max_P,
+        *j = (wf_dit_job){.id = k, .tokens = task_tokens(r, t), .steps = t->dit.num_steps,
+                          .steps_done = t->dit.step_begin, .max_P = task_native(r, t) ? r->max_P : 1,
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
                           .guided = t->dit.guidance_scale > 1.0f,
-                          .latent_bytes = (double)(r->lat_floats * sizeof(float))};
+                          .latent_bytes = (double)(task_floats(r, t) * sizeof(float))};
         /* Where its latent stays since its last chunk (worker indices are the policy's ranks):
          * a policy that weighs moves sees them. */
         const held *h = find_held(r, t->dit.latent.id);
@@ -851,7 +889,8 @@ static wf_status run_batch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
         wf_task *t = &b->tasks[i];
         if (t->kind != WF_TASK_DENOISE) continue;
         t->status = WF_IN_PROGRESS; /* until a wave gives it a result */
-        r->keepable[i] = t->dit.step_end < t->dit.num_steps && !wanted_home(b, t->dit.latent.id);
+        r->keepable[i] = t->dit.step_end < t->dit.num_steps && !wanted_home(b, t->dit.latent.id) &&
+                         task_native(r, t);
     }
     st = run_denoise(r, b, msg, cap);
     if (st != WF_OK) return st;
@@ -1004,6 +1043,7 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
     r->local = local;
     r->ws = ws;
     r->lat_floats = wf_dit_exec_latent_floats(local);
+    r->lat_max = wf_dit_exec_latent_floats_max(local);
     r->n_workers = wf_workers_count(ws);
     if (r->n_workers > WF_DIT_MAX_RANKS) r->n_workers = WF_DIT_MAX_RANKS;
     const wf_dit_exec_info *in = wf_dit_exec_get_info(local);

@@ -26,6 +26,14 @@
  * element), so the images are bit-identical to the in-process path whatever rank runs which
  * chunk and whatever was recomputed.
  *
+ * Sizes other than the native one (the image scheduler's other latent grids): the task's latent
+ * artifact carries its grid on the wire (channels x height x width: the worker sizes the
+ * message and its slot by it, wf_workers_latent_bytes), and such a chunk runs on one rank
+ * (the job's max_P is 1), from home and back home every chunk: the sequence-parallel split, the
+ * worker-to-worker moves and the copies held between chunks are the native grid's. The policy
+ * and the cost model price it by its tokens (linear in tokens beyond the measured points, each
+ * run correcting the degree's factor).
+ *
  * Placement: at every chunk boundary (each batch: the image scheduler keeps one in flight per
  * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job
  * (tokens, steps done and left, deadline) and the live workers as free ranks, and picks jobs

@@ -95,6 +95,13 @@ wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batc
                                             .lat_bytes = latent_bytes});
 }
 
+size_t wf_workers_latent_bytes(const wf_task *t, size_t native_bytes) {
+    const wf_artifact *a = &t->dit.latent;
+    if (a->kind != WF_ARTIFACT_LATENT || a->latent.channels < 1 || a->latent.height < 1 || a->latent.width < 1)
+        return native_bytes;
+    return (size_t)a->latent.channels * (size_t)a->latent.height * (size_t)a->latent.width * sizeof(float);
+}
+
 uint32_t wf_workers_incarnation(wf_workers *ws, int i) {
     pthread_mutex_lock(&ws->lock);
     uint32_t inc = i >= 0 && i < ws->n ? ws->w[i].pub.incarnation : 0;
@@ -120,12 +127,12 @@ static wf_status move_latents(wf_workers *ws, wk *k, const queued *q, bool send)
         if (!buf || (!send && q->wire.tasks[j].status != WF_OK)) continue;
         ops[m++] = (wf_world_op){.kind = send ? WF_WORLD_SEND : WF_WORLD_RECV, .peer = k->rank,
                                  .tag = WF_WORKERS_LATENT_TAG(q->wire.iteration, j),
-                                 .buf = buf, .len = q->lat_bytes};
+                                 .buf = buf, .len = wf_workers_latent_bytes(&q->wire.tasks[j], q->lat_bytes)};
     }
     if (m == 0) return WF_OK;
     wf_status st = wf_world_run(ws->world, ops, m);
     for (int j = 0; st == WF_OK && !send && j < m; j++)
-        if (ops[j].received != q->lat_bytes) st = WF_EPROTO;
+        if (ops[j].received != ops[j].len) st = WF_EPROTO;
     return st;
 }
 
@@ -345,12 +352,12 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           NULL};
     int argc = 0;
     while (base[argc]) argc++;
-    /* the base, 8 optional KV arguments, 4 for a DiT, 2 for a PD role, 2 per virtual model,
+    /* the base, 8 optional KV arguments, 6 for a DiT, 2 for a PD role, 2 per virtual model,
      * the NULL */
     /* The lock is held until the fork: argv points at the set's declarations (the child only
      * execs). Those added at run time are sent when it joins. */
     pthread_mutex_lock(&ws->lock);
-    char **argv = calloc((size_t)argc + 15 + 2 * (size_t)ws->n_vms, sizeof *argv);
+    char **argv = calloc((size_t)argc + 17 + 2 * (size_t)ws->n_vms, sizeof *argv);
     if (!argv) {
         pthread_mutex_unlock(&ws->lock);
         return WF_ENOMEM;
@@ -381,7 +388,7 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         argv[argc++] = "--kv-accuracy";
         argv[argc++] = acc;
     }
-    char dmi[16];
+    char dmi[16], mpx[24];
     if (ws->dit_path) { /* a second --model: the worker sorts LLM and DiT as weftd does */
         argv[argc++] = "--model";
         argv[argc++] = ws->dit_path;
@@ -389,6 +396,11 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
             snprintf(dmi, sizeof dmi, "%d", ws->p.dit_max_items);
             argv[argc++] = "--image-max-batch";
             argv[argc++] = dmi;
+        }
+        if (ws->p.image_max_pixels > 0) {
+            snprintf(mpx, sizeof mpx, "%ld", ws->p.image_max_pixels);
+            argv[argc++] = "--image-max-pixels";
+            argv[argc++] = mpx;
         }
     }
     if (ws->p.n_prefill > 0 && replacement) {

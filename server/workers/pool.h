@@ -90,6 +90,8 @@ typedef struct wf_workers_params {
                                  wf_workers_dispatch_latents); NULL: none */
     int dit_max_items;        /* images per DiT forward pass on the workers, as on the
                                  coordinator (--image-max-batch; 0: the DiT default) */
+    long image_max_pixels;    /* its largest image (weftd --image-max-pixels, passed on; 0: the
+                                 DiT's default): the workers hold latents of every size served */
 } wf_workers_params;
 
 typedef struct wf_workers wf_workers;
@@ -156,7 +158,7 @@ bool wf_workers_live(wf_workers *ws, int i);
  * a process held (a latent between DiT chunks) is known lost with it. */
 uint32_t wf_workers_incarnation(wf_workers *ws, int i);
 /* DiT chunks on worker i (server/workers/dit_router.h): like its executor's dispatch, for a
- * batch of DENOISE tasks only, whose latents may cross with it. out[j] (latent_bytes; NULL:
+ * batch of DENOISE tasks only, whose latents may cross with it. out[j] (wf_workers_latent_bytes; NULL:
  * nothing) is sent to the worker after the TASK_DISPATCH frame (tagged messages, the tag
  * WF_WORKERS_LATENT_TAG(iteration, j)); back[j] (NULL: nothing) receives the worker's result
  * for task j when the worker's TASK_EVENT said the task succeeded (the worker sends exactly
@@ -168,6 +170,11 @@ uint32_t wf_workers_incarnation(wf_workers *ws, int i);
 wf_status wf_workers_dispatch_latents(wf_workers *ws, int i, wf_task_batch *batch,
                                       float *const *out, float *const *back, size_t latent_bytes,
                                       wf_executor_done_fn done, void *user);
+/* The bytes of DENOISE task t's latent on the wire: channels x height x width floats as its
+ * latent artifact states them (a size other than the native one: ENCODE set them), else
+ * native_bytes. Both ends of wf_workers_dispatch_latents size each task's message by it (the
+ * latent_bytes argument is the native latent's). */
+size_t wf_workers_latent_bytes(const wf_task *t, size_t native_bytes);
 /* The tag of task j's latent in the batch of wire iteration `it` (both directions): a USER tag
  * (no epoch in it, like the frames it travels with: a replacement admitted between the frame
  * and its latents must not make them miss each other) whose group field, 0 for frames

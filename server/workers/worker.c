@@ -679,7 +679,7 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
     wf_world_op ops[256];
     float *lat[256];
     bool member[256], keep[256], processed = false;
-    size_t bytes = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0;
+    size_t native = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0, bytes[256];
     if (!w->dit) {
         done.status = WF_EUNSUPPORTED;
         snprintf(done.message, sizeof done.message, "worker rank %d: no DiT model on this worker", rank);
@@ -701,7 +701,28 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
             member[j] = wf_gfc_group_index(&t->group, rank) >= 0;
             keep[j] = member[j] && t->dit.image.kind == WF_ARTIFACT_LATENT;
             bool home = dit_home(&t->dit.latent.placement);
-            if (!home && wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0) {
+            /* A latent of another size than the native one: the size its task states, run by
+             * one rank from home and back (the router holds and splits native latents only). */
+            int lh = t->dit.latent.latent.height, lw = t->dit.latent.latent.width;
+            bool sized = t->dit.latent.kind == WF_ARTIFACT_LATENT && lh > 0 && lw > 0;
+            bytes[j] = wf_workers_latent_bytes(t, native);
+            if (sized && bytes[j] > wf_dit_exec_latent_floats_max(w->dit) * sizeof(float)) {
+                bytes[j] = native; /* never received: the task fails below */
+                snprintf(why, sizeof why, "latent %dx%d is larger than this worker's largest", lh, lw);
+                dit_fail(t, WF_EINVAL, why, &done, rank);
+                member[j] = false;
+                continue;
+            }
+            if (sized && bytes[j] != native && (!home || t->group.n_ranks != 1 || keep[j])) {
+                snprintf(why, sizeof why, "a %dx%d latent (not native) runs on one rank from home and back", lh, lw);
+                dit_fail(t, WF_EINVAL, why, &done, rank);
+                member[j] = keep[j] = false;
+                continue;
+            }
+            if (member[j] && home && sized && bytes[j] != native) {
+                if (!(lat[j] = wf_dit_exec_latent_sized(w->dit, t->dit.latent.id, lh, lw)))
+                    dit_fail(t, WF_EFULL, "no free latent slot for its size", &done, rank);
+            } else if (!home && wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0) {
                 if (!(lat[j] = wf_dit_exec_latent(w->dit, t->dit.latent.id, false))) {
                     snprintf(why, sizeof why, "latent %llu is not held here (a replaced rank?)",
                              (unsigned long long)t->dit.latent.id);
@@ -717,13 +738,13 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
             if (home && member[j])
                 ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
                                              .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                             .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes};
+                                             .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes[j]};
         }
         wf_status st = wf_world_run(w->world, ops, n_ops);
         if (st != WF_OK) return st; /* rank 0 is gone or stuck */
         for (int o = 0; o < n_ops; o++)
-            if (ops[o].received != bytes) {
-                snprintf(why, sizeof why, "latent: %zu bytes from rank 0, expected %zu", ops[o].received, bytes);
+            if (ops[o].received != ops[o].len) {
+                snprintf(why, sizeof why, "latent: %zu bytes from rank 0, expected %zu", ops[o].received, ops[o].len);
                 dit_fail(&b->tasks[ops[o].tag.step], WF_EPROTO, why, &done, rank);
             }
         /* Worker to worker: the slices that change hands, task by task in batch order. A rank
@@ -764,7 +785,7 @@ static wf_status run_dit(worker *w, wf_task_batch *b) {
         if (member[j] && !keep[j] && b->tasks[j].status == WF_OK)
             ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
                                          .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                         .buf = lat[j], .len = bytes};
+                                         .buf = lat[j], .len = bytes[j]};
     if (st == WF_OK && n_ops > 0) st = wf_world_run(w->world, ops, n_ops);
     for (int j = 0; processed && j < n; j++)
         if (lat[j] && !(keep[j] && b->tasks[j].status == WF_OK))
@@ -1172,9 +1193,10 @@ int wf_worker_main(const wf_worker_params *p) {
         xo.model_path = p->dit_path;
         xo.n_threads = n_threads;
         wf_dit_exec_options_set_batch(&xo, p->dit_max_items);
+        xo.max_pixels = p->image_max_pixels; /* the coordinator's: the same sizes fit */
         char xerr[400];
         if (wf_dit_exec_open(&xo, &w.dit, xerr, sizeof xerr) != WF_OK ||
-            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats(w.dit) * sizeof(float))) ||
+            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats_max(w.dit) * sizeof(float))) ||
             !(w.sp_items = calloc((size_t)wf_dit_exec_get_info(w.dit)->max_items, sizeof *w.sp_items))) {
             snprintf(err, sizeof err, "DiT %s: %s", p->dit_path, w.dit ? "out of memory" : xerr);
             WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);

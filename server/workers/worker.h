@@ -55,6 +55,8 @@ typedef struct wf_worker_params {
                                  message (server/workers/pool.h: wf_workers_dispatch_latents),
                                  stays here between chunks and moves to the next group worker
                                  to worker (server/workers/dit_router.h) */
+    long image_max_pixels;    /* the DiT's largest image (weftd --image-max-pixels; 0: its
+                                 default), as the coordinator's, so that its other sizes fit */
     wf_frame_role pd_role;    /* declared to the coordinator (WORKER_INFO): prefill, decode or
                                  worker (any: the coordinator's slot decides) */
     int dit_max_items;        /* images per DiT forward pass (--image-max-batch; 0: default),

@@ -3,7 +3,8 @@ one UCX world), placed at every chunk boundary by --dit-policy; multi-rank chunk
 sequence parallelism (engine/elastic/dit_sp.h) over real UCX, or guidance parallelism when
 every image of a two-rank chunk is guided. The same seed gives the same PNG bytes in-process and
 under static:1, static:2 (guided images CFG-parallel, the guidance_scale=1 one Ulysses) and elastic (a worker killed during multi-rank
-steps: test_dit_workers_kill.py)."""
+steps: test_dit_workers_kill.py). A size other than the native one runs on the worker ranks too
+(one rank per chunk), through the openai client, with the in-process bytes."""
 import base64
 import concurrent.futures
 import http.client
@@ -11,9 +12,11 @@ import json
 import os
 import time
 
+import openai
 import pytest
 
 from conftest import Weftd
+from pngread import read_png
 
 DIT = os.environ.get("WEFT_DIT_MODEL", "/usr/local/share/weft/models/weft-dit-digits")
 DIT_ID = os.path.basename(DIT.rstrip("/"))
@@ -28,6 +31,8 @@ REQUESTS = [
     dict(prompt="8", n=1, seed=11, num_inference_steps=3, guidance_scale=1),
 ]
 LONG = dict(prompt="3", n=1, seed=7, num_inference_steps=16)  # for the kill test
+# A size other than the native 8x8 (twice as wide), through the openai client.
+SIZED = dict(prompt="4", n=2, size="16x8", extra_body=dict(seed=13, num_inference_steps=3))
 # Worker daemons: the image scheduler calibrates with batches of --image-max-batch images.
 WORKER_ARGS = ("--workers", "2", "--heartbeat-ms", "200", "--image-max-batch", "2")
 
@@ -91,18 +96,34 @@ def dit_cost(d, policy):
     return c
 
 
+def generate_openai(d, req):
+    client = openai.OpenAI(base_url=d.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    r = client.images.generate(model=DIT_ID, **req)
+    return [base64.b64decode(x.b64_json) for x in r.data]
+
+
 @pytest.fixture(scope="module")
-def reference():
+def references():
     d = Weftd("--model", DIT)
     try:
         assert "dit_cost" not in admin(d)  # in-process: no worker ranks, no policy
-        yield [generate(d, r) for r in REQUESTS]
+        yield [generate(d, r) for r in REQUESTS], generate_openai(d, SIZED)
     finally:
         assert d.stop() == 0
 
 
+@pytest.fixture(scope="module")
+def reference(references):
+    return references[0]
+
+
+@pytest.fixture(scope="module")
+def reference_sized(references):
+    return references[1]
+
+
 @pytest.mark.parametrize("policy,sizes", [("static:1", {"1"}), ("static:2", {"2"}), ("elastic", None)])
-def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
+def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, sizes):
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", policy)
     try:
         moved0 = latent_bytes(d)
@@ -125,13 +146,24 @@ def test_same_png_bytes_on_worker_ranks(reference, policy, sizes):
         assert sum(ranks) >= sum(int(p) * n for p, n in chunks.items()), (ranks, chunks)
         if policy != "elastic":
             assert all(n > 0 for n in ranks), ranks
-        if policy == "static:1":
-            # worker ranks exchange native-size latents: other sizes are refused, saying so
-            code, data = post(d, {"model": DIT_ID, "prompt": "3", "size": "16x8"})
-            err = json.loads(data)["error"]
-            assert code == 400 and err["param"] == "size" and "only size" in err["message"], data
+        if policy == "static:2":
+            # Another size runs on the worker ranks too, one rank per chunk (the job's max_P is
+            # 1 even where the policy gives the native size two), its latent from home and back
+            # each chunk: the openai client gets PNGs of that size, the bytes of in-process.
             models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
-            assert "size_multiple" not in models[DIT_ID], models[DIT_ID]
+            assert models[DIT_ID]["size_multiple"] == 2, models[DIT_ID]
+            before = admin(d)
+            got = generate_openai(d, SIZED)
+            assert got == reference_sized
+            assert all(read_png(p).shape == (8, 16, 1) for p in got)
+            after = admin(d)
+            grown = {k: v - before["images"]["chunks_by_group_size"].get(k, 0)
+                     for k, v in after["images"]["chunks_by_group_size"].items()}
+            assert grown.get("1", 0) == SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], grown
+            assert after["images"]["failed"] == before["images"]["failed"]
+            ran = [a["dit_chunks"] - b["dit_chunks"] for a, b in
+                   zip(after["scheduler"]["workers"], before["scheduler"]["workers"])]
+            assert sum(ran) >= SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], ran
         # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
         # both members), the unguided request's run Ulysses; one rank is neither.
         cfg = [w["dit_cfg_chunks"] for w in admin(d)["scheduler"]["workers"]]

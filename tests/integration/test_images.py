@@ -56,6 +56,31 @@ def generate(weftd, **body):
     return [base64.b64decode(d["b64_json"]) for d in json.loads(data)["data"]]
 
 
+def generate_staggered(weftd, reqs, gap):
+    """Each request alone, one after the other, then all at once on threads started gap seconds
+    apart (later ones join batches already running). Returns (alone, together): per request
+    its decoded images. A request that fails on its thread fails the caller."""
+    alone = [generate(weftd, **r) for r in reqs]
+    together = [None] * len(reqs)
+    errors = []
+
+    def run(i):
+        time.sleep(gap * i)
+        try:
+            together[i] = generate(weftd, **reqs[i])
+        except BaseException as e:  # noqa: BLE001 (re-raised on the caller's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return alone, together
+
+
 def to_judge(png_bytes):
     img = read_png(png_bytes)
     return img[:, :, 0].astype(np.float32)[None] / 127.5 - 1.0
@@ -116,18 +141,7 @@ def test_batching_invariance(weftd):
     reqs = [dict(model=DIT_ID, class_label=k % 10, seed=1000 + k, n=1 + k % 2,
                  num_inference_steps=[12, 20, 7, 30][k % 4], guidance_scale=[2.0, 1.0, 3.5][k % 3])
             for k in range(8)]
-    alone = [generate(weftd, **r) for r in reqs]
-    together = [None] * len(reqs)
-
-    def run(i):
-        time.sleep(0.03 * i)  # staggered: later ones join batches already running
-        together[i] = generate(weftd, **reqs[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    alone, together = generate_staggered(weftd, reqs, 0.03)
     assert together == alone
     code, body = weftd.status("/admin/stats")
     st = json.loads(body)["images"]
@@ -305,6 +319,9 @@ BAD = [
     ({"prompt": "3", "size": "9x8"}, 400, "size"),  # not a multiple of the patch
     ({"prompt": "3", "size": "0x8"}, 400, "size"),
     ({"prompt": "3", "size": "big"}, 400, "size"),
+    ({"prompt": "3", "size": "+8x8"}, 400, "size"),  # digits only: no sign, space, leading zero
+    ({"prompt": "3", "size": "08x8"}, 400, "size"),
+    ({"prompt": "3", "size": "8x8 "}, 400, "size"),
     ({"prompt": "cat"}, 400, "prompt"),
     ({"class_label": 10}, 400, "class_label"),
     ({"class_label": "ten"}, 400, "class_label"),
@@ -420,18 +437,7 @@ def test_mixed_size_load(weftd):
     reqs = [dict(model=DIT_ID, class_label=k % 10, seed=2000 + k, n=1 + k % 2, num_inference_steps=[10, 16][k % 2],
                  size=["8x8", "16x8", "8x16"][k % 3])
             for k in range(6)]
-    alone = [generate(weftd, **r) for r in reqs]
-    together = [None] * len(reqs)
-
-    def run(i):
-        time.sleep(0.02 * i)
-        together[i] = generate(weftd, **reqs[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    alone, together = generate_staggered(weftd, reqs, 0.02)
     assert together == alone
     for r, pngs in zip(reqs, together):
         w, h = map(int, r["size"].split("x"))

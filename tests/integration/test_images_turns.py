@@ -1,7 +1,8 @@
 """Text and image work sharing the cores (--share-cores, sched/gate.h) through a real socket: a
 mixed load of chat streams with TTFT/TPOT targets, image requests with tight and loose
 deadlines and priorities, and streamed image requests dropped mid-way, with the unified turns
-(--share-turns edf: one earliest-deadline-first order, batches composed when the turn comes) and
+(--share-turns edf: one earliest-deadline-first order, batches composed when the turn comes; and
+--share-turns ahead: the same, the next claim granted while a batch runs) and
 with composed batches (--share-turns batch, weftd's default; here pure EDF with --share-min 0). Every request completes
 or gets a clear error (429 with Retry-After in OpenAI's envelope); both classes took turns
 (/admin/stats "cores"); afterwards the server still serves both kinds (no turn left held).
@@ -22,7 +23,8 @@ DIT = os.environ.get("WEFT_DIT_MODEL", "/usr/local/share/weft/models/weft-dit-di
 DIT_ID = os.path.basename(DIT.rstrip("/"))
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
 
-MODES = {"edf": ("--share-turns", "edf"), "batch": ("--share-turns", "batch", "--share-min", "0")}
+MODES = {"edf": ("--share-turns", "edf"), "ahead": ("--share-turns", "ahead"),
+         "batch": ("--share-turns", "batch", "--share-min", "0")}
 
 
 @pytest.fixture(scope="module", params=sorted(MODES))

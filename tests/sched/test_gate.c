@@ -297,6 +297,52 @@ START_TEST(claims_move_with_new_work) {
 }
 END_TEST
 
+START_TEST(lookahead_grants_the_next_claim_while_a_batch_runs) {
+    claimants c;
+    claimants_new(&c, 0);
+    wf_gate_set_lookahead(c.g, true);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    claim(&c, 1, now + 500 * ms, 5); /* a free gate: granted at once, the turn taken */
+    ck_assert(wf_gated_executor_granted(c.x[1]));
+    ck_assert_int_eq(n_grants, 0);
+    /* While the image turn is held, text's claim is granted ahead, inside its call (the caller
+     * sees it: no callback): its scheduler composes now. */
+    claim(&c, 0, now + 300 * ms, 5);
+    ck_assert_int_eq(n_grants, 0);
+    ck_assert(wf_gated_executor_granted(c.x[0]));
+    /* A composed batch due earlier than anything arrives: the reserved turn still goes first. */
+    timed early = {c.g, 1, now + 1 * ms};
+    n_seq = 0;
+    pthread_t th;
+    pthread_create(&th, NULL, run_timed, &early);
+    while (wf_gate_waiting(c.g) != 1) usleep(1000);
+    run_granted(&c, 1); /* the image batch ends: the turn is text's reserved one */
+    usleep(20000);      /* room for the early batch to run, were the turn not reserved */
+    ck_assert_int_eq(n_seq, 0);
+    ck_assert_uint_eq(wf_gate_turns(c.g, 0), 0);
+    run_granted(&c, 0);
+    ck_assert_uint_eq(wf_gate_turns(c.g, 0), 1);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(n_seq, 1);
+    /* A reservation given up (nothing to run after all) passes to the next claim. */
+    wf_gate_acquire(c.g, 1);
+    claim(&c, 0, now + 100 * ms, 0);
+    ck_assert(wf_gated_executor_granted(c.x[0]));
+    claim(&c, 1, now + 200 * ms, 0); /* waits: the next turn is reserved */
+    ck_assert(!wf_gated_executor_granted(c.x[1]));
+    wf_gated_executor_unclaim(c.x[0]);
+    ck_assert(!wf_gated_executor_granted(c.x[0]));
+    ck_assert_int_eq(n_grants, 1); /* granted ahead in its place, by callback */
+    ck_assert_int_eq(grants[0], 1);
+    ck_assert(wf_gated_executor_granted(c.x[1]));
+    wf_gate_release(c.g, 1);
+    run_granted(&c, 1);
+    /* image turns: the first claim, the early batch, the held gate, the reserved claim */
+    ck_assert_uint_eq(wf_gate_turns(c.g, 1), 4);
+    claimants_free(&c);
+}
+END_TEST
+
 START_TEST(shares_keep_a_class_from_starving) {
     for (int with_share = 0; with_share < 2; with_share++) {
         claimants c;
@@ -333,6 +379,7 @@ int main(void) {
     tcase_add_test(tc, claims_take_one_edf_order);
     tcase_add_test(tc, claims_start_by_predicted_time);
     tcase_add_test(tc, claims_move_with_new_work);
+    tcase_add_test(tc, lookahead_grants_the_next_claim_while_a_batch_runs);
     tcase_add_test(tc, shares_keep_a_class_from_starving);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
