@@ -263,6 +263,22 @@ void wf_kv_xfer_observe_raw(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes
     x->st.wire_bytes += bytes;
 }
 
+void wf_kv_xfer_observe_raw_paced(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes,
+                                  uint64_t span_ns, uint64_t compute_ns) {
+    /* Link-bound, the puts fall behind from the first layer on and the link is busy the whole
+     * span: bytes / span is B. Paced by the prefill, the span ends about one layer's worth of
+     * wire after the last layer: the sample then only bounds B from below. */
+    wf_kv_controller_stats cs;
+    wf_kv_controller_get_stats(x->ctl, &cs);
+    double layer_ns = cs.bandwidth_gbps > 0 ? (double)bytes / x->geo.n_layers * 8.0 / cs.bandwidth_gbps : 0;
+    uint64_t pace = compute_ns + (uint64_t)(2 * layer_ns);
+    wf_kv_controller_observe_pipelined(x->ctl, d, bytes, span_ns, span_ns > pace ? 0 : span_ns, span_ns,
+                                       wf_clock_now_ns());
+    x->st.raw++;
+    x->st.raw_bytes += bytes;
+    x->st.wire_bytes += bytes;
+}
+
 int wf_kv_xfer_slices(int n_layers) { return n_layers < MAX_SLICES ? n_layers : MAX_SLICES; }
 
 /* Slice i of n over L layers: layers [l0, l1). */

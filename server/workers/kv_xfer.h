@@ -91,6 +91,12 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
                           const int32_t *dst, int n_dst, size_t *wire_bytes, char *err, size_t errlen);
 /* A raw transfer's outcome (RMA path), for the controller's bandwidth estimate. */
 void wf_kv_xfer_observe_raw(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes, uint64_t ns);
+/* The same for raw puts posted layer by layer as the prefill stored them: span_ns from the first
+ * put to the last one complete, compute_ns from the first put to the last layer stored. A span
+ * not longer than the compute was paced by the prefill, not the link: bytes / span then only
+ * bounds B from below (kv_controller.h's pipelined sample). */
+void wf_kv_xfer_observe_raw_paced(wf_kv_xfer *x, const wf_kv_decision *d, size_t bytes,
+                                  uint64_t span_ns, uint64_t compute_ns);
 
 /* Decode side: posts a HEADER receive from every other rank but 0 (idempotent). */
 wf_status wf_kv_xfer_post(wf_kv_xfer *x, wf_world *w);
