@@ -110,6 +110,8 @@ typedef struct pd_shipment {
     size_t n_ops, n_posted;
     int layers_posted;
     atomic_int layers;               /* layers the engine has stored (its thread writes) */
+    int codec_task;                  /* the compressed task sent during the batch (-1: none) */
+    bool codec_begun;                /* its send began before the batch */
     uint64_t t_first, t_layers;      /* first put posted; every layer posted */
 } pd_shipment;
 
@@ -341,6 +343,8 @@ static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
     s->n_ops = s->n_posted = 0;
     s->layers_posted = 0;
     s->raw_any = false;
+    s->codec_task = -1;
+    s->codec_begun = false;
     s->t_first = s->t_layers = 0;
     atomic_store_explicit(&s->layers, 0, memory_order_relaxed);
     if ((size_t)b->n_tasks > s->dec_cap) {
@@ -381,7 +385,10 @@ static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
         wf_kv_xfer_decide(w->xfer, raw, t->llm.kv_accuracy > 0 ? t->llm.kv_accuracy : -1, t->llm.kv_codec, d);
         snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s",
                  d->profile >= 0 ? "profile" : "raw", wf_kv_reason_name(d->reason));
-        if (d->profile >= 0) continue;
+        if (d->profile >= 0) {
+            if (s->codec_task < 0) s->codec_task = i; /* the first one goes during the batch */
+            continue;
+        }
         int peer = dst[i].placement.holders.ranks[0];
         wf_kv_store far;
         if (wf_kv_store_layout(&far, &w->kv.geometry, wf_world_peer_sym_size(w->world, peer)) != WF_OK) {
@@ -396,6 +403,7 @@ static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
             s->raw_any = true;
         }
     }
+    if (!mem) s->codec_task = -1;
     if (!mem || !s->raw_any) {
         s->raw_any = false;
         return;
@@ -432,10 +440,28 @@ static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
     s->n_ops = k;
 }
 
+/* Before the batch: the first compressed task's send begins (its header goes, the encoder waits
+ * for the layers), so its slices are encoded and sent while the later layers compute. A send
+ * that cannot begin is made after the batch, as the others. */
+static void pd_begin_codec(worker *w, wf_task_batch *b, const wf_artifact *dst) {
+    pd_shipment *s = &w->ship;
+    int i = s->codec_task;
+    if (i < 0 || w->p->kv_ship_after_prefill || !w->done_fd_on) return;
+    wf_task *t = &b->tasks[i];
+    char err[256];
+    wf_status st = wf_kv_xfer_send_begin(w->xfer, w->world, &s->dec[i], &w->kv, t->llm.kv.block_table,
+                                         t->llm.kv.n_blocks, t->llm.pos + t->llm.n_tokens,
+                                         dst[i].placement.holders.ranks[0], dst[i].block_table,
+                                         dst[i].n_blocks, 0, err, sizeof err);
+    if (st == WF_OK) s->codec_begun = true;
+    else WF_LOG_WARN("worker", NULL, "rank %d: %s (sent after the prefill)", wf_world_rank(w->world), err);
+}
+
 /* The engine's thread: layer l of the batch is stored. */
 static void pd_layer_done(void *user, int layer) {
     worker *w = user;
     atomic_store_explicit(&w->ship.layers, layer + 1, memory_order_release);
+    if (w->ship.codec_begun) wf_kv_xfer_send_layers(w->xfer, layer + 1);
     uint64_t one = 1;
     ssize_t r = write(w->done_fd, &one, sizeof one);
     (void)r;
@@ -493,11 +519,11 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         uint64_t t1 = wf_clock_now_ns();
         if (st == WF_OK && batch_ok) {
             /* While the layers were still being computed the link may have idled: the span from
-             * the first put to the last is then the compute's pace, and bytes / span only a
-             * lower bound on B (the controller's pipelined sample, the compute as the slow
-             * stage). */
-            uint64_t span = t1 - s->t_first, compute = s->t_layers > s->t_first ? s->t_layers - s->t_first : 0;
-            wf_kv_xfer_observe_raw_paced(w->xfer, &s->raw_d, put_bytes, span, compute);
+             * the first put to the last is then the prefill's pace, and bytes / span only a
+             * lower bound on B. Without the overlap (t_layers 0: everything was posted after the
+             * batch) the span is the transfer's. */
+            uint64_t span = t1 - s->t_first, tail = s->t_layers ? t1 - s->t_layers : span;
+            wf_kv_xfer_observe_raw_paced(w->xfer, &s->raw_d, put_bytes, span, tail);
             WF_LOG_INFO("worker", NULL, "KV to rank %d: raw, %zu bytes in %zu puts, first put %.1f ms "
                         "before the batch ended, done %.1f ms after it (layers posted as stored: %s)",
                         w->pd_ops[0].peer, put_bytes, s->n_posted, (double)(t0 - s->t_first) / 1e6,
@@ -513,10 +539,30 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t)) continue;
         *dst_rank = dst[i].placement.holders.ranks[0];
-        if (t->status != WF_OK || s->dec[i].profile < 0) continue;
-        /* Compressed: one codec frame per layer slice by tagged messages, decoded by the peer. */
         size_t wire = 0;
         char err[256];
+        if (i == s->codec_task && s->codec_begun) {
+            /* Begun before the batch: its last slices go now (or, the prefill failed, empty). */
+            if (t->status != WF_OK) wf_kv_xfer_send_layers(w->xfer, -1);
+            wf_status xs = wf_kv_xfer_send_end(w->xfer, w->world, &wire, err, sizeof err);
+            s->codec_begun = false;
+            if (t->status != WF_OK) continue;
+            if (xs != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+                t->status = xs;
+            } else {
+                any = true;
+            }
+            *bytes += wire;
+            w->compressed_raw += (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+            wf_kv_xfer_stats xst;
+            wf_kv_xfer_get_stats(w->xfer, &xst);
+            snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
+                     wf_kv_reason_name(s->dec[i].reason));
+            continue;
+        }
+        if (t->status != WF_OK || s->dec[i].profile < 0) continue;
+        /* Compressed: one codec frame per layer slice by tagged messages, decoded by the peer. */
         int n_tokens = t->llm.pos + t->llm.n_tokens;
         size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
         wf_status xs = wf_kv_xfer_send(w->xfer, w->world, &s->dec[i], &w->kv, t->llm.kv.block_table,
@@ -678,7 +724,7 @@ static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, si
     batch_wait bw = {.fd = w->done_fd};
     atomic_init(&bw.done, false);
     /* PD: the engine says when each layer is stored, so its puts go while the next computes. */
-    ship = ship && w->ship.raw_any && !w->p->kv_ship_after_prefill;
+    ship = ship && ((w->ship.raw_any && !w->p->kv_ship_after_prefill) || w->ship.codec_begun);
     if (ship) wf_engine_set_layer_hook(w->engine, pd_layer_done, w);
     wf_status st = wf_executor_dispatch(w->exec, b, batch_done, &bw);
     if (st != WF_OK) {
@@ -701,10 +747,14 @@ static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, si
             w->last_hb_ns = now;
         }
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
-        if (ship) pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
-        /* Puts in flight move only while this thread progresses (UCX over TCP): it then wakes
-         * every millisecond at most. */
-        wf_world_wait_event(w->world, w->done_fd, ship && w->ship.n_posted > 0 ? 1 : w->p->heartbeat_ms);
+        if (ship) {
+            pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
+            if (w->ship.codec_begun) wf_kv_xfer_send_pump(w->xfer, w->world);
+        }
+        /* Puts and slices in flight move only while this thread progresses (UCX over TCP): it
+         * then wakes every millisecond at most. */
+        bool moving = (ship && (w->ship.n_posted > 0 || w->ship.codec_begun)) || wf_kv_xfer_receiving(w->xfer);
+        wf_world_wait_event(w->world, w->done_fd, moving ? 1 : w->p->heartbeat_ms);
         uint64_t drained;
         ssize_t r = read(w->done_fd, &drained, sizeof drained);
         (void)r;
@@ -943,6 +993,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
             return WF_ENOMEM;
         }
         pd_plan(w, &batch, dst);
+        pd_begin_codec(w, &batch, dst);
     }
     done.status = run_batch(w, &batch, pd, msg, sizeof msg);
     if (pd) {
@@ -1004,7 +1055,8 @@ static int serve(worker *w) {
             }
             last_sent = now;
         }
-        /* Compressed KV from prefill workers: decoded at once (the sender waits for the ACK). */
+        /* Compressed KV from prefill workers: its slices taken off the wire, decoded by the
+         * decoder thread, answered (the sender waits for the ACK). */
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
         if (wf_world_test(w->world, &w->link.recv, 1) == 0) {
             if (now - last_heard > (uint64_t)p->timeout_ms * 1000000ull) {
@@ -1012,7 +1064,15 @@ static int serve(worker *w) {
                             wf_world_rank(w->world), p->timeout_ms);
                 return 0;
             }
-            wf_world_wait_event(w->world, -1, p->heartbeat_ms);
+            /* KV slices arriving move only while this thread progresses (UCX over TCP); the
+             * decoder thread's slices wake it through done_fd. */
+            wf_world_wait_event(w->world, w->done_fd_on ? w->done_fd : -1,
+                                wf_kv_xfer_receiving(w->xfer) ? 1 : p->heartbeat_ms);
+            if (w->done_fd_on) {
+                uint64_t drained;
+                ssize_t r = read(w->done_fd, &drained, sizeof drained);
+                (void)r;
+            }
             continue;
         }
         wf_frame_view f;
@@ -1262,6 +1322,10 @@ int wf_worker_main(const wf_worker_params *p) {
         }
         wf_kv_xfer_options xo;
         wf_kv_xfer_options_init(&xo);
+        /* One descriptor wakes this worker's loops: a batch done, a layer stored, a KV slice
+         * encoded or decoded. */
+        if (!w.done_fd_on && (w.done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0) w.done_fd_on = true;
+        if (w.done_fd_on) xo.wake_fd = w.done_fd;
         xo.force_profile = p->kv_codec;
         xo.default_accuracy = p->kv_accuracy;
         if (w.codec_pool) {
