@@ -113,6 +113,7 @@ struct wf_kv_xfer {
     peer_rx rx[WF_KV_XFER_MAX_PEERS];
     wf_kv_xfer_stats st;
     int efd;                           /* wakes the owner: a slice encoded or decoded */
+    int slice_wait_ms;                 /* options' (0: the world's bound) */
     bool own_efd;
     pthread_mutex_t mu;
     pthread_cond_t cv;                 /* the codec threads wait on it (jobs, layers, slices) */
@@ -287,6 +288,7 @@ wf_status wf_kv_xfer_new(const wf_kv_geometry *g, int max_tokens, const wf_kv_pr
     x->force = -2;
     x->default_accuracy = o->default_accuracy;
     x->n_slices = wf_kv_xfer_slices(g->n_layers);
+    x->slice_wait_ms = o->slice_wait_ms;
     if (o->wake_fd > 0) {
         x->efd = o->wake_fd;
     } else {
@@ -694,6 +696,12 @@ wf_status wf_kv_xfer_send(wf_kv_xfer *x, wf_world *w, const wf_kv_decision *d, c
     return st != WF_OK ? st : wf_kv_xfer_send_end(x, w, wire_bytes, err, errlen);
 }
 
+/* The wait bound of a transfer's next slice of `bytes`. */
+static int slice_wait(const wf_kv_xfer *x, wf_world *w, size_t bytes) {
+    int base = wf_world_timeout_ms(w);
+    return wf_kv_xfer_timeout_ms(x->slice_wait_ms > base ? x->slice_wait_ms : base, bytes);
+}
+
 /* Hands the slices received so far to the decoder thread (or decodes them here without one). */
 static void rx_hand(wf_kv_xfer *x) {
     rx_state *r = &x->rxs;
@@ -794,7 +802,7 @@ static void rx_start(wf_kv_xfer *x, wf_world *w, wf_kv_store *store, int from) {
     snprintf(r->err, sizeof r->err, "%s", err);
     r->dec_ns = r->tail_ns = 0;
     pthread_mutex_unlock(&x->mu);
-    r->deadline_ns = wf_clock_now_ns() + (uint64_t)wf_kv_xfer_timeout_ms(wf_world_timeout_ms(w), slot) * 1000000ull;
+    r->deadline_ns = wf_clock_now_ns() + (uint64_t)slice_wait(x, w, slot) * 1000000ull;
     if (slot > 0) {
         for (uint32_t i = 0; i < ns; i++)
             r->ops[i] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = from, .tag = tag(1, r->id),
@@ -829,11 +837,11 @@ static void rx_progress(wf_kv_xfer *x, wf_world *w) {
         if (r->received > before) {
             /* The next slice is due within the wait bound of its bytes: a sender that still
              * computes the layers of the next slice sends it well within that. */
-            r->deadline_ns = now + (uint64_t)wf_kv_xfer_timeout_ms(wf_world_timeout_ms(w), r->slot) * 1000000ull;
+            r->deadline_ns = now + (uint64_t)slice_wait(x, w, r->slot) * 1000000ull;
             rx_hand(x);
         } else if (r->received < r->ns && now > r->deadline_ns) {
             WF_LOG_WARN("worker", NULL, "KV slices from rank %d: none for %d ms", r->peer,
-                        wf_kv_xfer_timeout_ms(wf_world_timeout_ms(w), r->slot));
+                        slice_wait(x, w, r->slot));
             x->st.receive_errors++;
             rx_drop(x, w);
             return;

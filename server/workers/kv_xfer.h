@@ -78,6 +78,10 @@ typedef struct wf_kv_xfer_options {
     /* An eventfd the codec threads write when a slice is encoded or decoded, so the owner's
      * loop waits on it (with the world's events); > 0, else the object makes its own. */
     int wake_fd;
+    /* How long the decode side waits for a transfer's next slice beyond the time its bytes
+     * take: a sender that begins during its prefill sends a slice per eighth of the prefill.
+     * Dead senders are seen at once whatever this is; 0: the world's wait bound. */
+    int slice_wait_ms;
 } wf_kv_xfer_options;
 
 void wf_kv_xfer_options_init(wf_kv_xfer_options *o);

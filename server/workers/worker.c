@@ -104,7 +104,7 @@ typedef struct pd_shipment {
     wf_status *fail;                 /* per task: failed while planned (the engine resets statuses) */
     size_t dec_cap;
     bool raw_any;                    /* raw puts planned and not failed to post */
-    bool post_failed;
+    wf_status post_st;               /* a post that failed (the rest were not posted) */
     wf_kv_decision raw_d;            /* the raw decision (for the controller's sample) */
     size_t *layer_op0;               /* puts of layer l: pd_ops[layer_op0[l], layer_op0[l + 1]) */
     size_t n_ops, n_posted;
@@ -341,6 +341,7 @@ static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
     int L = w->kv.geometry.n_layers;
     pd_shipment *s = &w->ship;
     s->n_ops = s->n_posted = 0;
+    s->post_st = WF_OK;
     s->layers_posted = 0;
     s->raw_any = false;
     s->codec_task = -1;
@@ -476,8 +477,9 @@ static void pd_pump(worker *w, int ready) {
         size_t to = s->layer_op0[ready];
         if (to > s->n_posted) {
             if (s->n_posted == 0) s->t_first = wf_clock_now_ns();
-            if (wf_world_post(w->world, w->pd_ops + s->n_posted, (int)(to - s->n_posted)) != WF_OK) {
-                s->post_failed = true;
+            wf_status st = wf_world_post(w->world, w->pd_ops + s->n_posted, (int)(to - s->n_posted));
+            if (st != WF_OK) {
+                s->post_st = st;
                 s->raw_any = false;
             }
             s->n_posted = to;
@@ -515,7 +517,7 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
             if (!seen) st = wf_world_flush_peer(w->world, w->pd_ops[i].peer);
         }
         wf_world_set_timeout_ms(w->world, base);
-        if (st == WF_OK && s->post_failed) st = WF_EIO;
+        if (st == WF_OK && s->post_st != WF_OK) st = s->post_st;
         uint64_t t1 = wf_clock_now_ns();
         if (st == WF_OK && batch_ok) {
             /* While the layers were still being computed the link may have idled: the span from
@@ -531,7 +533,7 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         }
         if (st != WF_OK)
             WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),
-                        s->post_failed ? "a put could not be posted" : wf_world_error(w->world));
+                        wf_world_error(w->world));
         *bytes += put_bytes;
     }
     bool any = s->n_posted > 0;
@@ -593,7 +595,8 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         w->transfer_bytes += *bytes;
     }
     s->n_posted = 0;
-    s->raw_any = s->post_failed = false;
+    s->raw_any = false;
+    s->post_st = WF_OK;
     *ns = wf_clock_now_ns() - t0;
 }
 
@@ -1326,6 +1329,9 @@ int wf_worker_main(const wf_worker_params *p) {
          * encoded or decoded. */
         if (!w.done_fd_on && (w.done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0) w.done_fd_on = true;
         if (w.done_fd_on) xo.wake_fd = w.done_fd;
+        /* A prefill worker that ships slices as it computes them sends one per eighth of its
+         * prefill: the decode side trusts a live sender as long as it trusts rank 0's silence. */
+        xo.slice_wait_ms = p->timeout_ms;
         xo.force_profile = p->kv_codec;
         xo.default_accuracy = p->kv_accuracy;
         if (w.codec_pool) {
