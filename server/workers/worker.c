@@ -548,9 +548,9 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
             uint64_t span = t1 - s->t_first, tail = s->t_layers ? t1 - s->t_layers : span;
             wf_kv_xfer_observe_raw_paced(w->xfer, &s->raw_d, put_bytes, span, tail);
             WF_LOG_INFO("worker", NULL, "KV to rank %d: raw, %zu bytes in %zu puts, first put %.1f ms "
-                        "before the batch ended, done %.1f ms after it (layers posted as stored: %s)",
-                        w->pd_ops[0].peer, put_bytes, s->n_posted, (double)(t0 - s->t_first) / 1e6,
-                        (double)(t1 - t0) / 1e6, s->t_layers && s->t_layers < t0 ? "yes" : "no");
+                        "before the batch ended, done %.1f ms after it (posted during the prefill: %s)",
+                        w->pd_ops[0].peer, put_bytes, s->n_posted, ((double)t0 - (double)s->t_first) / 1e6,
+                        (double)(t1 - t0) / 1e6, s->t_first < t0 && !w->p->kv_ship_after_prefill ? "yes" : "no");
         }
         if (st != WF_OK)
             WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),

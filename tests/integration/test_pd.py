@@ -74,7 +74,7 @@ def test_kv_moves_during_the_prefill(pd):
             first = results[0]
     assert results[0] == first
     lines = [ln for ln in pd.logtext(tail=200000).splitlines() if "KV to rank" in ln and "raw" in ln]
-    assert any("layers posted as stored: yes" in ln for ln in lines), "\n".join(lines[-10:])
+    assert any("posted during the prefill: yes" in ln for ln in lines), "\n".join(lines[-10:])
     assert_no_blocks_held(pd)
 
 
