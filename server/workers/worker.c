@@ -470,11 +470,10 @@ static void pd_layer_done(void *user, int layer) {
 }
 
 /* The worker's thread: posts the puts of the layers stored up to `ready` (a failed post leaves
- * the rest for pd_finish, whose wait reports it) and progresses the ones posted. Returns whether
- * some are still in flight. */
-static bool pd_pump(worker *w, int ready) {
+ * the rest for pd_finish, whose wait reports it) and progresses the ones posted. */
+static void pd_pump(worker *w, int ready) {
     pd_shipment *s = &w->ship;
-    if (!s->raw_any) return false;
+    if (!s->raw_any) return;
     if (ready > s->layers_posted) {
         size_t to = s->layer_op0[ready];
         if (to > s->n_posted) {
@@ -489,19 +488,23 @@ static bool pd_pump(worker *w, int ready) {
         s->layers_posted = ready;
         if (ready == w->kv.geometry.n_layers) s->t_layers = wf_clock_now_ns();
     }
-    return s->n_posted > 0 && wf_world_test(w->world, w->pd_ops, (int)s->n_posted) < (int)s->n_posted;
+    if (s->n_posted > 0) wf_world_test(w->world, w->pd_ops, (int)s->n_posted);
 }
 
-/* Sleeps until the next thing to do. With KV in flight it comes back within a millisecond
- * whatever UCX says (messages over TCP move only while this thread progresses), but it never
- * spins: UCX reports events pending as long as sends are queued, and a loop that progressed at
- * once on each would take a core from the prefill computing beside it (measured: a 2048-token
- * prefill took twice as long while its raw KV went out over 100 Mbit/s). */
+/* Sleeps until the next thing to do. `moving` (KV in flight, or a batch running): back within
+ * a millisecond whatever UCX says, since messages over TCP move only while this thread
+ * progresses, without spinning on UCX's "events pending" (it reports them as long as its TCP
+ * transport has queued work). Else until the world or done_fd has something, or timeout_ms. */
 static void wait_next(worker *w, bool moving, int timeout_ms) {
+    struct pollfd pf = {.fd = w->done_fd_on ? w->done_fd : -1, .events = POLLIN};
     if (!moving) {
-        wf_world_wait_event(w->world, w->done_fd_on ? w->done_fd : -1, timeout_ms);
+        uint64_t t = wf_clock_now_ns();
+        wf_world_wait_event(w->world, pf.fd, timeout_ms);
+        /* Back at once with nothing of ours to do: UCX says events are pending (it keeps
+         * saying so while its TCP transport has queued work); a millisecond's sleep instead
+         * of a spin. */
+        if (wf_clock_now_ns() - t < 50000 && poll(&pf, 1, 0) == 0) poll(&pf, 1, 1);
     } else {
-        struct pollfd pf = {.fd = w->done_fd_on ? w->done_fd : -1, .events = POLLIN};
         poll(&pf, 1, 1);
     }
     if (w->done_fd_on) {
@@ -771,15 +774,18 @@ static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, si
             w->last_hb_ns = now;
         }
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
-        bool moving = wf_kv_xfer_receiving(w->xfer);
         if (ship) {
-            moving |= pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
-            if (w->ship.codec_begun) {
-                wf_kv_xfer_send_pump(w->xfer, w->world);
-                moving = true;
-            }
+            pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
+            if (w->ship.codec_begun) wf_kv_xfer_send_pump(w->xfer, w->world);
         }
-        wait_next(w, moving, w->p->heartbeat_ms);
+        /* Every millisecond while the batch runs, KV in flight or not: measured on this
+         * project's VM (2 vCPUs, BENCHMARKS.md "KV moved layer by layer"), a 2000-token
+         * prefill took 4.8 s with this loop waking each millisecond and 9-20 s with it asleep
+         * in poll for up to 20 ms, at the same CPU time of the engine's thread: what a
+         * wake-up costs a halted vCPU, paid at each of the engine's fork/join steps, is the
+         * likely cause. 1000 wake-ups a second cost nothing measurable. KV in flight needs
+         * it anyway (messages over TCP move only while this thread progresses). */
+        wait_next(w, true, w->p->heartbeat_ms);
     }
     if (ship) wf_engine_set_layer_hook(w->engine, NULL, NULL);
     snprintf(msg, cap, "%s", bw.msg);
