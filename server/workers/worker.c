@@ -779,12 +779,12 @@ static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, si
             if (w->ship.codec_begun) wf_kv_xfer_send_pump(w->xfer, w->world);
         }
         /* Every millisecond while the batch runs, KV in flight or not: measured on this
-         * project's VM (2 vCPUs, BENCHMARKS.md "KV moved layer by layer"), a 2000-token
-         * prefill took 4.8 s with this loop waking each millisecond and 9-20 s with it asleep
-         * in poll for up to 20 ms, at the same CPU time of the engine's thread: what a
-         * wake-up costs a halted vCPU, paid at each of the engine's fork/join steps, is the
-         * likely cause. 1000 wake-ups a second cost nothing measurable. KV in flight needs
-         * it anyway (messages over TCP move only while this thread progresses). */
+         * project's VM under load (2 vCPUs, BENCHMARKS.md "KV moved layer by layer"), a
+         * 2000-token prefill took 4.8 s with this loop waking each millisecond and 9-38 s
+         * with it asleep in poll for up to 20 ms, at the same CPU time of the engine's
+         * thread (no difference at low load; the cause is not established). 1000 wake-ups a
+         * second cost nothing measurable. KV in flight needs it anyway (messages over TCP
+         * move only while this thread progresses). */
         wait_next(w, true, w->p->heartbeat_ms);
     }
     if (ship) wf_engine_set_layer_hook(w->engine, NULL, NULL);
