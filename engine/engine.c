@@ -251,6 +251,10 @@ wf_status wf_engine_vmodel_unbind(wf_engine *e, uint32_t vmodel) {
     return b ? WF_OK : WF_ENOTFOUND;
 }
 
+void wf_engine_set_layer_hook(wf_engine *e, wf_engine_layer_fn fn, void *user) {
+    wf_forward_set_layer_hook(e->fwd, fn, user);
+}
+
 /* Collects the runnable tasks into e->seqs (failing the invalid ones individually) and runs
  * the forward pass. Returns the number of sequences run, or a negative status. */
 static int prepare_and_run_locked(wf_engine *e, wf_kv_store *kv, wf_task *tasks, int n_tasks,

@@ -114,6 +114,14 @@ wf_status wf_engine_vmodel_bind(wf_engine *e, uint32_t vmodel, const wf_lora_use
 /* WF_OK, or WF_ENOTFOUND if the id had no binding. */
 wf_status wf_engine_vmodel_unbind(wf_engine *e, uint32_t vmodel);
 
+/* Layer progress of the executor's batches: fn(user, l) is called on the executor's thread, in
+ * layer order, as soon as layer l's K/V of every sequence of a batch are in the store (before
+ * that layer's attention), so a reader may ship layer l while layer l+1 computes. It must not
+ * write the store and should return quickly. Set (or clear with NULL) only while no batch of
+ * this engine is queued or running; the dispatch that follows sees it. */
+typedef void (*wf_engine_layer_fn)(void *user, int layer);
+void wf_engine_set_layer_hook(wf_engine *e, wf_engine_layer_fn fn, void *user);
+
 /* Additions beyond the agreed API (used by weft-run, tests and benchmarks). */
 
 /* Runs one task batch without sampling and copies the logits of each task's last token into

@@ -44,6 +44,8 @@ struct wf_forward {
     int n_tok;
     int layer;
     bool split_swa;      /* this layer's K/V live in the store's sliding-window region */
+    wf_forward_layer_fn layer_fn; /* told when a layer's K/V are stored (may be NULL) */
+    void *layer_user;
 };
 
 static void *alloc64(size_t n, size_t *total) {
@@ -663,6 +665,11 @@ static void embed(wf_forward *f) {
     }
 }
 
+void wf_forward_set_layer_hook(wf_forward *f, wf_forward_layer_fn fn, void *user) {
+    f->layer_fn = fn;
+    f->layer_user = user;
+}
+
 wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs, int n_seqs) {
     const wf_model *m = f->m;
     const wf_model_hparams *hp = &m->hp;
@@ -716,6 +723,9 @@ wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs,
         add_bias(f->k, &L->bk, T);
         add_bias(f->v, &L->bv, T);
         run_job(f, JOB_ROPE_STORE, NULL, NULL, NULL);
+        /* Layer l's K/V are final here (the jobs above returned): a reader may take them while
+         * this layer's attention and the later layers compute. */
+        if (f->layer_fn) f->layer_fn(f->layer_user, l);
         run_job(f, JOB_ATTN, NULL, NULL, NULL);
         matmul(f, &L->wo, f->att, T, f->tmp);
         if (f->max_loras_run > 0) add_lora(f, WF_LORA_WO, f->att, QD, f->tmp, hp->n_embd, n_seqs);

@@ -67,6 +67,14 @@ wf_status wf_forward_check_seq(const wf_forward *f, const wf_kv_store *kv, const
  * (F16). */
 wf_status wf_forward_run(wf_forward *f, wf_kv_store *kv, const wf_fwd_seq *seqs, int n_seqs);
 
+/* Called on the thread running wf_forward_run once layer `layer`'s K/V of every sequence of the
+ * run are written into kv (before that layer's attention), layers in order: a reader may copy
+ * or send them while the later layers compute (prefill/decode disaggregation ships layer l
+ * while layer l+1 runs). It must not write the store and should return quickly. */
+typedef void (*wf_forward_layer_fn)(void *user, int layer);
+/* fn NULL: none. Set between runs only. */
+void wf_forward_set_layer_hook(wf_forward *f, wf_forward_layer_fn fn, void *user);
+
 /* Logits [n_vocab] of the i-th sequence (in order) that had want_logits in the last run. */
 const float *wf_forward_logits(const wf_forward *f, int i);
 

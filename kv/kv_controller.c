@@ -257,6 +257,25 @@ void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decisio
     wf_kv_controller_observe(c, d, wire_bytes, 0, total_ns, now_ns);
 }
 
+void wf_kv_controller_observe_paced(wf_kv_controller *c, const wf_kv_decision *d, size_t wire_bytes,
+                                    uint64_t wire_ns, uint64_t now_ns) {
+    (void)now_ns;
+    if (d->profile < -1 || d->profile >= c->n) return;
+    option *op = &c->opt[d->profile + 1];
+    if (wire_ns > 0 && wire_bytes > 0) {
+        double sample = (double)wire_bytes * 8.0 / (double)wire_ns;
+        if (sample > c->bw_gbps) {
+            if (c->bw_samples++ == 0) c->bw_gbps = sample;
+            else c->bw_gbps += c->o.bandwidth_alpha * (sample - c->bw_gbps);
+        }
+    }
+    c->st.lower_bound_samples++;
+    op->observed++;
+    c->st.observed++;
+    c->st.bytes_in += d->bytes;
+    c->st.bytes_wire += wire_bytes;
+}
+
 void wf_kv_controller_observe_codec(wf_kv_controller *c, int profile, size_t in_bytes,
                                     uint64_t enc_ns, uint64_t dec_ns, uint64_t now_ns) {
     if (profile < 0 || profile >= c->n || in_bytes == 0) return;

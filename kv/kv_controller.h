@@ -168,6 +168,14 @@ void wf_kv_controller_observe_pipelined(wf_kv_controller *c, const wf_kv_decisio
                                         size_t wire_bytes, uint64_t wire_ns, uint64_t codec_ns,
                                         uint64_t total_ns, uint64_t now_ns);
 
+/* A transfer that overlapped the prefill producing its data and kept up with it (it ended about
+ * one part's wire time after the last part was ready): its time was the prefill's, so it says
+ * nothing of the option's residual (no residual update, never a miss) and wire_bytes / wire_ns
+ * only bounds B from below (it moves B only if above it). Counted as observed and as a lower
+ * bound sample. */
+void wf_kv_controller_observe_paced(wf_kv_controller *c, const wf_kv_decision *d, size_t wire_bytes,
+                                    uint64_t wire_ns, uint64_t now_ns);
+
 /* The codec speeds a real transfer through profile `profile` showed: in_bytes of F16 KV took
  * enc_ns to encode and dec_ns to decode (sums over its slices, on the cores and under the load
  * the transfer had, parallel coding included; 0: not measured). They move the profile's
@@ -195,7 +203,7 @@ typedef struct wf_kv_controller_stats {
     uint64_t slo_miss_predicted; /* decisions whose best option was predicted over the SLO */
     uint64_t observed, misses, cooldowns;
     uint64_t bytes_in, bytes_wire; /* over observed transfers */
-    uint64_t lower_bound_samples;  /* codec-bound pipelined transfers that left B alone */
+    uint64_t lower_bound_samples;  /* codec- or prefill-paced transfers (B only a lower bound) */
     double bandwidth_gbps;         /* current estimate of B */
 } wf_kv_controller_stats;
 

@@ -83,6 +83,7 @@ static const option_spec options[] = {
     {"kv-profiles", OPT_STRING, FIELD(kv_profiles), 0, 0, "FILE", "prefill/decode: the KV codec profile library (weft-kvprof's JSON, e.g. deploy/kv-profiles.json); without it KV always crosses raw"},
     {"kv-codec", OPT_STRING, FIELD(kv_codec), 0, 0, "auto|off|NAME", "prefill/decode: auto (the controller compresses when the link is the bottleneck; default), off, or always the named profile"},
     {"kv-codec-threads", OPT_INT, FIELD(kv_codec_threads), 0, 256, "N", "prefill/decode: threads each worker encodes and decodes KV with (0: one per core of the worker, default; 1: serial)"},
+    {"kv-layer-overlap", OPT_BOOL, FIELD(kv_layer_overlap), 0, 1, NULL, "prefill/decode: a prefill worker starts moving a prompt's raw KV layer by layer while the prefill computes the later layers (default true; false: the transfer starts once the prefill is done, as before)"},
     {"kv-accuracy", OPT_DOUBLE, FIELD(kv_accuracy), 0, 1, "X", "prefill/decode: the least greedy-token agreement a compressed transfer may cost (default 0.9)"},
     {"worker-cores", OPT_STRING, FIELD(worker_cores), 0, 0, "L:L:..", "CPU list per local worker, ':'-separated, e.g. 0:1 or 0-3:4-7 (default: this process's CPUs split evenly)"},
     {"role", OPT_STRING, FIELD(role), 0, 0, "ROLE", "server (default) or worker (joins a coordinator's world: see --join)"},
@@ -140,6 +141,7 @@ static void set_defaults(wf_config *cfg) {
     cfg->share_cores = 1;
     cfg->share_min = WF_DEFAULT_SHARE_MIN;
     cfg->kv_window_release = 1;
+    cfg->kv_layer_overlap = 1;
     cfg->rank = -1;
     cfg->local_workers = -1;
     cfg->kv_accuracy = 0.9;

@@ -87,6 +87,7 @@ typedef struct wf_config {
     char *kv_codec;         /* "auto" (NULL), "off", or a profile name */
     double kv_accuracy;     /* deployment default kv_accuracy (0..1) */
     int kv_codec_threads;   /* codec threads per worker (0: one per core) */
+    int kv_layer_overlap;   /* 1: PD KV moves layer by layer during the prefill (default) */
     char *role;             /* "server" (default) or "worker" */
     char *join;             /* worker role: the coordinator's HOST:PORT */
     char *pd_role;          /* worker role: "prefill" or "decode" (declared when it joins) */

@@ -467,6 +467,7 @@ static wf_status open_workers(wf_daemon *d, const wf_daemon_params *p, int *kv_t
     wp.kv_codec = p->kv_codec;
     wp.kv_accuracy = p->kv_accuracy;
     wp.kv_codec_threads = p->kv_codec_threads;
+    wp.kv_ship_after_prefill = p->kv_ship_after_prefill;
     wp.vmodels = p->vmodels;
     wp.n_vmodels = p->n_vmodels;
     if (p->n_dits > 1)

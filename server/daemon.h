@@ -74,6 +74,7 @@ typedef struct wf_daemon_params {
     const char *kv_profiles, *kv_codec; /* prefill/decode KV compression (worker flags) */
     double kv_accuracy;
     int kv_codec_threads;
+    bool kv_ship_after_prefill; /* PD: KV moves once the prefill is done (--kv-layer-overlap false) */
     char *const *vmodels;     /* --vmodel declarations, passed on to started workers */
     int n_vmodels;
 } wf_daemon_params;

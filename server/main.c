@@ -96,6 +96,7 @@ static void *load_main(void *arg) {
     p.kv_codec = d->cfg.kv_codec;
     p.kv_accuracy = d->cfg.kv_accuracy;
     p.kv_codec_threads = d->cfg.kv_codec_threads;
+    p.kv_ship_after_prefill = !d->cfg.kv_layer_overlap;
     p.vmodels = d->cfg.vmodels;
     p.n_vmodels = (int)d->cfg.n_vmodels;
     d->load_status = wf_daemon_open(&p, &d->engine, d->load_err, sizeof d->load_err);
@@ -250,6 +251,7 @@ static int run_worker(const wf_config *cfg) {
     p.kv_accuracy = cfg->kv_accuracy;
     p.kv_codec_threads = cfg->kv_codec_threads;
     p.kv_window_release = cfg->kv_window_release != 0;
+    p.kv_ship_after_prefill = !cfg->kv_layer_overlap;
     p.vmodels = cfg->vmodels;
     p.n_vmodels = (int)cfg->n_vmodels;
     if (cfg->n_dits > 1) {

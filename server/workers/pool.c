@@ -352,12 +352,12 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
                           NULL};
     int argc = 0;
     while (base[argc]) argc++;
-    /* the base, 8 optional KV arguments, 6 for a DiT, 2 for a PD role, 2 per virtual model,
+    /* the base, 9 optional KV arguments, 6 for a DiT, 2 for a PD role, 2 per virtual model,
      * the NULL */
     /* The lock is held until the fork: argv points at the set's declarations (the child only
      * execs). Those added at run time are sent when it joins. */
     pthread_mutex_lock(&ws->lock);
-    char **argv = calloc((size_t)argc + 17 + 2 * (size_t)ws->n_vms, sizeof *argv);
+    char **argv = calloc((size_t)argc + 18 + 2 * (size_t)ws->n_vms, sizeof *argv);
     if (!argv) {
         pthread_mutex_unlock(&ws->lock);
         return WF_ENOMEM;
@@ -383,6 +383,7 @@ static wf_status spawn(wf_workers *ws, wk *k, bool replacement) {
         argv[argc++] = "--kv-codec-threads";
         argv[argc++] = cth;
     }
+    if (ws->p.kv_ship_after_prefill) argv[argc++] = "--kv-layer-overlap=false";
     if (ws->p.kv_accuracy > 0) {
         snprintf(acc, sizeof acc, "%.6g", ws->p.kv_accuracy);
         argv[argc++] = "--kv-accuracy";

@@ -83,6 +83,7 @@ typedef struct wf_workers_params {
     const char *kv_codec;     /* "auto", "off" or a profile name (NULL: auto) */
     double kv_accuracy;       /* 0: the workers' default */
     int kv_codec_threads;     /* 0: the workers' default (one per core) */
+    bool kv_ship_after_prefill; /* started workers get --kv-layer-overlap false */
     char *const *vmodels;     /* --vmodel declarations every started worker loads (copied:
                                * replacements get those not removed since) */
     int n_vmodels;

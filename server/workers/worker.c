@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "server/workers/worker.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -98,6 +99,23 @@ static int pin_cores(const char *list) {
     return n;
 }
 
+/* A batch's PD transfers (pd_plan, pd_pump, pd_finish). */
+typedef struct pd_shipment {
+    wf_kv_decision *dec;             /* per task of the batch: its decision (profile -2: none) */
+    wf_status *fail;                 /* per task: failed while planned (the engine resets statuses) */
+    size_t dec_cap;
+    bool raw_any;                    /* raw puts planned and not failed to post */
+    wf_status post_st;               /* a post that failed (the rest were not posted) */
+    wf_kv_decision raw_d;            /* the raw decision (for the controller's sample) */
+    size_t *layer_op0;               /* puts of layer l: pd_ops[layer_op0[l], layer_op0[l + 1]) */
+    size_t n_ops, n_posted;
+    int layers_posted;
+    atomic_int layers;               /* layers the engine has stored (its thread writes) */
+    int codec_task;                  /* the compressed task sent during the batch (-1: none) */
+    bool codec_begun;                /* its send began before the batch */
+    uint64_t t_first, t_layers;      /* first put posted; every layer posted */
+} pd_shipment;
+
 typedef struct worker {
     const wf_worker_params *p;
     wf_world *world;
@@ -120,6 +138,7 @@ typedef struct worker {
     size_t pd_tables_cap;
     wf_world_op *pd_ops;
     size_t pd_ops_cap;
+    pd_shipment ship;
     uint64_t transfers, transfer_bytes;
     uint64_t compressed_raw;         /* F16 bytes the compressed transfers stood for */
     char last_codec[96];             /* the last decision, for TRANSFER_DONE */
@@ -312,123 +331,296 @@ static wf_status pd_prepare(worker *w, wf_task_batch *b, wf_artifact *dst) {
     return WF_OK;
 }
 
-/* Puts the PD tasks' blocks into their holders' KV memory (runs of consecutive blocks on both
- * sides go as one put per layer and K/V) straight from this worker's registered store, waits
- * until they are complete at the target, then gives the scratch blocks back. A failed put fails
- * its tasks (the decode rank died or is stuck). Fills *bytes and *ns. */
-static void pd_ship(worker *w, wf_task_batch *b, const wf_artifact *dst, uint64_t *bytes,
-                    uint64_t *ns, int *dst_rank) {
-    uint64_t t0 = wf_clock_now_ns();
+/* The PD tasks' transfers, planned before the batch runs and started layer by layer while it
+ * does: raw tasks' blocks are put into their holders' KV memory (runs of consecutive blocks on
+ * both sides go as one put per layer and K/V, straight from this worker's registered store), the
+ * puts of layer l posted as soon as the engine has stored layer l (pd_layer_done, on the
+ * engine's thread, wakes this one), so layer l moves while layer l+1 computes; what is left
+ * after the batch is posted then, and everything is waited for and flushed before the batch is
+ * answered. Compressed tasks are sent after the batch (wf_kv_xfer_send). Fills w->pd_dec. */
+static void pd_plan(worker *w, wf_task_batch *b, wf_artifact *dst) {
     int L = w->kv.geometry.n_layers;
+    pd_shipment *s = &w->ship;
+    s->n_ops = s->n_posted = 0;
+    s->post_st = WF_OK;
+    s->layers_posted = 0;
+    s->raw_any = false;
+    s->codec_task = -1;
+    s->codec_begun = false;
+    s->t_first = s->t_layers = 0;
+    atomic_store_explicit(&s->layers, 0, memory_order_relaxed);
+    if ((size_t)b->n_tasks > s->dec_cap) {
+        free(s->dec);
+        free(s->fail);
+        s->dec = malloc((size_t)b->n_tasks * sizeof *s->dec);
+        s->fail = malloc((size_t)b->n_tasks * sizeof *s->fail);
+        s->dec_cap = s->dec && s->fail ? (size_t)b->n_tasks : 0;
+    }
+    for (size_t i = 0; i < (size_t)b->n_tasks && i < s->dec_cap; i++) {
+        s->dec[i] = (wf_kv_decision){.profile = -2};
+        s->fail[i] = WF_OK;
+    }
     size_t n_ops = 0;
     for (int i = 0; i < b->n_tasks; i++)
         if (is_pd_task(w, &b->tasks[i]) && b->tasks[i].status == WF_OK)
             n_ops += (size_t)b->tasks[i].llm.kv.n_blocks * 2u * (size_t)L;
     if (n_ops > w->pd_ops_cap) {
         wf_world_op *p = realloc(w->pd_ops, n_ops * sizeof *p);
-        if (!p) n_ops = 0; /* fails every task below */
-        else {
+        if (p) {
             w->pd_ops = p;
             w->pd_ops_cap = n_ops;
         }
     }
-    size_t k = 0;
-    *bytes = 0;
-    wf_kv_decision raw_d = {.profile = -1};
-    bool raw_any = false;
+    bool mem = s->dec_cap >= (size_t)b->n_tasks && w->pd_ops_cap >= n_ops &&
+               (s->layer_op0 || (s->layer_op0 = malloc(((size_t)L + 1) * sizeof *s->layer_op0)));
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t) || t->status != WF_OK) continue;
-        if (n_ops == 0) {
-            t->status = WF_ENOMEM;
+        if (!mem) {
+            /* Answered as failed after the batch (as pd_prepare marks them: the engine resets
+             * statuses). */
+            dst[i].id |= 1ull << 62;
+            continue;
+        }
+        size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+        wf_kv_decision *d = &s->dec[i];
+        wf_kv_xfer_decide(w->xfer, raw, t->llm.kv_accuracy > 0 ? t->llm.kv_accuracy : -1, t->llm.kv_codec, d);
+        snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s",
+                 d->profile >= 0 ? "profile" : "raw", wf_kv_reason_name(d->reason));
+        if (d->profile >= 0) {
+            if (s->codec_task < 0) s->codec_task = i; /* the first one goes during the batch */
             continue;
         }
         int peer = dst[i].placement.holders.ranks[0];
-        *dst_rank = peer;
-        size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
-        wf_kv_decision d;
-        wf_kv_xfer_decide(w->xfer, raw, t->llm.kv_accuracy > 0 ? t->llm.kv_accuracy : -1, t->llm.kv_codec, &d);
-        snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s",
-                 d.profile >= 0 ? "profile" : "raw", wf_kv_reason_name(d.reason));
-        if (d.profile >= 0) {
-            /* Compressed: one codec frame by tagged messages, decoded by the peer. */
-            size_t wire = 0;
-            char err[256];
-            int n_tokens = t->llm.pos + t->llm.n_tokens;
-            wf_status xs = wf_kv_xfer_send(w->xfer, w->world, &d, &w->kv, t->llm.kv.block_table,
-                                           t->llm.kv.n_blocks, n_tokens, peer, dst[i].block_table,
-                                           dst[i].n_blocks, &wire, err, sizeof err);
-            if (xs != WF_OK) {
-                WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
-                t->status = xs;
-            }
-            *bytes += wire;
-            w->compressed_raw += raw;
-            wf_kv_xfer_stats xst;
-            wf_kv_xfer_get_stats(w->xfer, &xst);
-            snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
-                     wf_kv_reason_name(d.reason));
-            continue;
-        }
-        raw_d = d;
-        raw_any = true;
         wf_kv_store far;
         if (wf_kv_store_layout(&far, &w->kv.geometry, wf_world_peer_sym_size(w->world, peer)) != WF_OK) {
-            t->status = WF_EINVAL;
+            s->fail[i] = WF_EINVAL;
             continue;
         }
-        const int32_t *src = t->llm.kv.block_table, *dt = dst[i].block_table;
-        int n = t->llm.kv.n_blocks;
-        for (int j = 0; j < n;) {
-            int run = 1;
-            while (j + run < n && src[j + run] == src[j] + run && dt[j + run] == dt[j] + run) run++;
-            if (dt[j] < 0 || dt[j] + run > far.n_blocks) {
-                t->status = WF_EINVAL;
-                break;
-            }
-            for (int l = 0; l < L; l++)
+        const int32_t *dt = dst[i].block_table;
+        for (int j = 0; j < t->llm.kv.n_blocks; j++)
+            if (dt[j] < 0 || dt[j] >= far.n_blocks) s->fail[i] = WF_EINVAL;
+        if (s->fail[i] == WF_OK) {
+            s->raw_d = *d;
+            s->raw_any = true;
+        }
+    }
+    if (!mem) s->codec_task = -1;
+    if (!mem || !s->raw_any) {
+        s->raw_any = false;
+        return;
+    }
+    /* Layer-major, so that the puts of one layer are one range of pd_ops. */
+    size_t k = 0;
+    for (int l = 0; l < L; l++) {
+        s->layer_op0[l] = k;
+        for (int i = 0; i < b->n_tasks; i++) {
+            wf_task *t = &b->tasks[i];
+            if (!is_pd_task(w, t) || t->status != WF_OK || s->dec[i].profile != -1 || s->fail[i] != WF_OK)
+                continue;
+            int peer = dst[i].placement.holders.ranks[0];
+            wf_kv_store far;
+            wf_kv_store_layout(&far, &w->kv.geometry, wf_world_peer_sym_size(w->world, peer));
+            const int32_t *src = t->llm.kv.block_table, *dt = dst[i].block_table;
+            int n = t->llm.kv.n_blocks;
+            for (int j = 0; j < n;) {
+                int run = 1;
+                while (j + run < n && src[j + run] == src[j] + run && dt[j + run] == dt[j] + run &&
+                       dt[j] + run < far.n_blocks)
+                    run++;
                 for (int v = 0; v < 2; v++) {
                     void *from = v ? wf_kv_store_v(&w->kv, l, src[j]) : wf_kv_store_k(&w->kv, l, src[j]);
                     w->pd_ops[k++] = (wf_world_op){.kind = WF_WORLD_PUT, .peer = peer, .buf = from,
                                                    .len = (size_t)run * w->kv.block_bytes,
                                                    .offset = wf_kv_store_offset(&far, l, dt[j], v)};
-                    *bytes += (size_t)run * w->kv.block_bytes;
                 }
-            j += run;
+                j += run;
+            }
         }
     }
+    s->layer_op0[L] = k;
+    s->n_ops = k;
+}
+
+/* Before the batch: the first compressed task's send begins (its header goes, the encoder waits
+ * for the layers), so its slices are encoded and sent while the later layers compute. A send
+ * that cannot begin is made after the batch, as the others. */
+static void pd_begin_codec(worker *w, wf_task_batch *b, const wf_artifact *dst) {
+    pd_shipment *s = &w->ship;
+    int i = s->codec_task;
+    if (i < 0 || w->p->kv_ship_after_prefill || !w->done_fd_on) return;
+    wf_task *t = &b->tasks[i];
+    char err[256];
+    wf_status st = wf_kv_xfer_send_begin(w->xfer, w->world, &s->dec[i], &w->kv, t->llm.kv.block_table,
+                                         t->llm.kv.n_blocks, t->llm.pos + t->llm.n_tokens,
+                                         dst[i].placement.holders.ranks[0], dst[i].block_table,
+                                         dst[i].n_blocks, 0, err, sizeof err);
+    if (st == WF_OK) s->codec_begun = true;
+    else WF_LOG_WARN("worker", NULL, "rank %d: %s (sent after the prefill)", wf_world_rank(w->world), err);
+}
+
+/* The engine's thread: layer l of the batch is stored. */
+static void pd_layer_done(void *user, int layer) {
+    worker *w = user;
+    atomic_store_explicit(&w->ship.layers, layer + 1, memory_order_release);
+    if (w->ship.codec_begun) wf_kv_xfer_send_layers(w->xfer, layer + 1);
+    uint64_t one = 1;
+    ssize_t r = write(w->done_fd, &one, sizeof one);
+    (void)r;
+}
+
+/* The worker's thread: posts the puts of the layers stored up to `ready` (a failed post leaves
+ * the rest for pd_finish, whose wait reports it) and progresses the ones posted. */
+static void pd_pump(worker *w, int ready) {
+    pd_shipment *s = &w->ship;
+    if (!s->raw_any) return;
+    if (ready > s->layers_posted) {
+        size_t to = s->layer_op0[ready];
+        if (to > s->n_posted) {
+            if (s->n_posted == 0) s->t_first = wf_clock_now_ns();
+            wf_status st = wf_world_post(w->world, w->pd_ops + s->n_posted, (int)(to - s->n_posted));
+            if (st != WF_OK) {
+                s->post_st = st;
+                s->raw_any = false;
+            }
+            s->n_posted = to;
+        }
+        s->layers_posted = ready;
+        if (ready == w->kv.geometry.n_layers) s->t_layers = wf_clock_now_ns();
+    }
+    if (s->n_posted > 0) wf_world_test(w->world, w->pd_ops, (int)s->n_posted);
+}
+
+/* Sleeps until the next thing to do. `moving` (KV in flight, or a batch running): back within
+ * a millisecond whatever UCX says, since messages over TCP move only while this thread
+ * progresses, without spinning on UCX's "events pending" (it reports them as long as its TCP
+ * transport has queued work). Else until the world or done_fd has something, or timeout_ms. */
+static void wait_next(worker *w, bool moving, int timeout_ms) {
+    struct pollfd pf = {.fd = w->done_fd_on ? w->done_fd : -1, .events = POLLIN};
+    if (!moving) {
+        uint64_t t = wf_clock_now_ns();
+        wf_world_wait_event(w->world, pf.fd, timeout_ms);
+        /* Back at once with nothing of ours to do: UCX says events are pending (it keeps
+         * saying so while its TCP transport has queued work); a millisecond's sleep instead
+         * of a spin. */
+        if (wf_clock_now_ns() - t < 50000 && poll(&pf, 1, 0) == 0) poll(&pf, 1, 1);
+    } else {
+        poll(&pf, 1, 1);
+    }
+    if (w->done_fd_on) {
+        uint64_t drained;
+        ssize_t r = read(w->done_fd, &drained, sizeof drained);
+        (void)r;
+    }
+}
+
+/* After the batch: posts what is left (all of it when the batch did not report layers), waits
+ * until every put is complete at its target, sends the compressed tasks, then gives the scratch
+ * blocks back. A failed put fails its tasks (the decode rank died or is stuck). Fills *bytes,
+ * *ns (the time the transfers took beyond the batch: what the overlap did not hide) and
+ * *dst_rank. */
+static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool batch_ok,
+                      uint64_t *bytes, uint64_t *ns, int *dst_rank) {
+    pd_shipment *s = &w->ship;
+    uint64_t t0 = wf_clock_now_ns();
+    int L = w->kv.geometry.n_layers;
+    *bytes = 0;
     wf_status st = WF_OK;
-    if (k > 0) {
-        uint64_t tp = wf_clock_now_ns();
+    if (s->raw_any && batch_ok) pd_pump(w, L);
+    if (s->n_posted > 0) {
         size_t put_bytes = 0;
-        for (size_t i = 0; i < k; i++) put_bytes += w->pd_ops[i].len;
+        for (size_t i = 0; i < s->n_posted; i++) put_bytes += w->pd_ops[i].len;
         /* The wait bound grows with the bytes: a long prompt on a slow link is not a stuck peer. */
         int base = wf_world_timeout_ms(w->world);
         wf_world_set_timeout_ms(w->world, wf_kv_xfer_timeout_ms(base, put_bytes));
-        st = wf_world_run(w->world, w->pd_ops, (int)k);
+        st = wf_world_wait(w->world, w->pd_ops, (int)s->n_posted);
         /* Per peer: a decode worker that dies before its puts complete fails them at once. */
-        for (size_t i = 0; st == WF_OK && i < k; i++) {
+        for (size_t i = 0; st == WF_OK && i < s->n_posted; i++) {
             bool seen = false;
             for (size_t j = 0; j < i && !seen; j++) seen = w->pd_ops[j].peer == w->pd_ops[i].peer;
             if (!seen) st = wf_world_flush_peer(w->world, w->pd_ops[i].peer);
         }
         wf_world_set_timeout_ms(w->world, base);
-        if (st == WF_OK && raw_any) wf_kv_xfer_observe_raw(w->xfer, &raw_d, put_bytes, wf_clock_now_ns() - tp);
+        if (st == WF_OK && s->post_st != WF_OK) st = s->post_st;
+        uint64_t t1 = wf_clock_now_ns();
+        if (st == WF_OK && batch_ok) {
+            /* While the layers were still being computed the link may have idled: the span from
+             * the first put to the last is then the prefill's pace, and bytes / span only a
+             * lower bound on B. Without the overlap (t_layers 0: everything was posted after the
+             * batch) the span is the transfer's. */
+            uint64_t span = t1 - s->t_first, tail = s->t_layers ? t1 - s->t_layers : span;
+            wf_kv_xfer_observe_raw_paced(w->xfer, &s->raw_d, put_bytes, span, tail);
+            WF_LOG_INFO("worker", NULL, "KV to rank %d: raw, %zu bytes in %zu puts, first put %.1f ms "
+                        "before the batch ended, done %.1f ms after it (posted during the prefill: %s)",
+                        w->pd_ops[0].peer, put_bytes, s->n_posted, ((double)t0 - (double)s->t_first) / 1e6,
+                        (double)(t1 - t0) / 1e6, s->t_first < t0 && !w->p->kv_ship_after_prefill ? "yes" : "no");
+        }
         if (st != WF_OK)
             WF_LOG_WARN("worker", NULL, "rank %d: KV transfer failed: %s", wf_world_rank(w->world),
                         wf_world_error(w->world));
+        *bytes += put_bytes;
+    }
+    bool any = s->n_posted > 0;
+    for (int i = 0; i < b->n_tasks; i++) {
+        wf_task *t = &b->tasks[i];
+        if (!is_pd_task(w, t)) continue;
+        *dst_rank = dst[i].placement.holders.ranks[0];
+        size_t wire = 0;
+        char err[256];
+        if (i == s->codec_task && s->codec_begun) {
+            /* Begun before the batch: its last slices go now (or, the prefill failed, empty). */
+            if (t->status != WF_OK) wf_kv_xfer_send_layers(w->xfer, -1);
+            wf_status xs = wf_kv_xfer_send_end(w->xfer, w->world, &wire, err, sizeof err);
+            s->codec_begun = false;
+            if (t->status != WF_OK) continue;
+            if (xs != WF_OK) {
+                WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+                t->status = xs;
+            } else {
+                any = true;
+            }
+            *bytes += wire;
+            w->compressed_raw += (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+            wf_kv_xfer_stats xst;
+            wf_kv_xfer_get_stats(w->xfer, &xst);
+            snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
+                     wf_kv_reason_name(s->dec[i].reason));
+            continue;
+        }
+        if (t->status != WF_OK || s->dec[i].profile < 0) continue;
+        /* Compressed: one codec frame per layer slice by tagged messages, decoded by the peer. */
+        int n_tokens = t->llm.pos + t->llm.n_tokens;
+        size_t raw = (size_t)t->llm.kv.n_blocks * 2u * (size_t)L * w->kv.block_bytes;
+        wf_status xs = wf_kv_xfer_send(w->xfer, w->world, &s->dec[i], &w->kv, t->llm.kv.block_table,
+                                       t->llm.kv.n_blocks, n_tokens, *dst_rank, dst[i].block_table,
+                                       dst[i].n_blocks, &wire, err, sizeof err);
+        if (xs != WF_OK) {
+            WF_LOG_WARN("worker", NULL, "rank %d: %s", wf_world_rank(w->world), err);
+            t->status = xs;
+        } else {
+            any = true;
+        }
+        *bytes += wire;
+        w->compressed_raw += raw;
+        wf_kv_xfer_stats xst;
+        wf_kv_xfer_get_stats(w->xfer, &xst);
+        snprintf(w->last_codec, sizeof w->last_codec, "codec=%s reason=%s", xst.last_profile,
+                 wf_kv_reason_name(s->dec[i].reason));
     }
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t)) continue;
-        if (st != WF_OK && t->status == WF_OK) t->status = st;
+        if (st != WF_OK && t->status == WF_OK && s->dec[i].profile == -1) t->status = st;
         pd_release(w, t->llm.kv.block_table, t->llm.kv.n_blocks);
         t->llm.kv = dst[i]; /* the holder's blocks again */
     }
-    if (st == WF_OK && k > 0) {
+    if (st == WF_OK && any) {
         w->transfers++;
         w->transfer_bytes += *bytes;
     }
+    s->n_posted = 0;
+    s->raw_any = false;
+    s->post_st = WF_OK;
     *ns = wf_clock_now_ns() - t0;
 }
 
@@ -553,7 +745,7 @@ static void batch_done(void *user, wf_task_batch *b, wf_status status, const cha
     (void)r;
 }
 
-static wf_status run_batch(worker *w, wf_task_batch *b, char *msg, size_t cap) {
+static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, size_t cap) {
     if (!w->done_fd_on) {
         if ((w->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
             return wf_executor_run(w->exec, b, msg, cap); /* no heartbeats, but the batch runs */
@@ -561,8 +753,12 @@ static wf_status run_batch(worker *w, wf_task_batch *b, char *msg, size_t cap) {
     }
     batch_wait bw = {.fd = w->done_fd};
     atomic_init(&bw.done, false);
+    /* PD: the engine says when each layer is stored, so its puts go while the next computes. */
+    ship = ship && ((w->ship.raw_any && !w->p->kv_ship_after_prefill) || w->ship.codec_begun);
+    if (ship) wf_engine_set_layer_hook(w->engine, pd_layer_done, w);
     wf_status st = wf_executor_dispatch(w->exec, b, batch_done, &bw);
     if (st != WF_OK) {
+        if (ship) wf_engine_set_layer_hook(w->engine, NULL, NULL);
         snprintf(msg, cap, "the engine refused the batch: %s", wf_status_str(st));
         return st;
     }
@@ -581,11 +777,20 @@ static wf_status run_batch(worker *w, wf_task_batch *b, char *msg, size_t cap) {
             w->last_hb_ns = now;
         }
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
-        wf_world_wait_event(w->world, w->done_fd, w->p->heartbeat_ms);
-        uint64_t drained;
-        ssize_t r = read(w->done_fd, &drained, sizeof drained);
-        (void)r;
+        if (ship) {
+            pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
+            if (w->ship.codec_begun) wf_kv_xfer_send_pump(w->xfer, w->world);
+        }
+        /* Every millisecond while the batch runs, KV in flight or not: measured on this
+         * project's VM under load (2 vCPUs, BENCHMARKS.md "KV moved layer by layer"), a
+         * 2000-token prefill took 4.8 s with this loop waking each millisecond and 9-38 s
+         * with it asleep in poll for up to 20 ms, at the same CPU time of the engine's
+         * thread (no difference at low load; the cause is not established). 1000 wake-ups a
+         * second cost nothing measurable. KV in flight needs it anyway (messages over TCP
+         * move only while this thread progresses). */
+        wait_next(w, true, w->p->heartbeat_ms);
     }
+    if (ship) wf_engine_set_layer_hook(w->engine, NULL, NULL);
     snprintf(msg, cap, "%s", bw.msg);
     return bw.status;
 }
@@ -839,21 +1044,26 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
             free(dst);
             return WF_ENOMEM;
         }
+        pd_plan(w, &batch, dst);
+        pd_begin_codec(w, &batch, dst);
     }
-    done.status = run_batch(w, &batch, msg, sizeof msg);
+    done.status = run_batch(w, &batch, pd, msg, sizeof msg);
     if (pd) {
-        for (int i = 0; i < batch.n_tasks; i++)
+        for (int i = 0; i < batch.n_tasks; i++) {
             if (dst[i].id >> 62) {
                 batch.tasks[i].status = dst[i].id >> 63 ? WF_EINVAL : WF_EFULL;
                 dst[i].id &= ~(3ull << 62);
+            } else if ((size_t)i < w->ship.dec_cap && w->ship.fail[i] != WF_OK) {
+                batch.tasks[i].status = w->ship.fail[i];
             }
+        }
         wf_frame_transfer_done td = {.transfer_id = batch.iteration, .rank = wf_world_rank(w->world)};
         int dst_rank = -1;
         if (done.status != WF_OK) /* nothing to ship: only give the scratch blocks back */
             for (int i = 0; i < batch.n_tasks; i++)
                 if (is_pd_task(w, &batch.tasks[i]) && batch.tasks[i].status == WF_OK)
                     batch.tasks[i].status = done.status;
-        pd_ship(w, &batch, dst, &td.bytes, &td.elapsed_ns, &dst_rank);
+        pd_finish(w, &batch, dst, done.status == WF_OK, &td.bytes, &td.elapsed_ns, &dst_rank);
         free(dst);
         td.status = WF_OK;
         for (int i = 0; i < batch.n_tasks; i++)
@@ -897,7 +1107,8 @@ static int serve(worker *w) {
             }
             last_sent = now;
         }
-        /* Compressed KV from prefill workers: decoded at once (the sender waits for the ACK). */
+        /* Compressed KV from prefill workers: its slices taken off the wire, decoded by the
+         * decoder thread, answered (the sender waits for the ACK). */
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
         if (wf_world_test(w->world, &w->link.recv, 1) == 0) {
             if (now - last_heard > (uint64_t)p->timeout_ms * 1000000ull) {
@@ -905,7 +1116,9 @@ static int serve(worker *w) {
                             wf_world_rank(w->world), p->timeout_ms);
                 return 0;
             }
-            wf_world_wait_event(w->world, -1, p->heartbeat_ms);
+            /* KV slices arriving move only while this thread progresses (UCX over TCP); the
+             * decoder thread's slices wake it through done_fd. */
+            wait_next(w, wf_kv_xfer_receiving(w->xfer), p->heartbeat_ms);
             continue;
         }
         wf_frame_view f;
@@ -1165,6 +1378,13 @@ int wf_worker_main(const wf_worker_params *p) {
         }
         wf_kv_xfer_options xo;
         wf_kv_xfer_options_init(&xo);
+        /* One descriptor wakes this worker's loops: a batch done, a layer stored, a KV slice
+         * encoded or decoded. */
+        if (!w.done_fd_on && (w.done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0) w.done_fd_on = true;
+        if (w.done_fd_on) xo.wake_fd = w.done_fd;
+        /* A prefill worker that ships slices as it computes them sends one per eighth of its
+         * prefill: the decode side trusts a live sender as long as it trusts rank 0's silence. */
+        xo.slice_wait_ms = p->timeout_ms;
         xo.force_profile = p->kv_codec;
         xo.default_accuracy = p->kv_accuracy;
         if (w.codec_pool) {
@@ -1223,6 +1443,9 @@ out:
     free(w.blk_used);
     free(w.pd_tables);
     free(w.pd_ops);
+    free(w.ship.dec);
+    free(w.ship.fail);
+    free(w.ship.layer_op0);
     wf_kv_xfer_free(w.xfer, w.world);
     wf_threadpool_free(w.codec_pool);
     for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);

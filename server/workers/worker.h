@@ -46,6 +46,7 @@ typedef struct wf_worker_params {
     const char *kv_codec;     /* "auto" (controller), "off", or a profile name */
     double kv_accuracy;       /* deployment default accuracy budget (0..1) */
     int kv_codec_threads;     /* codec threads (0: one per core of this worker; 1: serial) */
+    bool kv_ship_after_prefill; /* PD prefill: ship KV once the batch is done, not layer by layer */
     /* virtual models (server/vmodels.h text forms): their adapters are loaded and bound to the
      * number wf_vmodel_spec_num gives, the coordinator's; a bad one is a start-up failure */
     char *const *vmodels;

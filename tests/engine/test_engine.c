@@ -161,6 +161,53 @@ START_TEST(test_executor_mixed_batch) {
 }
 END_TEST
 
+/* The layer hook (prefill/decode disaggregation ships layer l while l+1 computes): called once
+ * per layer, in order, on the executor's thread; when layer l is reported its K/V of the batch
+ * are in the store and the next layer's are not yet; cleared, it is not called. */
+typedef struct hook_log {
+    const wf_kv_store *kv;
+    int n, order_ok, stored_ok;
+} hook_log;
+
+static bool row_written(const wf_kv_store *kv, int layer, int block) {
+    const uint16_t *k = (const uint16_t *)wf_kv_store_k(kv, layer, block);
+    for (size_t i = 0; i < kv->row_elems; i++)
+        if (k[i]) return true;
+    return false;
+}
+
+static void on_layer(void *user, int layer) {
+    hook_log *h = user;
+    h->order_ok += layer == h->n;
+    h->stored_ok += row_written(h->kv, layer, 0) &&
+                    (layer + 1 == h->kv->geometry.n_layers || !row_written(h->kv, layer + 1, 0));
+    h->n++;
+}
+
+START_TEST(test_layer_hook) {
+    exec_rig r;
+    rig_open(&r, 64, 4);
+    hook_log h = {.kv = &r.kv};
+    for (int l = 0; l < r.kv.geometry.n_layers; l++) /* the store's memory is not cleared */
+        memset(wf_kv_store_k(&r.kv, l, 0), 0, r.kv.block_bytes);
+    wf_engine_set_layer_hook(r.e, on_layer, &h);
+    int32_t bt[1] = {0};
+    wf_task t = {.id = 1, .kind = WF_TASK_PREFILL, .llm.tokens = k_prompt, .llm.n_tokens = 5,
+                 .llm.pos = 0, .llm.kv.block_table = bt, .llm.kv.n_blocks = 1};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1, .group = {.n_ranks = 1}};
+    ck_assert_int_eq(wf_executor_run(r.ex, &b, NULL, 0), WF_OK);
+    ck_assert_int_eq(t.status, WF_OK);
+    int L = r.kv.geometry.n_layers;
+    ck_assert_int_eq(h.n, L);
+    ck_assert_int_eq(h.order_ok, L);
+    ck_assert_int_eq(h.stored_ok, L);
+    wf_engine_set_layer_hook(r.e, NULL, NULL);
+    ck_assert_int_eq(wf_executor_run(r.ex, &b, NULL, 0), WF_OK);
+    ck_assert_int_eq(h.n, L);
+    rig_close(&r);
+}
+END_TEST
+
 /* n > 1 samples from one final prefill; seeded sampling is reproducible. */
 START_TEST(test_executor_sampling) {
     exec_rig r;
@@ -262,6 +309,7 @@ static Suite *engine_suite(void) {
     tcase_add_test(tc, test_open_info);
     tcase_add_test(tc, test_open_errors);
     tcase_add_test(tc, test_executor_mixed_batch);
+    tcase_add_test(tc, test_layer_hook);
     tcase_add_test(tc, test_executor_sampling);
     tcase_add_test(tc, test_executor_limits);
     tcase_add_test(tc, test_weft_run_cli);

@@ -61,6 +61,23 @@ def test_golden_outputs_equal_single_process(pd):
     assert_no_blocks_held(pd)
 
 
+def test_kv_moves_during_the_prefill(pd):
+    """The prefill worker posts a layer's puts as soon as the engine stored it (the engine's
+    layer hook wakes the worker's loop), so the KV is on its way while the later layers compute:
+    its log line says the first put went before the batch ended. The output is the one of the
+    same prompt served again (the KV arrived whole)."""
+    results = {}
+    for i in range(2):
+        run_long(pd.base, 0, results)
+        assert results[0][0] == "ok", results[0]
+        if i == 0:
+            first = results[0]
+    assert results[0] == first
+    lines = [ln for ln in pd.logtext(tail=200000).splitlines() if "KV to rank" in ln and "raw" in ln]
+    assert any("posted during the prefill: yes" in ln for ln in lines), "\n".join(lines[-10:])
+    assert_no_blocks_held(pd)
+
+
 def run_long(base, i, results, max_tokens=8, codec=None):
     body = {"model": MODEL_ID, "prompt": LONG[:-1] + [300 + i], "max_tokens": max_tokens,
             "temperature": 0, "ignore_eos": True}

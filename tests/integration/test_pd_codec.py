@@ -164,6 +164,22 @@ def test_agreement_per_profile(pd):
     assert pre["transfers_compressed"] > 0 and pre["codec_decisions"]["compress"] > 0
 
 
+def test_compressed_kv_encoded_during_the_prefill(pd):
+    """A compressed transfer begins before its prefill batch: the engine's layer hook hands each
+    stored layer to the encoder thread, so slices are encoded and sent while the later layers
+    compute (the prefill worker's log line says "overlapped"). The same prompt with the same
+    profile gives the same tokens (the frames are deterministic)."""
+    results = {}
+    run_long(pd.base, 0, results, codec="k4v4")
+    first = results[0]
+    assert first[0] == "ok", first
+    run_long(pd.base, 0, results, codec="k4v4")
+    assert results[0] == first
+    lines = [ln for ln in pd.logtext(tail=400000).splitlines() if "KV to rank" in ln and "k4v4," in ln]
+    assert any("(overlapped" in ln for ln in lines), "\n".join(lines[-10:])
+    assert_no_blocks_held(pd)
+
+
 def test_budget_of_one_never_compresses(pd):
     before = [w for w in admin_workers(pd) if w["role"] == "prefill"][0]
     p = [504, 3575, 282, 4649, 314]

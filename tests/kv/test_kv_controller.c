@@ -137,6 +137,38 @@ START_TEST(pipelined_samples_bound_bandwidth) {
 }
 END_TEST
 
+/* A transfer the prefill paced (overlapped with the layers it ships, and keeping up): a slow
+ * span below B leaves B alone and is never a miss however often it recurs (its time was the
+ * prefill's), one above B raises B. */
+START_TEST(paced_transfers_bound_bandwidth_and_never_miss) {
+    wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 1.0, 0.99);
+    wf_kv_controller *c = make(&p, 1, 10);
+    wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
+    wf_kv_decision d;
+    wf_kv_controller_decide(c, &r, 0, &d);
+    wf_kv_decision raw = d;
+    raw.profile = -1;
+    wf_kv_controller_observe(c, &raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1); /* 8 Gbps */
+    wf_kv_controller_stats st;
+    /* 64 MiB over 10 s (0.05 Gbps: the prefill's pace), ten times: B stays, no miss. */
+    for (int i = 0; i < 10; i++) {
+        wf_kv_controller_observe_paced(c, &raw, 64 * MB, 10000000000ull, 2 + (uint64_t)i);
+        wf_kv_controller_observe_paced(c, &d, 16 * MB, 10000000000ull, 2 + (uint64_t)i);
+    }
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
+    ck_assert_uint_eq(st.misses, 0);
+    ck_assert_uint_eq(st.cooldowns, 0);
+    ck_assert_uint_eq(st.lower_bound_samples, 20);
+    ck_assert_uint_eq(st.observed, 21);
+    /* Faster than B (16 MiB in 8 ms: 16.8 Gbps): B rises. */
+    wf_kv_controller_observe_paced(c, &raw, 16 * MB, 8000000ull, 20);
+    wf_kv_controller_get_stats(c, &st);
+    ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0 + 0.3 * (16.0 * MB * 8 / 8e6 - 8.0), 1e-6);
+    wf_kv_controller_free(c);
+}
+END_TEST
+
 /* The 1 Gbit/s case of bench/pd (BENCHMARKS.md, "Compressed transfers as a pipeline of layer
  * slices"): a 2048-token prompt is 47.2 MB of F16 KV, UCX achieved 0.908 Gbit/s, 8 layer slices,
  * the worker's margin 0.2. k4v4-nr (CR 4.06): start-up speeds on two threads of the loaded
@@ -545,6 +577,7 @@ static Suite *controller_suite(void) {
     tcase_add_test(t, boundary_b_star);
     tcase_add_test(t, pipelined_model_and_boundary);
     tcase_add_test(t, pipelined_samples_bound_bandwidth);
+    tcase_add_test(t, paced_transfers_bound_bandwidth_and_never_miss);
     tcase_add_test(t, one_gbit_measured_codec_speeds);
     tcase_add_test(t, accuracy_budget_filters_profiles);
     tcase_add_test(t, switches_profile_after_4x_latency);
