@@ -1,91 +1,30 @@
-/* The world: TCP bootstrap once, then UCX endpoints, tagged messages and RMA puts between ranks,
- * every wait bounded and every peer failure reported with the rank it concerns. */
+/* The world: TCP bootstrap once (world_boot.c), then UCX endpoints, tagged messages and RMA puts
+ * between ranks, every wait bounded and every peer failure reported with the rank it concerns. */
 #define _GNU_SOURCE
 #include "engine/world/world.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
 
 #include "engine/world/world_impl.h"
+#include "engine/world/world_state.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
 
 #define LIVENESS_PERIOD_NS 20000000ull /* how often a wait checks pending peers' processes */
 #define CLOSE_WAIT_NS 2000000000ull    /* bound of a graceful endpoint close */
 
-#define PEER_RKEYS 8 /* unpacked keys of a peer's exposed regions, replaced round robin */
-
-typedef struct peer {
-    wf__world_entry e;
-    ucp_ep_h ep;
-    ucp_rkey_h rkey;
-    struct {
-        uint64_t id;
-        ucp_rkey_h rkey;
-    } rk[PEER_RKEYS];       /* bound to ep: destroyed whenever ep is closed */
-    int rk_next;
-    /* Puts to this peer that went through UCX, and how many of them completed flushes cover.
-     * While some are not covered, puts into mapped memory go through UCX too, so that a fence
-     * still orders them (see put_direct). */
-    uint64_t ucx_puts, flushed;
-    wf_status failed;       /* WF_OK, or WF_EPEER once its endpoint or process failed */
-    uint32_t gen;           /* bumped when a replacement takes the rank: operations posted
-                             * before it can never complete (their process is gone) */
-} peer;
-
-struct wf_world {
-    wf_world_config cfg;
-    char host_arg[256];
-    int rank, n;
-    uint32_t epoch;
-    ucp_context_h ctx;
-    ucp_worker_h worker;
-    ucp_mem_h mem;
-    void *sym;
-    size_t sym_size;
-    wf__world_entry self;   /* this rank's entry as sent to the coordinator */
-    peer *peers;
-    int listen_fd;          /* rank 0: the bootstrap socket, kept for replacements */
-    int efd;                /* UCX's wake-up descriptor (-1: none) */
-    uint64_t last_probe_ns;
-    char err[320];
-    int err_rank;
-    wf_world_stats stats;
-    struct seq_slot *seqs;  /* open addressing on the group id; cap a power of two */
-    size_t seq_cap, seq_used;
-    void *scratch;
-    size_t scratch_size;
-    wf__mcache *mc;
-    size_t put_threshold;
-    int put_caller_memory;
-    int scratch_owned;      /* scratch came from the registration cache (else posix_memalign) */
-    int idle_sleep;         /* wf_world_set_idle_sleep */
-};
-
-struct seq_slot {
-    uint64_t id;
-    uint32_t epoch, seq;
-    int used;
-};
-
 /* ---- errors --------------------------------------------------------------------------------- */
-static wf_status fail(wf_world *w, wf_status st, int rank, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static wf_status fail(wf_world *w, wf_status st, int rank, const char *fmt, ...) {
+wf_status wf__world_fail(wf_world *w, wf_status st, int rank, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(w->err, sizeof w->err, fmt, ap);
@@ -244,7 +183,7 @@ static void close_peer_ep(wf_world *w, int r, int force) {
 static wf_status get_ep(wf_world *w, int r, ucp_ep_h *out) {
     peer *p = &w->peers[r];
     if (p->failed != WF_OK)
-        return fail(w, p->failed, r, "rank %d (pid %u on %s) failed", r, p->e.pid, p->e.host);
+        return wf__world_fail(w, p->failed, r, "rank %d (pid %u on %s) failed", r, p->e.pid, p->e.host);
     if (!p->ep) {
         ucp_ep_params_t prm = {
             .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -262,7 +201,7 @@ static wf_status get_ep(wf_world *w, int r, ucp_ep_h *out) {
         ucs_status_t st = ucp_ep_create(w->worker, &prm, &p->ep);
         if (st != UCS_OK) {
             p->ep = NULL;
-            return fail(w, WF_EIO, r, "endpoint to rank %d: %s", r, ucs_status_string(st));
+            return wf__world_fail(w, WF_EIO, r, "endpoint to rank %d: %s", r, ucs_status_string(st));
         }
         w->stats.endpoints_created++;
     }
@@ -276,7 +215,7 @@ static wf_status get_rkey(wf_world *w, int r, ucp_ep_h ep, ucp_rkey_h *out) {
         ucs_status_t st = ucp_ep_rkey_unpack(ep, p->e.rkey, &p->rkey);
         if (st != UCS_OK) {
             p->rkey = NULL;
-            return fail(w, WF_EIO, r, "remote key of rank %d: %s", r, ucs_status_string(st));
+            return wf__world_fail(w, WF_EIO, r, "remote key of rank %d: %s", r, ucs_status_string(st));
         }
     }
     *out = p->rkey;
@@ -296,7 +235,7 @@ static wf_status region_rkey(wf_world *w, int r, ucp_ep_h ep, const wf_world_reg
     ucp_rkey_h rk;
     ucs_status_t st = ucp_ep_rkey_unpack(ep, reg->rkey, &rk);
     if (st != UCS_OK)
-        return fail(w, WF_EIO, r, "region key of rank %d: %s", r, ucs_status_string(st));
+        return wf__world_fail(w, WF_EIO, r, "region key of rank %d: %s", r, ucs_status_string(st));
     w->stats.rkeys_unpacked++;
     int i = p->rk_next;
     p->rk_next = (i + 1) % PEER_RKEYS;
@@ -333,10 +272,10 @@ static void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_inf
 
 static wf_status op_failed(wf_world *w, wf_world_op *op, ucs_status_t us) {
     if (us == UCS_ERR_MESSAGE_TRUNCATED)
-        return fail(w, WF_EPROTO, op->peer, "message from rank %d longer than %zu bytes",
+        return wf__world_fail(w, WF_EPROTO, op->peer, "message from rank %d longer than %zu bytes",
                     op->peer, op->len);
     if (us == UCS_ERR_CANCELED) return WF_ECANCELLED;
-    return fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
+    return wf__world_fail(w, WF_EPEER, op->peer, "%s rank %d: %s",
                 op->kind == WF_WORLD_RECV    ? "receive from"
                 : op->kind == WF_WORLD_PUT   ? "put to"
                 : op->kind == WF_WORLD_FLUSH ? "flush to"
@@ -366,7 +305,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
     op->received = 0;
     op->status = WF_IN_PROGRESS;
     if (op->peer < 0 || op->peer >= w->n || (op->len > 0 && !op->buf))
-        return op->status = fail(w, WF_EINVAL, op->peer, "bad operation (peer %d)", op->peer);
+        return op->status = wf__world_fail(w, WF_EINVAL, op->peer, "bad operation (peer %d)", op->peer);
     op->gen_ = w->peers[op->peer].gen;
     void *req = NULL;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
@@ -403,7 +342,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
             const wf_world_region *reg = op->region;
             uint64_t base = reg ? reg->addr : p->e.sym_addr, size = reg ? reg->len : p->e.sym_size;
             if (op->offset > size || op->len > size - op->offset)
-                return op->status = fail(w, WF_ERANGE, op->peer,
+                return op->status = wf__world_fail(w, WF_ERANGE, op->peer,
                                          "put of %zu bytes at %zu beyond rank %d's %llu bytes",
                                          op->len, op->offset, op->peer, (unsigned long long)size);
             if (op->len == 0) { /* nothing to write (an empty region has no key) */
@@ -429,7 +368,7 @@ static wf_status post_one(wf_world *w, wf_world_op *op) {
             req = ucp_ep_flush_nbx(ep, &(ucp_request_param_t){.op_attr_mask = 0});
             if (req == NULL) p->flushed = op->seq_;
         } else {
-            return op->status = fail(w, WF_EINVAL, op->peer, "unknown operation kind %d",
+            return op->status = wf__world_fail(w, WF_EINVAL, op->peer, "unknown operation kind %d",
                                      (int)op->kind);
         }
     }
@@ -580,12 +519,12 @@ wf_status wf_world_wait(wf_world *w, wf_world_op *ops, int n) {
         int blame;
         if (check_peers(w, ops, n, probe, &blame) && !drain_retry(w, ops, n, &blame)) {
             peer *p = &w->peers[blame];
-            result = fail(w, WF_EPEER, blame, "rank %d (pid %u on %s) failed", blame, p->e.pid,
+            result = wf__world_fail(w, WF_EPEER, blame, "rank %d (pid %u on %s) failed", blame, p->e.pid,
                           p->e.host);
             break;
         }
         if (now > deadline) {
-            result = fail(w, WF_ETIMEDOUT, blame,
+            result = wf__world_fail(w, WF_ETIMEDOUT, blame,
                           "timed out after %d ms waiting for rank %d (%d operations pending)",
                           w->cfg.timeout_ms, blame, pending);
             break;
@@ -626,7 +565,7 @@ int wf_world_test(wf_world *w, wf_world_op *ops, int n) {
             continue;
         }
         cancel_pending(w, &ops[i], 1);
-        ops[i].status = fail(w, WF_EPEER, ops[i].peer, "rank %d (pid %u on %s) failed", ops[i].peer,
+        ops[i].status = wf__world_fail(w, WF_EPEER, ops[i].peer, "rank %d (pid %u on %s) failed", ops[i].peer,
                              p->e.pid, p->e.host);
         done++;
     }
@@ -690,7 +629,7 @@ wf_status wf_world_run(wf_world *w, wf_world_op *ops, int n) {
 
 wf_status wf_world_fence(wf_world *w) {
     ucs_status_t st = ucp_worker_fence(w->worker);
-    return st == UCS_OK ? WF_OK : fail(w, WF_EIO, -1, "fence: %s", ucs_status_string(st));
+    return st == UCS_OK ? WF_OK : wf__world_fail(w, WF_EIO, -1, "fence: %s", ucs_status_string(st));
 }
 
 wf_status wf_world_flush(wf_world *w) {
@@ -698,7 +637,7 @@ wf_status wf_world_flush(wf_world *w) {
     void *req = ucp_worker_flush_nbx(w->worker, &prm);
     wf_status st = WF_OK;
     if (req != NULL && UCS_PTR_IS_ERR(req))
-        return fail(w, WF_EPEER, -1, "flush: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+        return wf__world_fail(w, WF_EPEER, -1, "flush: %s", ucs_status_string(UCS_PTR_STATUS(req)));
     if (req != NULL) {
         wf_world_op op = {.kind = WF_WORLD_PUT, .peer = w->rank, .req_ = req,
                           .status = WF_IN_PROGRESS};
@@ -713,7 +652,7 @@ wf_status wf_world_flush(wf_world *w) {
 }
 
 wf_status wf_world_flush_peer(wf_world *w, int peer_rank) {
-    if (peer_rank < 0 || peer_rank >= w->n) return fail(w, WF_EINVAL, peer_rank, "flush: no rank %d", peer_rank);
+    if (peer_rank < 0 || peer_rank >= w->n) return wf__world_fail(w, WF_EINVAL, peer_rank, "flush: no rank %d", peer_rank);
     ucp_ep_h ep;
     wf_status st = get_ep(w, peer_rank, &ep);
     if (st != WF_OK) return st;
@@ -721,7 +660,7 @@ wf_status wf_world_flush_peer(wf_world *w, int peer_rank) {
     void *req = ucp_ep_flush_nbx(ep, &prm);
     if (req == NULL) return WF_OK;
     if (UCS_PTR_IS_ERR(req))
-        return fail(w, WF_EPEER, peer_rank, "flush to rank %d: %s", peer_rank,
+        return wf__world_fail(w, WF_EPEER, peer_rank, "flush to rank %d: %s", peer_rank,
                     ucs_status_string(UCS_PTR_STATUS(req)));
     /* Waited for like an operation with that peer: its liveness is checked meanwhile. */
     wf_world_op op = {.kind = WF_WORLD_PUT, .peer = peer_rank, .req_ = req, .status = WF_IN_PROGRESS,
@@ -731,7 +670,7 @@ wf_status wf_world_flush_peer(wf_world *w, int peer_rank) {
 
 wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int peer_rank) {
     if (offset % 8 || offset + 8 > w->sym_size || peer_rank < 0 || peer_rank >= w->n)
-        return fail(w, WF_EINVAL, peer_rank, "bad flag offset %zu", offset);
+        return wf__world_fail(w, WF_EINVAL, peer_rank, "bad flag offset %zu", offset);
     /* offset is a multiple of 8 (checked) and the buffer is page-aligned. */
     volatile uint64_t *flag = (volatile uint64_t *)(void *)((uint8_t *)w->sym + offset);
     uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.timeout_ms * 1000000ull;
@@ -754,16 +693,16 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
             if ((p->failed != WF_OK || replaced) &&
                 (ucp_worker_progress(w->worker), __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value)) {
                 if (replaced)
-                    return fail(w, WF_EPEER, peer_rank,
+                    return wf__world_fail(w, WF_EPEER, peer_rank,
                                 "rank %d (incarnation %u) failed: incarnation %u (pid %u on %s) "
                                 "took its place while waiting for its flag",
                                 peer_rank, inc, p->e.incarnation, p->e.pid, p->e.host);
-                return fail(w, WF_EPEER, peer_rank, "rank %d (pid %u on %s) failed", peer_rank,
+                return wf__world_fail(w, WF_EPEER, peer_rank, "rank %d (pid %u on %s) failed", peer_rank,
                             p->e.pid, p->e.host);
             }
         }
         if (now > deadline)
-            return fail(w, WF_ETIMEDOUT, peer_rank,
+            return wf__world_fail(w, WF_ETIMEDOUT, peer_rank,
                         "timed out after %d ms waiting for a flag from rank %d",
                         w->cfg.timeout_ms, peer_rank);
     }
@@ -771,7 +710,7 @@ wf_status wf_world_wait_flag(wf_world *w, size_t offset, uint64_t value, int pee
 }
 
 /* ---- membership updates over UCX -------------------------------------------------------------- */
-static void apply_entry(wf_world *w, int r, wf__world_entry *e) {
+void wf__world_apply_entry(wf_world *w, int r, wf__world_entry *e) {
     close_peer_ep(w, r, 1);
     wf__world_entry_free(&w->peers[r].e);
     w->peers[r].e = *e;
@@ -803,7 +742,7 @@ static void handle_ctrl(wf_world *w) {
             m.epoch > w->epoch) {
             WF_LOG_INFO("world", NULL, "rank %d: rank %d rejoined (incarnation %u, epoch %u)",
                         w->rank, m.rank, m.entries[0].incarnation, m.epoch);
-            apply_entry(w, m.rank, &m.entries[0]);
+            wf__world_apply_entry(w, m.rank, &m.entries[0]);
             w->epoch = m.epoch;
         }
         wf__world_msg_free(&m);
@@ -823,7 +762,7 @@ wf_status wf_world_wait_epoch(wf_world *w, uint32_t epoch) {
         if (!ucp_worker_progress(w->worker)) sched_yield();
         handle_ctrl(w);
         if (wf_clock_now_ns() > deadline)
-            return fail(w, WF_ETIMEDOUT, 0, "no membership update to epoch %u from rank 0 in %d ms",
+            return wf__world_fail(w, WF_ETIMEDOUT, 0, "no membership update to epoch %u from rank 0 in %d ms",
                         epoch, w->cfg.join_timeout_ms);
     }
     return WF_OK;
@@ -935,366 +874,6 @@ void *wf__world_scratch(wf_world *w, size_t bytes) {
     w->scratch_size = bytes;
     w->scratch_owned = owned;
     return p;
-}
-
-/* ---- TCP bootstrap ------------------------------------------------------------------------- */
-static int remaining_ms(uint64_t deadline) {
-    uint64_t now = wf_clock_now_ns();
-    return now >= deadline ? 0 : (int)((deadline - now) / 1000000ull) + 1;
-}
-
-static int io_full(int fd, void *p, size_t n, int writing, uint64_t deadline) {
-    uint8_t *b = p;
-    while (n > 0) {
-        struct pollfd pfd = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
-        int ms = remaining_ms(deadline);
-        if (ms == 0) return -ETIMEDOUT;
-        int pr = poll(&pfd, 1, ms);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return -errno;
-        if (pr == 0) return -ETIMEDOUT;
-        ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k < 0) return -errno;
-        if (k == 0) return -ECONNRESET;
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int send_frame(int fd, const wf__wbuf *b, uint64_t deadline) {
-    uint8_t len[4] = {(uint8_t)b->len, (uint8_t)(b->len >> 8), (uint8_t)(b->len >> 16),
-                      (uint8_t)(b->len >> 24)};
-    int rc = io_full(fd, len, 4, 1, deadline);
-    return rc ? rc : io_full(fd, b->p, b->len, 1, deadline);
-}
-
-/* Reads one length-prefixed frame and decodes it. */
-static wf_status recv_msg(int fd, uint64_t deadline, wf__world_msg *m) {
-    memset(m, 0, sizeof *m);
-    uint8_t len4[4];
-    int rc = io_full(fd, len4, 4, 0, deadline);
-    if (rc) return rc == -ETIMEDOUT ? WF_ETIMEDOUT : WF_EIO;
-    uint32_t len = (uint32_t)len4[0] | (uint32_t)len4[1] << 8 | (uint32_t)len4[2] << 16 |
-                   (uint32_t)len4[3] << 24;
-    if (len > WF__WORLD_MAX_FRAME) return WF_EPROTO;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) return WF_ENOMEM;
-    rc = io_full(fd, buf, len, 0, deadline);
-    wf_status st = rc ? (rc == -ETIMEDOUT ? WF_ETIMEDOUT : WF_EIO) : wf__world_msg_decode(buf, len, m);
-    free(buf);
-    if (st == WF_EFORMAT) st = WF_EPROTO;
-    return st;
-}
-
-static void encode_header(wf__wbuf *b, uint32_t type, int32_t rank, int32_t n, int32_t status,
-                          uint32_t epoch) {
-    wf__wbuf_u32(b, type);
-    wf__wbuf_u32(b, (uint32_t)rank);
-    wf__wbuf_u32(b, (uint32_t)n);
-    wf__wbuf_u32(b, (uint32_t)status);
-    wf__wbuf_u32(b, epoch);
-}
-
-static wf_status send_welcome(wf_world *w, int fd, int rank, wf_status status, uint64_t deadline) {
-    wf__wbuf b = {0};
-    encode_header(&b, WF__WORLD_MSG_WELCOME, rank, w->n, status, w->epoch);
-    if (status == WF_OK)
-        for (int r = 0; r < w->n; r++) wf__wbuf_entry(&b, &w->peers[r].e);
-    wf_status st = b.oom ? WF_ENOMEM : send_frame(fd, &b, deadline) ? WF_EIO : WF_OK;
-    free(b.p);
-    return st;
-}
-
-static int tcp_listen(wf_world *w, char *err, size_t errlen) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE}, *ai;
-    char port[16];
-    snprintf(port, sizeof port, "%d", w->cfg.port);
-    if (getaddrinfo(w->cfg.host, port, &hints, &ai) != 0) {
-        wf_errorf(err, errlen, "cannot resolve %s", w->cfg.host);
-        return -1;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 256) != 0) {
-        wf_errorf(err, errlen, "bootstrap listen on %s:%d: %s", w->cfg.host, w->cfg.port,
-                  strerror(errno));
-        if (fd >= 0) close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    return fd;
-}
-
-static int accept_one(const wf_world *w, int lfd, uint64_t deadline) {
-    for (;;) {
-        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-        int ms = remaining_ms(deadline);
-        if (ms == 0) return -ETIMEDOUT;
-        if (w->cfg.join_abort && w->cfg.join_abort(w->cfg.join_abort_arg)) return -ECANCELED;
-        int pr = poll(&pfd, 1, w->cfg.join_abort && ms > 100 ? 100 : ms);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr == 0) continue;
-        if (pr < 0) return -errno;
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0) return fd;
-        if (errno != EINTR && errno != ECONNABORTED) return -errno;
-    }
-}
-
-/* Rank 0: whether a joiner's hello (read with status rs) can be taken. One of another bootstrap
- * version, for another world size, or garbage is logged and told why (best effort: a joiner
- * that can read the refusal reports it at once instead of waiting out its join time-out); *m is
- * then freed. */
-static wf_status take_hello(wf_world *w, int fd, wf_status rs, wf__world_msg *m, uint64_t deadline) {
-    wf_status why = WF_EPROTO;
-    if (rs == WF_OK && m->type == WF__WORLD_MSG_HELLO && m->n_ranks == w->n) return WF_OK;
-    if (rs == WF_OK && m->type == WF__WORLD_MSG_HELLO) {
-        WF_LOG_WARN("world", NULL, "bootstrap: a joiner expects a world of %d ranks, this one has "
-                    "%d; refused", m->n_ranks, w->n);
-        why = WF_EINVAL;
-    } else if (WF__WORLD_MSG_FAMILY(m->type) == WF__WORLD_MSG_FAMILY(WF__WORLD_MSG_HELLO) &&
-               WF__WORLD_MSG_VERSION_OF(m->type) != WF__WORLD_MSG_VERSION) {
-        WF_LOG_WARN("world", NULL, "bootstrap: a joiner speaks bootstrap version %c, this "
-                    "coordinator %c (mixed weft releases?); refused",
-                    WF__WORLD_MSG_VERSION_OF(m->type), WF__WORLD_MSG_VERSION);
-    } else {
-        WF_LOG_WARN("world", NULL, "bootstrap: a joiner sent a bad hello (%s)",
-                    wf_status_name(rs == WF_OK ? WF_EPROTO : rs));
-    }
-    wf__world_msg_free(m);
-    if (rs != WF_EIO && rs != WF_ETIMEDOUT) send_welcome(w, fd, -1, why, deadline);
-    return why;
-}
-
-/* Rank 0: gathers the n - 1 hellos, assigns the slots, sends everyone the table. */
-static wf_status coordinate(wf_world *w, char *err, size_t errlen) {
-    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
-    int n = w->n, n_conn = 0;
-    int *fds = malloc(sizeof(int) * (size_t)n), *slot_of = malloc(sizeof(int) * (size_t)n);
-    wf__world_msg *hellos = calloc((size_t)n, sizeof *hellos);
-    wf_status st = WF_OK;
-    if (!fds || !slot_of || !hellos) {
-        st = WF_ENOMEM;
-        goto out;
-    }
-    while (n_conn < n - 1) {
-        int fd = accept_one(w, w->listen_fd, deadline);
-        if (fd == -ETIMEDOUT) {
-            char missing[200] = "";
-            size_t used = 0;
-            for (int r = 1; r < n; r++) {
-                int taken = 0;
-                for (int i = 0; i < n_conn; i++) taken |= hellos[i].rank == r;
-                if (!taken && used < sizeof missing - 8)
-                    used += (size_t)snprintf(missing + used, sizeof missing - used, " %d", r);
-            }
-            st = wf_status_errorf(err, errlen, WF_ETIMEDOUT,
-                                  "world formation timed out after %d ms: %d of %d ranks joined; "
-                                  "slots not claimed:%s", w->cfg.join_timeout_ms, n_conn + 1, n,
-                                  missing);
-            goto out;
-        }
-        if (fd == -ECANCELED) {
-            st = wf_status_errorf(err, errlen, WF_ECANCELLED, "world formation abandoned: %d of %d ranks joined",
-                                  n_conn + 1, n);
-            goto out;
-        }
-        if (fd < 0) {
-            st = wf_status_errorf(err, errlen, WF_EIO, "accept: %s", strerror(-fd));
-            goto out;
-        }
-        wf__world_msg m;
-        if (take_hello(w, fd, recv_msg(fd, deadline, &m), &m, deadline) != WF_OK) {
-            close(fd);
-            continue;
-        }
-        int dup = 0;
-        for (int i = 0; i < n_conn; i++) dup |= m.rank >= 0 && hellos[i].rank == m.rank;
-        if (dup || m.rank == 0) {
-            WF_LOG_WARN("world", NULL, "bootstrap: slot %d claimed twice; refused", m.rank);
-            send_welcome(w, fd, m.rank, WF_EINVAL, deadline);
-            wf__world_msg_free(&m);
-            close(fd);
-            continue;
-        }
-        fds[n_conn] = fd;
-        hellos[n_conn++] = m;
-    }
-    /* Explicit slots first, then the "any" joiners in arrival order. */
-    int next = 1;
-    for (int i = 0; i < n_conn; i++) {
-        if (hellos[i].rank > 0) {
-            slot_of[i] = hellos[i].rank;
-            continue;
-        }
-        for (;; next++) {
-            int taken = 0;
-            for (int j = 0; j < n_conn; j++) taken |= hellos[j].rank == next;
-            if (!taken) break;
-        }
-        slot_of[i] = hellos[i].rank = next++;
-    }
-    for (int i = 0; i < n_conn; i++) {
-        wf__world_entry *e = &hellos[i].entries[0];
-        e->incarnation = 1;
-        w->peers[slot_of[i]].e = *e;
-        memset(e, 0, sizeof *e);
-    }
-    for (int i = 0; i < n_conn; i++) {
-        if (send_welcome(w, fds[i], slot_of[i], WF_OK, deadline) != WF_OK) {
-            st = wf_status_errorf(err, errlen, WF_EIO, "sending the rank table to rank %d failed",
-                                  slot_of[i]);
-            break;
-        }
-    }
-out:
-    for (int i = 0; i < n_conn; i++) {
-        close(fds[i]);
-        wf__world_msg_free(&hellos[i]);
-    }
-    free(fds);
-    free(slot_of);
-    free(hellos);
-    return st;
-}
-
-static int tcp_connect(const wf_world *w, uint64_t deadline, char *err, size_t errlen) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    char port[16];
-    snprintf(port, sizeof port, "%d", w->cfg.port);
-    if (getaddrinfo(w->cfg.host, port, &hints, &ai) != 0) {
-        wf_errorf(err, errlen, "cannot resolve %s", w->cfg.host);
-        return -1;
-    }
-    int fd = -1, last_errno = 0;
-    /* Rank 0 may not be listening yet: retry until the join deadline. */
-    while (wf_clock_now_ns() < deadline) {
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) break;
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-        last_errno = errno;
-        close(fd);
-        fd = -1;
-        usleep(20000);
-    }
-    freeaddrinfo(ai);
-    if (fd < 0)
-        wf_errorf(err, errlen, "cannot reach the coordinator at %s:%d: %s", w->cfg.host,
-                  w->cfg.port, strerror(last_errno ? last_errno : ETIMEDOUT));
-    return fd;
-}
-
-/* A joiner (or a replacement): hello, then the table. */
-static wf_status join(wf_world *w, char *err, size_t errlen) {
-    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
-    int fd = tcp_connect(w, deadline, err, errlen);
-    if (fd < 0) return WF_ETIMEDOUT;
-    wf__wbuf b = {0};
-    encode_header(&b, WF__WORLD_MSG_HELLO, w->cfg.rank, w->n, 0, 0);
-    wf__wbuf_entry(&b, &w->self);
-    wf_status st = WF_OK;
-    wf__world_msg m = {0};
-    if (b.oom) {
-        st = WF_ENOMEM;
-    } else if (send_frame(fd, &b, deadline) != 0) {
-        st = wf_status_errorf(err, errlen, WF_EIO, "sending hello to the coordinator failed");
-    } else if ((st = recv_msg(fd, deadline, &m)) != WF_OK) {
-        if (WF__WORLD_MSG_FAMILY(m.type) == WF__WORLD_MSG_FAMILY(WF__WORLD_MSG_WELCOME) &&
-            WF__WORLD_MSG_VERSION_OF(m.type) != WF__WORLD_MSG_VERSION)
-            st = wf_status_errorf(err, errlen, WF_EPROTO, "the coordinator speaks world bootstrap "
-                                  "version %c, this process %c: run one weft release on every rank",
-                                  WF__WORLD_MSG_VERSION_OF(m.type), WF__WORLD_MSG_VERSION);
-        else
-            wf_errorf(err, errlen, "no rank table from the coordinator: %s", wf_status_str(st));
-    } else if (m.type != WF__WORLD_MSG_WELCOME) {
-        st = wf_status_errorf(err, errlen, WF_EPROTO, "bad answer from the coordinator");
-    } else if (m.status != WF_OK && m.n_ranks != w->n) {
-        st = wf_status_errorf(err, errlen, (wf_status)m.status, "the coordinator's world has %d "
-                              "ranks, this process was started for %d", m.n_ranks, w->n);
-    } else if (m.status != WF_OK) {
-        st = wf_status_errorf(err, errlen, (wf_status)m.status, "the coordinator refused slot %d: %s",
-                              w->cfg.rank, wf_status_str((wf_status)m.status));
-    } else if (m.n_ranks != w->n) {
-        st = wf_status_errorf(err, errlen, WF_EPROTO, "bad answer from the coordinator");
-    } else {
-        w->rank = m.rank;
-        w->epoch = m.epoch;
-        for (int r = 0; r < w->n; r++) {
-            w->peers[r].e = m.entries[r];
-            memset(&m.entries[r], 0, sizeof m.entries[r]);
-        }
-    }
-    wf__world_msg_free(&m);
-    free(b.p);
-    close(fd);
-    return st;
-}
-
-wf_status wf_world_admit(wf_world *w, int *rank_out) {
-    if (w->rank != 0 || w->listen_fd < 0)
-        return fail(w, WF_EINVAL, -1, "only rank 0 admits replacements");
-    uint64_t deadline = wf_clock_now_ns() + (uint64_t)w->cfg.join_timeout_ms * 1000000ull;
-    for (;;) {
-        int fd = accept_one(w, w->listen_fd, deadline);
-        if (fd == -ETIMEDOUT)
-            return fail(w, WF_ETIMEDOUT, -1, "no replacement joined in %d ms",
-                        w->cfg.join_timeout_ms);
-        if (fd < 0) return fail(w, WF_EIO, -1, "accept: %s", strerror(-fd));
-        wf__world_msg m;
-        if (take_hello(w, fd, recv_msg(fd, deadline, &m), &m, deadline) != WF_OK) {
-            close(fd);
-            continue;
-        }
-        int r = m.rank;
-        if (r <= 0) {
-            /* A replacement must name its slot; rank 0 cannot be replaced. */
-            send_welcome(w, fd, 0, WF_EINVAL, deadline);
-            wf__world_msg_free(&m);
-            close(fd);
-            continue;
-        }
-        uint32_t inc = w->peers[r].e.incarnation + 1;
-        m.entries[0].incarnation = inc;
-        apply_entry(w, r, &m.entries[0]);
-        wf__world_msg_free(&m);
-        w->epoch++;
-        wf_status st = send_welcome(w, fd, r, WF_OK, deadline);
-        close(fd);
-        if (st != WF_OK) WF_LOG_WARN("world", NULL, "welcome to the replacement of rank %d failed", r);
-        /* Tell everyone else; a rank that is itself dead is skipped, not waited for. */
-        wf__wbuf b = {0};
-        encode_header(&b, WF__WORLD_MSG_UPDATE, r, w->n, 0, w->epoch);
-        wf__wbuf_entry(&b, &w->peers[r].e);
-        if (b.oom) {
-            free(b.p);
-            return fail(w, WF_ENOMEM, r, "out of memory");
-        }
-        wf_world_op *ops = calloc((size_t)w->n, sizeof *ops);
-        if (!ops) {
-            free(b.p);
-            return fail(w, WF_ENOMEM, r, "out of memory");
-        }
-        for (int q = 1; q < w->n; q++) {
-            if (q == r) continue;
-            ops[0] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = q,
-                                   .tag = {.kind = WF_WORLD_TAG_CTRL}, .buf = b.p, .len = b.len};
-            wf_status sst = wf_world_run(w, ops, 1);
-            if (sst != WF_OK)
-                WF_LOG_WARN("world", NULL, "membership update to rank %d: %s", q, w->err);
-        }
-        free(ops);
-        free(b.p);
-        WF_LOG_INFO("world", NULL, "rank %d re-admitted (incarnation %u, epoch %u)", r, inc,
-                    w->epoch);
-        if (rank_out) *rank_out = r;
-        w->err[0] = '\0';
-        w->err_rank = -1;
-        return WF_OK;
-    }
 }
 
 /* ---- creation ------------------------------------------------------------------------------- */
@@ -1424,15 +1003,15 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     if (w->n == 1) {
         st = copy_entry(&w->peers[0].e, &w->self);
     } else if (cfg->rank == 0) {
-        w->listen_fd = tcp_listen(w, err, errlen);
+        w->listen_fd = wf__world_boot_listen(w, err, errlen);
         if (w->listen_fd < 0) {
             st = WF_EIO;
             goto fail_ucx;
         }
         st = copy_entry(&w->peers[0].e, &w->self);
-        if (st == WF_OK) st = coordinate(w, err, errlen);
+        if (st == WF_OK) st = wf__world_boot_coordinate(w, err, errlen);
     } else {
-        st = join(w, err, errlen);
+        st = wf__world_boot_join(w, err, errlen);
     }
     if (st != WF_OK) goto fail_ucx;
     WF_LOG_DEBUG("world", NULL, "rank %d of %d joined (epoch %u)", w->rank, w->n, w->epoch);
