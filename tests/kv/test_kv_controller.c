@@ -104,16 +104,22 @@ END_TEST
 /* A codec-bound pipelined transfer's span only bounds B from below: below the estimate it
  * leaves B alone (a compressing controller would otherwise learn a slow link from its own
  * transfers and never go raw again), above it it is taken; a wire-bound one is a sample. */
-START_TEST(pipelined_samples_bound_bandwidth) {
+/* A controller with one k4v4 profile that decided a 64 MiB transfer (*d) and then saw one raw
+ * sample of 8 Gbps (*raw: that decision, made raw). */
+static wf_kv_controller *make_after_raw_sample(wf_kv_decision *d, wf_kv_decision *raw) {
     wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 1.0, 0.99);
     wf_kv_controller *c = make(&p, 1, 10);
     wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
-    wf_kv_decision d;
-    wf_kv_controller_decide(c, &r, 0, &d);
-    /* First a raw sample: 8 Gbps. */
-    wf_kv_decision raw = d;
-    raw.profile = -1;
-    wf_kv_controller_observe(c, &raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1);
+    wf_kv_controller_decide(c, &r, 0, d);
+    *raw = *d;
+    raw->profile = -1;
+    wf_kv_controller_observe(c, raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1);
+    return c;
+}
+
+START_TEST(pipelined_samples_bound_bandwidth) {
+    wf_kv_decision d, raw;
+    wf_kv_controller *c = make_after_raw_sample(&d, &raw);
     wf_kv_controller_stats st;
     wf_kv_controller_get_stats(c, &st);
     ck_assert_double_eq_tol(st.bandwidth_gbps, 8.0, 1e-9);
@@ -141,14 +147,8 @@ END_TEST
  * span below B leaves B alone and is never a miss however often it recurs (its time was the
  * prefill's), one above B raises B. */
 START_TEST(paced_transfers_bound_bandwidth_and_never_miss) {
-    wf_kv_profile_stats p = prof("k4v4", 1, 4.0, 1.0, 0.99);
-    wf_kv_controller *c = make(&p, 1, 10);
-    wf_kv_transfer_req r = {.bytes = 64 * MB, .accuracy = -1};
-    wf_kv_decision d;
-    wf_kv_controller_decide(c, &r, 0, &d);
-    wf_kv_decision raw = d;
-    raw.profile = -1;
-    wf_kv_controller_observe(c, &raw, 100 * MB, 100ull * MB * 8 / 8, 1, 1); /* 8 Gbps */
+    wf_kv_decision d, raw;
+    wf_kv_controller *c = make_after_raw_sample(&d, &raw); /* B = 8 Gbps */
     wf_kv_controller_stats st;
     /* 64 MiB over 10 s (0.05 Gbps: the prefill's pace), ten times: B stays, no miss. */
     for (int i = 0; i < 10; i++) {
