@@ -216,7 +216,20 @@ static int pick_bound(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, 
     for (int i = 0; i < v->n_ready; i++) { /* bind the newcomers, in arrival order */
         wf_dit_job *j = v->ready[idx[i]];
         int P = bound_size(p, j), lanes = v->n_ranks / P;
-        if (j->lane < 1 || j->lane > lanes) j->lane = 1 + p->rr[P]++ % lanes;
+        if (j->lane >= 1 && j->lane <= lanes) continue;
+        if (!p->earliest_free) {
+            j->lane = 1 + p->rr[P]++ % lanes;
+            continue;
+        }
+        /* the lane whose backlog (its bound jobs' predicted time, from when it was last idle)
+         * ends first; ties: the lowest */
+        int best = 0;
+        for (int l = 1; l < lanes; l++)
+            if (p->lane_free_ms[l] < p->lane_free_ms[best]) best = l;
+        double start = p->lane_free_ms[best] > v->now_ms ? p->lane_free_ms[best] : v->now_ms;
+        p->lane_free_ms[best] = start + wf_dit_policy_remaining_ms(p->cost, j, wf_dit_policy_degree_at_most(p->cost, j, P),
+                                                                   false, remaining_steps(j));
+        j->lane = 1 + best;
     }
     for (int i = 0; i < v->n_ready && n < max_out; i++) {
         const wf_dit_job *j = v->ready[idx[i]];
@@ -441,9 +454,10 @@ static const wf_dit_policy_ops rssp_ops = {"rssp", NULL, pick_rssp, NULL};
 static const wf_dit_policy_ops elastic_ops = {"elastic", NULL, pick_elastic, NULL};
 static const wf_dit_policy_ops gf_static_ops = {"gf-static", NULL, pick_bound, NULL};
 static const wf_dit_policy_ops gf_rssp_ops = {"gf-rssp", NULL, pick_bound, NULL};
+static const wf_dit_policy_ops gf_fcfs_ops = {"gf-fcfs", NULL, pick_bound, NULL};
 
 const char *wf_dit_policy_names(void) {
-    return "static:K (K = 1, 2, 4, 8), rssp[:T=P,...], elastic, gf-static:K, gf-rssp[:T=P,...]";
+    return "static:K (K = 1, 2, 4, 8), rssp[:T=P,...], elastic, gf-static:K, gf-fcfs:K, gf-rssp[:T=P,...]";
 }
 
 /* "K" of static:K: 1, 2, 4 or 8 and at most n_ranks */
@@ -483,14 +497,16 @@ wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *co
     p->chunk_steps = chunk_steps;
     bool gf = !strncmp(spec, "gf-", 3);
     const char *name = gf ? spec + 3 : spec;
-    if (!strncmp(name, "static:", 7)) {
-        if (!parse_k(name + 7, n_ranks, &p->static_k)) {
+    bool fcfs = gf && !strncmp(name, "fcfs:", 5);
+    if (!strncmp(name, "static:", 7) || fcfs) {
+        if (!parse_k(name + (fcfs ? 5 : 7), n_ranks, &p->static_k)) {
             free(p);
             return wf_status_errorf(err, errlen, WF_EINVAL,
                                     "dit policy \"%s\": K must be 1, 2, 4 or 8 and at most the %d ranks", spec,
                                     n_ranks);
         }
-        p->ops = gf ? &gf_static_ops : &static_ops;
+        p->ops = fcfs ? &gf_fcfs_ops : gf ? &gf_static_ops : &static_ops;
+        p->earliest_free = fcfs;
     } else if (!strcmp(name, "rssp") || !strncmp(name, "rssp:", 5)) {
         p->ops = gf ? &gf_rssp_ops : &rssp_ops;
         /* GF-DiT's default class map S:4, M:4, L:1, by tokens (L = 16384) */

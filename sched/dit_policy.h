@@ -51,6 +51,10 @@
  *             (its arrival) to a lane of K ranks, round-robin over the lanes, and each lane
  *             serves its jobs first come first served, one at a time, to the end; no deadline
  *             order, no moving to a free lane, no dropping.
+ *   gf-fcfs:K GF-DiT's static baseline as its real runtime runs it (FCFSSchedulerPolicy on a
+ *             topology of K-rank groups, scripts/sweep_policies.sh's fcfs_spK): as gf-static:K
+ *             but each job is bound to the lane whose backlog (the predicted time of the jobs
+ *             bound to it) ends first, the "earliest-free" heuristic.
  *   gf-rssp[:T=P,...]  GF-DiT's RSSP (policies/rssp.py): a fixed degree per class, by default
  *             its S:4, M:4, L:1 (here by tokens: "1=4,16384=1", L being 16384 tokens), each job
  *             bound round-robin to a lane of that many ranks (aligned blocks: lanes of different
@@ -121,6 +125,8 @@ struct wf_dit_policy {
     int n_ranks, chunk_steps;
     int static_k;             /* static:K, gf-static:K */
     int rr[WF_DIT_MAX_RANKS + 1]; /* their round-robin cursor per lane size */
+    bool earliest_free;       /* gf-fcfs:K: bound to the lane whose backlog ends first */
+    double lane_free_ms[WF_DIT_MAX_RANKS]; /* gf-fcfs: when each lane's bound jobs end */
     int rssp_n, rssp_tokens[8], rssp_P[8]; /* rssp table (empty: efficiency rule) */
     /* pick's scratch, per ready job; grown when the ready list outgrows it */
     int cap, *idx, *deg;
@@ -129,7 +135,8 @@ struct wf_dit_policy {
     double *work;
 };
 
-/* spec: "static:K", "rssp", "rssp:T=P,...", "elastic", "gf-static:K", "gf-rssp[:T=P,...]".
+/* spec: "static:K", "rssp", "rssp:T=P,...", "elastic", "gf-static:K", "gf-fcfs:K",
+ * "gf-rssp[:T=P,...]".
  * WF_EINVAL naming the problem. */
 wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *cost, int chunk_steps,
                             wf_dit_policy **out, char *err, size_t errlen);

@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "  --seeds N            traces, seeds 1..N (default 5; one trace with --trace)\n"
             "  --policies LIST      comma-separated: %s\n"
             "                       (default static:1,static:2,static:4,static:8,rssp, GF-DiT's baselines\n"
-            "                       gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-rssp,\n"
+            "                       gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,\n"
+            "                       gf-rssp,\n"
             "                       gf-rssp:1=2,16384=4 (its queueing with rssp's degrees), and elastic)\n"
             "  --chunk-steps N      steps per elastic task (default 1, as GF-DiT)\n"
             "  --group-form-ms MS   cost of forming a group never used before (default 0: group-free;\n"
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL;
     bool load_given = false, alone = false;
-    char policies[512] = "static:1,static:2,static:4,static:8,rssp,gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-rssp,gf-rssp:1=2,16384=4,elastic";
+    char policies[512] = "static:1,static:2,static:4,static:8,rssp,gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,elastic";
     double load = 0.8;
     int seeds = 5;
     char err[256];

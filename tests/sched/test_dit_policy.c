@@ -324,6 +324,7 @@ START_TEST(test_policy_names) {
     ck_assert_ptr_nonnull(strstr(err, "gf-static:3"));
     ck_assert_int_eq(wf_dit_policy_new("gf-rssp:1024", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "gf-rssp:TOKENS=P"));
+    ck_assert_int_eq(wf_dit_policy_new("gf-fcfs:16", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("gf-elastic", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("elastic", 0, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("elastic", 4, &cost, 0, &p, err, sizeof err), WF_EINVAL);
@@ -625,6 +626,31 @@ START_TEST(test_gf_rssp_overlapping_lanes) {
 }
 END_TEST
 
+/* gf-fcfs:2 on 4 ranks (GF-DiT's runtime FCFS, earliest-free binding): a long L job binds to
+ * lane 0 (its backlog then ends at ~60 s), so the next two S jobs (6.8 s each) both bind to
+ * lane 1 (backlog 4.8 then 9.5 s on 2 ranks < 60 s) and queue there FCFS; round-robin would have sent the
+ * second S behind the L job. */
+START_TEST(test_gf_fcfs_earliest_free) {
+    wf_dit_policy *p = policy("gf-fcfs:2", 4);
+    wf_dit_job jobs[3] = {job(0, 16384, 1e9), job(1, 1024, 1e9), job(2, 1024, 1e9)};
+    for (int i = 0; i < 3; i++) jobs[i].arrival_ms = i;
+    bool none[4] = {false};
+    wf_dit_task t[16];
+    int k = pick(p, 4, none, jobs, 3, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->ranks[0], 0);
+    ck_assert_int_eq(task_of(t, k, 1)->ranks[0], 2);
+    ck_assert_ptr_null(task_of(t, k, 2));
+    ck_assert_int_eq(jobs[2].lane, 2);
+    wf_dit_policy_free(p);
+    p = policy("gf-static:2", 4); /* round-robin: job 2 to lane 0, behind the L job */
+    for (int i = 0; i < 3; i++) jobs[i].lane = 0;
+    k = pick(p, 4, none, jobs, 3, t);
+    ck_assert_int_eq(jobs[2].lane, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("dit_policy");
     TCase *tc = tcase_create("core");
@@ -647,6 +673,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_rssp);
     tcase_add_test(tc, test_gf_static_binds_round_robin);
     tcase_add_test(tc, test_gf_rssp_overlapping_lanes);
+    tcase_add_test(tc, test_gf_fcfs_earliest_free);
     suite_add_tcase(s, tc);
     return s;
 }
