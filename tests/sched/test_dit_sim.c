@@ -224,6 +224,45 @@ START_TEST(test_latency_bound) {
 }
 END_TEST
 
+/* The lower bound on any policy's misses: three S jobs at once on one rank, due at 1.5 x
+ * T_single: only one can make it (bound 2, and static:1 and elastic miss exactly 2); a job
+ * due before its fastest time alone counts anyway; on profiles' traces (overloaded
+ * tridentserve among them) no policy misses fewer. */
+START_TEST(test_misses_bound) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 1;
+    cfg.max_P = 1;
+    wf_dit_sim_job three[3] = {{.cls = 0}, {.cls = 0}, {.cls = 0}};
+    wf_dit_sim_report r;
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 1), 0);
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 0), 0);
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 3), 2);
+    const char *one_rank[] = {"static:1", "elastic"};
+    for (int p = 0; p < 2; p++) {
+        run(&cfg, one_rank[p], three, 3, &r);
+        ck_assert_int_eq(r.n_missed, 2);
+    }
+    three[0].alpha = 0.5; /* due before it could end alone */
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 1), 1);
+    const char *pols[] = {"elastic", "rssp", "static:1", "gf-fcfs:1"};
+    const char *profiles[] = {"short", "tridentserve"};
+    for (int k = 0; k < 2; k++) {
+        wf_dit_sim_config_init(&cfg);
+        wf_dit_sim_job *jobs;
+        int n;
+        ck_assert_int_eq(wf_dit_workload_profile(&cfg, profiles[k], 1.2, 1, &jobs, &n, NULL, err, sizeof err), WF_OK);
+        int bound = wf_dit_sim_misses_bound(&cfg, jobs, n);
+        ck_assert(k == 0 || bound > 0);
+        for (int p = 0; p < 4; p++) {
+            run(&cfg, pols[p], jobs, n, &r);
+            ck_assert_msg(r.n_missed >= bound, "%s: %d misses, below the bound %d", pols[p], r.n_missed, bound);
+        }
+        free(jobs);
+    }
+}
+END_TEST
+
 /* Which phase of p holds time t (seconds), or -1. */
 static int phase_of(const wf_workload_profile *p, double t) {
     for (size_t i = 0; i < p->n_phases; i++)
@@ -431,6 +470,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_misses_bound);
     tcase_add_test(tc, test_latency_breakdown);
     tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
