@@ -186,6 +186,7 @@ typedef struct sim {
     size_t formed_cap, n_formed;
     double busy_rank_ms;
     double *run_ms, *rank_ms; /* per job: its tasks' time and rank-time so far */
+    double *early_ms;         /* per job: rank-time of its tasks started before its deadline */
     int tasks, reshards;
 } sim;
 
@@ -253,6 +254,7 @@ static void start_task(sim *s, const wf_dit_task *t, double now) {
     s->busy_rank_ms += ms * t->n_ranks;
     s->run_ms[j->id] += ms;
     s->rank_ms[j->id] += ms * t->n_ranks;
+    if (now < j->deadline_ms) s->early_ms[j->id] += ms * t->n_ranks;
     s->tasks++;
 }
 
@@ -294,8 +296,9 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
     double *lat = calloc((size_t)n + 1, sizeof *lat), *norm = calloc((size_t)n + 1, sizeof *norm);
     s.run_ms = calloc((size_t)n + 1, sizeof *s.run_ms);
     s.rank_ms = calloc((size_t)n + 1, sizeof *s.rank_ms);
+    s.early_ms = calloc((size_t)n + 1, sizeof *s.early_ms);
     st = WF_ENOMEM;
-    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm || !s.run_ms || !s.rank_ms) {
+    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm || !s.run_ms || !s.rank_ms || !s.early_ms) {
         wf_status_errorf(err, errlen, st, "dit sim: out of memory for %d jobs", n);
         goto out;
     }
@@ -339,7 +342,11 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
                 lat[j->id] = fin - j->arrival_ms;
                 norm[j->id] = lat[j->id] / wf_dit_sim_single_ms(cfg, j->cls);
                 rep->cls_jobs[j->cls]++;
-                if (fin > j->deadline_ms) rep->cls_missed[j->cls]++, rep->missed_rank_ms += s.rank_ms[j->id];
+                if (fin > j->deadline_ms) {
+                    rep->cls_missed[j->cls]++;
+                    rep->missed_rank_ms += s.rank_ms[j->id];
+                    rep->missed_early_rank_ms += s.early_ms[j->id];
+                }
                 rep->cls_wait_mean_ms[j->cls] += lat[j->id] - s.run_ms[j->id] - cfg->cost.request_ms;
                 rep->cls_rank_ms_mean[j->cls] += s.rank_ms[j->id];
                 done++;
@@ -426,5 +433,6 @@ out:
     free(norm);
     free(s.run_ms);
     free(s.rank_ms);
+    free(s.early_ms);
     return st;
 }

@@ -59,9 +59,11 @@ typedef struct wf_dit_sim_report {
      * job waited for ranks (its latency minus its tasks' time and the request's overhead) and
      * its mean rank-time (sum over its tasks of ranks x duration: above T_single means the
      * degrees it ran at cost more than they saved); rank-ms idle while jobs waited for ranks
-     * (the policy kept ranks free), and rank-ms spent on jobs that then missed. */
+     * (the policy kept ranks free), and rank-ms spent on jobs that then missed; of those, the
+     * rank-ms of their tasks started before their deadlines (spent while the job could still
+     * make it: what a triage that gives up early saves; the rest is served once late). */
     double cls_wait_mean_ms[WF_DIT_SIM_CLASSES], cls_rank_ms_mean[WF_DIT_SIM_CLASSES];
-    double idle_waiting_rank_ms, missed_rank_ms;
+    double idle_waiting_rank_ms, missed_rank_ms, missed_early_rank_ms;
 } wf_dit_sim_report;
 
 /* 8 ranks, max degree 8, chunks of 1 step, GF-DiT's synthetic cost; S/M/L = 1024/4096/16384

@@ -49,7 +49,7 @@ typedef struct agg {
     const char *policy;
     int jobs, missed, cls_jobs[WF_DIT_SIM_CLASSES], cls_missed[WF_DIT_SIM_CLASSES];
     double mean, p95, p99, norm, tput, util, makespan, cls_lat[WF_DIT_SIM_CLASSES];
-    double cls_wait[WF_DIT_SIM_CLASSES], cls_rank[WF_DIT_SIM_CLASSES], idle_waiting, missed_rank, busy;
+    double cls_wait[WF_DIT_SIM_CLASSES], cls_rank[WF_DIT_SIM_CLASSES], idle_waiting, missed_rank, missed_early, busy;
     int seeds;
 } agg;
 
@@ -223,6 +223,7 @@ int main(int argc, char **argv) {
                 a->cls_rank[c] += r.cls_rank_ms_mean[c] * r.cls_jobs[c];
             }
             a->idle_waiting += r.idle_waiting_rank_ms, a->missed_rank += r.missed_rank_ms;
+            a->missed_early += r.missed_early_rank_ms;
             a->busy += r.utilisation * cfg.n_ranks * r.makespan_ms;
             a->mean += r.latency_mean_ms, a->p95 += r.latency_p95_ms, a->p99 += r.latency_p99_ms;
             a->norm += r.norm_latency_mean, a->tput += r.throughput_rps, a->util += r.utilisation;
@@ -257,16 +258,18 @@ int main(int argc, char **argv) {
     }
     /* where the latency goes: per class the mean wait for ranks and rank-time per job (vs
      * T_single), ranks idle while jobs waited and rank-time spent on jobs that missed (% of the
-     * busy rank-time) */
-    printf("why %-12s %8s %8s %8s %8s %8s %8s %10s %10s\n", "policy", "S_wait", "M_wait", "L_wait", "S_rank/T1",
-           "M_rank/T1", "L_rank/T1", "idle_wait%", "missed_rk%");
+     * busy rank-time), and of it the part spent before their deadlines (early) */
+    printf("why %-12s %8s %8s %8s %8s %8s %8s %10s %10s %10s\n", "policy", "S_wait", "M_wait", "L_wait", "S_rank/T1",
+           "M_rank/T1", "L_rank/T1", "idle_wait%", "missed_rk%",
+           "early_rk%");
     for (int p = 0; p < n_pol; p++) {
         agg *a = &aggs[p];
         printf("why %-12s", a->policy);
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) printf(" %8.2f", a->cls_jobs[c] ? a->cls_wait[c] / a->cls_jobs[c] / 1000 : 0);
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
             printf(" %9.3f", a->cls_jobs[c] ? a->cls_rank[c] / a->cls_jobs[c] / wf_dit_sim_single_ms(&cfg, c) : 0);
-        printf(" %10.2f %10.2f\n", a->busy > 0 ? 100 * a->idle_waiting / a->busy : 0, a->busy > 0 ? 100 * a->missed_rank / a->busy : 0);
+        printf(" %10.2f %10.2f %10.2f\n", a->busy > 0 ? 100 * a->idle_waiting / a->busy : 0,
+               a->busy > 0 ? 100 * a->missed_rank / a->busy : 0, a->busy > 0 ? 100 * a->missed_early / a->busy : 0);
     }
     /* the best static policy: weft's or GF-DiT's, whichever misses fewer (ties: lower mean) */
     int best_static = best_weft;

@@ -110,6 +110,7 @@ START_TEST(test_latency_breakdown) {
     ck_assert_double_eq_tol(r.idle_waiting_rank_ms, 0, 1e-9);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_double_eq_tol(r.missed_rank_ms, t1, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, t1, 1e-6); /* it started at t1 < 1.5 x t1 */
     cfg.n_ranks = 3;
     run(&cfg, "rssp", two, 2, &r);
     ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t2 / 2, 1e-6);
@@ -121,6 +122,12 @@ START_TEST(test_latency_breakdown) {
     run(&cfg, "rssp", two, 2, &r);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_double_eq_tol(r.missed_rank_ms, 2 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, 2 * t2, 1e-6); /* started at t2 < t1 */
+    cfg.classes[0].alpha = 0.5; /* both due before they could end: the second starts late */
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_int_eq(r.n_missed, 2);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 4 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, 2 * t2, 1e-6);
 }
 END_TEST
 
