@@ -227,8 +227,8 @@ static int pick_bound(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, 
         for (int l = 1; l < lanes; l++)
             if (p->lane_free_ms[l] < p->lane_free_ms[best]) best = l;
         double start = p->lane_free_ms[best] > v->now_ms ? p->lane_free_ms[best] : v->now_ms;
-        p->lane_free_ms[best] = start + wf_dit_policy_remaining_ms(p->cost, j, wf_dit_policy_degree_at_most(p->cost, j, P),
-                                                                   false, remaining_steps(j));
+        int deg = wf_dit_policy_degree_at_most(p->cost, j, P);
+        p->lane_free_ms[best] = start + wf_dit_policy_remaining_ms(p->cost, j, deg, false, remaining_steps(j));
         j->lane = 1 + best;
     }
     for (int i = 0; i < v->n_ready && n < max_out; i++) {

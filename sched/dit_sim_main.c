@@ -53,6 +53,11 @@ typedef struct agg {
     int seeds;
 } agg;
 
+/* a is the better static policy: fewer misses, ties by the lower mean latency */
+static bool better(const agg *a, const agg *b) {
+    return a->missed < b->missed || (a->missed == b->missed && a->mean < b->mean);
+}
+
 static int parse3(const char *s, double *v) {
     char extra;
     return sscanf(s, "%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &extra) == 3 ? 0 : -1;
@@ -63,7 +68,9 @@ int main(int argc, char **argv) {
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL;
     bool load_given = false, alone = false;
-    char policies[512] = "static:1,static:2,static:4,static:8,rssp,gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,elastic";
+    char policies[512] = "static:1,static:2,static:4,static:8,rssp,"
+                         "gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,"
+                         "elastic";
     double load = 0.8;
     int seeds = 5;
     char err[256];
@@ -253,8 +260,7 @@ int main(int argc, char **argv) {
             continue;
         }
         int *best = strncmp(a->policy, "gf-", 3) ? &best_weft : &best_gf;
-        if (*best < 0 || a->missed < aggs[*best].missed || (a->missed == aggs[*best].missed && a->mean < aggs[*best].mean))
-            *best = p;
+        if (*best < 0 || better(a, &aggs[*best])) *best = p;
     }
     /* where the latency goes: per class the mean wait for ranks and rank-time per job (vs
      * T_single), ranks idle while jobs waited and rank-time spent on jobs that missed (% of the
@@ -273,9 +279,7 @@ int main(int argc, char **argv) {
     }
     /* the best static policy: weft's or GF-DiT's, whichever misses fewer (ties: lower mean) */
     int best_static = best_weft;
-    if (best_gf >= 0 && (best_static < 0 || aggs[best_gf].missed < aggs[best_static].missed ||
-                         (aggs[best_gf].missed == aggs[best_static].missed && aggs[best_gf].mean < aggs[best_static].mean)))
-        best_static = best_gf;
+    if (best_gf >= 0 && (best_static < 0 || better(&aggs[best_gf], &aggs[best_static]))) best_static = best_gf;
     if (elastic >= 0 && best_static >= 0) {
         agg *e = &aggs[elastic];
         int vs[2] = {best_static, best_gf};
@@ -284,12 +288,13 @@ int main(int argc, char **argv) {
             if (vs[w] < 0 || (w == 1 && vs[1] == vs[0])) continue;
             agg *b = &aggs[vs[w]];
             char fewer[64];
-            if (b->missed > 0) snprintf(fewer, sizeof fewer, "%.1f%% fewer", 100.0 * (b->missed - e->missed) / b->missed);
+            if (b->missed > 0)
+                snprintf(fewer, sizeof fewer, "%.1f%% fewer", 100.0 * (b->missed - e->missed) / b->missed);
             else snprintf(fewer, sizeof fewer, "static missed none");
             printf("elastic vs %s (%s): SLO violations %d vs %d (%s), mean latency %.2f s vs %.2f s "
                    "(%.2fx lower), static miss rate %.1f%%\n",
-                   what[w], b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000, b->mean / b->seeds / 1000,
-                   e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
+                   what[w], b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000,
+                   b->mean / b->seeds / 1000, e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
         }
         agg *b = &aggs[best_static];
         printf("lower bound on any policy's mean latency: %.2f s (best static / bound %.2fx, elastic / bound "
