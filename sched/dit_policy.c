@@ -72,24 +72,27 @@ int wf_dit_policy_rssp_degree(const wf_dit_policy *p, const wf_dit_job *j) {
     return best;
 }
 
-/* ready indices in earliest-deadline order (ties: arrival, id) */
-static void edf_order(const wf_dit_view *v, int *idx) {
+/* a before b: earliest deadline first (by_arrival: first come first), ties by arrival, id */
+static bool before(const wf_dit_job *a, const wf_dit_job *b, bool by_arrival) {
+    if (!by_arrival && a->deadline_ms != b->deadline_ms) return a->deadline_ms < b->deadline_ms;
+    if (a->arrival_ms != b->arrival_ms) return a->arrival_ms < b->arrival_ms;
+    return a->id < b->id;
+}
+
+/* ready indices in earliest-deadline order, or first come first served (by_arrival) */
+static void queue_order(const wf_dit_view *v, int *idx, bool by_arrival) {
     for (int i = 0; i < v->n_ready; i++) idx[i] = i;
     for (int i = 1; i < v->n_ready; i++) {
         int x = idx[i], k = i - 1;
-        const wf_dit_job *a = v->ready[x];
-        while (k >= 0) {
-            const wf_dit_job *b = v->ready[idx[k]];
-            bool before = a->deadline_ms < b->deadline_ms ||
-                          (a->deadline_ms == b->deadline_ms &&
-                           (a->arrival_ms < b->arrival_ms || (a->arrival_ms == b->arrival_ms && a->id < b->id)));
-            if (!before) break;
+        while (k >= 0 && before(v->ready[x], v->ready[idx[k]], by_arrival)) {
             idx[k + 1] = idx[k];
             k--;
         }
         idx[k + 1] = x;
     }
 }
+
+static void edf_order(const wf_dit_view *v, int *idx) { queue_order(v, idx, false); }
 
 static bool reserve(wf_dit_policy *p, int n) {
     if (n <= p->cap) return true;
@@ -188,6 +191,61 @@ static int pick_rssp(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, i
         t->steps = remaining_steps(j);
         take_ranks(p->cost, j, P, freem, v->n_ranks, t);
         f -= P;
+    }
+    return n;
+}
+
+/* ---- gf-static:K and gf-rssp (GF-DiT's baselines) ------------------------------------------ */
+
+/* The lane size a binding policy gives job j: K, or its rssp degree. */
+static int bound_size(const wf_dit_policy *p, const wf_dit_job *j) {
+    return p->static_k ? p->static_k : wf_dit_policy_rssp_degree(p, j);
+}
+
+/* GF-DiT binds a request to one group at submission (round-robin over the groups of its size)
+ * and each group runs its requests first come first served, one at a time, to the end; among
+ * the groups whose next request finds all its ranks free, the earliest-arrived starts first
+ * (its simulator's _next_startable_task). Lanes of size P are the aligned blocks of P ranks. */
+static int pick_bound(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
+    bool freem[WF_DIT_MAX_RANKS];
+    bool head_seen[WF_DIT_MAX_RANKS + 1][WF_DIT_MAX_RANKS];
+    int n = 0, *idx = p->idx;
+    count_free(v, freem);
+    memset(head_seen, 0, sizeof head_seen);
+    queue_order(v, idx, true);
+    for (int i = 0; i < v->n_ready; i++) { /* bind the newcomers, in arrival order */
+        wf_dit_job *j = v->ready[idx[i]];
+        int P = bound_size(p, j), lanes = v->n_ranks / P;
+        if (j->lane >= 1 && j->lane <= lanes) continue;
+        if (!p->earliest_free) {
+            j->lane = 1 + p->rr[P]++ % lanes;
+            continue;
+        }
+        /* the lane whose backlog (its bound jobs' predicted time, from when it was last idle)
+         * ends first; ties: the lowest */
+        int best = 0;
+        for (int l = 1; l < lanes; l++)
+            if (p->lane_free_ms[l] < p->lane_free_ms[best]) best = l;
+        double start = p->lane_free_ms[best] > v->now_ms ? p->lane_free_ms[best] : v->now_ms;
+        int deg = wf_dit_policy_degree_at_most(p->cost, j, P);
+        p->lane_free_ms[best] = start + wf_dit_policy_remaining_ms(p->cost, j, deg, false, remaining_steps(j));
+        j->lane = 1 + best;
+    }
+    for (int i = 0; i < v->n_ready && n < max_out; i++) {
+        const wf_dit_job *j = v->ready[idx[i]];
+        int P = bound_size(p, j), l = j->lane - 1;
+        if (head_seen[P][l]) continue; /* not its lane's first */
+        head_seen[P][l] = true;
+        bool all = true;
+        for (int r = l * P; r < (l + 1) * P; r++) all &= freem[r];
+        if (!all) continue;
+        wf_dit_task *t = &out[n++];
+        t->job = idx[i];
+        t->steps = remaining_steps(j);
+        t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, P);
+        wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
+        for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = l * P + k;
+        for (int r = l * P; r < (l + 1) * P; r++) freem[r] = false; /* the whole lane */
     }
     return n;
 }
@@ -394,8 +452,37 @@ static int pick_elastic(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out
 static const wf_dit_policy_ops static_ops = {"static", NULL, pick_static, NULL};
 static const wf_dit_policy_ops rssp_ops = {"rssp", NULL, pick_rssp, NULL};
 static const wf_dit_policy_ops elastic_ops = {"elastic", NULL, pick_elastic, NULL};
+static const wf_dit_policy_ops gf_static_ops = {"gf-static", NULL, pick_bound, NULL};
+static const wf_dit_policy_ops gf_rssp_ops = {"gf-rssp", NULL, pick_bound, NULL};
+static const wf_dit_policy_ops gf_fcfs_ops = {"gf-fcfs", NULL, pick_bound, NULL};
 
-const char *wf_dit_policy_names(void) { return "static:K (K = 1, 2, 4, 8), rssp[:T=P,...], elastic"; }
+const char *wf_dit_policy_names(void) {
+    return "static:K (K = 1, 2, 4, 8), rssp[:T=P,...], elastic, gf-static:K, gf-fcfs:K, gf-rssp[:T=P,...]";
+}
+
+/* "K" of static:K: 1, 2, 4 or 8 and at most n_ranks */
+static bool parse_k(const char *s, int n_ranks, int *k_out) {
+    char *end;
+    long k = strtol(s, &end, 10);
+    if (end == s || *end || (k != 1 && k != 2 && k != 4 && k != 8) || k > n_ranks) return false;
+    *k_out = (int)k;
+    return true;
+}
+
+/* "T=P[,T=P...]" of rssp (s NULL: no table) */
+static bool parse_rssp_table(wf_dit_policy *p, const char *s) {
+    p->rssp_n = 0;
+    while (s && *s) {
+        int t, P, used;
+        if (p->rssp_n >= 8 || sscanf(s, "%d=%d%n", &t, &P, &used) != 2 || t < 1 || P < 1 ||
+            (s[used] != ',' && s[used] != 0))
+            return false;
+        p->rssp_tokens[p->rssp_n] = t;
+        p->rssp_P[p->rssp_n++] = P;
+        s += used + (s[used] == ',');
+    }
+    return true;
+}
 
 wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *cost, int chunk_steps,
                             wf_dit_policy **out, char *err, size_t errlen) {
@@ -408,31 +495,27 @@ wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *co
     p->cost = cost;
     p->n_ranks = n_ranks;
     p->chunk_steps = chunk_steps;
-    if (!strncmp(spec, "static:", 7)) {
-        char *end;
-        long k = strtol(spec + 7, &end, 10);
-        if (*end || (k != 1 && k != 2 && k != 4 && k != 8) || k > n_ranks) {
+    bool gf = !strncmp(spec, "gf-", 3);
+    const char *name = gf ? spec + 3 : spec;
+    bool fcfs = gf && !strncmp(name, "fcfs:", 5);
+    if (!strncmp(name, "static:", 7) || fcfs) {
+        if (!parse_k(name + (fcfs ? 5 : 7), n_ranks, &p->static_k)) {
             free(p);
             return wf_status_errorf(err, errlen, WF_EINVAL,
                                     "dit policy \"%s\": K must be 1, 2, 4 or 8 and at most the %d ranks", spec,
                                     n_ranks);
         }
-        p->static_k = (int)k;
-        p->ops = &static_ops;
-    } else if (!strcmp(spec, "rssp") || !strncmp(spec, "rssp:", 5)) {
-        p->ops = &rssp_ops;
-        const char *s = spec[4] == ':' ? spec + 5 : NULL;
-        while (s && *s) {
-            int t, P, used;
-            if (p->rssp_n >= 8 || sscanf(s, "%d=%d%n", &t, &P, &used) != 2 || t < 1 || P < 1 ||
-                (s[used] != ',' && s[used] != 0)) {
-                free(p);
-                return wf_status_errorf(err, errlen, WF_EINVAL,
-                                        "dit policy \"%s\": expected rssp:TOKENS=P[,TOKENS=P...] (at most 8)", spec);
-            }
-            p->rssp_tokens[p->rssp_n] = t;
-            p->rssp_P[p->rssp_n++] = P;
-            s += used + (s[used] == ',');
+        p->ops = fcfs ? &gf_fcfs_ops : gf ? &gf_static_ops : &static_ops;
+        p->earliest_free = fcfs;
+    } else if (!strcmp(name, "rssp") || !strncmp(name, "rssp:", 5)) {
+        p->ops = gf ? &gf_rssp_ops : &rssp_ops;
+        /* GF-DiT's default class map S:4, M:4, L:1, by tokens (L = 16384) */
+        const char *table = name[4] == ':' ? name + 5 : gf ? "1=4,16384=1" : NULL;
+        if (!parse_rssp_table(p, table)) {
+            free(p);
+            return wf_status_errorf(err, errlen, WF_EINVAL,
+                                    "dit policy \"%s\": expected %srssp:TOKENS=P[,TOKENS=P...] (at most 8)", spec,
+                                    gf ? "gf-" : "");
         }
     } else if (!strcmp(spec, "elastic")) {
         p->ops = &elastic_ops;

@@ -46,6 +46,22 @@
  *             go to several shorter ones that can still make it.
  *             Tasks are chunks of `chunk_steps`, so every job is reconsidered at each
  *             chunk's end.
+ *   gf-static:K  GF-DiT's static-SP baseline as its simulator runs it
+ *             (benchmarks/diffusion/policies/static_sp.py): each job is bound at its first pick
+ *             (its arrival) to a lane of K ranks, round-robin over the lanes, and each lane
+ *             serves its jobs first come first served, one at a time, to the end; no deadline
+ *             order, no moving to a free lane, no dropping.
+ *   gf-fcfs:K GF-DiT's static baseline as its real runtime runs it (FCFSSchedulerPolicy on a
+ *             topology of K-rank groups, scripts/sweep_policies.sh's fcfs_spK): as gf-static:K
+ *             but each job is bound to the lane whose backlog (the predicted time of the jobs
+ *             bound to it) ends first, the "earliest-free" heuristic.
+ *   gf-rssp[:T=P,...]  GF-DiT's RSSP (policies/rssp.py): a fixed degree per class, by default
+ *             its S:4, M:4, L:1 (here by tokens: "1=4,16384=1", L being 16384 tokens), each job
+ *             bound round-robin to a lane of that many ranks (aligned blocks: lanes of different
+ *             sizes overlap, as in GF-DiT's 8 x SP1 + 2 x SP4 topology), each lane first come
+ *             first served; a lane's next job starts when all its ranks are free, the
+ *             earliest-arrived such job first.
+ *             In the daemon a job is presented anew each wave, so there it is bound per pick.
  * Not thread-safe: one owner. */
 #ifndef WF_SCHED_DIT_POLICY_H
 #define WF_SCHED_DIT_POLICY_H
@@ -69,6 +85,8 @@ typedef struct wf_dit_job {
     double latent_bytes;     /* moved in full when a job changes ranks */
     int n_ranks;             /* the group of its last task (0 before its first) */
     int ranks[WF_DIT_MAX_RANKS];
+    int lane;                /* the policy's: 1 + the lane a binding policy (gf-static, gf-rssp)
+                              * tied it to at its first pick; 0 (zeroed job) = not yet bound */
 } wf_dit_job;
 
 typedef struct wf_dit_view {
@@ -105,7 +123,10 @@ struct wf_dit_policy {
     const wf_dit_policy_ops *ops;
     const wf_dit_cost *cost;  /* borrowed */
     int n_ranks, chunk_steps;
-    int static_k;             /* static:K */
+    int static_k;             /* static:K, gf-static:K */
+    int rr[WF_DIT_MAX_RANKS + 1]; /* their round-robin cursor per lane size */
+    bool earliest_free;       /* gf-fcfs:K: bound to the lane whose backlog ends first */
+    double lane_free_ms[WF_DIT_MAX_RANKS]; /* gf-fcfs: when each lane's bound jobs end */
     int rssp_n, rssp_tokens[8], rssp_P[8]; /* rssp table (empty: efficiency rule) */
     /* pick's scratch, per ready job; grown when the ready list outgrows it */
     int cap, *idx, *deg;
@@ -114,7 +135,9 @@ struct wf_dit_policy {
     double *work;
 };
 
-/* spec: "static:K", "rssp", "rssp:T=P,...", "elastic". WF_EINVAL naming the problem. */
+/* spec: "static:K", "rssp", "rssp:T=P,...", "elastic", "gf-static:K", "gf-fcfs:K",
+ * "gf-rssp[:T=P,...]".
+ * WF_EINVAL naming the problem. */
 wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *cost, int chunk_steps,
                             wf_dit_policy **out, char *err, size_t errlen);
 void wf_dit_policy_free(wf_dit_policy *p);

@@ -100,6 +100,68 @@ double wf_dit_sim_latency_bound_ms(const wf_dit_sim_config *cfg, const wf_dit_si
     return fmax(alone, srpt) / n;
 }
 
+/* The deadline of job spec i (as the run sets it). */
+static double spec_deadline_ms(const wf_dit_sim_config *cfg, const wf_dit_sim_job *j) {
+    double alpha = j->alpha > 0 ? j->alpha : cfg->classes[j->cls].alpha;
+    return j->arrival_ms + alpha * wf_dit_sim_single_ms(cfg, j->cls);
+}
+
+typedef struct end_at {
+    double end_ms;
+    int i;
+} end_at;
+
+static int cmp_end(const void *a, const void *b) {
+    const end_at *x = a, *y = b;
+    return (x->end_ms > y->end_ms) - (x->end_ms < y->end_ms);
+}
+
+int wf_dit_sim_misses_bound(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n) {
+    if (n < 1 || cfg->n_ranks < 1) return 0;
+    double fastest[WF_DIT_SIM_CLASSES], work[WF_DIT_SIM_CLASSES];
+    for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) class_bounds(cfg, c, &fastest[c], &work[c]);
+    int by_work[WF_DIT_SIM_CLASSES]; /* classes, most work first (the fewest jobs to give up) */
+    for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) {
+        int k = c;
+        while (k > 0 && work[by_work[k - 1]] < work[c]) by_work[k] = by_work[k - 1], k--;
+        by_work[k] = c;
+    }
+    end_at *e = malloc(sizeof *e * (size_t)n);
+    if (!e) return 0; /* no bound claimed */
+    int late = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        /* its steps must end request_ms before its deadline */
+        double end = spec_deadline_ms(cfg, &jobs[i]) - cfg->cost.request_ms;
+        if (jobs[i].arrival_ms + fastest[jobs[i].cls] > end + cfg->cost.request_ms) late++; /* even alone */
+        else e[m++] = (end_at){end, i};
+    }
+    qsort(e, (size_t)m, sizeof *e, cmp_end);
+    int most = 0;
+    for (int a = 0; a < n; a++) {
+        if (a > 0 && jobs[a].arrival_ms == jobs[a - 1].arrival_ms) continue;
+        double from = jobs[a].arrival_ms, sum = 0;
+        int cnt[WF_DIT_SIM_CLASSES] = {0};
+        for (int k = 0; k < m; k++) {
+            const wf_dit_sim_job *j = &jobs[e[k].i];
+            if (j->arrival_ms < from) continue;
+            cnt[j->cls]++;
+            sum += work[j->cls];
+            double excess = sum - cfg->n_ranks * (e[k].end_ms - from);
+            if (excess <= 0) continue;
+            int give_up = 0; /* the fewest of these jobs whose work covers the excess */
+            for (int c = 0; c < WF_DIT_SIM_CLASSES && excess > 0; c++) {
+                int cl = by_work[c], need = (int)ceil(excess / work[cl]);
+                int take = need < cnt[cl] ? need : cnt[cl];
+                give_up += take;
+                excess -= take * work[cl];
+            }
+            most = give_up > most ? give_up : most;
+        }
+    }
+    free(e);
+    return late + most;
+}
+
 /* ---- the run ------------------------------------------------------------------------------- */
 
 typedef struct running {
@@ -124,6 +186,7 @@ typedef struct sim {
     size_t formed_cap, n_formed;
     double busy_rank_ms;
     double *run_ms, *rank_ms; /* per job: its tasks' time and rank-time so far */
+    double *early_ms;         /* per job: rank-time of its tasks started before its deadline */
     int tasks, reshards;
 } sim;
 
@@ -191,6 +254,7 @@ static void start_task(sim *s, const wf_dit_task *t, double now) {
     s->busy_rank_ms += ms * t->n_ranks;
     s->run_ms[j->id] += ms;
     s->rank_ms[j->id] += ms * t->n_ranks;
+    if (now < j->deadline_ms) s->early_ms[j->id] += ms * t->n_ranks;
     s->tasks++;
 }
 
@@ -232,8 +296,9 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
     double *lat = calloc((size_t)n + 1, sizeof *lat), *norm = calloc((size_t)n + 1, sizeof *norm);
     s.run_ms = calloc((size_t)n + 1, sizeof *s.run_ms);
     s.rank_ms = calloc((size_t)n + 1, sizeof *s.rank_ms);
+    s.early_ms = calloc((size_t)n + 1, sizeof *s.early_ms);
     st = WF_ENOMEM;
-    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm || !s.run_ms || !s.rank_ms) {
+    if (!s.jobs || !s.ready || !s.run || !tasks || !taken || !lat || !norm || !s.run_ms || !s.rank_ms || !s.early_ms) {
         wf_status_errorf(err, errlen, st, "dit sim: out of memory for %d jobs", n);
         goto out;
     }
@@ -247,8 +312,7 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
         j->max_P = cfg->max_P;
         j->guided = cfg->guided;
         j->arrival_ms = specs[i].arrival_ms;
-        double alpha = specs[i].alpha > 0 ? specs[i].alpha : c->alpha;
-        j->deadline_ms = j->arrival_ms + alpha * wf_dit_sim_single_ms(cfg, j->cls);
+        j->deadline_ms = spec_deadline_ms(cfg, &specs[i]);
         j->latent_bytes = cfg->latent_bytes_per_token * c->tokens;
     }
     int next = 0, done = 0, idle_waiting = 0; /* free ranks while jobs wait, since `now` */
@@ -278,7 +342,11 @@ wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const
                 lat[j->id] = fin - j->arrival_ms;
                 norm[j->id] = lat[j->id] / wf_dit_sim_single_ms(cfg, j->cls);
                 rep->cls_jobs[j->cls]++;
-                if (fin > j->deadline_ms) rep->cls_missed[j->cls]++, rep->missed_rank_ms += s.rank_ms[j->id];
+                if (fin > j->deadline_ms) {
+                    rep->cls_missed[j->cls]++;
+                    rep->missed_rank_ms += s.rank_ms[j->id];
+                    rep->missed_early_rank_ms += s.early_ms[j->id];
+                }
                 rep->cls_wait_mean_ms[j->cls] += lat[j->id] - s.run_ms[j->id] - cfg->cost.request_ms;
                 rep->cls_rank_ms_mean[j->cls] += s.rank_ms[j->id];
                 done++;
@@ -365,5 +433,6 @@ out:
     free(norm);
     free(s.run_ms);
     free(s.rank_ms);
+    free(s.early_ms);
     return st;
 }

@@ -59,9 +59,11 @@ typedef struct wf_dit_sim_report {
      * job waited for ranks (its latency minus its tasks' time and the request's overhead) and
      * its mean rank-time (sum over its tasks of ranks x duration: above T_single means the
      * degrees it ran at cost more than they saved); rank-ms idle while jobs waited for ranks
-     * (the policy kept ranks free), and rank-ms spent on jobs that then missed. */
+     * (the policy kept ranks free), and rank-ms spent on jobs that then missed; of those, the
+     * rank-ms of their tasks started before their deadlines (spent while the job could still
+     * make it: what a triage that gives up early saves; the rest is served once late). */
     double cls_wait_mean_ms[WF_DIT_SIM_CLASSES], cls_rank_ms_mean[WF_DIT_SIM_CLASSES];
-    double idle_waiting_rank_ms, missed_rank_ms;
+    double idle_waiting_rank_ms, missed_rank_ms, missed_early_rank_ms;
 } wf_dit_sim_report;
 
 /* 8 ranks, max degree 8, chunks of 1 step, GF-DiT's synthetic cost; S/M/L = 1024/4096/16384
@@ -81,6 +83,13 @@ double wf_dit_sim_offered_load(const wf_dit_sim_config *cfg, const wf_dit_sim_jo
  * cluster schedule is a schedule of one speed-n_ranks server, on which SRPT minimises the sum
  * of latencies (Schrage 1968). Reshards and group formation only add. 0 when n < 1. */
 double wf_dit_sim_latency_bound_ms(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
+/* A lower bound on the number of missed deadlines of ANY policy on jobs[0..n) (sorted by
+ * arrival): the jobs that miss even alone on their fastest degree, plus the largest over the
+ * windows [a, b] (a an arrival, b a job's deadline less request_ms) of the fewest jobs whose
+ * least work (min_P P x T(tokens, P) x steps rank-ms) covers the excess of the work of the jobs
+ * that arrive and are due inside the window over n_ranks x (b - a): those jobs, if on time, run
+ * all their steps inside it, on at most n_ranks ranks. O(n^2). 0 when n < 1 (or no memory). */
+int wf_dit_sim_misses_bound(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
 /* Runs jobs[0..n) (sorted by arrival) under policy spec. WF_EINVAL (bad policy or config),
  * WF_ENOMEM, WF_EPROTO (the policy left work waiting with every rank idle). */
 wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *jobs, int n,

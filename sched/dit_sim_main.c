@@ -25,7 +25,10 @@ static void usage(FILE *f) {
             "                       With --trace: its clock rescaled to that load (default: kept as is)\n"
             "  --seeds N            traces, seeds 1..N (default 5; one trace with --trace)\n"
             "  --policies LIST      comma-separated: %s\n"
-            "                       (default static:1,static:2,static:4,static:8,rssp,elastic)\n"
+            "                       (default static:1,static:2,static:4,static:8,rssp, GF-DiT's baselines\n"
+            "                       gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,\n"
+            "                       gf-rssp,\n"
+            "                       gf-rssp:1=2,16384=4 (its queueing with rssp's degrees), and elastic)\n"
             "  --chunk-steps N      steps per elastic task (default 1, as GF-DiT)\n"
             "  --group-form-ms MS   cost of forming a group never used before (default 0: group-free;\n"
             "                       GF-DiT measured ~778 per new communicator)\n"
@@ -46,9 +49,14 @@ typedef struct agg {
     const char *policy;
     int jobs, missed, cls_jobs[WF_DIT_SIM_CLASSES], cls_missed[WF_DIT_SIM_CLASSES];
     double mean, p95, p99, norm, tput, util, makespan, cls_lat[WF_DIT_SIM_CLASSES];
-    double cls_wait[WF_DIT_SIM_CLASSES], cls_rank[WF_DIT_SIM_CLASSES], idle_waiting, missed_rank, busy;
+    double cls_wait[WF_DIT_SIM_CLASSES], cls_rank[WF_DIT_SIM_CLASSES], idle_waiting, missed_rank, missed_early, busy;
     int seeds;
 } agg;
+
+/* a is the better static policy: fewer misses, ties by the lower mean latency */
+static bool better(const agg *a, const agg *b) {
+    return a->missed < b->missed || (a->missed == b->missed && a->mean < b->mean);
+}
 
 static int parse3(const char *s, double *v) {
     char extra;
@@ -60,7 +68,9 @@ int main(int argc, char **argv) {
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL;
     bool load_given = false, alone = false;
-    char policies[512] = "static:1,static:2,static:4,static:8,rssp,elastic";
+    char policies[512] = "static:1,static:2,static:4,static:8,rssp,"
+                         "gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,"
+                         "elastic";
     double load = 0.8;
     int seeds = 5;
     char err[256];
@@ -132,10 +142,24 @@ int main(int argc, char **argv) {
         return 2;
     }
     double bound = 0; /* the sum over seeds of the lower bound on any policy's mean latency */
+    int miss_bound = 0; /* and of the lower bound on its misses */
     agg aggs[16];
     int n_pol = 0;
-    for (char *tok = strtok(policies, ","); tok && n_pol < 16; tok = strtok(NULL, ","))
-        aggs[n_pol++] = (agg){.policy = tok};
+    /* split at commas, except those inside an rssp table ("rssp:1=2,16384=4": a digit follows) */
+    for (char *tok = policies, *c = policies;; c++) {
+        if (*c && (*c != ',' || (c[1] >= '0' && c[1] <= '9'))) continue;
+        bool end = !*c;
+        *c = 0;
+        if (*tok) {
+            if (n_pol == 16) {
+                fprintf(stderr, "weft-dit-sim: --policies: at most 16\n");
+                return 2;
+            }
+            aggs[n_pol++] = (agg){.policy = tok};
+        }
+        if (end) break;
+        tok = c + 1;
+    }
     for (int p = 0; p < n_pol; p++) { /* refuse a bad name before any output */
         wf_dit_policy *pol;
         if (wf_dit_policy_new(aggs[p].policy, cfg.n_ranks, &cfg.cost, cfg.chunk_steps, &pol, err, sizeof err) != WF_OK) {
@@ -188,6 +212,7 @@ int main(int argc, char **argv) {
             }
         }
         bound += wf_dit_sim_latency_bound_ms(&cfg, jobs, n);
+        miss_bound += wf_dit_sim_misses_bound(&cfg, jobs, n);
         for (int p = 0; p < n_pol; p++) {
             wf_dit_sim_report r;
             if (wf_dit_sim_run(&cfg, aggs[p].policy, jobs, n, &r, err, sizeof err) != WF_OK) {
@@ -205,6 +230,7 @@ int main(int argc, char **argv) {
                 a->cls_rank[c] += r.cls_rank_ms_mean[c] * r.cls_jobs[c];
             }
             a->idle_waiting += r.idle_waiting_rank_ms, a->missed_rank += r.missed_rank_ms;
+            a->missed_early += r.missed_early_rank_ms;
             a->busy += r.utilisation * cfg.n_ranks * r.makespan_ms;
             a->mean += r.latency_mean_ms, a->p95 += r.latency_p95_ms, a->p99 += r.latency_p99_ms;
             a->norm += r.norm_latency_mean, a->tput += r.throughput_rps, a->util += r.utilisation;
@@ -213,10 +239,10 @@ int main(int argc, char **argv) {
         }
         free(jobs);
     }
-    printf("%-10s %6s %7s %6s %6s %6s %6s %9s %9s %9s %6s %7s %6s %10s %8s %8s %8s\n", "policy", "jobs", "missed",
+    printf("%-12s %6s %7s %6s %6s %6s %6s %9s %9s %9s %6s %7s %6s %10s %8s %8s %8s\n", "policy", "jobs", "missed",
            "att%", "S%", "M%", "L%", "mean_s", "p95_s", "p99_s", "norm", "tput/s", "util", "makespan_s", "S_mean", "M_mean",
            "L_mean");
-    int best_static = -1, elastic = -1;
+    int best_weft = -1, best_gf = -1, elastic = -1; /* weft's static policies; GF-DiT's (gf-) */
     for (int p = 0; p < n_pol; p++) {
         agg *a = &aggs[p];
         double k = a->seeds;
@@ -225,40 +251,57 @@ int main(int argc, char **argv) {
             att[c] = a->cls_jobs[c] ? 100.0 * (a->cls_jobs[c] - a->cls_missed[c]) / a->cls_jobs[c] : 100.0;
         double cl[WF_DIT_SIM_CLASSES];
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) cl[c] = a->cls_jobs[c] ? a->cls_lat[c] / a->cls_jobs[c] / 1000 : 0;
-        printf("%-10s %6d %7d %6.1f %6.1f %6.1f %6.1f %9.2f %9.2f %9.2f %6.2f %7.3f %6.2f %10.1f %8.2f %8.2f %8.2f\n",
+        printf("%-12s %6d %7d %6.1f %6.1f %6.1f %6.1f %9.2f %9.2f %9.2f %6.2f %7.3f %6.2f %10.1f %8.2f %8.2f %8.2f\n",
                a->policy, a->jobs, a->missed, a->jobs ? 100.0 * (a->jobs - a->missed) / a->jobs : 100.0, att[0], att[1],
                att[2], a->mean / k / 1000, a->p95 / k / 1000, a->p99 / k / 1000, a->norm / k, a->tput / k, a->util / k,
                a->makespan / k / 1000, cl[0], cl[1], cl[2]);
-        if (!strcmp(a->policy, "elastic")) elastic = p;
-        else if (best_static < 0 || a->missed < aggs[best_static].missed ||
-                 (a->missed == aggs[best_static].missed && a->mean < aggs[best_static].mean))
-            best_static = p;
+        if (!strcmp(a->policy, "elastic")) {
+            elastic = p;
+            continue;
+        }
+        int *best = strncmp(a->policy, "gf-", 3) ? &best_weft : &best_gf;
+        if (*best < 0 || better(a, &aggs[*best])) *best = p;
     }
     /* where the latency goes: per class the mean wait for ranks and rank-time per job (vs
      * T_single), ranks idle while jobs waited and rank-time spent on jobs that missed (% of the
-     * busy rank-time) */
-    printf("why %-10s %8s %8s %8s %8s %8s %8s %10s %10s\n", "policy", "S_wait", "M_wait", "L_wait", "S_rank/T1",
-           "M_rank/T1", "L_rank/T1", "idle_wait%", "missed_rk%");
+     * busy rank-time), and of it the part spent before their deadlines (early) */
+    printf("why %-12s %8s %8s %8s %8s %8s %8s %10s %10s %10s\n", "policy", "S_wait", "M_wait", "L_wait", "S_rank/T1",
+           "M_rank/T1", "L_rank/T1", "idle_wait%", "missed_rk%",
+           "early_rk%");
     for (int p = 0; p < n_pol; p++) {
         agg *a = &aggs[p];
-        printf("why %-10s", a->policy);
+        printf("why %-12s", a->policy);
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) printf(" %8.2f", a->cls_jobs[c] ? a->cls_wait[c] / a->cls_jobs[c] / 1000 : 0);
         for (int c = 0; c < WF_DIT_SIM_CLASSES; c++)
             printf(" %9.3f", a->cls_jobs[c] ? a->cls_rank[c] / a->cls_jobs[c] / wf_dit_sim_single_ms(&cfg, c) : 0);
-        printf(" %10.2f %10.2f\n", a->busy > 0 ? 100 * a->idle_waiting / a->busy : 0, a->busy > 0 ? 100 * a->missed_rank / a->busy : 0);
+        printf(" %10.2f %10.2f %10.2f\n", a->busy > 0 ? 100 * a->idle_waiting / a->busy : 0,
+               a->busy > 0 ? 100 * a->missed_rank / a->busy : 0, a->busy > 0 ? 100 * a->missed_early / a->busy : 0);
     }
+    /* the best static policy: weft's or GF-DiT's, whichever misses fewer (ties: lower mean) */
+    int best_static = best_weft;
+    if (best_gf >= 0 && (best_static < 0 || better(&aggs[best_gf], &aggs[best_static]))) best_static = best_gf;
     if (elastic >= 0 && best_static >= 0) {
-        agg *e = &aggs[elastic], *b = &aggs[best_static];
-        char fewer[64];
-        if (b->missed > 0) snprintf(fewer, sizeof fewer, "%.1f%% fewer", 100.0 * (b->missed - e->missed) / b->missed);
-        else snprintf(fewer, sizeof fewer, "static missed none");
-        printf("elastic vs best static (%s): SLO violations %d vs %d (%s), mean latency %.2f s vs %.2f s "
-               "(%.2fx lower), static miss rate %.1f%%\n",
-               b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000, b->mean / b->seeds / 1000,
-               e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
+        agg *e = &aggs[elastic];
+        int vs[2] = {best_static, best_gf};
+        const char *what[2] = {"best static", "best GF-DiT baseline"};
+        for (int w = 0; w < 2; w++) {
+            if (vs[w] < 0 || (w == 1 && vs[1] == vs[0])) continue;
+            agg *b = &aggs[vs[w]];
+            char fewer[64];
+            if (b->missed > 0)
+                snprintf(fewer, sizeof fewer, "%.1f%% fewer", 100.0 * (b->missed - e->missed) / b->missed);
+            else snprintf(fewer, sizeof fewer, "static missed none");
+            printf("elastic vs %s (%s): SLO violations %d vs %d (%s), mean latency %.2f s vs %.2f s "
+                   "(%.2fx lower), static miss rate %.1f%%\n",
+                   what[w], b->policy, e->missed, b->missed, fewer, e->mean / e->seeds / 1000,
+                   b->mean / b->seeds / 1000, e->mean > 0 ? b->mean / e->mean : 0.0, b->jobs ? 100.0 * b->missed / b->jobs : 0.0);
+        }
+        agg *b = &aggs[best_static];
         printf("lower bound on any policy's mean latency: %.2f s (best static / bound %.2fx, elastic / bound "
                "%.2fx)\n",
                bound / e->seeds / 1000, bound > 0 ? b->mean / bound : 0.0, bound > 0 ? e->mean / bound : 0.0);
+        printf("lower bound on any policy's misses: %d (best static %d: at most %.1f%% fewer)\n", miss_bound, b->missed,
+               b->missed > 0 ? 100.0 * (b->missed - miss_bound) / b->missed : 0.0);
     }
     return 0;
 }

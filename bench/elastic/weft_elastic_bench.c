@@ -3,6 +3,8 @@
  * Ulysses P = 2, and for a guided image (2 rows) also guidance-parallel P = 2; plus the time of
  * resharding a latent from 1 to 2 ranks. Prints one line per size with the medians, and
  * "cost TOKENS P MS [guided|cfg]" lines: `grep ^cost | cut -c6-` is a cost file for weft-dit-sim.
+ * Also a batch of 2 unguided images per step on P = 1 and P = 2 ("batch TOKENS P N MS" lines):
+ * what a multi-rank group running two jobs at once would cost against one.
  *
  *     weft-elastic-bench [--sizes 32,64,96] [--iters 5] [--model s2|b2]
  */
@@ -59,7 +61,7 @@ static int body(wf_world *w, int rank, void *arg) {
     wf_dit_options opt = wf_dit_options_default();
     int maxs = 0;
     for (int i = 0; i < a->n_sizes; i++) maxs = a->sizes[i] > maxs ? a->sizes[i] : maxs;
-    opt.max_batch = 2;
+    opt.max_batch = 4;
     opt.max_height = opt.max_width = maxs;
     opt.n_threads = 1;
     wf_dit *m;
@@ -76,8 +78,10 @@ static int body(wf_world *w, int rank, void *arg) {
     for (int s = 0; s < a->n_sizes; s++) {
         int side = a->sizes[s], tokens = (side / c->patch_size) * (side / c->patch_size);
         wf_dit_sp *sp;
-        if (wf_dit_sp_new(m, &scfg, 50, 1, side, side, w, &sp, err, sizeof err) != WF_OK) WT_FAIL("sp: %s", err);
+        if (wf_dit_sp_new(m, &scfg, 50, 2, side, side, w, &sp, err, sizeof err) != WF_OK) WT_FAIL("sp: %s", err);
         float *lat = malloc(sizeof(float) * wf_dit_sp_latent_size(sp));
+        float *lat2 = malloc(sizeof(float) * wf_dit_sp_latent_size(sp));
+        if (!lat || !lat2) WT_FAIL("out of memory");
         wf_dit_item it = {.latent = lat, .label = 1, .uncond_label = -1, .guidance = 1.0f, .key = {.seed = 1}};
         wf_dit_sp_init_latent(sp, &it);
         double t1, t2, g1, gu, gc, rs;
@@ -86,6 +90,15 @@ static int body(wf_world *w, int rank, void *arg) {
         it.guidance = 4.0f;
         if (time_steps(w, sp, pool, &p1, &it, 1, a->iters, &g1) || time_steps(w, sp, pool, &p2, &it, 1, a->iters, &gu) ||
             time_steps(w, sp, pool, &g2, &it, 1, a->iters, &gc))
+            return 1;
+        /* two unguided images in one step, on 1 and on 2 ranks */
+        double b1, b2;
+        it.guidance = 1.0f;
+        wf_dit_item two[2] = {it, it};
+        two[1].latent = lat2;
+        two[1].key.request = 1;
+        wf_dit_sp_init_latent(sp, &two[1]);
+        if (time_steps(w, sp, pool, &p1, two, 2, a->iters, &b1) || time_steps(w, sp, pool, &p2, two, 2, a->iters, &b2))
             return 1;
         /* reshard 1 -> 2 ranks (half the latent moves), median of iters */
         double rms[64];
@@ -125,12 +138,18 @@ static int body(wf_world *w, int rank, void *arg) {
                    100.0 * (req[1] - 10 * t2) / (10 * t2));
             /* the measured cost model weft-dit-sim --cost-file reads: tokens P ms [mode]; the
              * guided times are of one guided image (2 rows: its two halves) */
+            printf("model=%s tokens=%d batch of 2 (unguided): P1_ms=%.2f (x%.2f of one) P2_ms=%.2f (x%.2f of one); "
+                   "2 images on 2 ranks: batched %.2f ms a step vs one after the other %.2f (x%.2f) vs each on its "
+                   "own rank %.2f\n",
+                   a->model, tokens, b1, b1 / t1, b2, b2 / t2, b2, 2 * t2, 2 * t2 / b2, t1);
+            printf("batch %d 1 2 %.3f\nbatch %d 2 2 %.3f\n", tokens, b1, tokens, b2);
             printf("cost %d 1 %.3f\ncost %d 2 %.3f\n", tokens, t1, tokens, t2);
             printf("cost %d 1 %.3f guided\ncost %d 2 %.3f guided\ncost %d 2 %.3f cfg\n", tokens, g1, tokens, gu,
                    tokens, gc);
             fflush(stdout);
         }
         free(lat);
+        free(lat2);
         wf_dit_sp_free(sp);
     }
     wf_threadpool_free(pool);

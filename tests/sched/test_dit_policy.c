@@ -320,6 +320,12 @@ START_TEST(test_policy_names) {
     ck_assert_int_eq(wf_dit_policy_new("fastest", 4, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "fastest"));
     ck_assert_int_eq(wf_dit_policy_new("rssp:1024", 4, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_policy_new("gf-static:3", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "gf-static:3"));
+    ck_assert_int_eq(wf_dit_policy_new("gf-rssp:1024", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "gf-rssp:TOKENS=P"));
+    ck_assert_int_eq(wf_dit_policy_new("gf-fcfs:16", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(wf_dit_policy_new("gf-elastic", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("elastic", 0, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("elastic", 4, &cost, 0, &p, err, sizeof err), WF_EINVAL);
 }
@@ -564,6 +570,87 @@ START_TEST(test_rssp) {
 }
 END_TEST
 
+/* gf-static:2 on 8 ranks (GF-DiT's static-SP baseline): jobs bound round-robin to the lanes
+ * {0,1} {2,3} {4,5} {6,7} in arrival order (0 -> lane 0, 1 -> 1, 2 -> 2, 3 -> 3, 4 -> 0, 5 -> 1),
+ * each lane first come first served: job 5, due first, waits behind job 1 on its lane even
+ * when other lanes are free (no deadline order, no moving). */
+START_TEST(test_gf_static_binds_round_robin) {
+    wf_dit_policy *p = policy("gf-static:2", 8);
+    bool busy[8] = {false, false, false, true, false, false, false, false};
+    wf_dit_job jobs[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = job(i, 1024, 1000 - 100 * i);
+        jobs[i].arrival_ms = i;
+    }
+    wf_dit_task t[16];
+    int k = pick(p, 8, busy, jobs, 6, t);
+    ck_assert_int_eq(k, 3); /* lane 1 busy; 4 and 5 queue behind 0 and 1 */
+    ck_assert_int_eq(task_of(t, k, 0)->ranks[0], 0);
+    ck_assert_int_eq(task_of(t, k, 2)->ranks[0], 4);
+    ck_assert_int_eq(task_of(t, k, 3)->ranks[0], 6);
+    ck_assert_int_eq(task_of(t, k, 3)->n_ranks, 2);
+    ck_assert_int_eq(task_of(t, k, 3)->steps, 50);
+    /* later: 0, 2, 3 running on lanes 0, 2, 3... then all free: 1 and 4 start on their lanes,
+     * 5 waits for 1 although lanes 2 and 3 are free */
+    wf_dit_job rest[3] = {jobs[1], jobs[4], jobs[5]};
+    bool none[8] = {false};
+    k = pick(p, 8, none, rest, 3, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->ranks[0], 2);
+    ck_assert_int_eq(task_of(t, k, 1)->ranks[0], 0);
+    ck_assert_ptr_null(task_of(t, k, 2));
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* gf-rssp (GF-DiT's RSSP, default S:4, M:4, L:1) on 8 ranks: L jobs bound round-robin to the
+ * single ranks, S jobs to the blocks {0-3} {4-7}; lanes of both sizes overlap. In arrival order:
+ * L0 -> rank 0 starts; S1 -> {0-3} waits (rank 0 taken); S2 -> {4-7} starts; L3 -> rank 1. */
+START_TEST(test_gf_rssp_overlapping_lanes) {
+    wf_dit_policy *p = policy("gf-rssp", 8);
+    wf_dit_job jobs[4] = {job(0, 16384, 1e9), job(1, 1024, 1), job(2, 1024, 2), job(3, 16384, 1e9)};
+    for (int i = 0; i < 4; i++) jobs[i].arrival_ms = i;
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &jobs[0]), 1);
+    ck_assert_int_eq(wf_dit_policy_rssp_degree(p, &jobs[1]), 4);
+    bool none[8] = {false};
+    wf_dit_task t[16];
+    int k = pick(p, 8, none, jobs, 4, t);
+    ck_assert_int_eq(k, 3);
+    ck_assert_int_eq(task_of(t, k, 0)->ranks[0], 0);
+    ck_assert_int_eq(task_of(t, k, 0)->n_ranks, 1);
+    ck_assert_ptr_null(task_of(t, k, 1));
+    ck_assert_int_eq(task_of(t, k, 2)->n_ranks, 4);
+    ck_assert_int_eq(task_of(t, k, 2)->ranks[0], 4);
+    ck_assert_int_eq(task_of(t, k, 3)->ranks[0], 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
+/* gf-fcfs:2 on 4 ranks (GF-DiT's runtime FCFS, earliest-free binding): a long L job binds to
+ * lane 0 (its backlog then ends at ~60 s), so the next two S jobs (6.8 s each) both bind to
+ * lane 1 (backlog 4.8 then 9.5 s on 2 ranks < 60 s) and queue there FCFS; round-robin would have sent the
+ * second S behind the L job. */
+START_TEST(test_gf_fcfs_earliest_free) {
+    wf_dit_policy *p = policy("gf-fcfs:2", 4);
+    wf_dit_job jobs[3] = {job(0, 16384, 1e9), job(1, 1024, 1e9), job(2, 1024, 1e9)};
+    for (int i = 0; i < 3; i++) jobs[i].arrival_ms = i;
+    bool none[4] = {false};
+    wf_dit_task t[16];
+    int k = pick(p, 4, none, jobs, 3, t);
+    ck_assert_int_eq(k, 2);
+    ck_assert_int_eq(task_of(t, k, 0)->ranks[0], 0);
+    ck_assert_int_eq(task_of(t, k, 1)->ranks[0], 2);
+    ck_assert_ptr_null(task_of(t, k, 2));
+    ck_assert_int_eq(jobs[2].lane, 2);
+    wf_dit_policy_free(p);
+    p = policy("gf-static:2", 4); /* round-robin: job 2 to lane 0, behind the L job */
+    for (int i = 0; i < 3; i++) jobs[i].lane = 0;
+    k = pick(p, 4, none, jobs, 3, t);
+    ck_assert_int_eq(jobs[2].lane, 1);
+    wf_dit_policy_free(p);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("dit_policy");
     TCase *tc = tcase_create("core");
@@ -584,6 +671,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elastic_triage_sets_long_job_aside);
     tcase_add_test(tc, test_static_lanes);
     tcase_add_test(tc, test_rssp);
+    tcase_add_test(tc, test_gf_static_binds_round_robin);
+    tcase_add_test(tc, test_gf_rssp_overlapping_lanes);
+    tcase_add_test(tc, test_gf_fcfs_earliest_free);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -110,6 +110,7 @@ START_TEST(test_latency_breakdown) {
     ck_assert_double_eq_tol(r.idle_waiting_rank_ms, 0, 1e-9);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_double_eq_tol(r.missed_rank_ms, t1, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, t1, 1e-6); /* it started at t1 < 1.5 x t1 */
     cfg.n_ranks = 3;
     run(&cfg, "rssp", two, 2, &r);
     ck_assert_double_eq_tol(r.cls_wait_mean_ms[0], t2 / 2, 1e-6);
@@ -121,6 +122,12 @@ START_TEST(test_latency_breakdown) {
     run(&cfg, "rssp", two, 2, &r);
     ck_assert_int_eq(r.n_missed, 1);
     ck_assert_double_eq_tol(r.missed_rank_ms, 2 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, 2 * t2, 1e-6); /* started at t2 < t1 */
+    cfg.classes[0].alpha = 0.5; /* both due before they could end: the second starts late */
+    run(&cfg, "rssp", two, 2, &r);
+    ck_assert_int_eq(r.n_missed, 2);
+    ck_assert_double_eq_tol(r.missed_rank_ms, 4 * t2, 1e-6);
+    ck_assert_double_eq_tol(r.missed_early_rank_ms, 2 * t2, 1e-6);
 }
 END_TEST
 
@@ -221,6 +228,45 @@ START_TEST(test_latency_bound) {
         ck_assert_msg(r.latency_mean_ms >= bound, "%s: mean %g below the bound %g", pols[p], r.latency_mean_ms, bound);
     }
     free(jobs);
+}
+END_TEST
+
+/* The lower bound on any policy's misses: three S jobs at once on one rank, due at 1.5 x
+ * T_single: only one can make it (bound 2, and static:1 and elastic miss exactly 2); a job
+ * due before its fastest time alone counts anyway; on profiles' traces (overloaded
+ * tridentserve among them) no policy misses fewer. */
+START_TEST(test_misses_bound) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    cfg.n_ranks = 1;
+    cfg.max_P = 1;
+    wf_dit_sim_job three[3] = {{.cls = 0}, {.cls = 0}, {.cls = 0}};
+    wf_dit_sim_report r;
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 1), 0);
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 0), 0);
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 3), 2);
+    const char *one_rank[] = {"static:1", "elastic"};
+    for (int p = 0; p < 2; p++) {
+        run(&cfg, one_rank[p], three, 3, &r);
+        ck_assert_int_eq(r.n_missed, 2);
+    }
+    three[0].alpha = 0.5; /* due before it could end alone */
+    ck_assert_int_eq(wf_dit_sim_misses_bound(&cfg, three, 1), 1);
+    const char *pols[] = {"elastic", "rssp", "static:1", "gf-fcfs:1"};
+    const char *profiles[] = {"short", "tridentserve"};
+    for (int k = 0; k < 2; k++) {
+        wf_dit_sim_config_init(&cfg);
+        wf_dit_sim_job *jobs;
+        int n;
+        ck_assert_int_eq(wf_dit_workload_profile(&cfg, profiles[k], 1.2, 1, &jobs, &n, NULL, err, sizeof err), WF_OK);
+        int bound = wf_dit_sim_misses_bound(&cfg, jobs, n);
+        ck_assert(k == 0 || bound > 0);
+        for (int p = 0; p < 4; p++) {
+            run(&cfg, pols[p], jobs, n, &r);
+            ck_assert_msg(r.n_missed >= bound, "%s: %d misses, below the bound %d", pols[p], r.n_missed, bound);
+        }
+        free(jobs);
+    }
 }
 END_TEST
 
@@ -431,6 +477,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_deterministic_per_seed);
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
+    tcase_add_test(tc, test_misses_bound);
     tcase_add_test(tc, test_latency_breakdown);
     tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
