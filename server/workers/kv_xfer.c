@@ -593,6 +593,11 @@ wf_status wf_kv_xfer_send_end(wf_kv_xfer *x, wf_world *w, size_t *wire_bytes, ch
     tx_state *t = &x->tx;
     *wire_bytes = 0;
     if (!t->on) return WF_EINVAL;
+    if (t->n_sl > 0) { /* slices already on the wire: the prefill that computed them still ran */
+        int l0, l1;
+        slice_range(x->geo.n_layers, t->ns, t->n_sl - 1, &l0, &l1);
+        x->st.early_layers += (uint64_t)l1;
+    }
     wf_kv_xfer_send_layers(x, x->geo.n_layers); /* whatever the caller has not handed over yet */
     pthread_mutex_lock(&x->mu);
     if (!x->enc_on) {

@@ -150,6 +150,8 @@ typedef struct wf_kv_xfer_stats {
     uint64_t compressed, raw, received, receive_errors;
     uint64_t reasons[WF_KV_REASON_COUNT];
     uint64_t raw_bytes, wire_bytes;
+    uint64_t early_layers;     /* layers of the slices on the wire before send_end (the
+                                  prefill that computed them still ran) */
     double bandwidth_gbps;     /* the controller's current B */
     char last_profile[WF_KV_PROFILE_NAME_MAX];
 } wf_kv_xfer_stats;
