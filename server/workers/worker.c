@@ -330,16 +330,16 @@ static wf_status pd_prepare(worker *w, wf_task_batch *b, wf_artifact *dst) {
 }
 
 /* After the batch: a task's blocks go back to the pool, its full blocks published to the
- * prefix cache when its KV was computed; the task is whole again (pos 0, the holder's
- * blocks). */
-static void pd_release(worker *w, wf_task *t, int i, const wf_artifact *dst) {
+ * prefix cache when its KV was computed (the batch and the task succeeded: a failed batch may
+ * leave statuses untouched); the task is whole again (pos 0, the holder's blocks). */
+static void pd_release(worker *w, wf_task *t, int i, const wf_artifact *dst, bool computed) {
     wf_kv_seq *q = &w->pd_seqs[i];
     if (q->blocks) {
         int cached = t->llm.pos;
         t->llm.tokens -= cached;
         t->llm.n_tokens += cached;
         t->llm.pos = 0;
-        if (t->status == WF_OK && pd_cacheable(t))
+        if (computed && t->status == WF_OK && pd_cacheable(t))
             wf_kv_seq_commit(w->pd_pool, q, t->llm.tokens, t->llm.n_tokens);
         wf_kv_seq_release(w->pd_pool, q);
         wf_kv_seq_free(q);
@@ -629,7 +629,7 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t)) continue;
         if (st != WF_OK && t->status == WF_OK && s->dec[i].profile == -1) t->status = st;
-        pd_release(w, t, i, dst);
+        pd_release(w, t, i, dst, batch_ok);
     }
     if (st == WF_OK && any) {
         w->transfers++;
