@@ -80,8 +80,9 @@ wf_status wf_kv_profile_lib_save(const wf_kv_profile_lib *lib, const char *path,
                                  size_t errlen);
 void wf_kv_profile_lib_free(wf_kv_profile_lib *lib);
 /* Start-up measurement on this machine: encodes and decodes positions [0, n_tokens) of kv
- * (block table blocks) with every profile of the library for about budget_ns in total, and
- * replaces each profile's cr, enc_gbps and dec_gbps with what it measured (accuracy stays:
+ * (block table blocks) with every profile of the library in turn, round after round (three at
+ * least, then for about budget_ns in total), and replaces each profile's cr, enc_gbps and
+ * dec_gbps with what it measured, each speed from the fastest of its rounds (accuracy stays:
  * it belongs to the model, not the machine). Single-threaded. WF_EINVAL (geometry, counts, a
  * profile that does not fit), WF_ENOMEM. */
 wf_status wf_kv_profile_lib_measure(wf_kv_profile_lib *lib, const wf_kv_store *kv,

@@ -66,7 +66,14 @@ static void builtin_profiles(wf_kv_profile *p, int *n) {
         /* values at 3 bits, rotated: a higher CR than k4v4 at a better agreement (measured on
          * SmolLM2-135M: 4.36 and 0.93 against 3.98 and 0.93) */
         {"k4v3", 4, 3, 4, 3, 0, false, true, 1},
+        /* k4v3 with keys rotated too (it measured a lower perplexity change) and the least
+         * important heads lower still: past k4v4-nr's 4.06, the ratio that capped a compressed
+         * transfer at ~3.8x raw's time on a 1 Gbit/s link (BENCHMARKS.md), within the 0.9
+         * budget (SmolLM2-135M: 4.61 at 0.927, 4.72 at 0.923) */
+        {"k4v3-rk-l40", 4, 3, 3, 3, 0.40f, true, true, 1},
+        {"k4v3-rk-l25v2", 4, 3, 3, 2, 0.25f, true, true, 1},
     };
+    _Static_assert(sizeof t / sizeof t[0] <= 16, "profs[16] in main");
     *n = (int)(sizeof t / sizeof t[0]);
     for (int i = 0; i < *n; i++) {
         wf_kv_profile_init(&p[i], t[i].name, t[i].kb, t[i].vb);

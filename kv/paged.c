@@ -382,6 +382,20 @@ static void swa_slide(wf_kv_pool *p, wf_kv_seq *seq) {
     if (lo > seq->swa_lo) seq->swa_lo = lo;
 }
 
+int wf_kv_pool_cached_prefix(const wf_kv_pool *pool, uint64_t salt, const int32_t *tokens, int n) {
+    int bs = wf_kv_pool_block_size(pool);
+    int max_full = n > 0 ? (n - 1) / bs : 0;
+    uint64_t parent = salt;
+    int i = 0;
+    for (; i < max_full; i++) {
+        const int32_t *blk = tokens + (size_t)i * (size_t)bs;
+        uint64_t h = wf_kv_block_hash(parent, blk, bs);
+        if (wf_kv_pool_lookup(pool, h, parent, blk) < 0) break;
+        parent = h;
+    }
+    return i * bs;
+}
+
 int wf_kv_seq_match_prefix(wf_kv_pool *p, wf_kv_seq *seq, const int32_t *tokens, int n) {
     if (n <= 0 || seq->n_blocks != 0) return 0;
     p->prefix_queries += (uint64_t)n;

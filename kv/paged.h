@@ -123,6 +123,10 @@ uint64_t wf_kv_block_hash(uint64_t parent_hash, const int32_t *tokens, int n_tok
  * Does not take a reference. */
 int32_t wf_kv_pool_lookup(const wf_kv_pool *pool, uint64_t hash, uint64_t parent_hash,
                           const int32_t *tokens);
+/* Tokens of tokens[0..n) that wf_kv_seq_match_prefix on a sequence with this salt would reuse
+ * now (whole blocks, leaving at least one token), without taking references: for routers that
+ * compare pools (the scheduler's groups, a coordinator's prefill workers). */
+int wf_kv_pool_cached_prefix(const wf_kv_pool *pool, uint64_t salt, const int32_t *tokens, int n);
 /* Registers a FULL, referenced block under its chain hash. Returns false (and changes nothing)
  * if the cache is off, the block is already published, or another block holds this key. */
 bool wf_kv_pool_publish(wf_kv_pool *pool, int32_t block, uint64_t hash, uint64_t parent_hash,

@@ -99,7 +99,10 @@
  *   i32 status (a wf_status), str<256> reason.
  * HEARTBEAT (5): u64 seq, u64 time_ns, u32 kv_blocks_used (<= total), u32 kv_blocks_total,
  *   u32 queued_batches; since 1.3: u32 kv_swa_blocks_total (the sliding-window layers' blocks
- *   of a store split by layer kind, kv/kv_store.h; 0: not split, and for older frames).
+ *   of a store split by layer kind, kv/kv_store.h; 0: not split, and for older frames);
+ *   since 1.4: u64 prefix_queries, u64 prefix_hits (<= queries: prompt tokens of a prefill
+ *   worker's prefix cache), u64 kv_layers_early (layers of KV on their way to a decode worker
+ *   before the prefill that computed them ended); 0 in older frames.
  * CANCEL (6): u8 scope (wf_frame_cancel_scope), u64 id (request seq or batch iteration).
  * DRAIN (7): u64 deadline_ns (0: none).
  * SHUTDOWN (8), ERROR (9): i32 status, str<256> message.
@@ -176,7 +179,7 @@
 #define WF_FRAME_MAGIC "WFRM"
 #define WF_FRAME_HEADER_SIZE 24
 #define WF_FRAME_VERSION_MAJOR 1
-#define WF_FRAME_VERSION_MINOR 3
+#define WF_FRAME_VERSION_MINOR 4
 /* A version as one number, (major << 8) | minor, as HELLO/WELCOME/REJECT carry it. */
 #define WF_FRAME_VERSION ((uint16_t)((WF_FRAME_VERSION_MAJOR << 8) | WF_FRAME_VERSION_MINOR))
 /* The largest payload length field a frame can carry (u32). Receivers pass a smaller limit. */

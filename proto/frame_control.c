@@ -251,6 +251,12 @@ wf_status wf_frame_encode_heartbeat(const wf_frame_heartbeat *m, void *buf, size
     wf__fw_u32(&w, m->kv_blocks_total);
     wf__fw_u32(&w, m->queued_batches);
     wf__fw_u32(&w, m->kv_swa_blocks_total); /* 1.3 */
+    if (m->prefix_hits > m->prefix_queries)
+        wf__fw_fail(&w, "prefix_hits %llu > prefix_queries %llu", (unsigned long long)m->prefix_hits,
+                    (unsigned long long)m->prefix_queries);
+    wf__fw_u64(&w, m->prefix_queries); /* 1.4 */
+    wf__fw_u64(&w, m->prefix_hits);
+    wf__fw_u64(&w, m->kv_layers_early);
     return wf__fw_finish(&w, WF_FRAME_HEARTBEAT, len);
 }
 
@@ -264,6 +270,13 @@ wf_status wf_frame_decode_heartbeat(const wf_frame_view *f, wf_frame_heartbeat *
     out->kv_blocks_total = wf__fr_u32(&r, "kv_blocks_total");
     out->queued_batches = wf__fr_u32(&r, "queued_batches");
     out->kv_swa_blocks_total = r.major > 1 || r.minor >= 3 ? wf__fr_u32(&r, "kv_swa_blocks_total") : 0;
+    bool v14 = r.major > 1 || r.minor >= 4;
+    out->prefix_queries = v14 ? wf__fr_u64(&r, "prefix_queries") : 0;
+    out->prefix_hits = v14 ? wf__fr_u64(&r, "prefix_hits") : 0;
+    out->kv_layers_early = v14 ? wf__fr_u64(&r, "kv_layers_early") : 0;
+    if (r.st == WF_OK && out->prefix_hits > out->prefix_queries)
+        wf__fr_fail(&r, WF_ERANGE, "prefix_hits %llu > prefix_queries %llu",
+                    (unsigned long long)out->prefix_hits, (unsigned long long)out->prefix_queries);
     if (r.st == WF_OK && out->kv_blocks_used > out->kv_blocks_total)
         wf__fr_fail(&r, WF_ERANGE, "kv_blocks_used %u > kv_blocks_total %u", out->kv_blocks_used,
                     out->kv_blocks_total);

@@ -111,6 +111,12 @@ typedef struct wf_frame_heartbeat {
      * (kv/kv_store.h; kv_blocks_* then count the global layers' blocks); 0: not split (and in
      * 1.0-1.2 frames) */
     uint32_t kv_swa_blocks_total;
+    /* 1.4 (0 in older frames), counters since the worker started: prompt tokens its prefix
+     * cache was asked for and found (a prefill worker's, prefill/decode disaggregation), and
+     * the layers of KV it had on their way to a decode worker before the prefill that computed
+     * them ended (what the layer overlap did; raw puts and compressed slices alike) */
+    uint64_t prefix_queries, prefix_hits;
+    uint64_t kv_layers_early;
 } wf_frame_heartbeat;
 
 typedef enum wf_frame_cancel_scope {

@@ -59,22 +59,6 @@ void wf_lanes_free(wf_lanes *l, uint64_t now) {
     memset(l, 0, sizeof *l);
 }
 
-/* Tokens of the prompt the pool's prefix cache holds, in whole blocks (as
- * wf_kv_seq_match_prefix would reuse them), without taking references. */
-static int cached_prefix(const wf_kv_pool *pool, uint64_t salt, const int32_t *tokens, int n) {
-    int bs = wf_kv_pool_block_size(pool);
-    int max_full = (n - 1) / bs;
-    uint64_t parent = salt;
-    int i = 0;
-    for (; i < max_full; i++) {
-        const int32_t *blk = tokens + (size_t)i * (size_t)bs;
-        uint64_t h = wf_kv_block_hash(parent, blk, bs);
-        if (wf_kv_pool_lookup(pool, h, parent, blk) < 0) break;
-        parent = h;
-    }
-    return i * bs;
-}
-
 static bool lane_fits(const wf_lane *ln, const wf_request *r) {
     const wf_kv_pool *pool = ln->core.cfg.pool;
     int bs = wf_kv_pool_block_size(pool);
@@ -100,7 +84,7 @@ int wf_lanes_route(const wf_lanes *l, const wf_request *r) {
         if (!ln->live || !lane_fits(ln, r)) continue;
         int load = lane_load(ln);
         if (load > 2 * min_load + 2) continue; /* affinity must not pile work on one group */
-        int match = cached_prefix(ln->core.cfg.pool, r->spec.prefix_salt, r->spec.prompt, r->spec.n_prompt);
+        int match = wf_kv_pool_cached_prefix(ln->core.cfg.pool, r->spec.prefix_salt, r->spec.prompt, r->spec.n_prompt);
         int avail = wf_kv_pool_available(ln->core.cfg.pool);
         bool better = best < 0 || match > best_match ||
                       (match == best_match &&

@@ -313,6 +313,9 @@ static int daemon_ranks(void *ctx, wf_server_rank *out, int cap) {
         r->last_heard_ms = st[i].last_heard_ms;
         r->kv_blocks = st[i].kv_blocks;
         r->kv_blocks_used = st[i].kv_blocks_used;
+        r->prefix_queries = st[i].prefix_queries;
+        r->prefix_hits = st[i].prefix_hits;
+        r->kv_layers_early = st[i].kv_layers_early;
         snprintf(r->role, sizeof r->role, "%s", p_role(d, &st[i]));
         r->transfers = st[i].transfers;
         r->transfers_failed = st[i].transfers_failed;

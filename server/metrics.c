@@ -252,6 +252,9 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
         {"weft:worker_dit_cfg_chunks_total", "counter", "Of those, chunks run guidance-parallel (conditional and unconditional passes on two ranks)."},
         {"weft:worker_dit_reshards_total", "counter", "DiT latent reshards in which the worker rank sent rows to other workers (a chunk boundary that changed the group)."},
         {"weft:worker_dit_latent_mid_rank0_bytes_total", "counter", "DiT latent bytes between rank 0 and the worker rank in mid-trajectory (between two chunks; 0 while latents stay on workers)."},
+        {"weft:worker_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefill worker's own prefix cache (prefill/decode roles)."},
+        {"weft:worker_prefix_cache_hits_total", "counter", "Of those, tokens found: their KV was not computed again, only shipped."},
+        {"weft:kv_layers_overlapped_total", "counter", "Layers of KV on their way to a decode worker before the prefill that computed them ended (the layer overlap)."},
     };
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         header(b, fam[f].name, fam[f].type, fam[f].help);
@@ -269,7 +272,8 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             uint64_t v[] = {r[i].live, r[i].batches, (uint64_t)r[i].restarts, 0, r[i].kv_blocks_used,
                             r[i].transfers, r[i].transfers_failed, r[i].transfer_bytes, 0,
                             r[i].transfers_compressed, r[i].dit_chunks, r[i].dit_cfg_chunks,
-                            r[i].dit_reshards, r[i].dit_mid_home_bytes};
+                            r[i].dit_reshards, r[i].dit_mid_home_bytes, r[i].prefix_queries,
+                            r[i].prefix_hits, r[i].kv_layers_early};
             sample_u(b, fam[f].name, model, extra, v[f]);
         }
     }

@@ -113,6 +113,8 @@ typedef struct wf_server_rank {
     double last_heard_ms;
     uint32_t kv_blocks;
     uint32_t kv_blocks_used;  /* its own count (a prefill worker's scratch blocks) */
+    uint64_t prefix_queries, prefix_hits; /* a prefill worker's prefix cache, in prompt tokens */
+    uint64_t kv_layers_early; /* layers of KV sent before the prefill computing them ended */
     char role[8];             /* "worker", "prefill" or "decode" */
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped by a prefill worker */
     double transfer_ms;
@@ -144,7 +146,8 @@ typedef struct wf_server_rank {
  * weft:kv_transfer_failures_total, weft:kv_transfer_bytes_total, weft:kv_transfer_seconds_total,
  * weft:worker_dit_chunks_total, weft:worker_dit_cfg_chunks_total, weft:worker_dit_reshards_total,
  * weft:worker_dit_latent_bytes_total{path="worker"|"from_rank0"|"to_rank0"},
- * weft:worker_dit_latent_mid_rank0_bytes_total, one sample per rank (labelled rank and role). */
+ * weft:worker_dit_latent_mid_rank0_bytes_total, weft:worker_prefix_cache_queries_total,
+ * weft:worker_prefix_cache_hits_total, weft:kv_layers_overlapped_total, one sample per rank (labelled rank and role). */
 void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
 
 #endif

@@ -414,6 +414,9 @@ static void write_ranks(wf_server *s, wf_jbuf *b) {
         wf_jbuf_printf(b, ",\"batches\":%llu,\"kv_blocks\":%u,\"restarts\":%d,\"last_heard_ms\":",
                        (unsigned long long)r[i].batches, r[i].kv_blocks, r[i].restarts);
         wf_jbuf_num(b, r[i].last_heard_ms);
+        wf_jbuf_printf(b, ",\"prefix_queries\":%llu,\"prefix_hits\":%llu,\"kv_layers_early\":%llu",
+                       (unsigned long long)r[i].prefix_queries, (unsigned long long)r[i].prefix_hits,
+                       (unsigned long long)r[i].kv_layers_early);
         wf_jbuf_printf(b, ",\"role\":\"%s\",\"kv_blocks_used\":%u,\"transfers\":%llu,"
                        "\"transfers_failed\":%llu,\"transfer_bytes\":%llu,\"transfer_ms\":",
                        r[i].role[0] ? r[i].role : "worker", r[i].kv_blocks_used,

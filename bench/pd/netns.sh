@@ -3,10 +3,11 @@
 # coordinator and the prefill worker in A, the decode worker, a joined `weftd --role worker`, in
 # B). UCX is held to TCP on the veth (UCX_TLS=tcp,self and UCX_NET_DEVICES), so every KV byte
 # crosses the capped link. Needs root. The caller sets BUILD, MODEL, OUT, PREFILL_CORES,
-# DECODE_CORES before sourcing.
+# DECODE_CORES (and PROFILES: the KV codec library, deploy/kv-profiles.json by default) before
+# sourcing.
 NS_A=weftpdA NS_B=weftpdB IP_A=10.77.0.1 IP_B=10.77.0.2
 WEFTD=$(realpath "$BUILD/bin/weftd")
-PROFILES=$(realpath deploy/kv-profiles.json)
+PROFILES=$(realpath "${PROFILES:-deploy/kv-profiles.json}")
 PIDS=()
 
 pd_cleanup() {

@@ -3,8 +3,8 @@
  * registered store (worker.c); when the prefill worker's controller (kv/kv_controller.h)
  * predicts that a profile is faster over the link it measures, the blocks are encoded and sent
  * as tagged messages instead, and the decode worker decodes them into the blocks the scheduler
- * reserved. A transfer is a pipeline of layer slices (8, or one per layer if fewer: kv/codec.h's
- * wf_kv_codec_encode_layers), so prefill, encode, wire and decode overlap. Two threads live as
+ * reserved. A transfer is a pipeline of layer slices (at most 16, of equal layer counts: 15 of
+ * 2 layers for 30; kv/codec.h's wf_kv_codec_encode_layers), so prefill, encode, wire and decode overlap. Two threads live as
  * long as the object: the encoder encodes each slice as soon as its layers are stored (the
  * prefill hands them over with wf_kv_xfer_send_layers while it computes the next ones) while
  * the caller's thread posts each slice as soon as it is ready and progresses the world (UCX over
@@ -59,8 +59,9 @@
  * takes 15 s, beyond a fixed 10 s bound). Dead peers are still seen at once. */
 int wf_kv_xfer_timeout_ms(int base_ms, size_t bytes);
 #define WF_KV_XFER_MAX_PEERS WF_WORLD_MAX_RANKS
-/* Layer slices a compressed transfer of a model with n_layers is pipelined over (8, or one
- * per layer when fewer); the controller's time model and B* use it. */
+/* Layer slices a compressed transfer of a model with n_layers is pipelined over (one per layer
+ * up to 16; beyond, the fewest layers per slice that keep 16 slices or fewer, all slices the
+ * same: 15 of 2 for 30 layers); the controller's time model and B* use it. */
 int wf_kv_xfer_slices(int n_layers);
 
 typedef struct wf_kv_xfer_options {
@@ -150,6 +151,8 @@ typedef struct wf_kv_xfer_stats {
     uint64_t compressed, raw, received, receive_errors;
     uint64_t reasons[WF_KV_REASON_COUNT];
     uint64_t raw_bytes, wire_bytes;
+    uint64_t early_layers;     /* layers of the slices on the wire before send_end (the
+                                  prefill that computed them still ran) */
     double bandwidth_gbps;     /* the controller's current B */
     char last_profile[WF_KV_PROFILE_NAME_MAX];
 } wf_kv_xfer_stats;

@@ -163,17 +163,73 @@ static bool is_pd_prefill(const wf_task *t) {
     return t->kind == WF_TASK_PREFILL && t->llm.n_samples > 0;
 }
 
-/* The live prefill worker with the fewest batches queued (NULL: none). Lock held. */
-static wk *pick_prefill(wf_workers *ws, const wk *avoid) {
+/* Prompt tokens of the batch's prompts that k's prefix cache holds (as predicted). Lock held. */
+static int pfx_match(const wk *k, const wf_task_batch *b) {
+    int m = 0;
+    for (int i = 0; k->pfx && i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        /* As the worker's pd_cacheable: a virtual model's prompts share nothing. */
+        if (t->vmodel == 0) m += wf_kv_pool_cached_prefix(k->pfx, 0, t->llm.tokens, t->llm.pos + t->llm.n_tokens);
+    }
+    return m;
+}
+
+/* What k's worker does with the batch's prompts (worker.c pd_prepare, then pd_release): each
+ * takes its cached prefix and new blocks, then all are committed and released. Lock held. */
+static void pfx_predict(wk *k, const wf_task_batch *b) {
+    if (!k->pfx) return;
+    wf_kv_seq *q = calloc((size_t)b->n_tasks, sizeof *q);
+    if (!q) return;
+    int bs = wf_kv_pool_block_size(k->pfx);
+    bool *ok = calloc((size_t)b->n_tasks, sizeof *ok);
+    for (int i = 0; ok && i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        int total = t->llm.pos + t->llm.n_tokens;
+        if (wf_kv_seq_init(&q[i], (total + bs - 1) / bs) != WF_OK) continue;
+        if (t->vmodel == 0) wf_kv_seq_match_prefix(k->pfx, &q[i], t->llm.tokens, total);
+        ok[i] = wf_kv_seq_reserve(k->pfx, &q[i], total, NULL) == WF_OK;
+    }
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if (ok && ok[i] && t->vmodel == 0)
+            wf_kv_seq_commit(k->pfx, &q[i], t->llm.tokens, t->llm.pos + t->llm.n_tokens);
+        wf_kv_seq_release(k->pfx, &q[i]);
+        wf_kv_seq_free(&q[i]);
+    }
+    free(ok);
+    free(q);
+}
+
+/* The live prefill worker for the batch's prompts (NULL: none), as wf_lanes_route picks a
+ * group: among those not much busier than the least busy one, the one whose prefix cache holds
+ * the most of the prompts, then the least busy; its predicted cache takes the prompts. Lock
+ * held. */
+static wk *pick_prefill(wf_workers *ws, const wk *avoid, const wf_task_batch *b) {
+    int min_load = -1;
+    for (int j = 0; j < ws->n; j++) {
+        const wk *k = &ws->w[j];
+        if (!k->prefill || k->state != WF_WORKER_LIVE || k == avoid) continue;
+        int load = k->n_pending + k->n_flight;
+        if (load < MAX_QUEUED && (min_load < 0 || load < min_load)) min_load = load;
+    }
+    if (min_load < 0) return NULL;
     wk *best = NULL;
+    int best_match = -1, best_load = 0;
     /* Ties go round: with one decode group every prefill worker is idle at each pick. */
     int start = (int)(ws->prefill_rr++ % (unsigned)ws->n);
     for (int j = 0; j < ws->n; j++) {
         wk *k = &ws->w[(start + j) % ws->n];
         if (!k->prefill || k->state != WF_WORKER_LIVE || k == avoid) continue;
-        if (k->n_pending + k->n_flight >= MAX_QUEUED) continue;
-        if (!best || k->n_pending + k->n_flight < best->n_pending + best->n_flight) best = k;
+        int load = k->n_pending + k->n_flight;
+        if (load >= MAX_QUEUED || load > 2 * min_load + 2) continue; /* affinity must not pile up work */
+        int match = pfx_match(k, b);
+        if (!best || match > best_match || (match == best_match && load < best_load)) {
+            best = k;
+            best_match = match;
+            best_load = load;
+        }
     }
+    if (best) pfx_predict(best, b);
     return best;
 }
 
@@ -227,7 +283,7 @@ static void pd_prefill_done(void *user, wf_task_batch *part, wf_status st, const
 static wf_status pd_send_prefill(pd_job *j, wk *avoid) {
     wf_workers *ws = j->ws;
     pthread_mutex_lock(&ws->lock);
-    wk *pre = pick_prefill(ws, avoid);
+    wk *pre = pick_prefill(ws, avoid, &j->pb);
     pthread_mutex_unlock(&ws->lock);
     if (!pre) return WF_ECLOSED;
     j->pre = pre;
@@ -516,6 +572,11 @@ static void worker_ready(wf_workers *ws, wk *k, uint32_t kv_blocks) {
     kv->row_elems = (size_t)ws->p.kv.n_kv_heads * (size_t)ws->p.kv.head_dim;
     kv->block_bytes = (size_t)ws->p.kv.block_size * kv->row_elems * kv->elem_bytes;
     kv->k = kv->v = NULL;
+    /* A new process: an empty cache (its worker's pool has the store's blocks, unsplit). */
+    wf_kv_pool_free(k->pfx);
+    k->pfx = NULL;
+    if (k->prefill && wf_kv_pool_new((int)kv_blocks, ws->p.kv.block_size, true, &k->pfx) != WF_OK)
+        k->pfx = NULL; /* no prediction: least busy only */
     pthread_mutex_unlock(&ws->lock);
     int group = -1;
     pthread_mutex_lock(&ws->sched_lock);
@@ -613,6 +674,9 @@ static void handle_frame(wf_workers *ws, wk *k, const wf_frame_view *f) {
         if (wf_frame_decode_heartbeat(f, &hb, err, sizeof err) != WF_OK) break;
         pthread_mutex_lock(&ws->lock);
         k->kv_used = hb.kv_blocks_used;
+        k->prefix_queries = hb.prefix_queries;
+        k->prefix_hits = hb.prefix_hits;
+        k->kv_layers_early = hb.kv_layers_early;
         pthread_mutex_unlock(&ws->lock);
         if (k->state == WF_WORKER_JOINING) {
             if (hb.kv_blocks_total == 0) {
@@ -1267,6 +1331,9 @@ int wf_workers_stats(wf_workers *ws, wf_worker_stats *out, int cap) {
                                ? (double)(now - k->pub.last_heard_ns) / 1e6 : 0;
         o->kv_blocks = (uint32_t)k->kv.n_blocks;
         o->kv_blocks_used = k->kv_used;
+        o->prefix_queries = k->prefix_queries;
+        o->prefix_hits = k->prefix_hits;
+        o->kv_layers_early = k->kv_layers_early;
         o->prefill = k->prefill;
         o->transfers = k->xfers;
         o->transfer_bytes = k->xfer_bytes;
@@ -1330,6 +1397,7 @@ void wf_workers_close(wf_workers *ws) {
     for (int i = 0; i < ws->n; i++) {
         wf_link_free(ws->world, &ws->w[i].link);
         wf_seq_mirror_free(&ws->w[i].hist);
+        wf_kv_pool_free(ws->w[i].pfx);
     }
     wf_world_destroy(ws->world);
     if (ws->wake_fd >= 0) close(ws->wake_fd);

@@ -21,12 +21,14 @@
  * Prefill/decode disaggregation (n_prefill > 0): n_prefill workers prefill and get no group:
  * those that declared it in their WORKER_INFO (`--pd-role`), then undeclared ones in rank order
  * (the rest decode; more declarations than places fail open with WF_EINVAL); every decode worker is a group whose executor sends the batch's final prompt
- * chunks (PREFILL tasks that draw the first token) to the least busy live prefill worker and
- * the rest (decodes, recomputes) to the decode worker. The prefill worker computes the prompt's
- * KV on scratch blocks of its own store and puts them over UCX (RMA, from its registered store
+ * chunks (PREFILL tasks that draw the first token) to a live prefill worker (the one whose prefix
+ * cache, as predicted here, holds most of the prompts, among those not much busier than the
+ * least busy) and the rest (decodes, recomputes) to the decode worker. The prefill worker
+ * computes the prompt's KV on blocks of its own store (its prefix cache's blocks for the
+ * prompt's cached prefix: only the tail is computed) and puts them all over UCX (RMA, from its registered store
  * into the decode worker's registered store: no copy) into the blocks the scheduler reserved
  * on the decode worker, then answers; the decode worker continues there. The scheduler must
- * plan whole prompts (wf_sched_options.whole_prefill) without the prefix cache (the cached
+ * plan whole prompts (wf_sched_options.whole_prefill) without its own prefix cache (its cached
  * blocks would be on the decode worker, not where the prompt is computed). A prefill worker
  * lost mid-prefill: the prompts are prefilled again on another live one, or fail alone
  * (WF_ECLOSED) when none is; a decode worker lost during the transfer: the puts fail, the
@@ -114,6 +116,8 @@ typedef struct wf_worker_stats {
     double last_heard_ms;     /* since the last frame from it */
     uint32_t kv_blocks;
     uint32_t kv_blocks_used;  /* as its last heartbeat said (a prefill worker's scratch blocks) */
+    uint64_t prefix_queries, prefix_hits; /* a prefill worker's prefix cache, in prompt tokens */
+    uint64_t kv_layers_early;  /* layers of KV sent before the prefill computing them ended */
     bool prefill;
     uint64_t transfers, transfers_failed, transfer_bytes; /* KV shipped (prefill workers) */
     double transfer_ms;

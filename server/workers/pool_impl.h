@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "kv/kv_controller.h"
+#include "kv/paged.h"
 #include "proto/frame_control.h"
 #include "server/workers/pool.h"
 #include "server/workers/seq_history.h"
@@ -80,6 +81,12 @@ typedef struct wk {
     char last_error[160];
     bool prefill;                    /* a prefill rank: no group of its own (see pool.h) */
     uint32_t kv_used;                /* its last heartbeat's count */
+    uint64_t prefix_queries, prefix_hits, kv_layers_early; /* its last heartbeat's counters */
+    /* A prefill rank's prefix cache as this process predicts it (lock): the same pool
+     * operations its worker makes for each prompt sent to it, in the same order, so that
+     * pick_prefill sends a prompt where its prefix is cached. Only a hint: the worker matches
+     * on its own pool, so a wrong prediction costs time, never output. */
+    wf_kv_pool *pfx;
     uint64_t xfers, xfer_bytes, xfer_ns, xfer_failed;
     uint64_t xfer_compressed;
     uint64_t xfer_reason[WF_KV_REASON_COUNT];

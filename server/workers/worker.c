@@ -16,6 +16,7 @@
 #include "engine/elastic/dit_sp.h"
 #include "engine/engine.h"
 #include "engine/world/world.h"
+#include "kv/paged.h"
 #include "proto/base/clock.h"
 #include "proto/base/log.h"
 #include "proto/frame_artifact.h"
@@ -130,12 +131,14 @@ typedef struct worker {
     int results_cap;
     uint64_t hb_seq;
     uint64_t batches;
-    /* Prefill for another rank (prefill/decode disaggregation): scratch blocks of this worker's
-     * own store, taken for one batch and given back before it is answered. */
-    unsigned char *blk_used;         /* one byte per block of kv */
-    int blocks_used;
-    int32_t *pd_tables;              /* scratch block tables of the batch's PD tasks */
-    size_t pd_tables_cap;
+    /* Prefill for another rank (prefill/decode disaggregation): blocks of this worker's own
+     * store, taken for one batch and given back before it is answered, through the paged pool
+     * with its prefix cache (kv/paged.h): a prompt's full blocks stay cached once shipped, so
+     * a later prompt with the same prefix computes only its tail here (and ships them all). */
+    wf_kv_pool *pd_pool;
+    wf_kv_seq *pd_seqs;              /* per task of the batch (empty: not a PD task) */
+    int pd_seqs_cap;
+    uint64_t kv_layers_early;        /* layers on their way before their prefill ended */
     wf_world_op *pd_ops;
     size_t pd_ops_cap;
     pd_shipment ship;
@@ -268,67 +271,80 @@ static bool is_pd_task(const worker *w, const wf_task *t) {
            t->llm.kv.placement.holders.ranks[0] != wf_world_rank(w->world);
 }
 
-static void pd_release(worker *w, const int32_t *table, int n) {
-    for (int i = 0; i < n; i++)
-        if (table[i] >= 0 && w->blk_used[table[i]]) {
-            w->blk_used[table[i]] = 0;
-            w->blocks_used--;
-        }
-}
+/* The prefix-cache namespace of a PD task, or false when it must not share cached blocks: a
+ * virtual model's adapters change its K/V and its number may name other adapters later. */
+static bool pd_cacheable(const wf_task *t) { return t->vmodel == 0; }
 
-/* Gives every PD task of the batch scratch blocks for [0, pos + n_tokens) (its block table is
+/* Gives every PD task of the batch blocks of this worker for [0, pos + n_tokens): the prefix
+ * its cache holds, then new ones, and makes the task compute only the tail (its block table is
  * replaced; dst[i] keeps the holder's). A task that cannot be served fails alone. */
 static wf_status pd_prepare(worker *w, wf_task_batch *b, wf_artifact *dst) {
     int bs = w->kv.geometry.block_size;
-    size_t need = 0;
-    for (int i = 0; i < b->n_tasks; i++)
-        if (is_pd_task(w, &b->tasks[i]))
-            need += (size_t)((b->tasks[i].llm.pos + b->tasks[i].llm.n_tokens + bs - 1) / bs);
-    if (need > w->pd_tables_cap) {
-        int32_t *p = realloc(w->pd_tables, need * sizeof *p);
+    if (b->n_tasks > w->pd_seqs_cap) {
+        wf_kv_seq *p = realloc(w->pd_seqs, (size_t)b->n_tasks * sizeof *p);
         if (!p) return WF_ENOMEM;
-        w->pd_tables = p;
-        w->pd_tables_cap = need;
+        w->pd_seqs = p;
+        w->pd_seqs_cap = b->n_tasks;
     }
-    size_t used = 0;
-    int next = 0;
     for (int i = 0; i < b->n_tasks; i++) {
         wf_task *t = &b->tasks[i];
+        wf_kv_seq *q = &w->pd_seqs[i];
+        memset(q, 0, sizeof *q);
         dst[i] = t->llm.kv;
         if (!is_pd_task(w, t)) continue;
-        int n = (t->llm.pos + t->llm.n_tokens + bs - 1) / bs;
+        int total = t->llm.pos + t->llm.n_tokens;
+        int n = (total + bs - 1) / bs;
+        wf_status st = WF_OK;
         if (t->llm.pos != 0 || n > dst[i].n_blocks) {
             /* The coordinator sends whole prompts: earlier positions' KV is not here. */
             WF_LOG_WARN("worker", NULL, "rank %d: PD prefill of task %llu at pos %d (needs 0) or "
                         "with %d of %d blocks", wf_world_rank(w->world), (unsigned long long)t->id,
                         t->llm.pos, dst[i].n_blocks, n);
-            t->status = WF_EINVAL;
+            st = WF_EINVAL;
             dst[i].id |= 1ull << 63; /* failed before the run (the engine resets statuses) */
-            t->llm.kv.n_blocks = 0;
-            t->llm.n_tokens = 0;
-            continue;
-        }
-        int32_t *tab = w->pd_tables + used;
-        int got = 0;
-        for (; got < n && next < w->kv.n_blocks; next++)
-            if (!w->blk_used[next]) {
-                w->blk_used[next] = 1;
-                w->blocks_used++;
-                tab[got++] = next;
-            }
-        if (got < n) {
-            pd_release(w, tab, got);
-            t->status = WF_EFULL;
+        } else if (wf_kv_seq_init(q, n) != WF_OK) {
+            st = WF_ENOMEM;
             dst[i].id |= 1ull << 62;
+        } else {
+            int cached = pd_cacheable(t) ? wf_kv_seq_match_prefix(w->pd_pool, q, t->llm.tokens, total) : 0;
+            if (wf_kv_seq_reserve(w->pd_pool, q, total, NULL) != WF_OK) {
+                wf_kv_seq_release(w->pd_pool, q);
+                wf_kv_seq_free(q);
+                st = WF_EFULL;
+                dst[i].id |= 1ull << 62;
+            } else {
+                t->llm.kv.block_table = q->blocks;
+                t->llm.kv.n_blocks = n;
+                t->llm.tokens += cached;
+                t->llm.n_tokens -= cached;
+                t->llm.pos = cached;
+            }
+        }
+        if (st != WF_OK) {
+            t->status = st;
             t->llm.kv.n_blocks = 0;
             t->llm.n_tokens = 0;
-            continue;
         }
-        used += (size_t)n;
-        t->llm.kv.block_table = tab;
-        t->llm.kv.n_blocks = n;
     }
     return WF_OK;
+}
+
+/* After the batch: a task's blocks go back to the pool, its full blocks published to the
+ * prefix cache when its KV was computed (the batch and the task succeeded: a failed batch may
+ * leave statuses untouched); the task is whole again (pos 0, the holder's blocks). */
+static void pd_release(worker *w, wf_task *t, int i, const wf_artifact *dst, bool computed) {
+    wf_kv_seq *q = &w->pd_seqs[i];
+    if (q->blocks) {
+        int cached = t->llm.pos;
+        t->llm.tokens -= cached;
+        t->llm.n_tokens += cached;
+        t->llm.pos = 0;
+        if (computed && t->status == WF_OK && pd_cacheable(t))
+            wf_kv_seq_commit(w->pd_pool, q, t->llm.tokens, t->llm.n_tokens);
+        wf_kv_seq_release(w->pd_pool, q);
+        wf_kv_seq_free(q);
+    }
+    t->llm.kv = dst[i];
 }
 
 /* The PD tasks' transfers, planned before the batch runs and started layer by layer while it
@@ -526,6 +542,8 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
     int L = w->kv.geometry.n_layers;
     *bytes = 0;
     wf_status st = WF_OK;
+    /* What the overlap did: the layers whose puts went while the prefill still ran. */
+    if (s->n_posted > 0) w->kv_layers_early += (uint64_t)s->layers_posted;
     if (s->raw_any && batch_ok) pd_pump(w, L);
     if (s->n_posted > 0) {
         size_t put_bytes = 0;
@@ -611,8 +629,7 @@ static void pd_finish(worker *w, wf_task_batch *b, const wf_artifact *dst, bool 
         wf_task *t = &b->tasks[i];
         if (!is_pd_task(w, t)) continue;
         if (st != WF_OK && t->status == WF_OK && s->dec[i].profile == -1) t->status = st;
-        pd_release(w, t->llm.kv.block_table, t->llm.kv.n_blocks);
-        t->llm.kv = dst[i]; /* the holder's blocks again */
+        pd_release(w, t, i, dst, batch_ok);
     }
     if (st == WF_OK && any) {
         w->transfers++;
@@ -712,10 +729,17 @@ static wf_status send_info(worker *w, const wf_kv_profile_lib *lib) {
 }
 
 static wf_status send_heartbeat(worker *w) {
+    wf_kv_pool_usage u = {0};
+    if (w->pd_pool) wf_kv_pool_get_usage(w->pd_pool, &u);
+    wf_kv_xfer_stats xs = {0};
+    if (w->xfer) wf_kv_xfer_get_stats(w->xfer, &xs);
+    /* Blocks held by a batch in flight; cached prefix blocks are free for the taking. */
     wf_frame_heartbeat hb = {.seq = w->hb_seq++, .time_ns = wf_clock_now_ns(),
-                             .kv_blocks_used = (uint32_t)w->blocks_used,
+                             .kv_blocks_used = (uint32_t)u.used,
                              .kv_blocks_total = (uint32_t)w->kv.n_blocks,
-                             .kv_swa_blocks_total = (uint32_t)w->kv.n_swa_blocks};
+                             .kv_swa_blocks_total = (uint32_t)w->kv.n_swa_blocks,
+                             .prefix_queries = u.prefix_queries, .prefix_hits = u.prefix_hits,
+                             .kv_layers_early = w->kv_layers_early + xs.early_layers};
     char err[256];
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
@@ -1340,8 +1364,7 @@ int wf_worker_main(const wf_worker_params *p) {
                                                   wf_kv_swa_blocks_wanted(&geo, p->max_running,
                                                                           p->max_batch_tokens))
                         : wf_kv_store_init_in(&w.kv, &geo, wf_world_sym(w.world), wf_world_sym_size(w.world));
-    if (kst != WF_OK ||
-        !(w.blk_used = calloc((size_t)w.kv.n_blocks, 1))) {
+    if (kst != WF_OK || wf_kv_pool_new(w.kv.n_blocks, w.kv.geometry.block_size, true, &w.pd_pool) != WF_OK) {
         snprintf(err, sizeof err, "KV cache of %ld MiB cannot be allocated", p->kv_memory_mb);
         WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
         wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_ENOMEM, err);
@@ -1440,8 +1463,8 @@ out:
     wf_seq_store_free(&w.hist);
     if (w.done_fd_on) close(w.done_fd);
     free(w.results);
-    free(w.blk_used);
-    free(w.pd_tables);
+    wf_kv_pool_free(w.pd_pool);
+    free(w.pd_seqs);
     free(w.pd_ops);
     free(w.ship.dec);
     free(w.ship.fail);

@@ -183,13 +183,19 @@ def golden_cases():
     return cases
 
 
-def assert_golden_equal_single_process(d, n=24):
+def assert_golden_equal_single_process(d, n=24, first=(), after_first=None):
     """d's greedy outputs for the golden prompts (8 at once) equal a single-process daemon's,
-    and both are llama.cpp's tokens (the golden file) as far as they go."""
+    and both are llama.cpp's tokens (the golden file) as far as they go. Before them, the
+    prompts `first` one after the other (e.g. two with a shared prefix: the second hits the
+    prefix cache) give the same outputs on both; after_first() is called then."""
     cases = golden_cases()
     assert len(cases) >= 20
     single = Weftd()
     try:
+        for ids in first:
+            assert complete(d.base, ids, n) == complete(single.base, ids, n), ids
+        if after_first:
+            after_first()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             got = list(pool.map(lambda c: complete(d.base, c[0], n), cases))
             want = list(pool.map(lambda c: complete(single.base, c[0], n), cases))

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import (MODEL_ID, Weftd, admin_workers, assert_no_blocks_held, golden_cases, post,
                       wait_all_live)
-from test_pd import run_long
+from test_pd import prefill_counters, run_long
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..")
 PROFILES = os.path.join(SRC, "deploy", "kv-profiles.json")
@@ -114,8 +114,10 @@ def test_codec_speeds_measured_on_each_worker(pd):
         for name, c in got.items():
             assert c["enc_gbps"] > 0 and c["dec_gbps"] > 0, c
             assert math.isclose(c["cr"], lib[name]["cr"], rel_tol=1e-4), (c, lib[name])  # the model's
-            # B* of the pipelined transfer (8 layer slices, kv_xfer.c): compressed time equals raw
-            bstar = b_star_pipelined(c["cr"], c["enc_gbps"], c["dec_gbps"], min(n_layers, 8))
+            # B* of the pipelined transfer (at most 16 layer slices of equal layer counts,
+            # kv_xfer.c: 15 of 2 for 30 layers): compressed time equals raw
+            per = -(-n_layers // 16)
+            bstar = b_star_pipelined(c["cr"], c["enc_gbps"], c["dec_gbps"], -(-n_layers // per))
             assert math.isclose(c["b_star_gbps"], bstar, rel_tol=1e-3), (c, bstar)
         # Measured here: at least one speed differs from the file's (float equality would mean
         # the file's constants were passed through).
@@ -167,16 +169,19 @@ def test_agreement_per_profile(pd):
 def test_compressed_kv_encoded_during_the_prefill(pd):
     """A compressed transfer begins before its prefill batch: the engine's layer hook hands each
     stored layer to the encoder thread, so slices are encoded and sent while the later layers
-    compute (the prefill worker's log line says "overlapped"). The same prompt with the same
-    profile gives the same tokens (the frames are deterministic)."""
+    compute (the prefill worker's counter of layers sent before the prefill ended grows). The
+    same prompt with the same profile gives the same tokens (the frames are deterministic)."""
+    early = prefill_counters(pd)[2]
     results = {}
     run_long(pd.base, 0, results, codec="k4v4")
     first = results[0]
     assert first[0] == "ok", first
     run_long(pd.base, 0, results, codec="k4v4")
     assert results[0] == first
-    lines = [ln for ln in pd.logtext(tail=400000).splitlines() if "KV to rank" in ln and "k4v4," in ln]
-    assert any("(overlapped" in ln for ln in lines), "\n".join(lines[-10:])
+    deadline = time.monotonic() + 30
+    while prefill_counters(pd)[2] == early:
+        assert time.monotonic() < deadline, admin_workers(pd)
+        time.sleep(0.1)
     assert_no_blocks_held(pd)
 
 
@@ -218,7 +223,8 @@ def test_decode_worker_killed_during_compressed_transfers(pd):
     shipped = [w for w in ws if w["role"] == "prefill"][0]["transfers_compressed"]
     results = {}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        futs = [pool.submit(run_long, pd.base, i, results, KILL_TOKENS, "k4v4")
+        # Prompts never sent before: each is prefilled whole.
+        futs = [pool.submit(run_long, pd.base, 20 + i, results, KILL_TOKENS, "k4v4")
                 for i in range(4)]
         deadline = time.monotonic() + 120
         # Once the first prompt's KV has arrived: the others are being prefilled and sent.
@@ -230,13 +236,12 @@ def test_decode_worker_killed_during_compressed_transfers(pd):
         os.kill(victim["pid"], signal.SIGKILL)
         concurrent.futures.wait(futs, timeout=300)
     assert all(f.done() for f in futs)
-    for i in range(4):
-        o = results[i]
+    for o in results.values():
         if o[0] == "ok":
             assert o[1] == KILL_TOKENS, o
         else:
             assert "worker rank %d" % victim["rank"] in o[2] or "503" in o[1] or "no group" in o[2], (o, pd.logtext())
-    assert any(results[i][0] == "error" for i in range(4))
+    assert any(o[0] == "error" for o in results.values())
     wait_all_live(pd, 2)
     assert_no_blocks_held(pd)
     before = [w for w in admin_workers(pd) if w["role"] == "prefill"][0]["transfers_compressed"]

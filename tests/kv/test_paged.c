@@ -102,6 +102,12 @@ START_TEST(prefix_salt_separates_namespaces) {
     ck_assert_int_eq(wf_kv_seq_match_prefix(p, &a, prompt, 10), 0);
     ck_assert_int_eq(wf_kv_seq_reserve(p, &a, 10, NULL), WF_OK);
     wf_kv_seq_commit(p, &a, prompt, 10);
+    /* The peek agrees with the match that follows, per salt, and takes nothing. */
+    ck_assert_int_eq(wf_kv_pool_cached_prefix(p, 0, prompt, 10), 0);
+    ck_assert_int_eq(wf_kv_pool_cached_prefix(p, 0x1234, prompt, 10), 8);
+    ck_assert_int_eq(wf_kv_pool_cached_prefix(p, 0x1234, prompt, 8), 4);
+    ck_assert_int_eq(wf_kv_pool_cached_prefix(p, 0x1234, prompt, 0), 0);
+    ck_assert_int_eq(wf_kv_pool_refcount(p, a.blocks[0]), 1);
     ck_assert_int_eq(wf_kv_seq_match_prefix(p, &b, prompt, 10), 0); /* salt 0: other space */
     ck_assert_int_eq(wf_kv_seq_match_prefix(p, &c, prompt, 10), 8); /* same salt: shared */
     ck_assert_int_eq(c.blocks[0], a.blocks[0]);

@@ -241,7 +241,7 @@ START_TEST(envelope_rejections) {
     len = make_drain(5);
     rewrite_header(2, 3, WF_FRAME_DRAIN, 0);
     expect_open(len, 1 << 20, WF_EUNSUPPORTED, "version 2.3");
-    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.3");
+    expect_open(len, 1 << 20, WF_EUNSUPPORTED, "speaks version 1.4");
     /* unknown type */
     len = make_drain(5);
     rewrite_header(1, 0, 99, 0);
@@ -497,8 +497,10 @@ START_TEST(small_control_frames_roundtrip) {
         wf_frame_heartbeat hb = {.seq = trng_u64(&r), .time_ns = trng_u64(&r),
                                  .kv_blocks_total = (uint32_t)trng_int(&r, 0, 100000),
                                  .queued_batches = (uint32_t)trng_int(&r, 0, 9),
-                                 .kv_swa_blocks_total = (uint32_t)trng_int(&r, 0, 3000)};
+                                 .kv_swa_blocks_total = (uint32_t)trng_int(&r, 0, 3000),
+                                 .prefix_queries = trng_u64(&r) >> 1, .kv_layers_early = trng_u64(&r)};
         hb.kv_blocks_used = (uint32_t)trng_int(&r, 0, (int)hb.kv_blocks_total);
+        hb.prefix_hits = hb.prefix_queries / (uint64_t)trng_int(&r, 1, 5);
         ck_assert_int_eq(wf_frame_encode_heartbeat(&hb, buf, sizeof buf, &len, err, sizeof err),
                          WF_OK);
         wf_frame_view f = open_ok(len);
@@ -510,13 +512,31 @@ START_TEST(small_control_frames_roundtrip) {
         ck_assert_uint_eq(hd.kv_blocks_total, hb.kv_blocks_total);
         ck_assert_uint_eq(hd.queued_batches, hb.queued_batches);
         ck_assert_uint_eq(hd.kv_swa_blocks_total, hb.kv_swa_blocks_total);
+        ck_assert_uint_eq(hd.prefix_queries, hb.prefix_queries);
+        ck_assert_uint_eq(hd.prefix_hits, hb.prefix_hits);
+        ck_assert_uint_eq(hd.kv_layers_early, hb.kv_layers_early);
         if (i == 0) {
             check_truncations(buf, len, dec_heartbeat);
             maybe_write_seed("frame_control", "heartbeat", buf, len);
+            /* a 1.3 heartbeat (without the counters) decodes with them 0 */
+            buf[5] = 3;
+            reseal(buf, (uint32_t)(len - 24 - WF_FRAME_HEADER_SIZE));
+            f = open_ok(len - 24);
+            ck_assert_int_eq(wf_frame_decode_heartbeat(&f, &hd, err, sizeof err), WF_OK);
+            ck_assert_uint_eq(hd.kv_swa_blocks_total, hb.kv_swa_blocks_total);
+            ck_assert_uint_eq(hd.prefix_queries, 0);
+            ck_assert_uint_eq(hd.prefix_hits, 0);
+            ck_assert_uint_eq(hd.kv_layers_early, 0);
+            /* more hits than queries is refused */
+            wf_frame_heartbeat bad = hb;
+            bad.prefix_hits = bad.prefix_queries + 1;
+            ck_assert_int_eq(wf_frame_encode_heartbeat(&bad, buf, sizeof buf, &len, err, sizeof err),
+                             WF_EINVAL);
+            ck_assert_int_eq(wf_frame_encode_heartbeat(&hb, buf, sizeof buf, &len, err, sizeof err), WF_OK);
             /* a 1.2 heartbeat (without kv_swa_blocks_total) decodes as an unsplit store */
             buf[5] = 2;
-            reseal(buf, (uint32_t)(len - 4 - WF_FRAME_HEADER_SIZE));
-            f = open_ok(len - 4);
+            reseal(buf, (uint32_t)(len - 28 - WF_FRAME_HEADER_SIZE));
+            f = open_ok(len - 28);
             ck_assert_int_eq(wf_frame_decode_heartbeat(&f, &hd, err, sizeof err), WF_OK);
             ck_assert_uint_eq(hd.kv_swa_blocks_total, 0);
             ck_assert_uint_eq(hd.queued_batches, hb.queued_batches);
