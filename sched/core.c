@@ -3,6 +3,7 @@
  * argument and every effect leaves through callbacks, so the simulator runs this same code. */
 #include "sched/core.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@ wf_status wf_core_add(wf_core *c, wf_request *r, uint64_t now_ns) {
     }
     /* a re-routed request keeps its virtual model's clock (shared by the groups) */
     if (c->cfg.policy->fair && !r->fair &&
-        !(r->fair = wf_fair_join(c->cfg.fair, r->spec.vmodel, r->spec.share_weight)))
+        !(r->fair = wf_fair_join(c->cfg.fair, r->spec.vmodel, r->spec.share_weight, now_ns)))
         return WF_ENOMEM;
     if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) return WF_ENOMEM;
     /* Arrival order. A request re-routed from a group that went down keeps its place; with
@@ -122,7 +123,7 @@ static void retire(wf_core *c, wf_request *r, wf_request_state final_state, uint
     r->state = final_state;
     r->times.finished_ns = now;
     if (r->fair) {
-        wf_fair_leave(c->cfg.fair, r->fair);
+        wf_fair_leave(c->cfg.fair, r->fair, now);
         r->fair = NULL;
     }
     if (final_state == WF_REQUEST_FINISHED) c->finished_total++;
@@ -436,6 +437,50 @@ static bool vmodel_seats_full(const wf_core *c, const wf_request *r) {
     return n >= r->spec.vm_max_running;
 }
 
+/* The fair policy's batch-aware cap on r's virtual model's sequences (INT_MAX: none). The
+ * knee comes from the cost model (a / c, rounded up); without one the cap is the weighted
+ * share of max_running. */
+static int fair_seat_cap(const wf_core *c, const wf_request *r, uint64_t now) {
+    if (!c->cfg.policy->fair || !r->fair) return INT_MAX;
+    double knee = 0.0;
+    const wf_cost_model *cm = c->cfg.cost;
+    if (cm && cm->coef[2] > 0.0) knee = ceil(cm->coef[0] / cm->coef[2]);
+    if (cm && knee < 1.0) knee = 1.0;
+    return wf_fair_seat_cap(c->cfg.fair, r->fair, c->cfg.max_running, knee, now);
+}
+
+/* Sequences of virtual model v in the running set. */
+static int vmodel_seqs(const wf_core *c, uint32_t v) {
+    int n = 0;
+    for (int i = 0; i < c->n_running; i++)
+        if (c->running[i]->spec.vmodel == v) n += c->running[i]->n_active;
+    return n;
+}
+
+/* True when admitting r would take its virtual model past its fair seat cap. A virtual model
+ * with nothing running is always let in (a request of n choices above the cap would otherwise
+ * never start). */
+static bool fair_seats_full(const wf_core *c, const wf_request *r, uint64_t now) {
+    if (!c->cfg.policy->fair || !r->fair) return false;
+    int have = vmodel_seqs(c, r->spec.vmodel);
+    return have > 0 && have + r->n_active > fair_seat_cap(c, r, now);
+}
+
+/* The fair policy: a virtual model holding more sequences than its cap (it filled the batch
+ * while it was alone, or the active set changed) gives back the excess, its latest arrivals
+ * first (the least progress to recompute), so that its batch-mates' steps shrink now rather
+ * than after its long requests end. Its one earliest request always stays. */
+static void shed_over_cap(wf_core *c, uint64_t now) {
+    if (!c->cfg.policy->fair) return;
+    for (int i = c->n_running - 1; i >= 0; i--) {
+        wf_request *r = c->running[i];
+        if (!r->fair) continue;
+        int have = vmodel_seqs(c, r->spec.vmodel);
+        if (have <= fair_seat_cap(c, r, now) || have == r->n_active) continue;
+        preempt(c, r, now); /* running[i] left; i-- visits the one before it */
+    }
+}
+
 /* Before planning: the most urgent waiting request may push out running requests it
  * displaces (policy), until it has a seat and blocks for its prompt. */
 static void displace_for_waiting(wf_core *c, uint64_t now) {
@@ -443,7 +488,7 @@ static void displace_for_waiting(wf_core *c, uint64_t now) {
     if (c->n_waiting == 0 || c->n_running == 0) return;
     sort_requests(pol, c->waiting, c->n_waiting);
     wf_request *w = c->waiting[0];
-    if (vmodel_seats_full(c, w)) return; /* it could not run anyway */
+    if (vmodel_seats_full(c, w) || fair_seats_full(c, w, now)) return; /* it could not run anyway */
     if (w->n_preemptions > 0 && w->preempted_iteration == c->iteration) return;
     int need = blocks_to_admit(c, w) * wf_kv_pool_block_size(c->cfg.pool);
     int slack = wf_kv_pool_n_blocks(c->cfg.pool) / 100;
@@ -485,6 +530,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     const wf_sched_policy *pol = c->cfg.policy;
     sort_requests(pol, c->running, c->n_running);
     int budget = c->cfg.max_batch_tokens;
+    shed_over_cap(c, now);
     if (pol->displaces) displace_for_waiting(c, now);
 
     /* 1. Every running decode first: streams never stall behind long prompts. */
@@ -568,7 +614,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     for (int k = 0; k < c->n_waiting && budget > 0 && c->batch.n_tasks < c->max_tasks;) {
         wf_request *r = c->waiting[k];
         if ((r->preempted_iteration == c->iteration && r->n_preemptions > 0) ||
-            vmodel_seats_full(c, r)) {
+            vmodel_seats_full(c, r) || fair_seats_full(c, r, now)) {
             k++;
             continue;
         }

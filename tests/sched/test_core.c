@@ -39,6 +39,9 @@ typedef struct harness {
     uint32_t next_vmodel;       /* h_add gives the next request this virtual model */
     int next_vm_max_running;    /* ... and this per-virtual-model seat quota */
     int max_vm1_tasks;          /* most tasks of virtual model 1 in one batch */
+    double next_weight;         /* ... and this fair-share weight (0: 1) */
+    wf_fair fair;               /* the "fair" policy's clocks */
+    wf_cost_model cost;
 } harness;
 
 static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
@@ -127,7 +130,9 @@ static void h_init_ex(harness *h, const char *policy, int n_blocks, int bs, int 
                           .pool = h->pool,
                           .store = &h->store,
                           .group = {.n_ranks = 1},
+                          .fair = &h->fair,
                           .cb = {cb_token, cb_finished, cb_retired, NULL, h}};
+    wf_fair_init(&h->fair);
     ck_assert_int_eq(wf_core_init(&h->core, &cfg), WF_OK);
     h->now = 1000000000ull;
 }
@@ -149,6 +154,7 @@ static wf_request *h_add(harness *h, const int32_t *prompt, int n_prompt, int ma
     spec.priority = priority;
     spec.vmodel = h->next_vmodel;
     spec.vm_max_running = h->next_vm_max_running;
+    spec.share_weight = h->next_weight;
     snprintf(spec.id, sizeof spec.id, "req-%d", h->n_reqs);
     wf_request *r;
     ck_assert_int_eq(wf__request_new(&spec, 256, h->store.geometry.block_size,
@@ -182,6 +188,7 @@ static void h_run(harness *h) {
 
 static void h_free(harness *h) {
     wf_core_free(&h->core, h->now);
+    wf_fair_free(&h->fair);
     wf_kv_pool_usage u;
     wf_kv_pool_get_usage(h->pool, &u);
     ck_assert_int_eq(u.used, 0); /* every block came back */
@@ -564,6 +571,78 @@ START_TEST(vmodel_max_running_caps_only_that_model) {
 }
 END_TEST
 
+/* Sequences of virtual model v running in h's core. */
+static int running_of(const harness *h, uint32_t v) {
+    int n = 0;
+    for (int i = 0; i < h->core.n_running; i++)
+        if (h->core.running[i]->spec.vmodel == v) n += h->core.running[i]->n_active;
+    return n;
+}
+
+START_TEST(fair_caps_a_tenant_only_while_another_is_active) {
+    /* Eight seats, no cost model. Virtual model 1 alone takes all eight (work-conserving).
+     * When model 2's request arrives, model 1 is over its weighted share (4 of 8): it gives back
+     * its four latest arrivals (preempted, recomputed later) and model 2's request starts at
+     * once; every output is still exactly what the request gives alone. */
+    harness h;
+    h_init(&h, "fair", 128, 4, 256, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[9][8];
+    for (int i = 0; i < 9; i++) make_prompt(p[i], 8, i + 1);
+    h.next_vmodel = 1;
+    for (int i = 0; i < 8; i++) h_add(&h, p[i], 8, 6, 1, 0, 1e6, 0);
+    h_step(&h);
+    ck_assert_int_eq(running_of(&h, 1), 8);
+    h.next_vmodel = 2;
+    h_add(&h, p[8], 8, 6, 1, 0, 1e6, 0);
+    h_step(&h);
+    ck_assert_int_eq(running_of(&h, 1), 4);
+    ck_assert_int_eq(running_of(&h, 2), 1);
+    ck_assert_int_eq(h.recs[8].first_token_iter, h.core.iteration);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 0); /* earliest stay */
+    for (int i = 4; i < 8; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 1);
+    while (h.core.n_running + h.core.n_waiting > 0 && !h.recs[8].retired) {
+        h_step(&h);
+        ck_assert_int_le(running_of(&h, 1), 4); /* capped while model 2 runs */
+    }
+    h_run(&h);
+    for (int i = 0; i < 9; i++) check_request(&h, i, p[i], 8, 6, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(fair_cap_is_a_weighted_share_of_the_knee_batch) {
+    /* Cost model a = 3 ms, c = 1 ms per decode: past 3 sequences a step's per-sequence cost
+     * outweighs its fixed cost, so with three active virtual models the batch is capped at
+     * 3 x 3 = 9 seats of the 16, shared by weight 1 : 2 : 1 -> 2, 4 and 2 seats (rounded down;
+     * model 3 has only one request). All start at virtual time 0: arrival order decides who is
+     * admitted first, the caps how many. */
+    harness h;
+    h_init(&h, "fair", 256, 4, 512, 16, false);
+    wf_cost_model_init(&h.cost, (double[4]){3.0, 0.01, 1.0, 0.0});
+    h.core.cfg.cost = &h.cost;
+    h.fx.eog_token = -1;
+    int32_t p[21][8];
+    for (int i = 0; i < 21; i++) make_prompt(p[i], 8, i + 1);
+    const uint32_t vm[3] = {1, 2, 3};
+    const double weight[3] = {1, 2, 1};
+    const int count[3] = {10, 10, 1};
+    int k = 0;
+    for (int m = 0; m < 3; m++) {
+        h.next_vmodel = vm[m];
+        h.next_weight = weight[m];
+        for (int i = 0; i < count[m]; i++, k++) h_add(&h, p[k], 8, 6, 1, 0, 1e6, 0);
+    }
+    h_step(&h);
+    ck_assert_int_eq(running_of(&h, 1), 2);
+    ck_assert_int_eq(running_of(&h, 2), 4);
+    ck_assert_int_eq(running_of(&h, 3), 1);
+    h_run(&h);
+    for (int i = 0; i < 21; i++) check_request(&h, i, p[i], 8, 6, 0);
+    h_free(&h);
+}
+END_TEST
+
 START_TEST(priority_displaces_a_running_request) {
     /* One seat. The low-priority request is decoding when an urgent one arrives: it is
      * preempted at the next iteration, the urgent one runs to the end, then it resumes with
@@ -884,6 +963,8 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, priority_preempts_the_lowest_priority);
     tcase_add_test(tc, priority_displaces_a_running_request);
     tcase_add_test(tc, vmodel_max_running_caps_only_that_model);
+    tcase_add_test(tc, fair_caps_a_tenant_only_while_another_is_active);
+    tcase_add_test(tc, fair_cap_is_a_weighted_share_of_the_knee_batch);
     tcase_add_test(tc, random_workloads_keep_every_invariant);
     tcase_add_test(tc, random_workloads_split_kv_keep_every_invariant);
     /* 80 random workloads: a few seconds, more on a loaded host or under sanitizers */
