@@ -9,10 +9,14 @@
 # within 2x under fair), and how many of the noisy tenant's requests were served.
 #   bench/vmodels/noisy.sh [RATE=0.2] [NREQ=8] [INPUT=64] [OUTPUT=32]
 # WEFT_NOISY_FLAGS adds weftd flags (e.g. "--max-running 8") to every phase; WEFT_NOISY_QUOTA
-# adds options to the noisy tenant's --vmodel (e.g. ",max_running=4").
+# adds options to the noisy tenant's --vmodel (e.g. ",max_running=4"). weftd calibrates its
+# cost model at start (its default): the fair policy's seat cap is sized by the measured step
+# costs; WEFT_NOISY_FIXED_COST=1 uses lib.sh's fixed model instead (the runs before 2026-11-26
+# 18:00 UTC).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/vmodels/lib.sh
+[ "${WEFT_NOISY_FIXED_COST:-0}" = 1 ] || WEFTD_FLAGS=(--kv-memory-mb 128 --default-ttft-ms 600000)
 RATE=${1:-0.2}; NREQ=${2:-8}; INPUT=${3:-64}; OUTPUT=${4:-32}
 CORES=$(nproc)
 OUT=$(mktemp -d /tmp/weft-vm-noisy-XXXXXX)
