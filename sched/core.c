@@ -240,6 +240,8 @@ static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample
     s->suppress_eos = r->spec.ignore_eos || ch->n_generated < r->spec.min_tokens;
 }
 
+static int fair_prefill_cap(const wf_core *c, const wf_request *r);
+
 /* Schedules the next prefill chunk of choice j within *budget and the free blocks.
  * Returns the tokens scheduled (0: nothing fits). */
 static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
@@ -251,6 +253,10 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
      * fits beside the window). */
     int fit = wf_kv_seq_fit_tokens(c->cfg.pool, &ch->kv) - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
+    if (!c->cfg.whole_prefill) {
+        int cap = fair_prefill_cap(c, r);
+        if (chunk > cap) chunk = cap;
+    }
     if (c->cfg.whole_prefill) {
         /* It runs elsewhere (a prefill rank), so the TPOT budget of this group's decodes does
          * not apply; it waits for a batch with room for all of it. */
@@ -437,16 +443,31 @@ static bool vmodel_seats_full(const wf_core *c, const wf_request *r) {
     return n >= r->spec.vm_max_running;
 }
 
-/* The fair policy's batch-aware cap on r's virtual model's sequences (INT_MAX: none). The
- * knee comes from the cost model (a / c, rounded up); without one the cap is the weighted
- * share of max_running. */
-static int fair_seat_cap(const wf_core *c, const wf_request *r, uint64_t now) {
-    if (!c->cfg.policy->fair || !r->fair) return INT_MAX;
+/* The fair policy's batch-aware cap on r's virtual model's sequences (INT_MAX: none, as for
+ * a virtual model not ahead of the others by margin). The knee comes from the cost model
+ * (a / c, rounded up); without one the cap is the weighted share of max_running. */
+static int fair_seat_cap(const wf_core *c, const wf_request *r, double margin, uint64_t now) {
+    if (!c->cfg.policy->fair || !r->fair || !wf_fair_ahead(c->cfg.fair, r->fair, margin, now))
+        return INT_MAX;
     double knee = 0.0;
     const wf_cost_model *cm = c->cfg.cost;
     if (cm && cm->coef[2] > 0.0) knee = ceil(cm->coef[0] / cm->coef[2]);
     if (cm && knee < 1.0) knee = 1.0;
     return wf_fair_seat_cap(c->cfg.fair, r->fair, c->cfg.max_running, knee, now);
+}
+
+/* The fair policy: a prompt chunk of a virtual model ahead of the others adds at most a
+ * step's fixed cost (a / b tokens of the cost model; at least one KV block, so it progresses):
+ * on a device where a prompt token costs about what a decoding sequence does, one 64-token
+ * prompt in a step otherwise stalls every batch-mate's stream for ~10 decode steps. */
+static int fair_prefill_cap(const wf_core *c, const wf_request *r) {
+    const wf_cost_model *cm = c->cfg.cost;
+    if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) ||
+        !wf_fair_ahead(c->cfg.fair, r->fair, c->cfg.fair->displace_margin / 2, c->plan_now))
+        return INT_MAX;
+    int bs = wf_kv_pool_block_size(c->cfg.pool);
+    double n = floor(cm->coef[0] / cm->coef[1]);
+    return n > bs ? (n < INT_MAX ? (int)n : INT_MAX) : bs;
 }
 
 /* Sequences of virtual model v in the running set. */
@@ -463,7 +484,8 @@ static int vmodel_seqs(const wf_core *c, uint32_t v) {
 static bool fair_seats_full(const wf_core *c, const wf_request *r, uint64_t now) {
     if (!c->cfg.policy->fair || !r->fair) return false;
     int have = vmodel_seqs(c, r->spec.vmodel);
-    return have > 0 && have + r->n_active > fair_seat_cap(c, r, now);
+    return have > 0 &&
+           have + r->n_active > fair_seat_cap(c, r, c->cfg.fair->displace_margin / 2, now);
 }
 
 /* The fair policy: a virtual model holding more sequences than its cap (it filled the batch
@@ -476,7 +498,8 @@ static void shed_over_cap(wf_core *c, uint64_t now) {
         wf_request *r = c->running[i];
         if (!r->fair) continue;
         int have = vmodel_seqs(c, r->spec.vmodel);
-        if (have <= fair_seat_cap(c, r, now) || have == r->n_active) continue;
+        if (have <= fair_seat_cap(c, r, c->cfg.fair->displace_margin, now) || have == r->n_active)
+            continue;
         preempt(c, r, now); /* running[i] left; i-- visits the one before it */
     }
 }
@@ -525,6 +548,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     c->last_context = c->last_decode_context = 0;
     c->plan_ms_left = INFINITY;
     c->plan_prefill_floor = 0;
+    c->plan_now = now;
     cancel_flagged(c, c->running, &c->n_running, now);
     cancel_flagged(c, c->waiting, &c->n_waiting, now);
     const wf_sched_policy *pol = c->cfg.policy;

@@ -62,6 +62,13 @@ bool wf_fair_active(const wf_fair_entry *e, uint64_t now_ns) {
            (double)(now_ns - e->last_leave_ns) < 2.0 * e->gap_ns;
 }
 
+bool wf_fair_ahead(const wf_fair *f, const wf_fair_entry *e, double margin, uint64_t now_ns) {
+    for (const wf_fair_entry *o = f->head; o; o = o->next)
+        if (o != e && wf_fair_active(o, now_ns) && o->vtime + margin < e->vtime)
+            return true;
+    return false;
+}
+
 int wf_fair_seat_cap(const wf_fair *f, const wf_fair_entry *e, int max_running, double knee,
                      uint64_t now_ns) {
     double w_active = e->weight;

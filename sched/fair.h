@@ -7,8 +7,8 @@
  *
  * Batch-aware: the order alone cannot protect a light virtual model when every request is
  * admitted at once (a large max_running) -- a noisy one's sequences fill the batch and make
- * every step longer for its batch-mates. So while other virtual models are active, each one's
- * sequences in the running batch are capped at its weighted share of a batch sized where
+ * every step longer for its batch-mates. So while other virtual models are active, one that is
+ * ahead of them (wf_fair_ahead) holds at most its weighted share of a batch sized where
  * batching stops paying (wf_fair_seat_cap); alone, a virtual model may use the whole batch.
  *
  *     wf_fair f; wf_fair_init(&f);
@@ -61,6 +61,13 @@ void wf_fair_leave(wf_fair *f, wf_fair_entry *e, uint64_t now_ns);
 /* True while e has requests in the scheduler or its last one left less than two mean
  * inter-arrival gaps before now_ns. */
 bool wf_fair_active(const wf_fair_entry *e, uint64_t now_ns);
+/* True when another active virtual model is behind e by more than margin (virtual time): e
+ * has been served more than its share. Only such a virtual model is held to its seat cap; the
+ * ones at or near the pace of the least served are not (a light tenant's second request does
+ * not wait for its first because a noisy one is around). The core admits against the cap
+ * beyond half of displace_margin and sheds beyond all of it: a hysteresis, so that a virtual
+ * model hovering at the edge is not admitted and preempted in turn. */
+bool wf_fair_ahead(const wf_fair *f, const wf_fair_entry *e, double margin, uint64_t now_ns);
 /* How many sequences e may hold in a batch of max_running seats at now_ns. No other virtual
  * model active: max_running (work-conserving: one tenant alone uses the whole batch). Else
  * its weighted share (weight / the active ones' summed weight) of

@@ -581,64 +581,85 @@ static int running_of(const harness *h, uint32_t v) {
 
 START_TEST(fair_caps_a_tenant_only_while_another_is_active) {
     /* Eight seats, no cost model. Virtual model 1 alone takes all eight (work-conserving).
-     * When model 2's request arrives, model 1 is over its weighted share (4 of 8): it gives back
-     * its four latest arrivals (preempted, recomputed later) and model 2's request starts at
-     * once; every output is still exactly what the request gives alone. */
+     * Model 2's request arrives: it joins at model 1's virtual time, and once model 1 is ahead
+     * of it by more than the margin (a few steps of 8 decodes against 1), model 1 is held to
+     * its weighted share (4 of 8): it gives back its four latest arrivals (preempted,
+     * recomputed later) and stays at 4 while model 2 runs; every output is still exactly
+     * what the request gives alone. */
     harness h;
     h_init(&h, "fair", 128, 4, 256, 8, false);
     h.fx.eog_token = -1;
     int32_t p[9][8];
     for (int i = 0; i < 9; i++) make_prompt(p[i], 8, i + 1);
     h.next_vmodel = 1;
-    for (int i = 0; i < 8; i++) h_add(&h, p[i], 8, 6, 1, 0, 1e6, 0);
+    for (int i = 0; i < 8; i++) h_add(&h, p[i], 8, 30, 1, 0, 1e6, 0);
     h_step(&h);
     ck_assert_int_eq(running_of(&h, 1), 8);
     h.next_vmodel = 2;
-    h_add(&h, p[8], 8, 6, 1, 0, 1e6, 0);
-    h_step(&h);
+    h_add(&h, p[8], 8, 20, 1, 0, 1e6, 0);
+    int steps = 0;
+    while (running_of(&h, 1) > 4 && steps < 10) {
+        h_step(&h);
+        steps++;
+    }
+    ck_assert_int_le(steps, 4);
     ck_assert_int_eq(running_of(&h, 1), 4);
     ck_assert_int_eq(running_of(&h, 2), 1);
-    ck_assert_int_eq(h.recs[8].first_token_iter, h.core.iteration);
     for (int i = 0; i < 4; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 0); /* earliest stay */
     for (int i = 4; i < 8; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 1);
-    while (h.core.n_running + h.core.n_waiting > 0 && !h.recs[8].retired) {
+    while (!h.recs[8].retired) {
         h_step(&h);
         ck_assert_int_le(running_of(&h, 1), 4); /* capped while model 2 runs */
     }
     h_run(&h);
-    for (int i = 0; i < 9; i++) check_request(&h, i, p[i], 8, 6, 0);
+    for (int i = 0; i < 9; i++) check_request(&h, i, p[i], 8, i < 8 ? 30 : 20, 0);
     h_free(&h);
 }
 END_TEST
 
 START_TEST(fair_cap_is_a_weighted_share_of_the_knee_batch) {
     /* Cost model a = 3 ms, c = 1 ms per decode: past 3 sequences a step's per-sequence cost
-     * outweighs its fixed cost, so with three active virtual models the batch is capped at
-     * 3 x 3 = 9 seats of the 16, shared by weight 1 : 2 : 1 -> 2, 4 and 2 seats (rounded down;
-     * model 3 has only one request). All start at virtual time 0: arrival order decides who is
-     * admitted first, the caps how many. */
+     * outweighs its fixed cost, so with three active virtual models those ahead are held to
+     * their weighted share of 3 x 3 = 9 seats (of 16), weights 1 : 2 : 1 -> 2 and 4 seats
+     * (rounded down) for models 1 and 2, which send 10 requests each against model 3's one
+     * long request. Model 3, behind them, is never capped. A prompt chunk of a model ahead is
+     * at most a / b = 3 / 0.25 = 12 tokens. */
     harness h;
     h_init(&h, "fair", 256, 4, 512, 16, false);
-    wf_cost_model_init(&h.cost, (double[4]){3.0, 0.01, 1.0, 0.0});
+    wf_cost_model_init(&h.cost, (double[4]){3.0, 0.25, 1.0, 0.0});
     h.core.cfg.cost = &h.cost;
     h.fx.eog_token = -1;
-    int32_t p[21][8];
-    for (int i = 0; i < 21; i++) make_prompt(p[i], 8, i + 1);
-    const uint32_t vm[3] = {1, 2, 3};
-    const double weight[3] = {1, 2, 1};
-    const int count[3] = {10, 10, 1};
-    int k = 0;
-    for (int m = 0; m < 3; m++) {
-        h.next_vmodel = vm[m];
-        h.next_weight = weight[m];
-        for (int i = 0; i < count[m]; i++, k++) h_add(&h, p[k], 8, 6, 1, 0, 1e6, 0);
-    }
+    int32_t p[21][32];
+    for (int i = 0; i < 21; i++) make_prompt(p[i], 32, i + 1);
+    h.next_vmodel = 3;
+    h_add(&h, p[20], 8, 60, 1, 0, 1e6, 0);
     h_step(&h);
-    ck_assert_int_eq(running_of(&h, 1), 2);
-    ck_assert_int_eq(running_of(&h, 2), 4);
-    ck_assert_int_eq(running_of(&h, 3), 1);
+    const double weight[2] = {1, 2};
+    for (int m = 0; m < 2; m++) {
+        h.next_vmodel = (uint32_t)m + 1;
+        h.next_weight = weight[m];
+        for (int i = 0; i < 10; i++) h_add(&h, p[m * 10 + i], 32, 6, 1, 0, 1e6, 0);
+    }
+    int steps = 0;
+    do {
+        h_step(&h);
+        steps++;
+    } while ((running_of(&h, 1) > 2 || running_of(&h, 2) > 4) && steps < 60);
+    ck_assert_int_lt(steps, 60);
+    while (!h.recs[20].retired) {
+        wf_task_batch *b = wf_core_plan(&h.core, h.now);
+        ck_assert_int_le(running_of(&h, 1), 2);
+        ck_assert_int_le(running_of(&h, 2), 4);
+        for (int k = 0; k < b->n_tasks; k++)
+            if (b->tasks[k].kind == WF_TASK_PREFILL && b->tasks[k].vmodel != 3)
+                ck_assert_int_le(b->tasks[k].llm.n_tokens, 12);
+        wf_status st = wf_executor_run(wf_fake_executor_get(&h.fx), b, NULL, 0);
+        h.now += 1000000;
+        wf_core_complete(&h.core, st, NULL, h.now);
+    }
     h_run(&h);
-    for (int i = 0; i < 21; i++) check_request(&h, i, p[i], 8, 6, 0);
+    for (int i = 0; i < 20; i++) check_request(&h, i + 1, p[i], 32, 6, 0);
+    check_request(&h, 0, p[20], 8, 60, 0);
     h_free(&h);
 }
 END_TEST
