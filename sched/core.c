@@ -240,7 +240,11 @@ static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample
     s->suppress_eos = r->spec.ignore_eos || ch->n_generated < r->spec.min_tokens;
 }
 
-static int fair_prefill_cap(const wf_core *c, const wf_request *r);
+static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining);
+/* Spends ms of r's virtual model's credit (the fair policy with a cost model). */
+static void fair_spend(const wf_core *c, wf_request *r, double ms) {
+    if (c->cfg.policy->fair && r->fair && c->cfg.cost) r->fair->credit -= ms;
+}
 
 /* Schedules the next prefill chunk of choice j within *budget and the free blocks.
  * Returns the tokens scheduled (0: nothing fits). */
@@ -254,7 +258,7 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
     int fit = wf_kv_seq_fit_tokens(c->cfg.pool, &ch->kv) - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
     if (!c->cfg.whole_prefill) {
-        int cap = fair_prefill_cap(c, r);
+        int cap = fair_prefill_cap(c, r, remaining);
         if (chunk > cap) chunk = cap;
     }
     if (c->cfg.whole_prefill) {
@@ -293,6 +297,7 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
                 fill_sample(r, &r->choices[i], &t->llm.samples[t->llm.n_samples++]);
     }
     *budget -= chunk;
+    if (c->cfg.cost) fair_spend(c, r, c->cfg.cost->coef[1] * chunk);
     double attn = wf_cost_model_attention(t->llm.pos, chunk);
     if (c->plan_ms_left < INFINITY)
         c->plan_ms_left -= c->cfg.cost->coef[1] * chunk + c->cfg.cost->coef[3] * attn;
@@ -333,6 +338,7 @@ static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, ui
     fill_sample(r, ch, &t->llm.samples[0]);
     t->llm.n_samples = 1;
     (*budget)--;
+    if (c->cfg.cost) fair_spend(c, r, c->cfg.cost->coef[2]);
     c->last_decode_tokens++;
     c->last_context += ch->n_tokens;
     c->last_decode_context += ch->n_tokens;
@@ -456,19 +462,23 @@ static int fair_seat_cap(const wf_core *c, const wf_request *r, double margin, u
     return wf_fair_seat_cap(c->cfg.fair, r->fair, c->cfg.max_running, knee, now);
 }
 
-/* The fair policy: a prompt chunk of a virtual model ahead of the others adds at most a
- * step's fixed cost (a / b tokens of the cost model; at least one KV block, so it progresses):
- * on a device where a prompt token costs about what a decoding sequence does, one 64-token
- * prompt in a step otherwise stalls every batch-mate's stream for ~10 decode steps. */
-static int fair_prefill_cap(const wf_core *c, const wf_request *r) {
+/* The fair policy: the prompt tokens a virtual model ahead of the others may add to this
+ * step, what its credit (wf_fair_refill: about one fixed step cost per step, its decodes paid
+ * first) buys at b per token; 0 until that is at least a KV block (or the rest of the prompt),
+ * so it runs whole blocks every few steps rather than a token per step. On a device where a
+ * prompt token costs about what a decoding sequence does, a noisy tenant's 64-token prompts
+ * otherwise stall its batch-mates' streams for ~10 decode steps each. */
+static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining) {
     const wf_cost_model *cm = c->cfg.cost;
     if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) ||
         !wf_fair_ahead(c->cfg.fair, r->fair, c->cfg.fair->displace_margin / 2, c->plan_now))
         return INT_MAX;
-    int bs = wf_kv_pool_block_size(c->cfg.pool);
-    double n = floor(cm->coef[0] / cm->coef[1]);
-    return n > bs ? (n < INT_MAX ? (int)n : INT_MAX) : bs;
+    double n = floor(r->fair->credit / cm->coef[1]);
+    int bs = wf_kv_pool_block_size(c->cfg.pool), least = remaining < bs ? remaining : bs;
+    if (!(n >= least)) return 0;
+    return n < INT_MAX ? (int)n : INT_MAX;
 }
+
 
 /* Sequences of virtual model v in the running set. */
 static int vmodel_seqs(const wf_core *c, uint32_t v) {
@@ -554,6 +564,11 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     const wf_sched_policy *pol = c->cfg.policy;
     sort_requests(pol, c->running, c->n_running);
     int budget = c->cfg.max_batch_tokens;
+    if (pol->fair && c->cfg.cost) {
+        /* the bank: enough for one KV block of prompt beyond a few steps' budget */
+        const double *k = c->cfg.cost->coef;
+        wf_fair_refill(c->cfg.fair, k[0], k[1] * wf_kv_pool_block_size(c->cfg.pool), now);
+    }
     shed_over_cap(c, now);
     if (pol->displaces) displace_for_waiting(c, now);
 
@@ -643,6 +658,10 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
             continue;
         }
         if (c->running_seqs + r->n_active > c->cfg.max_running) break; /* keep the order */
+        if (!c->cfg.whole_prefill && fair_prefill_cap(c, r, r->spec.n_prompt) == 0) {
+            k++; /* ahead of the others and out of credit for now; those behind may start */
+            continue;
+        }
         if (pol->tpot_budget && cm) {
             /* One more stream must not push the decode-only iteration past anyone's TPOT. */
             double tightest = min_tpot > 0 && min_tpot < r->tpot_ms ? min_tpot : r->tpot_ms;

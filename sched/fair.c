@@ -100,3 +100,23 @@ double wf_fair_jain(const double *x, int n) {
     }
     return n > 0 && s2 > 0.0 ? s * s / ((double)n * s2) : 1.0;
 }
+
+void wf_fair_refill(wf_fair *f, double step_ms, double bank_ms, uint64_t now_ns) {
+    double w_active = 0.0;
+    int n_active = 0;
+    for (wf_fair_entry *e = f->head; e; e = e->next)
+        if (wf_fair_active(e, now_ns)) {
+            w_active += e->weight;
+            n_active++;
+        }
+    for (wf_fair_entry *e = f->head; e; e = e->next) {
+        if (!wf_fair_active(e, now_ns)) {
+            e->credit = 0.0;
+            continue;
+        }
+        double budget = e->weight / w_active * n_active * step_ms;
+        e->credit += budget;
+        if (e->credit > bank_ms + 4.0 * budget) e->credit = bank_ms + 4.0 * budget;
+        if (e->credit < -bank_ms) e->credit = -bank_ms;
+    }
+}

@@ -38,6 +38,9 @@ typedef struct wf_fair_entry {
      * preempt them all). It stays active for two of its mean inter-arrival gaps. */
     uint64_t last_join_ns, last_leave_ns;
     double gap_ns;      /* exponentially weighted mean gap between its arrivals (0: unknown) */
+    /* Cost (ms of the cost model) it may still add to steps while it is ahead of the others:
+     * refilled by its step budget every iteration (wf_fair_refill), spent by its tasks. */
+    double credit;
     struct wf_fair *owner;
     struct wf_fair_entry *next;
 } wf_fair_entry;
@@ -80,6 +83,13 @@ bool wf_fair_ahead(const wf_fair *f, const wf_fair_entry *e, double margin, uint
  * model): S = max_running. */
 int wf_fair_seat_cap(const wf_fair *f, const wf_fair_entry *e, int max_running, double knee,
                      uint64_t now_ns);
+/* One iteration's refill of every entry's credit: its weighted share of n_active x step_ms
+ * (step_ms: the step's fixed cost a; with equal weights each active virtual model may add one
+ * fixed cost per step), kept within [-bank_ms, bank_ms + that share x 4] so that a
+ * virtual model ahead of the others adds on average at most its share to a step: its
+ * decodes spend the credit first, its prompt chunks only what is left (see the core). An
+ * inactive entry's credit is reset to 0. */
+void wf_fair_refill(wf_fair *f, double step_ms, double bank_ms, uint64_t now_ns);
 /* Served cost (>= 0) for e: vtime += cost / weight. */
 void wf_fair_charge(wf_fair *f, wf_fair_entry *e, double cost);
 /* Jain's fairness index of x[0..n): (sum x)^2 / (n sum x^2); 1 when all equal. */

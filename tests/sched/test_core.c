@@ -622,8 +622,10 @@ START_TEST(fair_cap_is_a_weighted_share_of_the_knee_batch) {
      * outweighs its fixed cost, so with three active virtual models those ahead are held to
      * their weighted share of 3 x 3 = 9 seats (of 16), weights 1 : 2 : 1 -> 2 and 4 seats
      * (rounded down) for models 1 and 2, which send 10 requests each against model 3's one
-     * long request. Model 3, behind them, is never capped. A prompt chunk of a model ahead is
-     * at most a / b = 3 / 0.25 = 12 tokens. */
+     * long request. Model 3, behind them, is never capped. And the cost a model ahead adds to
+     * the steps (decodes x c + prompt tokens x b) stays within its share of n_active x a per
+     * step (3 x 3 x 1/4 = 2.25 ms for model 1, 4.5 for model 2) plus what it may bank (one
+     * block of prompt, b x 4, and 4 steps' share). */
     harness h;
     h_init(&h, "fair", 256, 4, 512, 16, false);
     wf_cost_model_init(&h.cost, (double[4]){3.0, 0.25, 1.0, 0.0});
@@ -646,17 +648,26 @@ START_TEST(fair_cap_is_a_weighted_share_of_the_knee_batch) {
         steps++;
     } while ((running_of(&h, 1) > 2 || running_of(&h, 2) > 4) && steps < 60);
     ck_assert_int_lt(steps, 60);
+    double spent[3] = {0, 0, 0};
+    int window = 0;
     while (!h.recs[20].retired) {
         wf_task_batch *b = wf_core_plan(&h.core, h.now);
         ck_assert_int_le(running_of(&h, 1), 2);
         ck_assert_int_le(running_of(&h, 2), 4);
-        for (int k = 0; k < b->n_tasks; k++)
-            if (b->tasks[k].kind == WF_TASK_PREFILL && b->tasks[k].vmodel != 3)
-                ck_assert_int_le(b->tasks[k].llm.n_tokens, 12);
+        for (int k = 0; k < b->n_tasks; k++) {
+            const wf_task *t = &b->tasks[k];
+            if (t->kind == WF_TASK_PREFILL) spent[t->vmodel - 1] += 0.25 * t->llm.n_tokens;
+            if (t->kind == WF_TASK_DECODE) spent[t->vmodel - 1] += 1.0;
+        }
+        window++;
         wf_status st = wf_executor_run(wf_fake_executor_get(&h.fx), b, NULL, 0);
         h.now += 1000000;
         wf_core_complete(&h.core, st, NULL, h.now);
     }
+    ck_assert_int_gt(window, 20);
+    const double share[2] = {2.25, 4.5};
+    for (int m = 0; m < 2; m++)
+        ck_assert_double_le(spent[m], share[m] * window + 1.0 + 4 * share[m] + 1e-9);
     h_run(&h);
     for (int i = 0; i < 20; i++) check_request(&h, i + 1, p[i], 32, 6, 0);
     check_request(&h, 0, p[20], 8, 60, 0);
