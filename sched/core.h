@@ -19,7 +19,9 @@
  * (with the slo policy and a cost model, sized to keep every decoding request on its TPOT
  * schedule); then waiting requests are admitted in policy order (prefix-cache match first)
  * while the token budget, max_running, the TPOT budget and the KV pool (whole prompt + a 1 %
- * watermark) allow.
+ * watermark) allow. With the fair policy, a virtual model ahead of the others (sched/fair.h) is
+ * first shed to its seat cap, is admitted only below it, and its decodes and prompt chunks
+ * spend a per-step cost credit (a prompt waits, its place kept, while the credit is short).
  * A request's trajectory is PREFILL chunk.. -> DECODE step.. -> FINISH; the FINISH task (KV
  * released) is reported through cb.task like the executor's tasks. Requests that end are
  * handed to cb.retired at the end of the call (a safe point: the callback may free them).
