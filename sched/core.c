@@ -470,7 +470,7 @@ static int fair_seat_cap(const wf_core *c, const wf_request *r, double margin, u
  * otherwise stall its batch-mates' streams for ~10 decode steps each. */
 static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining) {
     const wf_cost_model *cm = c->cfg.cost;
-    if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) ||
+    if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) || c->plan_credit_off ||
         !wf_fair_ahead(c->cfg.fair, r->fair, c->cfg.fair->displace_margin / 2, c->plan_now))
         return INT_MAX;
     double n = floor(r->fair->credit / cm->coef[1]);
@@ -478,7 +478,6 @@ static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining
     if (!(n >= least)) return 0;
     return n < INT_MAX ? (int)n : INT_MAX;
 }
-
 
 /* Sequences of virtual model v in the running set. */
 static int vmodel_seqs(const wf_core *c, uint32_t v) {
@@ -559,6 +558,7 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     c->plan_ms_left = INFINITY;
     c->plan_prefill_floor = 0;
     c->plan_now = now;
+    c->plan_credit_off = false;
     cancel_flagged(c, c->running, &c->n_running, now);
     cancel_flagged(c, c->waiting, &c->n_waiting, now);
     const wf_sched_policy *pol = c->cfg.policy;
@@ -641,6 +641,11 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
             apply_stall_cap(c, spent, now);
         }
     }
+
+    /* The fair policy's credit protects decoding streams from a tenant ahead of the others;
+     * with none decoding in this step there is nobody to protect, and holding its prompt back
+     * could leave the step empty (the scheduler then idles, and nobody refills the credit). */
+    c->plan_credit_off = c->batch.n_tasks == 0;
 
     /* 2. Chunks of running requests still in prefill (long prompts, recomputes). */
     for (int i = 0; i < c->n_running && budget > 0; i++) {

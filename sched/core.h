@@ -101,6 +101,7 @@ typedef struct wf_core {
     double plan_ms_left;
     int plan_prefill_floor;
     uint64_t plan_now;        /* the clock the plan in progress was called with */
+    bool plan_credit_off;     /* fair: no decode in this step, so no per-step cost credit */
     uint64_t iteration, next_task_id, next_seq_id, next_serial;
     uint64_t preempted_total, finished_total, failed_total, cancelled_total;
 } wf_core;
