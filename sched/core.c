@@ -449,6 +449,17 @@ static bool vmodel_seats_full(const wf_core *c, const wf_request *r) {
     return n >= r->spec.vm_max_running;
 }
 
+/* How far ahead (in displacement margins: max_running decodes' cost) a virtual model must be
+ * of another active one to be held to its seat cap and cost credit, and to be shed to the cap.
+ * Between tenants of equal load one is always a request or so ahead of another (a request of
+ * 64 + 32 tokens cost ~1.2 margins on the host of BENCHMARKS.md); holding them to their shares
+ * then only delays their prompts (spatial.sh, N = 4: 0.99x in one round with 0.5 margins). A
+ * noisy tenant is ahead by many margins within a second. Shedding soon after holding (2.5)
+ * mattered in the simulator (sched_test_fair's compute-bound case: 1.7-1.8x at 2.5, up to
+ * 2.07x at 4). */
+#define FAIR_HOLD 2.0
+#define FAIR_SHED 2.5
+
 /* The fair policy's batch-aware cap on r's virtual model's sequences (INT_MAX: none, as for
  * a virtual model not ahead of the others by margin). The knee comes from the cost model
  * (a / c, rounded up); without one the cap is the weighted share of max_running. */
@@ -471,7 +482,7 @@ static int fair_seat_cap(const wf_core *c, const wf_request *r, double margin, u
 static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining) {
     const wf_cost_model *cm = c->cfg.cost;
     if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) || c->plan_credit_off ||
-        !wf_fair_ahead(c->cfg.fair, r->fair, c->cfg.fair->displace_margin / 2, c->plan_now))
+        !wf_fair_ahead(c->cfg.fair, r->fair, FAIR_HOLD * c->cfg.fair->displace_margin, c->plan_now))
         return INT_MAX;
     double n = floor(r->fair->credit / cm->coef[1]);
     int bs = wf_kv_pool_block_size(c->cfg.pool), least = remaining < bs ? remaining : bs;
@@ -494,7 +505,7 @@ static bool fair_seats_full(const wf_core *c, const wf_request *r, uint64_t now)
     if (!c->cfg.policy->fair || !r->fair) return false;
     int have = vmodel_seqs(c, r->spec.vmodel);
     return have > 0 &&
-           have + r->n_active > fair_seat_cap(c, r, c->cfg.fair->displace_margin / 2, now);
+           have + r->n_active > fair_seat_cap(c, r, FAIR_HOLD * c->cfg.fair->displace_margin, now);
 }
 
 /* The fair policy: a virtual model holding more sequences than its cap (it filled the batch
@@ -507,7 +518,7 @@ static void shed_over_cap(wf_core *c, uint64_t now) {
         wf_request *r = c->running[i];
         if (!r->fair) continue;
         int have = vmodel_seqs(c, r->spec.vmodel);
-        if (have <= fair_seat_cap(c, r, c->cfg.fair->displace_margin, now) || have == r->n_active)
+        if (have <= fair_seat_cap(c, r, FAIR_SHED * c->cfg.fair->displace_margin, now) || have == r->n_active)
             continue;
         preempt(c, r, now); /* running[i] left; i-- visits the one before it */
     }

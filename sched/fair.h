@@ -68,8 +68,8 @@ bool wf_fair_active(const wf_fair_entry *e, uint64_t now_ns);
  * has been served more than its share. Only such a virtual model is held to its seat cap; the
  * ones at or near the pace of the least served are not (a light tenant's second request does
  * not wait for its first because a noisy one is around). The core admits against the cap
- * beyond half of displace_margin and sheds beyond all of it: a hysteresis, so that a virtual
- * model hovering at the edge is not admitted and preempted in turn. */
+ * (and spends the cost credit) beyond 2 displace_margins and sheds beyond 2.5: a hysteresis,
+ * so that a virtual model hovering at the edge is not admitted and preempted in turn. */
 bool wf_fair_ahead(const wf_fair *f, const wf_fair_entry *e, double margin, uint64_t now_ns);
 /* How many sequences e may hold in a batch of max_running seats at now_ns. No other virtual
  * model active: max_running (work-conserving: one tenant alone uses the whole batch). Else
