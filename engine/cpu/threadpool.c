@@ -57,7 +57,9 @@ struct wf_threadpool {
     _Atomic int n_sleeping;            /* workers inside futex_wait on generation */
     void (*fn)(void *ctx, int ith, int nth);
     void *ctx;
-    bool stop;
+    /* atomic: a worker may look at it while the caller, not waiting for that worker (it ran the
+     * worker's share itself), goes on to free the pool */
+    _Atomic bool stop;
     /* written by every worker at the end of a run: its own line */
     alignas(64) _Atomic uint32_t n_done;
     _Atomic int caller_sleeping;
@@ -110,7 +112,7 @@ static void *worker_main(void *arg) {
     uint32_t seen = 0;
     for (;;) {
         seen = wait_change(&p->generation, seen, &p->n_sleeping);
-        if (p->stop) break;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
         /* Woken late, the open share may already be a later run's: taking it is right (fn and
          * ctx were written before it was opened); a share already taken is left alone. */
         uint64_t v = atomic_load_explicit(&w->claim, memory_order_acquire);
@@ -136,7 +138,7 @@ wf_threadpool *wf_threadpool_new(int n_threads) {
     atomic_init(&p->caller_sleeping, 0);
     p->fn = NULL;
     p->ctx = NULL;
-    p->stop = false;
+    atomic_init(&p->stop, false);
     p->n_threads = n_threads;
     p->n_started = 0;
     p->run = 0;
@@ -173,7 +175,7 @@ static void publish(wf_threadpool *p) {
 void wf_threadpool_free(wf_threadpool *p) {
     if (!p) return;
     if (p->n_started > 0) {
-        p->stop = true;
+        atomic_store_explicit(&p->stop, true, memory_order_release);
         publish(p);
         for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     }
