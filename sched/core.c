@@ -3,6 +3,7 @@
  * argument and every effect leaves through callbacks, so the simulator runs this same code. */
 #include "sched/core.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@ wf_status wf_core_add(wf_core *c, wf_request *r, uint64_t now_ns) {
     }
     /* a re-routed request keeps its virtual model's clock (shared by the groups) */
     if (c->cfg.policy->fair && !r->fair &&
-        !(r->fair = wf_fair_join(c->cfg.fair, r->spec.vmodel, r->spec.share_weight)))
+        !(r->fair = wf_fair_join(c->cfg.fair, r->spec.vmodel, r->spec.share_weight, now_ns)))
         return WF_ENOMEM;
     if (push(&c->waiting, &c->n_waiting, &c->cap_waiting, r) != WF_OK) return WF_ENOMEM;
     /* Arrival order. A request re-routed from a group that went down keeps its place; with
@@ -122,7 +123,7 @@ static void retire(wf_core *c, wf_request *r, wf_request_state final_state, uint
     r->state = final_state;
     r->times.finished_ns = now;
     if (r->fair) {
-        wf_fair_leave(c->cfg.fair, r->fair);
+        wf_fair_leave(c->cfg.fair, r->fair, now);
         r->fair = NULL;
     }
     if (final_state == WF_REQUEST_FINISHED) c->finished_total++;
@@ -239,6 +240,12 @@ static void fill_sample(const wf_request *r, const wf_choice *ch, wf_task_sample
     s->suppress_eos = r->spec.ignore_eos || ch->n_generated < r->spec.min_tokens;
 }
 
+static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining);
+/* Spends ms of r's virtual model's credit (the fair policy with a cost model). */
+static void fair_spend(const wf_core *c, wf_request *r, double ms) {
+    if (c->cfg.policy->fair && r->fair && c->cfg.cost) r->fair->credit -= ms;
+}
+
 /* Schedules the next prefill chunk of choice j within *budget and the free blocks.
  * Returns the tokens scheduled (0: nothing fits). */
 static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
@@ -250,6 +257,10 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
      * fits beside the window). */
     int fit = wf_kv_seq_fit_tokens(c->cfg.pool, &ch->kv) - ch->kv.n_tokens;
     if (chunk > fit) chunk = fit;
+    if (!c->cfg.whole_prefill) {
+        int cap = fair_prefill_cap(c, r, remaining);
+        if (chunk > cap) chunk = cap;
+    }
     if (c->cfg.whole_prefill) {
         /* It runs elsewhere (a prefill rank), so the TPOT budget of this group's decodes does
          * not apply; it waits for a batch with room for all of it. */
@@ -286,6 +297,7 @@ static int plan_prefill(wf_core *c, wf_request *r, int j, int *budget) {
                 fill_sample(r, &r->choices[i], &t->llm.samples[t->llm.n_samples++]);
     }
     *budget -= chunk;
+    if (c->cfg.cost) fair_spend(c, r, c->cfg.cost->coef[1] * chunk);
     double attn = wf_cost_model_attention(t->llm.pos, chunk);
     if (c->plan_ms_left < INFINITY)
         c->plan_ms_left -= c->cfg.cost->coef[1] * chunk + c->cfg.cost->coef[3] * attn;
@@ -326,6 +338,7 @@ static bool plan_decode(wf_core *c, wf_request *r, int j, int i, int *budget, ui
     fill_sample(r, ch, &t->llm.samples[0]);
     t->llm.n_samples = 1;
     (*budget)--;
+    if (c->cfg.cost) fair_spend(c, r, c->cfg.cost->coef[2]);
     c->last_decode_tokens++;
     c->last_context += ch->n_tokens;
     c->last_decode_context += ch->n_tokens;
@@ -436,6 +449,81 @@ static bool vmodel_seats_full(const wf_core *c, const wf_request *r) {
     return n >= r->spec.vm_max_running;
 }
 
+/* How far ahead (in displacement margins: max_running decodes' cost) a virtual model must be
+ * of another active one to be held to its seat cap and cost credit, and to be shed to the cap.
+ * Between tenants of equal load one is always a request or so ahead of another (a request of
+ * 64 + 32 tokens cost ~1.2 margins on the host of BENCHMARKS.md); holding them to their shares
+ * then only delays their prompts (spatial.sh, N = 4: 0.99x in one round with 0.5 margins). A
+ * noisy tenant is ahead by many margins within a second. Shedding soon after holding (2.5)
+ * mattered in the simulator (sched_test_fair's compute-bound case: 1.7-1.8x at 2.5, up to
+ * 2.07x at 4). */
+#define FAIR_HOLD 2.0
+#define FAIR_SHED 2.5
+
+/* The fair policy's batch-aware cap on r's virtual model's sequences (INT_MAX: none, as for
+ * a virtual model not ahead of the others by margin). The knee comes from the cost model
+ * (a / c, rounded up); without one the cap is the weighted share of max_running. */
+static int fair_seat_cap(const wf_core *c, const wf_request *r, double margin, uint64_t now) {
+    if (!c->cfg.policy->fair || !r->fair || !wf_fair_ahead(c->cfg.fair, r->fair, margin, now))
+        return INT_MAX;
+    double knee = 0.0;
+    const wf_cost_model *cm = c->cfg.cost;
+    if (cm && cm->coef[2] > 0.0) knee = ceil(cm->coef[0] / cm->coef[2]);
+    if (cm && knee < 1.0) knee = 1.0;
+    return wf_fair_seat_cap(c->cfg.fair, r->fair, c->cfg.max_running, knee, now);
+}
+
+/* The fair policy: the prompt tokens a virtual model ahead of the others may add to this
+ * step, what its credit (wf_fair_refill: about one fixed step cost per step, its decodes paid
+ * first) buys at b per token; 0 until that is at least a KV block (or the rest of the prompt),
+ * so it runs whole blocks every few steps rather than a token per step. On a device where a
+ * prompt token costs about what a decoding sequence does, a noisy tenant's 64-token prompts
+ * otherwise stall its batch-mates' streams for ~10 decode steps each. */
+static int fair_prefill_cap(const wf_core *c, const wf_request *r, int remaining) {
+    const wf_cost_model *cm = c->cfg.cost;
+    if (!c->cfg.policy->fair || !r->fair || !cm || !(cm->coef[1] > 0.0) || c->plan_credit_off ||
+        !wf_fair_ahead(c->cfg.fair, r->fair, FAIR_HOLD * c->cfg.fair->displace_margin, c->plan_now))
+        return INT_MAX;
+    double n = floor(r->fair->credit / cm->coef[1]);
+    int bs = wf_kv_pool_block_size(c->cfg.pool), least = remaining < bs ? remaining : bs;
+    if (!(n >= least)) return 0;
+    return n < INT_MAX ? (int)n : INT_MAX;
+}
+
+/* Sequences of virtual model v in the running set. */
+static int vmodel_seqs(const wf_core *c, uint32_t v) {
+    int n = 0;
+    for (int i = 0; i < c->n_running; i++)
+        if (c->running[i]->spec.vmodel == v) n += c->running[i]->n_active;
+    return n;
+}
+
+/* True when admitting r would take its virtual model past its fair seat cap. A virtual model
+ * with nothing running is always let in (a request of n choices above the cap would otherwise
+ * never start). */
+static bool fair_seats_full(const wf_core *c, const wf_request *r, uint64_t now) {
+    if (!c->cfg.policy->fair || !r->fair) return false;
+    int have = vmodel_seqs(c, r->spec.vmodel);
+    return have > 0 &&
+           have + r->n_active > fair_seat_cap(c, r, FAIR_HOLD * c->cfg.fair->displace_margin, now);
+}
+
+/* The fair policy: a virtual model holding more sequences than its cap (it filled the batch
+ * while it was alone, or the active set changed) gives back the excess, its latest arrivals
+ * first (the least progress to recompute), so that its batch-mates' steps shrink now rather
+ * than after its long requests end. Its one earliest request always stays. */
+static void shed_over_cap(wf_core *c, uint64_t now) {
+    if (!c->cfg.policy->fair) return;
+    for (int i = c->n_running - 1; i >= 0; i--) {
+        wf_request *r = c->running[i];
+        if (!r->fair) continue;
+        int have = vmodel_seqs(c, r->spec.vmodel);
+        if (have <= fair_seat_cap(c, r, FAIR_SHED * c->cfg.fair->displace_margin, now) || have == r->n_active)
+            continue;
+        preempt(c, r, now); /* running[i] left; i-- visits the one before it */
+    }
+}
+
 /* Before planning: the most urgent waiting request may push out running requests it
  * displaces (policy), until it has a seat and blocks for its prompt. */
 static void displace_for_waiting(wf_core *c, uint64_t now) {
@@ -443,7 +531,7 @@ static void displace_for_waiting(wf_core *c, uint64_t now) {
     if (c->n_waiting == 0 || c->n_running == 0) return;
     sort_requests(pol, c->waiting, c->n_waiting);
     wf_request *w = c->waiting[0];
-    if (vmodel_seats_full(c, w)) return; /* it could not run anyway */
+    if (vmodel_seats_full(c, w) || fair_seats_full(c, w, now)) return; /* it could not run anyway */
     if (w->n_preemptions > 0 && w->preempted_iteration == c->iteration) return;
     int need = blocks_to_admit(c, w) * wf_kv_pool_block_size(c->cfg.pool);
     int slack = wf_kv_pool_n_blocks(c->cfg.pool) / 100;
@@ -480,11 +568,19 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     c->last_context = c->last_decode_context = 0;
     c->plan_ms_left = INFINITY;
     c->plan_prefill_floor = 0;
+    c->plan_now = now;
+    c->plan_credit_off = false;
     cancel_flagged(c, c->running, &c->n_running, now);
     cancel_flagged(c, c->waiting, &c->n_waiting, now);
     const wf_sched_policy *pol = c->cfg.policy;
     sort_requests(pol, c->running, c->n_running);
     int budget = c->cfg.max_batch_tokens;
+    if (pol->fair && c->cfg.cost) {
+        /* the bank: enough for one KV block of prompt beyond a few steps' budget */
+        const double *k = c->cfg.cost->coef;
+        wf_fair_refill(c->cfg.fair, k[0], k[1] * wf_kv_pool_block_size(c->cfg.pool), now);
+    }
+    shed_over_cap(c, now);
     if (pol->displaces) displace_for_waiting(c, now);
 
     /* 1. Every running decode first: streams never stall behind long prompts. */
@@ -557,6 +653,11 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
         }
     }
 
+    /* The fair policy's credit protects decoding streams from a tenant ahead of the others;
+     * with none decoding in this step there is nobody to protect, and holding its prompt back
+     * could leave the step empty (the scheduler then idles, and nobody refills the credit). */
+    c->plan_credit_off = c->batch.n_tasks == 0;
+
     /* 2. Chunks of running requests still in prefill (long prompts, recomputes). */
     for (int i = 0; i < c->n_running && budget > 0; i++) {
         wf_request *r = c->running[i];
@@ -568,11 +669,15 @@ wf_task_batch *wf_core_plan(wf_core *c, uint64_t now) {
     for (int k = 0; k < c->n_waiting && budget > 0 && c->batch.n_tasks < c->max_tasks;) {
         wf_request *r = c->waiting[k];
         if ((r->preempted_iteration == c->iteration && r->n_preemptions > 0) ||
-            vmodel_seats_full(c, r)) {
+            vmodel_seats_full(c, r) || fair_seats_full(c, r, now)) {
             k++;
             continue;
         }
         if (c->running_seqs + r->n_active > c->cfg.max_running) break; /* keep the order */
+        if (!c->cfg.whole_prefill && fair_prefill_cap(c, r, r->spec.n_prompt) == 0) {
+            k++; /* ahead of the others and out of credit for now; those behind may start */
+            continue;
+        }
         if (pol->tpot_budget && cm) {
             /* One more stream must not push the decode-only iteration past anyone's TPOT. */
             double tightest = min_tpot > 0 && min_tpot < r->tpot_ms ? min_tpot : r->tpot_ms;

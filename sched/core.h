@@ -19,7 +19,9 @@
  * (with the slo policy and a cost model, sized to keep every decoding request on its TPOT
  * schedule); then waiting requests are admitted in policy order (prefix-cache match first)
  * while the token budget, max_running, the TPOT budget and the KV pool (whole prompt + a 1 %
- * watermark) allow.
+ * watermark) allow. With the fair policy, a virtual model ahead of the others (sched/fair.h) is
+ * first shed to its seat cap, is admitted only below it, and its decodes and prompt chunks
+ * spend a per-step cost credit (a prompt waits, its place kept, while the credit is short).
  * A request's trajectory is PREFILL chunk.. -> DECODE step.. -> FINISH; the FINISH task (KV
  * released) is reported through cb.task like the executor's tasks. Requests that end are
  * handed to cb.retired at the end of the call (a safe point: the callback may free them).
@@ -98,6 +100,8 @@ typedef struct wf_core {
      * schedules (INFINITY: no such limit) and the prefill tokens that run regardless. */
     double plan_ms_left;
     int plan_prefill_floor;
+    uint64_t plan_now;        /* the clock the plan in progress was called with */
+    bool plan_credit_off;     /* fair: no decode in this step, so no per-step cost credit */
     uint64_t iteration, next_task_id, next_seq_id, next_serial;
     uint64_t preempted_total, finished_total, failed_total, cancelled_total;
 } wf_core;

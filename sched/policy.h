@@ -55,7 +55,9 @@ typedef struct wf_sched_policy {
  * "fair": weighted fair queueing across virtual models (sched/fair.h): the virtual model with
  *   the least virtual time (served cost / weight) first, then arrival; preempts from the most
  *   served virtual model, latest arrival; a waiting request whose virtual model is behind a
- *   running one's by more than a margin (max_running decode steps' cost) displaces it. */
+ *   running one's by more than a margin (max_running decode steps' cost) displaces it. Batch-
+ *   aware (sched/fair.h, the core applies it): a virtual model ahead of another active one is
+ *   held to its seat cap and to its share of each step's cost. */
 #define WF_SLO_LATE_AGING 2.0
 const wf_sched_policy *wf_sched_policy_find(const char *name);
 /* Comma-separated names, for help texts. */

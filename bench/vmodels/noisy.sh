@@ -9,10 +9,17 @@
 # within 2x under fair), and how many of the noisy tenant's requests were served.
 #   bench/vmodels/noisy.sh [RATE=0.2] [NREQ=8] [INPUT=64] [OUTPUT=32]
 # WEFT_NOISY_FLAGS adds weftd flags (e.g. "--max-running 8") to every phase; WEFT_NOISY_QUOTA
-# adds options to the noisy tenant's --vmodel (e.g. ",max_running=4").
+# adds options to the noisy tenant's --vmodel (e.g. ",max_running=4"). weftd runs with lib.sh's
+# fixed cost model (WEFT_VM_COST="a,b,c,d" gives another), which also sizes the fair policy's
+# seat cap (a/c seats per active virtual model) and the cost one ahead of the others may add per
+# step (a); WEFT_NOISY_CALIBRATE=1 lets each weftd calibrate its own at start (and refit it
+# online) instead.
+# Also prints, per phase with the noisy tenant, each tenant's served cost against its max-min
+# fair allocation and Jain's index (bench/vmodels/noisy_jain.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/vmodels/lib.sh
+[ "${WEFT_NOISY_CALIBRATE:-0}" = 0 ] || WEFTD_FLAGS=(--kv-memory-mb 128 --default-ttft-ms 600000)
 RATE=${1:-0.2}; NREQ=${2:-8}; INPUT=${3:-64}; OUTPUT=${4:-32}
 CORES=$(nproc)
 OUT=$(mktemp -d /tmp/weft-vm-noisy-XXXXXX)
@@ -74,4 +81,6 @@ for pol in ("fair", "fcfs"):
           % (pol, a[0], a[1], a[2], a[3], n[0], n[1], n[2], n[3], n[1] / a[1], n[0] / a[0], ok,
              len(nz)))
 EOF
+IFS=, read -r _ CB CC _ <<<"$WEFTD_COST"
+for pol in fair fcfs; do python3 bench/vmodels/noisy_jain.py "$OUT" "$pol-noisy" "$CB" "$CC"; done
 echo "results in $OUT"

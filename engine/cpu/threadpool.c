@@ -1,7 +1,15 @@
 /* Fork-join worker pool for the CPU kernels. A run publishes (fn, ctx) and bumps a generation
  * counter; workers spin on it for a short while (the next matmul of a decode step usually
  * follows within microseconds), then sleep on a futex. Completion is counted the same way in
- * the other direction. Nothing is allocated after wf_threadpool_new. */
+ * the other direction. Nothing is allocated after wf_threadpool_new.
+ *
+ * A run never waits for a worker that has not started: each worker's share (its ith) is
+ * claimed, by the worker when it wakes or by the caller once its own share is done, whichever
+ * comes first; the caller runs the shares nobody claimed and then waits only for the workers
+ * that did claim theirs. On a host where other processes hold the cores, a descheduled worker
+ * used to stall every one of a decode step's ~200 fork-joins until the kernel scheduled it
+ * again (a 2-thread step took 4-10x a 1-thread one); now it costs at most the share it is
+ * running. Every ith still runs exactly once with the same nth, so results do not change. */
 #define _GNU_SOURCE
 #include "engine/cpu/threadpool.h"
 
@@ -13,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -33,6 +42,10 @@
 #define SPIN_ITERS 1024
 
 typedef struct worker {
+    /* Who runs this worker's share of the current run: 2r (even) while run r's share is open,
+     * 2r + 1 once the worker or the caller took it. Its own line: the caller and one worker
+     * touch it. */
+    alignas(64) _Atomic uint64_t claim;
     wf_threadpool *pool;
     pthread_t thread;
     int ith;
@@ -44,12 +57,15 @@ struct wf_threadpool {
     _Atomic int n_sleeping;            /* workers inside futex_wait on generation */
     void (*fn)(void *ctx, int ith, int nth);
     void *ctx;
-    bool stop;
+    /* atomic: a worker may look at it while the caller, not waiting for that worker (it ran the
+     * worker's share itself), goes on to free the pool */
+    _Atomic bool stop;
     /* written by every worker at the end of a run: its own line */
     alignas(64) _Atomic uint32_t n_done;
     _Atomic int caller_sleeping;
     alignas(64) int n_threads;
     int n_started;
+    uint64_t run;                      /* runs so far (the caller's only) */
     worker *workers;                   /* n_threads - 1 */
 };
 
@@ -96,11 +112,14 @@ static void *worker_main(void *arg) {
     uint32_t seen = 0;
     for (;;) {
         seen = wait_change(&p->generation, seen, &p->n_sleeping);
-        if (p->stop) break;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        /* Woken late, the open share may already be a later run's: taking it is right (fn and
+         * ctx were written before it was opened); a share already taken is left alone. */
+        uint64_t v = atomic_load_explicit(&w->claim, memory_order_acquire);
+        if ((v & 1) || !atomic_compare_exchange_strong(&w->claim, &v, v + 1)) continue;
         p->fn(p->ctx, w->ith, p->n_threads);
-        uint32_t done = atomic_fetch_add(&p->n_done, 1) + 1; /* seq_cst: see wait_change */
-        if (done == (uint32_t)(p->n_threads - 1) && atomic_load(&p->caller_sleeping))
-            futex_wake_all(&p->n_done);
+        atomic_fetch_add(&p->n_done, 1); /* seq_cst: pairs with caller_sleeping */
+        if (atomic_load(&p->caller_sleeping)) futex_wake_all(&p->n_done);
     }
     return NULL;
 }
@@ -119,16 +138,20 @@ wf_threadpool *wf_threadpool_new(int n_threads) {
     atomic_init(&p->caller_sleeping, 0);
     p->fn = NULL;
     p->ctx = NULL;
-    p->stop = false;
+    atomic_init(&p->stop, false);
     p->n_threads = n_threads;
     p->n_started = 0;
+    p->run = 0;
     p->workers = NULL;
     if (n_threads > 1) {
-        p->workers = calloc((size_t)n_threads - 1, sizeof(worker));
+        /* aligned: each worker's claim word has its own cache line */
+        p->workers = aligned_alloc(64, (size_t)(n_threads - 1) * sizeof(worker));
         if (!p->workers) goto fail_workers;
+        memset(p->workers, 0, (size_t)(n_threads - 1) * sizeof(worker));
         for (int i = 0; i < n_threads - 1; i++) {
             p->workers[i].pool = p;
             p->workers[i].ith = i + 1;
+            atomic_init(&p->workers[i].claim, 1); /* nothing open */
             if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0)
                 goto fail_threads;
             p->n_started++;
@@ -152,7 +175,7 @@ static void publish(wf_threadpool *p) {
 void wf_threadpool_free(wf_threadpool *p) {
     if (!p) return;
     if (p->n_started > 0) {
-        p->stop = true;
+        atomic_store_explicit(&p->stop, true, memory_order_release);
         publish(p);
         for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
     }
@@ -167,13 +190,25 @@ void wf_threadpool_run(wf_threadpool *p, void (*fn)(void *ctx, int ith, int nth)
         fn(ctx, 0, 1);
         return;
     }
-    /* All workers finished the previous run (we waited for them), so nobody touches these. */
+    /* Every share of the previous run was taken and the workers that took one have finished
+     * it (we waited for them), so nobody reads these until a share of this run is claimed. */
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    publish(p); /* seq_cst: orders the plain stores above before the new generation */
+    const uint64_t open = 2 * ++p->run;
+    for (int i = 0; i < p->n_started; i++)
+        atomic_store_explicit(&p->workers[i].claim, open, memory_order_release);
+    publish(p); /* seq_cst: orders the stores above before the new generation */
     fn(ctx, 0, p->n_threads);
-    uint32_t target = (uint32_t)(p->n_threads - 1);
+    /* Shares still unclaimed: their workers are not running; do them here. */
+    uint32_t target = 0;
+    for (int i = 0; i < p->n_started; i++) {
+        uint64_t v = open;
+        if (atomic_compare_exchange_strong(&p->workers[i].claim, &v, open + 1))
+            fn(ctx, p->workers[i].ith, p->n_threads);
+        else
+            target++; /* its worker took it */
+    }
     uint32_t done = atomic_load_explicit(&p->n_done, memory_order_acquire);
     for (int i = 0; i < SPIN_ITERS && done != target; i++) {
         CPU_RELAX();

@@ -7,7 +7,9 @@
  *     wf_threadpool_free(pool);
  *
  * A run hands work over with a generation counter the workers spin on briefly, then sleep on
- * (futex on Linux); it allocates nothing. One pool is driven by one thread at a time: run() is
+ * (futex on Linux); it allocates nothing. A worker's share is run by whichever of it and the
+ * caller claims it first, so a run never waits for a worker the OS has not scheduled yet
+ * (fn must therefore not wait for another ith: shares may run one after another). One pool is driven by one thread at a time: run() is
  * not reentrant and must not be called concurrently on the same pool, nor from inside fn. */
 #ifndef WF_ENGINE_CPU_THREADPOOL_H
 #define WF_ENGINE_CPU_THREADPOOL_H

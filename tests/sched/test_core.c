@@ -39,6 +39,9 @@ typedef struct harness {
     uint32_t next_vmodel;       /* h_add gives the next request this virtual model */
     int next_vm_max_running;    /* ... and this per-virtual-model seat quota */
     int max_vm1_tasks;          /* most tasks of virtual model 1 in one batch */
+    double next_weight;         /* ... and this fair-share weight (0: 1) */
+    wf_fair fair;               /* the "fair" policy's clocks */
+    wf_cost_model cost;
 } harness;
 
 static void cb_token(void *user, wf_request *r, int choice, const wf_generated_token *tok,
@@ -127,7 +130,9 @@ static void h_init_ex(harness *h, const char *policy, int n_blocks, int bs, int 
                           .pool = h->pool,
                           .store = &h->store,
                           .group = {.n_ranks = 1},
+                          .fair = &h->fair,
                           .cb = {cb_token, cb_finished, cb_retired, NULL, h}};
+    wf_fair_init(&h->fair);
     ck_assert_int_eq(wf_core_init(&h->core, &cfg), WF_OK);
     h->now = 1000000000ull;
 }
@@ -149,6 +154,7 @@ static wf_request *h_add(harness *h, const int32_t *prompt, int n_prompt, int ma
     spec.priority = priority;
     spec.vmodel = h->next_vmodel;
     spec.vm_max_running = h->next_vm_max_running;
+    spec.share_weight = h->next_weight;
     snprintf(spec.id, sizeof spec.id, "req-%d", h->n_reqs);
     wf_request *r;
     ck_assert_int_eq(wf__request_new(&spec, 256, h->store.geometry.block_size,
@@ -182,6 +188,7 @@ static void h_run(harness *h) {
 
 static void h_free(harness *h) {
     wf_core_free(&h->core, h->now);
+    wf_fair_free(&h->fair);
     wf_kv_pool_usage u;
     wf_kv_pool_get_usage(h->pool, &u);
     ck_assert_int_eq(u.used, 0); /* every block came back */
@@ -564,6 +571,110 @@ START_TEST(vmodel_max_running_caps_only_that_model) {
 }
 END_TEST
 
+/* Sequences of virtual model v running in h's core. */
+static int running_of(const harness *h, uint32_t v) {
+    int n = 0;
+    for (int i = 0; i < h->core.n_running; i++)
+        if (h->core.running[i]->spec.vmodel == v) n += h->core.running[i]->n_active;
+    return n;
+}
+
+START_TEST(fair_caps_a_tenant_only_while_another_is_active) {
+    /* Eight seats, no cost model. Virtual model 1 alone takes all eight (work-conserving).
+     * Model 2's request arrives: it joins at model 1's virtual time, and once model 1 is ahead
+     * of it by 2.5 margins of 8 decodes (three steps of 8 decodes against 1), model 1 is held to
+     * its weighted share (4 of 8): it gives back its four latest arrivals (preempted,
+     * recomputed later) and stays at 4 while model 2 runs; every output is still exactly
+     * what the request gives alone. */
+    harness h;
+    h_init(&h, "fair", 128, 4, 256, 8, false);
+    h.fx.eog_token = -1;
+    int32_t p[9][8];
+    for (int i = 0; i < 9; i++) make_prompt(p[i], 8, i + 1);
+    h.next_vmodel = 1;
+    for (int i = 0; i < 8; i++) h_add(&h, p[i], 8, 30, 1, 0, 1e6, 0);
+    h_step(&h);
+    ck_assert_int_eq(running_of(&h, 1), 8);
+    h.next_vmodel = 2;
+    h_add(&h, p[8], 8, 20, 1, 0, 1e6, 0);
+    int steps = 0;
+    while (running_of(&h, 1) > 4 && steps < 10) {
+        h_step(&h);
+        steps++;
+    }
+    ck_assert_int_le(steps, 6);
+    ck_assert_int_eq(running_of(&h, 1), 4);
+    ck_assert_int_eq(running_of(&h, 2), 1);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 0); /* earliest stay */
+    for (int i = 4; i < 8; i++) ck_assert_int_eq(h.reqs[i]->n_preemptions, 1);
+    while (!h.recs[8].retired) {
+        h_step(&h);
+        ck_assert_int_le(running_of(&h, 1), 4); /* capped while model 2 runs */
+    }
+    h_run(&h);
+    for (int i = 0; i < 9; i++) check_request(&h, i, p[i], 8, i < 8 ? 30 : 20, 0);
+    h_free(&h);
+}
+END_TEST
+
+START_TEST(fair_cap_is_a_weighted_share_of_the_knee_batch) {
+    /* Cost model a = 3 ms, c = 1 ms per decode: past 3 sequences a step's per-sequence cost
+     * outweighs its fixed cost, so with three active virtual models those ahead are held to
+     * their weighted share of 3 x 3 = 9 seats (of 16), weights 1 : 2 : 1 -> 2 and 4 seats
+     * (rounded down) for models 1 and 2, which send 10 requests each against model 3's one
+     * long request. Model 3, behind them, is never capped. And the cost a model ahead adds to
+     * the steps (decodes x c + prompt tokens x b) stays within its share of n_active x a per
+     * step (3 x 3 x 1/4 = 2.25 ms for model 1, 4.5 for model 2) plus what it may bank (one
+     * block of prompt, b x 4, and 4 steps' share). */
+    harness h;
+    h_init(&h, "fair", 256, 4, 512, 16, false);
+    wf_cost_model_init(&h.cost, (double[4]){3.0, 0.25, 1.0, 0.0});
+    h.core.cfg.cost = &h.cost;
+    h.fx.eog_token = -1;
+    int32_t p[21][32];
+    for (int i = 0; i < 21; i++) make_prompt(p[i], 32, i + 1);
+    h.next_vmodel = 3;
+    h_add(&h, p[20], 8, 60, 1, 0, 1e6, 0);
+    h_step(&h);
+    const double weight[2] = {1, 2};
+    for (int m = 0; m < 2; m++) {
+        h.next_vmodel = (uint32_t)m + 1;
+        h.next_weight = weight[m];
+        for (int i = 0; i < 10; i++) h_add(&h, p[m * 10 + i], 32, 6, 1, 0, 1e6, 0);
+    }
+    int steps = 0;
+    do {
+        h_step(&h);
+        steps++;
+    } while ((running_of(&h, 1) > 2 || running_of(&h, 2) > 4) && steps < 60);
+    ck_assert_int_lt(steps, 60);
+    double spent[3] = {0, 0, 0};
+    int window = 0;
+    while (!h.recs[20].retired) {
+        wf_task_batch *b = wf_core_plan(&h.core, h.now);
+        ck_assert_int_le(running_of(&h, 1), 2);
+        ck_assert_int_le(running_of(&h, 2), 4);
+        for (int k = 0; k < b->n_tasks; k++) {
+            const wf_task *t = &b->tasks[k];
+            if (t->kind == WF_TASK_PREFILL) spent[t->vmodel - 1] += 0.25 * t->llm.n_tokens;
+            if (t->kind == WF_TASK_DECODE) spent[t->vmodel - 1] += 1.0;
+        }
+        window++;
+        wf_status st = wf_executor_run(wf_fake_executor_get(&h.fx), b, NULL, 0);
+        h.now += 1000000;
+        wf_core_complete(&h.core, st, NULL, h.now);
+    }
+    ck_assert_int_gt(window, 20);
+    const double share[2] = {2.25, 4.5};
+    for (int m = 0; m < 2; m++)
+        ck_assert_double_le(spent[m], share[m] * window + 1.0 + 4 * share[m] + 1e-9);
+    h_run(&h);
+    for (int i = 0; i < 20; i++) check_request(&h, i + 1, p[i], 32, 6, 0);
+    check_request(&h, 0, p[20], 8, 60, 0);
+    h_free(&h);
+}
+END_TEST
+
 START_TEST(priority_displaces_a_running_request) {
     /* One seat. The low-priority request is decoding when an urgent one arrives: it is
      * preempted at the next iteration, the urgent one runs to the end, then it resumes with
@@ -884,6 +995,8 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, priority_preempts_the_lowest_priority);
     tcase_add_test(tc, priority_displaces_a_running_request);
     tcase_add_test(tc, vmodel_max_running_caps_only_that_model);
+    tcase_add_test(tc, fair_caps_a_tenant_only_while_another_is_active);
+    tcase_add_test(tc, fair_cap_is_a_weighted_share_of_the_knee_batch);
     tcase_add_test(tc, random_workloads_keep_every_invariant);
     tcase_add_test(tc, random_workloads_split_kv_keep_every_invariant);
     /* 80 random workloads: a few seconds, more on a loaded host or under sanitizers */

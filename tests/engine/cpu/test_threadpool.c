@@ -1,7 +1,10 @@
 /* engine/cpu/threadpool.c: every ith runs exactly once per run, writes are visible after
  * run() returns, pools of sizes 1..4 (also nested: a pool driven from another pool's
- * workers), runs after the workers went to sleep, and clean shutdown. */
+ * workers), runs after the workers went to sleep, shares run by the caller when their worker
+ * is late (and by the worker otherwise) without ever running twice, and clean shutdown. */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "check_main.h"
@@ -62,6 +65,54 @@ START_TEST(test_after_sleep) {
     check_runs(p, 40, 3 * 1000 * 1000);
     check_runs(p, 500, 0);
     wf_threadpool_free(p);
+}
+END_TEST
+
+typedef struct race_ctx {
+    _Atomic int calls[MAX_N];
+    long plain[MAX_N];
+    long round;
+    pthread_t caller;
+    _Atomic int by_caller; /* a worker's share (ith > 0) run on the caller's thread */
+    _Atomic int by_worker;
+} race_ctx;
+
+static void race_fn(void *arg, int ith, int nth) {
+    (void)nth;
+    race_ctx *c = arg;
+    atomic_fetch_add(&c->calls[ith], 1);
+    c->plain[ith] = c->round;
+    if (ith > 0) atomic_fetch_add(pthread_equal(pthread_self(), c->caller) ? &c->by_caller : &c->by_worker, 1);
+    /* the caller's own share is sometimes long (workers, spinning, claim theirs first) and
+     * sometimes empty (a worker asleep on the futex is beaten to its share) */
+    if (ith == 0 && c->round % 3 == 0) {
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+START_TEST(test_caller_takes_late_shares) {
+    for (int n = 2; n <= 4; n++) {
+        wf_threadpool *p = wf_threadpool_new(n);
+        ck_assert_ptr_nonnull(p);
+        race_ctx c = {.caller = pthread_self()};
+        for (int r = 1; r <= 600; r++) {
+            c.round = r;
+            wf_threadpool_run(p, race_fn, &c);
+            for (int i = 0; i < n; i++) {
+                ck_assert_int_eq(atomic_load(&c.calls[i]), r); /* exactly once per run */
+                ck_assert_int_eq(c.plain[i], r);               /* its writes visible */
+            }
+            if (r % 5 == 0) { /* long enough for the workers to fall asleep */
+                struct timespec ts = {0, 2 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        ck_assert_int_eq(atomic_load(&c.by_caller) + atomic_load(&c.by_worker), 600 * (n - 1));
+        fprintf(stderr, "pool of %d: workers' shares run by the caller %d, by the workers %d\n", n,
+                atomic_load(&c.by_caller), atomic_load(&c.by_worker));
+        wf_threadpool_free(p);
+    }
 }
 END_TEST
 
@@ -126,6 +177,7 @@ static Suite *threadpool_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sizes_and_runs);
     tcase_add_test(tc, test_after_sleep);
+    tcase_add_test(tc, test_caller_takes_late_shares);
     tcase_add_test(tc, test_nested);
     tcase_add_test(tc, test_shutdown_and_defaults);
     suite_add_tcase(s, tc);
