@@ -88,47 +88,58 @@ scores_nh(int nh, int hd, const float *qf, float scale, const wf_attn_kv_view *k
     }
 }
 
-/* Output of nh heads, 16 dims at a time: slot sums over p = slot (mod 64) in order, formed in
- * registers, combined as (s + s+32) + (s+16 + s+48), then the 16-lane tree (see attention_avx2.c,
- * which does the same 8 dims at a time). */
+/* Output of nh heads, 32 dims (one 64-byte line of each V row) per pass: slot sums over
+ * p = slot (mod 64) in order, formed in registers, combined as (s + s+32) + (s+16 + s+48),
+ * then the 16-lane tree (see attention_avx2.c, which does the same 8 dims at a time). Both
+ * 16-dim halves of a line are taken in the same visit of the row: 16 dims per pass read each
+ * line in two passes over all n_pos rows, and the output phase waited on those loads. */
 static inline __attribute__((always_inline)) void
 out_nh(int nh, int hd, const wf_attn_kv_view *kv, int n_pos, const float *pf, size_t ld,
        float *out) {
     const uint16_t *const *vr = kv->v_rows;
-    for (int dc = 0; dc < hd; dc += 16) {
-        __m512 t[WF_ATTN_MAX_HEADS][16];
+    for (int dc = 0; dc < hd; dc += 32) {
+        __m512 t[WF_ATTN_MAX_HEADS][2][16];
         for (int l = 0; l < 16; l++) {
-            __m512 half[2][WF_ATTN_MAX_HEADS];
+            __m512 half[2][WF_ATTN_MAX_HEADS][2];
             for (int pair = 0; pair < 2; pair++) {
                 const int s0 = l + 16 * pair; /* slots s0 and s0 + 32 */
-                __m512 a[WF_ATTN_MAX_HEADS], b[WF_ATTN_MAX_HEADS];
+                __m512 a[WF_ATTN_MAX_HEADS][2], b[WF_ATTN_MAX_HEADS][2];
                 WF_ATTN_UNROLL
-                for (int j = 0; j < nh; j++) a[j] = b[j] = _mm512_setzero_ps();
+                for (int j = 0; j < nh; j++) a[j][0] = a[j][1] = b[j][0] = b[j][1] = _mm512_setzero_ps();
                 for (int p = s0; p < n_pos; p += 64) {
-                    __m512 v = load_h16(vr[p] + dc);
+                    const __m512 v0 = load_h16(vr[p] + dc), v1 = load_h16(vr[p] + dc + 16);
                     WF_ATTN_UNROLL
-                    for (int j = 0; j < nh; j++)
-                        a[j] = _mm512_fmadd_ps(v, _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p]),
-                                               a[j]);
+                    for (int j = 0; j < nh; j++) {
+                        const __m512 w = _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p]);
+                        a[j][0] = _mm512_fmadd_ps(v0, w, a[j][0]);
+                        a[j][1] = _mm512_fmadd_ps(v1, w, a[j][1]);
+                    }
                     if (p + 32 < n_pos) {
-                        __m512 w = load_h16(vr[p + 32] + dc);
+                        const __m512 w0 = load_h16(vr[p + 32] + dc), w1 = load_h16(vr[p + 32] + dc + 16);
                         WF_ATTN_UNROLL
-                        for (int j = 0; j < nh; j++)
-                            b[j] = _mm512_fmadd_ps(
-                                w, _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p + 32]), b[j]);
+                        for (int j = 0; j < nh; j++) {
+                            const __m512 w = _mm512_set1_ps(pf[(size_t)j * ld + (size_t)p + 32]);
+                            b[j][0] = _mm512_fmadd_ps(w0, w, b[j][0]);
+                            b[j][1] = _mm512_fmadd_ps(w1, w, b[j][1]);
+                        }
                     }
                 }
                 WF_ATTN_UNROLL
-                for (int j = 0; j < nh; j++) half[pair][j] = _mm512_add_ps(a[j], b[j]);
+                for (int j = 0; j < nh; j++) {
+                    half[pair][j][0] = _mm512_add_ps(a[j][0], b[j][0]);
+                    half[pair][j][1] = _mm512_add_ps(a[j][1], b[j][1]);
+                }
             }
             WF_ATTN_UNROLL
-            for (int j = 0; j < nh; j++) t[j][l] = _mm512_add_ps(half[0][j], half[1][j]);
+            for (int j = 0; j < nh; j++)
+                for (int c = 0; c < 2; c++) t[j][c][l] = _mm512_add_ps(half[0][j][c], half[1][j][c]);
         }
-        for (int j = 0; j < nh; j++) {
-            for (int w = 8; w >= 1; w /= 2)
-                for (int l = 0; l < w; l++) t[j][l] = _mm512_add_ps(t[j][l], t[j][l + w]);
-            _mm512_storeu_ps(out + (size_t)j * (size_t)hd + dc, t[j][0]);
-        }
+        for (int j = 0; j < nh; j++)
+            for (int c = 0; c < 2; c++) {
+                for (int w = 8; w >= 1; w /= 2)
+                    for (int l = 0; l < w; l++) t[j][c][l] = _mm512_add_ps(t[j][c][l], t[j][c][l + w]);
+                _mm512_storeu_ps(out + (size_t)j * (size_t)hd + dc + 16 * c, t[j][c][0]);
+            }
     }
 }
 

@@ -1,7 +1,7 @@
-/* weft-bench-panel: one batched wf_matmul shape timed alone, for the panel kernels of the
- * 32-element block types (the Q8_0 output matrix and the Q5_0 projections of Gemma 3).
+/* weft-bench-panel: one batched wf_matmul shape timed alone, for the panel kernels (the Q8_0
+ * output matrix, the Q5_0 projections and the Q4_K/Q6_K output and down projections of Gemma 3).
  *
- *     weft-bench-panel [--type q8_0|q5_0|q4_0|q4_1|q5_1] [--n-out N] [--k K] [--m M]
+ *     weft-bench-panel [--type q8_0|q5_0|q4_0|q4_1|q5_1|q4_k|q6_k] [--n-out N] [--k K] [--m M]
  *                      [--threads T] [--reps R]
  *
  * Defaults: Q8_0, 32768 x 640 weights (an eighth of Gemma 3 270M's tied output matrix, 22 MB,
@@ -48,24 +48,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads")) threads = atoi(v);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(v);
         else {
-            fprintf(stderr, "usage: %s [--type q8_0|q5_0|q4_0|q4_1|q5_1] [--n-out N] [--k K] [--m M] "
+            fprintf(stderr, "usage: %s [--type q8_0|q5_0|q4_0|q4_1|q5_1|q4_k|q6_k] [--n-out N] [--k K] [--m M] "
                             "[--threads T] [--reps R]\n", argv[0]);
             return 2;
         }
     }
     static const struct { const char *name; wf_ggml_type t; } types[] = {
         {"q8_0", WF_GGML_TYPE_Q8_0}, {"q5_0", WF_GGML_TYPE_Q5_0}, {"q4_0", WF_GGML_TYPE_Q4_0},
-        {"q4_1", WF_GGML_TYPE_Q4_1}, {"q5_1", WF_GGML_TYPE_Q5_1}};
+        {"q4_1", WF_GGML_TYPE_Q4_1}, {"q5_1", WF_GGML_TYPE_Q5_1}, {"q4_k", WF_GGML_TYPE_Q4_K},
+        {"q6_k", WF_GGML_TYPE_Q6_K}};
     int ti = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
         if (!strcmp(types[i].name, type_name)) ti = i;
     if (ti < 0) {
-        fprintf(stderr, "%s: --type '%s' is not one of q8_0, q5_0, q4_0, q4_1, q5_1\n", argv[0], type_name);
+        fprintf(stderr, "%s: --type '%s' is not one of q8_0, q5_0, q4_0, q4_1, q5_1, q4_k, q6_k\n", argv[0], type_name);
         return 2;
     }
-    if (n_out <= 0 || k <= 0 || k % 32 || m <= 0 || threads <= 0 || reps <= 0) {
-        fprintf(stderr, "%s: --n-out, --m, --threads and --reps must be positive, --k a positive multiple of 32\n",
-                argv[0]);
+    const int block = wf_ggml_type_info_get(types[ti].t)->block_size;
+    if (n_out <= 0 || k <= 0 || k % block || m <= 0 || threads <= 0 || reps <= 0) {
+        fprintf(stderr, "%s: --n-out, --m, --threads and --reps must be positive, --k a positive multiple of %d\n",
+                argv[0], block);
         return 2;
     }
     const wf_ggml_type t = types[ti].t;

@@ -72,7 +72,8 @@ typedef struct wf_quant_ops {
 #define WF_QUANT_MATVEC_ROWS 16 /* weight rows per matvec tile */
 
 /* Bytes of one panel of WF_QUANT_PANEL_ROWS activation rows of k elements, packed for weights
- * of type wtype; 0 if wtype has no panel layout (only the 32-element block types have one). */
+ * of type wtype; 0 if wtype has no panel layout (the 32-element block types and Q4_K/Q6_K have
+ * one; the K-quants' holds Q8_K rows, wf_kpanel_block in quant_impl.h). */
 size_t wf_quant_panel_size(wf_ggml_type wtype, int k);
 
 /* Best ISA path for this CPU (after the WEFT_CPU_ISA cap); NULL if the type is unsupported. */

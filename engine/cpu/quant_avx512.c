@@ -163,6 +163,7 @@ void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]) {
     ops[WF_GGML_TYPE_Q6_K].vec_dot = q6_K_vec_dot;
     ops[WF_GGML_TYPE_Q6_K].vec_dot_tile = vnni ? q6_K_vnni_vec_dot_kpair : q6_K_vec_dot_kpair;
     ops[WF_GGML_TYPE_Q6_K].matvec = q6_K_matvec;
+    wf_quant_fill_kpanel_avx512(ops, vnni); /* batched: panels of 16 activation rows */
     ops[WF_GGML_TYPE_F32].vec_dot = f32_vec_dot;
     ops[WF_GGML_TYPE_F16].to_float = f16_to_float;
     ops[WF_GGML_TYPE_F16].vec_dot = f16_vec_dot;

@@ -73,6 +73,25 @@ typedef struct {
 } wf_panel_offsets;
 _Static_assert(sizeof(wf_panel_block) % 64 == 0, "panel blocks keep 64-byte alignment");
 
+/* The K-quants' panel (Q4_K, Q6_K weights against Q8_K activations): WF_QUANT_PANEL_ROWS
+ * activation rows per 256-element super-block, laid out so that the kernel
+ * (quant_kpanel_avx512.c) reads each pair of rows' operands with one 64-byte or 32-byte load,
+ * nothing joined or summed at run time. Per super-block: */
+typedef struct {
+    /* chunk t (elements 32t..32t+31), pair p: row 2p's 32 quants, then row 2p+1's */
+    int8_t qs[WF_QK_K / WF_QK][WF_QUANT_PANEL_ROWS / 2][2 * WF_QK];
+    int16_t bsums[WF_QUANT_PANEL_ROWS / 2][2 * WF_QK_K / 16]; /* pair p: 2p's 16, 2p+1's 16 */
+    /* pair p: 2p's bsums summed in pairs (one per 32 elements, ggml's hadd), then 2p+1's */
+    int16_t bsums32[WF_QUANT_PANEL_ROWS / 2][2 * WF_QK_K / 32];
+    float d4[WF_QUANT_PANEL_ROWS / 2][8];  /* pair p: 2p's d x 4, 2p+1's d x 4 */
+    float d8[WF_QUANT_PANEL_ROWS / 2][16]; /* pair p: 2p's d x 8, 2p+1's d x 8 */
+} wf_kpanel_block;
+_Static_assert(sizeof(wf_kpanel_block) % 64 == 0, "K panel blocks keep 64-byte alignment");
+
+/* Packs nrows <= WF_QUANT_PANEL_ROWS Q8_K rows of k elements (row i at xq + i * xq_row) into
+ * one K panel of k / 256 wf_kpanel_blocks; missing rows are zeros. */
+void wf_quant_kpanel_pack(const void *xq, size_t xq_row, int nrows, int k, void *panel);
+
 /* The offset of wtype's quants as above (0: none; -1: wtype has no panel layout). */
 int wf_quant_panel_offset(wf_ggml_type wtype);
 
@@ -87,5 +106,6 @@ void wf_quant_fill_scalar_k(wf_quant_ops ops[WF_GGML_TYPE_COUNT]); /* K-quants *
 void wf_quant_fill_avx2(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
 void wf_quant_fill_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT]);
 void wf_quant_fill_panel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni);
+void wf_quant_fill_kpanel_avx512(wf_quant_ops ops[WF_GGML_TYPE_COUNT], bool vnni); /* Q4_K, Q6_K */
 
 #endif

@@ -17,6 +17,8 @@ int wf_quant_panel_offset(wf_ggml_type wtype) {
 }
 
 size_t wf_quant_panel_size(wf_ggml_type wtype, int k) {
+    if (wtype == WF_GGML_TYPE_Q4_K || wtype == WF_GGML_TYPE_Q6_K)
+        return k > 0 && k % WF_QK_K == 0 ? (size_t)(k / WF_QK_K) * sizeof(wf_kpanel_block) : 0;
     int offset = wf_quant_panel_offset(wtype);
     if (offset < 0 || k <= 0 || k % WF_QK != 0) return 0;
     size_t per_block = sizeof(wf_panel_block) + (offset ? sizeof(wf_panel_offsets) : 0);
@@ -59,6 +61,25 @@ void wf_quant_panel_pack_layout(wf_ggml_type wtype, bool high_nibbles_in_place, 
                     po->start[r / 2][8 * (r % 2) + lane] = -scaled * (q[0] + q[1] + q[2] + q[3]);
                 }
             out += sizeof *po;
+        }
+    }
+}
+
+void wf_quant_kpanel_pack(const void *xq, size_t xq_row, int nrows, int k, void *panel) {
+    wf_kpanel_block *out = panel;
+    for (int i = 0; i < k / WF_QK_K; i++, out++) {
+        memset(out, 0, sizeof *out);
+        for (int r = 0; r < nrows; r++) {
+            const wf_block_q8_K *b =
+                (const void *)((const char *)xq + (size_t)r * xq_row + (size_t)i * sizeof *b);
+            const int p = r / 2, h = r % 2;
+            for (int t = 0; t < WF_QK_K / WF_QK; t++)
+                memcpy(out->qs[t][p] + WF_QK * h, b->qs + WF_QK * t, WF_QK);
+            for (int g = 0; g < WF_QK_K / 16; g++) out->bsums[p][16 * h + g] = b->bsums[g];
+            for (int g = 0; g < WF_QK_K / 32; g++)
+                out->bsums32[p][8 * h + g] = (int16_t)(b->bsums[2 * g] + b->bsums[2 * g + 1]);
+            for (int l = 0; l < 4; l++) out->d4[p][4 * h + l] = b->d;
+            for (int l = 0; l < 8; l++) out->d8[p][8 * h + l] = b->d;
         }
     }
 }

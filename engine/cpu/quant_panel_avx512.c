@@ -5,7 +5,7 @@
  *   (quant_impl.h); a register holds one weight row against two activation rows. Unpacking a
  *   weight block and its scales is paid once for 16 outputs; the panel carries each register's
  *   16 activation scales and int32 starting values ready to use, so per register and block
- *   the kernel issues only dpbusd, one multiply for dx * dy, the conversion and the fma (the
+ *   the kernel issues only dpbusd, the dx * dy multiply or permute, the conversion and the fma (the
  *   floor of bench/kernels/mac_ceiling.c).
  * - Matrix-vector kernels (decode): 16 weight rows against one activation row; a register holds
  *   two weight rows (see the section below).
@@ -104,11 +104,12 @@ static WF_INLINE __m512i dot_u8i8_acc(__m512i acc, __m512i u, __m512i s, bool vn
 /* Whether the kernel forms a weight block's 16 products dx * dy with one multiply by the
  * panel's row scales (wf_panel_block.s) and hands each register its pair with a permute,
  * instead of one multiply per register: the same products, rounded once, so the same bits.
- * Q8_0 only: 1.12x for its panels (Gemma's output matrix), 0.91x for Q5_0's, whose nibble
- * and fifth-bit unpacking competes with the permutes (BENCHMARKS.md); the Q4_x types keep
- * per-lane scales for the high nibbles and m * s. */
+ * Per register the multiply pipes then carry only dpbusd and the fma. Q8_0: 1.12x for its
+ * panels (Gemma's output matrix); Q5_0: 1.10x once the pairs' loads are shared by the tile's
+ * weight rows (0.91x before, when the permutes competed with reloading every pair per row;
+ * BENCHMARKS.md). The Q4_x types keep per-lane scales for the high nibbles and m * s. */
 static WF_INLINE bool permuted_scales(wf_tile_kind k, bool vnni) {
-    return k == WF_TK_Q8_0;
+    return k == WF_TK_Q8_0 || k == WF_TK_Q5_0;
 }
 
 /* [2j x 8, 2j + 1 x 8]: the permute that gives pair j's registers their products. */
@@ -146,6 +147,8 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
     for (int i = 0; i < n / WF_QK; i++, p += pbs) {
         const wf_panel_block *pb = (const wf_panel_block *)(const void *)p;
         const wf_panel_offsets *po = (const wf_panel_offsets *)(const void *)(p + sizeof *pb);
+        __m512i wq[PANEL_TILE_ROWS];
+        __m512 dx[PANEL_TILE_ROWS], products[PANEL_TILE_ROWS];
         WF_UNROLL
         for (int r = 0; r < NR; r++) {
             const char *blk = x + (size_t)r * bx + (size_t)i * wbs;
@@ -153,21 +156,27 @@ static WF_INLINE void panel_kernel(wf_tile_kind k, const int NR, const int NP, b
             int32_t dm;
             memcpy(&dm, blk, sizeof dm); /* d (and m) are the block's first halves */
             const __m128 wsc = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
-            const __m512 dx = _mm512_broadcastss_ps(wsc);
+            dx[r] = _mm512_broadcastss_ps(wsc);
             if (has_min)
                 summs[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(wsc)),
                                            _mm512_load_ps(pb->s), summs[r]);
-            const __m512i wq = weight_quants_pair(k, vnni, blk, NULL);
-            const __m512 products = permuted ? _mm512_mul_ps(dx, _mm512_load_ps(pb->s)) : dx;
+            wq[r] = weight_quants_pair(k, vnni, blk, NULL);
+            products[r] = permuted ? _mm512_mul_ps(dx[r], _mm512_load_ps(pb->s)) : dx[r];
+        }
+        /* pairs outside, weight rows inside: each pair's quants, starting values and scales
+         * are loaded once for all NR rows (1.5 loads per register instead of 3 at NR = 2) */
+        WF_UNROLL
+        for (int j = 0; j < NP; j++) {
+            const __m512i yq = _mm512_load_si512((const void *)pb->qs[2 * j]);
+            const __m512i start = has_offset ? _mm512_load_si512((const void *)po->start[j])
+                                             : _mm512_setzero_si512();
+            const __m512 ysc = permuted ? _mm512_setzero_ps() : _mm512_load_ps(pb->scale[j]);
             WF_UNROLL
-            for (int j = 0; j < NP; j++) {
-                const __m512i yq = _mm512_load_si512((const void *)pb->qs[2 * j]);
-                const __m512i start = has_offset ? _mm512_load_si512((const void *)po->start[j])
-                                                 : _mm512_setzero_si512();
-                const __m512i lanes = dot_u8i8_acc(start, wq, yq, vnni);
+            for (int r = 0; r < NR; r++) {
+                const __m512i lanes = dot_u8i8_acc(start, wq[r], yq, vnni);
                 /* dx * dy of both outputs, each rounded once as ggml's scalar product */
-                const __m512 d = permuted ? _mm512_permutexvar_ps(pair_index(j), products)
-                                          : _mm512_mul_ps(dx, _mm512_load_ps(pb->scale[j]));
+                const __m512 d = permuted ? _mm512_permutexvar_ps(pair_index(j), products[r])
+                                          : _mm512_mul_ps(dx[r], ysc);
                 acc[r][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[r][j]);
             }
         }

@@ -293,9 +293,9 @@ END_TEST
 /* The AVX-512 and AVX2 attention paths and the portable code give identical bits, and so does
  * the grouped call (several query heads over one kv head) for every head, at lengths that leave
  * partial 16-lane chunks and wrap the 64 accumulator slots several times, head sizes with and
- * without an f16dot tail, and group sizes below, at and above WF_ATTN_MAX_HEADS. */
+ * without an f16dot tail (and Gemma 3's 256), and group sizes below, at and above WF_ATTN_MAX_HEADS. */
 START_TEST(test_attention_paths_agree) {
-    enum { HDMAX = 128, NPOS = 300, GMAX = 5 };
+    enum { HDMAX = 256, NPOS = 300, GMAX = 5 };
     static uint16_t k[NPOS][HDMAX], v[NPOS][HDMAX];
     const uint16_t *kr[NPOS], *vr[NPOS];
     uint32_t seed = 12345;
@@ -314,7 +314,7 @@ START_TEST(test_attention_paths_agree) {
     static unsigned char mem[1 << 21];
     wf_attn_scratch sc;
     wf_attn_kv_view view = {kr, vr, 0};
-    const int hds[] = {64, 96, 128, 40};
+    const int hds[] = {64, 96, 128, 40, 256}; /* 256: Gemma 3 */
     const int lens[] = {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 300};
     const int groups[] = {1, 2, 3, 4, GMAX};
     int simd = 0;

@@ -329,23 +329,26 @@ START_TEST(test_matvec) {
 END_TEST
 
 /* The AVX-512 wide kernels, with and without VNNI (the table is filled directly, so a VNNI CPU
- * tests both): matvec over 32 rows and panel_dot over every row/column count, padded strides,
+ * tests both; the K-quants' panels too): matvec over 32 rows and panel_dot over every row/column count, padded strides,
  * weights and activations with outliers, large values and zero blocks, bit-identical to the
  * AVX-512 vec_dot per output and never writing past the rows asked for. */
 START_TEST(test_wide_kernels) {
     const wf_cpu_features *cpu = wf_cpu_features_get();
     if (cpu->isa < WF_CPU_ISA_AVX512) return;
     const wf_ggml_type types[] = {WF_GGML_TYPE_Q4_0, WF_GGML_TYPE_Q4_1, WF_GGML_TYPE_Q5_0,
-                                  WF_GGML_TYPE_Q5_1, WF_GGML_TYPE_Q8_0};
+                                  WF_GGML_TYPE_Q5_1, WF_GGML_TYPE_Q8_0, WF_GGML_TYPE_Q4_K,
+                                  WF_GGML_TYPE_Q6_K};
     enum { ROWS = 2 * WF_QUANT_MATVEC_ROWS, PAD = 3 };
     for (int vnni = 0; vnni <= (int)cpu->avx512vnni; vnni++) {
         wf_quant_ops wide[WF_GGML_TYPE_COUNT] = {{0}};
         wf_quant_fill_panel_avx512(wide, vnni);
+        wf_quant_fill_kpanel_avx512(wide, vnni);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const wf_ggml_type t = types[ti];
             const wf_quant_ops *ops = wf_quant_ops_for_isa(t, WF_CPU_ISA_AVX512);
             const wf_quant_ops *act = wf_quant_ops_for_isa(ops->vec_dot_type, WF_CPU_ISA_AVX512);
-            const int n = 32 * 9;
+            const bool k_quant = t == WF_GGML_TYPE_Q4_K || t == WF_GGML_TYPE_Q6_K;
+            const int n = k_quant ? 256 * 3 : 32 * 9;
             const size_t bx = row_bytes(t, n) + 6, by = row_bytes(ops->vec_dot_type, n) + 4;
             char *w = calloc(ROWS, bx), *a = calloc(WF_QUANT_PANEL_ROWS, by);
             float *f = malloc(sizeof(float) * (size_t)n);
