@@ -57,6 +57,9 @@ def run(a):
         ids = [rng.randrange(1000, 40000) for _ in range(L)]
         for mode in a.modes.split(","):
             for rep in range(a.reps):
+                # a first token of its own per request: the prefill worker's prefix cache would
+                # otherwise hold every repetition's prompt, and TTFT and JCT would time a hit
+                ids[0] = 40000 + len(results)
                 before = admin(a.base)
                 try:
                     ttft, jct, n = one(a.base, model, ids, mode, a.max_tokens)
