@@ -58,6 +58,12 @@ struct wf_gate {
     waiter w[MAX_WAITERS];
     int n_w;
     uint64_t next_ticket;
+    /* Where the time between turns goes (wf_gate_get_turn_stats). */
+    wf_gate_turn_stats ts;
+    uint64_t last_release_ns, last_end_ns; /* the previous used turn's release and compute end */
+    bool waited_at_release;                /* work waited when that turn was released */
+    bool cur_after_wait;                   /* the running turn's work waited then */
+    uint64_t cur_prev_end_ns;
 };
 
 wf_gate *wf_gate_new(int n_classes) {
@@ -152,12 +158,70 @@ static void remove_waiter(wf_gate *g, int i) {
     g->w[i] = g->w[--g->n_w];
 }
 
+static void hist_add(wf_gate_hist *h, uint64_t ns) {
+    double us = (double)ns / 1e3;
+    int b = 0;
+    while (b < WF_GATE_HIST_BUCKETS - 1 && us >= (double)(1ull << b)) b++;
+    h->n++;
+    h->sum_us += us;
+    h->bucket[b]++;
+}
+
+double wf_gate_hist_quantile(const wf_gate_hist *h, double q) {
+    if (!h->n) return 0;
+    uint64_t want = (uint64_t)ceil(q * (double)h->n), seen = 0;
+    if (want < 1) want = 1;
+    for (int b = 0; b < WF_GATE_HIST_BUCKETS; b++) {
+        seen += h->bucket[b];
+        if (seen >= want) return (double)(1ull << b);
+    }
+    return (double)(1ull << (WF_GATE_HIST_BUCKETS - 1));
+}
+
 static void take_turn_locked(wf_gate *g, int cls, bool by_share) {
     g->busy = true;
     g->last = cls;
     g->turns[cls]++;
     if (by_share) g->share_turns[cls]++;
     g->turn_ns = wf_clock_now_ns();
+    /* A hand-over counts when this turn's work was already waiting as the last one ended. */
+    g->cur_after_wait = g->waited_at_release && g->last_release_ns;
+    g->cur_prev_end_ns = g->last_end_ns;
+    if (g->cur_after_wait && g->turn_ns > g->last_release_ns) hist_add(&g->ts.to_grant, g->turn_ns - g->last_release_ns);
+    g->waited_at_release = false;
+}
+
+/* The running turn ends. begin/end: its compute (0: the whole turn); used false: a granted
+ * turn nobody ran a batch on (not timed: the cores stayed idle, the previous compute end stays
+ * the reference). Then the gate is free. */
+static void end_turn_locked(wf_gate *g, int cls, uint64_t begin, uint64_t end, bool used) {
+    uint64_t now = wf_clock_now_ns();
+    decay_locked(g, now);
+    if (g->busy && cls >= 0 && cls < g->n_classes && now > g->turn_ns) g->served[cls] += (double)(now - g->turn_ns);
+    if (g->busy && used) {
+        if (!begin || !end || end < begin) {
+            begin = g->turn_ns;
+            end = now;
+        }
+        hist_add(&g->ts.compute, end - begin);
+        hist_add(&g->ts.end_to_release, now > end ? now - end : 0);
+        if (g->cur_after_wait) {
+            hist_add(&g->ts.handover, begin > g->cur_prev_end_ns ? begin - g->cur_prev_end_ns : 0);
+            hist_add(&g->ts.grant_to_run, begin > g->turn_ns ? begin - g->turn_ns : 0);
+        }
+        g->last_release_ns = now;
+        g->last_end_ns = end;
+        g->waited_at_release = g->n_w > 0 || g->reserved;
+    } else {
+        g->waited_at_release |= g->n_w > 0 || g->reserved;
+    }
+    g->busy = false;
+}
+
+void wf_gate_get_turn_stats(wf_gate *g, wf_gate_turn_stats *out) {
+    pthread_mutex_lock(&g->lock);
+    *out = g->ts;
+    pthread_mutex_unlock(&g->lock);
 }
 
 /* The gate is free: if the next turn is a claim's, grant it (returns the claimant, whose
@@ -261,17 +325,16 @@ void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
 
 void wf_gate_acquire(wf_gate *g, int cls) { wf_gate_acquire_by(g, cls, 0); }
 
-void wf_gate_release(wf_gate *g, int cls) {
+static void release_turn(wf_gate *g, int cls, uint64_t begin, uint64_t end, bool used) {
     pthread_mutex_lock(&g->lock);
-    uint64_t now = wf_clock_now_ns();
-    decay_locked(g, now);
-    if (g->busy && cls >= 0 && cls < g->n_classes && now > g->turn_ns) g->served[cls] += (double)(now - g->turn_ns);
-    g->busy = false;
+    end_turn_locked(g, cls, begin, end, used);
     pthread_cond_broadcast(&g->cv);
     wf_gated_executor *x = grant_locked(g);
     pthread_mutex_unlock(&g->lock);
     notify(x);
 }
+
+void wf_gate_release(wf_gate *g, int cls) { release_turn(g, cls, 0, 0, true); }
 
 uint64_t wf_gate_turns(wf_gate *g, int cls) {
     pthread_mutex_lock(&g->lock);
@@ -360,7 +423,7 @@ void wf_gated_executor_unclaim(wf_gated_executor *x) {
     }
     pthread_mutex_unlock(&g->lock);
     if (had_turn) {
-        wf_gate_release(g, x->cls); /* granted, nothing to run: the next one's turn */
+        release_turn(g, x->cls, 0, 0, false); /* granted, nothing to run: the next one's turn */
     } else {
         pthread_mutex_lock(&g->lock);
         wf_gated_executor *gx = grant_locked(g);
@@ -395,8 +458,17 @@ static wf_status gated_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     }
     pthread_mutex_unlock(&g->lock);
     if (!held) wf_gate_acquire_by(g, x->cls, batch_deadline(b));
-    wf_status st = wf_executor_run(x->inner, b, msg, cap);
-    wf_gate_release(x->gate, x->cls);
+    for (int i = 0; i < b->n_tasks; i++) b->tasks[i].t_begin_ns = b->tasks[i].t_end_ns = 0;
+    /* On this thread, which holds the turn: no hand-over to the inner executor's thread and
+     * back (two wake-ups per turn, each milliseconds on a loaded host). */
+    wf_status st = wf_executor_run_here(x->inner, b, msg, cap);
+    uint64_t begin = 0, end = 0; /* the compute, as the executor stamped its tasks */
+    for (int i = 0; i < b->n_tasks; i++) {
+        const wf_task *t = &b->tasks[i];
+        if (t->t_begin_ns && (!begin || t->t_begin_ns < begin)) begin = t->t_begin_ns;
+        if (t->t_end_ns > end) end = t->t_end_ns;
+    }
+    release_turn(g, x->cls, begin, end, true);
     return st;
 }
 

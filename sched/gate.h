@@ -76,6 +76,33 @@ uint64_t wf_gate_share_turns(wf_gate *g, int cls);
 /* Batches waiting for a turn now. */
 int wf_gate_waiting(wf_gate *g);
 
+/* Where the time between turns goes (wf_gate_get_turn_stats). A histogram of microseconds in
+ * powers of two: bucket 0 holds < 1 us, bucket i holds [2^(i-1), 2^i) us, the last one the
+ * rest. */
+#define WF_GATE_HIST_BUCKETS 24
+typedef struct wf_gate_hist {
+    uint64_t n;
+    double sum_us;
+    uint64_t bucket[WF_GATE_HIST_BUCKETS];
+} wf_gate_hist;
+
+/* Per turn, timed on the monotonic clock; a turn's compute is its batch's first task begin to
+ * last task end (as its executor stamped them; without stamps, the inner run). The first three
+ * count only turns whose work already waited when the turn before was released: the cores'
+ * idle time between two turns when there was work to do. */
+typedef struct wf_gate_turn_stats {
+    wf_gate_hist handover;       /* the previous turn's compute end -> this turn's compute start */
+    wf_gate_hist to_grant;       /* the previous release -> this turn taken (granted) */
+    wf_gate_hist grant_to_run;   /* taken -> compute start (a claim: its scheduler composes and
+                                  * dispatches; then thread hand-overs to the inner executor) */
+    wf_gate_hist end_to_release; /* compute end -> the turn released (every turn) */
+    wf_gate_hist compute;        /* compute start -> end (every turn) */
+} wf_gate_turn_stats;
+
+void wf_gate_get_turn_stats(wf_gate *g, wf_gate_turn_stats *out);
+/* The upper bound (us) of the bucket holding quantile q (0..1) of h; 0 when h is empty. */
+double wf_gate_hist_quantile(const wf_gate_hist *h, double q);
+
 typedef struct wf_gated_executor wf_gated_executor;
 
 /* WF_EINVAL (class out of range, no inner ops), WF_ENOMEM, WF_EIO (thread). */

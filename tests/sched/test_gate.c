@@ -370,6 +370,102 @@ START_TEST(shares_keep_a_class_from_starving) {
 }
 END_TEST
 
+/* An inner executor with a run op: the gated executor runs its batches on the gate's own
+ * thread (the one holding the turn), never through dispatch; its tasks are stamped 2 ms
+ * apart so that the turn's compute is known. */
+static pthread_t ran_on;
+static int runs_here;
+
+static wf_status here_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
+    (void)ctx;
+    (void)b;
+    (void)done;
+    (void)user;
+    ck_abort_msg("a gated executor dispatched to an inner executor that runs batches on the caller's thread");
+    return WF_EINTERNAL;
+}
+
+static wf_status here_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)ctx;
+    (void)msg;
+    (void)cap;
+    ran_on = pthread_self();
+    runs_here++;
+    for (int i = 0; i < b->n_tasks; i++) {
+        b->tasks[i].t_begin_ns = wf_clock_now_ns();
+        usleep(2000);
+        b->tasks[i].t_end_ns = wf_clock_now_ns();
+        b->tasks[i].status = WF_OK;
+    }
+    return WF_OK;
+}
+
+typedef struct run_job_arg {
+    wf_executor ex;
+    wf_task_batch *b;
+} run_job_arg;
+
+static void *run_job_thread(void *arg) {
+    run_job_arg *a = arg;
+    char msg[32];
+    ck_assert_int_eq(wf_executor_run(a->ex, a->b, msg, sizeof msg), WF_OK);
+    return NULL;
+}
+
+static const wf_executor_ops here_ops = {.name = "here", .dispatch = here_dispatch, .run = here_run};
+
+START_TEST(runs_the_inner_batch_on_the_turn_thread_and_times_the_turns) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &here_ops}, g, 1, &x), WF_OK);
+    wf_task t = {.kind = WF_TASK_DENOISE, .status = WF_EINTERNAL};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+    runs_here = 0;
+    /* Text holds the cores while the image batch waits for its turn: when text releases, the
+     * image turn is a hand-over (its work waited), timed from text's compute end. */
+    wf_gate_acquire(g, 0);
+    usleep(1000);
+    pthread_t waiter;
+    run_job_arg arg = {wf_gated_executor_get(x), &b};
+    ck_assert_int_eq(pthread_create(&waiter, NULL, run_job_thread, &arg), 0);
+    while (wf_gate_waiting(g) != 1) usleep(500);
+    wf_gate_release(g, 0);
+    pthread_join(waiter, NULL);
+    ck_assert_int_eq(runs_here, 1);
+    ck_assert_int_eq(t.status, WF_OK);
+    ck_assert(!pthread_equal(ran_on, pthread_self())); /* the gate's thread, not the caller's */
+    wf_gate_turn_stats ts;
+    wf_gate_get_turn_stats(g, &ts);
+    ck_assert_uint_eq(ts.compute.n, 2);         /* every used turn */
+    ck_assert_uint_eq(ts.end_to_release.n, 2);
+    ck_assert_uint_eq(ts.handover.n, 1);        /* only the image turn's work waited */
+    ck_assert_uint_eq(ts.to_grant.n, 1);
+    ck_assert_uint_eq(ts.grant_to_run.n, 1);
+    /* the image turn's compute is its task's stamps: at least the 2 ms it slept */
+    ck_assert(ts.compute.sum_us >= 2000.0);
+    /* A turn nobody waited for is no hand-over. */
+    wf_gate_acquire(g, 0);
+    wf_gate_release(g, 0);
+    wf_gate_get_turn_stats(g, &ts);
+    ck_assert_uint_eq(ts.compute.n, 3);
+    ck_assert_uint_eq(ts.handover.n, 1);
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
+START_TEST(histogram_quantiles_are_bucket_bounds) {
+    wf_gate_hist h = {0};
+    ck_assert(wf_gate_hist_quantile(&h, 0.5) == 0);
+    /* 0.5 us (bucket 0: < 1), 3 us ([2, 4)), 100 us ([64, 128)) */
+    h.n = 3;
+    h.bucket[0] = h.bucket[2] = h.bucket[7] = 1;
+    ck_assert(wf_gate_hist_quantile(&h, 0.0) == 1);
+    ck_assert(wf_gate_hist_quantile(&h, 0.5) == 4);
+    ck_assert(wf_gate_hist_quantile(&h, 0.99) == 128);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
@@ -381,6 +477,8 @@ int main(void) {
     tcase_add_test(tc, claims_move_with_new_work);
     tcase_add_test(tc, lookahead_grants_the_next_claim_while_a_batch_runs);
     tcase_add_test(tc, shares_keep_a_class_from_starving);
+    tcase_add_test(tc, runs_the_inner_batch_on_the_turn_thread_and_times_the_turns);
+    tcase_add_test(tc, histogram_quantiles_are_bucket_bounds);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
