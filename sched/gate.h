@@ -97,6 +97,7 @@ typedef struct wf_gate_turn_stats {
                                   * dispatches; then thread hand-overs to the inner executor) */
     wf_gate_hist end_to_release; /* compute end -> the turn released (every turn) */
     wf_gate_hist compute;        /* compute start -> end (every turn) */
+    wf_gate_hist compute_by_class[WF_GATE_MAX_CLASSES];
 } wf_gate_turn_stats;
 
 void wf_gate_get_turn_stats(wf_gate *g, wf_gate_turn_stats *out);

@@ -620,7 +620,8 @@ static void write_cores(wf_server *s, wf_jbuf *b) {
         const char *name;
         const wf_gate_hist *h;
     } hs[] = {{"handover", &ts.handover}, {"to_grant", &ts.to_grant}, {"grant_to_run", &ts.grant_to_run},
-              {"end_to_release", &ts.end_to_release}, {"compute", &ts.compute}};
+              {"end_to_release", &ts.end_to_release}, {"compute", &ts.compute},
+              {"compute_text", &ts.compute_by_class[0]}, {"compute_images", &ts.compute_by_class[1]}};
     wf_jbuf_cstr(b, ",\"turn_us\":{");
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
         const wf_gate_hist *h = hs[i].h;

@@ -466,6 +466,126 @@ START_TEST(histogram_quantiles_are_bucket_bounds) {
 }
 END_TEST
 
+/* Which batch runs next, and on which thread: an inner executor that records its class. */
+static pthread_mutex_t ord_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ord[8], n_ord, n_done;
+static pthread_t ord_thread[8];
+
+static wf_status ord_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)b;
+    (void)msg;
+    (void)cap;
+    pthread_mutex_lock(&ord_lock);
+    ord_thread[n_ord] = pthread_self();
+    ord[n_ord++] = (int)(intptr_t)ctx;
+    pthread_mutex_unlock(&ord_lock);
+    return WF_OK;
+}
+
+static const wf_executor_ops ord_ops = {.name = "ord", .dispatch = here_dispatch, .run = ord_run};
+
+static void ord_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
+    (void)user;
+    (void)b;
+    (void)msg;
+    ck_assert_int_eq(st, WF_OK);
+    pthread_mutex_lock(&ord_lock);
+    n_done++;
+    pthread_mutex_unlock(&ord_lock);
+}
+
+static int done_count(void) {
+    pthread_mutex_lock(&ord_lock);
+    int n = n_done;
+    pthread_mutex_unlock(&ord_lock);
+    return n;
+}
+
+static void ord_grant(void *user) { *(atomic_int *)user += 1; }
+
+START_TEST(one_thread_runs_the_turns_in_one_edf_order) {
+    /* Classes 0 (text) and 1 (images) through gated executors; class 2 holds the cores while
+     * the work lines up. */
+    wf_gate *g = wf_gate_new(3);
+    wf_gated_executor *x[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)k}, g, k, &x[k]),
+                         WF_OK);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    wf_task t[4] = {{.kind = WF_TASK_DECODE, .deadline_ns = now + 300 * ms},
+                    {.kind = WF_TASK_DENOISE, .deadline_ns = now + 100 * ms},
+                    {.kind = WF_TASK_DECODE, .deadline_ns = now + 200 * ms},
+                    {.kind = WF_TASK_DENOISE, .deadline_ns = now + 400 * ms}};
+    wf_task_batch b[4];
+    for (int i = 0; i < 4; i++) b[i] = (wf_task_batch){.tasks = &t[i], .n_tasks = 1};
+    n_ord = n_done = 0;
+    wf_gate_acquire(g, 2);
+    /* Composed batches: text due +300 ms, an image step due +100 ms. */
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[0]), &b[0], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[1]), &b[1], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gate_waiting(g), 2);
+    wf_gate_release(g, 2);
+    while (done_count() < 2) usleep(500);
+    /* The image step first (earlier deadline), then text, both on the gate's one runner
+     * thread: the thread that ended the image turn took the text batch itself. */
+    ck_assert_int_eq(ord[0], 1);
+    ck_assert_int_eq(ord[1], 0);
+    ck_assert(pthread_equal(ord_thread[0], ord_thread[1]));
+    ck_assert(!pthread_equal(ord_thread[0], pthread_self()));
+    /* A late-bound claim and a composed batch in one order: the image claim (due +150 ms,
+     * predicted 10 ms: start by +140) goes before the composed text batch (due +200 ms); the
+     * text batch waits while the claimant composes, and runs after the image batch. */
+    atomic_int granted = 0;
+    wf_gate_acquire(g, 2);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[0]), &b[2], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gated_executor_claim(x[1], now + 150 * ms, 10, ord_grant, &granted), WF_OK);
+    wf_gate_release(g, 2);
+    while (!atomic_load(&granted)) usleep(500);
+    ck_assert(wf_gated_executor_granted(x[1]));
+    usleep(20000); /* room for the text batch to run, were the turn not the claimant's */
+    ck_assert_int_eq(done_count(), 2);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[1]), &b[3], ord_done, NULL), WF_OK);
+    while (done_count() < 4) usleep(500);
+    ck_assert_int_eq(ord[2], 1);
+    ck_assert_int_eq(ord[3], 0);
+    ck_assert_uint_eq(wf_gate_turns(g, 0), 2);
+    ck_assert_uint_eq(wf_gate_turns(g, 1), 2);
+    for (int k = 0; k < 2; k++) wf_gated_executor_free(x[k]);
+    wf_gate_free(g);
+}
+END_TEST
+
+static wf_status cancelled_status;
+
+static void cancel_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
+    (void)user;
+    (void)b;
+    (void)msg;
+    cancelled_status = st;
+}
+
+START_TEST(a_queued_batch_cancelled_is_reported_at_once) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)1}, g, 1, &x), WF_OK);
+    wf_task t = {.kind = WF_TASK_DENOISE};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+    n_ord = n_done = 0;
+    wf_gate_acquire(g, 0);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x), &b, cancel_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gate_waiting(g), 1);
+    wf_executor ex = wf_gated_executor_get(x);
+    ex.ops->cancel(ex.ctx, &b);
+    ck_assert_int_eq(cancelled_status, WF_ECANCELLED); /* from this thread, now */
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    wf_gate_release(g, 0);
+    ex.ops->synchronize(ex.ctx);
+    ck_assert_int_eq(n_ord, 0); /* it never ran */
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
@@ -479,6 +599,8 @@ int main(void) {
     tcase_add_test(tc, shares_keep_a_class_from_starving);
     tcase_add_test(tc, runs_the_inner_batch_on_the_turn_thread_and_times_the_turns);
     tcase_add_test(tc, histogram_quantiles_are_bucket_bounds);
+    tcase_add_test(tc, one_thread_runs_the_turns_in_one_edf_order);
+    tcase_add_test(tc, a_queued_batch_cancelled_is_reported_at_once);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
