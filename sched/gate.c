@@ -216,7 +216,6 @@ static void take_turn_locked(wf_gate *g, int cls, bool by_share) {
     /* A hand-over counts when this turn's work was already waiting as the last one ended. */
     g->cur_after_wait = g->waited_at_release && g->last_release_ns;
     g->cur_prev_end_ns = g->last_end_ns;
-    if (g->cur_after_wait && g->turn_ns > g->last_release_ns) hist_add(&g->ts.to_grant, g->turn_ns - g->last_release_ns);
     g->waited_at_release = false;
 }
 
@@ -238,6 +237,7 @@ static void end_turn_locked(wf_gate *g, int cls, uint64_t begin, uint64_t end, b
         if (g->cur_after_wait) {
             hist_add(&g->ts.handover, begin > g->cur_prev_end_ns ? begin - g->cur_prev_end_ns : 0);
             hist_add(&g->ts.grant_to_run, begin > g->turn_ns ? begin - g->turn_ns : 0);
+            hist_add(&g->ts.to_grant, g->turn_ns > g->last_release_ns ? g->turn_ns - g->last_release_ns : 0);
         }
         g->last_release_ns = now;
         g->last_end_ns = end;
@@ -527,9 +527,10 @@ static wf_gated_executor *next_locked(wf_gate *g, wf_gated_executor **grant) {
 static void *runner_main(void *arg) {
     wf_gate *g = arg;
     pthread_mutex_lock(&g->lock);
+    wf_gated_executor *x = NULL; /* the executor whose head runs next, its turn taken */
     for (;;) {
         wf_gated_executor *gx = NULL;
-        wf_gated_executor *x = next_locked(g, &gx);
+        if (!x) x = next_locked(g, &gx);
         if (gx) {
             pthread_mutex_unlock(&g->lock);
             notify(gx);
@@ -542,8 +543,9 @@ static void *runner_main(void *arg) {
             continue;
         }
         job j = x->q[0];
+        unqueue_head_locked(g, x); /* (a head queued before its claim was granted) */
         x->granted = x->ahead = false;
-        x->running = true;
+        x->running = true; /* (already, when picked at the end of the last turn) */
         /* Look-ahead: the claim next in the order is granted now, its batch composed during
          * this one. */
         gx = g->lookahead ? grant_locked(g) : NULL;
@@ -568,9 +570,12 @@ static void *runner_main(void *arg) {
         x->running = false;
         queue_head_locked(g, x);
         pthread_cond_broadcast(&g->cv); /* acquires, synchronize */
-        /* The next claim is granted now (its scheduler wakes to compose) if one is next; a
-         * composed batch next is this thread's at the top of the loop, after the done. */
-        gx = grant_locked(g);
+        /* The next turn is taken now, before the done: a composed batch next is this
+         * thread's (marked running: a cancel leaves it be), a claim next is granted (its
+         * scheduler wakes to compose). The done then wakes this batch's scheduler, which may
+         * take this core for a moment: the turn is already decided. */
+        x = next_locked(g, &gx);
+        if (x) x->running = true;
         pthread_mutex_unlock(&g->lock);
         notify(gx);
         j.done(j.user, b, st, st != WF_OK && msg[0] ? msg : NULL);

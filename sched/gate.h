@@ -34,10 +34,16 @@
  *     ...
  *     wf_gated_executor_free(gl); wf_gated_executor_free(gd); wf_gate_free(g);
  *
- * A gated executor has its own thread (proto/exec_thread.h): it waits for the batch's turn (its
- * earliest task deadline), runs it on the inner executor (wf_executor_run), then passes the
- * turn on, and calls the batch's done. The inner executor must outlive it. Thread-safe; turns are counted per
- * class for stats. */
+ * One runner thread per gate runs the batches of all its gated executors (one batch runs at a
+ * time anyway): a dispatched batch waits in the order for its turn (its earliest task
+ * deadline), unless its executor holds a granted claim; the runner runs it on the inner
+ * executor, on the runner's own thread when the inner executor has a run op (proto/task.h),
+ * then passes the turn on and calls the batch's done. The thread that ends a turn thus takes
+ * the next queued batch itself: no thread wake-up between two turns whose batches are
+ * composed (a claim's turn still waits for its scheduler to compose and dispatch). A batch
+ * cancelled while queued is reported at once (WF_ECANCELLED, from the cancelling thread).
+ * Each turn is timed (wf_gate_get_turn_stats): where the time between turns goes. The inner
+ * executor must outlive the gated one. Thread-safe; turns are counted per class for stats. */
 #ifndef WF_SCHED_GATE_H
 #define WF_SCHED_GATE_H
 

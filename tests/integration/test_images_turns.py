@@ -114,6 +114,14 @@ def test_mixed_load_every_request_answered(weftd):
     assert cores["turns"]["text"] > 0 and cores["turns"]["images"] > 0, cores
     if weftd.mode == "batch":
         assert cores["share_turns"] == {"text": 0, "images": 0}  # --share-min 0: EDF alone
+    # Each turn that ran a batch was timed, per class; hand-overs are a subset of them.
+    tu = cores["turn_us"]
+    assert tu["compute_text"]["n"] + tu["compute_images"]["n"] == tu["compute"]["n"] == tu["end_to_release"]["n"], tu
+    assert 0 < tu["compute_text"]["n"] <= cores["turns"]["text"], tu
+    assert 0 < tu["compute_images"]["n"] <= cores["turns"]["images"], tu
+    assert tu["handover"]["n"] == tu["to_grant"]["n"] == tu["grant_to_run"]["n"] <= tu["compute"]["n"], tu
+    for h in tu.values():
+        assert h["p50"] <= h["p90"] <= h["p99"], tu
     # No turn left held: both kinds still run, one at a time.
     st, h, data = post(weftd, "/v1/chat/completions", {"model": MODEL_ID, "max_tokens": 4, "temperature": 0,
                                                        "messages": [{"role": "user", "content": "hi"}]})
