@@ -14,6 +14,9 @@
  * schedulers keep one in flight per group). */
 #define MAX_GATED 16
 #define MAX_JOBS 4
+/* Claims and blocked acquires fill the table up to here; the rest is kept for the queued
+ * batches' heads (one per gated executor), so a dispatched batch always finds its place. */
+#define MAX_OTHER_WAITERS (MAX_WAITERS - MAX_GATED)
 /* Time constant of the served-time average the minimum shares are checked against. */
 #define SHARE_TAU_NS 1000000000.0
 
@@ -341,7 +344,7 @@ static void set_keys(const wf_gate *g, waiter *w, uint64_t deadline_ns, double p
 void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
     pthread_mutex_lock(&g->lock);
     /* Waiters are bounded by the executors (one batch each); beyond the table, wait for room. */
-    while (g->n_w >= MAX_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
+    while (g->n_w >= MAX_OTHER_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
     uint64_t ticket = ++g->next_ticket;
     waiter *w = &g->w[g->n_w];
     *w = (waiter){.cls = cls, .ticket = ticket};
@@ -420,7 +423,7 @@ wf_status wf_gated_executor_claim(wf_gated_executor *x, uint64_t deadline_ns, do
             if (g->w[i].claimant == x) w = &g->w[i];
     }
     if (!w) {
-        if (g->n_w >= MAX_WAITERS) {
+        if (g->n_w >= MAX_OTHER_WAITERS) {
             pthread_mutex_unlock(&g->lock);
             return WF_EFULL;
         }
@@ -493,7 +496,7 @@ static void queue_head_locked(wf_gate *g, wf_gated_executor *x) {
     if (!x->n_q || x->granted) return;
     for (int i = 0; i < g->n_w; i++)
         if (g->w[i].queued == x) return;
-    waiter *w = &g->w[g->n_w++]; /* room: at most one per executor beside the claims */
+    waiter *w = &g->w[g->n_w++]; /* room: MAX_OTHER_WAITERS leaves one per executor */
     *w = (waiter){.cls = x->cls, .ticket = ++g->next_ticket, .queued = x};
     set_keys(g, w, batch_deadline(x->q[0].b), 0, wf_clock_now_ns());
     g->waiting[x->cls]++;
@@ -612,7 +615,6 @@ static wf_status gated_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn
     wf_status st = WF_OK;
     if (x->closing) st = WF_ECLOSED;
     else if (x->n_q >= MAX_JOBS) st = WF_EBUSY;
-    else if (!x->granted && g->n_w >= MAX_WAITERS) st = WF_EBUSY;
     if (st == WF_OK) {
         x->q[x->n_q++] = (job){.b = b, .done = done, .user = user};
         queue_head_locked(g, x);
