@@ -63,7 +63,6 @@ struct wf_gate {
     int n_classes;
     bool busy;
     bool lookahead;                        /* grant the next claim while a batch runs */
-    bool start_by;                         /* claims keyed by deadline minus predicted time */
     wf_gated_executor *reserved;           /* granted ahead: the next turn is its batch's */
     int last;                              /* the class that ran last */
     int waiting[WF_GATE_MAX_CLASSES];
@@ -100,7 +99,6 @@ wf_gate *wf_gate_new(int n_classes) {
     pthread_cond_init(&g->cv, NULL);
     g->n_classes = n_classes;
     g->last = n_classes - 1;
-    g->start_by = true;
     return g;
 }
 
@@ -306,19 +304,6 @@ void wf_gate_set_lookahead(wf_gate *g, bool on) {
     pthread_mutex_unlock(&g->lock);
 }
 
-void wf_gate_set_start_by(wf_gate *g, bool on) {
-    pthread_mutex_lock(&g->lock);
-    g->start_by = on;
-    pthread_mutex_unlock(&g->lock);
-}
-
-bool wf_gate_start_by(wf_gate *g) {
-    pthread_mutex_lock(&g->lock);
-    bool on = g->start_by;
-    pthread_mutex_unlock(&g->lock);
-    return on;
-}
-
 bool wf_gate_lookahead(wf_gate *g) {
     pthread_mutex_lock(&g->lock);
     bool on = g->lookahead;
@@ -337,7 +322,7 @@ static void set_keys(const wf_gate *g, waiter *w, uint64_t deadline_ns, double p
     uint64_t d = deadline_ns;
     if (d == 0) d = g->slack_ns[w->cls] ? since_ns + g->slack_ns[w->cls] : UINT64_MAX;
     w->deadline = d;
-    uint64_t p = g->start_by && pred_ms > 0 ? (uint64_t)(pred_ms * 1e6) : 0;
+    uint64_t p = pred_ms > 0 ? (uint64_t)(pred_ms * 1e6) : 0;
     w->key = d == UINT64_MAX ? d : (d > p ? d - p : 0);
 }
 

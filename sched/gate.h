@@ -74,13 +74,6 @@ void wf_gate_release(wf_gate *g, int cls);
  * early. Nothing else is granted while that reservation stands; an unclaim gives it up. */
 void wf_gate_set_lookahead(wf_gate *g, bool on);
 bool wf_gate_lookahead(wf_gate *g);
-/* Claims' keys (default on): their deadline minus their predicted time (the start-by time), or
- * (off) the deadline alone, as composed batches are keyed. Off measured better with weftd's
- * text and image classes (BENCHMARKS.md, "Where the time between turns goes"): a text
- * iteration's predicted time is large next to its TPOT deadline, and subtracting it put text
- * ahead of image steps that had to start soon after. */
-void wf_gate_set_start_by(wf_gate *g, bool on);
-bool wf_gate_start_by(wf_gate *g);
 /* Minimum fraction (0..1, exclusive; 0: none) of the served time class cls gets while it waits. */
 void wf_gate_set_share(wf_gate *g, int cls, double share);
 /* Turns taken by class so far; of them, those given by the share rule rather than the key. */

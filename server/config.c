@@ -43,7 +43,7 @@ static const option_spec options[] = {
     {"image-chunk-steps", OPT_INT, FIELD(image_chunk_steps), 1, 1000, "N", "denoising steps per DENOISE task of an image request (default 1: requests join a batch at every step)"},
     {"image-batching", OPT_BOOL, FIELD(image_batching), 0, 1, NULL, "step-level batching of image requests of one model (default true; false runs one request at a time)"},
     {"share-cores", OPT_BOOL, FIELD(share_cores), 0, 1, NULL, "with DiT models beside the LLM: LLM and DiT batches take turns on the cores, earliest deadline first, instead of running both thread pools at once (default true)"},
-    {"share-turns", OPT_STRING, FIELD(share_turns), 0, 0, "edf|ahead|start-by|batch", "with --share-cores: batch (default): batches composed at once wait at the gate by their earliest deadline; edf: text and image work take one earliest-deadline-first order, each scheduler composing its batch when its claim (its most urgent deadline) gets the turn; ahead: that order with the next claim granted while the running batch runs (its batch composed meanwhile, one batch early); start-by: edf with each claim keyed by its deadline minus its predicted time, see BENCHMARKS.md"},
+    {"share-turns", OPT_STRING, FIELD(share_turns), 0, 0, "edf|ahead|batch", "with --share-cores: batch (default): batches composed at once wait at the gate by their earliest deadline; edf: text and image work take one earliest-deadline-first order, each scheduler composing its batch when its claim gets the turn (one more thread wake-up per turn); ahead: that order with the next claim granted while the running batch runs (its batch composed meanwhile, one batch early), see BENCHMARKS.md"},
     {"share-min", OPT_DOUBLE, FIELD(share_min), 0, 0.5, "FRAC", "with --share-cores: the minimum fraction of the cores' recent time text and images each get while they have work waiting, whatever the deadlines (default " WF_DEFAULT_STR(WF_DEFAULT_SHARE_MIN) "; 0: pure EDF)"},
     {"image-order", OPT_STRING, FIELD(image_order), 0, 0, "edf|fcfs", "order of image requests: edf (earliest deadline, then priority, then arrival; default) or fcfs (arrival only: the baseline of the mixed-load benchmark)"},
     {"image-max-batch", OPT_INT, FIELD(image_max_batch), 1, 256, "N", "images per DiT forward pass (default 8)"},
@@ -510,8 +510,8 @@ int wf_config_parse(wf_config *cfg, int argc, char **argv, char *err, size_t err
     if (cfg->api_key_file && load_key_file(cfg, cfg->api_key_file, err, errlen) < 0) return -1;
     if (resolve_models(cfg, err, errlen) < 0) return -1;
     if (cfg->share_turns && strcmp(cfg->share_turns, "edf") != 0 && strcmp(cfg->share_turns, "batch") != 0 &&
-        strcmp(cfg->share_turns, "ahead") != 0 && strcmp(cfg->share_turns, "start-by") != 0)
-        return fail(err, errlen, "--share-turns must be edf, ahead, start-by or batch, not '%.40s'", cfg->share_turns);
+        strcmp(cfg->share_turns, "ahead") != 0)
+        return fail(err, errlen, "--share-turns must be edf, ahead or batch, not '%.40s'", cfg->share_turns);
     if (cfg->image_order && strcmp(cfg->image_order, "edf") != 0 && strcmp(cfg->image_order, "fcfs") != 0)
         return fail(err, errlen, "--image-order must be edf or fcfs, not '%.40s'", cfg->image_order);
     return check_roles(cfg, err, errlen);

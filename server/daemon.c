@@ -623,7 +623,6 @@ wf_status wf_daemon_open(const wf_daemon_params *p, wf_daemon **out, char *err, 
             wf_gate_set_share(d->gate, 0, p->share_min);
             wf_gate_set_share(d->gate, 1, p->share_min);
             wf_gate_set_lookahead(d->gate, !p->share_batch && p->share_ahead);
-            wf_gate_set_start_by(d->gate, p->share_start_by);
         }
         st = d->gate ? wf_gated_executor_new(llm_ex, d->gate, 0, &d->gated_llm) : WF_ENOMEM;
         if (st != WF_OK) {

@@ -67,7 +67,6 @@ typedef struct wf_daemon_params {
     bool share_cores;
     bool share_batch;        /* composed batches wait at the gate (the old turns), not claims */
     bool share_ahead;        /* claims, the next one granted while a batch runs (--share-turns ahead) */
-    bool share_start_by;     /* claims keyed by deadline minus predicted time (--share-turns start-by) */
     double share_min;        /* minimum share per class (sched/gate.h); default WF_DEFAULT_SHARE_MIN */
     /* A model with sliding-window layers: they get their own KV blocks, only the window's
      * (kv/kv_store.h split store); false: one table for every layer. In-process engine only. */

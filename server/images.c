@@ -608,10 +608,7 @@ static void write_cores(wf_server *s, wf_jbuf *b) {
     if (!s->gate) return;
     wf_jbuf_printf(b, ",\"cores\":{\"turns_mode\":\"%s\",\"turns\":{\"text\":%llu,\"images\":%llu},"
                       "\"share_turns\":{\"text\":%llu,\"images\":%llu}",
-                   !s->gate_late                ? "batch"
-                   : wf_gate_lookahead(s->gate) ? "ahead"
-                   : wf_gate_start_by(s->gate)  ? "start-by"
-                                                : "edf",
+                   !s->gate_late ? "batch" : wf_gate_lookahead(s->gate) ? "ahead" : "edf",
                    (unsigned long long)wf_gate_turns(s->gate, 0),
                    (unsigned long long)wf_gate_turns(s->gate, 1), (unsigned long long)wf_gate_share_turns(s->gate, 0),
                    (unsigned long long)wf_gate_share_turns(s->gate, 1));

@@ -14,7 +14,7 @@
 # A run is named by its image order (edf, fcfs: the cores' turns are weftd's default) or by a
 # scheduling configuration: unified (--share-turns edf --image-order edf: text and image work
 # in one EDF order), ahead (--share-turns ahead: that order, the next claim granted while a
-# batch runs), startby (--share-turns start-by: claims keyed by deadline minus predicted time), gate (--share-turns batch --image-order edf: the earlier turns, batches
+# batch runs), gate (--share-turns batch --image-order edf: the earlier turns, batches
 # composed at once and ordered at the gate, with the minimum shares), prev (the same with
 # --share-min 0: the turns exactly as before the unified order) or gate-fcfs (--share-turns
 # batch --image-order fcfs: images first-come-first-served). CHAT_SLO=TTFT_MS,TPOT_MS sends the chat requests
@@ -49,12 +49,11 @@ for spec in ${ORDERS:-edf fcfs}; do
   case $conf in
     unified) order=edf; turns=(--share-turns edf) ;;
     ahead) order=edf; turns=(--share-turns ahead) ;;
-    startby) order=edf; turns=(--share-turns start-by) ;;
     gate) order=edf; turns=(--share-turns batch) ;;
     prev) order=edf; turns=(--share-turns batch --share-min 0) ;;
     gate-fcfs) order=fcfs; turns=(--share-turns batch) ;;
     edf|fcfs) order=$conf ;;
-    *) echo "unknown run '$conf' (edf, fcfs, unified, ahead, startby, gate, prev, gate-fcfs)" >&2; exit 2 ;;
+    *) echo "unknown run '$conf' (edf, fcfs, unified, ahead, gate, prev, gate-fcfs)" >&2; exit 2 ;;
   esac
   runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

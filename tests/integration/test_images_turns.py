@@ -24,7 +24,6 @@ DIT_ID = os.path.basename(DIT.rstrip("/"))
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
 
 MODES = {"edf": ("--share-turns", "edf"), "ahead": ("--share-turns", "ahead"),
-         "start-by": ("--share-turns", "start-by"),
          "batch": ("--share-turns", "batch", "--share-min", "0")}
 
 

@@ -254,20 +254,6 @@ START_TEST(claims_start_by_predicted_time) {
     run_granted(&c, 1);
     ck_assert_int_eq(grants[1], 0);
     run_granted(&c, 0);
-    /* Keyed by deadline alone (weftd's edf turns): the same two claims, text (due first) first. */
-    ck_assert(wf_gate_start_by(c.g));
-    wf_gate_set_start_by(c.g, false);
-    ck_assert(!wf_gate_start_by(c.g));
-    now = wf_clock_now_ns();
-    wf_gate_acquire(c.g, 0);
-    claim(&c, 0, now + 100 * ms, 10);
-    claim(&c, 1, now + 120 * ms, 50);
-    wf_gate_release(c.g, 0);
-    ck_assert_int_eq(n_grants, 3);
-    ck_assert_int_eq(grants[2], 0);
-    run_granted(&c, 0);
-    ck_assert_int_eq(grants[3], 1);
-    run_granted(&c, 1);
     claimants_free(&c);
 }
 END_TEST
