@@ -10,11 +10,13 @@
  * (decayed over ~1 s) is below its minimum share goes first whatever the keys, so a stream
  * of earlier-keyed work of one class cannot take all the cores.
  *
- * Two ways to wait for a turn. A batch already composed waits in the gated executor
- * (wf_gate_acquire_by with its earliest task deadline). Or late binding: the scheduler posts a
+ * Two ways to wait for a turn. A batch already composed waits in the gate's order, dispatched
+ * to its gated executor (keyed by its earliest task deadline; wf_gate_acquire_by is the same
+ * wait for a caller's own thread). Or late binding: the scheduler posts a
  * claim (wf_gated_executor_claim: its most urgent ready work's deadline and predicted time,
  * re-posted whenever they change) and composes its batch only when the gate grants the claim
- * (the callback, from whichever thread released the gate: it must only wake the scheduler);
+ * (the callback, from whichever thread freed the gate, often the runner: it must only wake
+ * the scheduler);
  * then it dispatches that batch to the gated executor, which runs it without waiting again, or
  * calls wf_gated_executor_unclaim when it has nothing to run after all (the turn passes on).
  * With late binding the turns follow one EDF order over the ready work of every class, and

@@ -1,5 +1,6 @@
-/* sched/gate.h: mutual exclusion, round-robin turns between waiting classes, and the gated
- * executor decorator around an inline executor. */
+/* sched/gate.h: mutual exclusion, round-robin turns between waiting classes, the gated
+ * executor decorator around an inline executor, the one runner thread that takes every gated
+ * executor's turns in one EDF order, and the per-turn timing. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
