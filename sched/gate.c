@@ -54,6 +54,7 @@ struct wf_gated_executor {
      * now; closing: freed, dispatch refused. */
     job q[MAX_JOBS];
     int n_q;
+    int in_done; /* batches taken off the queue whose done is being called */
     bool running, closing;
 };
 
@@ -476,9 +477,10 @@ static uint64_t batch_deadline(const wf_task_batch *b) {
 }
 
 /* x's queue head waits for a turn in the order, as a composed batch does (unless x holds a
- * granted turn: then it is the next to run). */
+ * granted turn: then it is the next to run; or the head is running or picked to run: the one
+ * after it is queued when it has been taken off). */
 static void queue_head_locked(wf_gate *g, wf_gated_executor *x) {
-    if (!x->n_q || x->granted) return;
+    if (!x->n_q || x->granted || x->running) return;
     for (int i = 0; i < g->n_w; i++)
         if (g->w[i].queued == x) return;
     waiter *w = &g->w[g->n_w++]; /* room: MAX_OTHER_WAITERS leaves one per executor */
@@ -520,6 +522,10 @@ static wf_gated_executor *next_locked(wf_gate *g, wf_gated_executor **grant) {
     if (!x) {
         *grant = grant_locked(g);
         return NULL;
+    }
+    if (!x->n_q) { /* (cannot happen: a head's waiter leaves with it) */
+        remove_waiter(g, i);
+        return next_locked(g, grant);
     }
     bool by_share = share_decides(g);
     remove_waiter(g, i);
@@ -570,6 +576,7 @@ static void *runner_main(void *arg) {
         end_turn_locked(g, x->cls, begin, end, true);
         memmove(&x->q[0], &x->q[1], (size_t)(x->n_q - 1) * sizeof x->q[0]);
         x->n_q--;
+        x->in_done++;
         x->running = false;
         queue_head_locked(g, x);
         pthread_cond_broadcast(&g->cv); /* acquires, synchronize */
@@ -577,12 +584,15 @@ static void *runner_main(void *arg) {
          * thread's (marked running: a cancel leaves it be), a claim next is granted (its
          * scheduler wakes to compose). The done then wakes this batch's scheduler, which may
          * take this core for a moment: the turn is already decided. */
+        wf_gated_executor *finished = x;
         x = next_locked(g, &gx);
         if (x) x->running = true;
         pthread_mutex_unlock(&g->lock);
         notify(gx);
         j.done(j.user, b, st, st != WF_OK && msg[0] ? msg : NULL);
         pthread_mutex_lock(&g->lock);
+        finished->in_done--;
+        pthread_cond_broadcast(&g->cv); /* synchronize: its done has been called */
     }
     pthread_mutex_unlock(&g->lock);
     return NULL;
@@ -634,7 +644,7 @@ static void gated_synchronize(void *ctx) {
     wf_gated_executor *x = ctx;
     wf_gate *g = x->gate;
     pthread_mutex_lock(&g->lock);
-    while (x->n_q) pthread_cond_wait(&g->cv, &g->lock);
+    while (x->n_q || x->in_done) pthread_cond_wait(&g->cv, &g->lock);
     pthread_mutex_unlock(&g->lock);
 }
 

@@ -565,6 +565,54 @@ static void cancel_done(void *user, wf_task_batch *b, wf_status st, const char *
     cancelled_status = st;
 }
 
+/* An inner executor whose batch runs until the test lets it end. */
+static atomic_int slow_started, slow_release, slow_runs;
+
+static wf_status slow_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)ctx;
+    (void)b;
+    (void)msg;
+    (void)cap;
+    atomic_fetch_add(&slow_started, 1);
+    while (!atomic_load(&slow_release)) usleep(500);
+    atomic_fetch_add(&slow_runs, 1);
+    return WF_OK;
+}
+
+static const wf_executor_ops slow_ops = {.name = "slow", .dispatch = here_dispatch, .run = slow_run};
+
+START_TEST(a_batch_queued_behind_a_running_one_of_its_executor) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &slow_ops}, g, 1, &x), WF_OK);
+    wf_executor ex = wf_gated_executor_get(x);
+    wf_task t[3] = {{.kind = WF_TASK_DENOISE}, {.kind = WF_TASK_DENOISE}, {.kind = WF_TASK_DENOISE}};
+    wf_task_batch b[3] = {{.tasks = &t[0], .n_tasks = 1}, {.tasks = &t[1], .n_tasks = 1}, {.tasks = &t[2], .n_tasks = 1}};
+    atomic_store(&slow_started, 0);
+    atomic_store(&slow_release, 0);
+    atomic_store(&slow_runs, 0);
+    n_done = 0;
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[0], ord_done, NULL), WF_OK);
+    while (!atomic_load(&slow_started)) usleep(500);
+    /* While the first runs, a second is dispatched and cancelled: reported at once, and it
+     * leaves nothing behind in the order (the first is not waiting either). */
+    cancelled_status = WF_OK;
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[1], cancel_done, NULL), WF_OK);
+    ex.ops->cancel(ex.ctx, &b[1]);
+    ck_assert_int_eq(cancelled_status, WF_ECANCELLED);
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    /* A third, dispatched while the first runs, runs after it. */
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[2], ord_done, NULL), WF_OK);
+    atomic_store(&slow_release, 1);
+    ex.ops->synchronize(ex.ctx);
+    ck_assert_int_eq(atomic_load(&slow_runs), 2);
+    ck_assert_int_eq(done_count(), 2);
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
 START_TEST(a_queued_batch_cancelled_is_reported_at_once) {
     wf_gate *g = wf_gate_new(2);
     wf_gated_executor *x;
@@ -602,6 +650,7 @@ int main(void) {
     tcase_add_test(tc, histogram_quantiles_are_bucket_bounds);
     tcase_add_test(tc, one_thread_runs_the_turns_in_one_edf_order);
     tcase_add_test(tc, a_queued_batch_cancelled_is_reported_at_once);
+    tcase_add_test(tc, a_batch_queued_behind_a_running_one_of_its_executor);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
