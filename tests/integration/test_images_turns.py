@@ -2,8 +2,8 @@
 mixed load of chat streams with TTFT/TPOT targets, image requests with tight and loose
 deadlines and priorities, and streamed image requests dropped mid-way, with the unified turns
 (--share-turns edf: one earliest-deadline-first order, batches composed when the turn comes; and
---share-turns ahead: the same, the next claim granted while a batch runs) and
-with composed batches (--share-turns batch, weftd's default; here pure EDF with --share-min 0). Every request completes
+--share-turns ahead, weftd's default: the same, the next claim granted while a batch runs) and
+with composed batches (--share-turns batch; here pure EDF with --share-min 0). Every request completes
 or gets a clear error (429 with Retry-After in OpenAI's envelope); both classes took turns
 (/admin/stats "cores"); afterwards the server still serves both kinds (no turn left held).
 Timings go to bench/images/order.sh, not here."""
