@@ -377,7 +377,9 @@ static const wf_executor_ops exec_ops = {.name = "cpu",
                                          .supports = exec_supports,
                                          .dispatch = exec_dispatch,
                                          .cancel = exec_cancel,
-                                         .synchronize = exec_synchronize};
+                                         .synchronize = exec_synchronize,
+                                         /* on the caller's thread (a gated executor's turn) */
+                                         .run = exec_thread_run};
 
 wf_executor wf_engine_executor(wf_engine *e, wf_kv_store *kv) {
     e->exec.e = e;

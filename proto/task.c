@@ -66,6 +66,17 @@ wf_status wf_executor_run(wf_executor ex, wf_task_batch *batch, char *message, s
     return st;
 }
 
+wf_status wf_executor_run_here(wf_executor ex, wf_task_batch *batch, char *message, size_t cap) {
+    if (!ex.ops->run) return wf_executor_run(ex, batch, message, cap);
+    char scratch[8];
+    if (!message || !cap) {
+        message = scratch;
+        cap = sizeof scratch;
+    }
+    message[0] = '\0';
+    return ex.ops->run(ex.ctx, batch, message, cap);
+}
+
 void wf_executor_free(wf_executor ex) {
     if (ex.ops && ex.ops->free) ex.ops->free(ex.ctx);
 }

@@ -222,6 +222,13 @@ typedef struct wf_executor_ops {
     /* Optional. Blocks until every dispatched batch has called done. NULL: the dispatcher waits
      * for its own done callbacks. */
     void (*synchronize)(void *ctx);
+    /* Optional. Runs the batch to completion on the calling thread and returns its status
+     * (message, may be NULL, says why it failed), as a dispatch and the wait for its done would,
+     * without the hand-over to the executor's own thread and back (two thread wake-ups, each
+     * milliseconds on a loaded host). For a caller that owns a thread for this executor's
+     * batches and keeps no other batch of it in flight meanwhile (sched/gate.h's gated
+     * executor, which runs its inner executor's batches in its turns). NULL: dispatch. */
+    wf_status (*run)(void *ctx, wf_task_batch *batch, char *message, size_t cap);
 } wf_executor_ops;
 
 typedef struct wf_executor {
@@ -235,6 +242,9 @@ wf_status wf_executor_dispatch(wf_executor ex, wf_task_batch *batch, wf_executor
 /* Dispatches and waits for done (tests, calibration, tools). Returns the batch status; message
  * (may be NULL) receives the executor's message. */
 wf_status wf_executor_run(wf_executor ex, wf_task_batch *batch, char *message, size_t cap);
+/* The batch run on the calling thread by ops->run when the executor has it, else
+ * wf_executor_run. The caller keeps no other batch of ex in flight meanwhile. */
+wf_status wf_executor_run_here(wf_executor ex, wf_task_batch *batch, char *message, size_t cap);
 void wf_executor_free(wf_executor ex);
 
 #endif

@@ -178,7 +178,8 @@ static void fake_synchronize(void *ctx) {
 static const wf_executor_ops fake_ops = {.name = "fake",
                                          .dispatch = fake_dispatch,
                                          .cancel = fake_cancel,
-                                         .synchronize = fake_synchronize};
+                                         .synchronize = fake_synchronize,
+                                         .run = fake_run};
 
 wf_executor wf_fake_executor_get(wf_fake_executor *fx) {
     return (wf_executor){.ops = &fake_ops, .ctx = fx};

@@ -8,9 +8,15 @@
 #include <string.h>
 
 #include "proto/base/clock.h"
-#include "proto/exec_thread.h"
 
 #define MAX_WAITERS 64
+/* Gated executors per gate (the LLM and every DiT), and batches each may have queued (the
+ * schedulers keep one in flight per group). */
+#define MAX_GATED 16
+#define MAX_JOBS 4
+/* Claims and blocked acquires fill the table up to here; the rest is kept for the queued
+ * batches' heads (one per gated executor), so a dispatched batch always finds its place. */
+#define MAX_OTHER_WAITERS (MAX_WAITERS - MAX_GATED)
 /* Time constant of the served-time average the minimum shares are checked against. */
 #define SHARE_TAU_NS 1000000000.0
 
@@ -19,14 +25,21 @@ typedef struct waiter {
     uint64_t deadline; /* effective: the batch's, or arrival + its class's slack */
     uint64_t key;      /* the order: deadline minus the predicted run time (start-by time) */
     uint64_t ticket;   /* arrival order */
-    wf_gated_executor *claimant; /* a claim (granted by callback); NULL: a blocked acquire */
+    wf_gated_executor *claimant; /* a claim (granted by callback) */
+    wf_gated_executor *queued;   /* a composed batch: the head of this executor's queue */
+    /* neither: a blocked wf_gate_acquire_by */
 } waiter;
+
+typedef struct job {
+    wf_task_batch *b;
+    wf_executor_done_fn done;
+    void *user;
+} job;
 
 struct wf_gated_executor {
     wf_executor inner;
     wf_gate *gate;
     int cls;
-    wf_exec_thread *thread;
     char name[32];
     wf_executor_ops ops;
     /* Under the gate's lock: */
@@ -37,6 +50,12 @@ struct wf_gated_executor {
     uint64_t claim_ticket;
     wf_gate_grant_fn grant_fn;
     void *grant_user;
+    /* Batches dispatched, in order (the runner takes the head); running: the runner runs one
+     * now; closing: freed, dispatch refused. */
+    job q[MAX_JOBS];
+    int n_q;
+    int in_done; /* batches taken off the queue whose done is being called */
+    bool running, closing;
 };
 
 struct wf_gate {
@@ -58,6 +77,19 @@ struct wf_gate {
     waiter w[MAX_WAITERS];
     int n_w;
     uint64_t next_ticket;
+    /* Where the time between turns goes (wf_gate_get_turn_stats). */
+    wf_gate_turn_stats ts;
+    uint64_t last_release_ns, last_end_ns; /* the previous used turn's release and compute end */
+    bool waited_at_release;                /* work waited when that turn was released */
+    bool cur_after_wait;                   /* the running turn's work waited then */
+    uint64_t cur_prev_end_ns;
+    /* The runner: one thread for every gated executor of this gate, since one batch runs at a
+     * time. The thread that ends a turn takes the next one's batch itself when it is queued:
+     * no thread wake-up between two turns. */
+    wf_gated_executor *xs[MAX_GATED];
+    int n_xs;
+    pthread_t runner;
+    bool runner_started, stop;
 };
 
 wf_gate *wf_gate_new(int n_classes) {
@@ -73,6 +105,13 @@ wf_gate *wf_gate_new(int n_classes) {
 
 void wf_gate_free(wf_gate *g) {
     if (!g) return;
+    if (g->runner_started) {
+        pthread_mutex_lock(&g->lock);
+        g->stop = true;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->runner, NULL);
+    }
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -152,12 +191,71 @@ static void remove_waiter(wf_gate *g, int i) {
     g->w[i] = g->w[--g->n_w];
 }
 
+static void hist_add(wf_gate_hist *h, uint64_t ns) {
+    double us = (double)ns / 1e3;
+    int b = 0;
+    while (b < WF_GATE_HIST_BUCKETS - 1 && us >= (double)(1ull << b)) b++;
+    h->n++;
+    h->sum_us += us;
+    h->bucket[b]++;
+}
+
+double wf_gate_hist_quantile(const wf_gate_hist *h, double q) {
+    if (!h->n) return 0;
+    uint64_t want = (uint64_t)ceil(q * (double)h->n), seen = 0;
+    if (want < 1) want = 1;
+    for (int b = 0; b < WF_GATE_HIST_BUCKETS; b++) {
+        seen += h->bucket[b];
+        if (seen >= want) return (double)(1ull << b);
+    }
+    return (double)(1ull << (WF_GATE_HIST_BUCKETS - 1));
+}
+
 static void take_turn_locked(wf_gate *g, int cls, bool by_share) {
     g->busy = true;
     g->last = cls;
     g->turns[cls]++;
     if (by_share) g->share_turns[cls]++;
     g->turn_ns = wf_clock_now_ns();
+    /* A hand-over counts when this turn's work was already waiting as the last one ended. */
+    g->cur_after_wait = g->waited_at_release && g->last_release_ns;
+    g->cur_prev_end_ns = g->last_end_ns;
+    g->waited_at_release = false;
+}
+
+/* The running turn ends. begin/end: its compute (0: the whole turn); used false: a granted
+ * turn nobody ran a batch on (not timed: the cores stayed idle, the previous compute end stays
+ * the reference). Then the gate is free. */
+static void end_turn_locked(wf_gate *g, int cls, uint64_t begin, uint64_t end, bool used) {
+    uint64_t now = wf_clock_now_ns();
+    decay_locked(g, now);
+    if (g->busy && cls >= 0 && cls < g->n_classes && now > g->turn_ns) g->served[cls] += (double)(now - g->turn_ns);
+    if (g->busy && used) {
+        if (!begin || !end || end < begin) {
+            begin = g->turn_ns;
+            end = now;
+        }
+        hist_add(&g->ts.compute, end - begin);
+        if (cls >= 0 && cls < g->n_classes) hist_add(&g->ts.compute_by_class[cls], end - begin);
+        hist_add(&g->ts.end_to_release, now > end ? now - end : 0);
+        if (g->cur_after_wait) {
+            hist_add(&g->ts.handover, begin > g->cur_prev_end_ns ? begin - g->cur_prev_end_ns : 0);
+            hist_add(&g->ts.grant_to_run, begin > g->turn_ns ? begin - g->turn_ns : 0);
+            hist_add(&g->ts.to_grant, g->turn_ns > g->last_release_ns ? g->turn_ns - g->last_release_ns : 0);
+        }
+        g->last_release_ns = now;
+        g->last_end_ns = end;
+        g->waited_at_release = g->n_w > 0 || g->reserved;
+    } else {
+        g->waited_at_release |= g->n_w > 0 || g->reserved;
+    }
+    g->busy = false;
+}
+
+void wf_gate_get_turn_stats(wf_gate *g, wf_gate_turn_stats *out) {
+    pthread_mutex_lock(&g->lock);
+    *out = g->ts;
+    pthread_mutex_unlock(&g->lock);
 }
 
 /* The gate is free: if the next turn is a claim's, grant it (returns the claimant, whose
@@ -232,7 +330,7 @@ static void set_keys(const wf_gate *g, waiter *w, uint64_t deadline_ns, double p
 void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
     pthread_mutex_lock(&g->lock);
     /* Waiters are bounded by the executors (one batch each); beyond the table, wait for room. */
-    while (g->n_w >= MAX_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
+    while (g->n_w >= MAX_OTHER_WAITERS) pthread_cond_wait(&g->cv, &g->lock);
     uint64_t ticket = ++g->next_ticket;
     waiter *w = &g->w[g->n_w];
     *w = (waiter){.cls = cls, .ticket = ticket};
@@ -261,17 +359,16 @@ void wf_gate_acquire_by(wf_gate *g, int cls, uint64_t deadline_ns) {
 
 void wf_gate_acquire(wf_gate *g, int cls) { wf_gate_acquire_by(g, cls, 0); }
 
-void wf_gate_release(wf_gate *g, int cls) {
+static void release_turn(wf_gate *g, int cls, uint64_t begin, uint64_t end, bool used) {
     pthread_mutex_lock(&g->lock);
-    uint64_t now = wf_clock_now_ns();
-    decay_locked(g, now);
-    if (g->busy && cls >= 0 && cls < g->n_classes && now > g->turn_ns) g->served[cls] += (double)(now - g->turn_ns);
-    g->busy = false;
+    end_turn_locked(g, cls, begin, end, used);
     pthread_cond_broadcast(&g->cv);
     wf_gated_executor *x = grant_locked(g);
     pthread_mutex_unlock(&g->lock);
     notify(x);
 }
+
+void wf_gate_release(wf_gate *g, int cls) { release_turn(g, cls, 0, 0, true); }
 
 uint64_t wf_gate_turns(wf_gate *g, int cls) {
     pthread_mutex_lock(&g->lock);
@@ -312,7 +409,7 @@ wf_status wf_gated_executor_claim(wf_gated_executor *x, uint64_t deadline_ns, do
             if (g->w[i].claimant == x) w = &g->w[i];
     }
     if (!w) {
-        if (g->n_w >= MAX_WAITERS) {
+        if (g->n_w >= MAX_OTHER_WAITERS) {
             pthread_mutex_unlock(&g->lock);
             return WF_EFULL;
         }
@@ -360,7 +457,7 @@ void wf_gated_executor_unclaim(wf_gated_executor *x) {
     }
     pthread_mutex_unlock(&g->lock);
     if (had_turn) {
-        wf_gate_release(g, x->cls); /* granted, nothing to run: the next one's turn */
+        release_turn(g, x->cls, 0, 0, false); /* granted, nothing to run: the next one's turn */
     } else {
         pthread_mutex_lock(&g->lock);
         wf_gated_executor *gx = grant_locked(g);
@@ -369,8 +466,7 @@ void wf_gated_executor_unclaim(wf_gated_executor *x) {
     }
 }
 
-/* ---- the decorator ---- */
-
+/* ---- the decorator: one runner per gate ---- */
 
 /* The batch's earliest task deadline (0: none states one). */
 static uint64_t batch_deadline(const wf_task_batch *b) {
@@ -380,24 +476,126 @@ static uint64_t batch_deadline(const wf_task_batch *b) {
     return d;
 }
 
-static wf_status gated_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
-    wf_gated_executor *x = ctx;
-    /* A batch composed on a granted claim already holds the turn; any other waits for one. */
-    wf_gate *g = x->gate;
-    pthread_mutex_lock(&g->lock);
-    bool held = x->granted, ahead = x->ahead;
-    x->granted = x->ahead = false;
-    if (held && ahead) { /* reserved: the turn is ours once the running batch ends */
-        while (g->busy) pthread_cond_wait(&g->cv, &g->lock);
+/* x's queue head waits for a turn in the order, as a composed batch does (unless x holds a
+ * granted turn: then it is the next to run; or the head is running or picked to run: the one
+ * after it is queued when it has been taken off). */
+static void queue_head_locked(wf_gate *g, wf_gated_executor *x) {
+    if (!x->n_q || x->granted || x->running) return;
+    for (int i = 0; i < g->n_w; i++)
+        if (g->w[i].queued == x) return;
+    waiter *w = &g->w[g->n_w++]; /* room: MAX_OTHER_WAITERS leaves one per executor */
+    *w = (waiter){.cls = x->cls, .ticket = ++g->next_ticket, .queued = x};
+    set_keys(g, w, batch_deadline(x->q[0].b), 0, wf_clock_now_ns());
+    g->waiting[x->cls]++;
+}
+
+static void unqueue_head_locked(wf_gate *g, wf_gated_executor *x) {
+    for (int i = 0; i < g->n_w; i++) {
+        if (g->w[i].queued == x) {
+            remove_waiter(g, i);
+            return;
+        }
+    }
+}
+
+/* The executor whose batch runs next, its turn taken (NULL: none may run now). A batch on a
+ * granted claim holds its turn (granted ahead: once the running batch ends); else, with the
+ * cores free and nothing reserved, the order picks among the composed batches, the claims and
+ * the blocked acquires: a claim is granted (*grant: its callback, after unlocking), an acquire
+ * woken. */
+static wf_gated_executor *next_locked(wf_gate *g, wf_gated_executor **grant) {
+    for (int i = 0; i < g->n_xs; i++) {
+        wf_gated_executor *x = g->xs[i];
+        if (!x->granted || !x->n_q) continue;
+        if (!x->ahead) return x; /* the turn was taken when it was granted */
+        if (g->busy) continue;
         if (g->reserved == x) g->reserved = NULL;
         decay_locked(g, wf_clock_now_ns());
         take_turn_locked(g, x->cls, x->ahead_share);
+        return x;
+    }
+    if (g->busy || g->reserved || g->n_w == 0) return NULL;
+    decay_locked(g, wf_clock_now_ns());
+    int i = pick(g);
+    if (i < 0) return NULL;
+    wf_gated_executor *x = g->w[i].queued;
+    if (!x) {
+        *grant = grant_locked(g);
+        return NULL;
+    }
+    if (!x->n_q) { /* (cannot happen: a head's waiter leaves with it) */
+        remove_waiter(g, i);
+        return next_locked(g, grant);
+    }
+    bool by_share = share_decides(g);
+    remove_waiter(g, i);
+    take_turn_locked(g, x->cls, by_share);
+    return x;
+}
+
+static void *runner_main(void *arg) {
+    wf_gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    wf_gated_executor *x = NULL; /* the executor whose head runs next, its turn taken */
+    for (;;) {
+        wf_gated_executor *gx = NULL;
+        if (!x) x = next_locked(g, &gx);
+        if (gx) {
+            pthread_mutex_unlock(&g->lock);
+            notify(gx);
+            pthread_mutex_lock(&g->lock);
+            continue;
+        }
+        if (!x) {
+            if (g->stop) break;
+            pthread_cond_wait(&g->cv, &g->lock);
+            continue;
+        }
+        job j = x->q[0];
+        unqueue_head_locked(g, x); /* (a head queued before its claim was granted) */
+        x->granted = x->ahead = false;
+        x->running = true; /* (already, when picked at the end of the last turn) */
+        /* Look-ahead: the claim next in the order is granted now, its batch composed during
+         * this one. */
+        gx = g->lookahead ? grant_locked(g) : NULL;
+        pthread_mutex_unlock(&g->lock);
+        notify(gx);
+        wf_task_batch *b = j.b;
+        for (int i = 0; i < b->n_tasks; i++) b->tasks[i].t_begin_ns = b->tasks[i].t_end_ns = 0;
+        char msg[256];
+        /* On this thread, which holds the turn: no hand-over to the inner executor's thread
+         * and back (two wake-ups per turn, each milliseconds on a loaded host). */
+        wf_status st = wf_executor_run_here(x->inner, b, msg, sizeof msg);
+        uint64_t begin = 0, end = 0; /* the compute, as the executor stamped its tasks */
+        for (int i = 0; i < b->n_tasks; i++) {
+            const wf_task *t = &b->tasks[i];
+            if (t->t_begin_ns && (!begin || t->t_begin_ns < begin)) begin = t->t_begin_ns;
+            if (t->t_end_ns > end) end = t->t_end_ns;
+        }
+        pthread_mutex_lock(&g->lock);
+        end_turn_locked(g, x->cls, begin, end, true);
+        memmove(&x->q[0], &x->q[1], (size_t)(x->n_q - 1) * sizeof x->q[0]);
+        x->n_q--;
+        x->in_done++;
+        x->running = false;
+        queue_head_locked(g, x);
+        pthread_cond_broadcast(&g->cv); /* acquires, synchronize */
+        /* The next turn is taken now, before the done: a composed batch next is this
+         * thread's (marked running: a cancel leaves it be), a claim next is granted (its
+         * scheduler wakes to compose). The done then wakes this batch's scheduler, which may
+         * take this core for a moment: the turn is already decided. */
+        wf_gated_executor *finished = x;
+        x = next_locked(g, &gx);
+        if (x) x->running = true;
+        pthread_mutex_unlock(&g->lock);
+        notify(gx);
+        j.done(j.user, b, st, st != WF_OK && msg[0] ? msg : NULL);
+        pthread_mutex_lock(&g->lock);
+        finished->in_done--;
+        pthread_cond_broadcast(&g->cv); /* synchronize: its done has been called */
     }
     pthread_mutex_unlock(&g->lock);
-    if (!held) wf_gate_acquire_by(g, x->cls, batch_deadline(b));
-    wf_status st = wf_executor_run(x->inner, b, msg, cap);
-    wf_gate_release(x->gate, x->cls);
-    return st;
+    return NULL;
 }
 
 static bool gated_supports(void *ctx, wf_task_kind kind) {
@@ -407,17 +605,47 @@ static bool gated_supports(void *ctx, wf_task_kind kind) {
 
 static wf_status gated_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
     wf_gated_executor *x = ctx;
-    return wf_exec_thread_dispatch(x->thread, b, done, user);
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    wf_status st = WF_OK;
+    if (x->closing) st = WF_ECLOSED;
+    else if (x->n_q >= MAX_JOBS) st = WF_EBUSY;
+    if (st == WF_OK) {
+        x->q[x->n_q++] = (job){.b = b, .done = done, .user = user};
+        queue_head_locked(g, x);
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return st;
 }
 
+/* A batch still queued is reported cancelled at once (from this thread); a running one
+ * completes. */
 static void gated_cancel(void *ctx, wf_task_batch *b) {
     wf_gated_executor *x = ctx;
-    wf_exec_thread_cancel(x->thread, b);
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    job j = {0};
+    for (int i = x->running ? 1 : 0; i < x->n_q; i++) {
+        if (x->q[i].b != b) continue;
+        j = x->q[i];
+        if (i == 0) unqueue_head_locked(g, x);
+        memmove(&x->q[i], &x->q[i + 1], (size_t)(x->n_q - i - 1) * sizeof x->q[0]);
+        x->n_q--;
+        queue_head_locked(g, x);
+        pthread_cond_broadcast(&g->cv);
+        break;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (j.done) j.done(j.user, b, WF_ECANCELLED, "cancelled before it ran");
 }
 
 static void gated_synchronize(void *ctx) {
     wf_gated_executor *x = ctx;
-    wf_exec_thread_synchronize(x->thread);
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    while (x->n_q || x->in_done) pthread_cond_wait(&g->cv, &g->lock);
+    pthread_mutex_unlock(&g->lock);
 }
 
 wf_status wf_gated_executor_new(wf_executor inner, wf_gate *g, int cls, wf_gated_executor **out) {
@@ -432,9 +660,15 @@ wf_status wf_gated_executor_new(wf_executor inner, wf_gate *g, int cls, wf_gated
     strncpy(x->name, inner.ops->name ? inner.ops->name : "gated", sizeof x->name - 1);
     x->ops = (wf_executor_ops){.name = x->name, .supports = gated_supports, .dispatch = gated_dispatch,
                                .cancel = gated_cancel, .synchronize = gated_synchronize};
-    /* As deep a queue as an in-process executor takes: the schedulers keep one batch in
-     * flight per group. */
-    wf_status st = wf_exec_thread_new("gate", 4, gated_run, x, &x->thread);
+    pthread_mutex_lock(&g->lock);
+    wf_status st = WF_OK;
+    if (g->n_xs >= MAX_GATED) st = WF_EFULL;
+    else if (!g->runner_started) st = pthread_create(&g->runner, NULL, runner_main, g) == 0 ? WF_OK : WF_EIO;
+    if (st == WF_OK) {
+        g->runner_started = true;
+        g->xs[g->n_xs++] = x;
+    }
+    pthread_mutex_unlock(&g->lock);
     if (st != WF_OK) {
         free(x);
         return st;
@@ -449,7 +683,19 @@ wf_executor wf_gated_executor_get(wf_gated_executor *x) {
 
 void wf_gated_executor_free(wf_gated_executor *x) {
     if (!x) return;
+    wf_gate *g = x->gate;
+    pthread_mutex_lock(&g->lock);
+    x->closing = true;
+    pthread_mutex_unlock(&g->lock);
+    gated_synchronize(x); /* runs what is queued */
     wf_gated_executor_unclaim(x); /* a claim left behind would be granted to freed memory */
-    wf_exec_thread_free(x->thread);
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < g->n_xs; i++) {
+        if (g->xs[i] == x) {
+            g->xs[i] = g->xs[--g->n_xs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
     free(x);
 }

@@ -10,11 +10,13 @@
  * (decayed over ~1 s) is below its minimum share goes first whatever the keys, so a stream
  * of earlier-keyed work of one class cannot take all the cores.
  *
- * Two ways to wait for a turn. A batch already composed waits in the gated executor
- * (wf_gate_acquire_by with its earliest task deadline). Or late binding: the scheduler posts a
+ * Two ways to wait for a turn. A batch already composed waits in the gate's order, dispatched
+ * to its gated executor (keyed by its earliest task deadline; wf_gate_acquire_by is the same
+ * wait for a caller's own thread). Or late binding: the scheduler posts a
  * claim (wf_gated_executor_claim: its most urgent ready work's deadline and predicted time,
  * re-posted whenever they change) and composes its batch only when the gate grants the claim
- * (the callback, from whichever thread released the gate: it must only wake the scheduler);
+ * (the callback, from whichever thread freed the gate, often the runner: it must only wake
+ * the scheduler);
  * then it dispatches that batch to the gated executor, which runs it without waiting again, or
  * calls wf_gated_executor_unclaim when it has nothing to run after all (the turn passes on).
  * With late binding the turns follow one EDF order over the ready work of every class, and
@@ -34,10 +36,16 @@
  *     ...
  *     wf_gated_executor_free(gl); wf_gated_executor_free(gd); wf_gate_free(g);
  *
- * A gated executor has its own thread (proto/exec_thread.h): it waits for the batch's turn (its
- * earliest task deadline), runs it on the inner executor (wf_executor_run), then passes the
- * turn on, and calls the batch's done. The inner executor must outlive it. Thread-safe; turns are counted per
- * class for stats. */
+ * One runner thread per gate runs the batches of all its gated executors (one batch runs at a
+ * time anyway): a dispatched batch waits in the order for its turn (its earliest task
+ * deadline), unless its executor holds a granted claim; the runner runs it on the inner
+ * executor, on the runner's own thread when the inner executor has a run op (proto/task.h),
+ * then passes the turn on and calls the batch's done. The thread that ends a turn thus takes
+ * the next queued batch itself: no thread wake-up between two turns whose batches are
+ * composed (a claim's turn still waits for its scheduler to compose and dispatch). A batch
+ * cancelled while queued is reported at once (WF_ECANCELLED, from the cancelling thread).
+ * Each turn is timed (wf_gate_get_turn_stats): where the time between turns goes. The inner
+ * executor must outlive the gated one. Thread-safe; turns are counted per class for stats. */
 #ifndef WF_SCHED_GATE_H
 #define WF_SCHED_GATE_H
 
@@ -75,6 +83,34 @@ uint64_t wf_gate_turns(wf_gate *g, int cls);
 uint64_t wf_gate_share_turns(wf_gate *g, int cls);
 /* Batches waiting for a turn now. */
 int wf_gate_waiting(wf_gate *g);
+
+/* Where the time between turns goes (wf_gate_get_turn_stats). A histogram of microseconds in
+ * powers of two: bucket 0 holds < 1 us, bucket i holds [2^(i-1), 2^i) us, the last one the
+ * rest. */
+#define WF_GATE_HIST_BUCKETS 24
+typedef struct wf_gate_hist {
+    uint64_t n;
+    double sum_us;
+    uint64_t bucket[WF_GATE_HIST_BUCKETS];
+} wf_gate_hist;
+
+/* Per turn, timed on the monotonic clock; a turn's compute is its batch's first task begin to
+ * last task end (as its executor stamped them; without stamps, the inner run). The first three
+ * count only turns whose work already waited when the turn before was released: the cores'
+ * idle time between two turns when there was work to do. */
+typedef struct wf_gate_turn_stats {
+    wf_gate_hist handover;       /* the previous turn's compute end -> this turn's compute start */
+    wf_gate_hist to_grant;       /* the previous release -> this turn taken (granted) */
+    wf_gate_hist grant_to_run;   /* taken -> compute start (a claim: its scheduler composes and
+                                  * dispatches; then thread hand-overs to the inner executor) */
+    wf_gate_hist end_to_release; /* compute end -> the turn released (every turn) */
+    wf_gate_hist compute;        /* compute start -> end (every turn) */
+    wf_gate_hist compute_by_class[WF_GATE_MAX_CLASSES];
+} wf_gate_turn_stats;
+
+void wf_gate_get_turn_stats(wf_gate *g, wf_gate_turn_stats *out);
+/* The upper bound (us) of the bucket holding quantile q (0..1) of h; 0 when h is empty. */
+double wf_gate_hist_quantile(const wf_gate_hist *h, double q);
 
 typedef struct wf_gated_executor wf_gated_executor;
 

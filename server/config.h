@@ -45,7 +45,7 @@ typedef struct wf_config {
     long image_max_pixels;  /* largest image a DiT serves (0: 4 x native) */
     char *image_order;      /* "edf" (default, NULL) or "fcfs": the image scheduler's order */
     int share_cores;        /* 1: LLM and DiT batches take turns on the cores */
-    char *share_turns;      /* "batch" (default, NULL): composed batches; "edf": late-bound claims */
+    char *share_turns;      /* "ahead" (default, NULL): claims granted one batch ahead; "edf": late-bound claims; "batch": composed batches */
     double share_min;       /* each class's minimum share of the cores while it waits */
     char *host;
     int port;

@@ -75,7 +75,7 @@ void wf_daemon_params_init(wf_daemon_params *p) {
     p->image_max_batch = 8;
     p->share_cores = true;
     p->share_min = WF_DEFAULT_SHARE_MIN;
-    p->share_batch = true; /* --share-turns batch: measured no worse than edf (BENCHMARKS.md) */
+    p->share_ahead = true; /* --share-turns ahead: won over batch with the gate's runner (BENCHMARKS.md) */
     p->kv_window_release = true;
 }
 

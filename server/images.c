@@ -607,11 +607,29 @@ void wf_server_set_gate(wf_server *s, struct wf_gate *gate, bool late) {
 static void write_cores(wf_server *s, wf_jbuf *b) {
     if (!s->gate) return;
     wf_jbuf_printf(b, ",\"cores\":{\"turns_mode\":\"%s\",\"turns\":{\"text\":%llu,\"images\":%llu},"
-                      "\"share_turns\":{\"text\":%llu,\"images\":%llu}}",
+                      "\"share_turns\":{\"text\":%llu,\"images\":%llu}",
                    !s->gate_late ? "batch" : wf_gate_lookahead(s->gate) ? "ahead" : "edf",
                    (unsigned long long)wf_gate_turns(s->gate, 0),
                    (unsigned long long)wf_gate_turns(s->gate, 1), (unsigned long long)wf_gate_share_turns(s->gate, 0),
                    (unsigned long long)wf_gate_share_turns(s->gate, 1));
+    /* Where the time between turns goes (sched/gate.h wf_gate_turn_stats), in microseconds:
+     * the bucketed quantiles are the upper bounds of power-of-two buckets. */
+    wf_gate_turn_stats ts;
+    wf_gate_get_turn_stats(s->gate, &ts);
+    const struct {
+        const char *name;
+        const wf_gate_hist *h;
+    } hs[] = {{"handover", &ts.handover}, {"to_grant", &ts.to_grant}, {"grant_to_run", &ts.grant_to_run},
+              {"end_to_release", &ts.end_to_release}, {"compute", &ts.compute},
+              {"compute_text", &ts.compute_by_class[0]}, {"compute_images", &ts.compute_by_class[1]}};
+    wf_jbuf_cstr(b, ",\"turn_us\":{");
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        const wf_gate_hist *h = hs[i].h;
+        wf_jbuf_printf(b, "%s\"%s\":{\"n\":%llu,\"mean\":%.1f,\"p50\":%.0f,\"p90\":%.0f,\"p99\":%.0f}",
+                       i ? "," : "", hs[i].name, (unsigned long long)h->n, h->n ? h->sum_us / (double)h->n : 0.0,
+                       wf_gate_hist_quantile(h, 0.5), wf_gate_hist_quantile(h, 0.9), wf_gate_hist_quantile(h, 0.99));
+    }
+    wf_jbuf_cstr(b, "}}");
 }
 
 void wf__images_write_admin(wf_server *s, wf_jbuf *b) {

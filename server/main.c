@@ -87,9 +87,8 @@ static void *load_main(void *arg) {
     p.image_max_batch = d->cfg.image_max_batch;
     p.image_max_pixels = d->cfg.image_max_pixels;
     p.share_cores = d->cfg.share_cores != 0;
-    p.share_batch = !d->cfg.share_turns ||
-                    (strcmp(d->cfg.share_turns, "edf") != 0 && strcmp(d->cfg.share_turns, "ahead") != 0);
-    p.share_ahead = d->cfg.share_turns && strcmp(d->cfg.share_turns, "ahead") == 0;
+    p.share_batch = d->cfg.share_turns && strcmp(d->cfg.share_turns, "batch") == 0;
+    p.share_ahead = !d->cfg.share_turns || strcmp(d->cfg.share_turns, "ahead") == 0; /* the default */
     p.share_min = d->cfg.share_min;
     p.kv_window_release = d->cfg.kv_window_release != 0;
     p.kv_profiles = d->cfg.kv_profiles;

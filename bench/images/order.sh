@@ -19,7 +19,8 @@
 # --share-min 0: the turns exactly as before the unified order) or gate-fcfs (--share-turns
 # batch --image-order fcfs: images first-come-first-served). CHAT_SLO=TTFT_MS,TPOT_MS sends the chat requests
 # those targets (weft's slo extension) and reports the text class's SLO attainment beside the
-# image classes'.
+# image classes'. A run may name another build directory after '@' (gate@/tmp/old-build: that
+# build's weftd and weft-bench), to compare two builds in one command.
 #   bench/images/order.sh [BUILD_DIR]   (DIT, LLM, PROFILE=foreground_burst, SECS=60, LOAD=1.0,
 #                                        CHAT_CLIENTS=2, THREADS=2, SEED=1, CLASS_LABELS=10,
 #                                        IMAGE_MAX_BATCH=8 (fewer: queueing, where order matters),
@@ -37,9 +38,13 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true' EXIT
 tsingle=${T_SINGLE:-}
 run=0
 runs=()
-for conf in ${ORDERS:-edf fcfs}; do
+for spec in ${ORDERS:-edf fcfs}; do
   run=$((run + 1))
+  conf=${spec%%@*}
+  bdir=$build
+  [ "$spec" != "$conf" ] && bdir=${spec#*@}
   tag=$run-$conf
+  [ "$bdir" != "$build" ] && tag=$tag-$(basename "$bdir")
   turns=()
   case $conf in
     unified) order=edf; turns=(--share-turns edf) ;;
@@ -52,7 +57,7 @@ for conf in ${ORDERS:-edf fcfs}; do
   esac
   runs+=("$tag")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$build/bin/weftd" --model "$llm" --model "$dit" --port "$port" --threads "${THREADS:-2}" \
+  "$bdir/bin/weftd" --model "$llm" --model "$dit" --port "$port" --threads "${THREADS:-2}" \
     --image-order "$order" "${turns[@]}" --image-max-batch "${IMAGE_MAX_BATCH:-8}" --metrics-open --default-ttft-ms 600000 --kv-memory-mb 64 \
     --log-level warn >"$out/weftd-$tag.log" 2>&1 &
   pid=$!
@@ -67,12 +72,12 @@ for conf in ${ORDERS:-edf fcfs}; do
     --dit "$(basename "$dit")" --duration "$((secs + ${CHAT_EXTRA_S:-20}))" --chat-clients "${CHAT_CLIENTS:-2}" \
     --phases chat ${CHAT_SLO:+--chat-slo "$CHAT_SLO"} >"$out/chat-$tag.json" &
   chat=$!
-  echo "== run $tag: image order $order ${turns[*]} (chat clients: ${CHAT_CLIENTS:-2}); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== run $tag: image order $order ${turns[*]}, $bdir (chat clients: ${CHAT_CLIENTS:-2}); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   cut -d' ' -f1 /proc/loadavg >"$out/load-$tag.txt"
   sleep 2 # the chat streams are running before T_single is measured
   pin=()
   [ -n "$tsingle" ] && pin=(--t-single "$tsingle")
-  "$build/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$conf" \
+  "$bdir/bin/weft-bench" "${common[@]}" "${pin[@]}" --label "$conf" \
     --json "$out/$tag.json" | tee "$out/$tag.txt"
   if [ -z "$tsingle" ]; then
     tsingle=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]

@@ -401,7 +401,9 @@ static const wf_executor_ops dit_exec_ops = {.name = "dit-cpu",
                                              .supports = exec_supports,
                                              .dispatch = exec_dispatch,
                                              .cancel = exec_cancel,
-                                             .synchronize = exec_synchronize};
+                                             .synchronize = exec_synchronize,
+                                             /* on the caller's thread (a gated executor's turn) */
+                                             .run = exec_run};
 
 wf_executor wf_dit_exec_executor(wf_dit_exec *x) {
     return (wf_executor){.ops = &dit_exec_ops, .ctx = x};

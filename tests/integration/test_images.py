@@ -490,6 +490,11 @@ def test_metrics_and_admin_progress(weftd):
         assert name in text, name
     ok = [l for l in text.splitlines() if l.startswith("weft:image_requests_total") and 'status="success"' in l]
     assert ok and float(ok[0].split()[-1]) >= 1
+    # Text and images share the cores by default, in the look-ahead EDF order (--share-turns ahead).
+    code, body = weftd.status("/admin/stats")
+    cores = json.loads(body)["cores"]
+    assert cores["turns_mode"] == "ahead", cores
+    assert cores["turns"]["images"] >= 1 and cores["turn_us"]["compute_images"]["n"] >= 1, cores
     # per-request progress while one runs
     c = http.client.HTTPConnection("127.0.0.1", weftd.port, timeout=120)
     c.request("POST", "/v1/images/generations",

@@ -2,8 +2,8 @@
 mixed load of chat streams with TTFT/TPOT targets, image requests with tight and loose
 deadlines and priorities, and streamed image requests dropped mid-way, with the unified turns
 (--share-turns edf: one earliest-deadline-first order, batches composed when the turn comes; and
---share-turns ahead: the same, the next claim granted while a batch runs) and
-with composed batches (--share-turns batch, weftd's default; here pure EDF with --share-min 0). Every request completes
+--share-turns ahead, weftd's default: the same, the next claim granted while a batch runs) and
+with composed batches (--share-turns batch; here pure EDF with --share-min 0). Every request completes
 or gets a clear error (429 with Retry-After in OpenAI's envelope); both classes took turns
 (/admin/stats "cores"); afterwards the server still serves both kinds (no turn left held).
 Timings go to bench/images/order.sh, not here."""
@@ -114,6 +114,14 @@ def test_mixed_load_every_request_answered(weftd):
     assert cores["turns"]["text"] > 0 and cores["turns"]["images"] > 0, cores
     if weftd.mode == "batch":
         assert cores["share_turns"] == {"text": 0, "images": 0}  # --share-min 0: EDF alone
+    # Each turn that ran a batch was timed, per class; hand-overs are a subset of them.
+    tu = cores["turn_us"]
+    assert tu["compute_text"]["n"] + tu["compute_images"]["n"] == tu["compute"]["n"] == tu["end_to_release"]["n"], tu
+    assert 0 < tu["compute_text"]["n"] <= cores["turns"]["text"], tu
+    assert 0 < tu["compute_images"]["n"] <= cores["turns"]["images"], tu
+    assert tu["handover"]["n"] == tu["to_grant"]["n"] == tu["grant_to_run"]["n"] <= tu["compute"]["n"], tu
+    for h in tu.values():
+        assert h["p50"] <= h["p90"] <= h["p99"], tu
     # No turn left held: both kinds still run, one at a time.
     st, h, data = post(weftd, "/v1/chat/completions", {"model": MODEL_ID, "max_tokens": 4, "temperature": 0,
                                                        "messages": [{"role": "user", "content": "hi"}]})

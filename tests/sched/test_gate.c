@@ -1,5 +1,6 @@
-/* sched/gate.h: mutual exclusion, round-robin turns between waiting classes, and the gated
- * executor decorator around an inline executor. */
+/* sched/gate.h: mutual exclusion, round-robin turns between waiting classes, the gated
+ * executor decorator around an inline executor, the one runner thread that takes every gated
+ * executor's turns in one EDF order, and the per-turn timing. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -370,6 +371,270 @@ START_TEST(shares_keep_a_class_from_starving) {
 }
 END_TEST
 
+/* An inner executor with a run op: the gated executor runs its batches on the gate's own
+ * thread (the one holding the turn), never through dispatch; its tasks are stamped 2 ms
+ * apart so that the turn's compute is known. */
+static pthread_t ran_on;
+static int runs_here;
+
+static wf_status here_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn done, void *user) {
+    (void)ctx;
+    (void)b;
+    (void)done;
+    (void)user;
+    ck_abort_msg("a gated executor dispatched to an inner executor that runs batches on the caller's thread");
+    return WF_EINTERNAL;
+}
+
+static wf_status here_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)ctx;
+    (void)msg;
+    (void)cap;
+    ran_on = pthread_self();
+    runs_here++;
+    for (int i = 0; i < b->n_tasks; i++) {
+        b->tasks[i].t_begin_ns = wf_clock_now_ns();
+        usleep(2000);
+        b->tasks[i].t_end_ns = wf_clock_now_ns();
+        b->tasks[i].status = WF_OK;
+    }
+    return WF_OK;
+}
+
+typedef struct run_job_arg {
+    wf_executor ex;
+    wf_task_batch *b;
+} run_job_arg;
+
+static void *run_job_thread(void *arg) {
+    run_job_arg *a = arg;
+    char msg[32];
+    ck_assert_int_eq(wf_executor_run(a->ex, a->b, msg, sizeof msg), WF_OK);
+    return NULL;
+}
+
+static const wf_executor_ops here_ops = {.name = "here", .dispatch = here_dispatch, .run = here_run};
+
+START_TEST(runs_the_inner_batch_on_the_turn_thread_and_times_the_turns) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &here_ops}, g, 1, &x), WF_OK);
+    wf_task t = {.kind = WF_TASK_DENOISE, .status = WF_EINTERNAL};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+    runs_here = 0;
+    /* Text holds the cores while the image batch waits for its turn: when text releases, the
+     * image turn is a hand-over (its work waited), timed from text's compute end. */
+    wf_gate_acquire(g, 0);
+    usleep(1000);
+    pthread_t waiter;
+    run_job_arg arg = {wf_gated_executor_get(x), &b};
+    ck_assert_int_eq(pthread_create(&waiter, NULL, run_job_thread, &arg), 0);
+    while (wf_gate_waiting(g) != 1) usleep(500);
+    wf_gate_release(g, 0);
+    pthread_join(waiter, NULL);
+    ck_assert_int_eq(runs_here, 1);
+    ck_assert_int_eq(t.status, WF_OK);
+    ck_assert(!pthread_equal(ran_on, pthread_self())); /* the gate's thread, not the caller's */
+    wf_gate_turn_stats ts;
+    wf_gate_get_turn_stats(g, &ts);
+    ck_assert_uint_eq(ts.compute.n, 2);         /* every used turn */
+    ck_assert_uint_eq(ts.end_to_release.n, 2);
+    ck_assert_uint_eq(ts.handover.n, 1);        /* only the image turn's work waited */
+    ck_assert_uint_eq(ts.to_grant.n, 1);
+    ck_assert_uint_eq(ts.grant_to_run.n, 1);
+    /* the image turn's compute is its task's stamps: at least the 2 ms it slept */
+    ck_assert(ts.compute.sum_us >= 2000.0);
+    /* A turn nobody waited for is no hand-over. */
+    wf_gate_acquire(g, 0);
+    wf_gate_release(g, 0);
+    wf_gate_get_turn_stats(g, &ts);
+    ck_assert_uint_eq(ts.compute.n, 3);
+    ck_assert_uint_eq(ts.handover.n, 1);
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
+START_TEST(histogram_quantiles_are_bucket_bounds) {
+    wf_gate_hist h = {0};
+    ck_assert(wf_gate_hist_quantile(&h, 0.5) == 0);
+    /* 0.5 us (bucket 0: < 1), 3 us ([2, 4)), 100 us ([64, 128)) */
+    h.n = 3;
+    h.bucket[0] = h.bucket[2] = h.bucket[7] = 1;
+    ck_assert(wf_gate_hist_quantile(&h, 0.0) == 1);
+    ck_assert(wf_gate_hist_quantile(&h, 0.5) == 4);
+    ck_assert(wf_gate_hist_quantile(&h, 0.99) == 128);
+}
+END_TEST
+
+/* Which batch runs next, and on which thread: an inner executor that records its class. */
+static pthread_mutex_t ord_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ord[8], n_ord, n_done;
+static pthread_t ord_thread[8];
+
+static wf_status ord_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)b;
+    (void)msg;
+    (void)cap;
+    pthread_mutex_lock(&ord_lock);
+    ord_thread[n_ord] = pthread_self();
+    ord[n_ord++] = (int)(intptr_t)ctx;
+    pthread_mutex_unlock(&ord_lock);
+    return WF_OK;
+}
+
+static const wf_executor_ops ord_ops = {.name = "ord", .dispatch = here_dispatch, .run = ord_run};
+
+static void ord_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
+    (void)user;
+    (void)b;
+    (void)msg;
+    ck_assert_int_eq(st, WF_OK);
+    pthread_mutex_lock(&ord_lock);
+    n_done++;
+    pthread_mutex_unlock(&ord_lock);
+}
+
+static int done_count(void) {
+    pthread_mutex_lock(&ord_lock);
+    int n = n_done;
+    pthread_mutex_unlock(&ord_lock);
+    return n;
+}
+
+static void ord_grant(void *user) { *(atomic_int *)user += 1; }
+
+START_TEST(one_thread_runs_the_turns_in_one_edf_order) {
+    /* Classes 0 (text) and 1 (images) through gated executors; class 2 holds the cores while
+     * the work lines up. */
+    wf_gate *g = wf_gate_new(3);
+    wf_gated_executor *x[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)k}, g, k, &x[k]),
+                         WF_OK);
+    uint64_t now = wf_clock_now_ns(), ms = 1000000;
+    wf_task t[4] = {{.kind = WF_TASK_DECODE, .deadline_ns = now + 300 * ms},
+                    {.kind = WF_TASK_DENOISE, .deadline_ns = now + 100 * ms},
+                    {.kind = WF_TASK_DECODE, .deadline_ns = now + 200 * ms},
+                    {.kind = WF_TASK_DENOISE, .deadline_ns = now + 400 * ms}};
+    wf_task_batch b[4];
+    for (int i = 0; i < 4; i++) b[i] = (wf_task_batch){.tasks = &t[i], .n_tasks = 1};
+    n_ord = n_done = 0;
+    wf_gate_acquire(g, 2);
+    /* Composed batches: text due +300 ms, an image step due +100 ms. */
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[0]), &b[0], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[1]), &b[1], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gate_waiting(g), 2);
+    wf_gate_release(g, 2);
+    while (done_count() < 2) usleep(500);
+    /* The image step first (earlier deadline), then text, both on the gate's one runner
+     * thread: the thread that ended the image turn took the text batch itself. */
+    ck_assert_int_eq(ord[0], 1);
+    ck_assert_int_eq(ord[1], 0);
+    ck_assert(pthread_equal(ord_thread[0], ord_thread[1]));
+    ck_assert(!pthread_equal(ord_thread[0], pthread_self()));
+    /* A late-bound claim and a composed batch in one order: the image claim (due +150 ms,
+     * predicted 10 ms: start by +140) goes before the composed text batch (due +200 ms); the
+     * text batch waits while the claimant composes, and runs after the image batch. */
+    atomic_int granted = 0;
+    wf_gate_acquire(g, 2);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[0]), &b[2], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gated_executor_claim(x[1], now + 150 * ms, 10, ord_grant, &granted), WF_OK);
+    wf_gate_release(g, 2);
+    while (!atomic_load(&granted)) usleep(500);
+    ck_assert(wf_gated_executor_granted(x[1]));
+    usleep(20000); /* room for the text batch to run, were the turn not the claimant's */
+    ck_assert_int_eq(done_count(), 2);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[1]), &b[3], ord_done, NULL), WF_OK);
+    while (done_count() < 4) usleep(500);
+    ck_assert_int_eq(ord[2], 1);
+    ck_assert_int_eq(ord[3], 0);
+    ck_assert_uint_eq(wf_gate_turns(g, 0), 2);
+    ck_assert_uint_eq(wf_gate_turns(g, 1), 2);
+    for (int k = 0; k < 2; k++) wf_gated_executor_free(x[k]);
+    wf_gate_free(g);
+}
+END_TEST
+
+static wf_status cancelled_status;
+
+static void cancel_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
+    (void)user;
+    (void)b;
+    (void)msg;
+    cancelled_status = st;
+}
+
+/* An inner executor whose batch runs until the test lets it end. */
+static atomic_int slow_started, slow_release, slow_runs;
+
+static wf_status slow_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
+    (void)ctx;
+    (void)b;
+    (void)msg;
+    (void)cap;
+    atomic_fetch_add(&slow_started, 1);
+    while (!atomic_load(&slow_release)) usleep(500);
+    atomic_fetch_add(&slow_runs, 1);
+    return WF_OK;
+}
+
+static const wf_executor_ops slow_ops = {.name = "slow", .dispatch = here_dispatch, .run = slow_run};
+
+START_TEST(a_batch_queued_behind_a_running_one_of_its_executor) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &slow_ops}, g, 1, &x), WF_OK);
+    wf_executor ex = wf_gated_executor_get(x);
+    wf_task t[3] = {{.kind = WF_TASK_DENOISE}, {.kind = WF_TASK_DENOISE}, {.kind = WF_TASK_DENOISE}};
+    wf_task_batch b[3] = {{.tasks = &t[0], .n_tasks = 1}, {.tasks = &t[1], .n_tasks = 1}, {.tasks = &t[2], .n_tasks = 1}};
+    atomic_store(&slow_started, 0);
+    atomic_store(&slow_release, 0);
+    atomic_store(&slow_runs, 0);
+    n_done = 0;
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[0], ord_done, NULL), WF_OK);
+    while (!atomic_load(&slow_started)) usleep(500);
+    /* While the first runs, a second is dispatched and cancelled: reported at once, and it
+     * leaves nothing behind in the order (the first is not waiting either). */
+    cancelled_status = WF_OK;
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[1], cancel_done, NULL), WF_OK);
+    ex.ops->cancel(ex.ctx, &b[1]);
+    ck_assert_int_eq(cancelled_status, WF_ECANCELLED);
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    /* A third, dispatched while the first runs, runs after it. */
+    ck_assert_int_eq(wf_executor_dispatch(ex, &b[2], ord_done, NULL), WF_OK);
+    atomic_store(&slow_release, 1);
+    ex.ops->synchronize(ex.ctx);
+    ck_assert_int_eq(atomic_load(&slow_runs), 2);
+    ck_assert_int_eq(done_count(), 2);
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
+START_TEST(a_queued_batch_cancelled_is_reported_at_once) {
+    wf_gate *g = wf_gate_new(2);
+    wf_gated_executor *x;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)1}, g, 1, &x), WF_OK);
+    wf_task t = {.kind = WF_TASK_DENOISE};
+    wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+    n_ord = n_done = 0;
+    wf_gate_acquire(g, 0);
+    ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x), &b, cancel_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gate_waiting(g), 1);
+    wf_executor ex = wf_gated_executor_get(x);
+    ex.ops->cancel(ex.ctx, &b);
+    ck_assert_int_eq(cancelled_status, WF_ECANCELLED); /* from this thread, now */
+    ck_assert_int_eq(wf_gate_waiting(g), 0);
+    wf_gate_release(g, 0);
+    ex.ops->synchronize(ex.ctx);
+    ck_assert_int_eq(n_ord, 0); /* it never ran */
+    wf_gated_executor_free(x);
+    wf_gate_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
@@ -381,6 +646,11 @@ int main(void) {
     tcase_add_test(tc, claims_move_with_new_work);
     tcase_add_test(tc, lookahead_grants_the_next_claim_while_a_batch_runs);
     tcase_add_test(tc, shares_keep_a_class_from_starving);
+    tcase_add_test(tc, runs_the_inner_batch_on_the_turn_thread_and_times_the_turns);
+    tcase_add_test(tc, histogram_quantiles_are_bucket_bounds);
+    tcase_add_test(tc, one_thread_runs_the_turns_in_one_edf_order);
+    tcase_add_test(tc, a_queued_batch_cancelled_is_reported_at_once);
+    tcase_add_test(tc, a_batch_queued_behind_a_running_one_of_its_executor);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
