@@ -1,4 +1,4 @@
-/* Internal to engine/cpu (included by quant_avx512.c only): Q4_K and Q6_K register tiles of NR
+/* Internal to engine/cpu (included by quant_avx512.c and quant_kpanel_avx512.c): Q4_K and Q6_K register tiles of NR
  * weight rows x NP pairs of activation rows, a pair sharing one 512-bit register: its low
  * 256 bits hold the first row's lanes and its high 256 bits the second's, each lane computed
  * with exactly the integer and float operations of quant_ktile_x86.h (ggml's AVX2 order), so
@@ -28,6 +28,20 @@ static WF_INLINE __m512i wf_kp_madd_acc(__m512i acc, __m512i a16, __m512i b16, b
 
 static WF_INLINE __m512 wf_kp_joinf(float lo, float hi) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+}
+
+/* Q6_K: the 128 quants of one row's 128-element part at ql (64 bytes) and qh (32 bytes), made
+ * unsigned (0..63): q[t] holds the 32 quants of elements 32t..32t+31 in both 256-bit halves, so
+ * the two activation rows of a pair take the same weights. */
+static WF_INLINE void wf_kp_q6_K_unpack(const uint8_t *ql, const uint8_t *qh, __m512i q[4]) {
+    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+    const __m512i l1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)ql));
+    const __m512i l2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(ql + 32)));
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)qh));
+    q[0] = _mm512_or_si512(_mm512_and_si512(l1, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+    q[1] = _mm512_or_si512(_mm512_and_si512(l2, m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l2, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
 }
 
 /* the activation rows of pair p: 2p and 2p + 1, the latter clamped to nc - 1 */
@@ -129,7 +143,6 @@ static WF_INLINE void wf_kpair_q6_K(const int NR, const int NP, bool vnni, int n
                                     float *s, size_t ss, const void *vx, size_t bx,
                                     const void *vy, size_t by) {
     const char *x = vx, *y = vy;
-    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     __m512 acc[WF_KP_MAXR][WF_KP_MAXP];
     WF_UNROLL
     for (int r = 0; r < NR; r++) {
@@ -166,15 +179,8 @@ static WF_INLINE void wf_kpair_q6_K(const int NR, const int NP, bool vnni, int n
                                           _mm256_loadu_si256((const void *)(yb[2 * p + 1]->qs + 128 * j + 32 * t)));
             WF_UNROLL
             for (int r = 0; r < NR; r++) {
-                const uint8_t *ql = xb[r]->ql + 64 * j, *qh = xb[r]->qh + 32 * j;
-                const __m512i l1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)ql));
-                const __m512i l2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(ql + 32)));
-                const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)qh));
                 __m512i q[4];
-                q[0] = _mm512_or_si512(_mm512_and_si512(l1, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
-                q[1] = _mm512_or_si512(_mm512_and_si512(l2, m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
-                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
-                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l2, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+                wf_kp_q6_K_unpack(xb[r]->ql + 64 * j, xb[r]->qh + 32 * j, q);
                 for (int t = 0; t < 4; t++) {
                     /* 16 elements per scale: low 128 bits of each half use scale 8j+2t, high 8j+2t+1 */
                     const int is = 8 * j + 2 * t;

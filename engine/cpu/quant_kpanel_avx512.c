@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "engine/cpu/quant_impl.h"
+#include "engine/cpu/quant_kpair_avx512.h" /* wf_kp_q6_K_unpack */
 #include "engine/cpu/quant_tile_x86.h" /* WF_INLINE, WF_UNROLL */
 #include "engine/cpu/simd_x86.h"
 
@@ -101,7 +102,6 @@ static WF_INLINE void q4_K_row(const int NP, bool vnni, int nc, int n, float *s,
 /* One Q6_K weight row against NP pairs of the panel. */
 static WF_INLINE void q6_K_row(const int NP, bool vnni, int nc, int n, float *s, size_t ss,
                                const char *x, const wf_kpanel_block *pb) {
-    const __m512i m15 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
     __m512 acc[KP_PAIRS];
     WF_UNROLL
     for (int p = 0; p < NP; p++) acc[p] = _mm512_setzero_ps();
@@ -117,15 +117,8 @@ static WF_INLINE void q6_K_row(const int NP, bool vnni, int nc, int n, float *s,
             sumi[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bs, sc16), 5));
         }
         for (int j = 0; j < WF_QK_K / 128; j++) {
-            const uint8_t *ql = xb->ql + 64 * j, *qh = xb->qh + 32 * j;
-            const __m512i l1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)ql));
-            const __m512i l2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)(ql + 32)));
-            const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const void *)qh));
             __m512i q[4];
-            q[0] = _mm512_or_si512(_mm512_and_si512(l1, m15), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
-            q[1] = _mm512_or_si512(_mm512_and_si512(l2, m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
-            q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
-            q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l2, 4), m15), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+            wf_kp_q6_K_unpack(xb->ql + 64 * j, xb->qh + 32 * j, q);
             WF_UNROLL
             for (int t = 0; t < 4; t++) {
                 /* 16 elements per scale: the low 128 bits of each half use scale 8j+2t, the high 8j+2t+1 */
