@@ -620,16 +620,26 @@ static wf_status gated_dispatch(void *ctx, wf_task_batch *b, wf_executor_done_fn
 }
 
 /* A batch still queued is reported cancelled at once (from this thread); a running one
- * completes. */
+ * completes. A head cancelled on a granted claim gives its turn back, as an unclaim does: the
+ * turn was held for this batch (granted: the gate busy; ahead: reserved), and nobody else
+ * would run on it until the owner unclaimed, every other class waiting meanwhile. */
 static void gated_cancel(void *ctx, wf_task_batch *b) {
     wf_gated_executor *x = ctx;
     wf_gate *g = x->gate;
     pthread_mutex_lock(&g->lock);
     job j = {0};
+    bool had_turn = false;
     for (int i = x->running ? 1 : 0; i < x->n_q; i++) {
         if (x->q[i].b != b) continue;
         j = x->q[i];
-        if (i == 0) unqueue_head_locked(g, x);
+        if (i == 0) {
+            unqueue_head_locked(g, x);
+            if (x->granted) {
+                had_turn = !x->ahead;
+                if (x->ahead && g->reserved == x) g->reserved = NULL;
+                x->granted = x->ahead = false;
+            }
+        }
         memmove(&x->q[i], &x->q[i + 1], (size_t)(x->n_q - i - 1) * sizeof x->q[0]);
         x->n_q--;
         queue_head_locked(g, x);
@@ -637,6 +647,14 @@ static void gated_cancel(void *ctx, wf_task_batch *b) {
         break;
     }
     pthread_mutex_unlock(&g->lock);
+    if (had_turn) {
+        release_turn(g, x->cls, 0, 0, false); /* unused: the next one's turn */
+    } else if (j.done) {
+        pthread_mutex_lock(&g->lock);
+        wf_gated_executor *gx = grant_locked(g); /* a reservation gone: the order picks again */
+        pthread_mutex_unlock(&g->lock);
+        notify(gx);
+    }
     if (j.done) j.done(j.user, b, WF_ECANCELLED, "cancelled before it ran");
 }
 

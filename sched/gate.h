@@ -43,7 +43,8 @@
  * then passes the turn on and calls the batch's done. The thread that ends a turn thus takes
  * the next queued batch itself: no thread wake-up between two turns whose batches are
  * composed (a claim's turn still waits for its scheduler to compose and dispatch). A batch
- * cancelled while queued is reported at once (WF_ECANCELLED, from the cancelling thread).
+ * cancelled while queued is reported at once (WF_ECANCELLED, from the cancelling thread);
+ * one cancelled on a granted claim gives the turn back, as wf_gated_executor_unclaim does.
  * Each turn is timed (wf_gate_get_turn_stats): where the time between turns goes. The inner
  * executor must outlive the gated one. Thread-safe; turns are counted per class for stats. */
 #ifndef WF_SCHED_GATE_H

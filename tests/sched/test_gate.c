@@ -635,6 +635,70 @@ START_TEST(a_queued_batch_cancelled_is_reported_at_once) {
 }
 END_TEST
 
+/* A done that holds the runner (it calls dones outside the gate's lock) until the test lets
+ * it go: a batch dispatched meanwhile stays queued. */
+static atomic_int hold_done, in_done;
+
+static void holding_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
+    (void)user;
+    (void)b;
+    (void)msg;
+    ck_assert_int_eq(st, WF_OK);
+    atomic_store(&in_done, 1);
+    while (atomic_load(&hold_done)) usleep(500);
+}
+
+/* A batch dispatched on a granted claim and cancelled before it ran gives the turn back, as
+ * an unclaim would: before, the gate stayed busy (granted) or reserved (granted ahead) for a
+ * batch that would never run, and every other class waited until its owner unclaimed. */
+START_TEST(a_cancelled_batch_on_a_granted_claim_gives_the_turn_back) {
+    for (int ahead = 0; ahead < 2; ahead++) {
+        wf_gate *g = wf_gate_new(2);
+        wf_gate_set_lookahead(g, ahead);
+        wf_gated_executor *x[2];
+        wf_executor inner0 = ahead ? (wf_executor){.ops = &slow_ops}
+                                   : (wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)0};
+        ck_assert_int_eq(wf_gated_executor_new(inner0, g, 0, &x[0]), WF_OK);
+        ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)1}, g, 1, &x[1]),
+                         WF_OK);
+        wf_task t[2] = {{.kind = WF_TASK_DENOISE}, {.kind = WF_TASK_DENOISE}};
+        wf_task_batch b[2] = {{.tasks = &t[0], .n_tasks = 1}, {.tasks = &t[1], .n_tasks = 1}};
+        atomic_store(&hold_done, 1);
+        atomic_store(&in_done, 0);
+        atomic_store(&slow_started, 0);
+        atomic_store(&slow_release, 0);
+        atomic_store(&slow_runs, 0);
+        n_ord = n_done = 0;
+        ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[0]), &b[0], holding_done, NULL), WF_OK);
+        /* The runner is busy: in the first batch's run (granted ahead) or its done (granted). */
+        if (ahead)
+            while (!atomic_load(&slow_started)) usleep(500);
+        else
+            while (!atomic_load(&in_done)) usleep(500);
+        atomic_int granted = 0;
+        ck_assert_int_eq(wf_gated_executor_claim(x[1], 0, 0, ord_grant, &granted), WF_OK);
+        ck_assert(wf_gated_executor_granted(x[1]));
+        wf_executor ex = wf_gated_executor_get(x[1]);
+        ck_assert_int_eq(wf_executor_dispatch(ex, &b[1], cancel_done, NULL), WF_OK);
+        cancelled_status = WF_OK;
+        ex.ops->cancel(ex.ctx, &b[1]);
+        ck_assert_int_eq(cancelled_status, WF_ECANCELLED);
+        ck_assert(!wf_gated_executor_granted(x[1]));
+        atomic_store(&slow_release, 1);
+        atomic_store(&hold_done, 0);
+        wf_executor e0 = wf_gated_executor_get(x[0]);
+        e0.ops->synchronize(e0.ctx);
+        /* The turn passed on: another class gets it (before: waited forever). */
+        wf_gate_acquire(g, 0);
+        wf_gate_release(g, 0);
+        ck_assert_uint_eq(wf_gate_turns(g, 0), 2);
+        ck_assert_int_eq(n_ord, ahead ? 0 : 1); /* the cancelled batch never ran */
+        for (int k = 0; k < 2; k++) wf_gated_executor_free(x[k]);
+        wf_gate_free(g);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
@@ -651,6 +715,7 @@ int main(void) {
     tcase_add_test(tc, one_thread_runs_the_turns_in_one_edf_order);
     tcase_add_test(tc, a_queued_batch_cancelled_is_reported_at_once);
     tcase_add_test(tc, a_batch_queued_behind_a_running_one_of_its_executor);
+    tcase_add_test(tc, a_cancelled_batch_on_a_granted_claim_gives_the_turn_back);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
