@@ -9,14 +9,16 @@
 
 #include "proto/base/clock.h"
 
-#define MAX_WAITERS 64
-/* Gated executors per gate (the LLM and every DiT), and batches each may have queued (the
- * schedulers keep one in flight per group). */
-#define MAX_GATED 16
+/* Gated executors per gate (the LLM and every DiT: the daemon takes up to 16 DiT models
+ * beside its LLM), and batches each may have queued (the schedulers keep one in flight per
+ * group). */
+#define MAX_GATED WF_GATE_MAX_EXECUTORS
 #define MAX_JOBS 4
-/* Claims and blocked acquires fill the table up to here; the rest is kept for the queued
- * batches' heads (one per gated executor), so a dispatched batch always finds its place. */
-#define MAX_OTHER_WAITERS (MAX_WAITERS - MAX_GATED)
+/* Claims and blocked acquires fill the table up to MAX_OTHER_WAITERS; the rest is kept for
+ * the queued batches' heads (one per gated executor), so a dispatched batch always finds its
+ * place. */
+#define MAX_OTHER_WAITERS 64
+#define MAX_WAITERS (MAX_OTHER_WAITERS + MAX_GATED)
 /* Time constant of the served-time average the minimum shares are checked against. */
 #define SHARE_TAU_NS 1000000000.0
 

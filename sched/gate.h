@@ -115,7 +115,10 @@ double wf_gate_hist_quantile(const wf_gate_hist *h, double q);
 
 typedef struct wf_gated_executor wf_gated_executor;
 
-/* WF_EINVAL (class out of range, no inner ops), WF_ENOMEM, WF_EIO (thread). */
+/* Gated executors one gate takes (the daemon's LLM and each of its DiT models). */
+#define WF_GATE_MAX_EXECUTORS 32
+/* WF_EINVAL (class out of range, no inner ops), WF_ENOMEM, WF_EIO (thread), WF_EFULL (the
+ * gate has WF_GATE_MAX_EXECUTORS already). */
 wf_status wf_gated_executor_new(wf_executor inner, wf_gate *g, int cls, wf_gated_executor **out);
 wf_executor wf_gated_executor_get(wf_gated_executor *x);
 /* Called, once per grant, when a waiting claim gets the turn (from the thread that freed the

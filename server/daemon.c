@@ -23,6 +23,9 @@
 #include "server/workers/pool.h"
 #endif
 
+/* Every DiT model and the LLM take a gated executor of the one gate (--share-cores). */
+_Static_assert(WF_SERVER_MAX_IMAGE_MODELS + 1 <= WF_GATE_MAX_EXECUTORS, "gate too small for the models");
+
 struct wf_daemon {
     wf_engine *engine;
     wf_kv_store kv;

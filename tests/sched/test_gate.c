@@ -469,8 +469,8 @@ END_TEST
 
 /* Which batch runs next, and on which thread: an inner executor that records its class. */
 static pthread_mutex_t ord_lock = PTHREAD_MUTEX_INITIALIZER;
-static int ord[8], n_ord, n_done;
-static pthread_t ord_thread[8];
+static int ord[64], n_ord, n_done;
+static pthread_t ord_thread[64];
 
 static wf_status ord_run(void *ctx, wf_task_batch *b, char *msg, size_t cap) {
     (void)b;
@@ -699,6 +699,44 @@ START_TEST(a_cancelled_batch_on_a_granted_claim_gives_the_turn_back) {
 }
 END_TEST
 
+/* As many gated executors as the gate takes (the daemon: up to 16 DiT models and the LLM;
+ * before, the gate took 16 and the daemon could not start with 16 DiTs and --share-cores), each
+ * with a batch queued at once while another class holds the cores: every head finds its place
+ * in the order and runs once the cores are free; one more executor is refused. */
+START_TEST(the_gate_takes_every_model_of_the_daemon) {
+    enum { N = WF_GATE_MAX_EXECUTORS };
+    ck_assert_int_ge(N, 17);
+    wf_gate *g = wf_gate_new(3);
+    wf_gated_executor *x[N];
+    wf_task t[N];
+    wf_task_batch b[N];
+    for (int k = 0; k < N; k++) {
+        ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops, .ctx = (void *)(intptr_t)(k > 0)}, g,
+                                               k > 0, &x[k]),
+                         WF_OK);
+        t[k] = (wf_task){.kind = WF_TASK_DENOISE};
+        b[k] = (wf_task_batch){.tasks = &t[k], .n_tasks = 1};
+    }
+    wf_gated_executor *extra;
+    ck_assert_int_eq(wf_gated_executor_new((wf_executor){.ops = &ord_ops}, g, 0, &extra), WF_EFULL);
+    ck_assert_ptr_null(extra);
+    n_ord = n_done = 0;
+    wf_gate_acquire(g, 2);
+    for (int k = 0; k < N; k++)
+        ck_assert_int_eq(wf_executor_dispatch(wf_gated_executor_get(x[k]), &b[k], ord_done, NULL), WF_OK);
+    ck_assert_int_eq(wf_gate_waiting(g), N);
+    wf_gate_release(g, 2);
+    for (int k = 0; k < N; k++) {
+        wf_executor e = wf_gated_executor_get(x[k]);
+        e.ops->synchronize(e.ctx);
+    }
+    ck_assert_int_eq(done_count(), N);
+    ck_assert_uint_eq(wf_gate_turns(g, 0) + wf_gate_turns(g, 1), N);
+    for (int k = 0; k < N; k++) wf_gated_executor_free(x[k]);
+    wf_gate_free(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sched/gate");
     TCase *tc = tcase_create("core");
@@ -716,6 +754,7 @@ int main(void) {
     tcase_add_test(tc, a_queued_batch_cancelled_is_reported_at_once);
     tcase_add_test(tc, a_batch_queued_behind_a_running_one_of_its_executor);
     tcase_add_test(tc, a_cancelled_batch_on_a_granted_claim_gives_the_turn_back);
+    tcase_add_test(tc, the_gate_takes_every_model_of_the_daemon);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
