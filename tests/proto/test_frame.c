@@ -614,6 +614,16 @@ START_TEST(small_control_frames_roundtrip) {
     reseal(buf, (uint32_t)(len - WF_FRAME_HEADER_SIZE));
     wf_frame_view f = open_ok(len);
     ck_assert_int_eq(dec_heartbeat(&f, NULL, err, sizeof err), WF_ERANGE);
+    /* 1.4: a peer's frame with more prefix hits than queries is refused, naming both */
+    hb.prefix_queries = 7;
+    hb.prefix_hits = 7;
+    ck_assert_int_eq(wf_frame_encode_heartbeat(&hb, buf, sizeof buf, &len, err, sizeof err),
+                     WF_OK);
+    buf[WF_FRAME_HEADER_SIZE + 40] = 8; /* prefix_hits (u64 LE after queries) = 8 > 7 */
+    reseal(buf, (uint32_t)(len - WF_FRAME_HEADER_SIZE));
+    f = open_ok(len);
+    ck_assert_int_eq(dec_heartbeat(&f, NULL, err, sizeof err), WF_ERANGE);
+    ck_assert_ptr_nonnull(strstr(err, "prefix_hits 8 > prefix_queries 7"));
     wf_frame_cancel c = {.scope = WF_FRAME_CANCEL_BATCH, .id = 1};
     ck_assert_int_eq(wf_frame_encode_cancel(&c, buf, sizeof buf, &len, err, sizeof err), WF_OK);
     buf[WF_FRAME_HEADER_SIZE] = 2;
