@@ -57,3 +57,16 @@ def test_check_refuses_another_models_library():
             "--gen", "4")
     assert r.returncode == 1
     assert "is for 30x3x64" in r.stderr
+
+
+def test_bad_options_name_the_option_and_its_range():
+    for args, want in [(("--prompts", "0"), "--prompts takes an integer in 1..32, got '0'"),
+                       (("--prompts", "33"), "--prompts takes an integer in 1..32"),
+                       (("--gen", "1"), "--gen takes an integer in 2..200, got '1'"),
+                       (("--gen", "64x"), "--gen takes an integer in 2..200, got '64x'"),
+                       (("--tolerance", "2"), "--tolerance takes a number in 0..1")]:
+        r = run("-m", TINY, *args)
+        assert r.returncode == 2, args
+        assert want in r.stderr, (args, r.stderr)
+    r = run("--gen", "8")
+    assert r.returncode == 2 and "-m MODEL.gguf is required" in r.stderr
