@@ -1,9 +1,13 @@
 """The shipped profile library (deploy/kv-profiles.json) holds on the default model: weft-kvprof
 --check re-measures every profile with the real engine and each meets its stated greedy-token
 agreement (within 0.03: the file was measured on one CPU, and SIMD paths may break near-ties
-differently). Sanitizer builds run the engine 10-50x slower: ASan checks 2 of the 8 prompts
-(tolerance 0.15), TSan 8 tokens of 1 prompt (tolerance 0.25; measured worst deviation 0.17), so
-there the agreement is a noisy estimate and the run is mostly a memory/race check on real KV.
+differently). The stated values come from the whole built-in set (32 prompts x 64 tokens, ~8 min
+for the library); to stay at the ~1 min this test took before, it checks the first 8 prompts x 32
+tokens (the set the library was first measured on: 2 SE about 0.033, so this catches a codec or
+engine regression, not a 0.01 drift). Sanitizer builds run the engine 10-50x slower: ASan checks
+2 prompts (tolerance 0.15), TSan 8 tokens of 1 prompt (tolerance 0.25; measured worst deviation
+0.17), so there the agreement is a noisy estimate and the run is mostly a memory/race check on
+real KV.
 weft-test: labels=slow timeout=1200
 """
 import os
@@ -21,7 +25,9 @@ def test_shipped_profiles_meet_their_accuracy():
     if "thread" in san:
         args += ["--prompts", "1", "--gen", "8", "--tolerance", "0.25"]
     elif san:
-        args += ["--prompts", "2", "--tolerance", "0.15"]
+        args += ["--prompts", "2", "--gen", "32", "--tolerance", "0.15"]
+    else:
+        args += ["--prompts", "8", "--gen", "32"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=1100)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "BELOW" not in r.stdout
