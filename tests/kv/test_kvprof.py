@@ -1,7 +1,8 @@
 """weft-kvprof on a tiny model (tests/engine/data/tiny): it measures every built-in profile with
 the real engine, writes a library the controller can load, re-measuring that library with
 --check meets every profile's stated greedy-token agreement, and a profile claiming more than
-it delivers fails the check.
+it delivers fails the check. Out-of-range or malformed options are refused with a message naming
+the option and its range.
 weft-test: labels=unit timeout=300
 """
 import json
