@@ -43,6 +43,52 @@ static const char *const k_prompts[] = {
     "The average speed is the distance divided by the time, so",
     "Once upon a time, in a small village at the edge of a great forest, there lived an old "
     "woman who kept a secret garden. Every morning she",
+    /* Prompts 9-32 (added when 8 x 32 tokens, 2 SE about 0.033, could not tell a profile at
+     * 0.92 from one at 0.89): more genres, code, lists, dialogue and numbers. */
+    "The mitochondria are often called the powerhouse of the cell because they produce most of "
+    "the cell's supply of adenosine triphosphate. Their inner membrane",
+    "#include <stdio.h>\n\nint main(void) {\n    int sum = 0;\n    for (int i = 1; i <= 10; i++) "
+    "{\n",
+    "User: What are three tips for sleeping better at night?\nAssistant: Here are three tips "
+    "that can help you sleep better:\n1.",
+    "The stock market fell sharply on Monday after the central bank announced that it would "
+    "raise interest rates by half a percentage point. Analysts said",
+    "Mount Everest, the highest mountain on Earth, rises 8,849 metres above sea level on the "
+    "border between Nepal and China. The first confirmed ascent",
+    "SELECT customers.name, COUNT(orders.id) AS order_count\nFROM customers\nLEFT JOIN orders ON",
+    "Ingredients: 2 cups of flour, 1 cup of sugar, 3 eggs, half a cup of butter, 1 teaspoon of "
+    "vanilla.\nInstructions: Preheat the oven to 180 degrees.",
+    "The theory of evolution by natural selection, first formulated by Charles Darwin, explains "
+    "how populations of living organisms change over generations. Individuals",
+    "Question: If a shirt costs 25 dollars and is on sale for 20 percent off, what is the sale "
+    "price?\nAnswer:",
+    "The old lighthouse keeper climbed the spiral stairs for the last time. Outside, the storm "
+    "was growing stronger, and the waves",
+    "Water boils at 100 degrees Celsius at sea level, but at higher altitudes the boiling point "
+    "is lower because",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+    "        self.items.append(item)\n\n    def pop(self):\n",
+    "Here is a list of the planets in our solar system, in order from the Sun:\n1. Mercury\n2.",
+    "In economics, inflation is a general increase in the prices of goods and services in an "
+    "economy. When the general price level rises,",
+    "Dear Sarah,\nThank you so much for the lovely birthday present. I have already",
+    "The Great Wall of China is a series of fortifications that were built across the historical "
+    "northern borders of ancient Chinese states. Construction",
+    "To change a flat tyre, first park the car on a flat surface and turn on the hazard lights. "
+    "Then",
+    "function debounce(fn, delay) {\n  let timer = null;\n  return function (...args) {\n",
+    "The human heart has four chambers: two atria and two ventricles. Blood returning from the "
+    "body enters the right atrium, and",
+    "Climate change refers to long-term shifts in temperatures and weather patterns. Since the "
+    "1800s, human activities have been the main driver, primarily",
+    "Q: What is the capital of Australia?\nA: Canberra.\nQ: What is the largest ocean on Earth?\n"
+    "A:",
+    "The detective looked around the empty room. The window was open, a chair had been knocked "
+    "over, and on the desk lay",
+    "A prime number is a natural number greater than 1 that has no positive divisors other than "
+    "1 and itself. The first ten prime numbers are",
+    "Meeting notes, Tuesday: The team discussed the release schedule for the new version of the "
+    "app. The main points were",
 };
 #define N_PROMPTS_MAX ((int)(sizeof k_prompts / sizeof k_prompts[0]))
 
@@ -63,13 +109,14 @@ static void builtin_profiles(wf_kv_profile *p, int *n) {
         {"k4v2", 4, 2, 4, 2, 0, false, true, 1},
         {"k3v3-rk", 3, 3, 3, 3, 0, true, true, 1},
         {"k2v2", 2, 2, 2, 2, 0, false, true, 1},
-        /* values at 3 bits, rotated: a higher CR than k4v4 at a better agreement (measured on
-         * SmolLM2-135M: 4.36 and 0.93 against 3.98 and 0.93) */
+        /* values at 3 bits, rotated: a higher CR than k4v4 at nearly its agreement (measured
+         * on SmolLM2-135M, 32 prompts x 64 tokens: 4.31 and 0.929 against 3.93 and 0.938) */
         {"k4v3", 4, 3, 4, 3, 0, false, true, 1},
         /* k4v3 with keys rotated too (it measured a lower perplexity change) and the least
          * important heads lower still: past k4v4-nr's 4.06, the ratio that capped a compressed
          * transfer at ~3.8x raw's time on a 1 Gbit/s link (BENCHMARKS.md), within the 0.9
-         * budget (SmolLM2-135M: 4.61 at 0.927, 4.72 at 0.923) */
+         * budget (SmolLM2-135M, 32 prompts x 64 tokens, 2 SE 0.012: 4.55 at 0.921, 4.66 at
+         * 0.919; the first 8 x 32 had said 0.927 and 0.923) */
         {"k4v3-rk-l40", 4, 3, 3, 3, 0.40f, true, true, 1},
         {"k4v3-rk-l25v2", 4, 3, 3, 2, 0.25f, true, true, 1},
     };
@@ -299,15 +346,28 @@ fail:
     return -1;
 }
 
+/* A whole-string integer in [lo, hi], or a message naming the option and its range. */
+static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "weft-kvprof: %s takes an integer in %d..%d, got '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: weft-kvprof -m MODEL.gguf [-o OUT.json] [--check LIB.json [--tolerance T]]\n"
-               "                   [--prompts N (1..%d, default all)] [--gen N (default 32)]\n"
+               "                   [--prompts N (1..%d, default all)] [--gen N (2..200, default 64)]\n"
                "                   [--threads N]\n", N_PROMPTS_MAX);
 }
 
 int main(int argc, char **argv) {
     const char *model = NULL, *out_path = NULL, *check_path = NULL;
-    int n_prompts = N_PROMPTS_MAX, n_gen = 32, threads = 0;
+    int n_prompts = N_PROMPTS_MAX, n_gen = 64, threads = 0;
     double tolerance = 0.03;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -322,16 +382,28 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-o")) out_path = v;
         else if (!strcmp(a, "--check")) check_path = v;
-        else if (!strcmp(a, "--tolerance")) tolerance = atof(v);
-        else if (!strcmp(a, "--prompts")) n_prompts = atoi(v);
-        else if (!strcmp(a, "--gen")) n_gen = atoi(v);
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--tolerance")) {
+            char *end;
+            tolerance = strtod(v, &end);
+            if (end == v || *end || !(tolerance >= 0 && tolerance <= 1)) {
+                fprintf(stderr, "weft-kvprof: --tolerance takes a number in 0..1, got '%s'\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--prompts")) {
+            if (parse_int(a, v, 1, N_PROMPTS_MAX, &n_prompts)) return 2;
+        } else if (!strcmp(a, "--gen")) {
+            if (parse_int(a, v, 2, 200, &n_gen)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(a, v, 0, 256, &threads)) return 2;
+        }
         else {
             usage(stderr);
             return 2;
         }
     }
-    if (!model || n_prompts < 1 || n_prompts > N_PROMPTS_MAX || n_gen < 2 || n_gen > 200) {
+    if (!model) {
+        fprintf(stderr, "weft-kvprof: -m MODEL.gguf is required\n");
         usage(stderr);
         return 2;
     }
@@ -375,6 +447,10 @@ int main(int argc, char **argv) {
             n_gen, wf_kv_codec_isa());
     uint64_t t0 = wf_clock_now_ns();
     if (build_refs(&c, wf_engine_tokenizer(c.e))) goto done;
+    /* The agreement's sampling error, so a stated accuracy is read with its precision. */
+    int positions = n_prompts * (n_gen - 1);
+    fprintf(stderr, "weft-kvprof: agreement over %d decode positions per profile (2 SE at 0.92: "
+                    "%.3f)\n", positions, 2.0 * sqrt(0.92 * 0.08 / positions));
 
     nh = g.n_layers * g.n_kv_heads;
     if (check_path) {

@@ -1,7 +1,8 @@
 """weft-kvprof on a tiny model (tests/engine/data/tiny): it measures every built-in profile with
 the real engine, writes a library the controller can load, re-measuring that library with
 --check meets every profile's stated greedy-token agreement, and a profile claiming more than
-it delivers fails the check.
+it delivers fails the check. Out-of-range or malformed options are refused with a message naming
+the option and its range.
 weft-test: labels=unit timeout=300
 """
 import json
@@ -57,3 +58,16 @@ def test_check_refuses_another_models_library():
             "--gen", "4")
     assert r.returncode == 1
     assert "is for 30x3x64" in r.stderr
+
+
+def test_bad_options_name_the_option_and_its_range():
+    for args, want in [(("--prompts", "0"), "--prompts takes an integer in 1..32, got '0'"),
+                       (("--prompts", "33"), "--prompts takes an integer in 1..32"),
+                       (("--gen", "1"), "--gen takes an integer in 2..200, got '1'"),
+                       (("--gen", "64x"), "--gen takes an integer in 2..200, got '64x'"),
+                       (("--tolerance", "2"), "--tolerance takes a number in 0..1")]:
+        r = run("-m", TINY, *args)
+        assert r.returncode == 2, args
+        assert want in r.stderr, (args, r.stderr)
+    r = run("--gen", "8")
+    assert r.returncode == 2 and "-m MODEL.gguf is required" in r.stderr
