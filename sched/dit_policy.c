@@ -146,6 +146,26 @@ static void take_ranks(const wf_dit_cost *c, const wf_dit_job *j, int P, bool *f
 
 static int remaining_steps(const wf_dit_job *j) { return j->steps - j->steps_done; }
 
+/* Whether every rank of lane l (the aligned block of K ranks from l * K) is free. */
+static bool lane_free(const bool *freem, int l, int K) {
+    bool all = true;
+    for (int r = l * K; r < (l + 1) * K; r++) all &= freem[r];
+    return all;
+}
+
+/* Runs ready job `job` on lane l of K ranks: its remaining steps on the first of them its
+ * degree (at most K) uses; the whole lane is taken. */
+static void lane_task(const wf_dit_policy *p, const wf_dit_view *v, int job, int l, int K, bool *freem,
+                      wf_dit_task *t) {
+    const wf_dit_job *j = v->ready[job];
+    t->job = job;
+    t->steps = remaining_steps(j);
+    t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, K);
+    wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
+    for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = l * K + k;
+    for (int r = l * K; r < (l + 1) * K; r++) freem[r] = false;
+}
+
 /* ---- static:K ------------------------------------------------------------------------------ */
 
 static int pick_static(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, int max_out) {
@@ -155,21 +175,9 @@ static int pick_static(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out,
     edf_order(v, idx);
     int lane = 0;
     for (int i = 0; i < v->n_ready && n < max_out; i++) {
-        while (lane < lanes) {
-            bool all = true;
-            for (int r = lane * K; r < (lane + 1) * K; r++) all &= freem[r];
-            if (all) break;
-            lane++;
-        }
+        while (lane < lanes && !lane_free(freem, lane, K)) lane++;
         if (lane >= lanes) break;
-        const wf_dit_job *j = v->ready[idx[i]];
-        wf_dit_task *t = &out[n++];
-        t->job = idx[i];
-        t->steps = remaining_steps(j);
-        t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, K);
-        wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
-        for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = lane * K + k;
-        for (int r = lane * K; r < (lane + 1) * K; r++) freem[r] = false; /* the whole lane */
+        lane_task(p, v, idx[i], lane, K, freem, &out[n++]);
         lane++;
     }
     return n;
@@ -236,16 +244,7 @@ static int pick_bound(wf_dit_policy *p, const wf_dit_view *v, wf_dit_task *out, 
         int P = bound_size(p, j), l = j->lane - 1;
         if (head_seen[P][l]) continue; /* not its lane's first */
         head_seen[P][l] = true;
-        bool all = true;
-        for (int r = l * P; r < (l + 1) * P; r++) all &= freem[r];
-        if (!all) continue;
-        wf_dit_task *t = &out[n++];
-        t->job = idx[i];
-        t->steps = remaining_steps(j);
-        t->n_ranks = wf_dit_policy_degree_at_most(p->cost, j, P);
-        wf_dit_policy_step_ms(p->cost, j, t->n_ranks, &t->mode);
-        for (int k = 0; k < t->n_ranks; k++) t->ranks[k] = l * P + k;
-        for (int r = l * P; r < (l + 1) * P; r++) freem[r] = false; /* the whole lane */
+        if (lane_free(freem, l, P)) lane_task(p, v, idx[i], l, P, freem, &out[n++]);
     }
     return n;
 }
