@@ -162,6 +162,23 @@ int wf_dit_sim_misses_bound(const wf_dit_sim_config *cfg, const wf_dit_sim_job *
     return late + most;
 }
 
+void wf_dit_sim_write_jobs(FILE *f, const wf_dit_sim_config *cfg, int seed, bool header, const wf_dit_sim_job *jobs,
+                           int n) {
+    if (header) {
+        fprintf(f, "ranks %d\n", cfg->n_ranks);
+        for (int c = 0; c < WF_DIT_SIM_CLASSES; c++) {
+            const wf_dit_sim_class *k = &cfg->classes[c];
+            fprintf(f, "class %d %s %d %d %.6f\n", c, k->name, k->tokens, k->steps, overhead_ms(cfg, k->steps));
+            for (int P = 1; P <= cfg->n_ranks && P <= cfg->max_P; P++) {
+                double t = class_step_ms(cfg, c, P);
+                if (t > 0) fprintf(f, "step %d %d %.6f\n", c, P, t);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "job %d %.6f %d %.6f\n", seed, jobs[i].arrival_ms, jobs[i].cls, spec_deadline_ms(cfg, &jobs[i]));
+}
+
 /* ---- the run ------------------------------------------------------------------------------- */
 
 typedef struct running {

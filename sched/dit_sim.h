@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "proto/base/status.h"
 #include "sched/dit_cost.h"
@@ -90,6 +91,11 @@ double wf_dit_sim_latency_bound_ms(const wf_dit_sim_config *cfg, const wf_dit_si
  * that arrive and are due inside the window over n_ranks x (b - a): those jobs, if on time, run
  * all their steps inside it, on at most n_ranks ranks. O(n^2). 0 when n < 1 (or no memory). */
 int wf_dit_sim_misses_bound(const wf_dit_sim_config *cfg, const wf_dit_sim_job *jobs, int n);
+/* Writes jobs[0..n) of trace `seed` as text for outside solvers (bench/elastic/bounds.py):
+ * with header (once per file) "ranks R", per class "class C NAME tokens steps overhead_ms" and
+ * "step C P MS" for each allowed degree; then "job SEED ARRIVAL_MS CLASS DEADLINE_MS" per job. */
+void wf_dit_sim_write_jobs(FILE *f, const wf_dit_sim_config *cfg, int seed, bool header, const wf_dit_sim_job *jobs,
+                           int n);
 /* Runs jobs[0..n) (sorted by arrival) under policy spec. WF_EINVAL (bad policy or config),
  * WF_ENOMEM, WF_EPROTO (the policy left work waiting with every rank idle). */
 wf_status wf_dit_sim_run(const wf_dit_sim_config *cfg, const char *policy, const wf_dit_sim_job *jobs, int n,

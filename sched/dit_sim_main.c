@@ -41,7 +41,9 @@ static void usage(FILE *f) {
             "                       each policy, its latency (\"alone CLASS TOKENS STEPS POLICY MS\"): what a\n"
             "                       real server's single-request latency is compared with\n"
             "  --guided             every image guided (two forwards a step; on 2 ranks guidance-parallel\n"
-            "                       or Ulysses, whichever the cost model says is faster)\n",
+            "                       or Ulysses, whichever the cost model says is faster)\n"
+            "  --jobs-out PATH      also write every trace's jobs and the cost per class and degree there\n"
+            "                       (the input of bench/elastic/bounds.py's tighter bounds)\n",
             names, wf_dit_policy_names());
 }
 
@@ -66,7 +68,7 @@ static int parse3(const char *s, double *v) {
 int main(int argc, char **argv) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
-    const char *profile = "short", *trace = NULL;
+    const char *profile = "short", *trace = NULL, *jobs_out = NULL;
     bool load_given = false, alone = false;
     char policies[512] = "static:1,static:2,static:4,static:8,rssp,"
                          "gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,"
@@ -81,7 +83,7 @@ int main(int argc, char **argv) {
                                           {"classes", required_argument, 0, 'C'},   {"steps", required_argument, 0, 'S'},
                                           {"alpha", required_argument, 0, 'a'},     {"help", no_argument, 0, 'h'},
                                           {"trace", required_argument, 0, 't'},     {"guided", no_argument, 0, 'G'},
-                                          {"alone", no_argument, 0, 'A'},
+                                          {"alone", no_argument, 0, 'A'},       {"jobs-out", required_argument, 0, 'J'},
                                           {0, 0, 0, 0}};
     int opt;
     double v[3];
@@ -133,6 +135,7 @@ int main(int argc, char **argv) {
             break;
         case 'G': cfg.guided = true; break;
         case 'A': alone = true; break;
+        case 'J': jobs_out = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -183,6 +186,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (trace) seeds = 1;
+    FILE *jobs_f = NULL;
+    if (jobs_out && !(jobs_f = fopen(jobs_out, "w"))) {
+        fprintf(stderr, "weft-dit-sim: --jobs-out %s: cannot write it\n", jobs_out);
+        return 2;
+    }
     for (int seed = 1; seed <= seeds; seed++) {
         wf_dit_sim_job *jobs;
         int n;
@@ -211,6 +219,7 @@ int main(int argc, char **argv) {
                 printf("\n");
             }
         }
+        if (jobs_f) wf_dit_sim_write_jobs(jobs_f, &cfg, seed, seed == 1, jobs, n);
         bound += wf_dit_sim_latency_bound_ms(&cfg, jobs, n);
         miss_bound += wf_dit_sim_misses_bound(&cfg, jobs, n);
         for (int p = 0; p < n_pol; p++) {
@@ -238,6 +247,10 @@ int main(int argc, char **argv) {
             a->seeds++;
         }
         free(jobs);
+    }
+    if (jobs_f && fclose(jobs_f)) {
+        fprintf(stderr, "weft-dit-sim: --jobs-out %s: write failed\n", jobs_out);
+        return 2;
     }
     printf("%-12s %6s %7s %6s %6s %6s %6s %9s %9s %9s %6s %7s %6s %10s %8s %8s %8s\n", "policy", "jobs", "missed",
            "att%", "S%", "M%", "L%", "mean_s", "p95_s", "p99_s", "norm", "tput/s", "util", "makespan_s", "S_mean", "M_mean",

@@ -277,6 +277,51 @@ static int phase_of(const wf_workload_profile *p, double t) {
     return -1;
 }
 
+/* --jobs-out's text: the header once (ranks, each class and its step time per allowed degree,
+ * as the cost model gives them), then one line per job that reads back as the job. */
+START_TEST(test_write_jobs) {
+    wf_dit_sim_config cfg;
+    wf_dit_sim_config_init(&cfg);
+    wf_dit_sim_job jobs[2] = {{.arrival_ms = 0, .cls = 0}, {.arrival_ms = 1500.25, .cls = 2, .alpha = 3}};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    wf_dit_sim_write_jobs(f, &cfg, 1, true, jobs, 2);
+    wf_dit_sim_write_jobs(f, &cfg, 2, false, jobs, 1);
+    ck_assert_int_eq(fclose(f), 0);
+    int ranks = 0, n_class = 0, n_step = 0, n_job = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        int c, P, tokens, steps, seed;
+        char name[8];
+        double ms, arrival, deadline;
+        if (sscanf(line, "ranks %d", &ranks) == 1) continue;
+        if (sscanf(line, "class %d %7s %d %d %lf", &c, name, &tokens, &steps, &ms) == 5) {
+            ck_assert_str_eq(name, cfg.classes[c].name);
+            ck_assert_int_eq(tokens, cfg.classes[c].tokens);
+            n_class++;
+        } else if (sscanf(line, "step %d %d %lf", &c, &P, &ms) == 3) {
+            ck_assert_double_eq_tol(ms, wf_dit_cost_step_ms(&cfg.cost, cfg.classes[c].tokens, P), 1e-5);
+            n_step++;
+        } else {
+            ck_assert_int_eq(sscanf(line, "job %d %lf %d %lf", &seed, &arrival, &c, &deadline), 4);
+            const wf_dit_sim_job *j = &jobs[n_job < 2 ? n_job : 0];
+            ck_assert_int_eq(seed, n_job < 2 ? 1 : 2);
+            ck_assert_double_eq_tol(arrival, j->arrival_ms, 1e-6);
+            ck_assert_int_eq(c, j->cls);
+            double alpha = j->alpha > 0 ? j->alpha : cfg.classes[c].alpha;
+            ck_assert_double_eq_tol(deadline, arrival + alpha * wf_dit_sim_single_ms(&cfg, c), 1e-5);
+            n_job++;
+        }
+    }
+    free(text);
+    ck_assert_int_eq(ranks, 8);
+    ck_assert_int_eq(n_class, 3);
+    ck_assert_int_eq(n_step, 12); /* the synthetic model's degrees 1, 2, 4, 8 for each class */
+    ck_assert_int_eq(n_job, 3);
+}
+END_TEST
+
 START_TEST(test_workload_profiles) {
     /* every built-in profile, at 8 and 16 ranks: the phases are the file's (start, end, mix,
      * rates in the file's proportions), the jobs are exactly weft-bench's samples for the seed,
@@ -478,6 +523,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_single_request_latency);
     tcase_add_test(tc, test_latency_bound);
     tcase_add_test(tc, test_misses_bound);
+    tcase_add_test(tc, test_write_jobs);
     tcase_add_test(tc, test_latency_breakdown);
     tcase_add_test(tc, test_overheads);
     tcase_add_test(tc, test_guided_single_request);
