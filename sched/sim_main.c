@@ -1,11 +1,13 @@
 /* weft-sim: replays a workload file through the scheduler's planning core on a virtual clock
  * and prints TTFT/TPOT/e2e percentiles, SLO attainment and goodput. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sched/cost_model.h"
+#include "sched/dit_sim_cli.h"
 #include "sched/policy.h"
 #include "sched/defaults.h"
 #include "sched/sim.h"
@@ -32,8 +34,23 @@ static void usage(FILE *f) {
             "  --groups N             device groups, each with its own KV blocks and batch "
             "(default 1)\n"
             "  --no-prefix-cache\n"
-            "  --per-request          print one line per request\n",
+            "  --per-request          print one line per request\n"
+            "DiT placement (--dit-policy's policies on 1-64 ranks, GF-DiT's workloads) is weft-dit-sim's:\n"
+            "  weft-sim --dit [OPTIONS]   hands the rest of the command line over to it\n"
+            "                             (weft-sim --dit --help lists its options)\n",
             wf_sched_policy_names());
+}
+
+/* Options only weft-dit-sim has: named here, they get a pointer to --dit, not just the usage. */
+static bool dit_option(const char *arg) {
+    static const char *const dit[] = {"--ranks", "--profile", "--trace", "--load", "--seeds", "--policies",
+                                      "--chunk-steps", "--group-form-ms", "--classes", "--steps", "--alpha",
+                                      "--alone", "--guided", "--dit-policy", NULL};
+    for (int i = 0; dit[i]; i++) {
+        size_t n = strlen(dit[i]);
+        if (!strncmp(arg, dit[i], n) && (arg[n] == 0 || arg[n] == '=')) return true;
+    }
+    return false;
 }
 
 static int parse_int(const char *s, const char *name, int *out) {
@@ -48,6 +65,16 @@ static int parse_int(const char *s, const char *name, int *out) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--dit")) {
+        argv[1] = "weft-sim --dit"; /* its program name in the messages */
+        return wf_dit_sim_cli(argc - 1, argv + 1);
+    }
+    for (int i = 1; i < argc; i++)
+        if (dit_option(argv[i])) {
+            fprintf(stderr, "weft-sim: %s is an option of the DiT placement simulator: run weft-sim --dit %s... "
+                    "(or weft-dit-sim; weft-sim --dit --help lists its options)\n", argv[i], argv[i]);
+            return 2;
+        }
     wf_sim_config cfg;
     wf_sim_config_init(&cfg);
     int per_request = 0;
