@@ -175,8 +175,10 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
         metrics = d.status("/metrics")[1].decode()
         assert "weft:image_group_size{" in metrics
         assert "weft:image_chunks_by_group_size_total{" in metrics
-        assert "weft:worker_dit_chunks_total{" in metrics
-        assert "weft:worker_dit_cfg_chunks_total{" in metrics
+        # The DiT's chunks carry the DiT's name (they carried the LLM's beside it)
+        for fam in ("weft:worker_dit_chunks_total", "weft:worker_dit_cfg_chunks_total"):
+            assert f'{fam}{{model_name="{DIT_ID}",rank="1"' in metrics, metrics
+        assert "weft:worker_dit_chunks_total{model_name=\"SmolLM2" not in metrics
     finally:
         assert d.stop() == 0
 
@@ -207,8 +209,9 @@ def test_latents_stay_on_workers_between_chunks(reference):
         metrics = d.status("/metrics")[1].decode()
         for path in ("worker", "from_rank0", "to_rank0"):
             assert f'path="{path}"' in metrics
-        assert "weft:worker_dit_reshards_total{" in metrics
-        assert "weft:worker_dit_latent_mid_rank0_bytes_total{" in metrics
+            assert f'weft:worker_dit_latent_bytes_total{{model_name="{DIT_ID}",rank="1",role="worker",path="{path}"}}' in metrics
+        assert f'weft:worker_dit_reshards_total{{model_name="{DIT_ID}"' in metrics
+        assert f'weft:worker_dit_latent_mid_rank0_bytes_total{{model_name="{DIT_ID}"' in metrics
     finally:
         assert d.stop() == 0
 
