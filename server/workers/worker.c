@@ -1196,6 +1196,13 @@ static int serve(worker *w) {
         } else if (f.hdr.type == WF_FRAME_SHUTDOWN) {
             WF_LOG_INFO("worker", NULL, "rank %d: shutdown after %llu batches", wf_world_rank(w->world),
                         (unsigned long long)w->batches);
+            /* Nothing is in flight any more (every batch was answered) and every rank is
+             * leaving: the coordinator, which no longer progresses the world while it waits
+             * for us, and the other workers, some gone already. A graceful close would spin
+             * for each out to UCX's time-out (over TCP: workers with a DiT run without CMA),
+             * past the coordinator's wait, which then kills us. */
+            for (int r = 0; r < wf_world_size(w->world); r++)
+                if (r != wf_world_rank(w->world)) wf_world_peer_gone(w->world, r);
             return 0;
         }
         /* HEARTBEAT: last_heard is enough. CANCEL: batches run whole, nothing is queued here. */

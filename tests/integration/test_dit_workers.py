@@ -10,6 +10,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import signal
 import time
 
 import openai
@@ -292,3 +293,23 @@ def test_worker_ranks_take_the_coordinators_batch_size():
         assert admin(d)["images"]["chunks_by_group_size"].get("1", 0) >= 20
     finally:
         assert d.stop() == 0
+
+
+def test_stop_is_clean():
+    """SIGTERM to a daemon whose workers ran two-rank chunks: every worker leaves by itself, and
+    no UCX error is logged. Its workers closed their endpoints gracefully, and a graceful close
+    to a rank that no longer progresses (the coordinator waiting for them) or has left (the
+    other worker) spun out UCX's time-out: the coordinator killed them after 2 s, then its own
+    closes to them logged "error during flush: Endpoint timeout" (workers with a DiT run
+    without CMA, so these endpoints were TCP's)."""
+    # (the daemon as users start it: the LLM's cost model calibrated on the workers too)
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2", llm_flags=False)
+    try:
+        generate(d, REQUESTS[2])  # Ulysses on both ranks: the workers' endpoints to each other are up
+    finally:
+        d.proc.send_signal(signal.SIGTERM)
+        d.proc.wait(60)
+        log = d.logtext(200000)
+        assert d.stop() == 0
+    assert "did not leave" not in log, log[-3000:]
+    assert "UCX  ERROR" not in log and "error during flush" not in log, log[-3000:]
