@@ -1,13 +1,14 @@
 /* weft-sim: replays a workload file through the scheduler's planning core on a virtual clock
  * and prints TTFT/TPOT/e2e percentiles, SLO attainment and goodput. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sched/cost_model.h"
-#include "sched/dit_sim_cli.h"
 #include "sched/policy.h"
 #include "sched/defaults.h"
 #include "sched/sim.h"
@@ -36,7 +37,7 @@ static void usage(FILE *f) {
             "  --no-prefix-cache\n"
             "  --per-request          print one line per request\n"
             "DiT placement (--dit-policy's policies on 1-64 ranks, GF-DiT's workloads) is weft-dit-sim's:\n"
-            "  weft-sim --dit [OPTIONS]   hands the rest of the command line over to it\n"
+            "  weft-sim --dit [OPTIONS]   runs weft-dit-sim [OPTIONS] (the one beside weft-sim, else PATH's)\n"
             "                             (weft-sim --dit --help lists its options)\n",
             wf_sched_policy_names());
 }
@@ -64,11 +65,30 @@ static int parse_int(const char *s, const char *name, int *out) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--dit")) {
-        argv[1] = "weft-sim --dit"; /* its program name in the messages */
-        return wf_dit_sim_cli(argc - 1, argv + 1);
+/* weft-sim --dit ARGS: weft-dit-sim ARGS, the one beside this binary (the build's bin/), else
+ * the one on PATH. Returns only on failure. */
+static int run_dit_sim(char **argv) {
+    char self[4096], path[4096 + 16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/weft-dit-sim", self);
+            argv[0] = path;
+            execv(path, argv);
+        }
     }
+    argv[0] = "weft-dit-sim";
+    execvp("weft-dit-sim", argv);
+    fprintf(stderr, "weft-sim: --dit runs weft-dit-sim, found neither beside weft-sim (%s) nor on PATH: %s\n",
+            n > 0 ? self : "?", strerror(errno));
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--dit")) return run_dit_sim(argv + 1);
     for (int i = 1; i < argc; i++)
         if (dit_option(argv[i])) {
             fprintf(stderr, "weft-sim: %s is an option of the DiT placement simulator: run weft-sim --dit %s... "

@@ -85,5 +85,5 @@ def test_weft_sim_hands_dit_over():
     r = run(SIM, "--ranks", "8", "--policies", "elastic")
     assert r.returncode == 2 and "--ranks is an option of the DiT placement simulator" in r.stderr, r.stderr
     assert "weft-sim --dit" in r.stderr
-    bad = run(SIM, "--dit", "--ranks", "99")
+    bad = run(SIM, "--dit", "--ranks", "99")  # weft-dit-sim's own refusal
     assert bad.returncode == 2 and '--ranks wants 1..64 ranks, got "99"' in bad.stderr, bad.stderr
