@@ -50,6 +50,8 @@ const char *wf_dit_cost_mode_name(wf_dit_cost_mode mode) {
     return (unsigned)mode < WF_DIT_COST_MODES ? mode_names[mode] : "?";
 }
 
+static bool has_points(const wf_dit_cost *c, int P, wf_dit_cost_mode mode);
+
 wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errlen) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -86,10 +88,18 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
         }
         snprintf(word, sizeof word, "plain");
         int n = sscanf(line, "%d %d %lf %15s %c", &tokens, &P, &ms, word, &extra);
-        if (n <= 0) continue;
+        if (n == EOF) continue; /* blank, or a comment only; anything else is a point or an error */
         int mode = -1;
         for (int m = 0; m < WF_DIT_COST_MODES; m++)
             if (!strcmp(word, mode_names[m])) mode = m;
+        /* A second time for the same point: which one counts would be the file's order. */
+        for (int i = 0; mode >= 0 && (n == 3 || n == 4) && i < c->n_points; i++)
+            if (c->pts[i].tokens == tokens && c->pts[i].P == P && (int)c->pts[i].mode == mode) {
+                snprintf(err, (size_t)errlen, "%s:%d: %d tokens on %d rank(s) (%s) given twice", path, ln, tokens, P,
+                         mode_names[mode]);
+                fclose(f);
+                return WF_EFORMAT;
+            }
         if ((n != 3 && n != 4) || mode < 0 || wf_dit_cost_add_mode_point(c, tokens, P, mode, ms) != WF_OK) {
             snprintf(err, (size_t)errlen,
                      "%s:%d: expected \"tokens P ms [plain|guided|cfg]\" (ms up to 1e9; cfg only at P = 2; at most %d lines)",
@@ -101,6 +111,11 @@ wf_status wf_dit_cost_load(wf_dit_cost *c, const char *path, char *err, int errl
     fclose(f);
     if (st == WF_OK && c->n_points == 0) {
         snprintf(err, (size_t)errlen, "%s: no points", path);
+        st = WF_EFORMAT;
+    } else if (st == WF_OK && !has_points(c, 1, WF_DIT_COST_PLAIN)) {
+        /* Every job's T_single (its deadline, the load's scale) is a one-rank plain step. */
+        snprintf(err, (size_t)errlen, "%s: no single-rank point (\"tokens 1 ms\"): T_single, and so every deadline, "
+                 "comes from it", path);
         st = WF_EFORMAT;
     }
     return st;

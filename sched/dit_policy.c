@@ -468,14 +468,30 @@ static bool parse_k(const char *s, int n_ranks, int *k_out) {
     return true;
 }
 
-/* "T=P[,T=P...]" of rssp (s NULL: no table) */
-static bool parse_rssp_table(wf_dit_policy *p, const char *s) {
+/* "T=P[,T=P...]" of rssp (s NULL: no table). A table the user gives (checked) names degrees
+ * this world has, each size once: a P the ranks cannot form, or a size named twice, would be
+ * quietly changed or dropped at run time. GF-DiT's default map (S:4) is its own and is clamped
+ * to the ranks there are, as its simulator does. */
+static bool parse_rssp_table(wf_dit_policy *p, const char *s, bool checked, const char *gf, char *why,
+                             size_t whylen) {
     p->rssp_n = 0;
     while (s && *s) {
         int t, P, used;
         if (p->rssp_n >= 8 || sscanf(s, "%d=%d%n", &t, &P, &used) != 2 || t < 1 || P < 1 ||
-            (s[used] != ',' && s[used] != 0))
+            (s[used] != ',' && s[used] != 0)) {
+            snprintf(why, whylen, "expected %srssp:TOKENS=P[,TOKENS=P...] (at most 8, both positive)", gf);
             return false;
+        }
+        if (checked && ((P & (P - 1)) || P > p->n_ranks)) {
+            snprintf(why, whylen, "%d=%d: P must be a power of two (1, 2, 4, 8..) and at most the %d ranks", t, P,
+                     p->n_ranks);
+            return false;
+        }
+        for (int i = 0; i < p->rssp_n; i++)
+            if (p->rssp_tokens[i] == t) {
+                snprintf(why, whylen, "%d tokens named twice", t);
+                return false;
+            }
         p->rssp_tokens[p->rssp_n] = t;
         p->rssp_P[p->rssp_n++] = P;
         s += used + (s[used] == ',');
@@ -510,11 +526,10 @@ wf_status wf_dit_policy_new(const char *spec, int n_ranks, const wf_dit_cost *co
         p->ops = gf ? &gf_rssp_ops : &rssp_ops;
         /* GF-DiT's default class map S:4, M:4, L:1, by tokens (L = 16384) */
         const char *table = name[4] == ':' ? name + 5 : gf ? "1=4,16384=1" : NULL;
-        if (!parse_rssp_table(p, table)) {
+        char why[128];
+        if (!parse_rssp_table(p, table, name[4] == ':', gf ? "gf-" : "", why, sizeof why)) {
             free(p);
-            return wf_status_errorf(err, errlen, WF_EINVAL,
-                                    "dit policy \"%s\": expected %srssp:TOKENS=P[,TOKENS=P...] (at most 8)", spec,
-                                    gf ? "gf-" : "");
+            return wf_status_errorf(err, errlen, WF_EINVAL, "dit policy \"%s\": %s", spec, why);
         }
     } else if (!strcmp(spec, "elastic")) {
         p->ops = &elastic_ops;

@@ -60,6 +60,29 @@ static bool better(const agg *a, const agg *b) {
     return a->missed < b->missed || (a->missed == b->missed && a->mean < b->mean);
 }
 
+/* A whole integer or number, nothing after it ("3x" and "abc" are refused, not read as 3 or 0). */
+static bool parse_int(const char *s, int *out) {
+    char *e;
+    long v = strtol(s, &e, 10);
+    if (e == s || *e || v < -1000000000L || v > 1000000000L) return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_num(const char *s, double *out) {
+    char *e;
+    double v = strtod(s, &e);
+    if (e == s || *e || v != v) return false;
+    *out = v;
+    return true;
+}
+
+/* A bad option value: its name and what it must be. */
+static int bad_value(const char *opt, const char *want, const char *got) {
+    fprintf(stderr, "weft-dit-sim: --%s wants %s, got \"%s\"\n", opt, want, got);
+    return 2;
+}
+
 static int parse3(const char *s, double *v) {
     char extra;
     return sscanf(s, "%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &extra) == 3 ? 0 : -1;
@@ -69,7 +92,7 @@ int main(int argc, char **argv) {
     wf_dit_sim_config cfg;
     wf_dit_sim_config_init(&cfg);
     const char *profile = "short", *trace = NULL, *jobs_out = NULL;
-    bool load_given = false, alone = false;
+    bool load_given = false, alone = false, policies_given = false;
     char policies[512] = "static:1,static:2,static:4,static:8,rssp,"
                          "gf-static:1,gf-static:2,gf-static:4,gf-static:8,gf-fcfs:1,gf-fcfs:2,gf-rssp,gf-rssp:1=2,16384=4,"
                          "elastic";
@@ -89,20 +112,36 @@ int main(int argc, char **argv) {
     double v[3];
     while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
         switch (opt) {
-        case 'r': cfg.n_ranks = atoi(optarg); break;
+        case 'r':
+            if (!parse_int(optarg, &cfg.n_ranks) || cfg.n_ranks < 1 || cfg.n_ranks > WF_DIT_MAX_RANKS) {
+                char want[32];
+                snprintf(want, sizeof want, "1..%d ranks", WF_DIT_MAX_RANKS);
+                return bad_value("ranks", want, optarg);
+            }
+            break;
         case 'p': profile = optarg; break;
         case 'l': {
-            char *e;
-            load = strtod(optarg, &e);
-            if (e == optarg || *e) load = -1; /* refused below */
+            if (!parse_num(optarg, &load) || !(load > 0)) return bad_value("load", "a positive number", optarg);
             load_given = true;
             break;
         }
         case 't': trace = optarg; break;
-        case 's': seeds = atoi(optarg); break;
-        case 'P': snprintf(policies, sizeof policies, "%s", optarg); break;
-        case 'c': cfg.chunk_steps = atoi(optarg); break;
-        case 'g': cfg.cost.group_form_ms = atof(optarg); break;
+        case 's':
+            if (!parse_int(optarg, &seeds) || seeds < 1) return bad_value("seeds", "a positive count", optarg);
+            break;
+        case 'P':
+            snprintf(policies, sizeof policies, "%s", optarg);
+            policies_given = true;
+            break;
+        case 'c':
+            if (!parse_int(optarg, &cfg.chunk_steps) || cfg.chunk_steps < 1)
+                return bad_value("chunk-steps", "a positive count", optarg);
+            break;
+        case 'g':
+            if (!parse_num(optarg, &cfg.cost.group_form_ms) || cfg.cost.group_form_ms < 0 ||
+                cfg.cost.group_form_ms > 1e9)
+                return bad_value("group-form-ms", "milliseconds, 0 to 1e9", optarg);
+            break;
         case 'f': {
             double g = cfg.cost.group_form_ms;
             if (wf_dit_cost_load(&cfg.cost, optarg, err, sizeof err) != WF_OK) {
@@ -119,13 +158,15 @@ int main(int argc, char **argv) {
             }
             for (int c = 0; c < 3; c++) cfg.classes[c].tokens = (int)v[c];
             break;
-        case 'S':
-            for (int c = 0; c < 3; c++) cfg.classes[c].steps = atoi(optarg);
-            if (cfg.classes[0].steps < 1) {
+        case 'S': {
+            int steps;
+            if (!parse_int(optarg, &steps) || steps < 1) {
                 fprintf(stderr, "weft-dit-sim: --steps must be positive, got \"%s\"\n", optarg);
                 return 2;
             }
+            for (int c = 0; c < 3; c++) cfg.classes[c].steps = steps;
             break;
+        }
         case 'a':
             if (parse3(optarg, v) || !(v[0] > 0) || !(v[1] > 0) || !(v[2] > 0)) {
                 fprintf(stderr, "weft-dit-sim: --alpha wants three positive factors, got \"%s\"\n", optarg);
@@ -140,8 +181,8 @@ int main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (cfg.n_ranks < 1 || cfg.n_ranks > WF_DIT_MAX_RANKS || !(load > 0) || seeds < 1 || cfg.chunk_steps < 1) {
-        fprintf(stderr, "weft-dit-sim: --ranks 1..%d, --load > 0, --seeds >= 1, --chunk-steps >= 1\n", WF_DIT_MAX_RANKS);
+    if (optind < argc) {
+        fprintf(stderr, "weft-dit-sim: unexpected argument \"%s\" (options only; --help lists them)\n", argv[optind]);
         return 2;
     }
     double bound = 0; /* the sum over seeds of the lower bound on any policy's mean latency */
@@ -163,11 +204,23 @@ int main(int argc, char **argv) {
         if (end) break;
         tok = c + 1;
     }
+    if (n_pol == 0) {
+        fprintf(stderr, "weft-dit-sim: --policies names no policy (known: %s)\n", wf_dit_policy_names());
+        return 2;
+    }
     for (int p = 0; p < n_pol; p++) { /* refuse a bad name before any output */
         wf_dit_policy *pol;
         if (wf_dit_policy_new(aggs[p].policy, cfg.n_ranks, &cfg.cost, cfg.chunk_steps, &pol, err, sizeof err) != WF_OK) {
-            fprintf(stderr, "weft-dit-sim: %s\n", err);
-            return 2;
+            if (policies_given) {
+                fprintf(stderr, "weft-dit-sim: %s\n", err);
+                return 2;
+            }
+            /* The default list is for 8 ranks and more: on fewer, its lanes that do not fit
+             * are left out, saying so (named in --policies they are an error). */
+            fprintf(stderr, "weft-dit-sim: leaving out %s: %s\n", aggs[p].policy, err);
+            memmove(&aggs[p], &aggs[p + 1], (size_t)(n_pol - p - 1) * sizeof aggs[0]);
+            n_pol--, p--;
+            continue;
         }
         wf_dit_policy_free(pol);
     }

@@ -1,9 +1,12 @@
 /* weft-sim: replays a workload file through the scheduler's planning core on a virtual clock
  * and prints TTFT/TPOT/e2e percentiles, SLO attainment and goodput. */
+#include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sched/cost_model.h"
 #include "sched/policy.h"
@@ -32,8 +35,23 @@ static void usage(FILE *f) {
             "  --groups N             device groups, each with its own KV blocks and batch "
             "(default 1)\n"
             "  --no-prefix-cache\n"
-            "  --per-request          print one line per request\n",
+            "  --per-request          print one line per request\n"
+            "DiT placement (--dit-policy's policies on 1-64 ranks, GF-DiT's workloads) is weft-dit-sim's:\n"
+            "  weft-sim --dit [OPTIONS]   runs weft-dit-sim [OPTIONS] (the one beside weft-sim, else PATH's)\n"
+            "                             (weft-sim --dit --help lists its options)\n",
             wf_sched_policy_names());
+}
+
+/* Options only weft-dit-sim has: named here, they get a pointer to --dit, not just the usage. */
+static bool dit_option(const char *arg) {
+    static const char *const dit[] = {"--ranks", "--profile", "--trace", "--load", "--seeds", "--policies",
+                                      "--chunk-steps", "--group-form-ms", "--classes", "--steps", "--alpha",
+                                      "--alone", "--guided", "--dit-policy", NULL};
+    for (int i = 0; dit[i]; i++) {
+        size_t n = strlen(dit[i]);
+        if (!strncmp(arg, dit[i], n) && (arg[n] == 0 || arg[n] == '=')) return true;
+    }
+    return false;
 }
 
 static int parse_int(const char *s, const char *name, int *out) {
@@ -47,7 +65,36 @@ static int parse_int(const char *s, const char *name, int *out) {
     return 0;
 }
 
+/* weft-sim --dit ARGS: weft-dit-sim ARGS, the one beside this binary (the build's bin/), else
+ * the one on PATH. Returns only on failure. */
+static int run_dit_sim(char **argv) {
+    char self[4096], path[4096 + 16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/weft-dit-sim", self);
+            argv[0] = path;
+            execv(path, argv);
+        }
+    }
+    argv[0] = "weft-dit-sim";
+    execvp("weft-dit-sim", argv);
+    fprintf(stderr, "weft-sim: --dit runs weft-dit-sim, found neither beside weft-sim (%s) nor on PATH: %s\n",
+            n > 0 ? self : "?", strerror(errno));
+    return 2;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--dit")) return run_dit_sim(argv + 1);
+    for (int i = 1; i < argc; i++)
+        if (dit_option(argv[i])) {
+            fprintf(stderr, "weft-sim: %s is an option of the DiT placement simulator: run weft-sim --dit %s... "
+                    "(or weft-dit-sim; weft-sim --dit --help lists its options)\n", argv[i], argv[i]);
+            return 2;
+        }
     wf_sim_config cfg;
     wf_sim_config_init(&cfg);
     int per_request = 0;

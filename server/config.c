@@ -187,6 +187,14 @@ static int check_roles(wf_config *cfg, char *err, size_t errlen) {
     if (cfg->join) return fail(err, errlen, "--join is for --role worker");
     if (cfg->dit_policy && cfg->workers == 0)
         return fail(err, errlen, "--dit-policy needs --workers N (the ranks its groups are made of)");
+    /* Found here, before any model loads (it was accepted and ignored, or refused only once
+     * the models had loaded). */
+    if (cfg->dit_policy && cfg->n_dits == 0)
+        return fail(err, errlen, "--dit-policy places DiT chunks, but no --model is a DiT (a diffusers folder or "
+                    ".safetensors file)");
+    if (cfg->workers > 0 && cfg->n_dits > 1)
+        return fail(err, errlen, "--workers serves one DiT model (got %d): drop --workers or all but one DiT",
+                    cfg->n_dits);
     if (cfg->dit_policy) { /* the policy module's own parser judges the spec, at start */
         wf_dit_cost cost;
         wf_dit_cost_synthetic(&cost);

@@ -299,7 +299,7 @@ void wf__images_handle(wf_server *s, wf_http_request *req) {
         d = json_object_get(v, "deadline_ms");
         if (d && !json_is_null(d)) {
             if (!json_is_number(d) || json_number_value(d) <= 0 || json_number_value(d) > 86400000)
-                BAD("slo.deadline_ms", "'slo.deadline_ms' must be a positive number of milliseconds");
+                BAD("slo.deadline_ms", "'slo.deadline_ms' must be a number of milliseconds above 0 and at most 86400000 (a day)");
             spec.deadline_ns = wf_clock_now_ns() + (uint64_t)(json_number_value(d) * 1e6);
         }
     }

@@ -223,7 +223,8 @@ void wf_metrics_render(const wf_metrics *m, const char *model, const wf_sched_st
 
 static const char *const codec_reason_names[4] = {"compress", "link_fast", "no_profile", "cooling"};
 
-void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b) {
+void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, const char *dit_model, wf_jbuf *b) {
+    if (!dit_model) dit_model = model;
     header(b, "weft:kv_codec_decisions_total", "counter",
            "The prefill worker's KV controller decisions by reason (compress: a profile is predicted "
            "faster; link_fast: B >= B* of every eligible profile; no_profile: none meets kv_accuracy; "
@@ -274,7 +275,8 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
                             r[i].transfers_compressed, r[i].dit_chunks, r[i].dit_cfg_chunks,
                             r[i].dit_reshards, r[i].dit_mid_home_bytes, r[i].prefix_queries,
                             r[i].prefix_hits, r[i].kv_layers_early};
-            sample_u(b, fam[f].name, model, extra, v[f]);
+            /* The DiT families (10-13) count the DiT's chunks: its name, not the LLM's. */
+            sample_u(b, fam[f].name, f >= 10 && f <= 13 ? dit_model : model, extra, v[f]);
         }
     }
     /* One family, a sample per rank and path: worker to worker, from rank 0, to rank 0. */
@@ -287,7 +289,7 @@ void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, 
             snprintf(extra, sizeof extra, ",rank=\"%d\",role=\"%s\",path=\"%s\"", r[i].rank,
                      r[i].role[0] ? r[i].role : "worker", paths[q]);
             uint64_t v[] = {r[i].dit_reshard_bytes, r[i].dit_from_home_bytes, r[i].dit_to_home_bytes};
-            sample_u(b, "weft:worker_dit_latent_bytes_total", model, extra, v[q]);
+            sample_u(b, "weft:worker_dit_latent_bytes_total", dit_model, extra, v[q]);
         }
 }
 

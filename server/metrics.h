@@ -148,6 +148,8 @@ typedef struct wf_server_rank {
  * weft:worker_dit_latent_bytes_total{path="worker"|"from_rank0"|"to_rank0"},
  * weft:worker_dit_latent_mid_rank0_bytes_total, weft:worker_prefix_cache_queries_total,
  * weft:worker_prefix_cache_hits_total, weft:kv_layers_overlapped_total, one sample per rank (labelled rank and role). */
-void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, wf_jbuf *b);
+/* model labels them all (model_name) but the DiT families (worker_dit_*), which carry dit_model:
+ * the DiT the workers run (NULL: model). */
+void wf_metrics_render_ranks(const wf_server_rank *r, int n, const char *model, const char *dit_model, wf_jbuf *b);
 
 #endif

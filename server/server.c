@@ -381,7 +381,9 @@ static void h_metrics(wf_server *s, wf_http_request *req) {
     if (s->ready && s->backend.ranks) {
         wf_server_rank r[WF_SERVER_MAX_RANKS];
         int n = s->backend.ranks(s->backend.ctx, r, WF_SERVER_MAX_RANKS);
-        wf_metrics_render_ranks(r, n < WF_SERVER_MAX_RANKS ? n : WF_SERVER_MAX_RANKS, s->model_id, &b);
+        /* With --workers one DiT is served (README), the one whose chunks the workers count. */
+        wf_metrics_render_ranks(r, n < WF_SERVER_MAX_RANKS ? n : WF_SERVER_MAX_RANKS, s->model_id,
+                                s->n_image_models > 0 ? s->image_models[0].id : NULL, &b);
     }
     wf__vm_write_metrics(s, &b);
     if (b.failed) wf__server_error(s, req, 503, "server_error", NULL, NULL, 1, "out of memory");

@@ -35,6 +35,8 @@ struct wf_dit_sp {
     /* the group of the forward under way (attention callback) */
     const wf_group *g;
     int me, P;
+    void (*round_hook)(void *);
+    void *round_user;
 };
 
 wf_dit_placement wf_dit_placement_make(wf_dit_sp_mode mode, const int *ranks, int n) {
@@ -411,6 +413,11 @@ static wf_status round_cfg(wf_dit_sp *sp, wf_threadpool *pool, int n_items, wf_d
     return st;
 }
 
+void wf_dit_sp_set_round_hook(wf_dit_sp *sp, void (*fn)(void *user), void *user) {
+    sp->round_hook = fn;
+    sp->round_user = user;
+}
+
 wf_status wf_dit_sp_run(wf_dit_sp *sp, wf_threadpool *pool, const wf_dit_placement *pl, int n_items,
                         wf_dit_item *items, char *err, size_t errlen) {
     wf_status st = check_placement(sp, pl, "run", err, errlen);
@@ -430,6 +437,7 @@ wf_status wf_dit_sp_run(wf_dit_sp *sp, wf_threadpool *pool, const wf_dit_placeme
         st = cfg ? round_cfg(sp, pool, n_items, items, &n_active, err, errlen)
                  : round_ulysses(sp, pool, n_items, items, &n_active, err, errlen);
         if (st != WF_OK || n_active == 0) break;
+        if (sp->round_hook) sp->round_hook(sp->round_user);
     }
     sp->g = NULL;
     return st;

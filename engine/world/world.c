@@ -596,6 +596,11 @@ int wf_world_peer_failed(const wf_world *w, int rank) {
     return rank >= 0 && rank < w->n && w->peers[rank].failed != WF_OK;
 }
 
+void wf_world_peer_gone(wf_world *w, int rank) {
+    if (rank >= 0 && rank < w->n && rank != w->rank && w->peers[rank].failed == WF_OK)
+        w->peers[rank].failed = WF_EPEER;
+}
+
 void wf_world_wait_event(wf_world *w, int extra_fd, int timeout_ms) {
     if (timeout_ms < 0) timeout_ms = 0;
     if (w->efd >= 0) {

@@ -234,6 +234,11 @@ int wf_world_test(wf_world *w, wf_world_op *ops, int n);
 void wf_world_cancel(wf_world *w, wf_world_op *ops, int n);
 /* Whether rank is known to have failed (until its slot is refilled). */
 int wf_world_peer_failed(const wf_world *w, int rank);
+/* The caller knows nothing more goes to or comes from rank (its process ended, or the world is
+ * shutting down with nothing in flight): wf_world_destroy closes its endpoint without the flush
+ * of a graceful close, which to a process that has left UCX waits out to its endpoint time-out
+ * (seconds, logged as errors). Also makes wf_world_peer_failed true for rank. */
+void wf_world_peer_gone(wf_world *w, int rank);
 /* Sleeps until UCX may have something to progress, extra_fd (-1: none) is readable, or
  * timeout_ms passes (capped at 20 ms, the liveness probe's period). Returns at once when
  * events are pending. Call wf_world_test after it. */

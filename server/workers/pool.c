@@ -1393,7 +1393,16 @@ void wf_workers_close(wf_workers *ws) {
             if (waitpid(ws->w[i].pid, NULL, WNOHANG) == ws->w[i].pid) ws->w[i].pid = 0;
             else usleep(10000);
         }
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].pid > 0)
+            WF_LOG_WARN("workers", NULL, "worker rank %d (pid %d) did not leave within 2 s of the shutdown: killed",
+                        ws->w[i].rank, (int)ws->w[i].pid);
     kill_children(ws);
+    /* Reaped, so gone: their endpoints close at once (a graceful close to a process that has
+     * left waits out UCX's endpoint time-out, seconds of "error during flush" at every stop of
+     * a daemon whose workers run without CMA). */
+    for (int i = 0; i < ws->n; i++)
+        if (ws->world && ws->w[i].spawned_here) wf_world_peer_gone(ws->world, ws->w[i].rank);
     for (int i = 0; i < ws->n; i++) {
         wf_link_free(ws->world, &ws->w[i].link);
         wf_seq_mirror_free(&ws->w[i].hist);

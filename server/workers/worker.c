@@ -166,7 +166,10 @@ typedef struct worker {
     int done_fd;                     /* eventfd: the compute thread finished a batch */
     bool done_fd_on;
     uint64_t last_hb_ns;             /* the last heartbeat sent */
+    bool hb_warned;                  /* a heartbeat of this batch failed (logged once) */
 } worker;
+
+static void dit_round_done(void *user);
 
 /* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
  * one is replaced). NULL with msg on error. */
@@ -189,6 +192,7 @@ static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t 
     if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, in->max_items, in->latent_height,
                       in->latent_width, w->world, &sp, msg, cap) != WF_OK)
         return NULL;
+    wf_dit_sp_set_round_hook(sp, dit_round_done, w);
     w->sps[victim].sp = sp;
     w->sps[victim].sampler = sampler;
     w->sps[victim].n_steps = n_steps;
@@ -744,6 +748,25 @@ static wf_status send_heartbeat(worker *w) {
     return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_heartbeat, &hb, err, sizeof err);
 }
 
+/* While a batch runs: a heartbeat when one is due (the coordinator sends nothing to a busy
+ * worker and takes one silent for --worker-timeout-ms for dead). A failed send does not stop
+ * the batch (its memory is the engine's until done): the coordinator finds out by itself, and
+ * serve() by its next send. */
+static void heartbeat_tick(worker *w) {
+    uint64_t now = wf_clock_now_ns();
+    if (now - w->last_hb_ns < (uint64_t)w->p->heartbeat_ms * 1000000ull) return;
+    if (send_heartbeat(w) != WF_OK && !w->hb_warned) {
+        WF_LOG_WARN("worker", NULL, "rank %d: heartbeat during a batch failed: %s", wf_world_rank(w->world),
+                    wf_world_error(w->world));
+        w->hb_warned = true;
+    }
+    w->last_hb_ns = now;
+}
+
+/* wf_dit_sp's round hook: multi-rank chunks run on this thread (the world's), so the
+ * heartbeats go between their rounds. */
+static void dit_round_done(void *user) { heartbeat_tick(user); }
+
 /* Runs an LLM batch on the engine's own thread and, while it computes, keeps sending
  * heartbeats from this one (which owns the world): the coordinator sends nothing to a worker
  * running a batch (a send to it could block its communication thread), so without them a batch
@@ -769,10 +792,13 @@ static void batch_done(void *user, wf_task_batch *b, wf_status status, const cha
     (void)r;
 }
 
-static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, size_t cap) {
+/* ex: the LLM engine's executor (ship: a PD prefill's KV goes out layer by layer) or the
+ * DiT's, whose single-rank DENOISE chunks also run on its own thread: a long chunk (the largest
+ * size, many steps) would otherwise be silence too. */
+static wf_status run_batch(worker *w, wf_executor ex, wf_task_batch *b, bool ship, char *msg, size_t cap) {
     if (!w->done_fd_on) {
         if ((w->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-            return wf_executor_run(w->exec, b, msg, cap); /* no heartbeats, but the batch runs */
+            return wf_executor_run(ex, b, msg, cap); /* no heartbeats, but the batch runs */
         w->done_fd_on = true;
     }
     batch_wait bw = {.fd = w->done_fd};
@@ -780,26 +806,15 @@ static wf_status run_batch(worker *w, wf_task_batch *b, bool ship, char *msg, si
     /* PD: the engine says when each layer is stored, so its puts go while the next computes. */
     ship = ship && ((w->ship.raw_any && !w->p->kv_ship_after_prefill) || w->ship.codec_begun);
     if (ship) wf_engine_set_layer_hook(w->engine, pd_layer_done, w);
-    wf_status st = wf_executor_dispatch(w->exec, b, batch_done, &bw);
+    wf_status st = wf_executor_dispatch(ex, b, batch_done, &bw);
     if (st != WF_OK) {
         if (ship) wf_engine_set_layer_hook(w->engine, NULL, NULL);
         snprintf(msg, cap, "the engine refused the batch: %s", wf_status_str(st));
         return st;
     }
-    uint64_t period = (uint64_t)w->p->heartbeat_ms * 1000000ull;
-    bool warned = false;
+    w->hb_warned = false;
     while (!atomic_load_explicit(&bw.done, memory_order_acquire)) {
-        uint64_t now = wf_clock_now_ns();
-        if (now - w->last_hb_ns >= period) {
-            /* A failed send does not stop the batch (its memory is the engine's until done):
-             * the coordinator finds out by itself, and serve() by its next send. */
-            if (send_heartbeat(w) != WF_OK && !warned) {
-                WF_LOG_WARN("worker", NULL, "rank %d: heartbeat during a batch failed: %s",
-                            wf_world_rank(w->world), wf_world_error(w->world));
-                warned = true;
-            }
-            w->last_hb_ns = now;
-        }
+        heartbeat_tick(w);
         wf_kv_xfer_poll(w->xfer, w->world, &w->kv);
         if (ship) {
             pd_pump(w, atomic_load_explicit(&w->ship.layers, memory_order_acquire));
@@ -878,8 +893,9 @@ static void dit_run_members(worker *w, wf_task_batch *b, float *const *lat, cons
             idx[k++] = j;
         }
     wf_task_batch sb = {.tasks = sub, .n_tasks = k, .group = *g, .iteration = b->iteration};
+    w->hb_warned = false;
     wf_status st = g->n_ranks > 1 ? run_sp(w, &sb, sl, msg, sizeof msg)
-                                  : wf_executor_run(wf_dit_exec_executor(w->dit), &sb, msg, sizeof msg);
+                                  : run_batch(w, wf_dit_exec_executor(w->dit), &sb, false, msg, sizeof msg);
     for (int q = 0; q < k; q++) {
         wf_task *t = &b->tasks[idx[q]];
         t->t_begin_ns = sub[q].t_begin_ns;
@@ -1071,7 +1087,7 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         pd_plan(w, &batch, dst);
         pd_begin_codec(w, &batch, dst);
     }
-    done.status = run_batch(w, &batch, pd, msg, sizeof msg);
+    done.status = run_batch(w, w->exec, &batch, pd, msg, sizeof msg);
     if (pd) {
         for (int i = 0; i < batch.n_tasks; i++) {
             if (dst[i].id >> 62) {
@@ -1180,6 +1196,13 @@ static int serve(worker *w) {
         } else if (f.hdr.type == WF_FRAME_SHUTDOWN) {
             WF_LOG_INFO("worker", NULL, "rank %d: shutdown after %llu batches", wf_world_rank(w->world),
                         (unsigned long long)w->batches);
+            /* Nothing is in flight any more (every batch was answered) and every rank is
+             * leaving: the coordinator, which no longer progresses the world while it waits
+             * for us, and the other workers, some gone already. A graceful close would spin
+             * for each out to UCX's time-out (over TCP: workers with a DiT run without CMA),
+             * past the coordinator's wait, which then kills us. */
+            for (int r = 0; r < wf_world_size(w->world); r++)
+                if (r != wf_world_rank(w->world)) wf_world_peer_gone(w->world, r);
             return 0;
         }
         /* HEARTBEAT: last_heard is enough. CANCEL: batches run whole, nothing is queued here. */

@@ -10,6 +10,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import signal
 import time
 
 import openai
@@ -175,8 +176,10 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
         metrics = d.status("/metrics")[1].decode()
         assert "weft:image_group_size{" in metrics
         assert "weft:image_chunks_by_group_size_total{" in metrics
-        assert "weft:worker_dit_chunks_total{" in metrics
-        assert "weft:worker_dit_cfg_chunks_total{" in metrics
+        # The DiT's chunks carry the DiT's name (they carried the LLM's beside it)
+        for fam in ("weft:worker_dit_chunks_total", "weft:worker_dit_cfg_chunks_total"):
+            assert f'{fam}{{model_name="{DIT_ID}",rank="1"' in metrics, metrics
+        assert "weft:worker_dit_chunks_total{model_name=\"SmolLM2" not in metrics
     finally:
         assert d.stop() == 0
 
@@ -207,8 +210,9 @@ def test_latents_stay_on_workers_between_chunks(reference):
         metrics = d.status("/metrics")[1].decode()
         for path in ("worker", "from_rank0", "to_rank0"):
             assert f'path="{path}"' in metrics
-        assert "weft:worker_dit_reshards_total{" in metrics
-        assert "weft:worker_dit_latent_mid_rank0_bytes_total{" in metrics
+            assert f'weft:worker_dit_latent_bytes_total{{model_name="{DIT_ID}",rank="1",role="worker",path="{path}"}}' in metrics
+        assert f'weft:worker_dit_reshards_total{{model_name="{DIT_ID}"' in metrics
+        assert f'weft:worker_dit_latent_mid_rank0_bytes_total{{model_name="{DIT_ID}"' in metrics
     finally:
         assert d.stop() == 0
 
@@ -289,3 +293,23 @@ def test_worker_ranks_take_the_coordinators_batch_size():
         assert admin(d)["images"]["chunks_by_group_size"].get("1", 0) >= 20
     finally:
         assert d.stop() == 0
+
+
+def test_stop_is_clean():
+    """SIGTERM to a daemon whose workers ran two-rank chunks: every worker leaves by itself, and
+    no UCX error is logged. Its workers closed their endpoints gracefully, and a graceful close
+    to a rank that no longer progresses (the coordinator waiting for them) or has left (the
+    other worker) spun out UCX's time-out: the coordinator killed them after 2 s, then its own
+    closes to them logged "error during flush: Endpoint timeout" (workers with a DiT run
+    without CMA, so these endpoints were TCP's)."""
+    # (the daemon as users start it: the LLM's cost model calibrated on the workers too)
+    d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2", llm_flags=False)
+    try:
+        generate(d, REQUESTS[2])  # Ulysses on both ranks: the workers' endpoints to each other are up
+    finally:
+        d.proc.send_signal(signal.SIGTERM)
+        d.proc.wait(60)
+        log = d.logtext(200000)
+        assert d.stop() == 0
+    assert "did not leave" not in log, log[-3000:]
+    assert "UCX  ERROR" not in log and "error during flush" not in log, log[-3000:]

@@ -339,6 +339,7 @@ BAD = [
     ({"prompt": "3", "sampler": "heun"}, 400, "sampler"),
     ({"prompt": "3", "negative_class_label": 99}, 400, "negative_class_label"),
     ({"prompt": "3", "slo": {"deadline_ms": -1}}, 400, "slo.deadline_ms"),
+    ({"prompt": "3", "slo": {"deadline_ms": 1e12}}, 400, "slo.deadline_ms"),  # past a day: the message says so
     ({"prompt": "3", "stream": "yes"}, 400, "stream"),
     ({"prompt": "3", "width": 8}, 400, "width"),
     ({"prompt": "3", "model": MODEL_ID}, 400, "model"),
@@ -354,6 +355,8 @@ def test_bad_input(weftd, body, status, param):
     assert code == status, data
     err = json.loads(data)["error"]
     assert err["param"] == param and err["message"], err
+    if param == "slo.deadline_ms":
+        assert "at most 86400000" in err["message"], err
 
 
 def judge_at_native(png, w, h):

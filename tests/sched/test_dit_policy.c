@@ -106,6 +106,20 @@ START_TEST(test_cost_synthetic_and_table) {
     fclose(f);
     ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
     ck_assert_ptr_nonnull(strstr(err, ":2: line longer than"));
+    /* A line that is no point is an error, not skipped; so is a point given twice (which
+     * counted was the file's order), and a table without a single-rank point (every T_single,
+     * and so every deadline, is one): each was accepted before. */
+    const char *refused[][2] = {{"256 1 100\nfoo bar\n", ":2: expected"},
+                                {"tokens P ms\n256 1 100\n", ":1: expected"},
+                                {"256 1 100\n256 1 90\n", ":2: 256 tokens on 1 rank(s) (plain) given twice"},
+                                {"256 2 60\n512 2 110\n", "no single-rank point"}};
+    for (int b = 0; b < 4; b++) {
+        f = fopen(path, "w");
+        fputs(refused[b][0], f);
+        fclose(f);
+        ck_assert_int_eq(wf_dit_cost_load(&m, path, err, sizeof err), WF_EFORMAT);
+        ck_assert_msg(strstr(err, refused[b][1]), "%s", err);
+    }
     unlink(path);
     ck_assert_int_eq(wf_dit_cost_load(&m, "/nonexistent/cost.txt", err, sizeof err), WF_ENOTFOUND);
 }
@@ -324,6 +338,21 @@ START_TEST(test_policy_names) {
     ck_assert_ptr_nonnull(strstr(err, "gf-static:3"));
     ck_assert_int_eq(wf_dit_policy_new("gf-rssp:1024", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "gf-rssp:TOKENS=P"));
+    /* rssp tables name degrees the ranks can form, each size once (they were clamped or
+     * dropped at run time) */
+    ck_assert_int_eq(wf_dit_policy_new("rssp:64=3", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "64=3: P must be a power of two"), "%s", err);
+    ck_assert_int_eq(wf_dit_policy_new("rssp:64=4", 2, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "at most the 2 ranks"), "%s", err);
+    ck_assert_int_eq(wf_dit_policy_new("gf-rssp:1=2,16384=4", 2, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "16384=4"), "%s", err);
+    ck_assert_int_eq(wf_dit_policy_new("rssp:64=1,64=2", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
+    ck_assert_msg(strstr(err, "64 tokens named twice"), "%s", err);
+    ck_assert_int_eq(wf_dit_policy_new("rssp:64=1,256=2", 2, &cost, 5, &p, err, sizeof err), WF_OK);
+    wf_dit_policy_free(p);
+    /* GF-DiT's own default map (S:4) is clamped to the ranks there are, as its simulator does */
+    ck_assert_int_eq(wf_dit_policy_new("gf-rssp", 2, &cost, 5, &p, err, sizeof err), WF_OK);
+    wf_dit_policy_free(p);
     ck_assert_int_eq(wf_dit_policy_new("gf-fcfs:16", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("gf-elastic", 8, &cost, 5, &p, err, sizeof err), WF_EINVAL);
     ck_assert_int_eq(wf_dit_policy_new("elastic", 0, &cost, 5, &p, err, sizeof err), WF_EINVAL);

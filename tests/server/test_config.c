@@ -157,6 +157,23 @@ START_TEST(models_of_both_kinds) {
     ck_assert_int_eq(parse(&cfg, argv_pr, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "rssp:TOKENS=P"), "%s", err);
     wf_config_free(&cfg);
+    /* an rssp map naming a degree the 2 workers cannot form: refused at start, naming the entry
+     * (it was clamped to 2 at run time) */
+    char *argv_pr4[] = {"weftd", "--model", (char *)dit, "--workers", "2", "--dit-policy", "rssp:64=4", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_pr4, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--dit-policy 'rssp:64=4'") && strstr(err, "64=4") && strstr(err, "at most the 2 ranks"),
+                  "%s", err);
+    wf_config_free(&cfg);
+    /* --dit-policy without a DiT, and two DiTs on the workers: refused before anything loads */
+    char *argv_nd[] = {"weftd", "--model", "/m/a.gguf", "--workers", "2",
+                       "--dit-policy", "static:2", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_nd, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--dit-policy places DiT chunks, but no --model is a DiT"), "%s", err);
+    wf_config_free(&cfg);
+    char *argv_2d[] = {"weftd", "--model", (char *)dit, "--model", (char *)dit, "--workers", "2", NULL};
+    ck_assert_int_eq(parse(&cfg, argv_2d, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--workers serves one DiT model (got 2)"), "%s", err);
+    wf_config_free(&cfg);
     /* a DiT alone: the default LLM is served beside it */
     char *argv2[] = {"weftd", "--model", (char *)dit, NULL};
     ck_assert_msg(parse(&cfg, argv2, err, sizeof err) == 0, "%s", err);
