@@ -174,13 +174,20 @@ static void task_grid(const wf_dit_router *r, const wf_task *t, int *h, int *w) 
     }
 }
 
-/* Another size than the native one: its chunks run on one rank, from home and back home (the
- * sequence-parallel split, the worker-to-worker moves and the held copies are the native
- * grid's), and its tokens price it in the cost model (linear in tokens beyond the points). */
+/* Another size than the native one: its chunks go from home to their group and back home
+ * every chunk (the worker-to-worker moves and the held copies are the native grid's only); its
+ * group may split it as a native one (task_max_P), and its tokens price it in the cost model. */
 static bool task_native(const wf_dit_router *r, const wf_task *t) {
     int h, w;
     task_grid(r, t, &h, &w);
     return h == r->lat_h && w == r->lat_w;
+}
+
+/* The largest group task t may run on: Ulysses' rule for its grid over the workers. */
+static int task_max_P(const wf_dit_router *r, const wf_task *t) {
+    int h, w;
+    task_grid(r, t, &h, &w);
+    return h == r->lat_h && w == r->lat_w ? r->max_P : wf_dit_sp_fit(r->model_cfg, h, w, r->n_workers);
 }
 
 static size_t task_floats(const wf_dit_router *r, const wf_task *t) {
@@ -282,9 +289,10 @@ static wf_status run_local(wf_dit_router *r, wf_task_batch *b, unsigned kinds, c
 
 /* The mode group gr runs its tasks in: wf_dit_sp_choose's rule, which its members apply too. */
 static wf_dit_sp_mode group_mode(const wf_dit_router *r, const wf_task_batch *b, const wgroup *gr) {
-    int guided = 0;
+    int guided = 0, h = r->lat_h, w = r->lat_w;
     for (int j = 0; j < gr->n; j++) guided += b->tasks[r->wave[gr->first + j]].dit.guidance_scale > 1.0f;
-    return wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, gr->n_ranks, gr->n, guided);
+    if (gr->n > 0) task_grid(r, &b->tasks[r->wave[gr->first]], &h, &w); /* a multi-rank group runs one */
+    return wf_dit_sp_choose(r->model_cfg, h, w, gr->n_ranks, gr->n, guided);
 }
 
 /* The cost model's mode for a chunk of group gr: plain, or for guided images CFG (one half per
@@ -564,16 +572,17 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 continue;
             }
             wf_dit_placement pl = wf_dit_placement_make(mode, t->group.ranks, gr->n_ranks);
-            size_t plane = (size_t)r->lat_h * (size_t)r->lat_w;
+            int lh, lw; /* any size: each member's rows of its grid */
+            task_grid(r, t, &lh, &lw);
+            size_t plane = (size_t)lh * (size_t)lw;
             for (int m = 0; m < gr->n_ranks; m++) {
                 int r0, r1;
-                wf_dit_sp_rows(&pl, r->patch, r->lat_h, m, &r0, &r1);
+                wf_dit_sp_rows(&pl, r->patch, lh, m, &r0, &r1);
                 const part *pm = &r->parts[gr->ranks[m]];
                 const float *src = pm->buf[part_slot(pm, i)];
                 for (int c = 0; c < r->lat_c; c++)
-                    memcpy(home + c * plane + (size_t)r0 * (size_t)r->lat_w,
-                           src + c * plane + (size_t)r0 * (size_t)r->lat_w,
-                           (size_t)(r1 - r0) * (size_t)r->lat_w * sizeof(float));
+                    memcpy(home + c * plane + (size_t)r0 * (size_t)lw, src + c * plane + (size_t)r0 * (size_t)lw,
+                           (size_t)(r1 - r0) * (size_t)lw * sizeof(float));
             }
         }
         uint64_t end = t0;
@@ -654,7 +663,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
         const wf_task *t = &b->tasks[r->todo[k]];
         wf_dit_job *j = &r->jobs[k];
         *j = (wf_dit_job){.id = k, .tokens = task_tokens(r, t), .steps = t->dit.num_steps,
-                          .steps_done = t->dit.step_begin, .max_P = task_native(r, t) ? r->max_P : 1,
+                          .steps_done = t->dit.step_begin, .max_P = task_max_P(r, t),
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
                           .guided = t->dit.guidance_scale > 1.0f,

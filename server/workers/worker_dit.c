@@ -41,30 +41,68 @@ void wf_worker_dit_close(wf_worker_dit *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
- * one is replaced). NULL with msg on error. */
-static wf_dit_sp *get_sp(wf_worker_dit *d, int sampler, int n_steps, char *msg, size_t cap) {
-    int victim = 0;
+/* Task t's latent grid: the size its latent states (0 x 0 or none: the native one). */
+static void task_grid(const wf_worker_dit *d, const wf_task *t, int *h, int *w) {
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dit);
+    bool sized = t->dit.latent.kind == WF_ARTIFACT_LATENT && t->dit.latent.latent.height > 0 &&
+                 t->dit.latent.latent.width > 0;
+    *h = sized ? t->dit.latent.latent.height : in->latent_height;
+    *w = sized ? t->dit.latent.latent.width : in->latent_width;
+}
+
+/* Latent positions the cached steppers may reserve together: twice the largest latent's. A
+ * stepper's buffers grow with its positions (its forward rows and all-to-all buffers are
+ * tokens x hidden per item), so this bounds them at two steppers of the largest size, however
+ * many small ones a mixed workload makes. */
+static long runner_budget(const wf_worker_dit *d) {
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dit);
+    return 2 * (long)(wf_dit_exec_latent_floats_max(d->dit) / (size_t)in->latent_channels);
+}
+
+/* The multi-rank stepper of (sampler, n_steps) on an h x w latent grid, made on first use;
+ * the least recently used ones are replaced while the cache is full or over its budget of
+ * positions. NULL with msg on error. */
+static wf_dit_sp *get_sp(wf_worker_dit *d, int sampler, int n_steps, int h, int w, char *msg, size_t cap) {
+    long used = 0;
     for (int i = 0; i < WF_WORKER_DIT_RUNNERS; i++) {
-        if (d->sps[i].sp && d->sps[i].sampler == sampler && d->sps[i].n_steps == n_steps) {
+        if (!d->sps[i].sp) continue;
+        if (d->sps[i].sampler == sampler && d->sps[i].n_steps == n_steps && d->sps[i].height == h &&
+            d->sps[i].width == w) {
             d->sps[i].used = ++d->clock;
             return d->sps[i].sp;
         }
-        if (!d->sps[i].sp || d->sps[i].used < d->sps[victim].used) victim = i;
-        if (!d->sps[i].sp) break;
+        used += (long)d->sps[i].height * d->sps[i].width;
     }
-    wf_dit_sp_free(d->sps[victim].sp);
-    d->sps[victim].sp = NULL;
+    long want = (long)h * w;
+    int victim = -1;
+    for (;;) {
+        int n = 0, lru = -1;
+        victim = -1;
+        for (int i = 0; i < WF_WORKER_DIT_RUNNERS; i++) {
+            if (!d->sps[i].sp) {
+                if (victim < 0) victim = i;
+                continue;
+            }
+            n++;
+            if (lru < 0 || d->sps[i].used < d->sps[lru].used) lru = i;
+        }
+        if (victim >= 0 && (n == 0 || used + want <= runner_budget(d))) break;
+        used -= (long)d->sps[lru].height * d->sps[lru].width;
+        wf_dit_sp_free(d->sps[lru].sp);
+        d->sps[lru].sp = NULL;
+    }
     wf_dit_sampler_config cfg;
     wf_dit_exec_sampler_config(d->dit, sampler, &cfg);
     const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dit);
     wf_dit_sp *sp = NULL;
-    if (wf_dit_sp_new(wf_dit_exec_model(d->dit), &cfg, n_steps, in->max_items, in->latent_height,
-                      in->latent_width, d->world, &sp, msg, cap) != WF_OK)
+    if (wf_dit_sp_new(wf_dit_exec_model(d->dit), &cfg, n_steps, in->max_items, h, w, d->world, &sp, msg, cap) !=
+        WF_OK)
         return NULL;
     d->sps[victim].sp = sp;
     d->sps[victim].sampler = sampler;
     d->sps[victim].n_steps = n_steps;
+    d->sps[victim].height = h;
+    d->sps[victim].width = w;
     d->sps[victim].used = ++d->clock;
     return sp;
 }
@@ -85,15 +123,14 @@ static bool same_group(const wf_group *a, const wf_group *b) {
  * rule the coordinator's router applies too (a multi-rank group runs one task, so a rank that
  * only hands its rows over sees the same tasks as the members). */
 static wf_dit_sp_mode dit_mode(const wf_worker_dit *d, const wf_task_batch *b, const wf_group *g) {
-    int n = 0, guided = 0;
+    int n = 0, guided = 0, h = 0, w = 0;
     for (int j = 0; j < b->n_tasks; j++)
         if (same_group(&b->tasks[j].group, g)) {
-            n++;
+            if (n++ == 0) task_grid(d, &b->tasks[j], &h, &w);
             guided += b->tasks[j].dit.guidance_scale > 1.0f;
         }
-    const wf_dit_exec_info *in = wf_dit_exec_get_info(d->dit);
-    return wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(d->dit)), in->latent_height, in->latent_width,
-                            g->n_ranks, n, guided);
+    if (n == 0) task_grid(d, &b->tasks[0], &h, &w);
+    return wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(d->dit)), h, w, g->n_ranks, n, guided);
 }
 
 /* DENOISE chunks over the batch's group of ranks (sequence or guidance parallelism,
@@ -109,15 +146,19 @@ static wf_status run_sp(wf_worker_dit *d, wf_task_batch *b, float *const *lat, c
     }
     wf_dit_item *items = d->items;
     const wf_task *t0 = &b->tasks[0];
+    int h0, w0;
+    task_grid(d, t0, &h0, &w0);
     for (int j = 0; j < n; j++) {
         const wf_task *t = &b->tasks[j];
-        if (t->dit.sampler != t0->dit.sampler || t->dit.num_steps != t0->dit.num_steps) {
-            snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler or step count");
+        int h, w;
+        task_grid(d, t, &h, &w);
+        if (t->dit.sampler != t0->dit.sampler || t->dit.num_steps != t0->dit.num_steps || h != h0 || w != w0) {
+            snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler, step count or latent size");
             return WF_EINVAL;
         }
         items[j] = dit_item(t, lat[j]);
     }
-    wf_dit_sp *sp = get_sp(d, t0->dit.sampler, t0->dit.num_steps, msg, cap);
+    wf_dit_sp *sp = get_sp(d, t0->dit.sampler, t0->dit.num_steps, h0, w0, msg, cap);
     if (!sp) return WF_EINVAL;
     /* Guidance or sequence parallelism: the rule the coordinator's router applies too. */
     wf_dit_placement pl = wf_dit_placement_make(dit_mode(d, b, &b->group), b->group.ranks, b->group.n_ranks);
@@ -246,8 +287,9 @@ wf_status wf_worker_dit_run(wf_worker_dit *d, wf_task_batch *b) {
             member[j] = wf_gfc_group_index(&t->group, rank) >= 0;
             keep[j] = member[j] && t->dit.image.kind == WF_ARTIFACT_LATENT;
             bool home = dit_home(&t->dit.latent.placement);
-            /* A latent of another size than the native one: the size its task states, run by
-             * one rank from home and back (the router holds and splits native latents only). */
+            /* A latent of another size than the native one: the size its task states, from
+             * home to its group (one rank, or several splitting it as for the native size) and
+             * back every chunk (the router holds native latents only between chunks). */
             int lh = t->dit.latent.latent.height, lw = t->dit.latent.latent.width;
             bool sized = t->dit.latent.kind == WF_ARTIFACT_LATENT && lh > 0 && lw > 0;
             bytes[j] = wf_workers_latent_bytes(t, native);
@@ -258,8 +300,8 @@ wf_status wf_worker_dit_run(wf_worker_dit *d, wf_task_batch *b) {
                 member[j] = false;
                 continue;
             }
-            if (sized && bytes[j] != native && (!home || t->group.n_ranks != 1 || keep[j])) {
-                snprintf(why, sizeof why, "a %dx%d latent (not native) runs on one rank from home and back", lh, lw);
+            if (sized && bytes[j] != native && (!home || keep[j])) {
+                snprintf(why, sizeof why, "a %dx%d latent (not native) goes from home and back every chunk", lh, lw);
                 dit_fail(t, WF_EINVAL, why, &done, rank);
                 member[j] = keep[j] = false;
                 continue;
@@ -302,7 +344,9 @@ wf_status wf_worker_dit_run(wf_worker_dit *d, wf_task_batch *b) {
             wf_dit_placement from = dit_held(&t->dit.latent.placement);
             wf_dit_placement to = wf_dit_placement_make(dit_mode(d, b, &t->group), t->group.ranks, t->group.n_ranks);
             if (from.mode == to.mode && same_group(&from.group, &to.group)) continue; /* stays */
-            wf_dit_sp *sp = get_sp(d, t->dit.sampler, t->dit.num_steps, why, sizeof why);
+            int gh, gw;
+            task_grid(d, t, &gh, &gw);
+            wf_dit_sp *sp = get_sp(d, t->dit.sampler, t->dit.num_steps, gh, gw, why, sizeof why);
             wf_dit_item it = dit_item(t, lat[j] ? lat[j] : d->scratch);
             wf_status rs = sp ? wf_dit_sp_reshard(sp, &from, &to, 1, &it, why, sizeof why) : WF_EINVAL;
             if (rs != WF_OK) dit_fail(t, rs, why, &done, rank);

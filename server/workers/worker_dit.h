@@ -31,8 +31,9 @@ typedef struct wf_worker_dit {
     wf_link *link;
     float *scratch;                  /* receives a latent that has no slot (then fails) */
     wf_dit_item *items;              /* a multi-rank batch's items (max_items of them) */
-    struct {                         /* multi-rank steppers per (sampler, step count), LRU */
-        int sampler, n_steps;
+    struct {                         /* multi-rank steppers per (sampler, step count, latent
+                                        grid), LRU, within a budget of positions (worker_dit.c) */
+        int sampler, n_steps, height, width;
         uint64_t used;
         wf_dit_sp *sp;
     } sps[WF_WORKER_DIT_RUNNERS];

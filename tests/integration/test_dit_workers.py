@@ -4,7 +4,7 @@ sequence parallelism (engine/elastic/dit_sp.h) over real UCX, or guidance parall
 every image of a two-rank chunk is guided. The same seed gives the same PNG bytes in-process and
 under static:1, static:2 (guided images CFG-parallel, the guidance_scale=1 one Ulysses) and elastic (a worker killed during multi-rank
 steps: test_dit_workers_kill.py). A size other than the native one runs on the worker ranks too
-(one rank per chunk), through the openai client, with the in-process bytes."""
+(on two ranks under static:2), through the openai client, with the in-process bytes."""
 import base64
 import concurrent.futures
 import http.client
@@ -147,9 +147,10 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
         if policy != "elastic":
             assert all(n > 0 for n in ranks), ranks
         if policy == "static:2":
-            # Another size runs on the worker ranks too, one rank per chunk (the job's max_P is
-            # 1 even where the policy gives the native size two), its latent from home and back
-            # each chunk: the openai client gets PNGs of that size, the bytes of in-process.
+            # Another size runs on two worker ranks too (its 4 patch rows split in halves, or
+            # its guided images' halves: its max_P is Ulysses' rule for its grid), its latent
+            # from home to both and back each chunk: the openai client gets PNGs of that size,
+            # the bytes of in-process.
             models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
             assert models[DIT_ID]["size_multiple"] == 2, models[DIT_ID]
             before = admin(d)
@@ -159,14 +160,16 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
             after = admin(d)
             grown = {k: v - before["images"]["chunks_by_group_size"].get(k, 0)
                      for k, v in after["images"]["chunks_by_group_size"].items()}
-            assert grown.get("1", 0) == SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], grown
+            assert grown.get("2", 0) == SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], grown
+            assert grown.get("1", 0) == 0, grown
             assert after["images"]["failed"] == before["images"]["failed"]
             ran = [a["dit_chunks"] - b["dit_chunks"] for a, b in
                    zip(after["scheduler"]["workers"], before["scheduler"]["workers"])]
             assert sum(ran) >= SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], ran
         # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
         # both members), the unguided request's run Ulysses; one rank is neither.
-        cfg = [w["dit_cfg_chunks"] for w in admin(d)["scheduler"]["workers"]]
+        ws = admin(d)["scheduler"]["workers"]
+        cfg, ranks = [w["dit_cfg_chunks"] for w in ws], [w["dit_chunks"] for w in ws]
         if policy == "static:1":
             assert cfg == [0, 0], cfg
         if policy == "static:2":
