@@ -93,6 +93,15 @@ def dit_cost(d, policy):
     assert c["request_observations"] > 0, c  # the start-up requests at least
     assert c["reshard"]["latency_ms"] > 0 and c["reshard"]["ms_per_mib"] > 0, c
     assert c["group_form_ms"] == 0, c  # group-free collectives
+    # The calibrated points: the native size's and a larger size's (the native grid doubled per
+    # side: 16x16 within the default largest image, 4 x the native pixels), unguided on 1 and 2
+    # ranks, where the cost model interpolates T(tokens, P) from; each with its class's correction.
+    pts = {(p["tokens"], p["ranks"], p["mode"]): p for p in c["points"]}
+    big = 4 * c["tokens"]
+    for key in ((c["tokens"], 1, "plain"), (c["tokens"], 2, "plain"), (big, 1, "plain"), (big, 2, "plain")):
+        assert key in pts and pts[key]["measured_ms"] > 0 and pts[key]["correction"] > 0, (key, c["points"])
+    assert pts[(c["tokens"], 1, "plain")]["measured_ms"] == pytest.approx(degrees[1]["modes"]["plain"]["measured_ms"],
+                                                                            rel=1e-6), c
     return c
 
 
