@@ -292,6 +292,9 @@ wf_status wf_worker_dit_run(wf_worker_dit *d, wf_task_batch *b) {
              * back every chunk (the router holds native latents only between chunks). */
             int lh = t->dit.latent.latent.height, lw = t->dit.latent.latent.width;
             bool sized = t->dit.latent.kind == WF_ARTIFACT_LATENT && lh > 0 && lw > 0;
+            /* by its grid, not its bytes: 16x4 has the floats of 8x8 but other positions */
+            bool other = sized && (lh != wf_dit_exec_get_info(d->dit)->latent_height ||
+                                   lw != wf_dit_exec_get_info(d->dit)->latent_width);
             bytes[j] = wf_workers_latent_bytes(t, native);
             if (sized && bytes[j] > wf_dit_exec_latent_floats_max(d->dit) * sizeof(float)) {
                 bytes[j] = native; /* never received: the task fails below */
@@ -300,13 +303,13 @@ wf_status wf_worker_dit_run(wf_worker_dit *d, wf_task_batch *b) {
                 member[j] = false;
                 continue;
             }
-            if (sized && bytes[j] != native && (!home || keep[j])) {
+            if (other && (!home || keep[j])) {
                 snprintf(why, sizeof why, "a %dx%d latent (not native) goes from home and back every chunk", lh, lw);
                 dit_fail(t, WF_EINVAL, why, &done, rank);
                 member[j] = keep[j] = false;
                 continue;
             }
-            if (member[j] && home && sized && bytes[j] != native) {
+            if (member[j] && home && other) {
                 if (!(lat[j] = wf_dit_exec_latent_sized(d->dit, t->dit.latent.id, lh, lw)))
                     dit_fail(t, WF_EFULL, "no free latent slot for its size", &done, rank);
             } else if (!home && wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0) {

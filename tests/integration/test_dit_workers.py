@@ -33,6 +33,9 @@ REQUESTS = [
 LONG = dict(prompt="3", n=1, seed=7, num_inference_steps=16)  # for the kill test
 # A size other than the native 8x8 (twice as wide), through the openai client.
 SIZED = dict(prompt="4", n=2, size="16x8", extra_body=dict(seed=13, num_inference_steps=3))
+# As many latent floats as the native 8x8, on another grid (16 wide, 4 high): told apart by its
+# grid, not its bytes.
+SAME_BYTES = dict(prompt="6", n=1, size="16x4", extra_body=dict(seed=17, num_inference_steps=2))
 # Worker daemons: the image scheduler calibrates with batches of --image-max-batch images.
 WORKER_ARGS = ("--workers", "2", "--heartbeat-ms", "200", "--image-max-batch", "2")
 
@@ -116,7 +119,7 @@ def references():
     d = Weftd("--model", DIT)
     try:
         assert "dit_cost" not in admin(d)  # in-process: no worker ranks, no policy
-        yield [generate(d, r) for r in REQUESTS], generate_openai(d, SIZED)
+        yield [generate(d, r) for r in REQUESTS], generate_openai(d, SIZED), generate_openai(d, SAME_BYTES)
     finally:
         assert d.stop() == 0
 
@@ -128,7 +131,7 @@ def reference(references):
 
 @pytest.fixture(scope="module")
 def reference_sized(references):
-    return references[1]
+    return references[1], references[2]
 
 
 @pytest.mark.parametrize("policy,sizes", [("static:1", {"1"}), ("static:2", {"2"}), ("elastic", None)])
@@ -164,17 +167,23 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
             assert models[DIT_ID]["size_multiple"] == 2, models[DIT_ID]
             before = admin(d)
             got = generate_openai(d, SIZED)
-            assert got == reference_sized
+            assert got == reference_sized[0]
             assert all(read_png(p).shape == (8, 16, 1) for p in got)
+            same = generate_openai(d, SAME_BYTES)
+            assert same == reference_sized[1]
+            assert read_png(same[0]).shape == (4, 16, 1)
             after = admin(d)
             grown = {k: v - before["images"]["chunks_by_group_size"].get(k, 0)
                      for k, v in after["images"]["chunks_by_group_size"].items()}
-            assert grown.get("2", 0) == SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], grown
+            sized_chunks = sum(r["n"] * r["extra_body"]["num_inference_steps"] for r in (SIZED, SAME_BYTES))
+            assert grown.get("2", 0) == sized_chunks, grown
             assert grown.get("1", 0) == 0, grown
             assert after["images"]["failed"] == before["images"]["failed"]
             ran = [a["dit_chunks"] - b["dit_chunks"] for a, b in
                    zip(after["scheduler"]["workers"], before["scheduler"]["workers"])]
-            assert sum(ran) >= SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], ran
+            assert sum(ran) >= sized_chunks, ran
+        if policy == "static:1":  # one rank: the executor runs it by its slot's grid
+            assert generate_openai(d, SAME_BYTES) == reference_sized[1]
         # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
         # both members), the unguided request's run Ulysses; one rank is neither.
         ws = admin(d)["scheduler"]["workers"]
