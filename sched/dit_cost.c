@@ -37,6 +37,13 @@ wf_status wf_dit_cost_add_mode_point(wf_dit_cost *c, int tokens, int P, wf_dit_c
         (unsigned)mode >= WF_DIT_COST_MODES || (mode == WF_DIT_COST_CFG && P != 2))
         return WF_EINVAL;
     c->pts[c->n_points++] = (wf_dit_cost_point){tokens, P, ms, mode};
+    bool known = false;
+    for (int k = 0; k < c->n_classes; k++) known |= c->class_tokens[k] == tokens;
+    if (!known && c->n_classes < WF_DIT_COST_MAX_CLASSES) {
+        int k = c->n_classes++;
+        c->class_tokens[k] = tokens;
+        for (int q = 0; q <= WF_DIT_COST_MAX_P; q++) c->class_corr[k][q] = 1.0;
+    }
     return WF_OK;
 }
 
@@ -168,9 +175,31 @@ static double raw_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode m
     }
 }
 
+/* The size class of tokens: the one whose token count is nearest in ratio; -1 with fewer
+ * than two classes. */
+static int size_class(const wf_dit_cost *c, int tokens) {
+    if (c->n_classes < 2 || tokens < 1) return -1;
+    int best = 0;
+    double bd = INFINITY;
+    for (int k = 0; k < c->n_classes; k++) {
+        double d = fabs(log((double)tokens / (double)c->class_tokens[k]));
+        if (d < bd) {
+            bd = d;
+            best = k;
+        }
+    }
+    return best;
+}
+
+double wf_dit_cost_correction(const wf_dit_cost *c, int tokens, int P) {
+    if (P < 1 || P > WF_DIT_COST_MAX_P) return 1.0;
+    int k = size_class(c, tokens);
+    return k < 0 ? c->corr[P] : c->class_corr[k][P];
+}
+
 double wf_dit_cost_mode_step_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode) {
     double ms = raw_ms(c, tokens, P, mode);
-    return ms > 0 ? ms * c->corr[P] : -1.0;
+    return ms > 0 ? ms * wf_dit_cost_correction(c, tokens, P) : -1.0;
 }
 
 double wf_dit_cost_step_ms(const wf_dit_cost *c, int tokens, int P) {
@@ -190,6 +219,8 @@ void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mod
     double pred = raw_ms(c, tokens, P, mode);
     if (!(pred > 0)) return;
     c->corr[P] = (1 - c->corr_weight) * c->corr[P] + c->corr_weight * (ms / pred);
+    int k = size_class(c, tokens);
+    if (k >= 0) c->class_corr[k][P] = (1 - c->corr_weight) * c->class_corr[k][P] + c->corr_weight * (ms / pred);
 }
 
 void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms) {

@@ -29,6 +29,14 @@
  * to 2 x its PLAIN time (two forwards, no better measurement), CFG is allowed only where
  * measured. The online correction is per degree, shared by the modes.
  *
+ * Size classes. A measured model with points at several token counts (a daemon calibrates its
+ * native size and larger ones up to its largest) corrects each size class apart: a class per
+ * distinct token count of the points (at most WF_DIT_COST_MAX_CLASSES), an observation moves
+ * the class nearest to its tokens (in ratio) and the degree's correction, and a prediction
+ * uses its class's (wf_dit_cost_correction): a machine that slows down only for long
+ * sequences (attention, caches) does not mislead the small ones, nor the other way round. With
+ * one token count (or the synthetic model) the degree's correction is the only one.
+ *
  * Overheads. What a served request takes beyond its steps: chunk_ms per DENOISE task (the
  * scheduler's plan, the dispatch to the ranks and the completion's hand-off: per step with
  * one-step chunks) and request_ms once (ENCODE, DECODE_IMAGE, PNG, HTTP). Both 0 in GF-DiT's
@@ -46,6 +54,7 @@
 #define WF_DIT_COST_MAX_P 64
 #define WF_DIT_COST_MAX_POINTS 64
 #define WF_DIT_COST_REQUEST_WINDOW 15 /* lone requests request_ms is the median of */
+#define WF_DIT_COST_MAX_CLASSES 8     /* size classes with their own corrections */
 
 typedef enum wf_dit_cost_mode {
     WF_DIT_COST_PLAIN = 0,  /* an unguided image (one forward per step), Ulysses over P */
@@ -66,6 +75,9 @@ typedef struct wf_dit_cost {
     wf_dit_cost_point pts[WF_DIT_COST_MAX_POINTS];
     int n_points;                        /* > 0: the measured table replaces the formula */
     double corr[WF_DIT_COST_MAX_P + 1];  /* observed / predicted, per degree (1 at start) */
+    int n_classes;                       /* size classes: the points' distinct token counts */
+    int class_tokens[WF_DIT_COST_MAX_CLASSES];
+    double class_corr[WF_DIT_COST_MAX_CLASSES][WF_DIT_COST_MAX_P + 1]; /* per class and degree */
     double corr_weight;                  /* weight of a new observation (default 0.1) */
     double reshard_lat_ms, reshard_ms_per_mib; /* reshard = lat + bytes / MiB * per_mib */
     double latent_bytes_per_token;       /* synthetic CFG exchange (default 64) */
@@ -106,6 +118,9 @@ double wf_dit_cost_mode_step_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_
 double wf_dit_cost_guided_ms(const wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode *mode);
 const char *wf_dit_cost_mode_name(wf_dit_cost_mode mode);
 void wf_dit_cost_observe(wf_dit_cost *c, int tokens, int P, double ms);
+/* The correction a prediction of (tokens, P) is multiplied by: its size class's when the model
+ * has two or more, else the degree's. */
+double wf_dit_cost_correction(const wf_dit_cost *c, int tokens, int P);
 /* An observed step of a mode (corrects the degree against that mode's prediction). */
 void wf_dit_cost_observe_mode(wf_dit_cost *c, int tokens, int P, wf_dit_cost_mode mode, double ms);
 /* A DENOISE chunk's overhead as observed: its wall time minus the predicted time of its steps

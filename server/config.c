@@ -47,7 +47,7 @@ static const option_spec options[] = {
     {"share-min", OPT_DOUBLE, FIELD(share_min), 0, 0.5, "FRAC", "with --share-cores: the minimum fraction of the cores' recent time text and images each get while they have work waiting, whatever the deadlines (default " WF_DEFAULT_STR(WF_DEFAULT_SHARE_MIN) "; 0: pure EDF)"},
     {"image-order", OPT_STRING, FIELD(image_order), 0, 0, "edf|fcfs", "order of image requests: edf (earliest deadline, then priority, then arrival; default) or fcfs (arrival only: the baseline of the mixed-load benchmark)"},
     {"image-max-batch", OPT_INT, FIELD(image_max_batch), 1, 256, "N", "images per DiT forward pass (default 8)"},
-    {"image-max-pixels", OPT_LONG, FIELD(image_max_pixels), 0, 1L << 26, "N", "largest image (width x height pixels) a DiT serves in other sizes than its native one; buffers and latents are sized for it (default 0: 4 x the native size's pixels; the native size itself: that size only)"},
+    {"image-max-pixels", OPT_LONG, FIELD(image_max_pixels), 0, 1L << 26, "N", "largest image (width x height pixels) a DiT serves in other sizes than its native one; buffers and latents are sized for it (default 0: 4 x the native size's pixels; the native size itself: that size only); with --workers every size runs on groups of ranks too, and the start-up measures steps at sizes up to it"},
     {"host", OPT_STRING, FIELD(host), 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
     {"port", OPT_INT, FIELD(port), 0, 65535, "N", "TCP port (default 8080; 0 picks a free port)"},
     {"threads", OPT_INT, FIELD(threads), 0, 1024, "N", "engine threads (default 0 = one per core)"},

@@ -380,18 +380,20 @@ void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
     wf_jbuf_str(b, ds.policy, strlen(ds.policy));
     wf_jbuf_printf(b, ",\"source\":\"%s\",\"tokens\":%d,\"degrees\":[", c->n_points ? "measured" : "synthetic",
                    ds.tokens);
-    /* Per degree: the online correction, and per mode the step as calibrated (measured_ms,
-     * the model before correction) and as predicted now (x correction). */
+    /* Per degree: the online correction (the native size's class), and per mode the native
+     * step as calibrated (measured_ms, the model before correction) and as predicted now (x
+     * correction). */
     for (int P = 1, first = 1; P <= WF_DIT_COST_MAX_P; P++) {
         if (!wf_dit_cost_allows(c, P)) continue;
+        double corr = wf_dit_cost_correction(c, ds.tokens, P);
         wf_jbuf_printf(b, "%s{\"ranks\":%d,\"correction\":", first ? "" : ",", P);
-        wf_jbuf_num(b, c->corr[P]);
+        wf_jbuf_num(b, corr);
         wf_jbuf_cstr(b, ",\"modes\":{");
         for (int m = 0, fm = 1; m < WF_DIT_COST_MODES; m++) {
             double ms = wf_dit_cost_mode_step_ms(c, ds.tokens, P, (wf_dit_cost_mode)m);
             if (!(ms > 0)) continue;
             wf_jbuf_printf(b, "%s\"%s\":{", fm ? "" : ",", wf_dit_cost_mode_name((wf_dit_cost_mode)m));
-            write_ms(b, "measured_ms", ms / c->corr[P]);
+            write_ms(b, "measured_ms", ms / corr);
             wf_jbuf_cstr(b, ",");
             write_ms(b, "predicted_ms", ms);
             wf_jbuf_cstr(b, "}");
@@ -399,6 +401,18 @@ void wf_daemon_write_dit_cost(void *ctx, wf_jbuf *b) {
         }
         wf_jbuf_cstr(b, "}}");
         first = 0;
+    }
+    /* Every calibrated point (the native size and the larger ones the start-up measured, per
+     * degree and mode: "tokens P ms" of sched/dit_cost.h), with its size class's correction. */
+    wf_jbuf_cstr(b, "],\"points\":[");
+    for (int i = 0; i < c->n_points; i++) {
+        const wf_dit_cost_point *pt = &c->pts[i];
+        wf_jbuf_printf(b, "%s{\"tokens\":%d,\"ranks\":%d,\"mode\":\"%s\",", i ? "," : "", pt->tokens, pt->P,
+                       wf_dit_cost_mode_name(pt->mode));
+        write_ms(b, "measured_ms", pt->ms);
+        wf_jbuf_cstr(b, ",\"correction\":");
+        wf_jbuf_num(b, wf_dit_cost_correction(c, pt->tokens, pt->P));
+        wf_jbuf_cstr(b, "}");
     }
     wf_jbuf_cstr(b, "],");
     write_ms(b, "chunk_ms", c->chunk_ms);

@@ -174,13 +174,20 @@ static void task_grid(const wf_dit_router *r, const wf_task *t, int *h, int *w) 
     }
 }
 
-/* Another size than the native one: its chunks run on one rank, from home and back home (the
- * sequence-parallel split, the worker-to-worker moves and the held copies are the native
- * grid's), and its tokens price it in the cost model (linear in tokens beyond the points). */
+/* Another size than the native one: its chunks go from home to their group and back home
+ * every chunk (the worker-to-worker moves and the held copies are the native grid's only); its
+ * group may split it as a native one (task_max_P), and its tokens price it in the cost model. */
 static bool task_native(const wf_dit_router *r, const wf_task *t) {
     int h, w;
     task_grid(r, t, &h, &w);
     return h == r->lat_h && w == r->lat_w;
+}
+
+/* The largest group task t may run on: Ulysses' rule for its grid over the workers. */
+static int task_max_P(const wf_dit_router *r, const wf_task *t) {
+    int h, w;
+    task_grid(r, t, &h, &w);
+    return h == r->lat_h && w == r->lat_w ? r->max_P : wf_dit_sp_fit(r->model_cfg, h, w, r->n_workers);
 }
 
 static size_t task_floats(const wf_dit_router *r, const wf_task *t) {
@@ -282,9 +289,10 @@ static wf_status run_local(wf_dit_router *r, wf_task_batch *b, unsigned kinds, c
 
 /* The mode group gr runs its tasks in: wf_dit_sp_choose's rule, which its members apply too. */
 static wf_dit_sp_mode group_mode(const wf_dit_router *r, const wf_task_batch *b, const wgroup *gr) {
-    int guided = 0;
+    int guided = 0, h = r->lat_h, w = r->lat_w;
     for (int j = 0; j < gr->n; j++) guided += b->tasks[r->wave[gr->first + j]].dit.guidance_scale > 1.0f;
-    return wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, gr->n_ranks, gr->n, guided);
+    if (gr->n > 0) task_grid(r, &b->tasks[r->wave[gr->first]], &h, &w); /* a multi-rank group runs one */
+    return wf_dit_sp_choose(r->model_cfg, h, w, gr->n_ranks, gr->n, guided);
 }
 
 /* The cost model's mode for a chunk of group gr: plain, or for guided images CFG (one half per
@@ -564,16 +572,17 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 continue;
             }
             wf_dit_placement pl = wf_dit_placement_make(mode, t->group.ranks, gr->n_ranks);
-            size_t plane = (size_t)r->lat_h * (size_t)r->lat_w;
+            int lh, lw; /* any size: each member's rows of its grid */
+            task_grid(r, t, &lh, &lw);
+            size_t plane = (size_t)lh * (size_t)lw;
             for (int m = 0; m < gr->n_ranks; m++) {
                 int r0, r1;
-                wf_dit_sp_rows(&pl, r->patch, r->lat_h, m, &r0, &r1);
+                wf_dit_sp_rows(&pl, r->patch, lh, m, &r0, &r1);
                 const part *pm = &r->parts[gr->ranks[m]];
                 const float *src = pm->buf[part_slot(pm, i)];
                 for (int c = 0; c < r->lat_c; c++)
-                    memcpy(home + c * plane + (size_t)r0 * (size_t)r->lat_w,
-                           src + c * plane + (size_t)r0 * (size_t)r->lat_w,
-                           (size_t)(r1 - r0) * (size_t)r->lat_w * sizeof(float));
+                    memcpy(home + c * plane + (size_t)r0 * (size_t)lw, src + c * plane + (size_t)r0 * (size_t)lw,
+                           (size_t)(r1 - r0) * (size_t)lw * sizeof(float));
             }
         }
         uint64_t end = t0;
@@ -654,7 +663,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
         const wf_task *t = &b->tasks[r->todo[k]];
         wf_dit_job *j = &r->jobs[k];
         *j = (wf_dit_job){.id = k, .tokens = task_tokens(r, t), .steps = t->dit.num_steps,
-                          .steps_done = t->dit.step_begin, .max_P = task_native(r, t) ? r->max_P : 1,
+                          .steps_done = t->dit.step_begin, .max_P = task_max_P(r, t),
                           .arrival_ms = now_ms,
                           .deadline_ms = t->deadline_ns ? (double)t->deadline_ns / 1e6 : now_ms + 1e9,
                           .guided = t->dit.guidance_scale > 1.0f,
@@ -973,12 +982,13 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks 1..P, added to the
- * cost model under the mode the workers run it in. */
-static void calibrate_degree(wf_dit_router *r, wf_task *t, int P) {
+/* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks 1..P, at the grid
+ * of its home latent (h x w), added to the cost model under the mode the workers run it in. */
+static void calibrate_degree(wf_dit_router *r, wf_task *t, int P, int h, int w) {
     wf_task_batch b = {.tasks = t, .n_tasks = 1};
     bool guided = t->dit.guidance_scale > 1.0f;
-    wf_dit_cost_mode mode = cost_mode(guided, P, wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, P, 1, guided));
+    int tokens = (h / r->patch) * (w / r->patch);
+    wf_dit_cost_mode mode = cost_mode(guided, P, wf_dit_sp_choose(r->model_cfg, h, w, P, 1, guided));
     char msg[160] = "";
     double ms[8];
     int ok = 0;
@@ -992,43 +1002,82 @@ static void calibrate_degree(wf_dit_router *r, wf_task *t, int P) {
         if (rep > 0) ms[ok++] = (double)(wf_clock_now_ns() - t0) / 1e6;
     }
     if (ok < 7) {
-        WF_LOG_WARN("dit", NULL, "calibrating %d rank(s), %s: %s: not used", P, wf_dit_cost_mode_name(mode), msg);
+        WF_LOG_WARN("dit", NULL, "calibrating %dx%d on %d rank(s), %s: %s: not used", w, h, P,
+                    wf_dit_cost_mode_name(mode), msg);
         return;
     }
     qsort(ms, 7, sizeof ms[0], cmp_double);
-    wf_dit_cost_add_mode_point(&r->cost, r->tokens, P, mode, ms[3]);
-    if (mode == WF_DIT_COST_PLAIN)
-        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 7)", P, ms[3],
-                    r->tokens);
+    wf_dit_cost_add_mode_point(&r->cost, tokens, P, mode, ms[3]);
+    if (h != r->lat_h || w != r->lat_w)
+        WF_LOG_INFO("dit", NULL, "DiT %s step of a %dx%d latent on %d worker rank(s)%s%s: %.3f ms (%d tokens, median "
+                    "of 7)", guided ? "guided" : "unguided", w, h, P, guided ? ", mode " : "",
+                    guided ? wf_dit_cost_mode_name(mode) : "", ms[3], tokens);
+    else if (mode == WF_DIT_COST_PLAIN)
+        WF_LOG_INFO("dit", NULL, "DiT step on %d worker rank(s): %.3f ms (%d tokens, median of 7)", P, ms[3], tokens);
     else
         WF_LOG_INFO("dit", NULL, "DiT guided step on %d worker rank(s), %s mode: %.3f ms (%d tokens, median of 7)",
-                    P, wf_dit_cost_mode_name(mode), ms[3], r->tokens);
+                    P, wf_dit_cost_mode_name(mode), ms[3], tokens);
 }
 
-/* The measured cost model: for every degree P the model and the workers allow (1, 2, 4, ...),
- * an unguided and a guided image's step (the guided one in the mode the workers pick for it),
+/* The latent grids the start-up measures besides the native one: the native grid doubled per
+ * side while it stays within the largest image (--image-max-pixels), at most
+ * WF_DIT_ROUTER_CALIB_SIZES of them (the largest kept): step time grows faster than linearly
+ * in tokens (attention), so the cost model interpolates between real points instead of
+ * scaling the native one, and a large image's worth of P = 2 is measured, not guessed. */
+#define WF_DIT_ROUTER_CALIB_SIZES 3
+static int calib_grids(const wf_dit_router *r, int hs[], int ws[]) {
+    const wf_dit_exec_info *in = wf_dit_exec_get_info(r->local);
+    long scale = in->image_scale > 0 ? in->image_scale : 1;
+    long max_pos = in->max_pixels / (scale * scale);
+    int n = 0, h = r->lat_h, w = r->lat_w;
+    while ((long)(2 * h) * (2 * w) <= max_pos && (size_t)(4 * h * w) * (size_t)r->lat_c <= r->lat_max) {
+        h *= 2;
+        w *= 2;
+        if (n == WF_DIT_ROUTER_CALIB_SIZES) { /* keep the largest ones */
+            memmove(hs, hs + 1, sizeof(int) * (size_t)(n - 1));
+            memmove(ws, ws + 1, sizeof(int) * (size_t)(n - 1));
+            n--;
+        }
+        hs[n] = h;
+        ws[n++] = w;
+    }
+    return n;
+}
+
+/* One size's points: for every degree the model and the workers allow at that grid (1, 2, 4,
+ * ...), an unguided and a guided image's step (the guided one in the mode the workers pick for
+ * it). A degree whose unguided step failed at the native size is not used at all. */
+static void calibrate_size(wf_dit_router *r, wf_task *t, int h, int w, bool native) {
+    float *home = wf_dit_exec_latent_sized(r->local, CALIB_ID, h, w);
+    if (!home) return;
+    size_t floats = (size_t)r->lat_c * (size_t)h * (size_t)w;
+    for (int P = 1; P <= r->max_P; P *= 2) {
+        if (!native && (!wf_dit_cost_allows(&r->cost, P) || wf_dit_sp_fit(r->model_cfg, h, w, P) != P)) continue;
+        memset(home, 0, floats * sizeof(float));
+        t->dit.guidance_scale = 0;
+        calibrate_degree(r, t, P, h, w);
+        if (native && !wf_dit_cost_allows(&r->cost, P)) continue;
+        memset(home, 0, floats * sizeof(float));
+        t->dit.guidance_scale = 4.0f;
+        calibrate_degree(r, t, P, h, w);
+    }
+    wf_dit_exec_latent_drop(r->local, CALIB_ID);
+}
+
+/* The measured cost model: the native size's points, then the larger sizes' (calib_grids),
  * through the dispatch path of requests (here each latent goes out from home and comes back: a
- * step's time without a worker-to-worker move, which the cost model prices by bytes apart). A
- * degree whose unguided step failed is not used at all. */
+ * step's time without a worker-to-worker move, which the cost model prices by bytes apart). */
 static void calibrate(wf_dit_router *r) {
     wf_dit_cost_measured(&r->cost);
     r->calibrating = true;
-    float *home = wf_dit_exec_latent(r->local, CALIB_ID, true);
-    if (!home) return;
     wf_task t = {.id = CALIB_ID, .kind = WF_TASK_DENOISE,
                  .dit = {.class_label = 0, .negative_label = -1, .guidance_scale = 0, .sampler = -1,
                          .num_steps = 20, .step_begin = 0, .step_end = 1,
                          .latent = {.id = CALIB_ID, .kind = WF_ARTIFACT_LATENT}}};
-    for (int P = 1; P <= r->max_P; P *= 2) {
-        memset(home, 0, r->lat_floats * sizeof(float));
-        t.dit.guidance_scale = 0;
-        calibrate_degree(r, &t, P);
-        if (!wf_dit_cost_allows(&r->cost, P)) continue;
-        memset(home, 0, r->lat_floats * sizeof(float));
-        t.dit.guidance_scale = 4.0f;
-        calibrate_degree(r, &t, P);
-    }
-    wf_dit_exec_latent_drop(r->local, CALIB_ID);
+    calibrate_size(r, &t, r->lat_h, r->lat_w, true);
+    int hs[WF_DIT_ROUTER_CALIB_SIZES], ws[WF_DIT_ROUTER_CALIB_SIZES];
+    int n = wf_dit_cost_allows(&r->cost, 1) ? calib_grids(r, hs, ws) : 0;
+    for (int i = 0; i < n; i++) calibrate_size(r, &t, hs[i], ws[i], false);
     r->calibrating = false;
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
     wf_dit_router_reset_stats(r);

@@ -28,11 +28,14 @@
  *
  * Sizes other than the native one (the image scheduler's other latent grids): the task's latent
  * artifact carries its grid on the wire (channels x height x width: the worker sizes the
- * message and its slot by it, wf_workers_latent_bytes), and such a chunk runs on one rank
- * (the job's max_P is 1), from home and back home every chunk: the sequence-parallel split, the
- * worker-to-worker moves and the copies held between chunks are the native grid's. The policy
- * and the cost model price it by its tokens (linear in tokens beyond the measured points, each
- * run correcting the degree's factor).
+ * message and its slot by it, wf_workers_latent_bytes), and such a chunk runs on a group as a
+ * native one does (the job's max_P: wf_dit_sp_fit for its grid over the workers; Ulysses over
+ * its patch rows, or CFG for guided images on two ranks, by wf_dit_sp_choose at its grid), its
+ * latent from home to every member and back home every chunk (member m sends its rows): the
+ * worker-to-worker moves and the copies held between chunks are the native grid's only. Each
+ * worker keeps a small cache of multi-rank steppers per (sampler, steps, grid), within twice
+ * its largest latent's positions (worker_dit.h). The policy and the cost model price it by its
+ * tokens (interpolated between the calibrated sizes, sched/dit_cost.h).
  *
  * Placement: at every chunk boundary (each batch: the image scheduler keeps one in flight per
  * model) the --dit-policy (sched/dit_policy.h) sees every image's DENOISE chunk as a job

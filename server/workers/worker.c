@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/dit/dit_exec.h"
-#include "engine/elastic/dit_sp.h"
 #include "engine/engine.h"
 #include "engine/world/world.h"
 #include "kv/paged.h"
@@ -30,6 +28,7 @@
 #include "server/workers/pool.h"
 #include "server/workers/seq_history.h"
 #include "server/workers/world_link.h"
+#include "server/workers/worker_dit.h"
 
 void wf_worker_params_init(wf_worker_params *p) {
     memset(p, 0, sizeof *p);
@@ -153,118 +152,13 @@ typedef struct worker {
     int n_vms, cap_vms;
     wf_kv_xfer *xfer;                /* codec path (both directions) */
     wf_threadpool *codec_pool;       /* its encodes and decodes, split by layers (NULL: serial) */
-    wf_dit_exec *dit;                /* DENOISE chunks (p->dit_path) */
-    float *dit_scratch;              /* receives a latent that has no slot (then fails) */
-    wf_dit_item *sp_items;           /* a multi-rank batch's items (max_items of them) */
-    struct {                         /* multi-rank steppers per (sampler, step count), LRU */
-        int sampler, n_steps;
-        uint64_t used;
-        wf_dit_sp *sp;
-    } sps[8];
-    uint64_t sp_clock;
+    wf_worker_dit dit;               /* DENOISE chunks (worker_dit.h) */
     wf_seq_store hist;               /* token histories of the sequences it runs (penalties) */
     int done_fd;                     /* eventfd: the compute thread finished a batch */
     bool done_fd_on;
     uint64_t last_hb_ns;             /* the last heartbeat sent */
     bool hb_warned;                  /* a heartbeat of this batch failed (logged once) */
 } worker;
-
-static void dit_round_done(void *user);
-
-/* The multi-rank stepper of (sampler, n_steps), made on first use (the least recently used
- * one is replaced). NULL with msg on error. */
-static wf_dit_sp *get_sp(worker *w, int sampler, int n_steps, char *msg, size_t cap) {
-    int victim = 0;
-    for (int i = 0; i < 8; i++) {
-        if (w->sps[i].sp && w->sps[i].sampler == sampler && w->sps[i].n_steps == n_steps) {
-            w->sps[i].used = ++w->sp_clock;
-            return w->sps[i].sp;
-        }
-        if (!w->sps[i].sp || w->sps[i].used < w->sps[victim].used) victim = i;
-        if (!w->sps[i].sp) break;
-    }
-    wf_dit_sp_free(w->sps[victim].sp);
-    w->sps[victim].sp = NULL;
-    wf_dit_sampler_config cfg;
-    wf_dit_exec_sampler_config(w->dit, sampler, &cfg);
-    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
-    wf_dit_sp *sp = NULL;
-    if (wf_dit_sp_new(wf_dit_exec_model(w->dit), &cfg, n_steps, in->max_items, in->latent_height,
-                      in->latent_width, w->world, &sp, msg, cap) != WF_OK)
-        return NULL;
-    wf_dit_sp_set_round_hook(sp, dit_round_done, w);
-    w->sps[victim].sp = sp;
-    w->sps[victim].sampler = sampler;
-    w->sps[victim].n_steps = n_steps;
-    w->sps[victim].used = ++w->sp_clock;
-    return sp;
-}
-
-/* The stepper item of DENOISE task t on the latent buffer lat. */
-static wf_dit_item dit_item(const wf_task *t, float *lat) {
-    return (wf_dit_item){.latent = lat, .label = t->dit.class_label, .uncond_label = t->dit.negative_label,
-                         .guidance = t->dit.guidance_scale,
-                         .key = {.seed = t->dit.seed, .request = t->dit.noise_index},
-                         .step = t->dit.step_begin, .step_end = t->dit.step_end};
-}
-
-static bool same_group(const wf_group *a, const wf_group *b) {
-    return a->n_ranks == b->n_ranks && !memcmp(a->ranks, b->ranks, sizeof(int) * (size_t)a->n_ranks);
-}
-
-/* The mode group g runs in: wf_dit_sp_choose's rule over the batch's tasks of that group, the
- * rule the coordinator's router applies too (a multi-rank group runs one task, so a rank that
- * only hands its rows over sees the same tasks as the members). */
-static wf_dit_sp_mode dit_mode(const worker *w, const wf_task_batch *b, const wf_group *g) {
-    int n = 0, guided = 0;
-    for (int j = 0; j < b->n_tasks; j++)
-        if (same_group(&b->tasks[j].group, g)) {
-            n++;
-            guided += b->tasks[j].dit.guidance_scale > 1.0f;
-        }
-    const wf_dit_exec_info *in = wf_dit_exec_get_info(w->dit);
-    return wf_dit_sp_choose(wf_dit_get_config(wf_dit_exec_model(w->dit)), in->latent_height, in->latent_width,
-                            g->n_ranks, n, guided);
-}
-
-/* DENOISE chunks over the batch's group of ranks (sequence or guidance parallelism,
- * engine/elastic/dit_sp.h): every member runs the same items on its rows of the latents (all
- * rows under guidance parallelism); the tasks share one sampler and
- * step count (the coordinator's router groups them so). */
-static wf_status run_sp(worker *w, wf_task_batch *b, float *const *lat, char *msg, size_t cap) {
-    int n = b->n_tasks, max_items = wf_dit_exec_get_info(w->dit)->max_items;
-    if (n > max_items) {
-        snprintf(msg, cap, "%d tasks in one multi-rank batch, this worker takes %d (start it with "
-                 "the coordinator's --image-max-batch)", n, max_items);
-        return WF_EINVAL;
-    }
-    wf_dit_item *items = w->sp_items;
-    const wf_task *t0 = &b->tasks[0];
-    for (int j = 0; j < n; j++) {
-        const wf_task *t = &b->tasks[j];
-        if (t->dit.sampler != t0->dit.sampler || t->dit.num_steps != t0->dit.num_steps) {
-            snprintf(msg, cap, "tasks of one multi-rank batch differ in sampler or step count");
-            return WF_EINVAL;
-        }
-        items[j] = dit_item(t, lat[j]);
-    }
-    wf_dit_sp *sp = get_sp(w, t0->dit.sampler, t0->dit.num_steps, msg, cap);
-    if (!sp) return WF_EINVAL;
-    /* Guidance or sequence parallelism: the rule the coordinator's router applies too. */
-    wf_dit_placement pl = wf_dit_placement_make(dit_mode(w, b, &b->group), b->group.ranks, b->group.n_ranks);
-    uint64_t t_begin = wf_clock_now_ns();
-    wf_status st = wf_dit_sp_run(sp, wf_dit_exec_pool(w->dit), &pl, n, items, msg, cap);
-    uint64_t t_end = wf_clock_now_ns();
-    for (int j = 0; j < n; j++) {
-        wf_task *t = &b->tasks[j];
-        t->status = st;
-        t->t_begin_ns = t_begin;
-        t->t_end_ns = t_end;
-        t->dit.latent.kind = WF_ARTIFACT_LATENT;
-        t->dit.latent.latent.step = items[j].step;
-    }
-    return st;
-}
 
 /* A PD prefill: a task whose KV artifact is held by another rank (the decode rank that will
  * continue the sequence). It runs here on scratch blocks and its blocks are then put into the
@@ -763,9 +657,9 @@ static void heartbeat_tick(worker *w) {
     w->last_hb_ns = now;
 }
 
-/* wf_dit_sp's round hook: multi-rank chunks run on this thread (the world's), so the
- * heartbeats go between their rounds. */
-static void dit_round_done(void *user) { heartbeat_tick(user); }
+/* worker_dit's heartbeat hook: multi-rank chunks run on this thread (the world's), so the
+ * heartbeats go between their rounds (wf_dit_sp's round hook). */
+static void dit_heartbeat(void *user) { heartbeat_tick(user); }
 
 /* Runs an LLM batch on the engine's own thread and, while it computes, keeps sending
  * heartbeats from this one (which owns the world): the coordinator sends nothing to a worker
@@ -795,6 +689,13 @@ static void batch_done(void *user, wf_task_batch *b, wf_status status, const cha
 /* ex: the LLM engine's executor (ship: a PD prefill's KV goes out layer by layer) or the
  * DiT's, whose single-rank DENOISE chunks also run on its own thread: a long chunk (the largest
  * size, many steps) would otherwise be silence too. */
+static wf_status run_batch(worker *w, wf_executor ex, wf_task_batch *b, bool ship, char *msg, size_t cap);
+
+/* worker_dit's single-rank chunks: on the DiT's executor, heartbeats kept. */
+static wf_status dit_run_local(void *user, wf_executor ex, wf_task_batch *b, char *msg, size_t cap) {
+    return run_batch(user, ex, b, false, msg, cap);
+}
+
 static wf_status run_batch(worker *w, wf_executor ex, wf_task_batch *b, bool ship, char *msg, size_t cap) {
     if (!w->done_fd_on) {
         if ((w->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -834,210 +735,6 @@ static wf_status run_batch(worker *w, wf_executor ex, wf_task_batch *b, bool shi
     return bw.status;
 }
 
-/* Where a DENOISE task's latent is and where it goes (the coordinator's router says so,
- * server/workers/dit_router.h): dit.latent.placement holds it now: no rank or rank 0 is home
- * (the latent comes from rank 0 right after the frame); worker ranks hold it since the last
- * chunk (OWNER: whole on one rank; REPLICATED: whole on each, as guidance parallelism leaves
- * it; SHARDED: patch rows per member, as Ulysses leaves it). The task's group runs the chunk;
- * dit.image of kind WF_ARTIFACT_LATENT keeps the result on the group's ranks, else it goes home
- * right after BATCH_DONE. */
-static bool dit_home(const wf_placement *p) {
-    return p->holders.n_ranks == 0 || (p->holders.n_ranks == 1 && p->holders.ranks[0] == 0);
-}
-
-static wf_dit_placement dit_held(const wf_placement *p) {
-    if (p->kind == WF_PLACEMENT_OWNER && p->holders.n_ranks != 1) return wf_dit_placement_make(0, NULL, 0);
-    return wf_dit_placement_make(p->kind == WF_PLACEMENT_REPLICATED ? WF_DIT_SP_CFG : WF_DIT_SP_ULYSSES,
-                                 p->holders.ranks, p->holders.n_ranks);
-}
-
-static void dit_fail(wf_task *t, wf_status st, const char *why, wf_frame_batch_done *done, int rank) {
-    t->status = st;
-    if (done->status != WF_OK) return;
-    done->status = st;
-    snprintf(done->message, sizeof done->message, "worker rank %d: task %llu: %.900s", rank,
-             (unsigned long long)t->id, why);
-}
-
-/* Runs the member tasks of the batch (one group: this rank's in the wave) on their latents. */
-static void dit_run_members(worker *w, wf_task_batch *b, float *const *lat, const bool *member,
-                            wf_frame_batch_done *done, int rank) {
-    char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
-    int n = 0, steps = 0;
-    const wf_group *g = NULL;
-    for (int j = 0; j < b->n_tasks; j++)
-        if (member[j] && b->tasks[j].status == WF_OK) {
-            if (g && !same_group(g, &b->tasks[j].group)) {
-                dit_fail(&b->tasks[j], WF_EINVAL, "this rank is in two groups of one batch", done, rank);
-                continue;
-            }
-            g = &b->tasks[j].group;
-            n++;
-            steps += b->tasks[j].dit.step_end - b->tasks[j].dit.step_begin;
-        }
-    if (n == 0 || steps == 0) return; /* nothing to run (only moves) */
-    wf_task *sub = malloc((size_t)n * sizeof *sub);
-    float **sl = malloc((size_t)n * sizeof *sl);
-    int *idx = malloc((size_t)n * sizeof *idx);
-    if (!sub || !sl || !idx) {
-        for (int j = 0; j < b->n_tasks; j++)
-            if (member[j] && b->tasks[j].status == WF_OK) dit_fail(&b->tasks[j], WF_ENOMEM, "out of memory", done, rank);
-        free(sub), free(sl), free(idx);
-        return;
-    }
-    int k = 0;
-    for (int j = 0; j < b->n_tasks; j++)
-        if (member[j] && b->tasks[j].status == WF_OK && same_group(g, &b->tasks[j].group)) {
-            sub[k] = b->tasks[j];
-            sl[k] = lat[j];
-            idx[k++] = j;
-        }
-    wf_task_batch sb = {.tasks = sub, .n_tasks = k, .group = *g, .iteration = b->iteration};
-    w->hb_warned = false;
-    wf_status st = g->n_ranks > 1 ? run_sp(w, &sb, sl, msg, sizeof msg)
-                                  : run_batch(w, wf_dit_exec_executor(w->dit), &sb, false, msg, sizeof msg);
-    for (int q = 0; q < k; q++) {
-        wf_task *t = &b->tasks[idx[q]];
-        t->t_begin_ns = sub[q].t_begin_ns;
-        t->t_end_ns = sub[q].t_end_ns;
-        t->dit.latent.latent.step = sub[q].dit.latent.latent.step;
-        wf_status ts = st != WF_OK ? st : sub[q].status;
-        if (ts != WF_OK) dit_fail(t, ts, msg[0] ? msg : wf_status_str(ts), done, rank);
-    }
-    free(sub), free(sl), free(idx);
-}
-
-/* A batch of DENOISE chunks of one wave (server/workers/dit_router.h): each task in which this
- * rank holds the latent (its old group) or runs the chunk (its new group). In order: latents
- * coming from home arrive (one tagged message per task, right after the frame); latents held
- * by worker ranks move to the new group with wf_dit_sp_reshard, one task after the other in
- * the batch's order (the same order on every rank, so these collectives never wait on each
- * other in a cycle); the member tasks run; the results bound for home go back right after
- * BATCH_DONE. A rank keeps a latent only as a member of a group that keeps it: an old holder
- * drops its copy once it has handed its rows over, and every rank drops a task's latent when
- * the task failed (the coordinator runs it again from its home copy). Every home latent is
- * received even when its task cannot run, so the coordinator's sends never wait for nothing. */
-static wf_status run_dit(worker *w, wf_task_batch *b) {
-    char err[WF_FRAME_TASK_MESSAGE_MAX] = "", why[WF_FRAME_TASK_MESSAGE_MAX];
-    wf_frame_batch_done done = {.iteration = b->iteration, .status = WF_OK};
-    int rank = wf_world_rank(w->world), n = b->n_tasks, n_ops = 0;
-    wf_world_op ops[256];
-    float *lat[256];
-    bool member[256], keep[256], processed = false;
-    size_t native = w->dit ? wf_dit_exec_latent_floats(w->dit) * sizeof(float) : 0, bytes[256];
-    if (!w->dit) {
-        done.status = WF_EUNSUPPORTED;
-        snprintf(done.message, sizeof done.message, "worker rank %d: no DiT model on this worker", rank);
-    } else if (n > 255) {
-        done.status = WF_EINVAL;
-        snprintf(done.message, sizeof done.message, "worker rank %d: %d DENOISE tasks in one batch (at most 255)",
-                 rank, n);
-    } else {
-        processed = true;
-        for (int j = 0; j < n; j++) {
-            wf_task *t = &b->tasks[j];
-            t->status = WF_OK;
-            lat[j] = NULL;
-            member[j] = keep[j] = false;
-            if (t->kind != WF_TASK_DENOISE) {
-                dit_fail(t, WF_EINVAL, "not a DENOISE task", &done, rank);
-                continue;
-            }
-            member[j] = wf_gfc_group_index(&t->group, rank) >= 0;
-            keep[j] = member[j] && t->dit.image.kind == WF_ARTIFACT_LATENT;
-            bool home = dit_home(&t->dit.latent.placement);
-            /* A latent of another size than the native one: the size its task states, run by
-             * one rank from home and back (the router holds and splits native latents only). */
-            int lh = t->dit.latent.latent.height, lw = t->dit.latent.latent.width;
-            bool sized = t->dit.latent.kind == WF_ARTIFACT_LATENT && lh > 0 && lw > 0;
-            bytes[j] = wf_workers_latent_bytes(t, native);
-            if (sized && bytes[j] > wf_dit_exec_latent_floats_max(w->dit) * sizeof(float)) {
-                bytes[j] = native; /* never received: the task fails below */
-                snprintf(why, sizeof why, "latent %dx%d is larger than this worker's largest", lh, lw);
-                dit_fail(t, WF_EINVAL, why, &done, rank);
-                member[j] = false;
-                continue;
-            }
-            if (sized && bytes[j] != native && (!home || t->group.n_ranks != 1 || keep[j])) {
-                snprintf(why, sizeof why, "a %dx%d latent (not native) runs on one rank from home and back", lh, lw);
-                dit_fail(t, WF_EINVAL, why, &done, rank);
-                member[j] = keep[j] = false;
-                continue;
-            }
-            if (member[j] && home && sized && bytes[j] != native) {
-                if (!(lat[j] = wf_dit_exec_latent_sized(w->dit, t->dit.latent.id, lh, lw)))
-                    dit_fail(t, WF_EFULL, "no free latent slot for its size", &done, rank);
-            } else if (!home && wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0) {
-                if (!(lat[j] = wf_dit_exec_latent(w->dit, t->dit.latent.id, false))) {
-                    snprintf(why, sizeof why, "latent %llu is not held here (a replaced rank?)",
-                             (unsigned long long)t->dit.latent.id);
-                    dit_fail(t, WF_ENOTFOUND, why, &done, rank);
-                }
-            } else if (member[j] && !(lat[j] = wf_dit_exec_latent(w->dit, t->dit.latent.id, true))) {
-                dit_fail(t, WF_EFULL, "no free latent slot", &done, rank);
-            } else if (!member[j]) {
-                /* Neither holder nor member: the coordinator gave up the copy this rank held
-                 * (a cancelled request, or one restarted from home): drop it. */
-                wf_dit_exec_latent_drop(w->dit, t->dit.latent.id);
-            }
-            if (home && member[j])
-                ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_RECV, .peer = 0,
-                                             .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                             .buf = lat[j] ? lat[j] : w->dit_scratch, .len = bytes[j]};
-        }
-        wf_status st = wf_world_run(w->world, ops, n_ops);
-        if (st != WF_OK) return st; /* rank 0 is gone or stuck */
-        for (int o = 0; o < n_ops; o++)
-            if (ops[o].received != ops[o].len) {
-                snprintf(why, sizeof why, "latent: %zu bytes from rank 0, expected %zu", ops[o].received, ops[o].len);
-                dit_fail(&b->tasks[ops[o].tag.step], WF_EPROTO, why, &done, rank);
-            }
-        /* Worker to worker: the slices that change hands, task by task in batch order. A rank
-         * whose part failed still takes part (with scratch rows), so the others never wait. */
-        for (int j = 0; j < n; j++) {
-            wf_task *t = &b->tasks[j];
-            if (t->kind != WF_TASK_DENOISE || dit_home(&t->dit.latent.placement)) continue;
-            bool holder = wf_gfc_group_index(&t->dit.latent.placement.holders, rank) >= 0;
-            if (!holder && !member[j]) continue;
-            wf_dit_placement from = dit_held(&t->dit.latent.placement);
-            wf_dit_placement to = wf_dit_placement_make(dit_mode(w, b, &t->group), t->group.ranks, t->group.n_ranks);
-            if (from.mode == to.mode && same_group(&from.group, &to.group)) continue; /* stays */
-            wf_dit_sp *sp = get_sp(w, t->dit.sampler, t->dit.num_steps, why, sizeof why);
-            wf_dit_item it = dit_item(t, lat[j] ? lat[j] : w->dit_scratch);
-            wf_status rs = sp ? wf_dit_sp_reshard(sp, &from, &to, 1, &it, why, sizeof why) : WF_EINVAL;
-            if (rs != WF_OK) dit_fail(t, rs, why, &done, rank);
-        }
-        dit_run_members(w, b, lat, member, &done, rank);
-    }
-    w->batches++;
-    wf_status st = WF_OK;
-    if (processed) {
-        if (n > w->results_cap) {
-            free(w->results);
-            w->results_cap = 0;
-            if (!(w->results = malloc((size_t)n * sizeof *w->results))) return WF_ENOMEM;
-            w->results_cap = n;
-        }
-        wf_frame_task_event ev;
-        wf_frame_task_event_from_batch(b, w->results, NULL, &ev);
-        st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_task_event, &ev, err, sizeof err);
-    }
-    if (st == WF_OK) st = WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
-    /* Home: the member results of tasks that succeeded and do not stay (pool.c receives
-     * exactly these, by the statuses of the TASK_EVENT). */
-    n_ops = 0;
-    for (int j = 0; processed && j < n; j++)
-        if (member[j] && !keep[j] && b->tasks[j].status == WF_OK)
-            ops[n_ops++] = (wf_world_op){.kind = WF_WORLD_SEND, .peer = 0,
-                                         .tag = WF_WORKERS_LATENT_TAG(b->iteration, j),
-                                         .buf = lat[j], .len = bytes[j]};
-    if (st == WF_OK && n_ops > 0) st = wf_world_run(w->world, ops, n_ops);
-    for (int j = 0; processed && j < n; j++)
-        if (lat[j] && !(keep[j] && b->tasks[j].status == WF_OK))
-            wf_dit_exec_latent_drop(w->dit, b->tasks[j].dit.latent.id);
-    return st;
-}
-
 /* Runs one TASK_DISPATCH and answers it. A frame that does not decode is answered with a
  * failed BATCH_DONE when its iteration can be read, so the coordinator never waits for it. */
 static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
@@ -1073,7 +770,12 @@ static wf_status run_dispatch(worker *w, const wf_frame_view *f) {
         snprintf(done.message, sizeof done.message, "worker rank %d: %s", wf_world_rank(w->world), err);
         return WF_LINK_SEND(w->world, &w->link, wf_frame_encode_batch_done, &done, err, sizeof err);
     }
-    if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) return run_dit(w, &batch);
+    if (batch.n_tasks > 0 && batch.tasks[0].kind == WF_TASK_DENOISE) {
+        w->hb_warned = false;
+        st = wf_worker_dit_run(&w->dit, &batch);
+        w->batches++;
+        return st;
+    }
     char msg[WF_FRAME_TASK_MESSAGE_MAX] = "";
     done.iteration = batch.iteration;
     bool pd = false;
@@ -1453,22 +1155,14 @@ int wf_worker_main(const wf_worker_params *p) {
         goto out;
     }
     w.exec = wf_engine_executor(w.engine, &w.kv);
-    if (p->dit_path) {
-        wf_dit_exec_options xo;
-        wf_dit_exec_options_init(&xo);
-        xo.model_path = p->dit_path;
-        xo.n_threads = n_threads;
-        wf_dit_exec_options_set_batch(&xo, p->dit_max_items);
-        xo.max_pixels = p->image_max_pixels; /* the coordinator's: the same sizes fit */
-        char xerr[400];
-        if (wf_dit_exec_open(&xo, &w.dit, xerr, sizeof xerr) != WF_OK ||
-            !(w.dit_scratch = malloc(wf_dit_exec_latent_floats_max(w.dit) * sizeof(float))) ||
-            !(w.sp_items = calloc((size_t)wf_dit_exec_get_info(w.dit)->max_items, sizeof *w.sp_items))) {
-            snprintf(err, sizeof err, "DiT %s: %s", p->dit_path, w.dit ? "out of memory" : xerr);
-            WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
-            wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, WF_EIO, err);
-            goto out;
-        }
+    wf_status ds = wf_worker_dit_open(&w.dit, p, n_threads, w.world, &w.link, err, sizeof err);
+    w.dit.host = &w;
+    w.dit.heartbeat = dit_heartbeat;
+    w.dit.run_local = dit_run_local;
+    if (ds != WF_OK) {
+        WF_LOG_ERROR("worker", NULL, "rank %d: %s", rank, err);
+        wf_link_send_status(w.world, &w.link, WF_FRAME_ERROR, ds, err);
+        goto out;
     }
     WF_LOG_INFO("worker", NULL, "rank %d (pid %d): %d threads%s%s, KV %d blocks (%d of the "
                 "sliding-window layers): ready", rank, (int)getpid(), n_threads,
@@ -1494,10 +1188,7 @@ out:
     free(w.ship.layer_op0);
     wf_kv_xfer_free(w.xfer, w.world);
     wf_threadpool_free(w.codec_pool);
-    for (int i = 0; i < 8; i++) wf_dit_sp_free(w.sps[i].sp);
-    wf_dit_exec_free(w.dit);
-    free(w.dit_scratch);
-    free(w.sp_items);
+    wf_worker_dit_close(&w.dit);
     wf_engine_free(w.engine);
     for (int i = 0; i < w.n_vms; i++)
         for (int k = 0; k < w.vms[i].n; k++) wf_lora_free(w.vms[i].l[k]);

@@ -4,7 +4,7 @@ sequence parallelism (engine/elastic/dit_sp.h) over real UCX, or guidance parall
 every image of a two-rank chunk is guided. The same seed gives the same PNG bytes in-process and
 under static:1, static:2 (guided images CFG-parallel, the guidance_scale=1 one Ulysses) and elastic (a worker killed during multi-rank
 steps: test_dit_workers_kill.py). A size other than the native one runs on the worker ranks too
-(one rank per chunk), through the openai client, with the in-process bytes."""
+(on two ranks under static:2), through the openai client, with the in-process bytes."""
 import base64
 import concurrent.futures
 import http.client
@@ -34,6 +34,9 @@ REQUESTS = [
 LONG = dict(prompt="3", n=1, seed=7, num_inference_steps=16)  # for the kill test
 # A size other than the native 8x8 (twice as wide), through the openai client.
 SIZED = dict(prompt="4", n=2, size="16x8", extra_body=dict(seed=13, num_inference_steps=3))
+# As many latent floats as the native 8x8, on another grid (16 wide, 4 high): told apart by its
+# grid, not its bytes.
+SAME_BYTES = dict(prompt="6", n=1, size="16x4", extra_body=dict(seed=17, num_inference_steps=2))
 # Worker daemons: the image scheduler calibrates with batches of --image-max-batch images.
 WORKER_ARGS = ("--workers", "2", "--heartbeat-ms", "200", "--image-max-batch", "2")
 
@@ -94,6 +97,15 @@ def dit_cost(d, policy):
     assert c["request_observations"] > 0, c  # the start-up requests at least
     assert c["reshard"]["latency_ms"] > 0 and c["reshard"]["ms_per_mib"] > 0, c
     assert c["group_form_ms"] == 0, c  # group-free collectives
+    # The calibrated points: the native size's and a larger size's (the native grid doubled per
+    # side: 16x16 within the default largest image, 4 x the native pixels), unguided on 1 and 2
+    # ranks, where the cost model interpolates T(tokens, P) from; each with its class's correction.
+    pts = {(p["tokens"], p["ranks"], p["mode"]): p for p in c["points"]}
+    big = 4 * c["tokens"]
+    for key in ((c["tokens"], 1, "plain"), (c["tokens"], 2, "plain"), (big, 1, "plain"), (big, 2, "plain")):
+        assert key in pts and pts[key]["measured_ms"] > 0 and pts[key]["correction"] > 0, (key, c["points"])
+    assert pts[(c["tokens"], 1, "plain")]["measured_ms"] == pytest.approx(degrees[1]["modes"]["plain"]["measured_ms"],
+                                                                            rel=1e-6), c
     return c
 
 
@@ -108,7 +120,7 @@ def references():
     d = Weftd("--model", DIT)
     try:
         assert "dit_cost" not in admin(d)  # in-process: no worker ranks, no policy
-        yield [generate(d, r) for r in REQUESTS], generate_openai(d, SIZED)
+        yield [generate(d, r) for r in REQUESTS], generate_openai(d, SIZED), generate_openai(d, SAME_BYTES)
     finally:
         assert d.stop() == 0
 
@@ -120,7 +132,7 @@ def reference(references):
 
 @pytest.fixture(scope="module")
 def reference_sized(references):
-    return references[1]
+    return references[1], references[2]
 
 
 @pytest.mark.parametrize("policy,sizes", [("static:1", {"1"}), ("static:2", {"2"}), ("elastic", None)])
@@ -148,26 +160,35 @@ def test_same_png_bytes_on_worker_ranks(reference, reference_sized, policy, size
         if policy != "elastic":
             assert all(n > 0 for n in ranks), ranks
         if policy == "static:2":
-            # Another size runs on the worker ranks too, one rank per chunk (the job's max_P is
-            # 1 even where the policy gives the native size two), its latent from home and back
-            # each chunk: the openai client gets PNGs of that size, the bytes of in-process.
+            # Another size runs on two worker ranks too (its 4 patch rows split in halves, or
+            # its guided images' halves: its max_P is Ulysses' rule for its grid), its latent
+            # from home to both and back each chunk: the openai client gets PNGs of that size,
+            # the bytes of in-process.
             models = {m["id"]: m for m in json.loads(d.status("/v1/models")[1])["data"]}
             assert models[DIT_ID]["size_multiple"] == 2, models[DIT_ID]
             before = admin(d)
             got = generate_openai(d, SIZED)
-            assert got == reference_sized
+            assert got == reference_sized[0]
             assert all(read_png(p).shape == (8, 16, 1) for p in got)
+            same = generate_openai(d, SAME_BYTES)
+            assert same == reference_sized[1]
+            assert read_png(same[0]).shape == (4, 16, 1)
             after = admin(d)
             grown = {k: v - before["images"]["chunks_by_group_size"].get(k, 0)
                      for k, v in after["images"]["chunks_by_group_size"].items()}
-            assert grown.get("1", 0) == SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], grown
+            sized_chunks = sum(r["n"] * r["extra_body"]["num_inference_steps"] for r in (SIZED, SAME_BYTES))
+            assert grown.get("2", 0) == sized_chunks, grown
+            assert grown.get("1", 0) == 0, grown
             assert after["images"]["failed"] == before["images"]["failed"]
             ran = [a["dit_chunks"] - b["dit_chunks"] for a, b in
                    zip(after["scheduler"]["workers"], before["scheduler"]["workers"])]
-            assert sum(ran) >= SIZED["n"] * SIZED["extra_body"]["num_inference_steps"], ran
+            assert sum(ran) >= sized_chunks, ran
+        if policy == "static:1":  # one rank: the executor runs it by its slot's grid
+            assert generate_openai(d, SAME_BYTES) == reference_sized[1]
         # Which mode ran: two-rank chunks of guided images run guidance-parallel (counted on
         # both members), the unguided request's run Ulysses; one rank is neither.
-        cfg = [w["dit_cfg_chunks"] for w in admin(d)["scheduler"]["workers"]]
+        ws = admin(d)["scheduler"]["workers"]
+        cfg, ranks = [w["dit_cfg_chunks"] for w in ws], [w["dit_chunks"] for w in ws]
         if policy == "static:1":
             assert cfg == [0, 0], cfg
         if policy == "static:2":

@@ -1,6 +1,6 @@
 """weftd --workers 2 --dit-policy static:2 (every DENOISE chunk on both worker ranks over UCX:
-guided images guidance-parallel, unguided ones sequence-parallel; both modes are killed): a
-worker SIGKILLed while chunks run on both ranks. Every request ends with its
+guided images guidance-parallel, unguided ones sequence-parallel, and an image of another size
+than the native one; each is killed): a worker SIGKILLed while chunks run on both ranks. Every request ends with its
 images, bit-identical to the in-process daemon's (chunks lost with the worker run again from
 their last latent on the live rank), or with a clear error; the daemon keeps serving images and
 the restarted worker takes multi-rank chunks again."""
@@ -21,7 +21,11 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (
 
 # The model's default guidance (2) runs guidance-parallel, guidance_scale 1 sequence-parallel.
 # (48 steps: long enough that the kill lands while the chunks run, however fast they go)
-LONGS = {"cfg": dict(LONG, num_inference_steps=48), "ulysses": dict(LONG, num_inference_steps=48, guidance_scale=1)}
+# "sized": another size than the native 8x8 (16 wide, 8 high), sequence-parallel on both ranks,
+# its latent home after every chunk: a chunk lost with the worker runs again from that copy
+# (on the live rank, or on both once the worker is back), and the bytes stay the in-process ones.
+LONGS = {"cfg": dict(LONG, num_inference_steps=48), "ulysses": dict(LONG, num_inference_steps=48, guidance_scale=1),
+         "sized": dict(LONG, num_inference_steps=48, guidance_scale=1, size="16x8")}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def mode_chunks(d):
     return cfg, sum(w["dit_chunks"] for w in ws) - cfg
 
 
-@pytest.mark.parametrize("mode", ["cfg", "ulysses"])
+@pytest.mark.parametrize("mode", ["cfg", "ulysses", "sized"])
 def test_worker_killed_during_multi_rank_steps(reference, mode):
     # static:2: every chunk runs on both ranks, so the kill lands in a multi-rank step.
     d = Weftd("--model", DIT, *WORKER_ARGS, "--dit-policy", "static:2")
@@ -48,6 +52,7 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
         victim = admin(d)["scheduler"]["workers"][0]
         # (the image scheduler's calibration and idle probes run guided chunks: compare counts)
         cfg0, other0 = mode_chunks(d)
+        by_size0 = dict(admin(d)["images"]["chunks_by_group_size"])
         results = []
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futs = [pool.submit(post, d, dict(model=DIT_ID, **LONGS[mode])) for _ in range(4)]
@@ -75,6 +80,10 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
             assert cfg > cfg0, (cfg0, cfg)
         else:
             assert other > other0, (other0, other)
+        if mode == "sized":
+            # Its chunks ran on two ranks (before the kill at least).
+            by_size = admin(d)["images"]["chunks_by_group_size"]
+            assert by_size.get("2", 0) > by_size0.get("2", 0), (by_size0, by_size)
         # The daemon keeps serving images (on the live rank while the other restarts).
         assert generate(d, REQUESTS[1]) == reference["short"]
         deadline = time.monotonic() + 60

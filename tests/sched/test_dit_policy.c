@@ -252,6 +252,40 @@ START_TEST(test_cost_request_overhead_online) {
 }
 END_TEST
 
+/* Points at two token counts (a daemon's native size and its largest): T(tokens, P) is
+ * interpolated between them, and the online correction moves only the observed size class
+ * (and the degree's), so a slow large size does not slow the small one's predictions. */
+START_TEST(test_cost_size_classes) {
+    wf_dit_cost c;
+    wf_dit_cost_measured(&c);
+    ck_assert_int_eq(wf_dit_cost_add_point(&c, 16, 1, 2.0), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&c, 16, 2, 3.0), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&c, 1024, 1, 100.0), WF_OK);
+    ck_assert_int_eq(wf_dit_cost_add_point(&c, 1024, 2, 60.0), WF_OK);
+    ck_assert_int_eq(c.n_classes, 2);
+    /* P = 2 pays at 1024 tokens, not at 16 */
+    ck_assert(wf_dit_cost_step_ms(&c, 1024, 2) < wf_dit_cost_step_ms(&c, 1024, 1));
+    ck_assert(wf_dit_cost_step_ms(&c, 16, 2) > wf_dit_cost_step_ms(&c, 16, 1));
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&c, 520, 1), 51.0, 1e-9); /* halfway */
+    for (int i = 0; i < 200; i++) wf_dit_cost_observe(&c, 1024, 2, 120.0);
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&c, 1024, 2), 2.0, 1e-3);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&c, 1024, 2), 120.0, 0.1);
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&c, 16, 2), 1.0, 1e-12);
+    ck_assert_double_eq_tol(wf_dit_cost_step_ms(&c, 16, 2), 3.0, 1e-12);
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&c, 700, 2), 2.0, 1e-3); /* nearer 1024 in ratio */
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&c, 64, 2), 1.0, 1e-12);
+    ck_assert_double_eq_tol(c.corr[2], 2.0, 1e-3); /* the degree's too */
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&c, 1024, 1), 1.0, 1e-12);
+    /* one token count: the degree's correction only */
+    wf_dit_cost o;
+    wf_dit_cost_measured(&o);
+    ck_assert_int_eq(wf_dit_cost_add_point(&o, 16, 1, 2.0), WF_OK);
+    wf_dit_cost_observe(&o, 1024, 1, 2.0 * 64 * 3);
+    ck_assert_double_eq_tol(wf_dit_cost_correction(&o, 16, 1), o.corr[1], 1e-12);
+    ck_assert(o.corr[1] > 1.0);
+}
+END_TEST
+
 START_TEST(test_elastic_guided_degree) {
     wf_dit_policy *p = policy("elastic", 4);
     bool busy[4] = {true, true, false, false};
@@ -688,6 +722,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_cost_guided_modes);
     tcase_add_test(tc, test_cost_chunk_overhead_online);
     tcase_add_test(tc, test_cost_request_overhead_online);
+    tcase_add_test(tc, test_cost_size_classes);
     tcase_add_test(tc, test_elastic_guided_degree);
     tcase_add_test(tc, test_elastic_cheap_growth);
     tcase_add_test(tc, test_policy_names);

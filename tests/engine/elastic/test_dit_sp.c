@@ -2,7 +2,8 @@
  * Ulysses sequence parallelism on 2 and 4 ranks, guidance-parallel on 2, and a schedule that
  * changes the group between chunks (1 -> 2 -> guidance pair -> 4 -> 2 in another order -> 1 on
  * another rank) gives latents bit-identical to the single-rank stepper (engine/dit/dit_step.h),
- * for a batch with mixed labels, guidance scales and step indices. A member killed mid-request:
+ * for a batch with mixed labels, guidance scales and step indices; the same at another latent
+ * grid than the native one (16x32). A member killed mid-request:
  * the survivor's step fails cleanly within the timeout and the request restarts on other ranks
  * with the same result. Plus the degree checks and argument errors.
  * weft-test: labels=net timeout=300 */
@@ -51,7 +52,7 @@ static wf_dit_item mk_item(float *latent, int i) {
  * run by DDPM learned_range: 2C model channels, noise at every step), computes the single-rank
  * reference with the plain stepper (item 1 starts two steps late, so rounds mix step indices),
  * and prepares the items' x_T. */
-static int setup_model(ctx *c, wf_world *w, const char *gen_path) {
+static int setup_grid(ctx *c, wf_world *w, const char *gen_path, int height, int width) {
     memset(c, 0, sizeof *c);
     wf_dit_options opt = wf_dit_options_default();
     opt.max_batch = 2 * ITEMS;
@@ -73,14 +74,15 @@ static int setup_model(ctx *c, wf_world *w, const char *gen_path) {
     }
     c->pool = wf_threadpool_new(1);
     int side = wf_dit_get_config(c->model)->sample_size;
-    if (wf_dit_sp_new(c->model, &c->scfg, STEPS, ITEMS, side, side, w, &c->sp, c->err, sizeof c->err) != WF_OK)
+    if (height <= 0 || width <= 0) height = width = side;
+    if (wf_dit_sp_new(c->model, &c->scfg, STEPS, ITEMS, height, width, w, &c->sp, c->err, sizeof c->err) != WF_OK)
         WT_FAIL("sp: %s", c->err);
     c->n = wf_dit_sp_latent_size(c->sp);
     c->lat = malloc(sizeof(float) * c->n * ITEMS);
     c->ref = malloc(sizeof(float) * c->n * ITEMS);
     WT_CHECK(c->pool && c->lat && c->ref, "alloc");
     wf_dit_stepper *st;
-    if (wf_dit_stepper_new(c->model, &c->scfg, STEPS, ITEMS, side, side, &st, c->err, sizeof c->err) != WF_OK)
+    if (wf_dit_stepper_new(c->model, &c->scfg, STEPS, ITEMS, height, width, &st, c->err, sizeof c->err) != WF_OK)
         WT_FAIL("stepper: %s", c->err);
     wf_dit_item r[ITEMS];
     for (int i = 0; i < ITEMS; i++) {
@@ -94,6 +96,8 @@ static int setup_model(ctx *c, wf_world *w, const char *gen_path) {
     wf_dit_stepper_free(st);
     return 0;
 }
+
+static int setup_model(ctx *c, wf_world *w, const char *gen_path) { return setup_grid(c, w, gen_path, 0, 0); }
 
 static int setup(ctx *c, wf_world *w) { return setup_model(c, w, NULL); }
 
@@ -223,6 +227,48 @@ START_TEST(test_elastic_invariance) {
     wt_env env = wt_env_default(4);
     env.timeout_ms = 120000;
     ck_assert_int_eq(wt_run(&env, body_invariance, NULL, 240), 0);
+}
+END_TEST
+
+/* Another latent grid than the model's native 32x32 (16 high, 32 wide: 4 x 8 patches, as
+ * weftd serves other sizes): P = 1, Ulysses over 2, guidance-parallel, and 1 -> 2 -> CFG -> 1
+ * on the other rank, bit-identical to the single-rank stepper at that grid. */
+static int body_other_size(wf_world *w, int rank, void *arg) {
+    (void)arg;
+    (void)rank;
+    ctx c;
+    if (setup_grid(&c, w, NULL, 16, 32)) return 1;
+    const int r0[] = {0}, r1[] = {1}, r01[] = {0, 1}, r10[] = {1, 0};
+    wf_dit_placement p1 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r0, 1);
+    wf_dit_placement q1 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r1, 1);
+    wf_dit_placement p2 = wf_dit_placement_make(WF_DIT_SP_ULYSSES, r01, 2);
+    wf_dit_placement g2 = wf_dit_placement_make(WF_DIT_SP_CFG, r10, 2);
+    int rc = 0;
+    const wf_dit_placement *stat[] = {&p1, &p2, &g2};
+    const char *names[] = {"16x32 P=1", "16x32 Ulysses P=2", "16x32 guidance-parallel"};
+    for (int s = 0; s < 3 && !rc; s++) {
+        if (!rc) rc = start(&c, w, &p1);
+        if (!rc) rc = move(&c, w, &p1, stat[s]);
+        if (!rc) rc = run_on(&c, w, stat[s], STEPS);
+        if (!rc) rc = finish(&c, w, stat[s], names[s]);
+    }
+    if (!rc) rc = start(&c, w, &p1);
+    if (!rc) rc = run_on(&c, w, &p1, 3);
+    if (!rc) rc = move(&c, w, &p1, &p2);
+    if (!rc) rc = run_on(&c, w, &p2, 6);
+    if (!rc) rc = move(&c, w, &p2, &g2);
+    if (!rc) rc = run_on(&c, w, &g2, 9);
+    if (!rc) rc = move(&c, w, &g2, &q1);
+    if (!rc) rc = run_on(&c, w, &q1, STEPS);
+    if (!rc) rc = finish(&c, w, &q1, "16x32 1->2->CFG->1");
+    teardown(&c);
+    return rc;
+}
+
+START_TEST(test_other_size_invariance) {
+    wt_env env = wt_env_default(2);
+    env.timeout_ms = 120000;
+    ck_assert_int_eq(wt_run(&env, body_other_size, NULL, 240), 0);
 }
 END_TEST
 
@@ -440,6 +486,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_elastic_invariance);
+    tcase_add_test(tc, test_other_size_invariance);
     tcase_add_test(tc, test_checks_and_errors);
     tcase_add_test(tc, test_killed_member_restart);
     tcase_add_test(tc, test_killed_holder_reshard);
