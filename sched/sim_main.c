@@ -46,7 +46,7 @@ static void usage(FILE *f) {
 static bool dit_option(const char *arg) {
     static const char *const dit[] = {"--ranks", "--profile", "--trace", "--load", "--seeds", "--policies",
                                       "--chunk-steps", "--group-form-ms", "--classes", "--steps", "--alpha",
-                                      "--alone", "--guided", "--dit-policy", NULL};
+                                      "--alone", "--guided", "--dit-policy", "--jobs-out", NULL};
     for (int i = 0; dit[i]; i++) {
         size_t n = strlen(dit[i]);
         if (!strncmp(arg, dit[i], n) && (arg[n] == 0 || arg[n] == '=')) return true;
