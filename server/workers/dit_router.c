@@ -101,7 +101,29 @@ struct wf_dit_router {
     uint64_t handoff_ns;    /* this batch's: since then, when it continues a held latent (the
                                image scheduler's hand-off between two chunks); its first wave
                                counts it */
+    /* Workers that answered a chunk with "no DiT model on this worker" (one joined by hand
+     * without the coordinator's DiT): that process (incarnation) gets no more chunks. */
+    struct { bool on; uint32_t inc; } no_dit[WF_WORKERS_MAX];
 };
+
+/* Whether worker w is live and may run DiT chunks (not known to lack the model). */
+static bool dit_live(wf_dit_router *r, int w) {
+    if (!wf_workers_live(r->ws, w)) return false;
+    return !(r->no_dit[w].on && r->no_dit[w].inc == wf_workers_incarnation(r->ws, w));
+}
+
+/* The error when no worker may run a chunk: how many are down, how many lack the DiT. */
+static void no_dit_rank(wf_dit_router *r, char *msg, size_t cap) {
+    int down = 0, without = 0;
+    for (int w = 0; w < r->n_workers; w++) {
+        if (!wf_workers_live(r->ws, w)) down++;
+        else if (!dit_live(r, w)) without++;
+    }
+    if (without == 0) snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+    else
+        snprintf(msg, cap, "no live DiT worker rank (%d of %d down, %d without the DiT model: start them with the "
+                 "coordinator's --model list)", down, r->n_workers, without);
+}
 
 static void part_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
     (void)b;
@@ -473,6 +495,16 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     pthread_mutex_lock(&r->lock);
     while (r->left > 0) pthread_cond_wait(&r->cond, &r->lock);
     pthread_mutex_unlock(&r->lock);
+    /* A worker without the DiT (joined by hand without it) answers every chunk so: its
+     * chunks run again elsewhere (as if lost with it) and it gets no more. */
+    for (int w = 0; w < r->n_workers; w++) {
+        part *p = &r->parts[w];
+        if (p->b.n_tasks == 0 || p->status != WF_EUNSUPPORTED || !dit_live(r, w)) continue;
+        r->no_dit[w].on = true;
+        r->no_dit[w].inc = wf_workers_incarnation(r->ws, w);
+        WF_LOG_WARN("dit", NULL, "worker rank %d has no DiT model (%s): DiT chunks go to the other ranks; start it "
+                    "with the coordinator's --model list", wf_workers_rank(r->ws, w), p->msg);
+    }
     /* A task succeeded when every rank it involved did. */
     wf_status fatal = WF_OK;
     for (int g = 0; g < n_groups; g++) {
@@ -500,7 +532,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 wf_status ts = k < 0 ? WF_EPROTO : p->tasks[k].status;
                 if (ts == WF_IN_PROGRESS) ts = p->status != WF_OK ? p->status : WF_EPROTO;
                 if (ts == WF_OK) continue;
-                bool l = is_loss(ts) || is_loss(p->status);
+                bool l = is_loss(ts) || is_loss(p->status) || p->status == WF_EUNSUPPORTED;
                 /* A member that saw a peer fail reports the peer's loss: the task is lost. */
                 lost |= l;
                 if (gst == WF_OK || l) {
@@ -645,7 +677,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     bool busy[WF_DIT_MAX_RANKS];
     int live[WF_WORKERS_MAX], n_live = 0;
     for (int w = 0; w < r->n_workers; w++) {
-        busy[w] = !wf_workers_live(r->ws, w);
+        busy[w] = !dit_live(r, w);
         if (!busy[w]) live[n_live++] = w;
     }
     if (n_live == 0) return 0;
@@ -769,7 +801,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
         uint64_t t0 = wf_clock_now_ns();
         int g = plan_wave(r, b, n);
         if (g == 0) {
-            snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+            no_dit_rank(r, msg, cap);
             return WF_ECLOSED;
         }
         wf_status st = run_wave(r, b, g, msg, cap);
@@ -811,7 +843,7 @@ static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
     for (;;) {
         int live = -1, g = 0, at = 0;
         for (int w = r->n_workers - 1; w >= 0; w--)
-            if (wf_workers_live(r->ws, w)) live = w;
+            if (dit_live(r, w)) live = w;
         bool pending = false;
         for (int i = 0; i < n; i++) {
             if (fb.tasks[i].status != WF_IN_PROGRESS) continue;
@@ -821,7 +853,7 @@ static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
                 return WF_ECLOSED;
             }
             if (live < 0) {
-                snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+                no_dit_rank(r, msg, cap);
                 return WF_ECLOSED;
             }
             pending = true;
@@ -975,7 +1007,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks 1..P, added to the
  * cost model under the mode the workers run it in. */
-static void calibrate_degree(wf_dit_router *r, wf_task *t, int P) {
+static void calibrate_degree(wf_dit_router *r, wf_task *t, const int *ranks, int P) {
     wf_task_batch b = {.tasks = t, .n_tasks = 1};
     bool guided = t->dit.guidance_scale > 1.0f;
     wf_dit_cost_mode mode = cost_mode(guided, P, wf_dit_sp_choose(r->model_cfg, r->lat_h, r->lat_w, P, 1, guided));
@@ -985,7 +1017,7 @@ static void calibrate_degree(wf_dit_router *r, wf_task *t, int P) {
     for (int rep = 0; rep < 8; rep++) {
         r->wave[0] = 0;
         r->groups[0] = (wgroup){.n_ranks = P, .n = 1, .first = 0};
-        for (int m = 0; m < P; m++) r->groups[0].ranks[m] = m;
+        for (int m = 0; m < P; m++) r->groups[0].ranks[m] = ranks[m];
         t->status = WF_IN_PROGRESS;
         uint64_t t0 = wf_clock_now_ns();
         if (run_wave(r, &b, 1, msg, sizeof msg) != WF_OK || t->status != WF_OK) break;
@@ -1019,14 +1051,27 @@ static void calibrate(wf_dit_router *r) {
                  .dit = {.class_label = 0, .negative_label = -1, .guidance_scale = 0, .sampler = -1,
                          .num_steps = 20, .step_begin = 0, .step_end = 1,
                          .latent = {.id = CALIB_ID, .kind = WF_ARTIFACT_LATENT}}};
-    for (int P = 1; P <= r->max_P; P *= 2) {
+    /* One step on each worker first: one that has no DiT says so and is left out here (a
+     * group with it would wait out the world's time-out in its collectives) and after. */
+    int ranks[WF_WORKERS_MAX], n_ranks = 0;
+    for (int w = 0; w < r->n_workers; w++) {
+        wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+        char msg[160];
+        r->wave[0] = 0;
+        r->groups[0] = (wgroup){.n_ranks = 1, .n = 1, .first = 0, .ranks = {w}};
+        t.status = WF_IN_PROGRESS;
+        memset(home, 0, r->lat_floats * sizeof(float));
+        run_wave(r, &b, 1, msg, sizeof msg);
+        if (dit_live(r, w)) ranks[n_ranks++] = w;
+    }
+    for (int P = 1; P <= r->max_P && P <= n_ranks; P *= 2) {
         memset(home, 0, r->lat_floats * sizeof(float));
         t.dit.guidance_scale = 0;
-        calibrate_degree(r, &t, P);
+        calibrate_degree(r, &t, ranks, P);
         if (!wf_dit_cost_allows(&r->cost, P)) continue;
         memset(home, 0, r->lat_floats * sizeof(float));
         t.dit.guidance_scale = 4.0f;
-        calibrate_degree(r, &t, P);
+        calibrate_degree(r, &t, ranks, P);
     }
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
     r->calibrating = false;
@@ -1079,8 +1124,11 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
         wf_dit_router_free(r);
         return wf_status_errorf(err, errlen, st, "DiT router: cannot start its thread");
     }
+    int measured = 1; /* the largest degree calibrated (a degree that failed is not used) */
+    for (int P = 2; P <= r->max_P; P *= 2)
+        if (wf_dit_cost_allows(&r->cost, P)) measured = P;
     WF_LOG_INFO("dit", NULL, "DiT on %d worker rank(s): policy %s, degrees up to %d (%d tokens, %d heads)",
-                r->n_workers, policy, r->max_P, r->tokens, c->heads);
+                r->n_workers, policy, measured, r->tokens, c->heads);
     *out = r;
     return WF_OK;
 }
