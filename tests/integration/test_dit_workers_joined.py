@@ -59,6 +59,8 @@ def test_no_worker_with_the_dit_is_a_clear_error():
         assert code >= 500, data[:400]
         msg = json.loads(data)["error"]["message"]
         assert "no live DiT worker rank" in msg and "1 without the DiT model" in msg, msg
+        # the batch failed, not the image's ENCODE (which ran; it said "encode failed")
+        assert "image 0: its batch failed" in msg, msg
     finally:
         assert d.stop() == 0
         stop_worker(*w)
