@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-BIN = os.environ.get("WEFT_BIN_DIR", "build/bin")
+from conftest import BIN_DIR as BIN
 DIT_SIM = os.path.join(BIN, "weft-dit-sim")
 SIM = os.path.join(BIN, "weft-sim")
 
