@@ -932,7 +932,10 @@ static void complete_model(wf_image_sched *s, model *m) {
             continue;
         }
         if (st != WF_OK) {
-            fail_request(r, st, "image %d: %s failed: %s%s%s", idx, wf_task_kind_str(t->kind),
+            /* A batch that failed as a whole (a worker rank lost with its chunk) is not this
+             * task's failure: its ENCODE, which rides with the first chunk, did run. */
+            bool own = t->status != WF_OK && t->status != WF_IN_PROGRESS;
+            fail_request(r, st, "image %d: %s failed: %s%s%s", idx, own ? wf_task_kind_str(t->kind) : "its batch",
                          wf_status_str(st), m->batch_message[0] ? ": " : "", m->batch_message);
             it->state = ITEM_READY;
             continue;

@@ -358,7 +358,25 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (a.n_jobs < 1 || a.n_jobs > MAX_JOBS || !(a.rate > 0) || a.steps < 2) return 2;
+    if (a.n_jobs < 1 || a.n_jobs > MAX_JOBS || !(a.rate > 0) || a.steps < 2) {
+        /* (atoi/atof: a value that is no number reads as 0 and is refused here) */
+        fprintf(stderr, "%s: --jobs 1..%d, --rate > 0 per second, --steps >= 2 (got %d, %g, %d)\n", argv[0],
+                MAX_JOBS, a.n_jobs, a.rate, a.steps);
+        return 2;
+    }
+    /* Every policy name before the calibration (it was judged after, seconds later). */
+    char names[sizeof a.policies], err[256];
+    snprintf(names, sizeof names, "%s", a.policies);
+    wf_dit_cost probe;
+    wf_dit_cost_synthetic(&probe);
+    for (char *p = strtok(names, ","); p; p = strtok(NULL, ",")) {
+        wf_dit_policy *pol;
+        if (wf_dit_policy_new(p, N_WORKERS, &probe, 2, &pol, err, sizeof err) != WF_OK) {
+            fprintf(stderr, "%s: --policies: %s\n", argv[0], err);
+            return 2;
+        }
+        wf_dit_policy_free(pol);
+    }
     /* a small DiT: hidden 192, 4 heads (Ulysses over 2), depth 4, patch 2, 4 channels */
     dit_gen_cfg g = {192, 4, 4, 4, 8, 2, 32, 1000};
     strcpy(a.path, "/tmp/weft-elastic-wl-XXXXXX.safetensors");

@@ -101,7 +101,29 @@ struct wf_dit_router {
     uint64_t handoff_ns;    /* this batch's: since then, when it continues a held latent (the
                                image scheduler's hand-off between two chunks); its first wave
                                counts it */
+    /* Workers that answered a chunk with "no DiT model on this worker" (one joined by hand
+     * without the coordinator's DiT): that process (incarnation) gets no more chunks. */
+    struct { bool on; uint32_t inc; } no_dit[WF_WORKERS_MAX];
 };
+
+/* Whether worker w is live and may run DiT chunks (not known to lack the model). */
+static bool dit_live(wf_dit_router *r, int w) {
+    if (!wf_workers_live(r->ws, w)) return false;
+    return !(r->no_dit[w].on && r->no_dit[w].inc == wf_workers_incarnation(r->ws, w));
+}
+
+/* The error when no worker may run a chunk: how many are down, how many lack the DiT. */
+static void no_dit_rank(wf_dit_router *r, char *msg, size_t cap) {
+    int down = 0, without = 0;
+    for (int w = 0; w < r->n_workers; w++) {
+        if (!wf_workers_live(r->ws, w)) down++;
+        else if (!dit_live(r, w)) without++;
+    }
+    if (without == 0) snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+    else
+        snprintf(msg, cap, "no live DiT worker rank (%d of %d down, %d without the DiT model: start them with the "
+                 "coordinator's --model list)", down, r->n_workers, without);
+}
 
 static void part_done(void *user, wf_task_batch *b, wf_status st, const char *msg) {
     (void)b;
@@ -481,6 +503,16 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
     pthread_mutex_lock(&r->lock);
     while (r->left > 0) pthread_cond_wait(&r->cond, &r->lock);
     pthread_mutex_unlock(&r->lock);
+    /* A worker without the DiT (joined by hand without it) answers every chunk so: its
+     * chunks run again elsewhere (as if lost with it) and it gets no more. */
+    for (int w = 0; w < r->n_workers; w++) {
+        part *p = &r->parts[w];
+        if (p->b.n_tasks == 0 || p->status != WF_EUNSUPPORTED || !dit_live(r, w)) continue;
+        r->no_dit[w].on = true;
+        r->no_dit[w].inc = wf_workers_incarnation(r->ws, w);
+        WF_LOG_WARN("dit", NULL, "worker rank %d has no DiT model (%s): DiT chunks go to the other ranks; start it "
+                    "with the coordinator's --model list", wf_workers_rank(r->ws, w), p->msg);
+    }
     /* A task succeeded when every rank it involved did. */
     wf_status fatal = WF_OK;
     for (int g = 0; g < n_groups; g++) {
@@ -508,7 +540,7 @@ static wf_status run_wave(wf_dit_router *r, wf_task_batch *b, int n_groups, char
                 wf_status ts = k < 0 ? WF_EPROTO : p->tasks[k].status;
                 if (ts == WF_IN_PROGRESS) ts = p->status != WF_OK ? p->status : WF_EPROTO;
                 if (ts == WF_OK) continue;
-                bool l = is_loss(ts) || is_loss(p->status);
+                bool l = is_loss(ts) || is_loss(p->status) || p->status == WF_EUNSUPPORTED;
                 /* A member that saw a peer fail reports the peer's loss: the task is lost. */
                 lost |= l;
                 if (gst == WF_OK || l) {
@@ -654,7 +686,7 @@ static int plan_wave(wf_dit_router *r, const wf_task_batch *b, int n) {
     bool busy[WF_DIT_MAX_RANKS];
     int live[WF_WORKERS_MAX], n_live = 0;
     for (int w = 0; w < r->n_workers; w++) {
-        busy[w] = !wf_workers_live(r->ws, w);
+        busy[w] = !dit_live(r, w);
         if (!busy[w]) live[n_live++] = w;
     }
     if (n_live == 0) return 0;
@@ -778,7 +810,7 @@ static wf_status run_denoise(wf_dit_router *r, wf_task_batch *b, char *msg, size
         uint64_t t0 = wf_clock_now_ns();
         int g = plan_wave(r, b, n);
         if (g == 0) {
-            snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+            no_dit_rank(r, msg, cap);
             return WF_ECLOSED;
         }
         wf_status st = run_wave(r, b, g, msg, cap);
@@ -820,7 +852,7 @@ static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
     for (;;) {
         int live = -1, g = 0, at = 0;
         for (int w = r->n_workers - 1; w >= 0; w--)
-            if (wf_workers_live(r->ws, w)) live = w;
+            if (dit_live(r, w)) live = w;
         bool pending = false;
         for (int i = 0; i < n; i++) {
             if (fb.tasks[i].status != WF_IN_PROGRESS) continue;
@@ -830,7 +862,7 @@ static wf_status run_fetch(wf_dit_router *r, wf_task_batch *b, char *msg, size_t
                 return WF_ECLOSED;
             }
             if (live < 0) {
-                snprintf(msg, cap, "no live DiT worker rank (all %d down)", r->n_workers);
+                no_dit_rank(r, msg, cap);
                 return WF_ECLOSED;
             }
             pending = true;
@@ -982,9 +1014,9 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks 1..P, at the grid
- * of its home latent (h x w), added to the cost model under the mode the workers run it in. */
-static void calibrate_degree(wf_dit_router *r, wf_task *t, int P, int h, int w) {
+/* The median of 7 timed one-step chunks of task t (after a warm-up) on ranks[0..P), at the
+ * grid of its home latent (h x w), added to the cost model under the mode the workers run it in. */
+static void calibrate_degree(wf_dit_router *r, wf_task *t, const int *ranks, int P, int h, int w) {
     wf_task_batch b = {.tasks = t, .n_tasks = 1};
     bool guided = t->dit.guidance_scale > 1.0f;
     int tokens = (h / r->patch) * (w / r->patch);
@@ -995,7 +1027,7 @@ static void calibrate_degree(wf_dit_router *r, wf_task *t, int P, int h, int w) 
     for (int rep = 0; rep < 8; rep++) {
         r->wave[0] = 0;
         r->groups[0] = (wgroup){.n_ranks = P, .n = 1, .first = 0};
-        for (int m = 0; m < P; m++) r->groups[0].ranks[m] = m;
+        for (int m = 0; m < P; m++) r->groups[0].ranks[m] = ranks[m];
         t->status = WF_IN_PROGRESS;
         uint64_t t0 = wf_clock_now_ns();
         if (run_wave(r, &b, 1, msg, sizeof msg) != WF_OK || t->status != WF_OK) break;
@@ -1047,19 +1079,19 @@ static int calib_grids(const wf_dit_router *r, int hs[], int ws[]) {
 /* One size's points: for every degree the model and the workers allow at that grid (1, 2, 4,
  * ...), an unguided and a guided image's step (the guided one in the mode the workers pick for
  * it). A degree whose unguided step failed at the native size is not used at all. */
-static void calibrate_size(wf_dit_router *r, wf_task *t, int h, int w, bool native) {
+static void calibrate_size(wf_dit_router *r, wf_task *t, const int *ranks, int n_ranks, int h, int w, bool native) {
     float *home = wf_dit_exec_latent_sized(r->local, CALIB_ID, h, w);
     if (!home) return;
     size_t floats = (size_t)r->lat_c * (size_t)h * (size_t)w;
-    for (int P = 1; P <= r->max_P; P *= 2) {
+    for (int P = 1; P <= r->max_P && P <= n_ranks; P *= 2) {
         if (!native && (!wf_dit_cost_allows(&r->cost, P) || wf_dit_sp_fit(r->model_cfg, h, w, P) != P)) continue;
         memset(home, 0, floats * sizeof(float));
         t->dit.guidance_scale = 0;
-        calibrate_degree(r, t, P, h, w);
+        calibrate_degree(r, t, ranks, P, h, w);
         if (native && !wf_dit_cost_allows(&r->cost, P)) continue;
         memset(home, 0, floats * sizeof(float));
         t->dit.guidance_scale = 4.0f;
-        calibrate_degree(r, t, P, h, w);
+        calibrate_degree(r, t, ranks, P, h, w);
     }
     wf_dit_exec_latent_drop(r->local, CALIB_ID);
 }
@@ -1074,10 +1106,26 @@ static void calibrate(wf_dit_router *r) {
                  .dit = {.class_label = 0, .negative_label = -1, .guidance_scale = 0, .sampler = -1,
                          .num_steps = 20, .step_begin = 0, .step_end = 1,
                          .latent = {.id = CALIB_ID, .kind = WF_ARTIFACT_LATENT}}};
-    calibrate_size(r, &t, r->lat_h, r->lat_w, true);
+    /* One step on each worker first: one that has no DiT says so and is left out here (a
+     * group with it would wait out the world's time-out in its collectives) and after. */
+    int ranks[WF_WORKERS_MAX], n_ranks = 0;
+    float *home = wf_dit_exec_latent(r->local, CALIB_ID, true);
+    if (!home) return;
+    for (int w = 0; w < r->n_workers; w++) {
+        wf_task_batch b = {.tasks = &t, .n_tasks = 1};
+        char msg[160];
+        r->wave[0] = 0;
+        r->groups[0] = (wgroup){.n_ranks = 1, .n = 1, .first = 0, .ranks = {w}};
+        t.status = WF_IN_PROGRESS;
+        memset(home, 0, r->lat_floats * sizeof(float));
+        run_wave(r, &b, 1, msg, sizeof msg);
+        if (dit_live(r, w)) ranks[n_ranks++] = w;
+    }
+    wf_dit_exec_latent_drop(r->local, CALIB_ID);
+    calibrate_size(r, &t, ranks, n_ranks, r->lat_h, r->lat_w, true);
     int hs[WF_DIT_ROUTER_CALIB_SIZES], ws[WF_DIT_ROUTER_CALIB_SIZES];
     int n = wf_dit_cost_allows(&r->cost, 1) ? calib_grids(r, hs, ws) : 0;
-    for (int i = 0; i < n; i++) calibrate_size(r, &t, hs[i], ws[i], false);
+    for (int i = 0; i < n; i++) calibrate_size(r, &t, ranks, n_ranks, hs[i], ws[i], false);
     r->calibrating = false;
     if (!wf_dit_cost_allows(&r->cost, 1)) wf_dit_cost_synthetic(&r->cost); /* nothing measured */
     wf_dit_router_reset_stats(r);
@@ -1128,8 +1176,11 @@ wf_status wf_dit_router_new(wf_dit_exec *local, wf_workers *ws, const char *poli
         wf_dit_router_free(r);
         return wf_status_errorf(err, errlen, st, "DiT router: cannot start its thread");
     }
+    int measured = 1; /* the largest degree calibrated (a degree that failed is not used) */
+    for (int P = 2; P <= r->max_P; P *= 2)
+        if (wf_dit_cost_allows(&r->cost, P)) measured = P;
     WF_LOG_INFO("dit", NULL, "DiT on %d worker rank(s): policy %s, degrees up to %d (%d tokens, %d heads)",
-                r->n_workers, policy, r->max_P, r->tokens, c->heads);
+                r->n_workers, policy, measured, r->tokens, c->heads);
     *out = r;
     return WF_OK;
 }

@@ -911,7 +911,16 @@ static void reap_children(wf_workers *ws) {
             if (WIFSIGNALED(status)) snprintf(why, sizeof why, "its process was killed (signal %d)", WTERMSIG(status));
             else snprintf(why, sizeof why, "its process exited with status %d", WEXITSTATUS(status));
             WF_LOG_INFO("workers", NULL, "worker rank %d (pid %d): %s", k->rank, (int)pid, why);
-            worker_down(ws, k, why);
+            /* Already down (the world saw the peer fail first, or it was silent): its
+             * last_error says how its process ended too, which is what an operator asks. */
+            pthread_mutex_lock(&ws->lock);
+            bool was_down = k->state == WF_WORKER_DOWN;
+            if (was_down && !strstr(k->last_error, "its process")) {
+                size_t len = strlen(k->last_error);
+                snprintf(k->last_error + len, sizeof k->last_error - len, "; %s", why);
+            }
+            pthread_mutex_unlock(&ws->lock);
+            if (!was_down) worker_down(ws, k, why);
             schedule_respawn(ws, k); /* also when a replacement died before it joined */
         }
     }

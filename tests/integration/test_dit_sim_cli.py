@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-BIN = os.environ.get("WEFT_BIN_DIR", "build/bin")
+from conftest import BIN_DIR as BIN
 DIT_SIM = os.path.join(BIN, "weft-dit-sim")
 SIM = os.path.join(BIN, "weft-sim")
 
@@ -87,3 +87,19 @@ def test_weft_sim_hands_dit_over():
     assert "weft-sim --dit" in r.stderr
     bad = run(SIM, "--dit", "--ranks", "99")  # weft-dit-sim's own refusal
     assert bad.returncode == 2 and '--ranks wants 1..64 ranks, got "99"' in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--jobs", "0"], "--jobs 1..256, --rate > 0 per second, --steps >= 2 (got 0,"),
+    (["--steps", "abc"], "--steps >= 2 (got 24, 2, 0)"),
+    (["--policies", "static:4"], '--policies: dit policy "static:4": K must be 1, 2, 4 or 8 and at most the 2 ranks'),
+])
+def test_elastic_workload_refuses_bad_options_at_once(args, message):
+    """bench/elastic's weft-elastic-workload: it returned 2 with no message for bad numbers, and
+    judged policy names only after calibrating on its ranks."""
+    tool = os.path.join(BIN, "weft-elastic-workload")
+    if not os.path.exists(tool):
+        pytest.skip("weft-elastic-workload not built")
+    r = run(tool, *args, timeout=30)
+    assert r.returncode == 2 and message in r.stderr, (r.returncode, r.stderr, r.stdout)
+    assert "calibrated" not in r.stdout

@@ -94,6 +94,9 @@ def test_worker_killed_during_multi_rank_steps(reference, mode):
                 break
             time.sleep(0.2)
         assert back["state"] == "live" and back["pid"] != victim["pid"]
+        # Its last error says how the process ended (it said only "rank 1 (pid ..) failed",
+        # the collective's view, when the world noticed first).
+        assert "its process was killed (signal 9)" in back["last_error"], back
         # Both ranks again: multi-rank chunks, same bytes.
         before = admin(d)["images"]["chunks_by_group_size"].get("2", 0)
         assert generate(d, REQUESTS[1]) == reference["short"]

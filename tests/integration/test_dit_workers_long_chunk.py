@@ -1,13 +1,14 @@
 # weft-test: labels=integration,net timeout=600
-"""weftd --workers 2 with the default DiT: a DENOISE chunk that runs longer than
+"""weftd --workers 2 with the larger bundled DiT (weft-dit-fmnist): a DENOISE chunk that runs longer than
 --worker-timeout-ms does not take its workers down. The coordinator sends nothing to a worker
 running a batch, so the worker shows it is alive itself: a single-rank chunk runs on the DiT
 executor's thread while the worker's loop sends heartbeats, a multi-rank one (sequence or
 guidance parallel, on the world's thread) sends them between its rounds. Before that, a chunk
 longer than four time-outs (a started worker's slack while it holds a batch) was taken for a
 dead worker: both ranks were killed and the request failed with "no live DiT worker rank".
-Here the time-out is 250 ms (1 s of slack) and one chunk is 999 steps (--image-chunk-steps
-1000) on two workers sharing one core: over a second each even on an idle host."""
+Here the time-out is 300 ms (1.2 s of slack) and one chunk is 999 steps (--image-chunk-steps
+1000; fewer under the sanitizers) of the larger bundled DiT on two workers sharing one core:
+over a second each even on an idle host."""
 import base64
 import json
 import os
@@ -23,7 +24,10 @@ DIT = os.environ.get("WEFT_DIT_MODEL_LARGE", "/usr/local/share/weft/models/weft-
 DIT_ID = os.path.basename(DIT.rstrip("/"))
 pytestmark = pytest.mark.skipif(not os.path.isdir(DIT), reason=f"{DIT} missing (run scripts/setup)")
 
-STEPS = 999
+# Fewer steps under the sanitizers, whose chunks are several times slower anyway (still well
+# past the slack), so that the test stays within a minute there too.
+SANITIZE = os.environ.get("WEFT_SANITIZE", "")
+STEPS = 120 if "thread" in SANITIZE else 300 if SANITIZE else 999
 TIMEOUT_MS = 300
 ARGS = ("--workers", "2", "--worker-cores", "0:0", "--heartbeat-ms", "50",
         "--worker-timeout-ms", str(TIMEOUT_MS), "--image-chunk-steps", "1000", "--image-max-batch", "2")
