@@ -92,12 +92,13 @@ size_t wf_dit_sp_latent_size(const wf_dit_sp *sp); /* C x height x width */
 /* The whole x_T of the item, exactly as wf_dit_stepper_init_latent. */
 void wf_dit_sp_init_latent(const wf_dit_sp *sp, wf_dit_item *item);
 
-/* Every member of pl calls this with the same items (steps, labels, guidance, keys); each runs
- * rounds until every item reaches its step_end, as wf_dit_stepper_run. */
 /* fn(user) after every round of wf_dit_sp_run, on the caller's thread (NULL: none): a worker
  * running a long chunk keeps its liveness heartbeats going from it, since the world (and so
  * every send) belongs to that thread. */
 void wf_dit_sp_set_round_hook(wf_dit_sp *sp, void (*fn)(void *user), void *user);
+
+/* Every member of pl calls this with the same items (steps, labels, guidance, keys); each runs
+ * rounds until every item reaches its step_end, as wf_dit_stepper_run. */
 wf_status wf_dit_sp_run(wf_dit_sp *sp, wf_threadpool *pool, const wf_dit_placement *pl,
                         int n_items, wf_dit_item *items, char *err, size_t errlen);
 
