@@ -40,7 +40,7 @@ int wf_world_error_rank(const wf_world *w) { return w->err_rank; }
 wf_world_config wf_world_config_default(void) {
     return (wf_world_config){.n_ranks = 1, .rank = 0, .host = "127.0.0.1", .port = 0,
                              .sym_size = 4u << 20, .timeout_ms = 10000,
-                             .join_timeout_ms = 30000, .local_fast_path = 1};
+                             .join_timeout_ms = 30000, .local_fast_path = 1, .listen_fd = -1};
 }
 
 int wf_world_rank(const wf_world *w) { return w->rank; }
@@ -979,19 +979,26 @@ static wf_status copy_entry(wf__world_entry *dst, const wf__world_entry *src) {
 
 wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err, size_t errlen) {
     *out = NULL;
+    /* A listening socket given is the world's from here: closed with it, or now on failure. */
+    int given_fd = cfg && cfg->rank == 0 && cfg->n_ranks > 1 ? cfg->listen_fd : -1;
     if (!cfg || cfg->n_ranks < 1 || cfg->n_ranks > WF_WORLD_MAX_RANKS || cfg->rank < -1 ||
         cfg->rank >= cfg->n_ranks || (cfg->n_ranks > 1 && (cfg->port <= 0 || cfg->port > 65535)) ||
-        cfg->timeout_ms <= 0 || cfg->join_timeout_ms <= 0 || cfg->sym_size < 64 || !cfg->host)
+        cfg->timeout_ms <= 0 || cfg->join_timeout_ms <= 0 || cfg->sym_size < 64 || !cfg->host) {
+        if (given_fd >= 0) close(given_fd);
         return wf_status_errorf(err, errlen, WF_EINVAL, "invalid world configuration");
+    }
     wf_world *w = calloc(1, sizeof *w);
-    if (!w) return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    if (!w) {
+        if (given_fd >= 0) close(given_fd);
+        return wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
+    }
     w->cfg = *cfg;
     if (!tls_has_shared_memory(getenv("UCX_TLS"))) w->cfg.local_fast_path = 0;
     snprintf(w->host_arg, sizeof w->host_arg, "%s", cfg->host);
     w->cfg.host = w->host_arg;
     w->n = cfg->n_ranks;
     w->rank = cfg->rank;
-    w->listen_fd = -1;
+    w->listen_fd = given_fd;
     w->efd = -1;
     w->err_rank = -1;
     w->sym_size = (cfg->sym_size + 63) & ~(size_t)63;
@@ -1001,14 +1008,14 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
     w->peers = calloc((size_t)w->n, sizeof *w->peers);
     if (!w->peers) {
         st = wf_status_errorf(err, errlen, WF_ENOMEM, "out of memory");
-        goto fail_alloc;
+        goto fail_ucx; /* destroy copes with a world this bare (and closes the given socket) */
     }
     st = setup_ucx(w, err, errlen);
     if (st != WF_OK) goto fail_ucx;
     if (w->n == 1) {
         st = copy_entry(&w->peers[0].e, &w->self);
     } else if (cfg->rank == 0) {
-        w->listen_fd = wf__world_boot_listen(w, err, errlen);
+        if (w->listen_fd < 0) w->listen_fd = wf__world_boot_listen(w, err, errlen);
         if (w->listen_fd < 0) {
             st = WF_EIO;
             goto fail_ucx;
@@ -1025,9 +1032,6 @@ wf_status wf_world_create(const wf_world_config *cfg, wf_world **out, char *err,
 
 fail_ucx:
     wf_world_destroy(w);
-    return st;
-fail_alloc:
-    free(w);
     return st;
 }
 

@@ -64,10 +64,19 @@ typedef struct wf_world_config {
      * once (e.g. a worker process it started has already exited). */
     int (*join_abort)(void *arg);
     void *join_abort_arg;
+    /* Optional, rank 0: a socket already listening on host:port (wf_world_boot_socket), which
+     * the world takes over (closed with it, also when create fails); -1 (default): the world
+     * binds host:port itself. A coordinator that lets the system pick the port holds it from
+     * that moment, with no window in which another process can take it. */
+    int listen_fd;
 } wf_world_config;
 
+/* A TCP socket listening on host:*port for a world's bootstrap (*port 0: a free port, written
+ * back). Returns the socket, or -1 with err saying why. */
+int wf_world_boot_socket(const char *host, int *port, char *err, size_t errlen);
+
 /* n_ranks 1, rank 0, host 127.0.0.1, port 0 (must be set), sym 4 MiB, 10 s, 30 s, local fast
- * path on. */
+ * path on, no listening socket given. */
 wf_world_config wf_world_config_default(void);
 
 /* Forms the world (rank 0 waits for all n_ranks - 1 others; the others join) or, when cfg.rank

@@ -87,25 +87,43 @@ static wf_status send_welcome(wf_world *w, int fd, int rank, wf_status status, u
     return st;
 }
 
-int wf__world_boot_listen(wf_world *w, char *err, size_t errlen) {
+/* A listening TCP socket on host:port (0: any free port); -1 with err. */
+static int listen_on(const char *host, int port, char *err, size_t errlen) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE}, *ai;
-    char port[16];
-    snprintf(port, sizeof port, "%d", w->cfg.port);
-    if (getaddrinfo(w->cfg.host, port, &hints, &ai) != 0) {
-        wf_errorf(err, errlen, "cannot resolve %s", w->cfg.host);
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    if (getaddrinfo(host, service, &hints, &ai) != 0) {
+        wf_errorf(err, errlen, "cannot resolve %s", host);
         return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 256) != 0) {
-        wf_errorf(err, errlen, "bootstrap listen on %s:%d: %s", w->cfg.host, w->cfg.port,
-                  strerror(errno));
+        wf_errorf(err, errlen, "bootstrap listen on %s:%d: %s", host, port, strerror(errno));
         if (fd >= 0) close(fd);
         fd = -1;
     }
     freeaddrinfo(ai);
+    return fd;
+}
+
+int wf__world_boot_listen(wf_world *w, char *err, size_t errlen) {
+    return listen_on(w->cfg.host, w->cfg.port, err, errlen);
+}
+
+int wf_world_boot_socket(const char *host, int *port, char *err, size_t errlen) {
+    int fd = listen_on(host, *port, err, errlen);
+    if (fd < 0 || *port != 0) return fd;
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        wf_errorf(err, errlen, "bootstrap socket on %s: %s", host, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
     return fd;
 }
 

@@ -1047,19 +1047,6 @@ static void *comm_main(void *arg) {
 
 /* ---- open / close ----------------------------------------------------------------------------- */
 
-static int free_port(const char *host) {
-    (void)host;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 /* While the world forms: a worker started here that already exited will never join. */
 static int start_failed(void *arg) {
     wf_workers *ws = arg;
@@ -1089,6 +1076,8 @@ static wf_status form_world(wf_workers *ws, char *err, size_t errlen) {
     wc.join_timeout_ms = ws->p.join_timeout_ms;
     wc.join_abort = start_failed;
     wc.join_abort_arg = ws;
+    wc.listen_fd = ws->boot_fd;
+    ws->boot_fd = -1; /* the world's now, also if it fails */
     wf_status st = wf_world_create(&wc, &ws->world, err, errlen);
     if (st == WF_ECANCELLED && ws->start_error[0]) return wf_status_errorf(err, errlen, WF_EIO, "%s", ws->start_error);
     return st;
@@ -1192,6 +1181,7 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     ws->p = *p;
     ws->n = p->n_workers;
     ws->wake_fd = -1;
+    ws->boot_fd = -1;
     pthread_mutex_init(&ws->lock, NULL);
     pthread_mutex_init(&ws->sched_lock, NULL);
     ws->host = strdup(p->host);
@@ -1207,8 +1197,12 @@ wf_status wf_workers_open(const wf_workers_params *p, wf_workers **out, char *er
     }
     /* the virtual models declared at start: every started worker loads them (--vmodel) */
     if ((st = wf__pool_vm_init(ws, p, err, errlen)) != WF_OK) goto fail;
-    if (ws->p.port == 0 && (ws->p.port = free_port(ws->host)) <= 0) {
-        st = wf_status_errorf(err, errlen, WF_EIO, "no free port for the world's bootstrap");
+    /* The bootstrap socket listens before any worker starts, so the port the workers are told
+     * (a free one when none was asked for) stays this daemon's until the world takes it over:
+     * picking a free port and binding it later let a parallel process take it in between. */
+    char why[256];
+    if ((ws->boot_fd = wf_world_boot_socket(ws->host, &ws->p.port, why, sizeof why)) < 0) {
+        st = wf_status_errorf(err, errlen, WF_EIO, "the world's bootstrap: %s", why);
         goto fail;
     }
     int n_spawn = p->n_spawn < 0 ? ws->n : p->n_spawn;
@@ -1382,6 +1376,8 @@ wf_status wf_workers_kill(wf_workers *ws, int i) {
 
 void wf_workers_close(wf_workers *ws) {
     if (!ws) return;
+    if (ws->boot_fd >= 0) close(ws->boot_fd); /* the world never took it over */
+    ws->boot_fd = -1;
     if (ws->thread_on) {
         pthread_mutex_lock(&ws->lock);
         ws->stopping = true;

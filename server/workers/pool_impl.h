@@ -113,6 +113,7 @@ struct wf_workers {
     wf_workers_params p;
     char *host, *exe, *model_path, *log_level, *worker_cores, *kv_profiles, *kv_codec, *dit_path;
     wf_world *world;
+    int boot_fd;                     /* the bootstrap socket until the world takes it over, or -1 */
     int n;
     wk w[WF_WORKERS_MAX];
     pthread_mutex_t lock;

@@ -5,7 +5,12 @@
  * stopped peer named within the time-out, and a replacement rejoining.
  * Real processes over loopback.
  * weft-test: labels=net timeout=240 */
+#include <arpa/inet.h>
 #include <check.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -215,6 +220,34 @@ START_TEST(test_joiner_names_the_coordinators_version) {
     ck_assert_msg(strstr(err, "version 2") && strstr(err, "this process 1"), "error: %s", err);
     int code;
     ck_assert_int_eq(wt_wait(&coordinator, 1, 30, &code), 0);
+}
+END_TEST
+
+/* A coordinator's bootstrap socket, made before the world: port 0 gets a free port that stays
+ * held (a second listener on it is refused, a client connects), and a world that fails to form
+ * closes the socket it was given (the pool's workers are told the port before the world forms). */
+START_TEST(test_boot_socket_held) {
+    int port = 0;
+    char err[256] = "";
+    int fd = wf_world_boot_socket("127.0.0.1", &port, err, sizeof err);
+    ck_assert_msg(fd >= 0, "%s", err);
+    ck_assert_int_gt(port, 0);
+    int again = port;
+    ck_assert_int_eq(wf_world_boot_socket("127.0.0.1", &again, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "bootstrap listen on 127.0.0.1"), "error: %s", err);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    close(c);
+    wf_world_config cfg = wf_world_config_default();
+    cfg.n_ranks = 2;
+    cfg.port = port;
+    cfg.listen_fd = fd;
+    cfg.sym_size = 1; /* invalid: refused before anything forms */
+    wf_world *w = NULL;
+    ck_assert_int_eq(wf_world_create(&cfg, &w, err, sizeof err), WF_EINVAL);
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* closed by the world's refusal */
 }
 END_TEST
 
@@ -628,6 +661,7 @@ static Suite *world_suite(void) {
     TCase *tc = tcase_create("world");
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_boot_socket_held);
     tcase_add_test(tc, test_formation_p2p_rma);
     tcase_add_test(tc, test_put_into_exposed_regions);
     tcase_add_test(tc, test_sleeping_wait_wakes);
